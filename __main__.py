@@ -1,0 +1,19 @@
+"""rabbitmq-retry: one Vhost component per vhost of the stack config; exports the retry contracts."""
+
+import pulumi
+
+from components import Vhost
+from components.naming import vhost_key
+from components.stack import read_stack_config
+
+config = read_stack_config()
+retry_contracts = {}
+for vhost in config.vhosts:
+    component = Vhost(vhost_key(vhost.name), {
+        "vhost": vhost,
+        "protect_queues": config.protect,
+        "retain_error_queues": config.retain_error_queues,
+    })
+    retry_contracts[vhost.name] = component.retry_contracts
+
+pulumi.export("retry_contracts", retry_contracts)

@@ -1,0 +1,17 @@
+"""rabbitmq-retry components: RabbitMQ retry topologies as Pulumi ComponentResources."""
+
+from .config import ConfigError, StackConfig, load_queue, load_stack_config, load_vhost
+from .retryable_queue import RetryableQueue, RetryableQueueArgs
+from .vhost import Vhost, VhostArgs
+
+__all__ = [
+    "ConfigError",
+    "RetryableQueue",
+    "RetryableQueueArgs",
+    "StackConfig",
+    "Vhost",
+    "VhostArgs",
+    "load_queue",
+    "load_stack_config",
+    "load_vhost",
+]

@@ -1,0 +1,76 @@
+"""Physical RabbitMQ names, Pulumi logical keys and policy patterns.
+
+Every name here is part of the deployed contract: changing a physical name, or a logical key
+(which is part of a resource's URN), replaces the resource and loses the messages of a queue.
+`tests/snapshots/` pins them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from urllib.parse import quote
+
+MAX_NAME_BYTES = 255
+RESERVED_PREFIX = "amq."
+ATTEMPT_HEADER = "retry-count"
+"""Attempt counter for republished retries. Not `x-`: RabbitMQ 4 ignores client-set `x-death`."""
+
+
+def retry_exchange(queue: str) -> str:
+    return f"{queue}.retry"
+
+
+def wait_queue(queue: str, tier: int) -> str:
+    """Wait queues are named by tier index, never by delay: editing a delay must not rename one."""
+    return f"{queue}.wait.{tier}"
+
+
+def wait_routing_key(tier: int) -> str:
+    return f"wait.{tier}"
+
+
+def requeue_exchange(queue: str) -> str:
+    return f"{queue}.requeue"
+
+
+def error_exchange(queue: str) -> str:
+    return f"{queue}.error"
+
+
+def error_queue(queue: str) -> str:
+    return f"{queue}.error"
+
+
+def derived_queue_names(queue: str, tiers: int) -> list[str]:
+    """Every queue a retryable queue `queue` with `tiers` wait tiers owns, input first."""
+    return [queue, *(wait_queue(queue, n) for n in range(1, tiers + 1)), error_queue(queue)]
+
+
+def derived_exchange_names(queue: str) -> list[str]:
+    return [retry_exchange(queue), requeue_exchange(queue), error_exchange(queue)]
+
+
+def exact_pattern(name: str) -> str:
+    """A policy pattern that matches exactly `name` and nothing else."""
+    return f"^{re.escape(name)}$"
+
+
+def vhost_key(vhost: str) -> str:
+    """Logical name of a vhost component: the vhost name, path-escaped so `/` cannot appear."""
+    return quote(vhost, safe="")
+
+
+def binding_key(queue: str, exchange: str, routing_key: str, arguments: Mapping[str, object]) -> str:
+    """Stable logical key of a config binding; header arguments add a short digest."""
+    key = f"binding-{queue}-{exchange}-{routing_key}" if routing_key else f"binding-{queue}-{exchange}"
+    if arguments:
+        digest = hashlib.sha256(json.dumps(arguments, sort_keys=True).encode()).hexdigest()[:8]
+        key = f"{key}-{digest}"
+    return key
+
+
+def byte_length(name: str) -> int:
+    return len(name.encode("utf-8"))

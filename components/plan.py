@@ -1,0 +1,215 @@
+"""The topology plan: which queues, exchanges, bindings and policies a config needs, as plain data.
+
+Pure and Pulumi-free. The components turn a plan into `pulumi_rabbitmq` resources one to one, so
+what is decided here is what `pulumi up` applies. The rules (../shared/notes/rabbitmq-facts.md):
+- wiring that never changes (queue type, dead-letter exchange and routing key, quorum
+  at-least-once dead-lettering) goes in queue arguments, where no other policy can remove it;
+- everything a user tunes (TTLs, limits) goes in one exactly-anchored policy per queue, which the
+  provider updates in place: editing a delay never replaces a queue.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from . import naming
+from .config import Binding, Queue, Vhost
+
+QueueRole = Literal["input", "wait", "error", "plain"]
+
+
+@dataclass(frozen=True)
+class QueuePlan:
+    key: str
+    """Logical key: the child's Pulumi name is f"{component}-{key}"."""
+    name: str
+    queue_type: str
+    arguments: Mapping[str, str | int]
+    role: QueueRole
+
+    @property
+    def arguments_json(self) -> str:
+        """Typed arguments as the provider must receive them (sorted keys, integers as numbers)."""
+        return json.dumps(dict(self.arguments), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class ExchangePlan:
+    key: str
+    name: str
+    type: str
+
+
+@dataclass(frozen=True)
+class BindingPlan:
+    key: str
+    source: str
+    destination: str
+    routing_key: str = ""
+    arguments: Mapping[str, str | int | bool] = field(default_factory=dict)
+    source_external: bool = False
+
+    @property
+    def arguments_json(self) -> str | None:
+        return json.dumps(dict(self.arguments), sort_keys=True) if self.arguments else None
+
+
+@dataclass(frozen=True)
+class PolicyPlan:
+    key: str
+    name: str
+    pattern: str
+    priority: int
+    definition: Mapping[str, str]
+    """String values, as the provider's schema wants; it sends digit strings as JSON integers."""
+    apply_to: str = "queues"
+
+
+@dataclass(frozen=True)
+class Tier:
+    number: int
+    delay_ms: int
+    queue: str
+    routing_key: str
+
+
+@dataclass(frozen=True)
+class RetryablePlan:
+    """Everything one retryable queue owns."""
+
+    config: Queue
+    tiers: tuple[Tier, ...]
+    queues: tuple[QueuePlan, ...]
+    exchanges: tuple[ExchangePlan, ...]
+    bindings: tuple[BindingPlan, ...]
+    policies: tuple[PolicyPlan, ...]
+
+    @property
+    def retry_exchange(self) -> str:
+        return naming.retry_exchange(self.config.name)
+
+    @property
+    def error_exchange(self) -> str:
+        return naming.error_exchange(self.config.name)
+
+    @property
+    def error_queue(self) -> str:
+        return naming.error_queue(self.config.name)
+
+    def contract(self, vhost: str) -> dict[str, object]:
+        """What a consumer needs to retry and park a message: the stack exports this per queue."""
+        retry = self.config.retry
+        assert retry is not None
+        return {
+            "vhost": vhost,
+            "queue": self.config.name,
+            "queue_type": self.config.queue_type,
+            "retry_exchange": self.retry_exchange,
+            "reject_routes_to": self.tiers[0].routing_key,
+            "tiers": [{"routing_key": t.routing_key, "queue": t.queue, "delay_ms": t.delay_ms} for t in self.tiers],
+            "max_retries": retry.max_retries,
+            "attempt_header": naming.ATTEMPT_HEADER,
+            "error_exchange": self.error_exchange,
+            "error_queue": self.error_queue,
+        }
+
+
+@dataclass(frozen=True)
+class VhostPlan:
+    config: Vhost
+    exchanges: tuple[ExchangePlan, ...]
+    queues: tuple[QueuePlan, ...]
+    """Plain queues only; retryable queues are in `retryables`."""
+    policies: tuple[PolicyPlan, ...]
+    bindings: tuple[BindingPlan, ...]
+    """Config bindings of every queue, plain and retryable, to the vhost's or external exchanges."""
+    retryables: tuple[RetryablePlan, ...]
+
+
+def _quorum_dead_lettering(queue_type: str) -> dict[str, str]:
+    """Without both keys a quorum queue silently dead-letters at-most-once."""
+    if queue_type != "quorum":
+        return {}
+    return {"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
+
+
+def _limits(queue: Queue) -> dict[str, str]:
+    definition: dict[str, str] = {}
+    if queue.max_length is not None:
+        definition["max-length"] = str(queue.max_length)
+    if queue.delivery_limit is not None:
+        definition["delivery-limit"] = str(queue.delivery_limit)
+    return definition
+
+
+def _policy(key: str, queue_name: str, priority: int, definition: dict[str, str]) -> PolicyPlan:
+    return PolicyPlan(key=key, name=queue_name, pattern=naming.exact_pattern(queue_name),
+                      priority=priority, definition=definition)
+
+
+def plan_retryable(queue: Queue) -> RetryablePlan:
+    """Input queue, retry exchange, one wait queue per tier, requeue exchange, error exchange and queue."""
+    retry = queue.retry
+    if retry is None:
+        raise ValueError(f"queue {queue.name!r} has no retry block")
+    name, qtype = queue.name, queue.queue_type
+    tiers = tuple(Tier(n, delay, naming.wait_queue(name, n), naming.wait_routing_key(n))
+                  for n, delay in enumerate(retry.delays_ms, start=1))
+    retry_x, requeue_x, error_x = (naming.retry_exchange(name), naming.requeue_exchange(name),
+                                   naming.error_exchange(name))
+    input_queue = QueuePlan("input", name, qtype, {
+        "x-queue-type": qtype,
+        "x-dead-letter-exchange": retry_x,
+        "x-dead-letter-routing-key": tiers[0].routing_key,
+        **_quorum_dead_lettering(qtype),
+    }, "input")
+    wait_queues = tuple(QueuePlan(f"wait-{t.number}", t.queue, qtype, {
+        "x-queue-type": qtype,
+        "x-dead-letter-exchange": requeue_x,
+        **_quorum_dead_lettering(qtype),
+    }, "wait") for t in tiers)
+    error = QueuePlan("error", naming.error_queue(name), qtype, {"x-queue-type": qtype}, "error")
+    exchanges = (ExchangePlan("retry-exchange", retry_x, "direct"),
+                 ExchangePlan("requeue-exchange", requeue_x, "fanout"),
+                 ExchangePlan("error-exchange", error_x, "fanout"))
+    bindings = (
+        *(BindingPlan(f"wait-{t.number}-binding", retry_x, t.queue, t.routing_key) for t in tiers),
+        # The requeue exchange is bound to this queue only: a retry never reaches other queues
+        # bound to the same source exchange.
+        BindingPlan("requeue-binding", requeue_x, name),
+        BindingPlan("error-binding", error_x, error.name),
+    )
+    policies = [_policy(f"wait-{t.number}-policy", t.queue, queue.policy_priority,
+                        {"message-ttl": str(t.delay_ms)}) for t in tiers]
+    if limits := _limits(queue):
+        policies.insert(0, _policy("policy", name, queue.policy_priority, limits))
+    error_definition = {}
+    if retry.error_retention_ms is not None:
+        error_definition["message-ttl"] = str(retry.error_retention_ms)
+    if retry.error_max_length is not None:
+        error_definition["max-length"] = str(retry.error_max_length)
+    if error_definition:
+        policies.append(_policy("error-policy", error.name, queue.policy_priority, error_definition))
+    return RetryablePlan(config=queue, tiers=tiers, queues=(input_queue, *wait_queues, error),
+                         exchanges=exchanges, bindings=bindings, policies=tuple(policies))
+
+
+def _config_binding(queue: Queue, binding: Binding) -> BindingPlan:
+    return BindingPlan(naming.binding_key(queue.name, binding.exchange, binding.routing_key, binding.arguments),
+                       binding.exchange, queue.name, binding.routing_key, dict(binding.arguments),
+                       source_external=binding.external)
+
+
+def plan_vhost(vhost: Vhost) -> VhostPlan:
+    exchanges = tuple(ExchangePlan(f"exchange-{e.name}", e.name, e.type) for e in vhost.exchanges)
+    plain = [q for q in vhost.queues if q.retry is None]
+    queues = tuple(QueuePlan(f"queue-{q.name}", q.name, q.queue_type, {"x-queue-type": q.queue_type}, "plain")
+                   for q in plain)
+    policies = tuple(_policy(f"queue-{q.name}-policy", q.name, q.policy_priority, limits)
+                     for q in plain if (limits := _limits(q)))
+    bindings = tuple(_config_binding(q, b) for q in vhost.queues for b in q.bindings)
+    retryables = tuple(plan_retryable(q) for q in vhost.queues if q.retry is not None)
+    return VhostPlan(vhost, exchanges, queues, policies, bindings, retryables)
