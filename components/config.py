@@ -17,6 +17,7 @@ from .durations import DurationError, parse_duration
 
 QUEUE_TYPES = ("classic", "quorum")
 EXCHANGE_TYPES = ("direct", "topic", "fanout", "headers")
+X_MATCH = ("all", "any", "all-with-x", "any-with-x")
 DEFAULT_QUEUE_TYPE = "quorum"
 DEFAULT_POLICY_PRIORITY = 10
 DEFAULT_DELIVERY_LIMIT = 20
@@ -236,8 +237,8 @@ def _parse_binding(p: _Problems, path: str, raw: object) -> Binding | None:
             if not isinstance(key, str) or not isinstance(value, (str, int, bool)):
                 p.add(f"{path}.arguments.{key}", f"expected a string, integer or boolean, got {_describe(value)}")
                 arguments = None
-        if arguments and "x-match" in arguments and arguments["x-match"] not in ("all", "any", "all-with-x", "any-with-x"):
-            p.add(f"{path}.arguments.x-match", f"{arguments['x-match']!r} is not one of all, any, all-with-x, any-with-x")
+        if arguments and "x-match" in arguments and arguments["x-match"] not in X_MATCH:
+            p.add(f"{path}.arguments.x-match", f"{arguments['x-match']!r} is not one of {', '.join(X_MATCH)}")
     if exchange is None or routing_key is None or arguments is None or external is None:
         return None
     return Binding(exchange=exchange, routing_key=routing_key, arguments=dict(arguments), external=external)
@@ -300,10 +301,7 @@ def parse_queue(p: _Problems, path: str, raw: object, defaults: Defaults) -> Que
         return None
     if ("max_length" in data and max_length is None) or ("retry" in data and retry is None):
         return None
-    if queue_type == "quorum":
-        delivery_limit = delivery_limit or defaults.delivery_limit
-    else:
-        delivery_limit = None
+    delivery_limit = (delivery_limit or defaults.delivery_limit) if queue_type == "quorum" else None
     return Queue(name=name, queue_type=queue_type, policy_priority=priority,
                  bindings=tuple(b for b in bindings if b is not None), max_length=max_length,
                  delivery_limit=delivery_limit, retry=retry)
@@ -336,15 +334,17 @@ def _check_vhost_names(p: _Problems, path: str, exchanges: list[tuple[int, Excha
                 owners.setdefault(name, where)
 
 
-def _check_bindings(p: _Problems, path: str, exchanges: Mapping[str, Exchange], queues: list[tuple[int, Queue]]) -> None:
+def _check_bindings(p: _Problems, path: str, exchanges: Mapping[str, Exchange], queues: list[tuple[int, Queue]],
+                    named: set[str]) -> None:
+    """`named`: every exchange name written in the vhost, valid or not (its own problem is reported)."""
     for i, queue in queues:
         for j, binding in enumerate(queue.bindings):
             where = f"{path}.queues[{i}].bindings[{j}]"
             declared = exchanges.get(binding.exchange)
-            if declared is None and not binding.external:
+            if binding.exchange not in named and not binding.external:
                 p.add(f"{where}.exchange", f'"{binding.exchange}" is not declared in this vhost; '
                       "add it to exchanges or mark the binding external: true")
-            if declared is not None and binding.external:
+            if binding.exchange in named and binding.external:
                 p.add(f"{where}.external", f'"{binding.exchange}" is declared in this vhost; remove external: true')
             if declared is not None and binding.arguments and declared.type != "headers":
                 p.add(f"{where}.arguments", f'binding arguments only match on headers exchanges; '
@@ -369,12 +369,15 @@ def parse_vhost(p: _Problems, path: str, raw: object, defaults: Defaults) -> Vho
     if name == "/" and existing is False:
         p.add(f"{path}.existing", 'the default vhost "/" is never managed by this stack; remove existing: false')
     exchanges: list[tuple[int, Exchange]] = []
+    named: set[str] = set()
     for i, raw_exchange in enumerate(_list(p, f"{path}.exchanges", data.get("exchanges", _MISSING))):
         e_path = f"{path}.exchanges[{i}]"
         e_data = _mapping(p, e_path, raw_exchange, ("name", "type"))
         if e_data is None:
             continue
         e_name = _name(p, f"{e_path}.name", e_data.get("name"), "exchange")
+        if isinstance(e_data.get("name"), str):
+            named.add(e_data["name"])
         if "type" not in e_data:
             p.add(f"{e_path}.type", f"missing; use one of {', '.join(EXCHANGE_TYPES)}")
             continue
@@ -387,7 +390,7 @@ def parse_vhost(p: _Problems, path: str, raw: object, defaults: Defaults) -> Vho
         if queue is not None:
             queues.append((i, queue))
     _check_vhost_names(p, path, exchanges, queues)
-    _check_bindings(p, path, {e.name: e for _, e in exchanges}, queues)
+    _check_bindings(p, path, {e.name: e for _, e in exchanges}, queues, named)
     if name is None or existing is None:
         return None
     return Vhost(name=name, existing=existing, exchanges=tuple(e for _, e in exchanges),

@@ -6,9 +6,8 @@ from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
 import pulumi
-import pulumi_rabbitmq as rabbitmq
 
-from .config import Queue, load_queue
+from .config import ConfigError, Queue, load_queue
 from .plan import RetryablePlan, plan_retryable
 from .resources import declare_binding, declare_exchange, declare_policy, declare_queue
 
@@ -45,12 +44,13 @@ class RetryableQueue(pulumi.ComponentResource):
     """The retry contract: vhost, queue, retry exchange, tiers, max retries, attempt header, error path."""
 
     def __init__(self, name: str, args: RetryableQueueArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__(TYPE_TOKEN, name, None, opts)
         queue = args["queue"]
         if not isinstance(queue, Queue):
             queue = load_queue(queue, f"RetryableQueue({name}).queue")
         if queue.retry is None:
-            raise ValueError(f"RetryableQueue({name}): queue {queue.name!r} needs a retry block")
+            raise ConfigError([(f"RetryableQueue({name}).queue.retry",
+                                "missing; a retryable queue needs retry.delays, e.g. [1s, 10s]")])
+        super().__init__(TYPE_TOKEN, name, None, opts)
         self.plan: RetryablePlan = plan_retryable(queue)
         vhost = args["vhost"]
         child = pulumi.ResourceOptions(parent=self)

@@ -38,10 +38,10 @@ class Vhost(pulumi.ComponentResource):
     """Retry contract of each retryable queue, by queue name."""
 
     def __init__(self, name: str, args: VhostArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__(TYPE_TOKEN, name, None, opts)
         config = args["vhost"]
         if not isinstance(config, VhostConfig):
             config = load_vhost(config, f"Vhost({name}).vhost")
+        super().__init__(TYPE_TOKEN, name, None, opts)
         self.plan: VhostPlan = plan_vhost(config)
         protect = bool(args.get("protect_queues"))
         child = pulumi.ResourceOptions(parent=self)

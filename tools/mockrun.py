@@ -60,22 +60,36 @@ class RecordingMonitor(mocks.MockMonitor):
         super().__init__(_Mocks())
         self.registered: list[Registered] = []
         self._by_urn: dict[str, Registered] = {}
+        self._urns: dict[str, str] = {}
+        self._qualified_types: dict[str, str] = {}
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
         response = super().RegisterResource(request)
+        urn = self._engine_urn(request, response.urn)
         if request.type == "pulumi:pulumi:Stack":
-            record = Registered(response.urn, request.type, request.name, False, None, {})
+            record = Registered(urn, request.type, request.name, False, None, {})
         else:
             inputs, secret = rpc.deserialize_properties_unwrap_secrets(request.object)
             record = Registered(
-                urn=response.urn, type=request.type, name=request.name, custom=bool(request.custom),
-                parent=request.parent or None, inputs=_plain(inputs), protect=bool(request.protect),
-                retain_on_delete=bool(request.retainOnDelete), dependencies=list(request.dependencies),
-                secret=secret,
+                urn=urn, type=request.type, name=request.name, custom=bool(request.custom),
+                parent=self._urns.get(request.parent), inputs=_plain(inputs), protect=bool(request.protect),
+                retain_on_delete=bool(request.retainOnDelete),
+                dependencies=[self._urns.get(d, d) for d in request.dependencies], secret=secret,
             )
         self.registered.append(record)
-        self._by_urn[record.urn] = record
+        self._by_urn[response.urn] = record
         return response
+
+    def _engine_urn(self, request: Any, mock_urn: str) -> str:
+        """The URN the engine would give: the mock folds in only the parent's type, the engine the
+        whole chain of component types, which is what a rename or a reparent changes."""
+        parent_type = self._qualified_types.get(request.parent, "")
+        qualified = f"{parent_type}${request.type}" if parent_type else request.type
+        if request.type != "pulumi:pulumi:Stack":
+            self._qualified_types[mock_urn] = qualified
+        urn = mock_urn.rsplit("::", 2)[0] + f"::{qualified}::{request.name}"
+        self._urns[mock_urn] = urn
+        return urn
 
     def RegisterResourceOutputs(self, request: Any) -> Any:  # noqa: N802
         record = self._by_urn.get(request.urn)
@@ -144,14 +158,20 @@ def record(register: Callable[[], Any], config: Mapping[str, str] | None = None,
 def record_program(stack: str, root: Path = ROOT) -> list[Registered]:
     """Run `<root>/__main__.py` with `Pulumi.<stack>.yaml`, as `pulumi preview` would, under mocks."""
     config, secret_keys = stack_config(stack, root)
+    # Evaluate `root`'s own components (a review evaluates an older checkout), then put back
+    # whatever the caller had imported.
+    saved = {name: module for name, module in sys.modules.items() if name.split(".")[0] == "components"}
+    for name in saved:
+        del sys.modules[name]
     sys.path.insert(0, str(root))
     try:
-        for module in [m for m in sys.modules if m == "components" or m.startswith("components.")]:
-            del sys.modules[module]  # evaluate `root`'s components, not an already imported copy
         return record(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__"),
                       config, secret_keys, stack)
     finally:
         sys.path.remove(str(root))
+        for name in [name for name in sys.modules if name.split(".")[0] == "components"]:
+            del sys.modules[name]
+        sys.modules.update(saved)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,289 @@
+"""The stack config: what is accepted, what each field means, and the exact message for each mistake."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from components.config import ConfigError, Defaults, load_stack_config
+from tests.conftest import vhost_config
+
+
+def problems_of(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    with pytest.raises(ConfigError) as error:
+        load_stack_config(raw)
+    return error.value.problems
+
+
+def with_queue(queue: dict[str, Any], **vhost: Any) -> dict[str, Any]:
+    config = vhost_config(**vhost)
+    config["queues"] = [queue]
+    return {"vhosts": [config]}
+
+
+def retryable(**retry: Any) -> dict[str, Any]:
+    return {"name": "orders", "bindings": [{"exchange": "events"}], "retry": {"delays": ["1s", "10s"], **retry}}
+
+
+def test_a_valid_stack_parses_with_defaults_applied(stack_raw):
+    config = load_stack_config(stack_raw)
+    (vhost,) = config.vhosts
+    orders, audit = vhost.queues
+    assert (vhost.name, vhost.existing) == ("shop", False)
+    assert orders.queue_type == audit.queue_type == "classic"
+    assert orders.retry.delays_ms == (1_000, 10_000, 60_000)
+    assert orders.retry.max_retries == 5
+    assert orders.delivery_limit is None  # classic queues have none
+    assert audit.retry is None
+    assert config.protect is False and config.defaults.policy_priority == 10
+
+
+def test_max_retries_defaults_to_the_number_of_delays():
+    config = load_stack_config(with_queue(retryable()))
+    assert config.vhosts[0].queues[0].retry.max_retries == 2
+
+
+def test_quorum_queues_get_an_explicit_delivery_limit():
+    config = load_stack_config({"defaults": {"queue_type": "quorum"}, "vhosts": [vhost_config()]})
+    assert {q.delivery_limit for q in config.vhosts[0].queues} == {Defaults().delivery_limit} == {20}
+    config = load_stack_config(with_queue({**retryable(), "type": "quorum", "delivery_limit": 7}))
+    assert config.vhosts[0].queues[0].delivery_limit == 7
+
+
+def test_the_default_vhost_is_referenced_never_managed():
+    config = load_stack_config({"vhosts": [vhost_config(name="/")]})
+    assert config.vhosts[0].existing is True
+    assert problems_of({"vhosts": [vhost_config(name="/", existing=False)]}) == [
+        ("vhosts[0].existing", 'the default vhost "/" is never managed by this stack; remove existing: false')
+    ]
+
+
+def test_external_exchanges_may_be_reserved_amq_exchanges():
+    queue = {"name": "q", "bindings": [{"exchange": "amq.topic", "routing_key": "#", "external": True}]}
+    config = load_stack_config(with_queue(queue))
+    assert config.vhosts[0].queues[0].bindings[0].external is True
+
+
+BAD_CONFIGS = [
+    pytest.param(
+        with_queue(retryable(delays=["1s", "10x"])),
+        [("vhosts[0].queues[0].retry.delays[1]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h)')],
+        id="not-a-duration",
+    ),
+    pytest.param(
+        with_queue(retryable(delays=["10s", "10s"])),
+        [
+            (
+                "vhosts[0].queues[0].retry.delays[1]",
+                '"10s" is not longer than the delay before it; delays must be strictly increasing',
+            )
+        ],
+        id="delays-not-increasing",
+    ),
+    pytest.param(
+        with_queue(retryable(delays=["0ms"])),
+        [("vhosts[0].queues[0].retry.delays[0]", '"0ms" is out of range (1ms … 4294967295ms, about 49 days)')],
+        id="delay-out-of-range",
+    ),
+    pytest.param(
+        with_queue(retryable(delays=[])),
+        [("vhosts[0].queues[0].retry.delays", "empty; list at least one delay, e.g. [10s]")],
+        id="no-delays",
+    ),
+    pytest.param(
+        with_queue({"name": "orders", "retry": {"max_retries": 3}}),
+        [("vhosts[0].queues[0].retry.delays", "missing; list one delay per wait tier, e.g. [1s, 10s, 1m]")],
+        id="missing-delays",
+    ),
+    pytest.param(
+        with_queue(retryable(max_retries=0)),
+        [("vhosts[0].queues[0].retry.max_retries", "0 is out of range (use 1 … 10000)")],
+        id="max-retries-zero",
+    ),
+    pytest.param(
+        with_queue(retryable(max_retries="3")),
+        [("vhosts[0].queues[0].retry.max_retries", "expected an integer, got '3'")],
+        id="max-retries-string",
+    ),
+    pytest.param(
+        with_queue({**retryable(), "retries": 3}),
+        [
+            (
+                "vhosts[0].queues[0].retries",
+                "unknown key (allowed: name, type, bindings, max_length, delivery_limit, retry, policy_priority)",
+            )
+        ],
+        id="unknown-key",
+    ),
+    pytest.param(
+        {"vhosts": [vhost_config()], "protekt": True},
+        [("protekt", "unknown key (allowed: protect, retain_error_queues, defaults, vhosts)")],
+        id="unknown-top-level-key",
+    ),
+    pytest.param(
+        with_queue({**retryable(), "type": "stream"}),
+        [("vhosts[0].queues[0].type", "'stream' is not one of classic, quorum")],
+        id="bad-queue-type",
+    ),
+    pytest.param(
+        with_queue({**retryable(), "type": "classic", "delivery_limit": 5}),
+        [("vhosts[0].queues[0].delivery_limit", "delivery-limit is quorum-only; remove it or set type: quorum")],
+        id="quorum-option-on-classic",
+    ),
+    pytest.param(
+        with_queue({"name": "a@b"}),
+        [("vhosts[0].queues[0].name", '"a@b": "@" breaks the provider\'s name@vhost IDs; rename the queue')],
+        id="at-sign",
+    ),
+    pytest.param(
+        with_queue({"name": "a/b"}),
+        [("vhosts[0].queues[0].name", '"a/b": "/" breaks the provider\'s binding IDs; rename the queue')],
+        id="slash",
+    ),
+    pytest.param(
+        with_queue({"name": "amq.mine"}),
+        [("vhosts[0].queues[0].name", '"amq.mine": the "amq." prefix is reserved by RabbitMQ; rename the queue')],
+        id="reserved-prefix",
+    ),
+    pytest.param(
+        with_queue({"name": ""}),
+        [("vhosts[0].queues[0].name", "queue name must be a non-empty string, got ''")],
+        id="empty-name",
+    ),
+    pytest.param(
+        with_queue({"name": "q" * 250, "retry": {"delays": ["1s"]}}),
+        [("vhosts[0].queues[0].name", f'derived name "{"q" * 40}…" is over 255 bytes; shorten the queue name')],
+        id="derived-name-too-long",
+    ),
+    pytest.param(
+        with_queue({"name": "q", "bindings": [{"exchange": "nowhere"}]}),
+        [
+            (
+                "vhosts[0].queues[0].bindings[0].exchange",
+                '"nowhere" is not declared in this vhost; add it to exchanges or mark the binding external: true',
+            )
+        ],
+        id="undeclared-exchange",
+    ),
+    pytest.param(
+        with_queue({"name": "q", "bindings": [{"exchange": "events", "external": True}]}),
+        [("vhosts[0].queues[0].bindings[0].external", '"events" is declared in this vhost; remove external: true')],
+        id="external-but-declared",
+    ),
+    pytest.param(
+        with_queue({"name": "q", "bindings": [{"exchange": "events", "routing_key": 42}]}),
+        [("vhosts[0].queues[0].bindings[0].routing_key", 'expected a string, got 42 (quote digits: "42")')],
+        id="numeric-routing-key",
+    ),
+    pytest.param(
+        with_queue({"name": "q", "bindings": [{"exchange": "events", "arguments": {"kind": "a"}}]}),
+        [
+            (
+                "vhosts[0].queues[0].bindings[0].arguments",
+                'binding arguments only match on headers exchanges; "events" is topic',
+            )
+        ],
+        id="arguments-on-topic",
+    ),
+    pytest.param(
+        {"vhosts": [vhost_config(exchanges=[{"name": "events", "type": "x-delayed-message"}])]},
+        [("vhosts[0].exchanges[0].type", "'x-delayed-message' is not one of direct, topic, fanout, headers")],
+        id="bad-exchange-type",
+    ),
+    pytest.param(
+        {"vhosts": [vhost_config(), vhost_config()]},
+        [("vhosts[1].name", 'duplicate vhost "shop" (also vhosts[0]); merge them')],
+        id="duplicate-vhost",
+    ),
+    pytest.param(
+        {"vhosts": [vhost_config(queues=[{"name": "a"}, {"name": "a"}])]},
+        [("vhosts[0].queues[1].name", 'queue "a" is also declared by vhosts[0].queues[0].name; rename one of them')],
+        id="duplicate-queue",
+    ),
+    pytest.param(
+        {"vhosts": [vhost_config(queues=[{"name": "a", "retry": {"delays": ["1s"]}}, {"name": "a.error"}])]},
+        [
+            (
+                "vhosts[0].queues[1].name",
+                'queue "a.error" is also declared by vhosts[0].queues[0].name; rename one of them',
+            )
+        ],
+        id="clash-with-derived-queue",
+    ),
+    pytest.param(
+        {
+            "vhosts": [
+                vhost_config(
+                    exchanges=[{"name": "a.retry", "type": "direct"}],
+                    queues=[{"name": "a", "retry": {"delays": ["1s"]}}],
+                )
+            ]
+        },
+        [
+            (
+                "vhosts[0].queues[0].name",
+                'exchange "a.retry" is also declared by vhosts[0].exchanges[0].name; rename one of them',
+            )
+        ],
+        id="clash-with-derived-exchange",
+    ),
+    pytest.param(
+        {"vhosts": [vhost_config(name="a@b")]},
+        [("vhosts[0].name", '"a@b": "@" breaks the provider\'s name@vhost IDs; rename the vhost')],
+        id="vhost-at-sign",
+    ),
+    pytest.param({"vhosts": "shop"}, [("vhosts", "expected a list, got str")], id="vhosts-not-a-list"),
+    pytest.param(
+        {}, [("vhosts", "missing; set rabbitmq-retry:vhosts to a list of vhosts (see README)")], id="no-vhosts"
+    ),
+    pytest.param(
+        {"vhosts": [vhost_config()], "protect": "yes"},
+        [("protect", "expected true or false, got 'yes'")],
+        id="protect-not-bool",
+    ),
+    pytest.param(
+        {"vhosts": [vhost_config()], "defaults": {"queue_type": "lazy"}},
+        [("defaults.queue_type", "'lazy' is not one of classic, quorum")],
+        id="bad-default",
+    ),
+]
+
+
+@pytest.mark.parametrize(("raw", "expected"), BAD_CONFIGS)
+def test_each_mistake_is_reported_with_its_key_path_and_a_fix(raw, expected):
+    assert problems_of(raw) == expected
+
+
+def test_every_problem_is_reported_at_once():
+    raw = with_queue(retryable(delays=["1s", "10x"], max_retries=-1))
+    raw["vhosts"][0]["queues"].append({"name": "a@b", "type": "fifo"})
+    paths = [path for path, _ in problems_of(raw)]
+    assert paths == [
+        "vhosts[0].queues[0].retry.delays[1]",
+        "vhosts[0].queues[0].retry.max_retries",
+        "vhosts[0].queues[1].name",
+        "vhosts[0].queues[1].type",
+    ]
+
+
+def test_the_error_message_lists_each_problem_on_its_own_line():
+    with pytest.raises(ConfigError) as error:
+        load_stack_config(with_queue(retryable(delays=["1s", "10x"])))
+    assert str(error.value) == (
+        "invalid rabbitmq-retry config (1 problem):\n"
+        '  vhosts[0].queues[0].retry.delays[1]: "10x" is not a duration (use 500ms, 10s, 5m, 1h)'
+    )
+
+
+def test_config_errors_print_without_a_traceback_in_pulumi():
+    import pulumi
+
+    assert issubclass(ConfigError, pulumi.RunError)
+
+
+def test_parsing_does_not_mutate_the_input(stack_raw):
+    before = copy.deepcopy(stack_raw)
+    load_stack_config(stack_raw)
+    assert stack_raw == before

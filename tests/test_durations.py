@@ -1,0 +1,35 @@
+import pytest
+
+from components.durations import MAX_MS, DurationError, format_duration, parse_duration
+
+
+@pytest.mark.parametrize(("text", "ms"), [
+    ("1ms", 1), ("500ms", 500), ("10s", 10_000), ("5m", 300_000), ("1h", 3_600_000),
+    (f"{MAX_MS}ms", MAX_MS), (" 2s ", 2_000),
+])
+def test_parses_each_unit_to_milliseconds(text, ms):
+    assert parse_duration(text) == ms
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("10x", '"10x" is not a duration (use 500ms, 10s, 5m, 1h)'),
+    ("1.5s", '"1.5s" is not a duration (use 500ms, 10s, 5m, 1h)'),
+    ("-1s", '"-1s" is not a duration (use 500ms, 10s, 5m, 1h)'),
+    ("", '"" is not a duration (use 500ms, 10s, 5m, 1h)'),
+    (1000, "1000 is not a duration (use 500ms, 10s, 5m, 1h)"),
+    (True, "True is not a duration (use 500ms, 10s, 5m, 1h)"),
+    ("0ms", '"0ms" is out of range (1ms … 4294967295ms, about 49 days)'),
+    ("1194h", '"1194h" is out of range (1ms … 4294967295ms, about 49 days)'),
+    (f"{MAX_MS + 1}ms", f'"{MAX_MS + 1}ms" is out of range (1ms … 4294967295ms, about 49 days)'),
+])
+def test_rejects_what_is_not_a_duration_in_range(value, message):
+    with pytest.raises(DurationError) as error:
+        parse_duration(value)
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize(("ms", "text"), [(1, "1ms"), (1500, "1500ms"), (90_000, "90s"), (120_000, "2m"),
+                                          (7_200_000, "2h")])
+def test_formats_with_the_largest_exact_unit(ms, text):
+    assert format_duration(ms) == text
+    assert parse_duration(text) == ms

@@ -1,0 +1,102 @@
+"""The topology plan: wiring in arguments, tunables in exactly-anchored policies."""
+
+from __future__ import annotations
+
+import re
+
+from components.config import load_queue, load_vhost
+from components.plan import plan_retryable, plan_vhost
+from tests.conftest import RETRYABLE, vhost_config
+
+
+def plan(**overrides):
+    return plan_retryable(load_queue({**RETRYABLE, **overrides}, "q"))
+
+
+def by_name(items):
+    return {item.name: item for item in items}
+
+
+def test_classic_retryable_queue_topology():
+    p = plan(type="classic")
+    queues = by_name(p.queues)
+    assert list(queues) == ["orders", "orders.wait.1", "orders.wait.2", "orders.wait.3", "orders.error"]
+    assert queues["orders"].arguments == {"x-queue-type": "classic", "x-dead-letter-exchange": "orders.retry",
+                                          "x-dead-letter-routing-key": "wait.1"}
+    assert queues["orders.wait.2"].arguments == {"x-queue-type": "classic", "x-dead-letter-exchange": "orders.requeue"}
+    assert queues["orders.error"].arguments == {"x-queue-type": "classic"}
+    assert {(e.name, e.type) for e in p.exchanges} == {
+        ("orders.retry", "direct"), ("orders.requeue", "fanout"), ("orders.error", "fanout")}
+    assert {(b.source, b.destination, b.routing_key) for b in p.bindings} == {
+        ("orders.retry", "orders.wait.1", "wait.1"), ("orders.retry", "orders.wait.2", "wait.2"),
+        ("orders.retry", "orders.wait.3", "wait.3"), ("orders.requeue", "orders", ""),
+        ("orders.error", "orders.error", "")}
+
+
+def test_the_requeue_exchange_returns_only_to_its_own_queue():
+    p = plan()
+    assert [b.destination for b in p.bindings if b.source == "orders.requeue"] == ["orders"]
+
+
+def test_quorum_queues_dead_letter_at_least_once():
+    queues = by_name(plan(type="quorum").queues)
+    for name in ("orders", "orders.wait.1", "orders.wait.3"):
+        assert queues[name].arguments["x-dead-letter-strategy"] == "at-least-once"
+        assert queues[name].arguments["x-overflow"] == "reject-publish"
+    assert queues["orders.error"].arguments == {"x-queue-type": "quorum"}
+
+
+def test_delays_live_in_policies_so_editing_one_replaces_no_queue():
+    before, after = plan(), plan(retry={"delays": ["2s", "20s", "2m"], "max_retries": 5})
+    assert before.queues == after.queues and before.exchanges == after.exchanges and before.bindings == after.bindings
+    ttl = {p.name: p.definition["message-ttl"] for p in after.policies if "message-ttl" in p.definition}
+    assert ttl == {"orders.wait.1": "2000", "orders.wait.2": "20000", "orders.wait.3": "120000"}
+
+
+def test_policies_are_anchored_one_per_queue_and_never_overlap():
+    p = plan(type="quorum", max_length=100, retry={"delays": ["1s", "2s"], "error_retention": "1h",
+                                                    "error_max_length": 10})
+    names = [q.name for q in p.queues]
+    for policy in p.policies:
+        matching = [name for name in names if re.search(policy.pattern, name)]
+        assert matching == [policy.name]
+        assert all(isinstance(v, str) and v.isdigit() for v in policy.definition.values())
+        assert policy.apply_to == "queues" and policy.priority == 10
+    assert by_name(p.policies)["orders"].definition == {"max-length": "100", "delivery-limit": "20"}
+    assert by_name(p.policies)["orders.error"].definition == {"message-ttl": "3600000", "max-length": "10"}
+
+
+def test_no_policy_when_there_is_nothing_to_tune():
+    p = plan(type="classic")
+    assert {pol.name for pol in p.policies} == {"orders.wait.1", "orders.wait.2", "orders.wait.3"}
+
+
+def test_arguments_json_is_sorted_and_typed():
+    queue = by_name(plan().queues)["orders"]
+    assert queue.arguments_json.index("x-dead-letter-exchange") < queue.arguments_json.index("x-queue-type")
+
+
+def test_contract_tells_a_consumer_how_to_retry_and_park():
+    contract = plan().contract("shop")
+    assert contract == {
+        "vhost": "shop", "queue": "orders", "queue_type": "quorum", "retry_exchange": "orders.retry",
+        "reject_routes_to": "wait.1",
+        "tiers": [{"routing_key": "wait.1", "queue": "orders.wait.1", "delay_ms": 1000},
+                  {"routing_key": "wait.2", "queue": "orders.wait.2", "delay_ms": 10000},
+                  {"routing_key": "wait.3", "queue": "orders.wait.3", "delay_ms": 60000}],
+        "max_retries": 5, "attempt_header": "retry-count",
+        "error_exchange": "orders.error", "error_queue": "orders.error",
+    }
+
+
+def test_vhost_plan_separates_plain_and_retryable_queues():
+    raw = vhost_config()
+    raw["exchanges"].append({"name": "by-header", "type": "headers"})
+    raw["queues"][1]["bindings"].append({"exchange": "by-header", "arguments": {"x-match": "all", "n": 3}})
+    vhost = plan_vhost(load_vhost(raw, "v"))
+    assert [q.name for q in vhost.queues] == ["audit"]
+    assert [r.config.name for r in vhost.retryables] == ["orders"]
+    bindings = {(b.source, b.destination): b for b in vhost.bindings}
+    assert bindings[("events", "orders")].routing_key == "order.created"
+    assert bindings[("by-header", "audit")].arguments_json == '{"n": 3, "x-match": "all"}'
+    assert bindings[("events", "audit")].arguments_json is None

@@ -1,0 +1,93 @@
+"""The Pulumi program as `pulumi preview` runs it, per stack file, under mocks; and the URN snapshots
+that make a rename (a replacement that loses messages) show up as a failing test."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pulumi
+import pytest
+
+from tools.mockrun import ROOT, Registered, record_program
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+STACKS = ["dev", "prod"]
+
+
+def identity(resources: list[Registered]) -> str:
+    """One line per resource: URN (type chain + logical name) and physical name."""
+    lines = []
+    for r in resources:
+        if r.type == "pulumi:pulumi:Stack":
+            continue
+        physical = r.inputs.get("name") or (f'{r.inputs["source"]} -> {r.inputs["destination"]}'
+                                            if "source" in r.inputs else "")
+        lines.append(f"{r.urn}  {physical}".rstrip())
+    return "\n".join(sorted(lines)) + "\n"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_urns_and_physical_names_match_the_snapshot(stack):
+    """A diff here replaces resources on `pulumi up`: add aliases or say so in the PR.
+    Regenerate deliberately with UPDATE_SNAPSHOTS=1."""
+    actual = identity(record_program(stack))
+    path = SNAPSHOTS / f"{stack}.urns.txt"
+    if os.environ.get("UPDATE_SNAPSHOTS") == "1":
+        path.write_text(actual)
+    assert path.exists(), f"{path} missing: run UPDATE_SNAPSHOTS=1 pytest {__file__}"
+    assert actual == path.read_text()
+
+
+def test_prod_protects_every_queue_and_retains_error_queues():
+    resources = record_program("prod")
+    queues = [r for r in resources if r.type == "rabbitmq:index/queue:Queue"]
+    assert queues and all(r.protect for r in queues)
+    assert sorted(r.inputs["name"] for r in queues if r.retain_on_delete) == sorted(
+        r.inputs["name"] for r in queues if r.inputs["name"].endswith(".error"))
+    assert all('"x-queue-type": "quorum"' in r.inputs["settings"]["argumentsJson"] for r in queues)
+
+
+def test_dev_uses_classic_queues_and_short_delays():
+    resources = record_program("dev")
+    queues = [r for r in resources if r.type == "rabbitmq:index/queue:Queue"]
+    assert all('"x-queue-type": "classic"' in r.inputs["settings"]["argumentsJson"] for r in queues)
+    ttls = [int(r.inputs["policy"]["definition"]["message-ttl"]) for r in resources
+            if r.type == "rabbitmq:index/policy:Policy" and ".wait." in r.inputs["name"]]
+    assert ttls and max(ttls) <= 15_000 and not any(r.protect for r in resources)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A copy of the program, to run it with a stack file written by the test."""
+    shutil.copy(ROOT / "__main__.py", tmp_path)
+    shutil.copytree(ROOT / "components", tmp_path / "components", ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def test_a_bad_stack_file_fails_before_any_resource_is_registered(project: Path):
+    (project / "Pulumi.broken.yaml").write_text("""
+config:
+  rabbitmq:endpoint: http://127.0.0.1:15672/
+  rabbitmq:password: guest
+  rabbitmq-retry:vhost: []
+""")
+    # The copy's own ConfigError class: the program raised it, not the test's import of it.
+    with pytest.raises(pulumi.RunError) as error:
+        record_program("broken", project)
+    assert type(error.value).__name__ == "ConfigError"
+    assert error.value.problems == [
+        ("vhost", "unknown key (allowed: protect, retain_error_queues, defaults, vhosts)"),
+        ("vhosts", "missing; set rabbitmq-retry:vhosts to a list of vhosts (see README)"),
+        ("rabbitmq:endpoint", '"http://127.0.0.1:15672/" ends with "/": the management API answers 405; '
+                              "remove the trailing slash"),
+        ("rabbitmq:password", "stored in plain text; use `pulumi config set --secret rabbitmq:password` "
+                              "or the RABBITMQ_PASSWORD environment variable"),
+    ]
+
+
+def test_a_secret_password_is_accepted(project: Path):
+    (project / "Pulumi.ok.yaml").write_text((ROOT / "Pulumi.dev.yaml").read_text().replace(
+        "config:\n", "config:\n  rabbitmq:password:\n    secure: AAABADxlbmNyeXB0ZWQ+\n", 1))
+    assert any(r.type == "rabbitmq:index/queue:Queue" for r in record_program("ok", project))

@@ -1,0 +1,45 @@
+"""Mermaid diagrams of a retryable queue's message path, from its retry contract."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from components.durations import format_duration
+from components.naming import requeue_exchange
+
+CHANGED_STYLE = "fill:#fff3b0,stroke:#d4a000,stroke-width:2px"
+REMOVED_STYLE = "fill:#ffd6d6,stroke:#c00,stroke-dasharray: 4 2"
+
+
+def retry_path(contract: Mapping[str, Any], changed: Collection[str] = (), removed: Collection[str] = ()) -> str:
+    """input → retry exchange → wait tiers (with delays) → requeue → input; input → error.
+
+    `changed` and `removed` are physical names to highlight (a review marks what a PR touches)."""
+    queue = contract["queue"]
+    names = {"input": queue, "retry": contract["retry_exchange"], "requeue": requeue_exchange(queue),
+             "error_x": contract["error_exchange"], "error_q": contract["error_queue"]}
+    lines = [
+        "flowchart LR",
+        f'  input[["{queue}"]]',
+        f'  retry{{{{"{names["retry"]}<br/>direct"}}}}',
+        f'  requeue{{{{"{names["requeue"]}<br/>fanout"}}}}',
+        f'  error_x{{{{"{names["error_x"]}<br/>fanout"}}}}',
+        f'  error_q[("{names["error_q"]}")]',
+        f'  input -- "reject (routes to {contract["reject_routes_to"]})<br/>or republish with a tier key" --> retry',
+    ]
+    for number, tier in enumerate(contract["tiers"], start=1):
+        node = f"wait{number}"
+        names[node] = tier["queue"]
+        lines.append(f'  {node}[("{tier["queue"]}<br/>TTL {format_duration(int(tier["delay_ms"]))}")]')
+        lines.append(f'  retry -- "{tier["routing_key"]}" --> {node}')
+        lines.append(f'  {node} -- "expired" --> requeue')
+    lines.append("  requeue -- \"only this queue\" --> input")
+    lines.append(f'  input -. "after {int(contract["max_retries"])} retries: park" .-> error_x')
+    lines.append("  error_x --> error_q")
+    for node, name in names.items():
+        if name in removed:
+            lines.append(f"  style {node} {REMOVED_STYLE}")
+        elif name in changed:
+            lines.append(f"  style {node} {CHANGED_STYLE}")
+    return "\n".join(lines)
