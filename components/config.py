@@ -6,6 +6,7 @@ Pure: no resource is registered here. `ConfigError` subclasses `pulumi.RunError`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,12 +73,24 @@ class Exchange:
 
 
 @dataclass(frozen=True)
+class Policy:
+    name: str
+    pattern: str
+    priority: int
+    apply_to: str
+    definition: Mapping[str, str]
+    """Values as the provider's schema wants them: strings (digits become JSON integers)."""
+
+
+@dataclass(frozen=True)
 class Vhost:
     name: str
     existing: bool
     """Declared elsewhere (always so for `/`): referenced, never created or deleted."""
     exchanges: tuple[Exchange, ...] = ()
     queues: tuple[Queue, ...] = ()
+    policies: tuple[Policy, ...] = ()
+    """User policies of the vhost besides ours; checked for overlap with ours at preview time."""
 
 
 @dataclass(frozen=True)
@@ -307,6 +320,48 @@ def parse_queue(p: _Problems, path: str, raw: object, defaults: Defaults) -> Que
                  delivery_limit=delivery_limit, retry=retry)
 
 
+STRING_POLICY_KEYS = ("dead-letter-exchange", "dead-letter-routing-key", "alternate-exchange")
+APPLY_TO = ("queues", "classic_queues", "quorum_queues", "streams", "exchanges", "all")
+
+
+def _parse_policy(p: _Problems, path: str, raw: object) -> Policy | None:
+    data = _mapping(p, path, raw, ("name", "pattern", "priority", "apply_to", "definition"))
+    if data is None:
+        return None
+    name = _name(p, f"{path}.name", data.get("name"), "policy")
+    pattern = data.get("pattern")
+    if not isinstance(pattern, str):
+        p.add(f"{path}.pattern", f"expected a regular expression string, got {pattern!r}")
+        pattern = None
+    else:
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            p.add(f"{path}.pattern", f"{pattern!r} is not a valid regular expression ({error})")
+            pattern = None
+    priority = _int(p, f"{path}.priority", data.get("priority", 0), 0)
+    apply_to = _choice(p, f"{path}.apply_to", data.get("apply_to", "queues"), APPLY_TO)
+    raw_definition = data.get("definition")
+    definition: dict[str, str] | None = {}
+    if not isinstance(raw_definition, Mapping) or not raw_definition:
+        p.add(f"{path}.definition", "expected a non-empty mapping of policy keys to values")
+        definition = None
+    else:
+        for key, value in raw_definition.items():
+            if isinstance(value, bool) or not isinstance(value, (str, int)):
+                p.add(f"{path}.definition.{key}", f"expected a string or an integer, got {value!r}")
+                definition = None
+            elif key in STRING_POLICY_KEYS and str(value).lstrip("+-").isdigit():
+                p.add(f"{path}.definition.{key}", f"{value!r}: the provider sends digits-only values as integers, "
+                      "which RabbitMQ refuses here; use a name with a letter in it")
+                definition = None
+            elif definition is not None:
+                definition[str(key)] = str(value)
+    if name is None or pattern is None or priority is None or apply_to is None or definition is None:
+        return None
+    return Policy(name, pattern, priority, apply_to, definition)
+
+
 def _owned_names(queue: Queue) -> tuple[list[str], list[str]]:
     """Queues and exchanges that a configured queue brings into its vhost."""
     if queue.retry is None:
@@ -352,7 +407,7 @@ def _check_bindings(p: _Problems, path: str, exchanges: Mapping[str, Exchange], 
 
 
 def parse_vhost(p: _Problems, path: str, raw: object, defaults: Defaults) -> Vhost | None:
-    data = _mapping(p, path, raw, ("name", "existing", "exchanges", "queues"))
+    data = _mapping(p, path, raw, ("name", "existing", "exchanges", "queues", "policies"))
     if data is None:
         return None
     name = data.get("name")
@@ -389,12 +444,19 @@ def parse_vhost(p: _Problems, path: str, raw: object, defaults: Defaults) -> Vho
         queue = parse_queue(p, f"{path}.queues[{i}]", raw_queue, defaults)
         if queue is not None:
             queues.append((i, queue))
+    policies = [policy for i, raw_policy in enumerate(_list(p, f"{path}.policies", data.get("policies", _MISSING)))
+                if (policy := _parse_policy(p, f"{path}.policies[{i}]", raw_policy)) is not None]
+    ours = {name for _, queue in queues for name in _owned_names(queue)[0]}
+    for i, policy in enumerate(policies):
+        if policy.name in ours:
+            p.add(f"{path}.policies[{i}].name", f'"{policy.name}" is the name of a policy this stack derives for '
+                  "that queue; rename the policy")
     _check_vhost_names(p, path, exchanges, queues)
     _check_bindings(p, path, {e.name: e for _, e in exchanges}, queues, named)
     if name is None or existing is None:
         return None
     return Vhost(name=name, existing=existing, exchanges=tuple(e for _, e in exchanges),
-                 queues=tuple(q for _, q in queues))
+                 queues=tuple(q for _, q in queues), policies=tuple(policies))
 
 
 def load_stack_config(raw: Mapping[str, Any]) -> StackConfig:

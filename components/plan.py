@@ -140,6 +140,9 @@ def _limits(queue: Queue) -> dict[str, str]:
     definition: dict[str, str] = {}
     if queue.max_length is not None:
         definition["max-length"] = str(queue.max_length)
+        # The default, drop-head, would silently drop (or dead-letter into the retry loop) the oldest
+        # message; reject-publish nacks the publisher instead.
+        definition["overflow"] = "reject-publish"
     if queue.delivery_limit is not None:
         definition["delivery-limit"] = str(queue.delivery_limit)
     return definition
@@ -208,8 +211,10 @@ def plan_vhost(vhost: Vhost) -> VhostPlan:
     plain = [q for q in vhost.queues if q.retry is None]
     queues = tuple(QueuePlan(f"queue-{q.name}", q.name, q.queue_type, {"x-queue-type": q.queue_type}, "plain")
                    for q in plain)
-    policies = tuple(_policy(f"queue-{q.name}-policy", q.name, q.policy_priority, limits)
-                     for q in plain if (limits := _limits(q)))
+    policies = (*(_policy(f"queue-{q.name}-policy", q.name, q.policy_priority, limits)
+                  for q in plain if (limits := _limits(q))),
+                *(PolicyPlan(f"policy-{p.name}", p.name, p.pattern, p.priority, dict(p.definition), p.apply_to)
+                  for p in vhost.policies))
     bindings = tuple(_config_binding(q, b) for q in vhost.queues for b in q.bindings)
     retryables = tuple(plan_retryable(q) for q in vhost.queues if q.retry is not None)
     return VhostPlan(vhost, exchanges, queues, policies, bindings, retryables)

@@ -8,6 +8,7 @@ from typing import Any, NotRequired, TypedDict
 import pulumi
 import pulumi_rabbitmq as rabbitmq
 
+from .checks import TopologyError, check_vhost
 from .config import Vhost as VhostConfig
 from .config import load_vhost
 from .plan import VhostPlan, plan_vhost
@@ -41,8 +42,10 @@ class Vhost(pulumi.ComponentResource):
         config = args["vhost"]
         if not isinstance(config, VhostConfig):
             config = load_vhost(config, f"Vhost({name}).vhost")
-        super().__init__(TYPE_TOKEN, name, None, opts)
         self.plan: VhostPlan = plan_vhost(config)
+        if problems := check_vhost(self.plan):
+            raise TopologyError(config.name, problems)
+        super().__init__(TYPE_TOKEN, name, None, opts)
         protect = bool(args.get("protect_queues"))
         child = pulumi.ResourceOptions(parent=self)
         queue_opts = pulumi.ResourceOptions(parent=self, protect=True if protect else None)

@@ -60,9 +60,11 @@ def test_policies_are_anchored_one_per_queue_and_never_overlap():
     for policy in p.policies:
         matching = [name for name in names if re.search(policy.pattern, name)]
         assert matching == [policy.name]
-        assert all(isinstance(v, str) and v.isdigit() for v in policy.definition.values())
+        # Strings the provider converts: digits become JSON integers, words stay strings.
+        assert all(isinstance(v, str) and (v.isdigit() or k == "overflow") for k, v in policy.definition.items())
         assert policy.apply_to == "queues" and policy.priority == 10
-    assert by_name(p.policies)["orders"].definition == {"max-length": "100", "delivery-limit": "20"}
+    assert by_name(p.policies)["orders"].definition == {"max-length": "100", "overflow": "reject-publish",
+                                                         "delivery-limit": "20"}
     assert by_name(p.policies)["orders.error"].definition == {"message-ttl": "3600000", "max-length": "10"}
 
 

@@ -1,0 +1,34 @@
+# Every target works on a fresh Debian machine after `make setup`; see README.md.
+STACK ?= dev
+PY := .venv/bin/python
+# The dev stack's local broker; other stacks take RABBITMQ_* from the environment.
+PULUMI_ENV := PULUMI_BACKEND_URL=$${PULUMI_BACKEND_URL:-file://$(CURDIR)/.pulumi-state} \
+	PULUMI_CONFIG_PASSPHRASE=$${PULUMI_CONFIG_PASSPHRASE-} \
+	$(if $(filter dev,$(STACK)),RABBITMQ_USERNAME=$${RABBITMQ_USERNAME:-guest} RABBITMQ_PASSWORD=$${RABBITMQ_PASSWORD:-guest})
+
+.PHONY: setup test test-fast lint plan preview up brokers review
+
+setup:
+	scripts/setup.sh
+
+test: lint
+	scripts/brokers.sh ensure all
+	$(PY) -m pytest
+
+test-fast:
+	$(PY) -m pytest -m "not broker"
+
+lint:
+	$(PY) -m ruff check .
+
+plan:
+	$(PY) -m tools.plan --stack $(STACK)
+
+brokers:
+	scripts/brokers.sh status
+
+preview:
+	mkdir -p .pulumi-state && $(PULUMI_ENV) pulumi preview --stack $(STACK) --diff
+
+up:
+	mkdir -p .pulumi-state && $(PULUMI_ENV) pulumi up --stack $(STACK)
