@@ -1,5 +1,6 @@
 # Every target works on a fresh Debian machine after `make setup`; see README.md.
 STACK ?= dev
+BASE ?= HEAD
 PY := .venv/bin/python
 # The dev stack's local broker; other stacks take RABBITMQ_* from the environment.
 PULUMI_ENV := PULUMI_BACKEND_URL=$${PULUMI_BACKEND_URL:-file://$(CURDIR)/.pulumi-state} \
@@ -32,3 +33,6 @@ preview:
 
 up:
 	mkdir -p .pulumi-state && $(PULUMI_ENV) pulumi up --stack $(STACK)
+
+review:
+	$(PY) -m tools.review --base $(BASE) --stack $(STACK)$(if $(OUTPUT), --output $(OUTPUT))

@@ -24,7 +24,10 @@ DEFAULT_POLICY_PRIORITY = 10
 DEFAULT_DELIVERY_LIMIT = 20
 """RabbitMQ 4's default, set explicitly so that 3.10 and 4.x behave alike."""
 MAX_RETRIES_CEILING = 10_000
-TOP_LEVEL_KEYS = ("protect", "retain_error_queues", "defaults", "vhosts")
+TOP_LEVEL_KEYS = ("protect", "retain_error_queues", "defaults", "vhosts", "passwords")
+OPERATOR_POLICY_KEYS = ("expires", "message-ttl", "max-length", "max-length-bytes", "max-in-memory-length",
+                        "max-in-memory-bytes", "delivery-limit", "queue-version", "overflow")
+"""What RabbitMQ accepts in an operator policy (../shared/notes/provider.md §4)."""
 
 
 class ConfigError(RunError):
@@ -83,6 +86,31 @@ class Policy:
 
 
 @dataclass(frozen=True)
+class TopicPermission:
+    exchange: str
+    write: str
+    read: str
+
+
+@dataclass(frozen=True)
+class Application:
+    """An application's user in one vhost; its permissions are derived, never written by hand."""
+
+    user: str
+    publishes: tuple[str, ...] = ()
+    """Exchanges it publishes to."""
+    consumes: tuple[str, ...] = ()
+    """Queues it consumes; for a retryable queue it may also publish retries and park messages."""
+    topic_permissions: tuple[TopicPermission, ...] = ()
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_connections: int | None = None
+    max_queues: int | None = None
+
+
+@dataclass(frozen=True)
 class Vhost:
     name: str
     existing: bool
@@ -91,6 +119,11 @@ class Vhost:
     queues: tuple[Queue, ...] = ()
     policies: tuple[Policy, ...] = ()
     """User policies of the vhost besides ours; checked for overlap with ours at preview time."""
+    operator_policies: tuple[Policy, ...] = ()
+    """Limits that apply on top of every user policy (the lower numeric value wins)."""
+    applications: tuple[Application, ...] = ()
+    limits: Limits = Limits()
+    default_queue_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -324,7 +357,7 @@ STRING_POLICY_KEYS = ("dead-letter-exchange", "dead-letter-routing-key", "altern
 APPLY_TO = ("queues", "classic_queues", "quorum_queues", "streams", "exchanges", "all")
 
 
-def _parse_policy(p: _Problems, path: str, raw: object) -> Policy | None:
+def _parse_policy(p: _Problems, path: str, raw: object, allowed_keys: Sequence[str] | None = None) -> Policy | None:
     data = _mapping(p, path, raw, ("name", "pattern", "priority", "apply_to", "definition"))
     if data is None:
         return None
@@ -348,7 +381,11 @@ def _parse_policy(p: _Problems, path: str, raw: object) -> Policy | None:
         definition = None
     else:
         for key, value in raw_definition.items():
-            if isinstance(value, bool) or not isinstance(value, (str, int)):
+            if allowed_keys is not None and key not in allowed_keys:
+                p.add(f"{path}.definition.{key}",
+                      f"not allowed in an operator policy (allowed: {', '.join(allowed_keys)})")
+                definition = None
+            elif isinstance(value, bool) or not isinstance(value, (str, int)):
                 p.add(f"{path}.definition.{key}", f"expected a string or an integer, got {value!r}")
                 definition = None
             elif key in STRING_POLICY_KEYS and str(value).lstrip("+-").isdigit():
@@ -407,7 +444,8 @@ def _check_bindings(p: _Problems, path: str, exchanges: Mapping[str, Exchange], 
 
 
 def parse_vhost(p: _Problems, path: str, raw: object, defaults: Defaults) -> Vhost | None:
-    data = _mapping(p, path, raw, ("name", "existing", "exchanges", "queues", "policies"))
+    data = _mapping(p, path, raw, ("name", "existing", "exchanges", "queues", "policies", "operator_policies",
+                                   "applications", "limits", "default_queue_type"))
     if data is None:
         return None
     name = data.get("name")
@@ -453,10 +491,82 @@ def parse_vhost(p: _Problems, path: str, raw: object, defaults: Defaults) -> Vho
                   "that queue; rename the policy")
     _check_vhost_names(p, path, exchanges, queues)
     _check_bindings(p, path, {e.name: e for _, e in exchanges}, queues, named)
-    if name is None or existing is None:
+    operator_policies = [policy for i, raw_policy in enumerate(
+        _list(p, f"{path}.operator_policies", data.get("operator_policies", _MISSING)))
+        if (policy := _parse_policy(p, f"{path}.operator_policies[{i}]", raw_policy, OPERATOR_POLICY_KEYS))]
+    queue_names = {n for _, q in queues for n in _owned_names(q)[0]}
+    exchange_names = named | {n for _, q in queues for n in _owned_names(q)[1]} | {
+        b.exchange for _, q in queues for b in q.bindings if b.external}
+    raw_apps = _list(p, f"{path}.applications", data.get("applications", _MISSING))
+    applications = [app for i, raw_app in enumerate(raw_apps)
+                    if (app := _parse_application(p, f"{path}.applications[{i}]", raw_app, queue_names,
+                                                  exchange_names))]
+    limits = _optional(data, "limits", lambda v: _parse_limits(p, f"{path}.limits", v), Limits())
+    default_queue_type = _optional(data, "default_queue_type",
+                                   lambda v: _choice(p, f"{path}.default_queue_type", v, QUEUE_TYPES))
+    if existing and ("limits" in data or "default_queue_type" in data):
+        p.add(f"{path}.{'limits' if 'limits' in data else 'default_queue_type'}",
+              "only a vhost this stack creates can be given limits or a default queue type; remove it")
+    if name is None or existing is None or limits is None:
         return None
     return Vhost(name=name, existing=existing, exchanges=tuple(e for _, e in exchanges),
-                 queues=tuple(q for _, q in queues), policies=tuple(policies))
+                 queues=tuple(q for _, q in queues), policies=tuple(policies),
+                 operator_policies=tuple(operator_policies), applications=tuple(applications), limits=limits,
+                 default_queue_type=default_queue_type)
+
+
+def _names_list(p: _Problems, path: str, raw: object, known: set[str], kind: str) -> tuple[str, ...] | None:
+    names = []
+    for i, value in enumerate(_list(p, path, raw)):
+        if not isinstance(value, str) or value not in known:
+            p.add(f"{path}[{i}]", f"{value!r} is not {kind} of this vhost; declare it or remove it here")
+            return None
+        names.append(value)
+    return tuple(names)
+
+
+def _parse_application(p: _Problems, path: str, raw: object, queues: set[str],
+                       exchanges: set[str]) -> Application | None:
+    data = _mapping(p, path, raw, ("user", "publishes", "consumes", "topic_permissions"))
+    if data is None:
+        return None
+    user = _name(p, f"{path}.user", data.get("user"), "user", allow_reserved=True)
+    publishes = _names_list(p, f"{path}.publishes", data.get("publishes", _MISSING), exchanges, "an exchange")
+    consumes = _names_list(p, f"{path}.consumes", data.get("consumes", _MISSING), queues, "a queue")
+    topic: list[TopicPermission] = []
+    for i, raw_topic in enumerate(_list(p, f"{path}.topic_permissions", data.get("topic_permissions", _MISSING))):
+        t_path = f"{path}.topic_permissions[{i}]"
+        t_data = _mapping(p, t_path, raw_topic, ("exchange", "write", "read"))
+        if t_data is None:
+            continue
+        regexes = [_regex(p, f"{t_path}.{key}", t_data.get(key, "^$")) for key in ("write", "read")]
+        if t_data.get("exchange") not in exchanges:
+            p.add(f"{t_path}.exchange", f"{t_data.get('exchange')!r} is not an exchange of this vhost")
+        elif None not in regexes:
+            topic.append(TopicPermission(t_data["exchange"], *regexes))
+    if user is None or publishes is None or consumes is None:
+        return None
+    return Application(user, publishes, consumes, tuple(topic))
+
+
+def _regex(p: _Problems, path: str, value: object) -> str | None:
+    if not isinstance(value, str):
+        p.add(path, f"expected a regular expression string, got {value!r}")
+        return None
+    try:
+        re.compile(value)
+    except re.error as error:
+        p.add(path, f"{value!r} is not a valid regular expression ({error})")
+        return None
+    return value
+
+
+def _parse_limits(p: _Problems, path: str, raw: object) -> Limits | None:
+    data = _mapping(p, path, raw, ("max_connections", "max_queues"))
+    if data is None:
+        return None
+    values = {key: _int(p, f"{path}.{key}", data[key], 0) for key in ("max_connections", "max_queues") if key in data}
+    return None if None in values.values() else Limits(**values)
 
 
 def load_stack_config(raw: Mapping[str, Any]) -> StackConfig:
@@ -473,6 +583,21 @@ def load_stack_config(raw: Mapping[str, Any]) -> StackConfig:
         vhost = parse_vhost(p, f"vhosts[{i}]", raw_vhost, defaults)
         if vhost is not None:
             vhosts.append((i, vhost))
+    passwords = top.get("passwords", {})
+    if not isinstance(passwords, Mapping):
+        p.add("passwords", "expected a mapping of application user to password, set with "
+              "`pulumi config set --secret --path 'rabbitmq-retry:passwords.<user>' <password>`")
+        passwords = {}
+    users: dict[str, str] = {}
+    for i, vhost in vhosts:
+        for j, app in enumerate(vhost.applications):
+            where = f"vhosts[{i}].applications[{j}].user"
+            if app.user in users:
+                p.add(where, f'user "{app.user}" is also {users[app.user]}; give each application its own user')
+            users.setdefault(app.user, where)
+            if not isinstance(passwords.get(app.user), str) or not passwords.get(app.user):
+                p.add(where, f'no password for "{app.user}": `pulumi config set --secret --path '
+                      f"'rabbitmq-retry:passwords.{app.user}' <password>`")
     seen: dict[str, int] = {}
     for i, vhost in vhosts:
         if vhost.name in seen:

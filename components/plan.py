@@ -11,12 +11,13 @@ what is decided here is what `pulumi up` applies. The rules (../shared/notes/rab
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from . import naming
-from .config import Binding, Queue, Vhost
+from .config import Binding, Queue, TopicPermission, Vhost
 
 QueueRole = Literal["input", "wait", "error", "plain"]
 
@@ -118,6 +119,18 @@ class RetryablePlan:
 
 
 @dataclass(frozen=True)
+class PermissionPlan:
+    """An application's derived permissions: it declares nothing, writes and reads exactly its own."""
+
+    key: str
+    user: str
+    configure: str
+    write: str
+    read: str
+    topic: tuple[TopicPermission, ...] = ()
+
+
+@dataclass(frozen=True)
 class VhostPlan:
     config: Vhost
     exchanges: tuple[ExchangePlan, ...]
@@ -127,6 +140,14 @@ class VhostPlan:
     bindings: tuple[BindingPlan, ...]
     """Config bindings of every queue, plain and retryable, to the vhost's or external exchanges."""
     retryables: tuple[RetryablePlan, ...]
+    operator_policies: tuple[PolicyPlan, ...] = ()
+    permissions: tuple[PermissionPlan, ...] = ()
+
+
+def exact_names(names: Iterable[str]) -> str:
+    """A permission regex that matches exactly `names` (`^$`, nothing, when empty)."""
+    unique = sorted(set(names))
+    return f"^({'|'.join(re.escape(n) for n in unique)})$" if unique else "^$"
 
 
 def _quorum_dead_lettering(queue_type: str) -> dict[str, str]:
@@ -217,4 +238,18 @@ def plan_vhost(vhost: Vhost) -> VhostPlan:
                   for p in vhost.policies))
     bindings = tuple(_config_binding(q, b) for q in vhost.queues for b in q.bindings)
     retryables = tuple(plan_retryable(q) for q in vhost.queues if q.retry is not None)
-    return VhostPlan(vhost, exchanges, queues, policies, bindings, retryables)
+    operator_policies = tuple(PolicyPlan(f"operator-policy-{p.name}", p.name, p.pattern, p.priority,
+                                         dict(p.definition), p.apply_to) for p in vhost.operator_policies)
+    retryable_queues = {r.config.name: r for r in retryables}
+    permissions = tuple(PermissionPlan(
+        key=f"permissions-{app.user}",
+        user=app.user,
+        configure="^$",
+        # Retries (stepped republish) and parking publish to the consumed queue's own exchanges.
+        write=exact_names([*app.publishes, *(x for q in app.consumes if q in retryable_queues
+                                             for x in (retryable_queues[q].retry_exchange,
+                                                       retryable_queues[q].error_exchange))]),
+        read=exact_names(app.consumes),
+        topic=app.topic_permissions,
+    ) for app in vhost.applications)
+    return VhostPlan(vhost, exchanges, queues, policies, bindings, retryables, operator_policies, permissions)

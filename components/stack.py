@@ -39,6 +39,9 @@ def provider_problems() -> list[tuple[str, str]]:
     if "rabbitmq:password" in _all_keys() and not runtime_config.is_config_secret("rabbitmq:password"):
         problems.append(("rabbitmq:password", "stored in plain text; use `pulumi config set --secret "
                          "rabbitmq:password` or the RABBITMQ_PASSWORD environment variable"))
+    if f"{NAMESPACE}:passwords" in _all_keys() and not runtime_config.is_config_secret(f"{NAMESPACE}:passwords"):
+        problems.append((f"{NAMESPACE}:passwords", "stored in plain text; set each one with `pulumi config set "
+                         f"--secret --path '{NAMESPACE}:passwords.<user>' <password>`"))
     return problems
 
 

@@ -25,6 +25,8 @@ class VhostArgs(TypedDict):
     """`protect` every queue (and the vhost itself when this stack creates it)."""
     retain_error_queues: NotRequired[bool]
     """`retain_on_delete` on every error queue."""
+    passwords: NotRequired[Mapping[str, pulumi.Input[str]]]
+    """Password of each application user, by user name; pass secrets (`Config.require_secret`)."""
 
 
 class Vhost(pulumi.ComponentResource):
@@ -53,7 +55,12 @@ class Vhost(pulumi.ComponentResource):
         vhost: pulumi.Input[str] = config.name
         if not config.existing:
             # Deleting a vhost deletes every queue in it: it is protected like a queue.
-            vhost = rabbitmq.VHost(f"{name}-vhost", name=config.name, opts=queue_opts).name
+            limits = config.limits
+            vhost = rabbitmq.VHost(
+                f"{name}-vhost", name=config.name, default_queue_type=config.default_queue_type,
+                max_connections=None if limits.max_connections is None else str(limits.max_connections),
+                max_queues=None if limits.max_queues is None else str(limits.max_queues),
+                opts=queue_opts).name
 
         exchanges = {e.name: declare_exchange(name, e, vhost, child) for e in self.plan.exchanges}
         policies = {p.name: declare_policy(name, p, vhost, child) for p in self.plan.policies}
@@ -73,6 +80,23 @@ class Vhost(pulumi.ComponentResource):
                        **{key: r.queue_name for key, r in retryables.items()}}
         for binding in self.plan.bindings:
             declare_binding(name, binding, vhost, exchange_names, queue_names, child)
+
+        for policy in self.plan.operator_policies:
+            rabbitmq.OperatorPolicy(f"{name}-{policy.key}", name=policy.name, vhost=vhost, policy=(
+                rabbitmq.OperatorPolicyPolicyArgs(pattern=policy.pattern, priority=policy.priority,
+                                                  apply_to=policy.apply_to, definition=dict(policy.definition))),
+                opts=child)
+        passwords = args.get("passwords") or {}
+        for grant in self.plan.permissions:
+            user = rabbitmq.User(f"{name}-user-{grant.user}", name=grant.user,
+                                 password=pulumi.Output.secret(passwords[grant.user]), tags=[], opts=child)
+            rabbitmq.Permissions(f"{name}-{grant.key}", user=user.name, vhost=vhost,
+                                 permissions=rabbitmq.PermissionsPermissionsArgs(
+                                     configure=grant.configure, write=grant.write, read=grant.read), opts=child)
+            if grant.topic:
+                rabbitmq.TopicPermissions(f"{name}-topic-{grant.key}", user=user.name, vhost=vhost, permissions=[
+                    rabbitmq.TopicPermissionsPermissionArgs(exchange=t.exchange, write=t.write, read=t.read)
+                    for t in grant.topic], opts=child)
 
         self.vhost_name = pulumi.Output.from_input(vhost)
         self.queues = pulumi.Output.all(

@@ -119,7 +119,7 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         {"vhosts": [vhost_config()], "protekt": True},
-        [("protekt", "unknown key (allowed: protect, retain_error_queues, defaults, vhosts)")],
+        [("protekt", "unknown key (allowed: protect, retain_error_queues, defaults, vhosts, passwords)")],
         id="unknown-top-level-key",
     ),
     pytest.param(

@@ -118,14 +118,24 @@ def stack_config(stack: str, root: Path = ROOT) -> tuple[dict[str, str], list[st
     config, secret_keys = {}, []
     for key, value in (document.get("config") or {}).items():
         full_key = key if ":" in key else f"{PROJECT}:{key}"
-        if isinstance(value, Mapping) and set(value) == {"secure"}:
-            config[full_key] = SECRET_MARKER
+        value, secret = _without_secrets(value)
+        if secret:
             secret_keys.append(full_key)
-        elif isinstance(value, str):
-            config[full_key] = value
-        else:
-            config[full_key] = json.dumps(value)
+        config[full_key] = value if isinstance(value, str) else json.dumps(value)
     return config, secret_keys
+
+
+def _without_secrets(value: Any) -> tuple[Any, bool]:
+    """`value` with every `{secure: ...}` leaf replaced by SECRET_MARKER, and whether there was one."""
+    if isinstance(value, Mapping) and set(value) == {"secure"}:
+        return SECRET_MARKER, True
+    if isinstance(value, Mapping):
+        items = {k: _without_secrets(v) for k, v in value.items()}
+        return {k: v for k, (v, _) in items.items()}, any(secret for _, secret in items.values())
+    if isinstance(value, list):
+        items_list = [_without_secrets(v) for v in value]
+        return [v for v, _ in items_list], any(secret for _, secret in items_list)
+    return value, False
 
 
 @contextmanager

@@ -1,0 +1,340 @@
+#!/usr/bin/env bash
+# Make sure the local RabbitMQ brokers the tests need are installed and running.
+#
+#   3.10  Debian stable's rabbitmq-server on the host       AMQP 5672  management 15672
+#   4.3   Debian unstable's rabbitmq-server in a chroot      AMQP 5673  management 15673
+#         (node rabbit43@localhost, epmd 4370, dist 25673, chroot at $RABBIT43_ROOT)
+#
+# Usage:
+#   scripts/brokers.sh ensure [3.10|4.3|all]   install if missing, start if down, wait, print status
+#   scripts/brokers.sh restart 3.10|4.3        stop, start, wait until AMQP and management answer
+#   scripts/brokers.sh status                  one line per broker
+#   scripts/brokers.sh stop 3.10|4.3
+#
+# Needs root. Idempotent: when a broker already answers, `ensure` only checks it.
+set -euo pipefail
+
+ROOT43=${RABBIT43_ROOT:-/var/lib/rabbitmq-retry/sid-rabbit43}
+# Written last by the build, so a build that was interrupted is thrown away and redone.
+MARKER43=$ROOT43/.rabbitmq-retry-built
+# Beside the chroot, not in it: it must survive the removal of an unfinished build.
+BUILD_LOG43=$ROOT43.build.log
+NODE43=rabbit43@localhost
+EPMD43=4370
+MIRROR=http://deb.debian.org/debian
+WAIT_SECS=${BROKERS_WAIT_SECS:-120}
+LOCK=/run/lock/rabbitmq-retry-brokers.lock
+# ERL_EPMD_PORT belongs to the chroot's node only; a caller exporting it would make the
+# host's CLI tools look for their node in the wrong epmd.
+unset ERL_EPMD_PORT
+
+log() { printf 'brokers: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+usage() {
+  sed -n 's/^#   \(scripts\/brokers\.sh.*\)/  \1/p' "$0" >&2
+  exit 2
+}
+
+amqp_port() { case $1 in 3.10) echo 5672 ;; 4.3) echo 5673 ;; esac; }
+mgmt_port() { case $1 in 3.10) echo 15672 ;; 4.3) echo 15673 ;; esac; }
+
+log_hint() {
+  case $1 in
+    3.10) echo "/var/log/rabbitmq/ (rabbit@<host>.log, and startup.out from this script)" ;;
+    4.3) echo "$ROOT43/var/log/rabbitmq/$NODE43.log (and startup.out beside it)" ;;
+  esac
+}
+
+# ---------------------------------------------------------------- probes
+
+amqp_open() { timeout 3 bash -c ": >/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
+
+# Prints /api/overview, fails when the management API does not answer.
+overview() { curl -sf -m 5 -u guest:guest "http://127.0.0.1:$(mgmt_port "$1")/api/overview"; }
+
+json_str() { grep -o "\"$1\":\"[^\"]*\"" | head -n1 | cut -d'"' -f4; }
+
+answering() { amqp_open "$(amqp_port "$1")" && overview "$1" >/dev/null; }
+
+node_ping() {
+  case $1 in
+    3.10) timeout 20 rabbitmqctl -q ping >/dev/null 2>&1 ;;
+    4.3) [[ -f $MARKER43 ]] && timeout 20 ctl43 -q ping >/dev/null 2>&1 ;;
+  esac
+}
+
+status_line() {
+  local b=$1 json version="-" state=down
+  if json=$(overview "$b"); then
+    version=$(json_str rabbitmq_version <<<"$json")
+    state="down (management answers, AMQP closed)"
+    if amqp_open "$(amqp_port "$b")"; then state=up; fi
+  elif amqp_open "$(amqp_port "$b")"; then
+    state="down (AMQP open, management API not answering)"
+  fi
+  printf '%-5s rabbitmq %-8s amqp 127.0.0.1:%-5s management http://127.0.0.1:%-5s %s\n' \
+    "$b" "${version:--}" "$(amqp_port "$b")" "$(mgmt_port "$b")" "$state"
+}
+
+# ---------------------------------------------------------------- helpers
+
+APT_UPDATED=0
+apt_install() {
+  if ((!APT_UPDATED)); then
+    apt-get update
+    APT_UPDATED=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y "$@"
+}
+
+need_cmd() { command -v "$1" >/dev/null || apt_install "${2:-$1}"; }
+
+# Runs a noisy build step with its output in the build log; shows the tail if it fails.
+logged() {
+  printf '\n+ %s\n' "$*" >>"$BUILD_LOG43"
+  if ! "$@" >>"$BUILD_LOG43" 2>&1 </dev/null; then
+    tail -n 25 "$BUILD_LOG43" >&2
+    die "build step failed: $*; full log in $BUILD_LOG43"
+  fi
+}
+
+write_if_changed() { # file content
+  [[ -f $1 && $(<"$1") == "$2" ]] && return 0
+  mkdir -p "$(dirname "$1")"
+  printf '%s\n' "$2" >"$1"
+}
+
+# Stops package scripts from starting services: in a chroot the 4.3 node would come up on
+# the host's default ports and epmd, and on a host without systemd the init script may fail.
+no_autostart() { write_if_changed "$1/usr/sbin/policy-rc.d" $'#!/bin/sh\nexit 101'; chmod 755 "$1/usr/sbin/policy-rc.d"; }
+
+# Starts a daemon with its output in a file (callers capturing ours must not be held open by
+# it) and without fd 9: a detached beam would otherwise hold our lock for as long as it runs.
+daemon_start() { # log command...
+  local out=$1
+  shift
+  "$@" >>"$out" 2>&1 </dev/null 9>&-
+}
+
+wait_up() { # broker
+  local b=$1 start=$SECONDS
+  until answering "$b"; do
+    # A node that never registered with epmd crashed at boot: do not sit out the whole wait.
+    if ((SECONDS - start > 30)) && ! node_ping "$b"; then
+      die "RabbitMQ $b node is not running (crashed while booting?); see $(log_hint "$b")"
+    fi
+    if ((SECONDS - start >= WAIT_SECS)); then
+      die "RabbitMQ $b did not answer on AMQP $(amqp_port "$b") and management $(mgmt_port "$b") within ${WAIT_SECS}s; see $(log_hint "$b")"
+    fi
+    sleep 1
+  done
+}
+
+wait_down() { # broker
+  local b=$1 start=$SECONDS
+  while node_ping "$b" || amqp_open "$(amqp_port "$b")"; do
+    ((SECONDS - start < WAIT_SECS)) || die "RabbitMQ $b did not stop within ${WAIT_SECS}s; see $(log_hint "$b")"
+    sleep 1
+  done
+}
+
+# ---------------------------------------------------------------- 3.10 on the host
+
+host_installed() { dpkg-query -W -f='${Status}' rabbitmq-server 2>/dev/null | grep -q 'install ok installed'; }
+
+install310() {
+  host_installed && return 0
+  log "installing rabbitmq-server (3.10) from Debian"
+  local made_policy=0
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    no_autostart ""
+    made_policy=1
+  fi
+  apt_install rabbitmq-server || { ((made_policy)) && rm -f /usr/sbin/policy-rc.d; exit 1; }
+  ((made_policy)) && rm -f /usr/sbin/policy-rc.d
+  return 0
+}
+
+start310() {
+  if ! node_ping 3.10; then
+    # No systemd in these containers; this is how the machine itself starts the broker.
+    daemon_start /var/log/rabbitmq/startup.out rabbitmq-server -detached
+    local start=$SECONDS
+    until node_ping 3.10; do
+      ((SECONDS - start < WAIT_SECS)) || die "RabbitMQ 3.10 node did not start; see $(log_hint 3.10)"
+      sleep 1
+    done
+  fi
+  timeout "$WAIT_SECS" rabbitmqctl -q await_startup >/dev/null
+  # Idempotent; the plugin is off after a plain package install.
+  rabbitmq-plugins -q enable rabbitmq_management >/dev/null
+}
+
+ensure310() {
+  answering 3.10 && return 0
+  need_cmd curl
+  install310
+  start310
+  wait_up 3.10
+}
+
+stop310() {
+  host_installed || return 0
+  if node_ping 3.10; then
+    rabbitmqctl -q stop >/dev/null
+  fi
+  wait_down 3.10
+}
+
+# ---------------------------------------------------------------- 4.3 in a chroot
+
+in43() {
+  # A clean environment: the host's RABBITMQ_*/ERL_* variables must not leak into the chroot.
+  chroot "$ROOT43" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+    ERL_EPMD_PORT=$EPMD43 "$@"
+}
+
+ctl43() { in43 rabbitmqctl -n "$NODE43" "$@"; }
+
+mount43() {
+  mountpoint -q "$ROOT43/proc" || mount -t proc proc "$ROOT43/proc"
+  mountpoint -q "$ROOT43/dev" || mount --bind /dev "$ROOT43/dev"
+}
+
+umount43() {
+  local m
+  for m in dev proc; do
+    if mountpoint -q "$ROOT43/$m"; then umount "$ROOT43/$m"; fi
+  done
+}
+
+config43() {
+  # Own ports beside the host's 3.10. Everything listens on loopback only, like the host's
+  # broker: with loopback_users = none, guest/guest would otherwise be open to the network.
+  write_if_changed "$ROOT43/etc/rabbitmq/rabbitmq.conf" "listeners.tcp.default = 127.0.0.1:5673
+management.tcp.ip = 127.0.0.1
+management.tcp.port = 15673
+loopback_users = none"
+  # The epmd settings here too (rabbitmq-env exports them), so that a hand-typed
+  # `chroot $ROOT43 rabbitmqctl ...` also finds rabbit43 and never the host's epmd on 4369.
+  write_if_changed "$ROOT43/etc/rabbitmq/rabbitmq-env.conf" "NODENAME=$NODE43
+DIST_PORT=25673
+ERL_EPMD_PORT=$EPMD43
+ERL_EPMD_ADDRESS=127.0.0.1
+SERVER_ADDITIONAL_ERL_ARGS=\"-kernel inet_dist_use_interface {127,0,0,1}\""
+  # localhost must resolve inside the chroot for the node name; DNS for apt.
+  cp /etc/hosts "$ROOT43/etc/hosts"
+  cp -L /etc/resolv.conf "$ROOT43/etc/resolv.conf"
+}
+
+build43() {
+  [[ -f $MARKER43 ]] && return 0
+  local start=$SECONDS
+  log "building the RabbitMQ 4.3 chroot in $ROOT43 (Debian unstable, about 40 s; log: $BUILD_LOG43)"
+  need_cmd debootstrap
+  mkdir -p "$(dirname "$ROOT43")"
+  : >"$BUILD_LOG43"
+  if [[ -e $ROOT43 ]]; then
+    log "removing an unfinished build in $ROOT43"
+    # Unmount first: rm must never reach the host's /dev through the bind mount.
+    umount43
+    if mountpoint -q "$ROOT43/dev" || mountpoint -q "$ROOT43/proc"; then
+      die "$ROOT43/dev or /proc is still mounted; not removing it"
+    fi
+    rm -rf --one-file-system "$ROOT43"
+  fi
+  logged debootstrap --variant=minbase sid "$ROOT43" "$MIRROR"
+  no_autostart "$ROOT43"
+  config43
+  mount43
+  # The registry serves Release files past their Valid-Until date.
+  logged in43 apt-get -o Acquire::Check-Valid-Until=false update
+  logged in43 DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends rabbitmq-server
+  logged in43 apt-get clean
+  logged in43 rabbitmq-plugins --offline enable rabbitmq_management
+  date -u +%FT%TZ >"$MARKER43"
+  # shellcheck disable=SC2016 # ${Version} is dpkg-query's format, not a shell expansion
+  log "built $(in43 dpkg-query -W -f='rabbitmq-server ${Version}' rabbitmq-server) in $((SECONDS - start))s"
+}
+
+ensure43() {
+  answering 4.3 && return 0
+  need_cmd curl
+  build43
+  config43
+  mount43
+  if ! node_ping 4.3; then
+    grep -q rabbitmq_management "$ROOT43/etc/rabbitmq/enabled_plugins" 2>/dev/null ||
+      in43 rabbitmq-plugins --offline enable rabbitmq_management >/dev/null
+    daemon_start "$ROOT43/var/log/rabbitmq/startup.out" in43 rabbitmq-server -detached
+  fi
+  wait_up 4.3
+}
+
+stop43() {
+  [[ -f $MARKER43 ]] || return 0
+  mount43
+  if node_ping 4.3; then
+    ctl43 -q stop >/dev/null
+  fi
+  wait_down 4.3
+  # Its epmd too (only the one on port 4370), so nothing of the chroot keeps running and
+  # the next start picks up ERL_EPMD_ADDRESS.
+  in43 epmd -port "$EPMD43" -kill >/dev/null 2>&1 || true
+}
+
+# ---------------------------------------------------------------- main
+
+brokers_of() { # ensure's argument -> broker list
+  case ${1:-all} in
+    all) echo "3.10 4.3" ;;
+    3.10 | 4.3) echo "$1" ;;
+    *) usage ;;
+  esac
+}
+
+one_broker() { case ${1:-} in 3.10 | 4.3) echo "$1" ;; *) usage ;; esac; }
+
+locked() {
+  # Tests running in parallel may all call ensure; only one of them should build or start.
+  [[ $EUID -eq 0 ]] || die "must run as root"
+  mkdir -p "$(dirname "$LOCK")"
+  exec 9>"$LOCK"
+  flock -w $((WAIT_SECS * 5)) 9 || die "another brokers.sh holds $LOCK"
+}
+
+main() {
+  local cmd=${1:-} b
+  case $cmd in
+    ensure)
+      local list
+      list=$(brokers_of "${2:-all}")
+      locked
+      for b in $list; do
+        "ensure${b//./}"
+        status_line "$b"
+      done
+      ;;
+    restart)
+      b=$(one_broker "${2:-}")
+      locked
+      "stop${b//./}"
+      "ensure${b//./}"
+      status_line "$b"
+      ;;
+    stop)
+      b=$(one_broker "${2:-}")
+      locked
+      "stop${b//./}"
+      status_line "$b"
+      ;;
+    status)
+      status_line 3.10
+      status_line 4.3
+      ;;
+    *) usage ;;
+  esac
+}
+
+main "$@"

@@ -1,0 +1,372 @@
+"""Apply recorded Pulumi resources to a real RabbitMQ the way pulumi-rabbitmq 3.5.3 would.
+
+Test support, not product: the mock recording (tools/mockrun.py) says what the program declares;
+this module sends exactly what the provider (terraform-provider-rabbitmq v1.10.1 over rabbit-hole
+v3.2.0) sends for it, so the broker's answer is the answer `pulumi up` would get. It mirrors, from
+../shared/notes/provider.md:
+- §1 transport (rabbit-hole `client.go`): Go `url.PathEscape` of every path segment, Basic auth,
+  JSON content type, no keep-alive, DELETE 404 = success, other >= 400 = "Error <code> (<error>): <reason>";
+- §2 per resource (`resource_vhost.go`, `resource_queue.go`, `resource_exchange.go`,
+  `resource_binding.go`, `resource_policy.go`, `resource_operator_policy.go`, `resource_user.go`,
+  `resource_permissions.go`, `resource_topic_permissions.go`): paths and exact JSON bodies, string-only
+  `arguments` vs typed `argumentsJson` (§3.1), binding `properties_key` from the Location header (§5);
+- §4 the policy definition ParseInt conversion on write and FormatFloat on read;
+- §6 and tools/engine.py for the plan: delete-before-replace for named resources, so a replaced
+  queue loses its messages here as in real life;
+- the Read functions for `read_back`: what a `pulumi refresh` / next `pulumi up` would see differ
+  (e.g. RabbitMQ 4's injected `x-queue-type`, §3.3).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, unquote
+
+from tools import engine
+from tools.engine import Step, tf_string
+from tools.mockrun import Registered
+
+TIMEOUT_S = 30
+LIMITS = {"maxConnections": "max-connections", "maxQueues": "max-queues"}
+_INT64 = re.compile(r"[+-]?[0-9]+")
+
+
+@dataclass
+class Broker:
+    name: str
+    host: str
+    amqp_port: int
+    management_port: int
+    username: str = "guest"
+    password: str = "guest"
+    binding_keys: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    """properties_key of each applied binding, by vhost and URN: the part of the binding ID Pulumi's state keeps."""
+
+    @property
+    def management_url(self) -> str:
+        return f"http://{self.host}:{self.management_port}"
+
+
+class MirrorError(Exception):
+    """A failed management API call, rendered as the provider reports it."""
+
+    def __init__(self, status: int, error: str, reason: str) -> None:
+        self.status, self.error, self.reason = status, error, reason
+        unauthorized = "Error: API responded with a 401 Unauthorized"
+        super().__init__(unauthorized if status == 401 else f"Error {status} ({error}): {reason}")
+
+
+class ProtectedError(Exception):
+    """Pulumi refuses to delete or replace a protected resource."""
+
+
+def esc(segment: str) -> str:
+    """Go's url.PathEscape."""
+    return quote(segment, safe="$&+:=@")
+
+
+def call(broker: Broker, method: str, path: str, body: Any = None) -> tuple[int, Any, dict[str, str]]:
+    """One management API request as rabbit-hole makes it; returns (status, decoded JSON, headers)."""
+    request = urllib.request.Request(f"{broker.management_url}/api/{path}", method=method,
+                                     data=None if body is None else json.dumps(body).encode())
+    token = base64.b64encode(f"{broker.username}:{broker.password}".encode()).decode()
+    request.add_header("Authorization", f"Basic {token}")
+    request.add_header("Connection", "close")
+    if method != "GET":
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            status, raw, headers = response.status, response.read(), dict(response.headers)
+    except urllib.error.HTTPError as error:
+        status, raw, headers = error.code, error.read(), dict(error.headers or {})
+    try:
+        data = json.loads(raw) if raw else None
+    except ValueError:
+        data = raw.decode(errors="replace")
+    if status == 404 and method == "DELETE":
+        return status, data, headers
+    if status >= 400:
+        info = data if isinstance(data, dict) else {}
+        raise MirrorError(status, str(info.get("error", "")), str(info.get("reason", data)))
+    return status, data, headers
+
+
+def get(broker: Broker, path: str) -> Any:
+    """GET, with None for 404 (the provider's checkDeleted: the resource is gone)."""
+    try:
+        return call(broker, "GET", path)[1]
+    except MirrorError as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def _go_json(text: str) -> Any:
+    """json.Unmarshal into `any` then Marshal: every number is a float64, printed without ".0"."""
+    def walk(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        return int(value) if isinstance(value, float) and value.is_integer() and abs(value) < 1e21 else value
+    return walk(json.loads(text, parse_int=float))
+
+
+def _strings(arguments: dict[str, Any] | None) -> dict[str, str]:
+    """A map<string> input: the bridge stringifies numbers and booleans (§3.1)."""
+    return {k: tf_string(v) for k, v in (arguments or {}).items()}
+
+
+def _arguments(settings: dict[str, Any]) -> dict[str, Any]:
+    """Queue and binding arguments: typed from argumentsJson, else the string map."""
+    if settings.get("argumentsJson"):
+        return dict(_go_json(settings["argumentsJson"]))
+    return _strings(settings.get("arguments"))
+
+
+def _definition(definition: dict[str, Any], is_policy: bool) -> dict[str, Any]:
+    """putPolicy / putOperatorPolicy: ha-params split for ha-mode=nodes, ParseInt of every value."""
+    out: dict[str, Any] = {k: tf_string(v) for k, v in definition.items()}
+    if is_policy and out.get("ha-mode") == "nodes" and isinstance(out.get("ha-params"), str):
+        out["ha-params"] = out["ha-params"].split(",")
+    for key, value in out.items():
+        if isinstance(value, str) and _INT64.fullmatch(value) and -(2**63) <= int(value) < 2**63:
+            out[key] = int(value)
+    return out
+
+
+def _atoi(value: Any) -> int:
+    text = tf_string(value)
+    return int(text) if _INT64.fullmatch(text) else 0
+
+
+def _binding_path(i: dict[str, Any]) -> str:
+    kind = "q" if i.get("destinationType") == "queue" else "e"
+    return f"bindings/{esc(i['vhost'])}/e/{esc(i['source'])}/{kind}/{esc(i['destination'])}"
+
+
+def _path(r: Registered) -> str:
+    if r.type == engine.BINDING:
+        return _binding_path(r.inputs)
+    vhost, name, user = (esc(r.inputs.get(k) or d) for k, d in (("vhost", "/"), ("name", ""), ("user", "")))
+    paths = {engine.VHOST: f"vhosts/{name}", engine.QUEUE: f"queues/{vhost}/{name}",
+             engine.EXCHANGE: f"exchanges/{vhost}/{name}", engine.POLICY: f"policies/{vhost}/{name}",
+             engine.OPERATOR_POLICY: f"operator-policies/{vhost}/{name}", engine.USER: f"users/{name}",
+             engine.PERMISSIONS: f"permissions/{vhost}/{user}",
+             engine.TOPIC_PERMISSIONS: f"topic-permissions/{vhost}/{user}"}
+    if r.type not in paths:
+        raise NotImplementedError(f"the mirror does not handle {r.type}")
+    return paths[r.type]
+
+
+def _vhost_body(i: dict[str, Any]) -> dict[str, Any]:
+    """`tags` is always "" (the provider's field is commented out), so existing vhost tags are cleared."""
+    body: dict[str, Any] = {"description": i.get("description") or "", "tags": ""}
+    if i.get("defaultQueueType"):
+        body["default_queue_type"] = i["defaultQueueType"]
+    return {**body, "tracing": bool(i.get("tracing"))}
+
+
+def _put_limits(broker: Broker, r: Registered) -> None:
+    for key, limit in LIMITS.items():
+        if r.inputs.get(key) not in (None, ""):
+            call(broker, "PUT", f"vhost-limits/{esc(r.inputs['name'])}/{limit}", {"value": _atoi(r.inputs[key])})
+
+
+def _create(broker: Broker, r: Registered) -> None:
+    i, path = r.inputs, _path(r)
+    settings = i.get("settings") or {}
+    if r.type == engine.VHOST:
+        call(broker, "PUT", path, _vhost_body(i))
+        _put_limits(broker, r)
+    elif r.type in (engine.QUEUE, engine.EXCHANGE):
+        body = {"type": settings.get("type", "") if r.type == engine.EXCHANGE else "",
+                "durable": bool(settings.get("durable"))}
+        if settings.get("autoDelete"):
+            body["auto_delete"] = True
+        if arguments := _arguments(settings) if r.type == engine.QUEUE else _strings(settings.get("arguments")):
+            body["arguments"] = arguments
+        call(broker, "PUT", path, body)
+    elif r.type == engine.BINDING:
+        body = {"source": i["source"], "vhost": i["vhost"], "destination": i["destination"],
+                "destination_type": i.get("destinationType", ""), "routing_key": i.get("routingKey") or "",
+                "arguments": _arguments(i)}
+        _, _, headers = call(broker, "POST", path, body)
+        location = next(v for k, v in headers.items() if k.lower() == "location")
+        broker.binding_keys[f"{i['vhost']}|{r.urn}"] = unquote(location.rstrip("/").rsplit("/", 1)[-1])
+    elif r.type in (engine.POLICY, engine.OPERATOR_POLICY):
+        policy = i["policy"]
+        call(broker, "PUT", path, {"vhost": i["vhost"], "pattern": policy["pattern"], "apply-to": policy["applyTo"],
+                                   "name": i["name"], "priority": int(policy["priority"]),
+                                   "definition": _definition(policy["definition"], r.type == engine.POLICY)})
+    elif r.type == engine.USER:
+        body = {"name": "", "tags": ",".join(i.get("tags") or [])}
+        if i.get("password"):
+            body["password"] = i["password"]
+        call(broker, "PUT", path, body)
+    elif r.type == engine.PERMISSIONS:
+        p = i["permissions"]
+        call(broker, "PUT", path, {"configure": p["configure"], "write": p["write"], "read": p["read"]})
+    elif r.type == engine.TOPIC_PERMISSIONS:
+        for p in i.get("permissions") or []:
+            call(broker, "PUT", path, {"exchange": p["exchange"], "write": p["write"], "read": p["read"]})
+
+
+def _update(broker: Broker, old: Registered, new: Registered) -> None:
+    """Only in-place types get here (every Queue/Exchange/Binding change is a replace)."""
+    if new.type == engine.TOPIC_PERMISSIONS:
+        call(broker, "DELETE", _path(old))
+    if new.type == engine.VHOST:
+        call(broker, "PUT", _path(new), _vhost_body(new.inputs))
+        for limit in LIMITS.values():
+            call(broker, "DELETE", f"vhost-limits/{esc(new.inputs['name'])}/{limit}")
+        _put_limits(broker, new)
+    else:
+        _create(broker, new)
+
+
+def _binding_key(broker: Broker, r: Registered) -> str | None:
+    """From state; without it, the broker binding with the same routing key and arguments."""
+    i = r.inputs
+    if (key := broker.binding_keys.get(f"{i['vhost']}|{r.urn}")) is not None:
+        return key
+    wanted = (i.get("routingKey") or "", _arguments(i))
+    return next((b["properties_key"] for b in get(broker, _binding_path(i)) or []
+                 if (b.get("routing_key"), b.get("arguments") or {}) == wanted), None)
+
+
+def _delete(broker: Broker, r: Registered) -> None:
+    if r.retain_on_delete:
+        return  # Pulumi drops it from state and leaves it on the broker
+    if r.type == engine.BINDING:
+        key = _binding_key(broker, r)
+        if key is not None:
+            call(broker, "DELETE", f"{_path(r)}/{esc(key)}")
+    else:
+        call(broker, "DELETE", _path(r) + ("?" if r.type == engine.QUEUE else ""))
+
+
+def _custom(resources: Sequence[Registered]) -> list[Registered]:
+    return [r for r in resources if r.custom]
+
+
+def apply(broker: Broker, resources: Sequence[Registered]) -> None:
+    """`pulumi up` from empty state: create every custom resource in dependency order."""
+    for record in engine.creation_order(_custom(resources)):
+        _create(broker, record)
+
+
+def apply_update(broker: Broker, old: Sequence[Registered], new: Sequence[Registered]) -> list[Step]:
+    """`pulumi up` from `old` to `new`: DBR deletions (dependents first), then creates, updates and
+    replacements in creation order, then deletions (and create-before-delete leftovers)."""
+    steps = engine.diff(old, new)
+    blocked = [s.name for s in steps if s.custom and s.protect and s.op in ("replace", "delete")]
+    if blocked:
+        raise ProtectedError(f"unable to delete or replace protected resources: {', '.join(blocked)}")
+    old_by, new_by = {r.urn: r for r in old}, {r.urn: r for r in new}
+    custom = [s for s in steps if s.custom]
+    first = [old_by[s.urn] for s in custom if s.op == "replace" and s.delete_before_replace]
+    for record in engine.deletion_order(first):
+        _delete(broker, record)
+    for step in custom:
+        if step.op in ("create", "replace"):
+            _create(broker, new_by[step.urn])
+        elif step.op == "update":
+            _update(broker, old_by[step.urn], new_by[step.urn])
+    leftovers = [old_by[s.urn] for s in custom
+                 if s.op == "delete" or (s.op == "replace" and not s.delete_before_replace)]
+    for record in engine.deletion_order(leftovers):
+        _delete(broker, record)
+    return steps
+
+
+def destroy(broker: Broker, resources: Sequence[Registered]) -> None:
+    """`pulumi destroy`: dependents first; protected resources stop it."""
+    records = _custom(resources)
+    if blocked := [r.name for r in records if r.protect]:
+        raise ProtectedError(f"unable to delete protected resources: {', '.join(blocked)}")
+    for record in engine.deletion_order(records):
+        _delete(broker, record)
+
+
+def _read_value(value: Any) -> Any:
+    """resource_policy.go Read: numbers via FormatFloat, string arrays joined with ","."""
+    if isinstance(value, (bool, dict)):
+        return value  # cannot be stored in the map<string>: always a difference
+    if isinstance(value, (int, float)):
+        return tf_string(float(value))
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return value
+
+
+def _compare(label: str, type_: str, path: str, program: Any, broker: Any) -> list[str]:
+    verdict = "replace" if engine.forces_replace(type_, path) else "update in place"
+    return [f"{label}: {path}: program {program!r}, broker {broker!r} ({verdict})"]
+
+
+def _read_one(broker: Broker, r: Registered) -> list[str]:
+    i, t = r.inputs, r.type
+    label = f"{t.rsplit(':', 1)[-1]} {r.name}"
+    if t == engine.BINDING:
+        try:
+            listed = get(broker, _binding_path(i)) or []
+        except MirrorError as error:  # ReadBinding returns list errors as they are
+            return [f"{label}: refresh fails: {error}"]
+        key = _binding_key(broker, r)
+        return [] if any(b["properties_key"] == key for b in listed) else [f"{label}: gone from the broker (recreate)"]
+    info = get(broker, _path(r))
+    if info is None:
+        return [f"{label}: gone from the broker (recreate)"]
+    pairs: list[tuple[str, Any, Any]] = []
+    settings = i.get("settings") or {}
+    if t == engine.VHOST:
+        pairs += [("description", i.get("description") or "", info.get("description") or ""),
+                  ("tracing", bool(i.get("tracing")), bool(info.get("tracing")))]
+        limits = [entry.get("value", {}) for entry in get(broker, f"vhost-limits/{esc(i['name'])}") or []]
+        if limits:
+            pairs += [(key, _atoi(i[key]) if i.get(key) else None, limits[0].get(name)) for key, name in LIMITS.items()]
+    elif t in (engine.QUEUE, engine.EXCHANGE):
+        pairs += [("settings.durable", bool(settings.get("durable")), bool(info.get("durable"))),
+                  ("settings.autoDelete", bool(settings.get("autoDelete")), bool(info.get("auto_delete")))]
+        if t == engine.EXCHANGE:
+            pairs.append(("settings.type", settings.get("type"), info.get("type")))
+        wanted = _arguments(settings) if t == engine.QUEUE else _strings(settings.get("arguments"))
+        found = info.get("arguments") or {}
+        where = "settings.argumentsJson" if settings.get("argumentsJson") else "settings.arguments"
+        for path in engine.json_changes(wanted, found, where):
+            key = path[len(where) + 1:]
+            pairs.append((path, wanted.get(key, "<absent>"), found.get(key, "<absent>")))
+    elif t in (engine.POLICY, engine.OPERATOR_POLICY):
+        policy = i["policy"]
+        pairs += [("policy.pattern", policy["pattern"], info.get("pattern")),
+                  ("policy.applyTo", policy["applyTo"], info.get("apply-to")),
+                  ("policy.priority", int(policy["priority"]), info.get("priority"))]
+        wanted = {k: tf_string(v) for k, v in policy["definition"].items()}
+        found = {k: _read_value(v) for k, v in (info.get("definition") or {}).items()}
+        pairs += [(f"policy.definition.{k}", wanted.get(k, "<absent>"), found.get(k, "<absent>"))
+                  for k in sorted(set(wanted) | set(found))]
+    elif t == engine.USER:
+        tags = info.get("tags") or []
+        tags = tags.split(",") if isinstance(tags, str) else tags
+        if tags:  # Read sets tags only when non-empty; the password is never read
+            pairs.append(("tags", list(i.get("tags") or []), list(tags)))
+    elif t == engine.PERMISSIONS:
+        pairs += [(f"permissions.{k}", i["permissions"][k], info.get(k)) for k in ("configure", "write", "read")]
+    elif t == engine.TOPIC_PERMISSIONS:
+        def entries(items: Any) -> list[tuple[str, str, str]]:
+            return sorted((p["exchange"], p["write"], p["read"]) for p in items or [])
+        pairs.append(("permissions", entries(i.get("permissions")), entries(info)))
+    return [line for path, want, have in pairs if want != have for line in _compare(label, t, path, want, have)]
+
+
+def read_back(broker: Broker, resources: Sequence[Registered]) -> list[str]:
+    """What a refresh would find different from the program; [] means the next `pulumi up` plans nothing."""
+    return [line for record in engine.creation_order(_custom(resources)) for line in _read_one(broker, record)]

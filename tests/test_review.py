@@ -1,0 +1,287 @@
+"""`make review`: pairs of stack configs → the review a pull request would get (steps, risks, diagram,
+exit status); the permission-widening rule on hand-made recordings; and the CLI end to end in a git repo."""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tools import engine, review
+from tools.diagram import CHANGED_STYLE, REMOVED_STYLE
+from tools.mockrun import ROOT, Registered, record_program
+
+STACK = "review"
+BASE: dict[str, Any] = {
+    "defaults": {"queue_type": "classic"},
+    "vhosts": [{
+        "name": "shop",
+        "exchanges": [{"name": "events", "type": "topic"}],
+        "queues": [
+            {"name": "orders", "bindings": [{"exchange": "events", "routing_key": "order.created"}],
+             "retry": {"delays": ["1s", "10s", "1m"], "max_retries": 5}},
+            {"name": "audit", "bindings": [{"exchange": "events", "routing_key": "#"}]},
+        ],
+    }],
+}
+
+
+def stack_file(config: dict[str, Any]) -> str:
+    return yaml.safe_dump({"config": {f"rabbitmq-retry:{key}": value for key, value in config.items()}})
+
+
+def changed(edit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    config = copy.deepcopy(BASE)
+    edit(config)
+    return config
+
+
+def orders(config: dict[str, Any]) -> dict[str, Any]:
+    return config["vhosts"][0]["queues"][0]
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A copy of the program, to run it with stack files written by the test."""
+    shutil.copy(ROOT / "__main__.py", tmp_path)
+    shutil.copytree(ROOT / "components", tmp_path / "components", ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+@pytest.fixture
+def review_of(project: Path) -> Callable[..., tuple[list[engine.Step], str, int]]:
+    """old config, new config → (changed steps, markdown, exit status), evaluated in-process.
+    One stack name for both sides: the stack is part of every URN."""
+    def run(old: dict[str, Any], new: dict[str, Any], allow_data_loss: bool = False):
+        recordings = []
+        for config in (old, new):
+            (project / f"Pulumi.{STACK}.yaml").write_text(stack_file(config))
+            recordings.append(record_program(STACK, project))
+        steps = engine.diff(*recordings)
+        markdown, status = review.render(steps, *recordings, allow_data_loss=allow_data_loss)
+        return [s for s in steps if s.custom and s.op != "same"], markdown, status
+    return run
+
+
+def ops(steps: list[engine.Step]) -> set[tuple[str, str, str]]:
+    return {(s.op, s.type.rsplit(":", 1)[-1], s.name) for s in steps}
+
+
+def test_changing_a_delay_is_a_safe_policy_update(review_of):
+    steps, markdown, status = review_of(BASE, changed(lambda c: orders(c)["retry"].update(delays=["1s", "20s", "1m"])))
+    assert ops(steps) == {("update", "Policy", "shop-orders-wait-2-policy")}
+    assert steps[0].changed == ["policy.definition.message-ttl"] and review.risk(steps[0]) == review.SAFE
+    assert status == 0
+    assert markdown.startswith("**1 to update, 20 unchanged**")
+    assert "| update | Policy | `shop-orders-wait-2-policy` | `orders.wait.2` | message-ttl 10000 → 20000 | safe |" \
+        in markdown
+    assert "Retry contract: delays 1s, 10s, 1m → 1s, 20s, 1m" in markdown
+    assert "```mermaid" in markdown and f"style wait2 {CHANGED_STYLE}" in markdown
+
+
+def test_adding_a_queue_only_creates(review_of):
+    new = changed(lambda c: c["vhosts"][0]["queues"].append(
+        {"name": "refunds", "bindings": [{"exchange": "events", "routing_key": "refund.*"}],
+         "retry": {"delays": ["5s"]}}))
+    steps, markdown, status = review_of(BASE, new)
+    assert {s.op for s in steps} == {"create"} and status == 0
+    assert {s.new["name"] for s in steps if s.type == engine.QUEUE} == {"refunds", "refunds.wait.1", "refunds.error"}
+    assert "#### `shop` / `refunds`" in markdown and "new retryable queue" in markdown
+    assert "data loss" not in markdown
+
+
+def test_removing_a_tier_deletes_its_queue_binding_and_policy(review_of):
+    new = changed(lambda c: orders(c)["retry"].update(delays=["1s", "10s"]))
+    steps, markdown, status = review_of(BASE, new)
+    assert ops(steps) == {("delete", "Queue", "shop-orders-wait-3"), ("delete", "Policy", "shop-orders-wait-3-policy"),
+                          ("delete", "Binding", "shop-orders-wait-3-binding")}
+    assert status == 2
+    assert "**3 to delete, 18 unchanged** — ⚠️ data loss: 1" in markdown
+    assert "| delete | Queue | `shop-orders-wait-3` | `orders.wait.3` |  | **data loss** |" in markdown
+    assert f"style wait3 {REMOVED_STYLE}" in markdown  # the removed tier stays in the diagram, struck out
+    assert "acknowledged" not in markdown
+
+    _, markdown, status = review_of(BASE, new, allow_data_loss=True)
+    assert status == 0 and "data loss: 1" in markdown and "Data loss acknowledged" in markdown
+
+
+def test_removing_a_protected_tier_says_pulumi_will_refuse(review_of):
+    old = changed(lambda c: c.update(protect=True))
+    _, markdown, status = review_of(old, changed(lambda c: (c.update(protect=True),
+                                                             orders(c)["retry"].update(delays=["1s"]))))
+    assert status == 2 and markdown.count("🔒 protected: `pulumi up` will refuse until unprotected") == 2
+
+
+def test_a_retained_error_queue_is_not_lost(review_of):
+    old = changed(lambda c: c.update(retain_error_queues=True))
+    new = changed(lambda c: (c.update(retain_error_queues=True), c["vhosts"][0]["queues"].pop(0)))
+    steps, markdown, status = review_of(old, new)
+    error_queue = next(s for s in steps if s.name == "shop-orders-error")
+    assert error_queue.op == "delete" and review.risk(error_queue) == review.SAFE
+    assert "retained on the broker" in markdown and status == 2  # the other four queues are lost
+    assert "data loss: 4" in markdown
+
+
+def test_switching_to_quorum_replaces_every_queue(review_of):
+    steps, markdown, status = review_of(BASE, changed(lambda c: c["defaults"].update(queue_type="quorum")))
+    replaced = {s.new["name"] for s in steps if s.type == engine.QUEUE and s.op == "replace"}
+    assert replaced == {"orders", "orders.wait.1", "orders.wait.2", "orders.wait.3", "orders.error", "audit"}
+    assert status == 2 and "data loss: 6" in markdown
+    assert "x-queue-type classic → quorum" in markdown
+    assert "replaced with `shop-orders-input`" in markdown  # bindings are dragged along
+    assert "Retry contract: queue_type classic → quorum" in markdown
+
+
+def test_renaming_a_queue_deletes_the_old_and_creates_the_new(review_of):
+    steps, markdown, status = review_of(BASE, changed(lambda c: orders(c).update(name="invoices")))
+    queues = {(s.op, (s.new or s.old or {})["name"]) for s in steps if s.type == engine.QUEUE}
+    assert {q for op, q in queues if op == "delete"} == {"orders", "orders.wait.1", "orders.wait.2", "orders.wait.3",
+                                                        "orders.error"}
+    assert {q for op, q in queues if op == "create"} == {"invoices", "invoices.wait.1", "invoices.wait.2",
+                                                        "invoices.wait.3", "invoices.error"}
+    assert status == 2 and "data loss: 5" in markdown
+    assert "#### `shop` / `orders`" in markdown and "retryable queue removed" in markdown
+    assert "#### `shop` / `invoices`" in markdown
+
+
+def test_max_retries_changes_only_the_contract(review_of):
+    steps, markdown, status = review_of(BASE, changed(lambda c: orders(c)["retry"].update(max_retries=7)))
+    assert steps == [] and status == 0
+    assert "Retry contract: max_retries 5 → 7" in markdown and "after 7 retries" in markdown
+
+
+def test_no_change(review_of):
+    steps, markdown, status = review_of(BASE, BASE)
+    assert steps == [] and status == 0 and markdown == "**No changes** — 21 unchanged."
+
+
+def permissions(read: str, configure: str = "^$", user: str = "billing") -> Registered:
+    return Registered(
+        urn=f"urn:pulumi:dev::rabbitmq-retry::rabbitmq:index/permissions:Permissions::{user}-shop",
+        type=engine.PERMISSIONS, name=f"{user}-shop", custom=True, parent=None,
+        inputs={"user": user, "vhost": "shop", "permissions": {"configure": configure, "write": "^a$", "read": read}})
+
+
+@pytest.mark.parametrize(("before", "after", "expected"), [
+    ("^a$", "^(a|b)$", review.ACCESS),
+    ("^a$", ".*", review.ACCESS),
+    ("^$", "^a$", review.ACCESS),
+    ("", "^$", review.ACCESS),  # "" matches nothing in RabbitMQ; ^$ matches the default exchange
+    ("^(a|b)$", "^a$", review.SAFE),
+    (".*", "^(?:orders|orders\\.retry)$", review.SAFE),
+    ("^orders\\..*$", "^orders\\.x$", review.SAFE),
+    ("^a$", "", review.SAFE),
+    ("^a.*$", "^ab.*$", review.ACCESS),  # a narrowing, but not one we can prove: flagged
+])
+def test_widening_a_permission_is_access(before, after, expected):
+    steps = engine.diff([permissions(before)], [permissions(after)])
+    assert [s.op for s in steps] == ["update"]
+    assert review.risk(steps[0]) == expected
+    markdown, status = review.render(steps, [permissions(before)], [permissions(after)])
+    assert status == 0 and (f"**{review.ACCESS}**" in markdown) == (expected == review.ACCESS)
+
+
+def test_new_grants_are_access_and_revocations_are_safe():
+    created = engine.diff([], [permissions("^a$")])
+    moved = engine.diff([permissions("^a$")], [permissions("^a$", user="shipping")])
+    revoked = engine.diff([permissions("^a$")], [])
+    assert [review.risk(s) for s in created] == [review.ACCESS]
+    assert sorted(review.risk(s) for s in moved) == [review.ACCESS, review.SAFE]  # new user's grant; old one revoked
+    assert [review.risk(s) for s in revoked] == [review.SAFE]
+
+
+# End to end: the CLI in a git repository of its own, BASE evaluated from a commit.
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=review", "-c", "user.email=review@example.invalid",
+                    "-c", "commit.gpgsign=false", *args], cwd=repo, check=True, capture_output=True)
+
+
+def cli(repo: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tools.review", *args], cwd=repo, capture_output=True, text=True,
+                          env={**os.environ, "ALLOW_DATA_LOSS": "", **env}, timeout=120)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    ignore = shutil.ignore_patterns("__pycache__")
+    for name in ("__main__.py", "Pulumi.yaml", "Pulumi.dev.yaml"):
+        shutil.copy(ROOT / name, tmp_path)
+    for name in ("components", "tools"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=ignore)
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-qm", "base")
+    return tmp_path
+
+
+def dev_resources(repo: Path) -> int:
+    """RabbitMQ objects of the dev stack (the summary counts those, not components)."""
+    return sum(r.custom for r in record_program("dev", repo))
+
+
+def commit_edit(repo: Path, old: str, new: str) -> None:
+    path = repo / "Pulumi.dev.yaml"
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new))
+    git(repo, "commit", "-qam", f"{old} → {new}")
+
+
+def test_cli_between_commits(repo: Path):
+    commit_edit(repo, "delays: [1s, 5s, 15s]", "delays: [1s, 5s, 30s]")
+    result = cli(repo, "--base", "HEAD~1", "--stack", "dev", "--output", "review.md")
+    assert result.returncode == 0, result.stderr
+    assert "```mermaid" in result.stdout and "| update | Policy |" in result.stdout
+    assert "message-ttl 15000 → 30000" in result.stdout
+    assert (repo / "review.md").read_text() == result.stdout
+
+    commit_edit(repo, "delays: [1s, 5s, 30s]", "delays: [1s, 5s]")
+    result = cli(repo, "--base", "HEAD~1", "--stack", "dev")
+    assert result.returncode == 2 and "| delete | Queue | `shop-orders.billing-wait-3` |" in result.stdout
+    assert cli(repo, "--base", "HEAD~1", "--stack", "dev", ALLOW_DATA_LOSS="1").returncode == 0
+    assert cli(repo, "--base", "HEAD~1", "--stack", "dev", "--allow-data-loss").returncode == 0
+
+
+def test_cli_a_stack_new_at_base_is_all_creates(repo: Path):
+    shutil.copy(repo / "Pulumi.dev.yaml", repo / "Pulumi.staging.yaml")
+    result = cli(repo, "--base", "HEAD", "--stack", "staging")
+    assert result.returncode == 0, result.stderr
+    assert "does not exist at `HEAD`: every resource is created" in result.stdout
+    assert f"{dev_resources(repo)} to create, 0 unchanged" in result.stdout
+
+
+def test_cli_config_errors_are_printed_like_pulumi_preview(repo: Path):
+    (repo / "Pulumi.dev.yaml").write_text((repo / "Pulumi.dev.yaml").read_text().replace("delays: [2s, 10s]",
+                                                                                      "delays: [2s, 10x]"))
+    result = cli(repo, "--base", "HEAD", "--stack", "dev")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith("error: invalid rabbitmq-retry config (1 problem):")
+    assert '"10x" is not a duration' in result.stderr
+
+
+def test_cli_errors(repo: Path):
+    assert "not a commit" in cli(repo, "--base", "no-such-rev", "--stack", "dev").stderr
+    result = cli(repo, "--base", "HEAD", "--stack", "nope")
+    assert result.returncode == 1 and "Pulumi.nope.yaml not found" in result.stderr
+
+
+def test_cli_a_project_in_a_subdirectory_that_base_lacks(repo: Path, tmp_path_factory: pytest.TempPathFactory):
+    outer = tmp_path_factory.mktemp("outer")
+    git(outer, "init", "-q")
+    git(outer, "commit", "-q", "--allow-empty", "-m", "before the project")
+    shutil.copytree(repo, outer / "infra", ignore=shutil.ignore_patterns(".git"))
+    git(outer, "add", ".")
+    git(outer, "commit", "-qm", "the project")
+    result = cli(outer / "infra", "--base", "HEAD~1", "--stack", "dev")
+    assert result.returncode == 0, result.stderr
+    assert f"{dev_resources(repo)} to create, 0 unchanged" in result.stdout
+    unchanged = cli(outer / "infra", "--base", "HEAD", "--stack", "dev")
+    assert unchanged.returncode == 0 and f"**No changes** — {dev_resources(repo)} unchanged." in unchanged.stdout
