@@ -60,7 +60,8 @@ answering() { amqp_open "$(amqp_port "$1")" && overview "$1" >/dev/null; }
 node_ping() {
   case $1 in
     3.10) timeout 20 rabbitmqctl -q ping >/dev/null 2>&1 ;;
-    4.3) [[ -f $MARKER43 ]] && timeout 20 ctl43 -q ping >/dev/null 2>&1 ;;
+    # timeout inside the chroot: it cannot run a shell function.
+    4.3) [[ -f $MARKER43 ]] && in43 timeout 20 rabbitmqctl -n "$NODE43" -q ping >/dev/null 2>&1 ;;
   esac
 }
 
@@ -167,8 +168,9 @@ start310() {
     done
   fi
   timeout "$WAIT_SECS" rabbitmqctl -q await_startup >/dev/null
-  # Idempotent; the plugin is off after a plain package install.
-  rabbitmq-plugins -q enable rabbitmq_management >/dev/null
+  # Off after a plain package install; enabling it online needs the running node.
+  grep -q rabbitmq_management /etc/rabbitmq/enabled_plugins 2>/dev/null ||
+    rabbitmq-plugins -q enable rabbitmq_management >/dev/null
 }
 
 ensure310() {
