@@ -65,7 +65,8 @@ class Queue:
     bindings: tuple[Binding, ...] = ()
     max_length: int | None = None
     delivery_limit: int | None = None
-    """Quorum only; always set for quorum queues (default 20)."""
+    """Quorum only; always set for quorum queues: default 20, plus max_retries for a retryable queue.
+    A backstop that must never fire (README: Delivery limit)."""
     retry: Retry | None = None
 
 
@@ -347,7 +348,18 @@ def parse_queue(p: _Problems, path: str, raw: object, defaults: Defaults) -> Que
         return None
     if ("max_length" in data and max_length is None) or ("retry" in data and retry is None):
         return None
-    delivery_limit = (delivery_limit or defaults.delivery_limit) if queue_type == "quorum" else None
+    if queue_type != "quorum":
+        delivery_limit = None
+    elif retry is None:
+        delivery_limit = delivery_limit or defaults.delivery_limit
+    elif delivery_limit is None:
+        # On RabbitMQ 4 every plain retry counts toward the limit for the message's whole life.
+        delivery_limit = defaults.delivery_limit + retry.max_retries
+    elif delivery_limit <= retry.max_retries:
+        p.add(f"{path}.delivery_limit", f"{delivery_limit} is not above max_retries ({retry.max_retries}): on "
+              "RabbitMQ 4 each retry counts toward it, and a message over it jams in a dead-letter cycle; "
+              "raise it or leave it unset (default: defaults.delivery_limit + max_retries)")
+        return None
     return Queue(name=name, queue_type=queue_type, policy_priority=priority,
                  bindings=tuple(b for b in bindings if b is not None), max_length=max_length,
                  delivery_limit=delivery_limit, retry=retry)

@@ -112,6 +112,7 @@ class RetryablePlan:
             "reject_routes_to": self.tiers[0].routing_key,
             "tiers": [{"routing_key": t.routing_key, "queue": t.queue, "delay_ms": t.delay_ms} for t in self.tiers],
             "max_retries": retry.max_retries,
+            "delivery_limit": self.config.delivery_limit,
             "attempt_header": naming.ATTEMPT_HEADER,
             "error_exchange": self.error_exchange,
             "error_queue": self.error_queue,

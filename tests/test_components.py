@@ -61,7 +61,8 @@ def test_policies_carry_anchored_patterns_and_string_values():
     wait_2 = policies["shop-orders-wait-2-policy"].inputs
     assert wait_2 == {"name": "orders.wait.2", "vhost": "shop", "policy": {
         "pattern": r"^orders\.wait\.2$", "priority": 10, "applyTo": "queues", "definition": {"message-ttl": "10000"}}}
-    assert policies["shop-orders-policy"].inputs["policy"]["definition"] == {"delivery-limit": "20"}
+    # 20 plus max_retries (5): on RabbitMQ 4 every retry counts toward the limit.
+    assert policies["shop-orders-policy"].inputs["policy"]["definition"] == {"delivery-limit": "25"}
 
 
 def test_bindings_wire_config_and_retry_paths():

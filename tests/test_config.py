@@ -47,9 +47,19 @@ def test_max_retries_defaults_to_the_number_of_delays():
 
 def test_quorum_queues_get_an_explicit_delivery_limit():
     config = load_stack_config({"defaults": {"queue_type": "quorum"}, "vhosts": [vhost_config()]})
-    assert {q.delivery_limit for q in config.vhosts[0].queues} == {Defaults().delivery_limit} == {20}
+    orders, audit = config.vhosts[0].queues
+    assert audit.delivery_limit == Defaults().delivery_limit == 20
+    # A retryable queue's limit stays above max_retries: on RabbitMQ 4 each retry counts toward it.
+    assert orders.delivery_limit == 20 + orders.retry.max_retries
     config = load_stack_config(with_queue({**retryable(), "type": "quorum", "delivery_limit": 7}))
     assert config.vhosts[0].queues[0].delivery_limit == 7
+
+
+def test_a_delivery_limit_at_or_below_max_retries_is_refused():
+    assert problems_of(with_queue({**retryable(max_retries=5), "type": "quorum", "delivery_limit": 5})) == [
+        ("vhosts[0].queues[0].delivery_limit",
+         "5 is not above max_retries (5): on RabbitMQ 4 each retry counts toward it, and a message over it jams in "
+         "a dead-letter cycle; raise it or leave it unset (default: defaults.delivery_limit + max_retries)")]
 
 
 def test_the_default_vhost_is_referenced_never_managed():

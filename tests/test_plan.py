@@ -64,7 +64,7 @@ def test_policies_are_anchored_one_per_queue_and_never_overlap():
         assert all(isinstance(v, str) and (v.isdigit() or k == "overflow") for k, v in policy.definition.items())
         assert policy.apply_to == "queues" and policy.priority == 10
     assert by_name(p.policies)["orders"].definition == {"max-length": "100", "overflow": "reject-publish",
-                                                         "delivery-limit": "20"}
+                                                         "delivery-limit": "22"}
     assert by_name(p.policies)["orders.error"].definition == {"message-ttl": "3600000", "max-length": "10"}
 
 
@@ -86,7 +86,7 @@ def test_contract_tells_a_consumer_how_to_retry_and_park():
         "tiers": [{"routing_key": "wait.1", "queue": "orders.wait.1", "delay_ms": 1000},
                   {"routing_key": "wait.2", "queue": "orders.wait.2", "delay_ms": 10000},
                   {"routing_key": "wait.3", "queue": "orders.wait.3", "delay_ms": 60000}],
-        "max_retries": 5, "attempt_header": "retry-count",
+        "max_retries": 5, "delivery_limit": 25, "attempt_header": "retry-count",
         "error_exchange": "orders.error", "error_queue": "orders.error",
     }
 

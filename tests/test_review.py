@@ -137,7 +137,7 @@ def test_switching_to_quorum_replaces_every_queue(review_of):
     assert status == 2 and "data loss: 6" in markdown
     assert "x-queue-type classic → quorum" in markdown
     assert "replaced with `shop-orders-input`" in markdown  # bindings are dragged along
-    assert "Retry contract: queue_type classic → quorum" in markdown
+    assert "Retry contract: delivery_limit (unset) → 25; queue_type classic → quorum" in markdown
 
 
 def test_renaming_a_queue_deletes_the_old_and_creates_the_new(review_of):

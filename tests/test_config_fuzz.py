@@ -1,0 +1,717 @@
+"""Property-based fuzzing of the stack config: whatever the `rabbitmq-retry:` namespace holds, parsing
+either yields a config that plans and checks cleanly, or a ConfigError that points at real keys.
+
+Trees are built by mutating a valid base tree (0…3 mutations at random paths), so a good share are
+valid and the rest are broken in targeted ways: wrong types at every level, missing and misspelt keys,
+odd names, bad durations, duplicates and derived-name clashes, dangling references, bad policies,
+applications and passwords.
+
+`FUZZ_EXAMPLES` sets the number of examples (default 1000); with `CI=true` the run is derandomized, so
+it is reproducible. Shrunk failures are kept below in `REGRESSIONS`; open bugs there are
+`xfail(strict=True)`, and `KNOWN_BUGS` keeps the fuzzer from failing on them again until they are fixed
+(then the xfail turns into an XPASS failure: remove both entries).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from components import naming
+from components.checks import check_vhost
+from components.config import (
+    EXCHANGE_TYPES,
+    OPERATOR_POLICY_KEYS,
+    QUEUE_TYPES,
+    TOP_LEVEL_KEYS,
+    X_MATCH,
+    ConfigError,
+    StackConfig,
+    load_stack_config,
+)
+from components.durations import MAX_MS, format_duration
+from components.plan import VhostPlan, plan_vhost
+
+FUZZ_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "1000"))
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+Tree = dict[str, Any]
+Path = tuple[str | int, ...]
+
+# Every key the schema knows, by the kind of mapping it belongs to (README "Config reference").
+SCHEMA: dict[str, tuple[str, ...]] = {
+    "top": TOP_LEVEL_KEYS,
+    "defaults": ("queue_type", "policy_priority", "delivery_limit"),
+    "vhost": ("name", "existing", "exchanges", "queues", "policies", "operator_policies", "applications", "limits",
+              "default_queue_type"),
+    "exchange": ("name", "type"),
+    "queue": ("name", "type", "bindings", "max_length", "delivery_limit", "retry", "policy_priority"),
+    "binding": ("exchange", "routing_key", "arguments", "external"),
+    "retry": ("delays", "max_retries", "error_retention", "error_max_length"),
+    "policy": ("name", "pattern", "priority", "apply_to", "definition"),
+    "application": ("user", "publishes", "consumes", "topic_permissions"),
+    "topic": ("exchange", "write", "read"),
+    "limits": ("max_connections", "max_queues"),
+}
+KNOWN_KEYS = frozenset(key for keys in SCHEMA.values() for key in keys)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Valid base trees
+# ---------------------------------------------------------------------------------------------------------------
+
+# Name stems: none is another stem followed by digits, none contains a derived suffix (".wait.", ".error",
+# ".retry", ".requeue"), so stem + unique index never clashes, even with derived names.
+STEMS = ("orders", "orders.billing", "billing_events", "ÄÖÜ", "注文", "очередь", "", "x+y(1)", "$weird^*")
+VHOST_STEMS = ("shop", "payments", "shop floor", "ünï", "名前", "a/b", "")
+SEPARATORS = (".", "_", ":")
+
+
+@st.composite
+def long_name(draw: st.DrawFn, budget: int) -> str:
+    """A name of at most `budget` UTF-8 bytes, close to it, in 1- to 4-byte characters."""
+    char = draw(st.sampled_from(["x", "é", "名", "😀"]))
+    size = len(char.encode())
+    return char * draw(st.integers(max(1, budget // size - 3), budget // size))
+
+
+@st.composite
+def names(draw: st.DrawFn, index: int, budget: int = naming.MAX_NAME_BYTES) -> str:
+    """A valid queue or exchange name, unique through `index`."""
+    suffix = f"{draw(st.sampled_from(SEPARATORS))}{index}"
+    if draw(st.integers(0, 9)) == 0:
+        return draw(long_name(budget - len(suffix))) + suffix
+    stem = draw(st.sampled_from(STEMS))
+    return f"{stem}{suffix}" if stem else str(index)  # digits only when the stem is empty
+
+
+@st.composite
+def durations(draw: st.DrawFn, ms: int) -> str:
+    exact = format_duration(ms)
+    return draw(st.sampled_from([exact, f"{ms}ms"]))
+
+
+@st.composite
+def valid_retry(draw: st.DrawFn) -> Tree:
+    count = draw(st.integers(1, 4))
+    values = sorted(draw(st.sets(st.integers(1, MAX_MS), min_size=count, max_size=count)))
+    if draw(st.booleans()):  # the bounds, and round values
+        values = sorted({*values[1:], draw(st.sampled_from([1, 500, 1_000, 60_000]))})
+    if draw(st.booleans()):
+        values = sorted({*values[:-1], draw(st.sampled_from([3_600_000, MAX_MS]))})
+    retry: Tree = {"delays": [draw(durations(ms)) for ms in values]}
+    if draw(st.booleans()):
+        retry["max_retries"] = draw(st.one_of(st.integers(1, 12), st.just(10_000)))
+    if draw(st.booleans()):
+        retry["error_retention"] = draw(durations(draw(st.integers(1, MAX_MS))))
+    if draw(st.booleans()):
+        retry["error_max_length"] = draw(st.integers(1, 10**9))
+    return retry
+
+
+VALID_PATTERNS = ("^payments\\.", "^other$", "^audit", ".*", "^(a|b)$", "^注文", "", "x{2,3}")
+POLICY_DEFINITIONS = st.fixed_dictionaries({}, optional={
+    "max-length": st.sampled_from([0, 5, "5"]), "message-ttl": st.sampled_from([60_000, "60000"]),
+    "dead-letter-exchange": st.sampled_from(["dlx", "dlx.1", "ünï"]), "overflow": st.just("reject-publish"),
+    "ha-mode": st.just("all"), "expires": st.just(3_600_000),
+}).filter(bool)
+OPERATOR_DEFINITIONS = st.dictionaries(st.sampled_from(OPERATOR_POLICY_KEYS),
+                                       st.sampled_from([1, 1_000, "1000", "reject-publish", 2]), min_size=1,
+                                       max_size=3)
+
+
+@st.composite
+def valid_policy(draw: st.DrawFn, index: int, operator: bool) -> Tree:
+    policy: Tree = {"name": f"{'limits' if operator else 'team-policy'}-{index}",
+                    "pattern": draw(st.sampled_from(VALID_PATTERNS)),
+                    "definition": draw(OPERATOR_DEFINITIONS if operator else POLICY_DEFINITIONS)}
+    if draw(st.booleans()):
+        policy["priority"] = draw(st.integers(0, 1_000))
+    if draw(st.booleans()):
+        policy["apply_to"] = draw(st.sampled_from(["queues", "classic_queues", "quorum_queues", "all", "exchanges"]))
+    return policy
+
+
+@st.composite
+def valid_vhost(draw: st.DrawFn, vhost_index: int, users: list[str], default_type: str) -> Tree:
+    if vhost_index == 0 and draw(st.integers(0, 4)) == 0:
+        name = "/"
+    else:
+        stem = draw(st.sampled_from(VHOST_STEMS))
+        name = f"{stem}{vhost_index}"
+    vhost: Tree = {"name": name}
+    if name == "/":
+        if draw(st.booleans()):
+            vhost["existing"] = True
+    elif draw(st.integers(0, 3)) == 0:
+        vhost["existing"] = draw(st.booleans())
+    counter = iter(range(1_000))
+
+    exchanges = [{"name": draw(names(next(counter))), "type": draw(st.sampled_from(EXCHANGE_TYPES))}
+                 for _ in range(draw(st.integers(0, 3)))]
+    if exchanges or draw(st.booleans()):
+        vhost["exchanges"] = exchanges
+
+    queues: list[Tree] = []
+    owned_queues: list[str] = []
+    writable: set[str] = {e["name"] for e in exchanges}
+    for _ in range(draw(st.integers(0, 4))):
+        retryable = draw(st.integers(0, 9)) < 6
+        # Derived names add at most ".requeue" or ".wait.4" (8 bytes).
+        queue: Tree = {"name": draw(names(next(counter), naming.MAX_NAME_BYTES - 8 if retryable else 255))}
+        if draw(st.booleans()):
+            queue["type"] = draw(st.sampled_from(QUEUE_TYPES))
+        bindings = []
+        for exchange in draw(st.lists(st.sampled_from(exchanges), unique_by=lambda e: e["name"], max_size=2)
+                             if exchanges else st.just([])):
+            binding: Tree = {"exchange": exchange["name"]}
+            if draw(st.booleans()):
+                binding["routing_key"] = draw(st.sampled_from(["", "#", "order.*", "42", "ключ"]))
+            if exchange["type"] == "headers" and draw(st.booleans()):
+                binding["arguments"] = {"x-match": draw(st.sampled_from(X_MATCH)),
+                                        "kind": draw(st.sampled_from(["invoice", 1, True]))}
+            bindings.append(binding)
+        if draw(st.integers(0, 4)) == 0:
+            external = draw(st.sampled_from(["amq.topic", "amq.direct", "elsewhere"]))
+            bindings.append({"exchange": external, "routing_key": "#", "external": True})
+            writable.add(external)
+        if bindings or draw(st.booleans()):
+            queue["bindings"] = bindings
+        if draw(st.booleans()):
+            queue["max_length"] = draw(st.integers(0, 10**7))
+        if draw(st.booleans()):
+            queue["policy_priority"] = draw(st.integers(0, 100))
+        if retryable:
+            queue["retry"] = draw(valid_retry())
+            owned_queues += naming.derived_queue_names(queue["name"], len(queue["retry"]["delays"]))
+            writable.update(naming.derived_exchange_names(queue["name"]))
+        else:
+            owned_queues.append(queue["name"])
+        if queue.get("type", default_type) == "quorum" and draw(st.booleans()):
+            retries = queue.get("retry", {}).get("max_retries", len(queue.get("retry", {}).get("delays", [])))
+            queue["delivery_limit"] = retries + draw(st.integers(1, 50))
+        queues.append(queue)
+    if queues or draw(st.booleans()):
+        vhost["queues"] = queues
+
+    for key, operator in (("policies", False), ("operator_policies", True)):
+        if draw(st.booleans()):
+            vhost[key] = [draw(valid_policy(i, operator)) for i in range(draw(st.integers(0, 2)))]
+
+    applications = []
+    for _ in range(draw(st.integers(0, 2))):
+        user = f"{draw(st.sampled_from(['app', 'billing-worker', 'amq.svc', 'ünï', '42']))}-{len(users)}"
+        users.append(user)
+        app: Tree = {"user": user}
+        ordered_writable = sorted(writable)
+        if ordered_writable and draw(st.booleans()):
+            app["publishes"] = draw(st.lists(st.sampled_from(ordered_writable), unique=True, max_size=3))
+        if owned_queues and draw(st.booleans()):
+            app["consumes"] = draw(st.lists(st.sampled_from(owned_queues), unique=True, max_size=3))
+        if ordered_writable and draw(st.booleans()):
+            topic: Tree = {"exchange": draw(st.sampled_from(ordered_writable))}
+            for side in ("write", "read"):
+                if draw(st.booleans()):
+                    topic[side] = draw(st.sampled_from(["^$", ".*", "^orders\\..*", "^(a|b)$"]))
+            app["topic_permissions"] = [topic]
+        applications.append(app)
+    if applications or draw(st.booleans()):
+        vhost["applications"] = applications
+
+    if name != "/" and not vhost.get("existing"):
+        if draw(st.integers(0, 3)) == 0:
+            vhost["limits"] = draw(st.fixed_dictionaries({}, optional={"max_connections": st.integers(0, 10_000),
+                                                                       "max_queues": st.integers(0, 10_000)}))
+        if draw(st.integers(0, 3)) == 0:
+            vhost["default_queue_type"] = draw(st.sampled_from(QUEUE_TYPES))
+    return vhost
+
+
+@st.composite
+def valid_trees(draw: st.DrawFn) -> Tree:
+    tree: Tree = {}
+    for key in ("protect", "retain_error_queues"):
+        if draw(st.booleans()):
+            tree[key] = draw(st.booleans())
+    if draw(st.booleans()):
+        tree["defaults"] = draw(st.fixed_dictionaries({}, optional={
+            "queue_type": st.sampled_from(QUEUE_TYPES),
+            "policy_priority": st.integers(0, 1_000),
+            "delivery_limit": st.integers(1, 100),
+        }))
+    default_type = tree.get("defaults", {}).get("queue_type", "quorum")
+    users: list[str] = []
+    tree["vhosts"] = [draw(valid_vhost(i, users, default_type)) for i in range(draw(st.integers(1, 3)))]
+    if users or draw(st.booleans()):
+        tree["passwords"] = {user: draw(st.sampled_from(["s3cret", "pässwörd", " "])) for user in users}
+        if draw(st.integers(0, 4)) == 0:
+            tree["passwords"]["stale-user"] = "unused"
+    return tree
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Mutations
+# ---------------------------------------------------------------------------------------------------------------
+
+ODD_NAMES = ("@", "a@b", "/", "a/b", "amq.", "amq.mine", "", " ", " x", "x ", "\t", "a\nb", "\u200b", "123", "0",
+             "ünïcödé", "名前", "%2F", "x" * 255, "x" * 256, "x" * 300, "é" * 127 + "x", "é" * 128, "名" * 86,
+             "😀" * 63, "😀" * 64, "amq.topic")
+BAD_DURATIONS = ("0ms", "0s", "4294967296ms", "4294967295ms", "49d", "1.5s", "10x", "", " ", "10", "ms", "-1s", "+1s",
+                 "1 s", "1S", "10sec", " 10s ", "٣s", "99999999999999999999h", "1" * 5_000 + "ms", 10, 0, -1, 1.5,
+                 True, None, [], ["1s"], {"s": 1})
+BAD_REGEXES = ("(", "[a-", "*x", "(?P<", "\\", "a{2,1}", "(?<=a+)b")
+JUNK: tuple[Any, ...] = (None, True, False, 0, -1, 1, 1.5, 2**31, 2**64, "", " ", "x", "0", "true", "null", [], [None],
+                         [[]], [["a"]], [{}], {}, {"a": None}, {"name": None}, "amq.gen", "1s")
+TOP_LEVEL_TYPOS = ("protekt", "vhost", "Vhosts", "password", "default", "retain_error_queue", "", "a.b", "x[0]")
+
+
+def junk() -> st.SearchStrategy[Any]:
+    scalar = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70),
+                       st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=12))
+    nested = st.recursive(scalar, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.text(max_size=6), inner, max_size=3), max_leaves=6)
+    return st.one_of(st.sampled_from(JUNK), st.sampled_from(ODD_NAMES), st.sampled_from(BAD_DURATIONS), nested)
+
+
+def typo(key: str) -> st.SearchStrategy[str]:
+    variants = {key + "s", key[:-1], key.upper(), key.replace("_", "-"), key.capitalize(), key[1:] + key[:1]}
+    if len(key) > 2:
+        variants.add(key[0] + key[2] + key[1] + key[3:])
+    variants.discard(key)
+    return st.sampled_from(sorted(variants)) if variants else st.just(key + "x")
+
+
+def walk(node: Any, path: Path = ()) -> list[tuple[Path, Any]]:
+    """Every (path, value) of the tree, the root included."""
+    found = [(path, node)]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found += walk(value, (*path, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            found += walk(value, (*path, index))
+    return found
+
+
+def get(tree: Any, path: Path) -> Any:
+    for step in path:
+        tree = tree[step]
+    return tree
+
+
+def put(tree: Any, path: Path, value: Any) -> None:
+    get(tree, path[:-1])[path[-1]] = value
+
+
+Mutation = Callable[[st.DrawFn, Tree], str | None]
+"""Changes the tree in place and says what it did, or returns None when it does not apply."""
+
+
+def pick(draw: st.DrawFn, tree: Tree, accept: Callable[[Path, Any], bool]) -> tuple[Path, Any] | None:
+    candidates = [(path, value) for path, value in walk(tree) if accept(path, value)]
+    return draw(st.sampled_from(candidates)) if candidates else None
+
+
+def replace_anywhere(draw: st.DrawFn, tree: Tree) -> str | None:
+    """Wrong type (or wrong value) at any level."""
+    found = pick(draw, tree, lambda path, _: bool(path))
+    if found is None:
+        return None
+    path, value = found
+    directed = {str: st.sampled_from([0, 42, ["x"], None]), list: st.sampled_from(["x", "", {}, [value], None]),
+                dict: st.sampled_from([[], [value], "x", None, 1]), bool: st.sampled_from(["yes", 1, 0, None, "true"]),
+                int: st.sampled_from([-1, 0, 1.0, str(value) if not isinstance(value, bool) else 1, None])}
+    new = draw(st.one_of(directed.get(type(value), junk()), junk()))
+    put(tree, path, new)
+    return f"replace {path} with {new!r}"
+
+
+def delete_key(draw: st.DrawFn, tree: Tree) -> str | None:
+    found = pick(draw, tree, lambda path, _: bool(path) and isinstance(path[-1], str))
+    if found is None:
+        return None
+    path, _ = found
+    del get(tree, path[:-1])[path[-1]]
+    return f"delete {path}"
+
+
+def add_unknown_key(draw: st.DrawFn, tree: Tree) -> str | None:
+    found = pick(draw, tree, lambda _, value: isinstance(value, dict))
+    if found is None:
+        return None
+    path, node = found
+    if not path and draw(st.booleans()):
+        key = draw(st.sampled_from(TOP_LEVEL_TYPOS))
+    elif node and draw(st.integers(0, 3)):
+        key = draw(typo(draw(st.sampled_from(sorted(node)))))
+    else:
+        key = draw(st.text(max_size=8))
+    if key in node:
+        return None
+    node[key] = draw(st.one_of(st.sampled_from([True, 1, "x", None, []]), junk()))
+    return f"add {key!r} at {path}"
+
+
+def duplicate_element(draw: st.DrawFn, tree: Tree) -> str | None:
+    found = pick(draw, tree, lambda _, value: isinstance(value, list) and bool(value))
+    if found is None:
+        return None
+    path, node = found
+    element = copy.deepcopy(draw(st.sampled_from(node)))
+    node.insert(draw(st.integers(0, len(node))), element)
+    return f"duplicate an element of {path}"
+
+
+def odd_name(draw: st.DrawFn, tree: Tree) -> str | None:
+    found = pick(draw, tree, lambda path, _: bool(path) and path[-1] in ("name", "user", "exchange"))
+    if found is None:
+        return None
+    path, _ = found
+    new = draw(st.one_of(st.sampled_from(ODD_NAMES), st.text(max_size=10)))
+    put(tree, path, new)
+    return f"name {path} = {new!r}"
+
+
+def bad_duration(draw: st.DrawFn, tree: Tree) -> str | None:
+    found = pick(draw, tree, lambda path, _: len(path) > 1 and (path[-2] == "delays" or path[-1] == "error_retention"))
+    if found is None:
+        return None
+    path, _ = found
+    retry = get(tree, path[:path.index("retry") + 1])
+    delays = retry.get("delays")
+    if isinstance(delays, list) and len(delays) > 1 and draw(st.booleans()):
+        how = draw(st.sampled_from(["reverse", "repeat", "same value"]))
+        if how == "reverse":
+            delays.reverse()
+        elif how == "repeat":
+            delays.append(delays[-1])
+        else:
+            delays.append("1000ms" if delays[-1] == "1s" else delays[-1].replace("ms", "") + "ms")
+        return f"delays {how}: {delays}"
+    new = draw(st.sampled_from(BAD_DURATIONS))
+    put(tree, path, new)
+    return f"duration {path} = {str(new)[:30]!r}"
+
+
+def vhosts_of(tree: Tree) -> list[Tree]:
+    vhosts = tree.get("vhosts")
+    return [v for v in vhosts if isinstance(v, dict)] if isinstance(vhosts, list) else []
+
+
+def entries(vhost: Tree, key: str) -> list[Tree]:
+    value = vhost.get(key)
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def derived_clash(draw: st.DrawFn, tree: Tree) -> str | None:
+    """A name that one of a retryable queue's derived queues, exchanges or logical keys also has."""
+    retryables = [(vhost, q) for vhost in vhosts_of(tree) for q in entries(vhost, "queues")
+                  if isinstance(q.get("name"), str) and isinstance(q.get("retry"), dict)]
+    if not retryables:
+        return None
+    vhost, queue = draw(st.sampled_from(retryables))
+    name = queue["name"]
+    kind, clash = draw(st.sampled_from([
+        ("queue", f"{name}.error"), ("queue", f"{name}.wait.1"), ("queue", f"{name}.retry"),
+        ("exchange", f"{name}.retry"), ("exchange", f"{name}.requeue"), ("exchange", f"{name}.error"),
+        ("policy", f"{name}.wait.1"), ("retryable", f"{name}-wait-1"), ("retryable", f"{name}-error"),
+    ]))
+    if kind == "exchange":
+        vhost.setdefault("exchanges", [])
+        if not isinstance(vhost["exchanges"], list):
+            return None
+        vhost["exchanges"].append({"name": clash, "type": "direct"})
+    elif kind == "policy":
+        vhost["policies"] = [*entries(vhost, "policies"),
+                             {"name": clash, "pattern": "^nothing$", "definition": {"max-length": 1}}]
+    else:
+        new: Tree = {"name": clash}
+        if kind == "retryable":
+            new.update(retry={"delays": ["1s"], "error_retention": "1h"}, max_length=10)
+        if not isinstance(vhost.get("queues"), list):
+            return None
+        vhost["queues"].append(new)
+    return f"{kind} {clash!r} beside retryable {name!r}"
+
+
+def dangling(draw: st.DrawFn, tree: Tree) -> str | None:
+    vhosts = vhosts_of(tree)
+    if not vhosts:
+        return None
+    vhost = draw(st.sampled_from(vhosts))
+    where = draw(st.sampled_from(["binding", "consumes", "publishes", "topic"]))
+    missing = draw(st.sampled_from(["nowhere", "amq.topic", "", 7]))
+    if where == "binding":
+        queues = entries(vhost, "queues")
+        if not queues:
+            return None
+        queue = draw(st.sampled_from(queues))
+        queue["bindings"] = [*(queue.get("bindings") if isinstance(queue.get("bindings"), list) else []),
+                             {"exchange": missing}]
+    else:
+        apps = entries(vhost, "applications")
+        if not apps:
+            return None
+        app = draw(st.sampled_from(apps))
+        if where == "topic":
+            app["topic_permissions"] = [{"exchange": missing, "write": ".*"}]
+        else:
+            app[where] = [missing]
+    return f"{where} refers to undeclared {missing!r}"
+
+
+def bad_policy(draw: st.DrawFn, tree: Tree) -> str | None:
+    policies = [p for vhost in vhosts_of(tree) for key in ("policies", "operator_policies")
+                for p in entries(vhost, key)]
+    if not policies:
+        return None
+    policy = draw(st.sampled_from(policies))
+    how = draw(st.sampled_from(["regex", "digits-dlx", "operator-key", "definition", "priority", "apply_to"]))
+    if how == "regex":
+        policy["pattern"] = draw(st.sampled_from(BAD_REGEXES))
+    elif how == "digits-dlx":
+        policy["definition"] = {draw(st.sampled_from(["dead-letter-exchange", "dead-letter-routing-key",
+                                                      "alternate-exchange"])): draw(st.sampled_from(
+                                                          ["123", 123, "+5", "-7", "٣", "0"]))}
+    elif how == "operator-key":
+        policy["definition"] = {draw(st.sampled_from(["dead-letter-exchange", "ha-mode", "federation-upstream",
+                                                      "message-ttl"])): 1}
+    elif how == "definition":
+        policy["definition"] = draw(st.sampled_from([{}, None, [], "max-length=1", {"max-length": 1.5},
+                                                     {"max-length": None}, {"max-length": True}]))
+    elif how == "priority":
+        policy["priority"] = draw(st.sampled_from([-1, "1", 1.0, None]))
+    else:
+        policy["apply_to"] = draw(st.sampled_from(["queue", "streams", "", None]))
+    return f"policy {how}: {policy}"
+
+
+def bad_passwords(draw: st.DrawFn, tree: Tree) -> str | None:
+    users = [(vhost, app) for vhost in vhosts_of(tree) for app in entries(vhost, "applications")
+             if isinstance(app.get("user"), str)]
+    how = draw(st.sampled_from(["missing", "non-string", "not-a-map", "same-user-twice"]))
+    if how == "not-a-map":
+        tree["passwords"] = draw(st.sampled_from(["secret", ["a"], 1, None]))
+    elif not users:
+        return None
+    elif how == "same-user-twice":
+        _, app = draw(st.sampled_from(users))
+        vhost = draw(st.sampled_from(vhosts_of(tree)))
+        vhost["applications"] = [*entries(vhost, "applications"), {"user": app["user"]}]
+    else:
+        _, app = draw(st.sampled_from(users))
+        passwords = tree.setdefault("passwords", {})
+        if not isinstance(passwords, dict):
+            return None
+        if how == "missing":
+            passwords.pop(app["user"], None)
+        else:
+            passwords[app["user"]] = draw(st.sampled_from([123, None, ["p"], "", {"v": "p"}, True]))
+    return f"passwords {how}"
+
+
+def nest(draw: st.DrawFn, tree: Tree) -> str | None:
+    """Nested lists, and lists where one value is expected."""
+    found = pick(draw, tree, lambda path, _: bool(path))
+    if found is None:
+        return None
+    path, value = found
+    put(tree, path, [value] if draw(st.booleans()) else [[value]])
+    return f"wrap {path} in a list"
+
+
+MUTATIONS: tuple[Mutation, ...] = (replace_anywhere, delete_key, add_unknown_key, duplicate_element, odd_name,
+                                   bad_duration, derived_clash, dangling, bad_policy, bad_passwords, nest)
+
+
+@dataclass(frozen=True)
+class Case:
+    raw: Tree
+    mutations: tuple[str, ...] = ()
+    """What was done to the valid base tree; empty means the tree must parse."""
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> Case:
+    tree = draw(valid_trees())
+    done = []
+    for _ in range(draw(st.integers(0, 3))):
+        mutate = draw(st.sampled_from(MUTATIONS))
+        if (what := mutate(draw, tree)) is not None:
+            done.append(what)
+    return Case(tree, tuple(done))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The property
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def path_exists(node: Any, rest: str, root: bool = True) -> bool:
+    """`rest` (as ConfigError writes key paths: `vhosts[0].queues[1].name`) names a value of `node`, or a
+    schema key missing from a mapping that exists. Keys may contain "." or "[", so this backtracks."""
+    if not rest:
+        return True
+    if isinstance(node, list):
+        match = re.match(r"\[(\d+)\]", rest)
+        return bool(match) and int(match[1]) < len(node) and path_exists(node[int(match[1])], rest[match.end():],
+                                                                          root=False)
+    if not isinstance(node, Mapping):
+        return False
+    if not root:
+        if not rest.startswith("."):
+            return False
+        rest = rest[1:]
+    if any(rest.startswith(str(key)) and path_exists(value, rest[len(str(key)):], root=False)
+           for key, value in node.items()):
+        return True
+    return rest in KNOWN_KEYS and rest not in node
+
+
+def check_problems(raw: Tree, error: ConfigError) -> None:
+    assert error.problems, "ConfigError without problems"
+    roots = {*TOP_LEVEL_KEYS, *(key for key in raw if key not in TOP_LEVEL_KEYS)}
+    for problem in error.problems:
+        assert isinstance(problem, tuple) and len(problem) == 2, problem
+        path, message = problem
+        assert isinstance(path, str) and isinstance(message, str), problem
+        assert message.strip(), f"empty message at {path!r}"
+        assert any(path == root or path.startswith((f"{root}.", f"{root}[")) for root in roots), problem
+        assert path_exists(raw, path), f"{path!r} is not a key path of the input ({message})"
+
+
+class PropertyViolationError(AssertionError):
+    """A property that failed on a config load_stack_config accepted; `kind` names which one."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        self.kind = kind
+        super().__init__(f"{kind}: {detail}")
+
+
+def physical_names(plan: VhostPlan) -> tuple[list[str], list[str], list[str]]:
+    """Queues and exchanges the plan declares, and everything else it names (policies, users)."""
+    queues = [q.name for q in plan.queues] + [q.name for r in plan.retryables for q in r.queues]
+    exchanges = [e.name for e in plan.exchanges] + [e.name for r in plan.retryables for e in r.exchanges]
+    others = ([p.name for p in plan.policies] + [p.name for r in plan.retryables for p in r.policies]
+              + [p.name for p in plan.operator_policies] + [g.user for g in plan.permissions]
+              + [b.source for b in plan.bindings if b.source_external])
+    return queues, exchanges, others
+
+
+def urns(config: StackConfig, plans: Sequence[VhostPlan]) -> list[tuple[str, str]]:
+    """(type chain, logical name) of every resource `__main__` registers: a URN is those two, so each
+    must be unique (components/vhost.py, retryable_queue.py, resources.py)."""
+    found = []
+    for vhost, plan in zip(config.vhosts, plans, strict=True):
+        key = naming.vhost_key(vhost.name)
+        found.append(("Vhost", key))
+        if not vhost.existing:
+            found.append(("Vhost$VHost", f"{key}-vhost"))
+        found += [("Vhost$Exchange", f"{key}-{e.key}") for e in plan.exchanges]
+        found += [("Vhost$Policy", f"{key}-{p.key}") for p in plan.policies]
+        found += [("Vhost$Queue", f"{key}-{q.key}") for q in plan.queues]
+        found += [("Vhost$Binding", f"{key}-{b.key}") for b in plan.bindings]
+        found += [("Vhost$OperatorPolicy", f"{key}-{p.key}") for p in plan.operator_policies]
+        for grant in plan.permissions:
+            found += [("Vhost$User", f"{key}-user-{grant.user}"), ("Vhost$Permissions", f"{key}-{grant.key}")]
+            if grant.topic:
+                found.append(("Vhost$TopicPermissions", f"{key}-topic-{grant.key}"))
+        for retryable in plan.retryables:
+            component = f"{key}-{retryable.config.name}"
+            found.append(("Vhost$RetryableQueue", component))
+            for kind, items in (("Policy", retryable.policies), ("Queue", retryable.queues),
+                                ("Exchange", retryable.exchanges), ("Binding", retryable.bindings)):
+                found += [(f"Vhost$RetryableQueue${kind}", f"{component}-{item.key}") for item in items]
+    return found
+
+
+def duplicates(items: Sequence[Any]) -> list[Any]:
+    seen: set[Any] = set()
+    return sorted({repr(item) for item in items if item in seen or seen.add(item)})
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def check_accepted(raw: Tree, config: StackConfig) -> None:
+    assert isinstance(config, StackConfig)
+    # Nothing silently dropped: every entry of the input is in the parsed config.
+    raw_vhosts = as_list(raw.get("vhosts"))
+    if len(config.vhosts) != len(raw_vhosts):
+        raise PropertyViolationError("dropped", f"{len(raw_vhosts)} vhosts in, {len(config.vhosts)} parsed")
+    for i, (vhost, raw_vhost) in enumerate(zip(config.vhosts, raw_vhosts, strict=True)):
+        for key in ("exchanges", "queues", "policies", "operator_policies", "applications"):
+            if len(getattr(vhost, key)) != len(as_list(raw_vhost.get(key))):
+                raise PropertyViolationError("dropped", f"vhosts[{i}].{key}: {len(as_list(raw_vhost.get(key)))} in, "
+                                f"{len(getattr(vhost, key))} parsed")
+        for j, (queue, raw_queue) in enumerate(zip(vhost.queues, as_list(raw_vhost.get("queues")), strict=True)):
+            if (queue.retry is None) != ("retry" not in raw_queue) or len(queue.bindings) != len(
+                    as_list(raw_queue.get("bindings"))):
+                raise PropertyViolationError("dropped", f"vhosts[{i}].queues[{j}]: {raw_queue!r} parsed as {queue!r}")
+
+    plans = []
+    for vhost in config.vhosts:
+        plan = plan_vhost(vhost)
+        problems = check_vhost(plan)
+        assert isinstance(problems, list) and all(isinstance(p, str) and p for p in problems), problems
+        plans.append(plan)
+        queues, exchanges, others = physical_names(plan)
+        for name in [vhost.name, *queues, *exchanges, *others]:
+            assert naming.byte_length(name) <= naming.MAX_NAME_BYTES, f"{name[:40]!r}… is over 255 bytes"
+            assert "@" not in name, name
+        for name in [*queues, *exchanges]:
+            assert "/" not in name and not name.startswith(naming.RESERVED_PREFIX), name
+        for kind, declared in (("queue", queues), ("exchange", exchanges),
+                               ("policy", [*(p.name for p in plan.policies),
+                                           *(p.name for r in plan.retryables for p in r.policies)]),
+                               ("operator policy", [p.name for p in plan.operator_policies])):
+            if clash := duplicates(declared):
+                raise PropertyViolationError(f"duplicate {kind}", f"vhost {vhost.name!r}: {clash}")
+    if clash := duplicates(urns(config, plans)):
+        raise PropertyViolationError("duplicate URN", ", ".join(clash))
+
+
+def check(case: Case) -> None:
+    """The whole property; raises on any violation."""
+    raw = case.raw
+    before = copy.deepcopy(raw)
+    try:
+        config = load_stack_config(raw)
+    except ConfigError as error:
+        check_problems(raw, error)
+        assert case.mutations, f"a valid tree was refused: {error.problems}"
+    else:
+        check_accepted(raw, config)
+    finally:
+        assert repr(raw) == repr(before), "load_stack_config mutated its input"
+
+
+def strings(node: Any) -> list[str]:
+    return [value for _, value in walk(node) if isinstance(value, str)]
+
+
+KNOWN_BUGS: dict[str, Callable[[Tree, BaseException], bool]] = {}
+"""Open bugs (each has an xfail regression below): the fuzzer notes them and moves on."""
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=IN_CI, database=None, print_blob=not IN_CI,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(cases())
+def test_any_config_is_accepted_and_plans_cleanly_or_refused_with_real_key_paths(case: Case) -> None:
+    event(f"mutations: {len(case.mutations)}")
+    try:
+        check(case)
+    except Exception as error:
+        for bug, matches in KNOWN_BUGS.items():
+            if matches(case.raw, error):
+                event(f"known bug: {bug}")
+                return
+        raise
