@@ -506,13 +506,17 @@ def parse_vhost(p: _Problems, path: str, raw: object, defaults: Defaults) -> Vho
     operator_policies = [policy for i, raw_policy in enumerate(
         _list(p, f"{path}.operator_policies", data.get("operator_policies", _MISSING)))
         if (policy := _parse_policy(p, f"{path}.operator_policies[{i}]", raw_policy, OPERATOR_POLICY_KEYS))]
-    queue_names = {n for _, q in queues for n in _owned_names(q)[0]}
-    exchange_names = named | {n for _, q in queues for n in _owned_names(q)[1]} | {
-        b.exchange for _, q in queues for b in q.bindings if b.external}
+    # Applications consume input and plain queues (wait tiers are the broker's, error queues the
+    # operators') and publish to exchanges the config names (not the retry machinery, reached via
+    # the contract). Permission regexes do not tell queues from exchanges, so a consumed queue may
+    # not share its name with any exchange: the read grant would let the app bind to that exchange.
+    queue_names = {q.name for _, q in queues}
+    exchange_names = named | {b.exchange for _, q in queues for b in q.bindings if b.external}
+    all_exchanges = exchange_names | {n for _, q in queues for n in _owned_names(q)[1]}
     raw_apps = _list(p, f"{path}.applications", data.get("applications", _MISSING))
     applications = [app for i, raw_app in enumerate(raw_apps)
                     if (app := _parse_application(p, f"{path}.applications[{i}]", raw_app, queue_names,
-                                                  exchange_names))]
+                                                  exchange_names, all_exchanges))]
     limits = _optional(data, "limits", lambda v: _parse_limits(p, f"{path}.limits", v), Limits())
     default_queue_type = _optional(data, "default_queue_type",
                                    lambda v: _choice(p, f"{path}.default_queue_type", v, QUEUE_TYPES))
@@ -537,14 +541,21 @@ def _names_list(p: _Problems, path: str, raw: object, known: set[str], kind: str
     return tuple(names)
 
 
-def _parse_application(p: _Problems, path: str, raw: object, queues: set[str],
-                       exchanges: set[str]) -> Application | None:
+def _parse_application(p: _Problems, path: str, raw: object, queues: set[str], exchanges: set[str],
+                       all_exchanges: set[str]) -> Application | None:
     data = _mapping(p, path, raw, ("user", "publishes", "consumes", "topic_permissions"))
     if data is None:
         return None
     user = _name(p, f"{path}.user", data.get("user"), "user", allow_reserved=True)
     publishes = _names_list(p, f"{path}.publishes", data.get("publishes", _MISSING), exchanges, "an exchange")
-    consumes = _names_list(p, f"{path}.consumes", data.get("consumes", _MISSING), queues, "a queue")
+    consumes = _names_list(p, f"{path}.consumes", data.get("consumes", _MISSING), queues,
+                           "an input or plain queue")
+    for i, queue in enumerate(consumes or ()):
+        if queue in all_exchanges:
+            p.add(f"{path}.consumes[{i}]", f'"{queue}" is also an exchange name: permissions cannot tell them apart, '
+                  "so this application could bind the queue to that exchange; rename one of them")
+            consumes = None
+            break
     topic: list[TopicPermission] = []
     for i, raw_topic in enumerate(_list(p, f"{path}.topic_permissions", data.get("topic_permissions", _MISSING))):
         t_path = f"{path}.topic_permissions[{i}]"

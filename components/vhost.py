@@ -9,8 +9,8 @@ import pulumi
 import pulumi_rabbitmq as rabbitmq
 
 from .checks import TopologyError, check_vhost
+from .config import ConfigError, load_vhost
 from .config import Vhost as VhostConfig
-from .config import load_vhost
 from .plan import VhostPlan, plan_vhost
 from .resources import declare_binding, declare_exchange, declare_policy, declare_queue
 from .retryable_queue import RetryableQueue
@@ -47,6 +47,10 @@ class Vhost(pulumi.ComponentResource):
         self.plan: VhostPlan = plan_vhost(config)
         if problems := check_vhost(self.plan):
             raise TopologyError(config.name, problems)
+        passwords = args.get("passwords") or {}
+        if missing := [g.user for g in self.plan.permissions if g.user not in passwords]:
+            raise ConfigError([(f"Vhost({name}).passwords", f"no password for {', '.join(missing)}; pass a secret "
+                                "per application user")])
         super().__init__(TYPE_TOKEN, name, None, opts)
         protect = bool(args.get("protect_queues"))
         child = pulumi.ResourceOptions(parent=self)
@@ -86,7 +90,9 @@ class Vhost(pulumi.ComponentResource):
                 rabbitmq.OperatorPolicyPolicyArgs(pattern=policy.pattern, priority=policy.priority,
                                                   apply_to=policy.apply_to, definition=dict(policy.definition))),
                 opts=child)
-        passwords = args.get("passwords") or {}
+        # 4.3 refuses topic permissions on an exchange that does not exist yet.
+        declared: dict[str, pulumi.Resource] = {**exchanges, **{
+            x.name: retryables[r.config.name] for r in self.plan.retryables for x in r.exchanges}}
         for grant in self.plan.permissions:
             user = rabbitmq.User(f"{name}-user-{grant.user}", name=grant.user,
                                  password=pulumi.Output.secret(passwords[grant.user]), tags=[], opts=child)
@@ -96,7 +102,8 @@ class Vhost(pulumi.ComponentResource):
             if grant.topic:
                 rabbitmq.TopicPermissions(f"{name}-topic-{grant.key}", user=user.name, vhost=vhost, permissions=[
                     rabbitmq.TopicPermissionsPermissionArgs(exchange=t.exchange, write=t.write, read=t.read)
-                    for t in grant.topic], opts=child)
+                    for t in grant.topic], opts=pulumi.ResourceOptions(
+                        parent=self, depends_on=[declared[t.exchange] for t in grant.topic if t.exchange in declared]))
 
         self.vhost_name = pulumi.Output.from_input(vhost)
         self.queues = pulumi.Output.all(

@@ -123,9 +123,7 @@ def test_topic_permissions_are_registered_only_where_configured():
         "permissions": [{"exchange": "shop.payments", "write": r"^payment\.", "read": ".*"}]}
 
 
-@pytest.mark.xfail(strict=True, reason="components/vhost.py: TopicPermissions does not depend on its exchange; "
-                                       "RabbitMQ 4.3 refuses topic permissions for a missing exchange (400 "
-                                       "no_such_exchange), so a from-scratch `pulumi up` can fail")
+# RabbitMQ 4.3 refuses topic permissions for a missing exchange (400 no_such_exchange).
 def test_topic_permissions_are_created_after_their_exchange():
     resources = record_shop()
     exchange = of_type(resources, EXCHANGE)["shop-exchange-shop.payments"]
@@ -184,10 +182,40 @@ def test_an_application_cannot_consume_an_undeclared_queue_or_publish_to_an_unde
                                 {"user": "shipping-app", "publishes": ["shop.refunds"]}])
     assert problems_of({"vhosts": [config], "passwords": PASSWORDS}) == [
         ("vhosts[0].applications[0].consumes[0]",
-         "'orders.refunds' is not a queue of this vhost; declare it or remove it here"),
+         "'orders.refunds' is not an input or plain queue of this vhost; declare it or remove it here"),
         ("vhosts[0].applications[1].publishes[0]",
          "'shop.refunds' is not an exchange of this vhost; declare it or remove it here"),
     ]
+
+
+def test_applications_reach_the_retry_machinery_only_through_the_contract():
+    config = shop(applications=[{"user": "billing-app", "consumes": ["orders.billing.wait.1"],
+                                 "publishes": ["orders.shipping.requeue"]}])
+    assert problems_of({"vhosts": [config], "passwords": PASSWORDS}) == [
+        ("vhosts[0].applications[0].publishes[0]",
+         "'orders.shipping.requeue' is not an exchange of this vhost; declare it or remove it here"),
+        ("vhosts[0].applications[0].consumes[0]",
+         "'orders.billing.wait.1' is not an input or plain queue of this vhost; declare it or remove it here"),
+    ]
+
+
+def test_a_consumed_queue_may_not_share_its_name_with_an_exchange():
+    # Measured on both brokers: the read grant on "audit.log" would also let the app bind it to an
+    # exchange called "audit.log".
+    config = shop()
+    config["exchanges"].append({"name": "audit.log", "type": "fanout"})
+    assert problems_of({"vhosts": [config], "passwords": PASSWORDS}) == [
+        ("vhosts[0].applications[1].consumes[1]",
+         '"audit.log" is also an exchange name: permissions cannot tell them apart, so this application could '
+         "bind the queue to that exchange; rename one of them"),
+    ]
+
+
+def test_a_missing_password_is_a_clear_error_for_a_reused_component():
+    with pytest.raises(ConfigError) as error:
+        Vhost("shop", {"vhost": shop(), "passwords": {"billing-app": "x"}})
+    assert error.value.problems == [
+        ("Vhost(shop).passwords", "no password for shipping-app; pass a secret per application user")]
 
 
 def test_a_user_cannot_be_an_application_in_two_vhosts():
