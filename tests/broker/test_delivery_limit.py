@@ -60,7 +60,15 @@ def _deploy(deploy: Deployer, delivery_limit: int = 1, **extra: Any) -> Deployme
     policy["definition"]["delivery-limit"] = delivery_limit
     call(deploy.broker, "PUT", path, {key: policy[key] for key in ("pattern", "apply-to", "priority",
                                                                       "definition")})
-    return deployment
+    # The queue reports the new limit several seconds later; wait, so no test reads a stale one.
+    deadline = time.monotonic() + STATS_S
+    while True:
+        stats = get(deploy.broker, f"queues/{esc(deployment.vhost)}/q")
+        if (stats.get("effective_policy_definition") or {}).get("delivery-limit") == delivery_limit and \
+                stats.get("delivery_limit", delivery_limit) == delivery_limit:
+            return deployment
+        assert time.monotonic() < deadline, f"q still reports {stats.get('effective_policy_definition')}"
+        time.sleep(0.25)
 
 
 @contextmanager
