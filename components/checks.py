@@ -15,16 +15,17 @@ from dataclasses import dataclass
 
 from pulumi.errors import RunError
 
-from .plan import BindingPlan, ExchangePlan, PolicyPlan, QueuePlan, VhostPlan
+from .plan import BindingPlan, ExchangePlan, PolicyPlan, QueuePlan, VhostPlan, logical_names
 
 
 class TopologyError(RunError):
     """The planned topology would lose or misroute messages; `problems` says where and why."""
 
-    def __init__(self, vhost: str, problems: list[str]) -> None:
+    def __init__(self, scope: str, problems: list[str]) -> None:
+        """`scope`: what was checked, e.g. 'vhost "shop"' or "the stack"."""
         self.problems = problems
         lines = "\n".join(f"  {problem}" for problem in problems)
-        super().__init__(f'vhost "{vhost}": the planned topology would lose or misroute messages:\n{lines}')
+        super().__init__(f"{scope}: the planned topology would lose or misroute messages:\n{lines}")
 
 
 @dataclass(frozen=True)
@@ -158,3 +159,20 @@ def check_vhost(plan: VhostPlan, extra_policies: Iterable[PolicyPlan] = ()) -> l
             problems.append(f'queue "{name}" dead-letters to "{dlx}"' + (f" with key {key}" if key else "")
                             + ", which routes to no queue: RabbitMQ would drop those messages")
     return problems + _automatic_cycles(graph)
+
+
+def check_logical_names(components: Iterable[tuple[str, VhostPlan]]) -> list[str]:
+    """Logical names are joined with "-" (`f"{component}-{key}"`), so distinct names can meet, e.g.
+    queue "x-queue-y" of vhost "a" and queue "y" of vhost "a-queue-x": two resources with one URN."""
+    owners: dict[tuple[str, str, str], str] = {}
+    problems = []
+    for component, plan in components:
+        for identity in logical_names(component, plan):
+            owner = f'vhost "{plan.config.name}"'
+            if identity in owners:
+                problems.append(f'{owners[identity]} and {owner} would both register a {identity[1]} named '
+                                f'"{identity[2]}"; rename a queue, exchange or vhost so that names joined with '
+                                '"-" stay distinct')
+            else:
+                owners[identity] = owner
+    return problems

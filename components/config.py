@@ -6,6 +6,7 @@ Pure: no resource is registered here. `ConfigError` subclasses `pulumi.RunError`
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -123,6 +124,8 @@ class Vhost:
     operator_policies: tuple[Policy, ...] = ()
     """Limits that apply on top of every user policy (the lower numeric value wins)."""
     applications: tuple[Application, ...] = ()
+    application_indexes: tuple[int, ...] = ()
+    """Where each application stands in the config's `applications[]` (for error paths)."""
     limits: Limits = Limits()
     default_queue_type: str | None = None
 
@@ -299,6 +302,9 @@ def _parse_retry(p: _Problems, path: str, raw: object) -> Retry | None:
     if delays_raw is _MISSING:
         p.add(f"{path}.delays", "missing; list one delay per wait tier, e.g. [1s, 10s, 1m]")
         return None
+    if delays_raw is None:
+        p.add(f"{path}.delays", "null; list one delay per wait tier, e.g. [1s, 10s, 1m]")
+        return None
     delays_list = _list(p, f"{path}.delays", delays_raw)
     if not delays_list and isinstance(delays_raw, Sequence) and not isinstance(delays_raw, str):
         p.add(f"{path}.delays", "empty; list at least one delay, e.g. [10s]")
@@ -338,6 +344,14 @@ def parse_queue(p: _Problems, path: str, raw: object, defaults: Defaults) -> Que
         p.add(f"{path}.delivery_limit", "delivery-limit is quorum-only; remove it or set type: quorum")
     bindings = [_parse_binding(p, f"{path}.bindings[{i}]", b)
                 for i, b in enumerate(_list(p, f"{path}.bindings", data.get("bindings", _MISSING)))]
+    seen_bindings: dict[str, int] = {}
+    for i, binding in enumerate(bindings):
+        if binding is None:
+            continue
+        identity = json.dumps([binding.exchange, binding.routing_key, dict(binding.arguments)], sort_keys=True)
+        if identity in seen_bindings:
+            p.add(f"{path}.bindings[{i}]", f"duplicate of bindings[{seen_bindings[identity]}]; remove one")
+        seen_bindings.setdefault(identity, i)
     retry = _optional(data, "retry", lambda v: _parse_retry(p, f"{path}.retry", v))
     if name is not None and retry is not None:
         for derived in naming.derived_queue_names(name, len(retry.delays_ms)) + naming.derived_exchange_names(name):
@@ -367,6 +381,24 @@ def parse_queue(p: _Problems, path: str, raw: object, defaults: Defaults) -> Que
 
 STRING_POLICY_KEYS = ("dead-letter-exchange", "dead-letter-routing-key", "alternate-exchange")
 APPLY_TO = ("queues", "classic_queues", "quorum_queues", "streams", "exchanges", "all")
+
+
+def _parse_policies(p: _Problems, path: str, raw: object,
+                    allowed_keys: Sequence[str] | None = None) -> list[tuple[int, Policy]]:
+    """Parsed policies with their index in the config; names must be unique."""
+    policies: list[tuple[int, Policy]] = []
+    names: dict[str, int] = {}
+    for i, raw_policy in enumerate(_list(p, path, raw)):
+        policy = _parse_policy(p, f"{path}[{i}]", raw_policy, allowed_keys)
+        if policy is None:
+            continue
+        if policy.name in names:
+            p.add(f"{path}[{i}].name", f'duplicate policy "{policy.name}" (also {path}[{names[policy.name]}]); '
+                  "rename or merge them")
+            continue
+        names[policy.name] = i
+        policies.append((i, policy))
+    return policies
 
 
 def _parse_policy(p: _Problems, path: str, raw: object, allowed_keys: Sequence[str] | None = None) -> Policy | None:
@@ -494,18 +526,16 @@ def parse_vhost(p: _Problems, path: str, raw: object, defaults: Defaults) -> Vho
         queue = parse_queue(p, f"{path}.queues[{i}]", raw_queue, defaults)
         if queue is not None:
             queues.append((i, queue))
-    policies = [policy for i, raw_policy in enumerate(_list(p, f"{path}.policies", data.get("policies", _MISSING)))
-                if (policy := _parse_policy(p, f"{path}.policies[{i}]", raw_policy)) is not None]
+    policies = _parse_policies(p, f"{path}.policies", data.get("policies", _MISSING))
     ours = {name for _, queue in queues for name in _owned_names(queue)[0]}
-    for i, policy in enumerate(policies):
+    for i, policy in policies:
         if policy.name in ours:
             p.add(f"{path}.policies[{i}].name", f'"{policy.name}" is the name of a policy this stack derives for '
                   "that queue; rename the policy")
     _check_vhost_names(p, path, exchanges, queues)
     _check_bindings(p, path, {e.name: e for _, e in exchanges}, queues, named)
-    operator_policies = [policy for i, raw_policy in enumerate(
-        _list(p, f"{path}.operator_policies", data.get("operator_policies", _MISSING)))
-        if (policy := _parse_policy(p, f"{path}.operator_policies[{i}]", raw_policy, OPERATOR_POLICY_KEYS))]
+    operator_policies = _parse_policies(p, f"{path}.operator_policies", data.get("operator_policies", _MISSING),
+                                        OPERATOR_POLICY_KEYS)
     # Applications consume input and plain queues (wait tiers are the broker's, error queues the
     # operators') and publish to exchanges the config names (not the retry machinery, reached via
     # the contract). Permission regexes do not tell queues from exchanges, so a consumed queue may
@@ -514,7 +544,7 @@ def parse_vhost(p: _Problems, path: str, raw: object, defaults: Defaults) -> Vho
     exchange_names = named | {b.exchange for _, q in queues for b in q.bindings if b.external}
     all_exchanges = exchange_names | {n for _, q in queues for n in _owned_names(q)[1]}
     raw_apps = _list(p, f"{path}.applications", data.get("applications", _MISSING))
-    applications = [app for i, raw_app in enumerate(raw_apps)
+    applications = [(i, app) for i, raw_app in enumerate(raw_apps)
                     if (app := _parse_application(p, f"{path}.applications[{i}]", raw_app, queue_names,
                                                   exchange_names, all_exchanges))]
     limits = _optional(data, "limits", lambda v: _parse_limits(p, f"{path}.limits", v), Limits())
@@ -526,8 +556,10 @@ def parse_vhost(p: _Problems, path: str, raw: object, defaults: Defaults) -> Vho
     if name is None or existing is None or limits is None:
         return None
     return Vhost(name=name, existing=existing, exchanges=tuple(e for _, e in exchanges),
-                 queues=tuple(q for _, q in queues), policies=tuple(policies),
-                 operator_policies=tuple(operator_policies), applications=tuple(applications), limits=limits,
+                 queues=tuple(q for _, q in queues), policies=tuple(pol for _, pol in policies),
+                 operator_policies=tuple(pol for _, pol in operator_policies),
+                 applications=tuple(app for _, app in applications),
+                 application_indexes=tuple(i for i, _ in applications), limits=limits,
                  default_queue_type=default_queue_type)
 
 
@@ -563,7 +595,7 @@ def _parse_application(p: _Problems, path: str, raw: object, queues: set[str], e
         if t_data is None:
             continue
         regexes = [_regex(p, f"{t_path}.{key}", t_data.get(key, "^$")) for key in ("write", "read")]
-        if t_data.get("exchange") not in exchanges:
+        if not isinstance(t_data.get("exchange"), str) or t_data["exchange"] not in exchanges:
             p.add(f"{t_path}.exchange", f"{t_data.get('exchange')!r} is not an exchange of this vhost")
         elif None not in regexes:
             topic.append(TopicPermission(t_data["exchange"], *regexes))
@@ -613,7 +645,7 @@ def load_stack_config(raw: Mapping[str, Any]) -> StackConfig:
         passwords = {}
     users: dict[str, str] = {}
     for i, vhost in vhosts:
-        for j, app in enumerate(vhost.applications):
+        for j, app in zip(vhost.application_indexes, vhost.applications, strict=True):
             where = f"vhosts[{i}].applications[{j}].user"
             if app.user in users:
                 p.add(where, f'user "{app.user}" is also {users[app.user]}; give each application its own user')

@@ -8,7 +8,10 @@ from typing import Any
 import pulumi
 from pulumi.runtime import config as runtime_config
 
+from .checks import TopologyError, check_logical_names
 from .config import ConfigError, StackConfig, load_stack_config
+from .naming import vhost_key
+from .plan import plan_vhost
 
 NAMESPACE = "rabbitmq-retry"
 
@@ -56,4 +59,6 @@ def read_stack_config() -> StackConfig:
         raise ConfigError(error.problems + problems) from None
     if problems:
         raise ConfigError(problems)
+    if clashes := check_logical_names((vhost_key(v.name), plan_vhost(v)) for v in config.vhosts):
+        raise TopologyError("the stack", clashes)
     return config

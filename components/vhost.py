@@ -8,10 +8,10 @@ from typing import Any, NotRequired, TypedDict
 import pulumi
 import pulumi_rabbitmq as rabbitmq
 
-from .checks import TopologyError, check_vhost
+from .checks import TopologyError, check_logical_names, check_vhost
 from .config import ConfigError, load_vhost
 from .config import Vhost as VhostConfig
-from .plan import VhostPlan, plan_vhost
+from .plan import VHOST_KEY, VhostPlan, plan_vhost
 from .resources import declare_binding, declare_exchange, declare_policy, declare_queue
 from .retryable_queue import RetryableQueue
 
@@ -45,8 +45,8 @@ class Vhost(pulumi.ComponentResource):
         if not isinstance(config, VhostConfig):
             config = load_vhost(config, f"Vhost({name}).vhost")
         self.plan: VhostPlan = plan_vhost(config)
-        if problems := check_vhost(self.plan):
-            raise TopologyError(config.name, problems)
+        if problems := check_vhost(self.plan) + check_logical_names([(name, self.plan)]):
+            raise TopologyError(f'vhost "{config.name}"', problems)
         passwords = args.get("passwords") or {}
         if missing := [g.user for g in self.plan.permissions if g.user not in passwords]:
             raise ConfigError([(f"Vhost({name}).passwords", f"no password for {', '.join(missing)}; pass a secret "
@@ -61,7 +61,7 @@ class Vhost(pulumi.ComponentResource):
             # Deleting a vhost deletes every queue in it: it is protected like a queue.
             limits = config.limits
             vhost = rabbitmq.VHost(
-                f"{name}-vhost", name=config.name, default_queue_type=config.default_queue_type,
+                f"{name}-{VHOST_KEY}", name=config.name, default_queue_type=config.default_queue_type,
                 max_connections=None if limits.max_connections is None else str(limits.max_connections),
                 max_queues=None if limits.max_queues is None else str(limits.max_queues),
                 opts=queue_opts).name
@@ -94,13 +94,13 @@ class Vhost(pulumi.ComponentResource):
         declared: dict[str, pulumi.Resource] = {**exchanges, **{
             x.name: retryables[r.config.name] for r in self.plan.retryables for x in r.exchanges}}
         for grant in self.plan.permissions:
-            user = rabbitmq.User(f"{name}-user-{grant.user}", name=grant.user,
+            user = rabbitmq.User(f"{name}-{grant.user_key}", name=grant.user,
                                  password=pulumi.Output.secret(passwords[grant.user]), tags=[], opts=child)
             rabbitmq.Permissions(f"{name}-{grant.key}", user=user.name, vhost=vhost,
                                  permissions=rabbitmq.PermissionsPermissionsArgs(
                                      configure=grant.configure, write=grant.write, read=grant.read), opts=child)
             if grant.topic:
-                rabbitmq.TopicPermissions(f"{name}-topic-{grant.key}", user=user.name, vhost=vhost, permissions=[
+                rabbitmq.TopicPermissions(f"{name}-{grant.topic_key}", user=user.name, vhost=vhost, permissions=[
                     rabbitmq.TopicPermissionsPermissionArgs(exchange=t.exchange, write=t.write, read=t.read)
                     for t in grant.topic], opts=pulumi.ResourceOptions(
                         parent=self, depends_on=[declared[t.exchange] for t in grant.topic if t.exchange in declared]))

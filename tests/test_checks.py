@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
+import pulumi
 import pytest
 
 from components import Vhost
-from components.checks import TopologyError, check_vhost
+from components.checks import TopologyError, check_logical_names, check_vhost
 from components.config import load_vhost
-from components.plan import plan_vhost
+from components.plan import logical_names, plan_vhost
 from tests.conftest import vhost_config
 from tools.mockrun import record
 
@@ -80,3 +82,45 @@ def test_topic_routing_is_simulated_like_rabbitmq(pattern, key, expected):
     from components.checks import _topic_matches
 
     assert _topic_matches(pattern, key) is expected
+
+
+def test_logical_names_joined_with_dashes_that_meet_are_refused():
+    plans = [(v, plan_vhost(load_vhost({"name": v, "queues": [{"name": q}]}, "v")))
+             for v, q in (("a", "x-queue-y"), ("a-queue-x", "y"))]
+    advice = 'rename a queue, exchange or vhost so that names joined with "-" stay distinct'
+    # Quorum by default: each plain queue has a delivery-limit policy too.
+    assert check_logical_names(plans) == [
+        f'vhost "a" and vhost "a-queue-x" would both register a {kind} named "{name}"; {advice}'
+        for kind, name in (("Queue", "a-queue-x-queue-y"), ("Policy", "a-queue-x-queue-y-policy"))]
+
+
+def test_the_program_refuses_clashing_logical_names_before_registering(tmp_path):
+    import shutil
+
+    from tools.mockrun import ROOT, record_program
+
+    shutil.copy(ROOT / "__main__.py", tmp_path)
+    shutil.copytree(ROOT / "components", tmp_path / "components", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "Pulumi.clash.yaml").write_text(
+        "config:\n  rabbitmq-retry:vhosts:\n"
+        "    - {name: v, queues: [{name: orders, retry: {delays: [1s]}},\n"
+        "                         {name: orders-wait-1, retry: {delays: [1s]}}]}\n")
+    with pytest.raises(pulumi.RunError, match='would both register a Policy named "v-orders-wait-1-policy"'):
+        record_program("clash", tmp_path)
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_logical_names_predict_exactly_what_the_components_register(stack):
+    from components.config import Defaults
+    from components.naming import vhost_key
+    from tools.mockrun import record_program, stack_config
+
+    registered = sorted((r.type.rsplit(":", 1)[-1], r.name) for r in record_program(stack)
+                        if r.type != "pulumi:pulumi:Stack")
+    config, _ = stack_config(stack)
+    vhosts = json.loads(config["rabbitmq-retry:vhosts"])
+    defaults = Defaults(**json.loads(config["rabbitmq-retry:defaults"]))
+    predicted = sorted((kind, name) for raw in vhosts
+                       for _, kind, name in logical_names(vhost_key(raw["name"]), plan_vhost(load_vhost(raw, "v",
+                                                                                                       defaults))))
+    assert registered == predicted

@@ -57,9 +57,12 @@ def test_quorum_queues_get_an_explicit_delivery_limit():
 
 def test_a_delivery_limit_at_or_below_max_retries_is_refused():
     assert problems_of(with_queue({**retryable(max_retries=5), "type": "quorum", "delivery_limit": 5})) == [
-        ("vhosts[0].queues[0].delivery_limit",
-         "5 is not above max_retries (5): on RabbitMQ 4 each retry counts toward it, and a message over it jams in "
-         "a dead-letter cycle; raise it or leave it unset (default: defaults.delivery_limit + max_retries)")]
+        (
+            "vhosts[0].queues[0].delivery_limit",
+            "5 is not above max_retries (5): on RabbitMQ 4 each retry counts toward it, and a message over it jams in "
+            "a dead-letter cycle; raise it or leave it unset (default: defaults.delivery_limit + max_retries)",
+        )
+    ]
 
 
 def test_the_default_vhost_is_referenced_never_managed():
@@ -243,6 +246,50 @@ BAD_CONFIGS = [
         {"vhosts": [vhost_config(name="a@b")]},
         [("vhosts[0].name", '"a@b": "@" breaks the provider\'s name@vhost IDs; rename the vhost')],
         id="vhost-at-sign",
+    ),
+    pytest.param(
+        with_queue(retryable(delays=None)),
+        [("vhosts[0].queues[0].retry.delays", "null; list one delay per wait tier, e.g. [1s, 10s, 1m]")],
+        id="delays-null",
+    ),
+    pytest.param(
+        with_queue(retryable(delays=["1" * 5000 + "ms"])),
+        [("vhosts[0].queues[0].retry.delays[0]", f'"{"1" * 20}…" is out of range (1ms … 4294967295ms, about 49 days)')],
+        id="huge-duration",
+    ),
+    pytest.param(
+        with_queue({"name": "q", "bindings": [{"exchange": "events"}] * 2}),
+        [("vhosts[0].queues[0].bindings[1]", "duplicate of bindings[0]; remove one")],
+        id="duplicate-binding",
+    ),
+    pytest.param(
+        {
+            "vhosts": [
+                vhost_config(
+                    policies=[
+                        {"name": "p", "pattern": "^a$", "definition": {"max-length": 1}},
+                        {"name": "p", "pattern": "^b$", "definition": {"max-length": 1}},
+                    ]
+                )
+            ]
+        },
+        [("vhosts[0].policies[1].name", 'duplicate policy "p" (also vhosts[0].policies[0]); rename or merge them')],
+        id="duplicate-policy",
+    ),
+    pytest.param(
+        {
+            "vhosts": [
+                vhost_config(policies=[None, {"name": "audit", "pattern": "^a$", "definition": {"max-length": 1}}])
+            ]
+        },
+        [
+            ("vhosts[0].policies[0]", "expected a mapping, got null"),
+            (
+                "vhosts[0].policies[1].name",
+                '"audit" is the name of a policy this stack derives for that queue; rename the policy',
+            ),
+        ],
+        id="policy-paths-count-refused-entries",
     ),
     pytest.param({"vhosts": "shop"}, [("vhosts", "expected a list, got str")], id="vhosts-not-a-list"),
     pytest.param(
