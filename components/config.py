@@ -499,6 +499,9 @@ def parse_vhost(p: _Problems, path: str, raw: object, defaults: Defaults) -> Vho
     elif "@" in name:
         p.add(f"{path}.name", f'"{name}": "@" breaks the provider\'s name@vhost IDs; rename the vhost')
         name = None
+    elif name != name.strip():
+        p.add(f"{path}.name", f'"{name}": leading or trailing whitespace; remove it')
+        name = None
     elif naming.byte_length(name) > naming.MAX_NAME_BYTES:
         p.add(f"{path}.name", "vhost name is over 255 bytes; shorten it")
         name = None
@@ -633,6 +636,8 @@ def load_stack_config(raw: Mapping[str, Any]) -> StackConfig:
     defaults = _parse_defaults(p, top.get("defaults", _MISSING))
     if "vhosts" not in top:
         p.add("vhosts", "missing; set rabbitmq-retry:vhosts to a list of vhosts (see README)")
+    elif top["vhosts"] is None:
+        p.add("vhosts", "null; list the vhosts, or write [] to manage none (that deletes what this stack created)")
     vhosts: list[tuple[int, Vhost]] = []
     for i, raw_vhost in enumerate(_list(p, "vhosts", top.get("vhosts", _MISSING))):
         vhost = parse_vhost(p, f"vhosts[{i}]", raw_vhost, defaults)

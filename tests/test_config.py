@@ -291,6 +291,21 @@ BAD_CONFIGS = [
         ],
         id="policy-paths-count-refused-entries",
     ),
+    pytest.param(
+        {"vhosts": None},
+        [("vhosts", "null; list the vhosts, or write [] to manage none (that deletes what this stack created)")],
+        id="vhosts-null",
+    ),
+    pytest.param(
+        {"vhosts": [vhost_config(name=" shop")]},
+        [("vhosts[0].name", '" shop": leading or trailing whitespace; remove it')],
+        id="vhost-whitespace",
+    ),
+    pytest.param(
+        with_queue(retryable(delays=["٣s"])),
+        [("vhosts[0].queues[0].retry.delays[0]", '"٣s" is not a duration (use 500ms, 10s, 5m, 1h)')],
+        id="non-ascii-digits",
+    ),
     pytest.param({"vhosts": "shop"}, [("vhosts", "expected a list, got str")], id="vhosts-not-a-list"),
     pytest.param(
         {}, [("vhosts", "missing; set rabbitmq-retry:vhosts to a list of vhosts (see README)")], id="no-vhosts"
