@@ -32,6 +32,8 @@ import pika
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 from pika.exceptions import NackError
 
+from tests.support.amqp import channel as _channel
+from tests.support.amqp import parameters
 from tests.support.mirror import Broker, call, esc, get
 
 if TYPE_CHECKING:
@@ -73,21 +75,12 @@ def _deploy(deploy: Deployer, delivery_limit: int = 1, **extra: Any) -> Deployme
 
 @contextmanager
 def _connection(broker: Broker, vhost: str) -> Iterator[BlockingConnection]:
-    credentials = pika.PlainCredentials(broker.username, broker.password)
-    connection = pika.BlockingConnection(pika.ConnectionParameters(broker.host, broker.amqp_port, vhost, credentials))
+    connection = pika.BlockingConnection(parameters(broker, vhost))
     try:
         yield connection
     finally:
         if connection.is_open:
             connection.close()
-
-
-@contextmanager
-def _channel(broker: Broker, vhost: str) -> Iterator[BlockingChannel]:
-    with _connection(broker, vhost) as connection:
-        channel = connection.channel()
-        channel.confirm_delivery()
-        yield channel
 
 
 Delivery = tuple[Any, pika.BasicProperties, bytes]

@@ -17,19 +17,19 @@ import subprocess
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pika
 import pytest
-from pika.adapters.blocking_connection import BlockingChannel
 from pika.spec import BasicProperties
 
 from examples.retry_client import Handler, Mode, Publisher, RetryingConsumer, rejected_attempts
+from tests.support.amqp import channel, message_count
+from tests.support.amqp import parameters as _params
 from tests.support.mirror import Broker
 
 if TYPE_CHECKING:
@@ -46,19 +46,8 @@ LATE_MS = 250
 LATE_MEDIAN_MS = 60
 
 
-def _params(broker: Broker, vhost: str) -> pika.ConnectionParameters:
-    return pika.ConnectionParameters(broker.host, broker.amqp_port, vhost,
-                                     pika.PlainCredentials(broker.username, broker.password))
-
-
-@contextmanager
-def _channel(broker: Broker, vhost: str) -> Iterator[BlockingChannel]:
-    with pika.BlockingConnection(_params(broker, vhost)) as connection:
-        yield connection.channel()
-
-
-def _count(channel: BlockingChannel, queue: str) -> int:
-    return int(channel.queue_declare(queue, passive=True).method.message_count)
+_channel = partial(channel, confirms=False)
+_count = message_count
 
 
 def _drain(broker: Broker, vhost: str, queue: str) -> list[tuple[BasicProperties, bytes]]:

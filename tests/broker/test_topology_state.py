@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pika
 import pulumi_rabbitmq as rabbitmq
 import pytest
 import yaml
 from pika.adapters.blocking_connection import BlockingChannel
 
 from components import Vhost
+from tests.support.amqp import channel as _channel
+from tests.support.amqp import message_count as _count
 from tests.support.mirror import Broker, apply, call, esc, get, read_back
 from tools.mockrun import record, record_program
 
@@ -36,15 +36,6 @@ def _version(broker: Broker) -> tuple[int, ...]:
     return tuple(int(p) for p in call(broker, "GET", "overview")[1]["rabbitmq_version"].split(".")[:2])
 
 
-@contextmanager
-def _channel(broker: Broker, vhost: str) -> Iterator[BlockingChannel]:
-    credentials = pika.PlainCredentials(broker.username, broker.password)
-    with pika.BlockingConnection(pika.ConnectionParameters(broker.host, broker.amqp_port, vhost, credentials)) as conn:
-        channel = conn.channel()
-        channel.confirm_delivery()
-        yield channel
-
-
 def _wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
     deadline = time.monotonic() + timeout
     while not (result := check()):
@@ -54,8 +45,7 @@ def _wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
     return result
 
 
-def _count(channel: BlockingChannel, queue: str) -> int:
-    return int(channel.queue_declare(queue, passive=True).method.message_count)
+
 
 
 def _next(channel: BlockingChannel, queue: str, or_in: str | None = None) -> tuple[Any, Any, bytes] | None:
