@@ -170,9 +170,10 @@ def check_logical_names(components: Iterable[tuple[str, VhostPlan]]) -> list[str
         for identity in logical_names(component, plan):
             owner = f'vhost "{plan.config.name}"'
             if identity in owners:
-                problems.append(f'{owners[identity]} and {owner} would both register a {identity[1]} named '
-                                f'"{identity[2]}"; rename a queue, exchange or vhost so that names joined with '
-                                '"-" stay distinct')
+                problems.append((identity[2], f'{owners[identity]} and {owner} would both register a {identity[1]} '
+                                 f'named "{identity[2]}"; rename a queue, exchange or vhost so that names joined '
+                                 'with "-" stay distinct'))
             else:
                 owners[identity] = owner
-    return problems
+    # By name, not by the order the components register in: related clashes (a queue, its policy) stay together.
+    return [problem for _, problem in sorted(problems, key=lambda named: named[0])]

@@ -58,6 +58,10 @@ def exact_pattern(name: str) -> str:
     return f"^{re.escape(name)}$"
 
 
+VHOST_KEY = "vhost"
+"""Logical key of the VHost resource a Vhost component creates."""
+
+
 def vhost_key(vhost: str) -> str:
     """Logical name of a vhost component: the vhost name, path-escaped so `/` cannot appear."""
     return quote(vhost, safe="")

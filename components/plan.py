@@ -18,6 +18,7 @@ from typing import Literal
 
 from . import naming
 from .config import Binding, Queue, TopicPermission, Vhost
+from .layout import logical_names as logical_names
 
 QueueRole = Literal["input", "wait", "error", "plain"]
 
@@ -151,32 +152,6 @@ class VhostPlan:
     retryables: tuple[RetryablePlan, ...]
     operator_policies: tuple[PolicyPlan, ...] = ()
     permissions: tuple[PermissionPlan, ...] = ()
-
-
-VHOST_KEY = "vhost"
-
-
-def logical_names(component: str, plan: VhostPlan) -> list[tuple[str, str, str]]:
-    """(parent chain, resource kind, logical name) of everything the Vhost component `component`
-    registers: what must be unique in a stack for the URNs to be."""
-    vhost_level = [
-        *((kind, key) for kind, keys in (
-            ("Exchange", [e.key for e in plan.exchanges]), ("Queue", [q.key for q in plan.queues]),
-            ("Policy", [p.key for p in plan.policies]), ("Binding", [b.key for b in plan.bindings]),
-            ("OperatorPolicy", [p.key for p in plan.operator_policies]),
-            ("User", [g.user_key for g in plan.permissions]), ("Permissions", [g.key for g in plan.permissions]),
-            ("TopicPermissions", [g.topic_key for g in plan.permissions if g.topic]),
-            ("VHost", [VHOST_KEY] if not plan.config.existing else []),
-            ("RetryableQueue", [r.config.name for r in plan.retryables])) for key in keys),
-    ]
-    names = [("", "Vhost", component)]
-    names += [("Vhost", kind, f"{component}-{key}") for kind, key in vhost_level]
-    for retryable in plan.retryables:
-        child = f"{component}-{retryable.config.name}"
-        names += [("Vhost$RetryableQueue", kind, f"{child}-{key}") for kind, items in (
-            ("Queue", retryable.queues), ("Exchange", retryable.exchanges), ("Binding", retryable.bindings),
-            ("Policy", retryable.policies)) for key in (item.key for item in items)]
-    return names
 
 
 def exact_names(names: Iterable[str]) -> str:

@@ -1,28 +1,79 @@
 """Plan entries to `pulumi_rabbitmq` resources, one to one, with the provider's traps closed.
 
-Shared by the components; see ../shared/notes/provider.md for why each input is set as it is.
+Every resource the components register is declared here: one builder per kind of `layout.py`, called by
+`declare_children` in the layout's order. The comments say why each input is set as it is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 import pulumi_rabbitmq as rabbitmq
 
-from .plan import BindingPlan, ExchangePlan, PolicyPlan, QueuePlan
+from .config import Vhost as VhostConfig
+from .layout import Slot, children
+from .plan import BindingPlan, ExchangePlan, PermissionPlan, PolicyPlan, QueuePlan
 
 
-def declare_queue(component: str, queue: QueuePlan, vhost: pulumi.Input[str],
-                  opts: pulumi.ResourceOptions, policy: rabbitmq.Policy | None = None) -> rabbitmq.Queue:
-    """`policy` is created first: a wait queue that received a message before its TTL policy
+@dataclass
+class Scope:
+    """The children of one component: what they share, and what is declared so far. A child refers to an
+    earlier one through its resource, never by a plain name, so that replacing one replaces the other."""
+
+    component: pulumi.ComponentResource
+    vhost: pulumi.Input[str]
+    """Becomes the VHost resource's name output once this component creates it."""
+    protect_queues: bool = False
+    retain_error_queues: bool = False
+    passwords: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    names: dict[tuple[str, str], pulumi.Output[str]] = field(default_factory=dict)
+    """(kind, physical name) → the name output of what declares it, for inputs that name it."""
+    resources: dict[tuple[str, str], pulumi.Resource] = field(default_factory=dict)
+    """(kind, physical name) → the resource (or nested component) that declares it, to depend on."""
+
+    def add(self, kind: str, name: str, resource: pulumi.Resource, output: pulumi.Output[str] | None = None) -> None:
+        self.resources[(kind, name)] = resource
+        if output is not None:
+            self.names[(kind, name)] = output
+
+    def options(self, *, depends_on: list[pulumi.Resource] | None = None) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(parent=self.component, depends_on=depends_on)
+
+    def queue_options(self, *, error_queue: bool = False,
+                      depends_on: list[pulumi.Resource] | None = None) -> pulumi.ResourceOptions:
+        """`protect` (Pulumi refuses to delete or replace) every queue, and the vhost that holds them;
+        `retain_on_delete` on error queues, so that removing a component leaves parked messages."""
+        return pulumi.ResourceOptions(
+            parent=self.component, depends_on=depends_on, protect=True if self.protect_queues else None,
+            retain_on_delete=True if error_queue and self.retain_error_queues else None)
+
+
+Builder = Callable[[Scope, str, Any], None]
+"""Declares the child `logical name` of one plan entry in a scope, and records it there."""
+
+
+def declare_vhost(scope: Scope, logical_name: str, vhost: VhostConfig) -> None:
+    # Deleting a vhost deletes every queue in it: it is protected like a queue.
+    limits = vhost.limits
+    resource = rabbitmq.VHost(
+        logical_name, name=vhost.name, default_queue_type=vhost.default_queue_type,
+        max_connections=None if limits.max_connections is None else str(limits.max_connections),
+        max_queues=None if limits.max_queues is None else str(limits.max_queues),
+        opts=scope.queue_options())
+    scope.vhost = resource.name
+
+
+def declare_queue(scope: Scope, logical_name: str, queue: QueuePlan) -> None:
+    """The queue's policy is created first: a wait queue that received a message before its TTL policy
     existed would keep that message forever (a policy never changes the expiry of queued messages)."""
-    if policy is not None:
-        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[policy]))
-    return rabbitmq.Queue(
-        f"{component}-{queue.key}",
+    policy = scope.resources.get(("Policy", queue.name))
+    resource = rabbitmq.Queue(
+        logical_name,
         name=queue.name,
-        vhost=vhost,
+        vhost=scope.vhost,
         settings=rabbitmq.QueueSettingsArgs(
             durable=True,  # the provider defaults to false; quorum queues and RabbitMQ 4.3 refuse that
             auto_delete=False,
@@ -30,50 +81,116 @@ def declare_queue(component: str, queue: QueuePlan, vhost: pulumi.Input[str],
             # that RabbitMQ 4 reading it back does not plan a replacement on every `pulumi up`.
             arguments_json=queue.arguments_json,
         ),
-        opts=opts,
+        opts=scope.queue_options(error_queue=queue.role == "error", depends_on=[policy] if policy else None),
     )
+    scope.add("Queue", queue.name, resource, resource.name)
 
 
-def declare_exchange(component: str, exchange: ExchangePlan, vhost: pulumi.Input[str],
-                     opts: pulumi.ResourceOptions) -> rabbitmq.Exchange:
-    return rabbitmq.Exchange(
-        f"{component}-{exchange.key}",
+def declare_exchange(scope: Scope, logical_name: str, exchange: ExchangePlan) -> None:
+    resource = rabbitmq.Exchange(
+        logical_name,
         name=exchange.name,
-        vhost=vhost,
+        vhost=scope.vhost,
         settings=rabbitmq.ExchangeSettingsArgs(type=exchange.type, durable=True, auto_delete=False),
-        opts=opts,
+        opts=scope.options(),
     )
+    scope.add("Exchange", exchange.name, resource, resource.name)
 
 
-def declare_binding(component: str, binding: BindingPlan, vhost: pulumi.Input[str],
-                    exchange_names: Mapping[str, pulumi.Output[str]], queue_names: Mapping[str, pulumi.Output[str]],
-                    opts: pulumi.ResourceOptions) -> rabbitmq.Binding:
+def declare_binding(scope: Scope, logical_name: str, binding: BindingPlan) -> None:
     """Source and destination are resource outputs when declared in this stack, so that a replaced
     queue or exchange replaces its bindings too (the broker drops them with it)."""
-    source: pulumi.Input[str] = binding.source if binding.source_external else exchange_names[binding.source]
-    return rabbitmq.Binding(
-        f"{component}-{binding.key}",
-        vhost=vhost,
+    source = binding.source if binding.source_external else scope.names[("Exchange", binding.source)]
+    rabbitmq.Binding(
+        logical_name,
+        vhost=scope.vhost,
         source=source,
-        destination=queue_names[binding.destination],
+        destination=scope.names[("Queue", binding.destination)],
         destination_type="queue",
         routing_key=binding.routing_key,
         arguments_json=binding.arguments_json,
-        opts=opts,
+        opts=scope.options(),
     )
 
 
-def declare_policy(component: str, policy: PolicyPlan, vhost: pulumi.Input[str],
-                   opts: pulumi.ResourceOptions) -> rabbitmq.Policy:
-    return rabbitmq.Policy(
-        f"{component}-{policy.key}",
+def declare_policy(scope: Scope, logical_name: str, policy: PolicyPlan) -> None:
+    resource = rabbitmq.Policy(
+        logical_name,
         name=policy.name,
-        vhost=vhost,
+        vhost=scope.vhost,
         policy=rabbitmq.PolicyPolicyArgs(
             pattern=policy.pattern,
             priority=policy.priority,
             apply_to=policy.apply_to,
             definition=dict(policy.definition),
         ),
-        opts=opts,
+        opts=scope.options(),
     )
+    scope.add("Policy", policy.name, resource)
+
+
+def declare_operator_policy(scope: Scope, logical_name: str, policy: PolicyPlan) -> None:
+    rabbitmq.OperatorPolicy(
+        logical_name,
+        name=policy.name,
+        vhost=scope.vhost,
+        policy=rabbitmq.OperatorPolicyPolicyArgs(
+            pattern=policy.pattern,
+            priority=policy.priority,
+            apply_to=policy.apply_to,
+            definition=dict(policy.definition),
+        ),
+        opts=scope.options(),
+    )
+
+
+def declare_user(scope: Scope, logical_name: str, grant: PermissionPlan) -> None:
+    """The password is made a secret whatever the caller passed: it never shows in a preview or an output."""
+    resource = rabbitmq.User(logical_name, name=grant.user, password=pulumi.Output.secret(scope.passwords[grant.user]),
+                             tags=[], opts=scope.options())
+    scope.add("User", grant.user, resource, resource.name)
+
+
+def declare_permissions(scope: Scope, logical_name: str, grant: PermissionPlan) -> None:
+    rabbitmq.Permissions(
+        logical_name,
+        user=scope.names[("User", grant.user)],
+        vhost=scope.vhost,
+        permissions=rabbitmq.PermissionsPermissionsArgs(configure=grant.configure, write=grant.write, read=grant.read),
+        opts=scope.options(),
+    )
+
+
+def declare_topic_permissions(scope: Scope, logical_name: str, grant: PermissionPlan) -> None:
+    """RabbitMQ 4.3 refuses topic permissions on an exchange that does not exist yet: they wait for
+    each exchange of this stack they name (an external one is the user's to create first)."""
+    rabbitmq.TopicPermissions(
+        logical_name,
+        user=scope.names[("User", grant.user)],
+        vhost=scope.vhost,
+        permissions=[rabbitmq.TopicPermissionsPermissionArgs(exchange=t.exchange, write=t.write, read=t.read)
+                     for t in grant.topic],
+        opts=scope.options(depends_on=[scope.resources[("Exchange", t.exchange)] for t in grant.topic
+                                       if ("Exchange", t.exchange) in scope.resources]),
+    )
+
+
+BUILDERS: dict[str, Builder] = {
+    "VHost": declare_vhost,
+    "Queue": declare_queue,
+    "Exchange": declare_exchange,
+    "Binding": declare_binding,
+    "Policy": declare_policy,
+    "OperatorPolicy": declare_operator_policy,
+    "User": declare_user,
+    "Permissions": declare_permissions,
+    "TopicPermissions": declare_topic_permissions,
+}
+"""The builder of each `pulumi_rabbitmq` kind of the layouts; nested components bring their own."""
+
+
+def declare_children(scope: Scope, component: str, layout: Iterable[Slot[Any]], plan: Any,
+                     builders: Mapping[str, Builder] = BUILDERS) -> None:
+    """Every child of `layout` for `plan`, in the layout's order, named after the component `component`."""
+    for slot, logical_name, entry in children(component, layout, plan):
+        builders[slot.kind](scope, logical_name, entry)

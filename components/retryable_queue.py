@@ -7,14 +7,18 @@ from typing import Any, NotRequired, TypedDict
 
 import pulumi
 
+from . import layout
+from .arguments import PROTECT_QUEUES, RETAIN_ERROR_QUEUES, Option, check_args, input_string, mapping_or
 from .config import ConfigError, Queue, load_queue
 from .plan import RetryablePlan, plan_retryable
-from .resources import declare_binding, declare_exchange, declare_policy, declare_queue
+from .resources import Scope, declare_children
 
 TYPE_TOKEN = "rabbitmq-retry:index:RetryableQueue"
 
 
 class RetryableQueueArgs(TypedDict):
+    """Checked at run time too: an unknown, missing or mistyped key is a ConfigError naming it."""
+
     vhost: pulumi.Input[str]
     """Vhost of every object. Immutable: changing it replaces them all (queued messages are lost)."""
     queue: Queue | Mapping[str, Any]
@@ -22,8 +26,18 @@ class RetryableQueueArgs(TypedDict):
     Plain: it decides names and how many resources exist."""
     protect_queues: NotRequired[bool]
     """`protect` every queue: Pulumi refuses to delete or replace them."""
-    retain_error_queue: NotRequired[bool]
+    retain_error_queues: NotRequired[bool]
     """`retain_on_delete` on the error queue: removing the component leaves parked messages on the broker."""
+
+
+OPTIONS = (
+    Option("vhost", input_string, missing='the vhost of every object, e.g. "payments"'),
+    Option("queue", mapping_or(Queue, "queues[]"),
+           missing='the queue in the stack config\'s queues[] shape, e.g. {"name": "billing", '
+                   '"retry": {"delays": ["5s", "1m"]}}'),
+    PROTECT_QUEUES,
+    RETAIN_ERROR_QUEUES,
+)
 
 
 class RetryableQueue(pulumi.ComponentResource):
@@ -44,34 +58,26 @@ class RetryableQueue(pulumi.ComponentResource):
     """The retry contract: vhost, queue, retry exchange, tiers, max retries, attempt header, error path."""
 
     def __init__(self, name: str, args: RetryableQueueArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        queue = args["queue"]
+        where = f"RetryableQueue({name})"
+        checked = check_args(where, args, OPTIONS)
+        queue = checked["queue"]
         if not isinstance(queue, Queue):
-            queue = load_queue(queue, f"RetryableQueue({name}).queue")
+            queue = load_queue(queue, f"{where}.queue")
         if queue.retry is None:
-            raise ConfigError([(f"RetryableQueue({name}).queue.retry",
+            raise ConfigError([(f"{where}.queue.retry",
                                 "missing; a retryable queue needs retry.delays, e.g. [1s, 10s]")])
         super().__init__(TYPE_TOKEN, name, None, opts)
         self.plan: RetryablePlan = plan_retryable(queue)
-        vhost = args["vhost"]
-        child = pulumi.ResourceOptions(parent=self)
-        queue_opts = pulumi.ResourceOptions(parent=self, protect=True if args.get("protect_queues") else None)
-        error_opts = pulumi.ResourceOptions.merge(
-            queue_opts, pulumi.ResourceOptions(retain_on_delete=True if args.get("retain_error_queue") else None))
+        vhost = checked["vhost"]
+        scope = Scope(self, vhost, protect_queues=checked.get("protect_queues", False),
+                      retain_error_queues=checked.get("retain_error_queues", False))
+        declare_children(scope, name, layout.RETRYABLE_QUEUE, self.plan)
 
-        policies = {p.name: declare_policy(name, p, vhost, child) for p in self.plan.policies}
-        queues = {q.name: declare_queue(name, q, vhost, error_opts if q.role == "error" else queue_opts,
-                                        policies.get(q.name)) for q in self.plan.queues}
-        exchanges = {e.name: declare_exchange(name, e, vhost, child) for e in self.plan.exchanges}
-        exchange_names = {key: exchange.name for key, exchange in exchanges.items()}
-        queue_names = {key: q.name for key, q in queues.items()}
-        for binding in self.plan.bindings:
-            declare_binding(name, binding, vhost, exchange_names, queue_names, child)
-
-        self.queue_name = queues[queue.name].name
-        self.retry_exchange = exchanges[self.plan.retry_exchange].name
-        self.wait_queues = pulumi.Output.all(*(queues[t.queue].name for t in self.plan.tiers))
-        self.error_exchange = exchanges[self.plan.error_exchange].name
-        self.error_queue = queues[self.plan.error_queue].name
+        self.queue_name = scope.names[("Queue", queue.name)]
+        self.retry_exchange = scope.names[("Exchange", self.plan.retry_exchange)]
+        self.wait_queues = pulumi.Output.all(*(scope.names[("Queue", t.queue)] for t in self.plan.tiers))
+        self.error_exchange = scope.names[("Exchange", self.plan.error_exchange)]
+        self.error_queue = scope.names[("Queue", self.plan.error_queue)]
         self.contract = pulumi.Output.from_input(vhost).apply(self.plan.contract)
         self.register_outputs({
             "queue_name": self.queue_name,

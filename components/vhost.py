@@ -6,19 +6,22 @@ from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
 import pulumi
-import pulumi_rabbitmq as rabbitmq
 
+from . import layout
+from .arguments import PROTECT_QUEUES, RETAIN_ERROR_QUEUES, Option, check_args, mapping_or, passwords
 from .checks import TopologyError, check_logical_names, check_vhost
 from .config import ConfigError, load_vhost
 from .config import Vhost as VhostConfig
-from .plan import VHOST_KEY, VhostPlan, plan_vhost
-from .resources import declare_binding, declare_exchange, declare_policy, declare_queue
+from .plan import RetryablePlan, VhostPlan, plan_vhost
+from .resources import BUILDERS, Scope, declare_children
 from .retryable_queue import RetryableQueue
 
 TYPE_TOKEN = "rabbitmq-retry:index:Vhost"
 
 
 class VhostArgs(TypedDict):
+    """Checked at run time too: an unknown, missing or mistyped key is a ConfigError naming it."""
+
     vhost: VhostConfig | Mapping[str, Any]
     """The vhost, parsed or in the stack config's `vhosts[]` shape. Plain: it decides every name."""
     protect_queues: NotRequired[bool]
@@ -29,9 +32,18 @@ class VhostArgs(TypedDict):
     """Password of each application user, by user name; pass secrets (`Config.require_secret`)."""
 
 
+OPTIONS = (
+    Option("vhost", mapping_or(VhostConfig, "vhosts[]"),
+           missing='the vhost in the stack config\'s vhosts[] shape, e.g. {"name": "shop", "queues": [...]}'),
+    PROTECT_QUEUES,
+    RETAIN_ERROR_QUEUES,
+    Option("passwords", passwords),
+)
+
+
 class Vhost(pulumi.ComponentResource):
     """A vhost (created unless `existing`; `/` never is) with its exchanges, plain queues, retryable
-    queues, bindings and policies."""
+    queues, bindings, policies, operator policies and application users."""
 
     vhost_name: pulumi.Output[str]
     """The vhost's name; an output of the VHost resource when this stack creates it."""
@@ -41,73 +53,42 @@ class Vhost(pulumi.ComponentResource):
     """Retry contract of each retryable queue, by queue name."""
 
     def __init__(self, name: str, args: VhostArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        config = args["vhost"]
+        where = f"Vhost({name})"
+        checked = check_args(where, args, OPTIONS)
+        config = checked["vhost"]
         if not isinstance(config, VhostConfig):
-            config = load_vhost(config, f"Vhost({name}).vhost")
+            config = load_vhost(config, f"{where}.vhost")
         self.plan: VhostPlan = plan_vhost(config)
         if problems := check_vhost(self.plan) + check_logical_names([(name, self.plan)]):
             raise TopologyError(f'vhost "{config.name}"', problems)
-        passwords = args.get("passwords") or {}
+        passwords = checked.get("passwords") or {}
         if missing := [g.user for g in self.plan.permissions if g.user not in passwords]:
-            raise ConfigError([(f"Vhost({name}).passwords", f"no password for {', '.join(missing)}; pass a secret "
+            raise ConfigError([(f"{where}.passwords", f"no password for {', '.join(missing)}; pass a secret "
                                 "per application user")])
         super().__init__(TYPE_TOKEN, name, None, opts)
-        protect = bool(args.get("protect_queues"))
-        child = pulumi.ResourceOptions(parent=self)
-        queue_opts = pulumi.ResourceOptions(parent=self, protect=True if protect else None)
+        scope = Scope(self, config.name, protect_queues=checked.get("protect_queues", False),
+                      retain_error_queues=checked.get("retain_error_queues", False), passwords=passwords)
+        retryables: dict[str, RetryableQueue] = {}
 
-        vhost: pulumi.Input[str] = config.name
-        if not config.existing:
-            # Deleting a vhost deletes every queue in it: it is protected like a queue.
-            limits = config.limits
-            vhost = rabbitmq.VHost(
-                f"{name}-{VHOST_KEY}", name=config.name, default_queue_type=config.default_queue_type,
-                max_connections=None if limits.max_connections is None else str(limits.max_connections),
-                max_queues=None if limits.max_queues is None else str(limits.max_queues),
-                opts=queue_opts).name
+        def declare_retryable(scope: Scope, logical_name: str, plan: RetryablePlan) -> None:
+            """Retryable queues are components of their own; their input queues are bound here, to the
+            vhost's exchanges, like plain queues, and topic permissions wait for their exchanges."""
+            component = RetryableQueue(logical_name, {
+                "vhost": scope.vhost,
+                "queue": plan.config,
+                "protect_queues": scope.protect_queues,
+                "retain_error_queues": scope.retain_error_queues,
+            }, opts=scope.options())
+            retryables[plan.config.name] = component
+            scope.add("Queue", plan.config.name, component, component.queue_name)
+            for exchange in plan.exchanges:
+                scope.add("Exchange", exchange.name, component)
 
-        exchanges = {e.name: declare_exchange(name, e, vhost, child) for e in self.plan.exchanges}
-        policies = {p.name: declare_policy(name, p, vhost, child) for p in self.plan.policies}
-        queues = {q.name: declare_queue(name, q, vhost, queue_opts, policies.get(q.name)) for q in self.plan.queues}
-        retryables = {
-            r.config.name: RetryableQueue(f"{name}-{r.config.name}", {
-                "vhost": vhost,
-                "queue": r.config,
-                "protect_queues": protect,
-                "retain_error_queue": bool(args.get("retain_error_queues")),
-            }, opts=child)
-            for r in self.plan.retryables
-        }
-        # Retryable input queues are bound here, to the vhost's exchanges, like plain queues.
-        exchange_names = {key: exchange.name for key, exchange in exchanges.items()}
-        queue_names = {**{key: q.name for key, q in queues.items()},
-                       **{key: r.queue_name for key, r in retryables.items()}}
-        for binding in self.plan.bindings:
-            declare_binding(name, binding, vhost, exchange_names, queue_names, child)
+        declare_children(scope, name, layout.VHOST, self.plan, {**BUILDERS, "RetryableQueue": declare_retryable})
 
-        for policy in self.plan.operator_policies:
-            rabbitmq.OperatorPolicy(f"{name}-{policy.key}", name=policy.name, vhost=vhost, policy=(
-                rabbitmq.OperatorPolicyPolicyArgs(pattern=policy.pattern, priority=policy.priority,
-                                                  apply_to=policy.apply_to, definition=dict(policy.definition))),
-                opts=child)
-        # 4.3 refuses topic permissions on an exchange that does not exist yet.
-        declared: dict[str, pulumi.Resource] = {**exchanges, **{
-            x.name: retryables[r.config.name] for r in self.plan.retryables for x in r.exchanges}}
-        for grant in self.plan.permissions:
-            user = rabbitmq.User(f"{name}-{grant.user_key}", name=grant.user,
-                                 password=pulumi.Output.secret(passwords[grant.user]), tags=[], opts=child)
-            rabbitmq.Permissions(f"{name}-{grant.key}", user=user.name, vhost=vhost,
-                                 permissions=rabbitmq.PermissionsPermissionsArgs(
-                                     configure=grant.configure, write=grant.write, read=grant.read), opts=child)
-            if grant.topic:
-                rabbitmq.TopicPermissions(f"{name}-{grant.topic_key}", user=user.name, vhost=vhost, permissions=[
-                    rabbitmq.TopicPermissionsPermissionArgs(exchange=t.exchange, write=t.write, read=t.read)
-                    for t in grant.topic], opts=pulumi.ResourceOptions(
-                        parent=self, depends_on=[declared[t.exchange] for t in grant.topic if t.exchange in declared]))
-
-        self.vhost_name = pulumi.Output.from_input(vhost)
+        self.vhost_name = pulumi.Output.from_input(scope.vhost)
         self.queues = pulumi.Output.all(
-            *(q.name for q in queues.values()),
+            *(scope.names[("Queue", q.name)] for q in self.plan.queues),
             *(pulumi.Output.all(r.queue_name, r.wait_queues, r.error_queue) for r in retryables.values()),
         ).apply(_flatten)
         self.retry_contracts = pulumi.Output.all(*(r.contract for r in retryables.values())).apply(

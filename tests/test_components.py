@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from components import ConfigError, RetryableQueue, Vhost
+from components import ConfigError, RetryableQueue, Vhost, layout
 from components.config import load_vhost
 from components.plan import plan_vhost
+from components.resources import BUILDERS
 from tests.conftest import RETRYABLE, vhost_config
 from tools.mockrun import Registered, record
 
@@ -151,3 +152,102 @@ def test_the_retry_block_is_required_for_a_retryable_queue():
         RetryableQueue("q", {"vhost": "v", "queue": plain})
     assert error.value.problems == [
         ("RetryableQueue(q).queue.retry", "missing; a retryable queue needs retry.delays, e.g. [1s, 10s]")]
+
+
+# --- one layout ----------------------------------------------------------------------------------------
+
+EVERY_KIND = vhost_config(
+    name="every-kind",
+    policies=[{"name": "lazy", "pattern": "^archive$", "definition": {"max-length": 100}}],
+    operator_policies=[{"name": "cap", "pattern": ".*", "definition": {"max-length": 1000}}],
+    queues=[{**RETRYABLE, "max_length": 10, "retry": {**RETRYABLE["retry"], "error_retention": "168h"}},
+            {"name": "audit", "max_length": 5,
+             "bindings": [{"exchange": "events", "routing_key": "#"}, {"exchange": "amq.topic", "external": True}]}],
+    applications=[{"user": "app", "consumes": ["orders"], "publishes": ["events"],
+                   "topic_permissions": [{"exchange": "events", "write": ".*"}]}])
+
+
+def chain_and_name(resource: Registered) -> tuple[str, str, str]:
+    """(parent type chain, kind, logical name), as `layout.logical_names` lists them."""
+    types = resource.urn.split("::")[2].split("$")
+    return "$".join(t.rsplit(":", 1)[-1] for t in types[:-1]), types[-1].rsplit(":", 1)[-1], resource.name
+
+
+def test_the_components_register_exactly_the_layout():
+    """What the URN clash check (`layout.logical_names`) sees is what the components register: no more, no less."""
+    resources = record(lambda: Vhost("every-kind", {"vhost": EVERY_KIND, "passwords": {"app": "pw"}}))
+    expected = layout.logical_names("every-kind", plan_vhost(load_vhost(EVERY_KIND, "v")))
+    assert sorted(chain_and_name(r) for r in resources if r.type != "pulumi:pulumi:Stack") == sorted(expected)
+    # The config reaches every row of both tables, so no row goes unchecked.
+    assert {kind for _, kind, _ in expected} == {slot.kind for table in (layout.VHOST, layout.RETRYABLE_QUEUE)
+                                                 for slot in table} | {"Vhost"}
+
+
+def test_every_kind_of_the_layout_has_one_builder():
+    kinds = [slot.kind for table in (layout.VHOST, layout.RETRYABLE_QUEUE) for slot in table]
+    assert set(kinds) == set(BUILDERS) | set(layout.NESTED)
+
+
+# --- args are as strict as the stack file ----------------------------------------------------------------
+
+BILLING = {"name": "billing", "retry": {"delays": ["5s"]}}
+
+
+def problems_of(register) -> list[tuple[str, str]]:
+    with pytest.raises(ConfigError) as error:
+        register()
+    return error.value.problems
+
+
+def test_an_unknown_key_is_an_error_not_ignored():
+    """`protect` is the stack file's key; here it would have left every queue unprotected."""
+    assert problems_of(lambda: RetryableQueue("billing", {"vhost": "v", "queue": BILLING, "protect": True})) == [
+        ("RetryableQueue(billing).protect", "unknown key (allowed: protect_queues, queue, retain_error_queues, vhost)")]
+    assert problems_of(lambda: Vhost("shop", {"vhost": vhost_config(), "protect": True})) == [
+        ("Vhost(shop).protect", "unknown key (allowed: passwords, protect_queues, retain_error_queues, vhost)")]
+
+
+def test_the_old_option_name_is_refused_with_the_new_one():
+    assert problems_of(lambda: RetryableQueue("billing", {"vhost": "v", "queue": BILLING,
+                                                          "retain_error_queue": True})) == [
+        ("RetryableQueue(billing).retain_error_queue", "renamed to retain_error_queues")]
+
+
+@pytest.mark.parametrize("missing", ["vhost", "queue"])
+def test_a_missing_required_key_is_named(missing):
+    args = {key: value for key, value in {"vhost": "v", "queue": BILLING}.items() if key != missing}
+    ((path, message),) = problems_of(lambda: RetryableQueue("billing", args))
+    assert path == f"RetryableQueue(billing).{missing}" and message.startswith("missing; ")
+
+
+def test_a_vhost_component_needs_its_vhost():
+    ((path, message),) = problems_of(lambda: Vhost("shop", {"protect_queues": True}))
+    assert path == "Vhost(shop).vhost" and message.startswith("missing; the vhost in the stack config's vhosts[] shape")
+
+
+@pytest.mark.parametrize("option", ["protect_queues", "retain_error_queues"])
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_options_are_booleans_on_both_components(option, value):
+    expected = f"expected true or false, got {value!r}"
+    assert problems_of(lambda: RetryableQueue("billing", {"vhost": "v", "queue": BILLING, option: value})) == [
+        (f"RetryableQueue(billing).{option}", expected)]
+    assert problems_of(lambda: Vhost("shop", {"vhost": vhost_config(), option: value})) == [
+        (f"Vhost(shop).{option}", expected)]
+
+
+def test_wrong_types_are_named_all_at_once():
+    assert problems_of(lambda: RetryableQueue("billing", {"vhost": 3, "queue": ["billing"]})) == [
+        ("RetryableQueue(billing).vhost", "expected a string or a pulumi Output, got int"),
+        ("RetryableQueue(billing).queue", "expected a mapping in the stack config's queues[] shape, got list")]
+    assert problems_of(lambda: Vhost("shop", {"vhost": vhost_config(), "passwords": ["pw"]})) == [
+        ("Vhost(shop).passwords", "expected a mapping of application user to password, got list")]
+    assert problems_of(lambda: RetryableQueue("billing", "billing")) == [
+        ("RetryableQueue(billing)", "args must be a mapping of vhost, queue, protect_queues, retain_error_queues; "
+                                    "got str")]
+
+
+def test_retain_error_queues_has_one_name_on_both_components():
+    resources = record(lambda: RetryableQueue("billing", {"vhost": "v", "queue": BILLING, "protect_queues": True,
+                                                          "retain_error_queues": True}))
+    assert [r.inputs["name"] for r in resources if r.retain_on_delete] == ["billing.error"]
+    assert all(r.protect for r in of_type(resources, QUEUE).values())

@@ -8,7 +8,7 @@ applications and passwords.
 
 Beyond "accepted or refused with real key paths", an accepted config must keep every entry of the input
 (nothing silently dropped), and the stack check (`check_logical_names`) must refuse it exactly when two
-resources `__main__` registers would share a URN (checked against an independent model, `urns`).
+resources `__main__` registers would share a URN (checked against `urns`, a walk of the layout tables).
 
 `FUZZ_EXAMPLES` sets the number of examples (default 1000, about 25 s); with `CI=true` the run is
 derandomized, so it is reproducible. Shrunk failures are kept below in `REGRESSIONS`; an open bug there is
@@ -29,7 +29,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from components import naming
+from components import layout, naming
 from components.checks import check_logical_names, check_vhost
 from components.config import (
     EXCHANGE_TYPES,
@@ -638,37 +638,23 @@ def physical_names(plan: VhostPlan) -> tuple[list[str], list[str], list[str]]:
 
 
 def urns(config: StackConfig, plans: Sequence[VhostPlan]) -> list[tuple[tuple[str, str], str]]:
-    """((type chain, logical name), what it comes from) of every resource `__main__` registers. A URN is
-    the type chain and the logical name, so each pair must be unique in the stack
-    (components/vhost.py, retryable_queue.py, resources.py)."""
+    """((type chain, logical name), what it comes from) of every resource `__main__` registers: the layout
+    tables the components declare from (components/layout.py), walked here on their own so that
+    `check_logical_names` is checked against them; `test_the_urn_model_matches_the_program` checks the
+    walk against the program. A URN is the type chain and the logical name, so each pair must be unique."""
     found: list[tuple[tuple[str, str], str]] = []
+
+    def walk(chain: str, table: Sequence[layout.Slot[Any]], component: str, plan: Any, where: str) -> None:
+        for slot, name, entry in layout.children(component, table, plan):
+            source = f"{where}.{slot.kind} {entry!r}" if slot.kind == "Binding" else f"{where}.{slot.kind}"
+            found.append(((f"{chain}${slot.kind}", name), source))
+            if slot.kind in layout.NESTED:
+                walk(f"{chain}${slot.kind}", layout.NESTED[slot.kind], name, entry, f"{where}.queues[{name!r}]")
+
     for i, (vhost, plan) in enumerate(zip(config.vhosts, plans, strict=True)):
-        key, where = naming.vhost_key(vhost.name), f"vhosts[{i}]"
-        found.append((("Vhost", key), where))
-        if not vhost.existing:
-            found.append((("Vhost$VHost", f"{key}-vhost"), where))
-        found += [(("Vhost$Exchange", f"{key}-{e.key}"), f"{where}.exchanges") for e in plan.exchanges]
-        found += [(("Vhost$Policy", f"{key}-{p.key}"), f"{where}.queues") for p in plan.policies
-                  if not p.key.startswith("policy-")]
-        found += [(("Vhost$Policy", f"{key}-policy-{p.name}"), f"{where}.policies") for p in vhost.policies]
-        found += [(("Vhost$Queue", f"{key}-{q.key}"), f"{where}.queues") for q in plan.queues]
-        bindings = [(q.name, b) for q in vhost.queues for b in q.bindings]
-        found += [(("Vhost$Binding", f"{key}-{b.key}"), f"{where}.bindings {binding!r} of {queue!r}")
-                  for b, (queue, binding) in zip(plan.bindings, bindings, strict=True)]
-        found += [(("Vhost$OperatorPolicy", f"{key}-{p.key}"), f"{where}.operator_policies")
-                  for p in plan.operator_policies]
-        for grant in plan.permissions:
-            found += [(("Vhost$User", f"{key}-user-{grant.user}"), f"{where}.applications"),
-                      (("Vhost$Permissions", f"{key}-{grant.key}"), f"{where}.applications")]
-            if grant.topic:
-                found.append((("Vhost$TopicPermissions", f"{key}-topic-{grant.key}"), f"{where}.applications"))
-        for retryable in plan.retryables:
-            component = f"{key}-{retryable.config.name}"
-            found.append((("Vhost$RetryableQueue", component), f"{where}.queues"))
-            for kind, items in (("Policy", retryable.policies), ("Queue", retryable.queues),
-                                ("Exchange", retryable.exchanges), ("Binding", retryable.bindings)):
-                found += [((f"Vhost$RetryableQueue${kind}", f"{component}-{item.key}"),
-                           f"{where}.queues[{retryable.config.name!r}]") for item in items]
+        key = naming.vhost_key(vhost.name)
+        found.append((("Vhost", key), f"vhosts[{i}]"))
+        walk("Vhost", layout.VHOST, key, plan, f"vhosts[{i}]")
     return found
 
 
@@ -681,10 +667,10 @@ def urn_clashes(found: list[tuple[tuple[str, str], str]]) -> list[Violation]:
     for urn, where in sources.items():
         if len(where) < 2:
             continue
-        if all(".bindings " in w for w in where):
+        if all(".Binding " in w for w in where):
             cause = "duplicate binding" if len(set(where)) == 1 else "ambiguous binding key"
-        elif all(w.endswith(("policies", "operator_policies")) for w in where) and len(set(where)) == 1:
-            cause = "duplicate policy name"
+        elif len(set(where)) == 1:
+            cause = f"duplicate {urn[0].rsplit('$', 1)[-1]}"
         else:
             cause = "logical names joined with '-'"
         violations.append(Violation(f"duplicate URN ({cause})", f"{urn} from {where}"))

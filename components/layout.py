@@ -1,0 +1,103 @@
+"""The resource layout: which children each component registers, of which kind, under which logical key.
+
+The one description of every URN this project creates. The components declare exactly these entries, in
+this order (one builder per kind, in `resources.py`); the stack's URN clash check (`logical_names`) and the
+tests iterate the same tables. A child registered anywhere else would be missed by the clash check:
+`tests/test_components.py` compares these tables with what the components register.
+
+Pure and Pulumi-free. A logical key is part of a URN: changing one replaces the resource
+(`tests/snapshots/` pins them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from .naming import VHOST_KEY
+
+if TYPE_CHECKING:
+    from .plan import PermissionPlan, RetryablePlan, VhostPlan
+
+PlanT = TypeVar("PlanT")
+
+
+@dataclass(frozen=True)
+class Slot(Generic[PlanT]):
+    """One row of a layout: every plan entry `entries` yields becomes one child of type `kind`."""
+
+    kind: str
+    """Last segment of the child's type token (`rabbitmq:index/queue:Queue` → `Queue`); part of its URN."""
+    entries: Callable[[PlanT], Iterable[Any]]
+    """The plan entries this row declares, in registration order."""
+    key: Callable[[Any], str]
+    """Logical key of one entry: the child is registered as `logical_name(component, key)`."""
+
+
+def _key(entry: Any) -> str:
+    """Queue, exchange, binding and policy plans carry their logical key."""
+    return str(entry.key)
+
+
+def _created_vhost(plan: VhostPlan) -> tuple[object, ...]:
+    return () if plan.config.existing else (plan.config,)
+
+
+def _topic_grants(plan: VhostPlan) -> tuple[PermissionPlan, ...]:
+    return tuple(grant for grant in plan.permissions if grant.topic)
+
+
+RETRYABLE_QUEUE: tuple[Slot[RetryablePlan], ...] = (
+    # Policies first: a queue depends on its policy (see resources.declare_queue).
+    Slot("Policy", lambda plan: plan.policies, _key),
+    Slot("Queue", lambda plan: plan.queues, _key),
+    Slot("Exchange", lambda plan: plan.exchanges, _key),
+    Slot("Binding", lambda plan: plan.bindings, _key),
+)
+"""Children of a RetryableQueue component, whose plan is a `RetryablePlan`."""
+
+VHOST: tuple[Slot[VhostPlan], ...] = (
+    Slot("VHost", _created_vhost, lambda _: VHOST_KEY),
+    Slot("Exchange", lambda plan: plan.exchanges, _key),
+    Slot("Policy", lambda plan: plan.policies, _key),
+    Slot("Queue", lambda plan: plan.queues, _key),
+    Slot("RetryableQueue", lambda plan: plan.retryables, lambda retryable: retryable.config.name),
+    # After every exchange and queue: a binding refers to both by their resources' outputs.
+    Slot("Binding", lambda plan: plan.bindings, _key),
+    Slot("OperatorPolicy", lambda plan: plan.operator_policies, _key),
+    Slot("User", lambda plan: plan.permissions, lambda grant: grant.user_key),
+    Slot("Permissions", lambda plan: plan.permissions, _key),
+    Slot("TopicPermissions", _topic_grants, lambda grant: grant.topic_key),
+)
+"""Children of a Vhost component, whose plan is a `VhostPlan`."""
+
+NESTED: dict[str, tuple[Slot[Any], ...]] = {"RetryableQueue": RETRYABLE_QUEUE}
+"""Child kinds that are components themselves, with their layout; the entry is their plan."""
+
+
+def logical_name(component: str, key: str) -> str:
+    """A child's Pulumi name. Joined with "-", so distinct keys can meet: see `checks.check_logical_names`."""
+    return f"{component}-{key}"
+
+
+def children(component: str, layout: Iterable[Slot[PlanT]], plan: PlanT) -> Iterator[tuple[Slot[PlanT], str, Any]]:
+    """(row, logical name, plan entry) of each child the component `component` registers, in order."""
+    for slot in layout:
+        for entry in slot.entries(plan):
+            yield slot, logical_name(component, slot.key(entry)), entry
+
+
+def logical_names(component: str, plan: VhostPlan) -> list[tuple[str, str, str]]:
+    """(parent type chain, kind, logical name) of everything the Vhost component `component` registers,
+    itself and nested components included: what must be unique in a stack for the URNs to be."""
+    names = [("", "Vhost", component)]
+
+    def walk(chain: str, layout: Iterable[Slot[Any]], name: str, entries_of: Any) -> None:
+        for slot, child, entry in children(name, layout, entries_of):
+            names.append((chain, slot.kind, child))
+            if slot.kind in NESTED:
+                walk(f"{chain}${slot.kind}", NESTED[slot.kind], child, entry)
+
+    walk("Vhost", VHOST, component, plan)
+    return names
