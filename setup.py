@@ -1,0 +1,8 @@
+"""Packages of the installed `rabbitmq_retry`: components/ and every subpackage in it, found when built.
+
+pyproject.toml maps `rabbitmq_retry` to components/; its static `packages` list cannot name subpackages it
+has not been told about, so they are found here instead (a new subpackage needs no edit)."""
+
+from setuptools import find_packages, setup
+
+setup(packages=["rabbitmq_retry", *(f"rabbitmq_retry.{name}" for name in find_packages("components"))])

@@ -1,0 +1,113 @@
+"""The installed package: `pip install` of this repository gives `rabbitmq_retry`, typed and whole, and the
+README's reuse example runs as written in a project that has a `components/` folder of its own.
+
+Built offline from the working tree (`--no-index --no-build-isolation`: the setuptools of requirements.txt).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT
+
+README_SECTION = "## Using the components from another stack"
+
+# Runs in a fresh interpreter whose path is the user's project, then the installed package and the
+# venv's site-packages: never this repository, whose own `components` must not be what gets imported.
+RUN_EXAMPLE = """
+import importlib.util, json, runpy, sys
+
+spec = importlib.util.spec_from_file_location("mockrun", sys.argv[1])
+mockrun = importlib.util.module_from_spec(spec)
+sys.modules["mockrun"] = mockrun
+spec.loader.exec_module(mockrun)
+
+import components  # the user's own folder, imported by their program before ours
+
+registered = mockrun.record(lambda: runpy.run_path("__main__.py", run_name="__main__"))
+modules = {name: getattr(module, "__file__", None) for name, module in sys.modules.items()
+           if name.split(".")[0] in ("components", "rabbitmq_retry")}
+json.dump({"registered": [vars(r) for r in registered], "modules": modules}, sys.stdout)
+"""
+
+
+def readme_example() -> str:
+    """The first Python block of the README's reuse section, verbatim."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index(README_SECTION):]
+    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert match, f"no python block under {README_SECTION!r}"
+    return match.group(1)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`pip install --target` of a copy of the packaging sources (pip builds in the source tree)."""
+    source = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "setup.py"):
+        shutil.copy(ROOT / name, source)
+    shutil.copytree(ROOT / "components", source / "components", ignore=shutil.ignore_patterns("__pycache__"))
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
+                    "--no-index", "--no-build-isolation", "--target", str(target), str(source)],
+                   check=True, capture_output=True, text=True)
+    return target
+
+
+def test_every_module_is_installed_under_its_own_name_with_py_typed(installed: Path):
+    package = installed / "rabbitmq_retry"
+    shipped = sorted(p.relative_to(ROOT / "components").as_posix() for p in (ROOT / "components").rglob("*")
+                     if p.suffix == ".py" or p.name == "py.typed")
+    assert "py.typed" in shipped and "__init__.py" in shipped
+    assert sorted(p.relative_to(package).as_posix() for p in package.rglob("*")
+                  if p.suffix == ".py" or p.name == "py.typed") == shipped
+    assert not (installed / "components").exists()
+
+
+@pytest.fixture(scope="module")
+def example_run(installed: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    project = tmp_path_factory.mktemp("user-project")
+    (project / "components").mkdir()
+    (project / "components" / "__init__.py").write_text('"""The user\'s own components."""\nOWNER = "user"\n')
+    (project / "__main__.py").write_text(readme_example())
+    (project / "run_example.py").write_text(RUN_EXAMPLE)
+    env = {**os.environ, "PYTHONPATH": str(installed)}
+    run = subprocess.run([sys.executable, "run_example.py", str(ROOT / "tools" / "mockrun.py")], cwd=project,
+                         env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    return {**json.loads(run.stdout), "project": project, "installed": installed}
+
+
+def test_the_readme_example_runs_as_written_from_the_installed_package(example_run: dict[str, Any]):
+    registered = [r for r in example_run["registered"] if r["type"] != "pulumi:pulumi:Stack"]
+    by_type: dict[str, list[str]] = {}
+    for r in registered:
+        by_type.setdefault(r["type"].rsplit(":", 1)[-1], []).append(r["name"])
+    assert by_type["RetryableQueue"] == ["billing"]
+    assert sorted(by_type["Queue"]) == ["billing-error", "billing-input", "billing-wait-1", "billing-wait-2",
+                                        "billing-wait-3"]
+    assert sorted(by_type["Exchange"]) == ["billing-error-exchange", "billing-requeue-exchange",
+                                           "billing-retry-exchange"]
+    queues = [r for r in registered if r["type"] == "rabbitmq:index/queue:Queue"]
+    # The example's options took effect: nothing was silently ignored.
+    assert all(r["protect"] for r in queues)
+    assert [r["inputs"]["name"] for r in registered if r["retain_on_delete"]] == ["billing.error"]
+    assert all(r["inputs"]["vhost"] == "payments" for r in queues)
+
+
+def test_the_users_components_folder_stays_theirs(example_run: dict[str, Any]):
+    modules = example_run["modules"]
+    assert modules["components"] == str(example_run["project"] / "components" / "__init__.py")
+    assert [name for name in modules if name.startswith("components.")] == []
+    ours = {name: path for name, path in modules.items() if name.split(".")[0] == "rabbitmq_retry"}
+    assert "rabbitmq_retry.retryable_queue" in ours
+    assert all(Path(path).is_relative_to(example_run["installed"]) for path in ours.values()), ours
