@@ -113,35 +113,21 @@ def declare_binding(scope: Scope, logical_name: str, binding: BindingPlan) -> No
     )
 
 
+def _policy_fields(policy: PolicyPlan) -> dict[str, Any]:
+    """The `policy` block of a Policy or an OperatorPolicy."""
+    return {"pattern": policy.pattern, "priority": policy.priority, "apply_to": policy.apply_to,
+            "definition": dict(policy.definition)}
+
+
 def declare_policy(scope: Scope, logical_name: str, policy: PolicyPlan) -> None:
-    resource = rabbitmq.Policy(
-        logical_name,
-        name=policy.name,
-        vhost=scope.vhost,
-        policy=rabbitmq.PolicyPolicyArgs(
-            pattern=policy.pattern,
-            priority=policy.priority,
-            apply_to=policy.apply_to,
-            definition=dict(policy.definition),
-        ),
-        opts=scope.options(),
-    )
+    resource = rabbitmq.Policy(logical_name, name=policy.name, vhost=scope.vhost,
+                               policy=rabbitmq.PolicyPolicyArgs(**_policy_fields(policy)), opts=scope.options())
     scope.add("Policy", policy.name, resource)
 
 
 def declare_operator_policy(scope: Scope, logical_name: str, policy: PolicyPlan) -> None:
-    rabbitmq.OperatorPolicy(
-        logical_name,
-        name=policy.name,
-        vhost=scope.vhost,
-        policy=rabbitmq.OperatorPolicyPolicyArgs(
-            pattern=policy.pattern,
-            priority=policy.priority,
-            apply_to=policy.apply_to,
-            definition=dict(policy.definition),
-        ),
-        opts=scope.options(),
-    )
+    rabbitmq.OperatorPolicy(logical_name, name=policy.name, vhost=scope.vhost,
+                            policy=rabbitmq.OperatorPolicyPolicyArgs(**_policy_fields(policy)), opts=scope.options())
 
 
 def declare_user(scope: Scope, logical_name: str, grant: PermissionPlan) -> None:

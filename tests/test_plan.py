@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from components.config import load_queue, load_vhost
-from components.plan import plan_retryable, plan_vhost
+from components.plan import logical_names, plan_retryable, plan_vhost
 from tests.conftest import RETRYABLE, vhost_config
 
 
@@ -102,3 +102,14 @@ def test_vhost_plan_separates_plain_and_retryable_queues():
     assert bindings[("events", "orders")].routing_key == "order.created"
     assert bindings[("by-header", "audit")].arguments_json == '{"n": 3, "x-match": "all"}'
     assert bindings[("events", "audit")].arguments_json is None
+
+
+def test_logical_names_walk_each_component_and_its_nested_components():
+    plan = plan_vhost(load_vhost({"name": "/", "queues": [{"name": "q", "retry": {"delays": ["1s"]}}]}, "v"))
+    names = logical_names("%2F", plan)
+    assert names[0] == ("", "Vhost", "%2F")
+    assert ("Vhost", "RetryableQueue", "%2F-q") in names
+    assert ("Vhost$RetryableQueue", "Queue", "%2F-q-wait-1") in names
+    assert not [name for name in names if name[1] == "VHost"]  # "/" always exists: never created
+    created = logical_names("shop", plan_vhost(load_vhost({"name": "shop"}, "v")))
+    assert created == [("", "Vhost", "shop"), ("Vhost", "VHost", "shop-vhost")]
