@@ -879,7 +879,7 @@ REGRESSIONS = [
                  id="operator-policy-disallowed-key"),
     pytest.param({"vhosts": [{"name": "a", "applications": [APP]}, {"name": "b", "applications": [APP]}],
                   "passwords": {"u": "p"}}, "refused", id="same-user-in-two-vhosts"),
-    pytest.param(vhost(applications=[APP]), "refused", id="no-password"),
+    pytest.param(vhost(applications=[APP]), "accepted", id="no-password"),
     pytest.param({**vhost(applications=[APP]), "passwords": {"u": 123}}, "refused", id="non-string-password"),
     pytest.param({**vhost(applications=[APP]), "passwords": "p"}, "refused", id="passwords-not-a-mapping"),
 ]
