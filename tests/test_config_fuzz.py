@@ -8,7 +8,9 @@ applications and passwords.
 
 Beyond "accepted or refused with real key paths", an accepted config must keep every entry of the input
 (nothing silently dropped), and the stack check (`check_logical_names`) must refuse it exactly when two
-resources `__main__` registers would share a URN (checked against an independent model, `urns`).
+resources `__main__` registers would share a URN (checked against an independent model, `urns`), and
+`password_problems` must name exactly the application users without a non-empty password, each with a
+command that the shell and Pulumi's property-path reading (`property_path`) turn into that user's key.
 
 `FUZZ_EXAMPLES` sets the number of examples (default 1000, about 25 s); with `CI=true` the run is
 derandomized, so it is reproducible. Shrunk failures are kept below in `REGRESSIONS`; an open bug there is
