@@ -75,8 +75,7 @@ def test_it_runs_on_pull_requests_and_on_main():
     assert set(triggers) == {"pull_request", "push"} and triggers["push"]["branches"] == ["main"]
 
 
-def discover_stacks(project: Path) -> list[str]:
-    output = project / "github_output"
+def discover_stacks(project: Path, output: Path) -> list[str]:
     env = {**os.environ, "GITHUB_OUTPUT": str(output)}
     subprocess.run(["bash", "-e", "-c", step("stacks", "List the stacks")["run"]], cwd=project, env=env, check=True)
     [line] = output.read_text().splitlines()
@@ -86,10 +85,14 @@ def discover_stacks(project: Path) -> list[str]:
 
 
 def test_every_stack_file_is_reviewed(tmp_path: Path):
-    for name in ["Pulumi.yaml", "Pulumi.dev.yaml", "Pulumi.staging-eu.yaml", "README.md"]:
-        (tmp_path / name).write_text("")
-    assert discover_stacks(tmp_path) == ["dev", "staging-eu"]
-    assert discover_stacks(ROOT) == sorted(p.name.split(".")[1] for p in ROOT.glob("Pulumi.*.yaml"))
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ["Pulumi.yaml", "Pulumi.dev.yaml", "Pulumi.eu.prod.yaml", "Pulumi.staging-eu.yaml", "README.md"]:
+        (project / name).write_text("")
+    assert discover_stacks(project, tmp_path / "output-1") == ["dev", "eu.prod", "staging-eu"]
+    in_this_repository = sorted(f.name.removeprefix("Pulumi.").removesuffix(".yaml")
+                                for f in ROOT.glob("Pulumi.*.yaml"))
+    assert discover_stacks(ROOT, tmp_path / "output-2") == in_this_repository
 
     review = load()["jobs"]["review"]
     assert review["needs"] == "stacks"
