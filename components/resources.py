@@ -1,7 +1,7 @@
 """Plan entries to `pulumi_rabbitmq` resources, one to one, with the provider's traps closed.
 
 Every resource the components register is declared here: one builder per kind of `layout.py`, called by
-`declare_children` in the layout's order. The comments say why each input is set as it is.
+`declare_children` in the layout's order. Why each input is set as it is: docs/provider.md and the comments below.
 """
 
 from __future__ import annotations

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # `make setup`: everything a fresh Debian machine needs, then the main job on the local default stack.
-#   1. a virtualenv (.venv) with requirements.txt;
-#   2. the local brokers the tests use (scripts/brokers.sh ensure all);
-#   3. the main job: `pulumi up --stack dev` on a local file backend when the Pulumi CLI is installed,
+#   1. a virtualenv (.venv) with requirements.txt (actionlint comes from there too);
+#   2. the Mermaid renderer the tests draw the review's diagrams with: npm's @mermaid-js/mermaid-cli,
+#      pinned, in .tools/mermaid/, driving the system's Chromium (Debian's `chromium` when none is there);
+#   3. the local brokers the tests use (scripts/brokers.sh ensure all);
+#   4. the main job: `pulumi up --stack dev` on a local file backend when the Pulumi CLI is installed,
 #      otherwise the dev plan (every resource `pulumi up` would create) and how to get the CLI.
-# SETUP_SKIP_UP=1 stops after step 2 (CI uses it: the CLI cannot be installed there).
+# SETUP_SKIP_UP=1 stops after step 3 (CI uses it: the CLI cannot be installed there).
+# Every step is skipped when what it installs is already there, so a second run is quick.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +20,34 @@ if [ ! -x .venv/bin/python ]; then
     fi
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt
+
+# Puppeteer's own browser download is skipped (it needs a host outside the package registries); the
+# system's Chromium is used instead. Node 18 (Debian 12's) is the oldest these versions support.
+MERMAID_CLI_VERSION=11.17.0
+PUPPETEER_VERSION=24.43.1
+MERMAID_DIR=.tools/mermaid
+browser=${MERMAID_BROWSER:-}
+for candidate in chromium chromium-browser google-chrome; do
+    [ -n "$browser" ] && break
+    browser=$(command -v "$candidate" || true)
+done
+missing=()
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+[ -n "$browser" ] || missing+=(chromium)
+if [ ${#missing[@]} -gt 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    browser=${browser:-$(command -v chromium)}
+fi
+wanted="mermaid-cli $MERMAID_CLI_VERSION puppeteer $PUPPETEER_VERSION"
+if [ "$(cat "$MERMAID_DIR/installed" 2>/dev/null)" != "$wanted" ]; then
+    rm -rf "$MERMAID_DIR" && mkdir -p "$MERMAID_DIR"
+    PUPPETEER_SKIP_DOWNLOAD=1 npm install --prefix "$MERMAID_DIR" --no-audit --no-fund --loglevel=error \
+        "@mermaid-js/mermaid-cli@$MERMAID_CLI_VERSION" "puppeteer@$PUPPETEER_VERSION" >/dev/null
+    echo "$wanted" >"$MERMAID_DIR/installed"  # last: an interrupted install is redone
+fi
+# Root (CI, `make setup`) needs --no-sandbox; the tests read the browser from here.
+printf '{"executablePath": "%s", "args": ["--no-sandbox", "--disable-gpu"]}\n' "$browser" \
+    >"$MERMAID_DIR/puppeteer.json"
 
 scripts/brokers.sh ensure all
 

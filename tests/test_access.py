@@ -14,7 +14,7 @@ import pulumi
 import pytest
 
 from components import Vhost
-from components.config import ConfigError, load_stack_config
+from components.config import ConfigError, load_stack_config, password_problems
 from tools.mockrun import ROOT, Registered, record, record_program
 
 USER = "rabbitmq:index/user:User"
@@ -227,12 +227,13 @@ def test_a_user_cannot_be_an_application_in_two_vhosts():
 
 
 def test_every_application_needs_a_password():
-    assert problems_of({"vhosts": [shop()], "passwords": {"billing-app": "s3cret"}}) == [
+    config = load_stack_config({"vhosts": [shop()]})
+    assert password_problems(config, {"billing-app": "s3cret"}) == [
         ("vhosts[0].applications[1].user",
          "no password for \"shipping-app\": `pulumi config set --secret --path "
          "'rabbitmq-retry:passwords.shipping-app' <password>`"),
     ]
-    assert problems_of({"vhosts": [shop()]}) == [
+    assert password_problems(config, None) == [
         ("vhosts[0].applications[0].user",
          "no password for \"billing-app\": `pulumi config set --secret --path "
          "'rabbitmq-retry:passwords.billing-app' <password>`"),

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from components.config import ConfigError, Defaults, load_stack_config
+from components.config import ConfigError, Defaults, load_stack_config, password_problems
 from tests.conftest import vhost_config
 
 
@@ -359,3 +359,150 @@ def test_parsing_does_not_mutate_the_input(stack_raw):
     before = copy.deepcopy(stack_raw)
     load_stack_config(stack_raw)
     assert stack_raw == before
+
+
+# --- a refused entry still declares its name: one mistake, one problem -----------------------------------------
+
+BILLING = {"user": "billing-app", "consumes": ["orders"], "publishes": ["events"],
+           "topic_permissions": [{"exchange": "events", "write": ".*"}]}
+
+
+def with_billing(**vhost: Any) -> dict[str, Any]:
+    return {"vhosts": [vhost_config(applications=[BILLING], **vhost)]}
+
+
+def bad_orders(**change: Any) -> list[dict[str, Any]]:
+    """The conftest queues with `orders` changed; `audit` stays valid."""
+    orders, audit = vhost_config()["queues"]
+    return [{**orders, **change}, audit]
+
+
+FOLLOW_ON_FREE = [
+    pytest.param(
+        with_billing(queues=bad_orders(retry={"delays": ["1s", "10x"]})),
+        [("vhosts[0].queues[0].retry.delays[1]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h)')],
+        id="consumed-queue-with-a-bad-delay",
+    ),
+    pytest.param(
+        with_billing(queues=bad_orders(bindings=[{"exchange": "events", "routing_key": 42}])),
+        [("vhosts[0].queues[0].bindings[0].routing_key", 'expected a string, got 42 (quote digits: "42")')],
+        id="consumed-queue-with-a-bad-binding",
+    ),
+    pytest.param(
+        with_billing(queues=bad_orders(type="stream")),
+        [("vhosts[0].queues[0].type", "'stream' is not one of classic, quorum")],
+        id="consumed-queue-with-a-bad-type",
+    ),
+    pytest.param(
+        with_billing(queues=bad_orders(name="orders", delivery_limit=0)),
+        [("vhosts[0].queues[0].delivery_limit", "0 is out of range (use >= 1)")],
+        id="consumed-queue-with-a-bad-delivery-limit",
+    ),
+    pytest.param(
+        with_billing(exchanges=[{"name": "events", "type": "x-delayed-message"}]),
+        [("vhosts[0].exchanges[0].type", "'x-delayed-message' is not one of direct, topic, fanout, headers")],
+        id="exchange-with-a-bad-type-bound-published-and-topic-limited",
+    ),
+    pytest.param(
+        {"vhosts": [vhost_config(
+            queues=bad_orders(bindings=[{"exchange": "amq.topic", "external": True}], retry={"delays": []}),
+            applications=[{"user": "billing-app", "publishes": ["amq.topic"]}])]},
+        [("vhosts[0].queues[0].retry.delays", "empty; list at least one delay, e.g. [10s]")],
+        id="external-exchange-named-only-by-a-refused-queue",
+    ),
+    pytest.param(
+        {"vhosts": [vhost_config(queues=bad_orders(name="orders@eu"),
+                                 applications=[{"user": "billing-app", "consumes": ["orders@eu"]}])]},
+        [("vhosts[0].queues[0].name", '"orders@eu": "@" breaks the provider\'s name@vhost IDs; rename the queue')],
+        id="consumed-queue-with-a-bad-name-is-reported-once",
+    ),
+]
+
+
+@pytest.mark.parametrize(("raw", "expected"), FOLLOW_ON_FREE)
+def test_a_refused_entry_still_declares_its_name(raw, expected):
+    assert problems_of(raw) == expected
+
+
+def test_a_refused_entry_still_takes_part_in_duplicate_checks():
+    orders, _ = bad_orders(retry={"delays": ["10x"]})
+    raw = {"vhosts": [vhost_config(queues=[orders, {"name": "orders"}])]}
+    assert problems_of(raw) == [
+        ("vhosts[0].queues[0].retry.delays[0]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h)'),
+        ("vhosts[0].queues[1].name", 'queue "orders" is also declared by vhosts[0].queues[0].name; rename one of them'),
+    ]
+
+
+# --- passwords -------------------------------------------------------------------------------------------------
+
+
+def with_users(*users: str) -> dict[str, Any]:
+    return {"vhosts": [vhost_config(applications=[{"user": user} for user in users])]}
+
+
+def test_the_config_loads_without_passwords_and_password_problems_names_each_missing_one():
+    config = load_stack_config(with_users("billing", "shipping"))
+    assert password_problems(config, {"billing": "s3cret"}) == [
+        ("vhosts[0].applications[1].user",
+         "no password for \"shipping\": `pulumi config set --secret --path 'rabbitmq-retry:passwords.shipping' "
+         "<password>`"),
+    ]
+    assert password_problems(config, {"billing": "s3cret", "shipping": "pw", "stale": "unused"}) == []
+
+
+def test_an_empty_or_non_string_password_is_a_problem():
+    config = load_stack_config(with_users("billing", "shipping"))
+    assert password_problems(config, {"billing": "", "shipping": 42}) == [
+        ("vhosts[0].applications[0].user",
+         "the password for \"billing\" is empty: `pulumi config set --secret --path "
+         "'rabbitmq-retry:passwords.billing' <password>`"),
+        ("vhosts[0].applications[1].user",
+         "the password for \"shipping\" is int, not a string: `pulumi config set --secret --path "
+         "'rabbitmq-retry:passwords.shipping' <password>`"),
+    ]
+
+
+def test_passwords_that_are_not_a_mapping_are_a_problem_for_the_config_and_for_password_problems():
+    not_a_mapping = ("passwords", "expected a mapping of application user to password, set with "
+                     "`pulumi config set --secret --path 'rabbitmq-retry:passwords.<user>' <password>`")
+    assert problems_of({**with_users("billing"), "passwords": "s3cret"}) == [not_a_mapping]
+    assert password_problems(load_stack_config(with_users("billing")), "s3cret") == [
+        not_a_mapping,
+        ("vhosts[0].applications[0].user", "no password for \"billing\": `pulumi config set --secret --path "
+         "'rabbitmq-retry:passwords.billing' <password>`"),
+    ]
+
+
+def test_a_password_that_is_not_a_string_is_refused_by_the_config():
+    assert problems_of({**with_users("billing.svc"), "passwords": {"billing.svc": 42}}) == [
+        ("passwords.billing.svc", "expected a string, got int: `pulumi config set --secret --path "
+         "'rabbitmq-retry:passwords[\"billing.svc\"]' <password>`"),
+    ]
+
+
+@pytest.mark.parametrize(("user", "command"), [
+    ("billing", "pulumi config set --secret --path 'rabbitmq-retry:passwords.billing' <password>"),
+    ("billing-app_2", "pulumi config set --secret --path 'rabbitmq-retry:passwords.billing-app_2' <password>"),
+    ("billing.svc", "pulumi config set --secret --path 'rabbitmq-retry:passwords[\"billing.svc\"]' <password>"),
+    ("amq.svc", "pulumi config set --secret --path 'rabbitmq-retry:passwords[\"amq.svc\"]' <password>"),
+    ("x[0]", "pulumi config set --secret --path 'rabbitmq-retry:passwords[\"x[0]\"]' <password>"),
+    ('say "hi"', "pulumi config set --secret --path 'rabbitmq-retry:passwords[\"say \\\"hi\\\"\"]' <password>"),
+    ("o'neil", "pulumi config set --secret --path 'rabbitmq-retry:passwords[\"o'\\''neil\"]' <password>"),
+    ("billing svc", "pulumi config set --secret --path 'rabbitmq-retry:passwords[\"billing svc\"]' <password>"),
+    ("42-app", "pulumi config set --secret --path 'rabbitmq-retry:passwords[\"42-app\"]' <password>"),
+    ("team:billing", "pulumi config set --secret --path 'rabbitmq-retry:passwords[\"team:billing\"]' <password>"),
+    ("ünï", "pulumi config set --secret --path 'rabbitmq-retry:passwords[\"ünï\"]' <password>"),
+])
+def test_the_password_hint_is_a_working_command_for_every_user_name(user, command):
+    config = load_stack_config(with_users(user))
+    assert password_problems(config, {}) == [
+        ("vhosts[0].applications[0].user", f'no password for "{user}": `{command}`')]
+
+
+def test_a_name_no_property_path_can_spell_is_told_to_be_renamed():
+    config = load_stack_config(with_users("billing.svc\\"))
+    assert password_problems(config, {}) == [
+        ("vhosts[0].applications[0].user",
+         'no password for "billing.svc\\": no `pulumi config set --path` can name this user (it ends with a '
+         'backslash and needs `["…"]`); rename the user'),
+    ]

@@ -8,7 +8,9 @@ applications and passwords.
 
 Beyond "accepted or refused with real key paths", an accepted config must keep every entry of the input
 (nothing silently dropped), and the stack check (`check_logical_names`) must refuse it exactly when two
-resources `__main__` registers would share a URN (checked against `urns`, a walk of the layout tables).
+resources `__main__` registers would share a URN (checked against `urns`, a walk of the layout tables), and
+`password_problems` must name exactly the application users without a non-empty password, each with a
+command that the shell and Pulumi's property-path reading (`property_path`) turn into that user's key.
 
 `FUZZ_EXAMPLES` sets the number of examples (default 1000, about 25 s); with `CI=true` the run is
 derandomized, so it is reproducible. Shrunk failures are kept below in `REGRESSIONS`; an open bug there is
@@ -21,6 +23,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +36,7 @@ from components import layout, naming
 from components.checks import check_logical_names, check_vhost
 from components.config import (
     EXCHANGE_TYPES,
+    KEY_TABLES,
     OPERATOR_POLICY_KEYS,
     QUEUE_TYPES,
     TOP_LEVEL_KEYS,
@@ -40,6 +44,7 @@ from components.config import (
     ConfigError,
     StackConfig,
     load_stack_config,
+    password_problems,
 )
 from components.durations import MAX_MS, DurationError, format_duration, parse_duration
 from components.plan import VhostPlan, plan_vhost
@@ -50,22 +55,8 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 Tree = dict[str, Any]
 Path = tuple[str | int, ...]
 
-# Every key the schema knows, by the kind of mapping it belongs to (README "Config reference").
-SCHEMA: dict[str, tuple[str, ...]] = {
-    "top": TOP_LEVEL_KEYS,
-    "defaults": ("queue_type", "policy_priority", "delivery_limit"),
-    "vhost": ("name", "existing", "exchanges", "queues", "policies", "operator_policies", "applications", "limits",
-              "default_queue_type"),
-    "exchange": ("name", "type"),
-    "queue": ("name", "type", "bindings", "max_length", "delivery_limit", "retry", "policy_priority"),
-    "binding": ("exchange", "routing_key", "arguments", "external"),
-    "retry": ("delays", "max_retries", "error_retention", "error_max_length"),
-    "policy": ("name", "pattern", "priority", "apply_to", "definition"),
-    "application": ("user", "publishes", "consumes", "topic_permissions"),
-    "topic": ("exchange", "write", "read"),
-    "limits": ("max_connections", "max_queues"),
-}
-KNOWN_KEYS = frozenset(key for keys in SCHEMA.values() for key in keys)
+KNOWN_KEYS = frozenset(key for path, keys in KEY_TABLES.items() if not path.endswith(".definition") for key in keys)
+"""Every key a config mapping may hold (the keys of a policy's definition are values: never reported missing)."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -118,6 +109,17 @@ def valid_retry(draw: st.DrawFn) -> Tree:
     if draw(st.booleans()):
         retry["error_max_length"] = draw(st.integers(1, 10**9))
     return retry
+
+
+USER_STEMS = ("app", "billing-worker", "amq.svc", "ünï", "42", "billing.svc", 'say "hi"', "o'neil", "team:billing",
+              "x[0]", "a]b", "billing svc", "$tag_1", "back\\slash", "a.b\\")
+"""Plain user names, and names whose password path needs `["…"]` (or cannot be written at all)."""
+
+
+def unique_user(stem: str, index: int) -> str:
+    """`stem` made unique by `index`, keeping a final backslash last."""
+    head, tail = (stem[:-1], stem[-1]) if stem.endswith("\\") else (stem, "")
+    return f"{head}-{index}{tail}"
 
 
 VALID_PATTERNS = ("^payments\\.", "^other$", "^audit", ".*", "^(a|b)$", "^注文", "", "x{2,3}")
@@ -213,7 +215,7 @@ def valid_vhost(draw: st.DrawFn, vhost_index: int, users: list[str], default_typ
 
     applications = []
     for _ in range(draw(st.integers(0, 2))):
-        user = f"{draw(st.sampled_from(['app', 'billing-worker', 'amq.svc', 'ünï', '42']))}-{len(users)}"
+        user = unique_user(draw(st.sampled_from(USER_STEMS)), len(users))
         users.append(user)
         app: Tree = {"user": user}
         ordered_writable = sorted(writable)
@@ -256,7 +258,9 @@ def valid_trees(draw: st.DrawFn) -> Tree:
     users: list[str] = []
     tree["vhosts"] = [draw(valid_vhost(i, users, default_type)) for i in range(draw(st.integers(1, 3)))]
     if users or draw(st.booleans()):
-        tree["passwords"] = {user: draw(st.sampled_from(["s3cret", "pässwörd", " "])) for user in users}
+        # Any string is a valid password for the config; missing and empty ones are `password_problems`.
+        tree["passwords"] = {user: password for user in users
+                             if (password := draw(st.sampled_from(["s3cret", "pässwörd", " ", "", None]))) is not None}
         if draw(st.integers(0, 4)) == 0:
             tree["passwords"]["stale-user"] = "unused"
     return tree
@@ -706,12 +710,79 @@ def dropped(raw: Tree, config: StackConfig) -> list[Violation]:
     return found
 
 
+def property_path(path: str) -> list[str | int]:
+    """Pulumi's reading of a `pulumi config set --path` key (the non-strict `ParsePropertyPath` of
+    sdk/go/common/resource/properties_path.go): `a.b`, `a["b.c"]` with `\\"` for a quote, `a[0]`."""
+    elements: list[str | int] = []
+    while path:
+        if path[0] == ".":
+            path = path[1:]
+        elif path.startswith('["'):
+            key, i = [], 2
+            while True:
+                if i >= len(path):
+                    raise ValueError("missing closing quote in property name")
+                if path[i] == '"':
+                    break
+                if path[i] == "\\" and path[i + 1:i + 2] == '"':
+                    key.append('"')
+                    i += 2
+                else:
+                    key.append(path[i])
+                    i += 1
+            if path[i + 1:i + 2] != "]":
+                raise ValueError("missing closing bracket in property access")
+            elements.append("".join(key))
+            path = path[i + 2:]
+        elif path[0] == "[":
+            end = path.index("]")
+            elements.append(int(path[1:end]))
+            path = path[end + 1:]
+        else:
+            end = min([i for i in (path.find("."), path.find("[")) if i >= 0], default=len(path))
+            elements.append(path[:end])
+            path = path[end:]
+    return elements
+
+
+def password_key(message: str) -> list[str | int]:
+    """The config path the command in a password problem sets, as the shell and then Pulumi read it."""
+    argv = shlex.split(message.split("`")[1])
+    assert argv[:5] == ["pulumi", "config", "set", "--secret", "--path"] and argv[6:] == ["<password>"], argv
+    namespace, _, name = argv[5].partition(":")
+    assert namespace == "rabbitmq-retry", argv
+    return property_path(name)
+
+
+def password_violations(raw: Tree, config: StackConfig) -> list[Violation]:
+    """`password_problems` names exactly the application users without a non-empty string password, each
+    with a command that sets exactly that user's password (or, when none can, says so)."""
+    passwords = raw.get("passwords")
+    users = {f"vhosts[{i}].applications[{j}].user": app.user for i, vhost in enumerate(config.vhosts)
+             for j, app in zip(vhost.application_indexes, vhost.applications, strict=True)}
+    missing = {path for path, user in users.items()
+               if not isinstance(passwords, Mapping) or not isinstance(passwords.get(user), str) or not passwords[user]}
+    problems = password_problems(config, passwords)
+    violations = []
+    if {path for path, _ in problems} != missing or len(problems) != len(missing):
+        violations.append(Violation("password problems", f"{problems} for missing {sorted(missing)}"))
+    for path, message in problems:
+        user = users.get(path)
+        assert user is not None and path_exists(raw, path), (path, message)
+        if "no `pulumi config set --path` can name this user" in message:
+            if not user.endswith("\\") or not re.search(r"[^A-Za-z0-9_$-]", user):
+                violations.append(Violation("password hint", f"{user!r} refused as unspellable: {message}"))
+        elif (key := password_key(message)) != ["passwords", user]:
+            violations.append(Violation("password hint", f"{user!r}: {message} sets {key}"))
+    return violations
+
+
 def check_accepted(raw: Tree, config: StackConfig) -> str:
     """An accepted config plans and checks without raising, names only what RabbitMQ and the provider
     accept, and keeps every entry of the input. Two resources with one URN are refused before anything is
     registered, by `check_logical_names` (`read_stack_config`), exactly when the model here finds them."""
     assert isinstance(config, StackConfig)
-    violations = dropped(raw, config)
+    violations = dropped(raw, config) + password_violations(raw, config)
     plans = []
     for vhost in config.vhosts:
         plan = plan_vhost(vhost)
@@ -865,9 +936,11 @@ REGRESSIONS = [
                  id="operator-policy-disallowed-key"),
     pytest.param({"vhosts": [{"name": "a", "applications": [APP]}, {"name": "b", "applications": [APP]}],
                   "passwords": {"u": "p"}}, "refused", id="same-user-in-two-vhosts"),
-    pytest.param(vhost(applications=[APP]), "refused", id="no-password"),
+    pytest.param(vhost(applications=[APP]), "accepted", id="no-password"),
     pytest.param({**vhost(applications=[APP]), "passwords": {"u": 123}}, "refused", id="non-string-password"),
     pytest.param({**vhost(applications=[APP]), "passwords": "p"}, "refused", id="passwords-not-a-mapping"),
+    pytest.param({**vhost(applications=[{"user": user} for user in ('say "hi"', "o'neil", "x[0]", "a.b\\", "42")]),
+                  "passwords": {"42": ""}}, "accepted", id="password-hints-for-odd-user-names"),
 ]
 
 
@@ -912,3 +985,14 @@ def test_the_urn_model_matches_the_program() -> None:
     program = sorted(("$".join(t.split(":")[-1] for t in types.split("$")), name)
                      for _, _, types, name in (r.urn.split("::") for r in registered) if "Stack" not in types)
     assert program == sorted(urn for urn, _ in urns(config, [plan_vhost(v) for v in config.vhosts]))
+
+
+def test_the_property_path_model_reads_pulumis_documented_examples() -> None:
+    assert property_path("root.nested") == ["root", "nested"]
+    assert property_path('root["double"].nest') == ["root", "double", "nest"]
+    assert property_path("root.array[0][1].nested") == ["root", "array", 0, 1, "nested"]
+    assert property_path('root["key with \\"escaped\\" quotes"]') == ["root", 'key with "escaped" quotes']
+    assert property_path('["root key with a ."][100]') == ["root key with a .", 100]
+    assert property_path("passwords.billing.svc") == ["passwords", "billing", "svc"]
+    with pytest.raises(ValueError, match="closing quote"):
+        property_path('passwords["a.b\\"]')

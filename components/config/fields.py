@@ -1,0 +1,157 @@
+"""The problem collector and the validators of single fields.
+
+A validator reports what is wrong with a value and returns `INVALID`, so that a refused value is never
+mistaken for an optional key left out (`ABSENT`) nor for a value that may legitimately be null.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from .. import naming
+from ..durations import DurationError, parse_duration
+from .model import ConfigError
+
+T = TypeVar("T")
+D = TypeVar("D")
+
+
+class Absent(enum.Enum):
+    """A key that is not in its mapping."""
+
+    ABSENT = "absent"
+
+
+class Invalid(enum.Enum):
+    """A value that was refused; its problem is already reported."""
+
+    INVALID = "invalid"
+
+
+ABSENT = Absent.ABSENT
+INVALID = Invalid.INVALID
+
+
+class Problems:
+    """Collects every problem so that one run reports them all."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, str]] = []
+
+    def add(self, path: str, message: str) -> None:
+        self.items.append((path, message))
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            raise ConfigError(self.items)
+
+
+def describe(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def child(path: str, key: object) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def mapping(p: Problems, path: str, value: object, allowed: Sequence[str]) -> Mapping[str, Any] | Invalid:
+    if not isinstance(value, Mapping):
+        p.add(path, f"expected a mapping, got {describe(value)}")
+        return INVALID
+    for key in value:
+        if key not in allowed:
+            p.add(child(path, key), f"unknown key (allowed: {', '.join(allowed)})")
+    return value
+
+
+def items(p: Problems, path: str, value: object) -> Sequence[Any]:
+    """The entries of an optional list: none when the key is absent or null."""
+    if value is ABSENT or value is None:
+        return ()
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        p.add(path, f"expected a list, got {describe(value)}")
+        return ()
+    return value
+
+
+def optional(data: Mapping[str, Any], key: str, parse: Callable[[object], T | Invalid], default: D) -> T | D | Invalid:
+    """`default` when `key` is absent, else what `parse` makes of its value."""
+    return parse(data[key]) if key in data else default
+
+
+def integer(p: Problems, path: str, value: object, minimum: int, maximum: int | None = None) -> int | Invalid:
+    if isinstance(value, bool) or not isinstance(value, int):
+        p.add(path, f"expected an integer, got {value!r}")
+        return INVALID
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"{minimum} … {maximum}" if maximum is not None else f">= {minimum}"
+        p.add(path, f"{value} is out of range (use {bound})")
+        return INVALID
+    return value
+
+
+def boolean(p: Problems, path: str, value: object) -> bool | Invalid:
+    if not isinstance(value, bool):
+        p.add(path, f"expected true or false, got {value!r}")
+        return INVALID
+    return value
+
+
+def choice(p: Problems, path: str, value: object, choices: Sequence[str]) -> str | Invalid:
+    if value not in choices:
+        p.add(path, f"{value!r} is not one of {', '.join(choices)}")
+        return INVALID
+    return str(value)
+
+
+def entity_name(p: Problems, path: str, value: object, kind: str, allow_reserved: bool = False) -> str | Invalid:
+    """A queue, exchange, policy or user name the provider can manage: it builds IDs as `name@vhost`
+    and binding IDs with `/`."""
+    if not isinstance(value, str) or not value.strip():
+        p.add(path, f"{kind} name must be a non-empty string, got {value!r}")
+        return INVALID
+    ok = True
+    if "@" in value:
+        p.add(path, f'"{value}": "@" breaks the provider\'s name@vhost IDs; rename the {kind}')
+        ok = False
+    if "/" in value:
+        p.add(path, f'"{value}": "/" breaks the provider\'s binding IDs; rename the {kind}')
+        ok = False
+    if value.startswith(naming.RESERVED_PREFIX) and not allow_reserved:
+        p.add(path, f'"{value}": the "amq." prefix is reserved by RabbitMQ; rename the {kind}')
+        ok = False
+    if value != value.strip():
+        p.add(path, f'"{value}": leading or trailing whitespace; remove it')
+        ok = False
+    if naming.byte_length(value) > naming.MAX_NAME_BYTES:
+        p.add(path, f"{kind} name is {naming.byte_length(value)} bytes; RabbitMQ allows 255")
+        ok = False
+    return value if ok else INVALID
+
+
+def written_name(value: object) -> str | None:
+    """A name as written, valid or not: references to it are not reported as undeclared."""
+    return value if isinstance(value, str) else None
+
+
+def duration(p: Problems, path: str, value: object) -> int | Invalid:
+    try:
+        return parse_duration(value)
+    except DurationError as error:
+        p.add(path, str(error))
+        return INVALID
+
+
+def regex(p: Problems, path: str, value: object) -> str | Invalid:
+    if not isinstance(value, str):
+        p.add(path, f"expected a regular expression string, got {value!r}")
+        return INVALID
+    try:
+        re.compile(value)
+    except re.error as error:
+        p.add(path, f"{value!r} is not a valid regular expression ({error})")
+        return INVALID
+    return value

@@ -1,0 +1,43 @@
+"""The keys each mapping of the stack config may hold, written once.
+
+The parser refuses any other key, the fuzz test builds and misspells configs from these tables, and
+`tests/test_readme_reference.py` keeps the README's "Config reference" tables equal to them. The order is
+the order of the README and of "unknown key (allowed: …)" messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+TOP_LEVEL_KEYS = ("protect", "retain_error_queues", "defaults", "vhosts", "passwords")
+DEFAULTS_KEYS = ("queue_type", "policy_priority", "delivery_limit")
+VHOST_KEYS = ("name", "existing", "exchanges", "queues", "policies", "operator_policies", "applications", "limits",
+              "default_queue_type")
+EXCHANGE_KEYS = ("name", "type")
+QUEUE_KEYS = ("name", "type", "bindings", "max_length", "delivery_limit", "retry", "policy_priority")
+BINDING_KEYS = ("exchange", "routing_key", "arguments", "external")
+RETRY_KEYS = ("delays", "max_retries", "error_retention", "error_max_length")
+POLICY_KEYS = ("name", "pattern", "priority", "apply_to", "definition")
+OPERATOR_POLICY_KEYS = ("expires", "message-ttl", "max-length", "max-length-bytes", "max-in-memory-length",
+                        "max-in-memory-bytes", "delivery-limit", "queue-version", "overflow")
+"""What RabbitMQ accepts in an operator policy's definition."""
+APPLICATION_KEYS = ("user", "publishes", "consumes", "topic_permissions")
+TOPIC_PERMISSION_KEYS = ("exchange", "write", "read")
+LIMITS_KEYS = ("max_connections", "max_queues")
+
+KEY_TABLES: Mapping[str, tuple[str, ...]] = {
+    "rabbitmq-retry": TOP_LEVEL_KEYS,
+    "defaults": DEFAULTS_KEYS,
+    "vhosts[]": VHOST_KEYS,
+    "vhosts[].exchanges[]": EXCHANGE_KEYS,
+    "vhosts[].queues[]": QUEUE_KEYS,
+    "vhosts[].queues[].bindings[]": BINDING_KEYS,
+    "vhosts[].queues[].retry": RETRY_KEYS,
+    "vhosts[].policies[]": POLICY_KEYS,
+    "vhosts[].operator_policies[].definition": OPERATOR_POLICY_KEYS,
+    "vhosts[].applications[]": APPLICATION_KEYS,
+    "vhosts[].applications[].topic_permissions[]": TOPIC_PERMISSION_KEYS,
+    "vhosts[].limits": LIMITS_KEYS,
+}
+"""Each table by the config path of the mapping it belongs to (`[]`: every item of a list). Operator
+policies take the keys of `vhosts[].policies[]`; their definition is limited to the keys above."""

@@ -1,0 +1,81 @@
+"""Entry points: a whole stack config, or one vhost or queue for components used outside a stack."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .crosschecks import check_users, check_vhost, check_vhost_names
+from .fields import ABSENT, INVALID, Problems, boolean, child, describe, items, mapping, optional
+from .keys import TOP_LEVEL_KEYS
+from .model import Defaults, Queue, StackConfig, Vhost
+from .parsers import VhostEntry, parse_defaults, parse_queue, parse_vhost
+from .passwords import NOT_A_MAPPING, password_command
+
+BUILT_IN_DEFAULTS = Defaults()
+
+
+def check_passwords_shape(p: Problems, raw: object) -> None:
+    """A mapping of user to string; which users need one is `password_problems`' business."""
+    if raw is ABSENT or raw is None:
+        return
+    if not isinstance(raw, Mapping):
+        p.add("passwords", NOT_A_MAPPING)
+        return
+    for user, password in raw.items():
+        if not isinstance(password, str):
+            p.add(child("passwords", user), f"expected a string, got {describe(password)}: "
+                  f"{password_command(str(user))}")
+
+
+def parse_vhosts(p: Problems, top: Mapping[str, Any], defaults: Defaults) -> list[VhostEntry]:
+    if "vhosts" not in top:
+        p.add("vhosts", "missing; set rabbitmq-retry:vhosts to a list of vhosts (see README)")
+        return []
+    if top["vhosts"] is None:
+        p.add("vhosts", "null; list the vhosts, or write [] to manage none (that deletes what this stack created)")
+        return []
+    vhosts = []
+    for i, raw in enumerate(items(p, "vhosts", top["vhosts"])):
+        vhost = parse_vhost(p, f"vhosts[{i}]", i, raw, defaults)
+        check_vhost(p, vhost)
+        vhosts.append(vhost)
+    return vhosts
+
+
+def load_stack_config(raw: Mapping[str, Any]) -> StackConfig:
+    """Parse the `rabbitmq-retry:` namespace (keys without the prefix); raise ConfigError with all problems.
+
+    Passwords are only shape-checked: see `password_problems` for the users that have none."""
+    p = Problems()
+    top = mapping(p, "", raw, TOP_LEVEL_KEYS)
+    top = {} if top is INVALID else top
+    protect = optional(top, "protect", lambda v: boolean(p, "protect", v), False)
+    retain = optional(top, "retain_error_queues", lambda v: boolean(p, "retain_error_queues", v), False)
+    defaults = parse_defaults(p, top.get("defaults", ABSENT))
+    vhosts = parse_vhosts(p, top, defaults)
+    check_passwords_shape(p, top.get("passwords", ABSENT))
+    check_users(p, vhosts)
+    check_vhost_names(p, vhosts)
+    p.raise_if_any()
+    return StackConfig(vhosts=tuple(v.value for v in vhosts if isinstance(v.value, Vhost)), defaults=defaults,
+                       protect=protect is True, retain_error_queues=retain is True)
+
+
+def load_queue(raw: Mapping[str, Any], path: str, defaults: Defaults = BUILT_IN_DEFAULTS) -> Queue:
+    """Parse one queue entry (the shape of a `queues[]` item), for components used outside a stack config."""
+    p = Problems()
+    entry = parse_queue(p, path, 0, raw, defaults)
+    p.raise_if_any()
+    assert isinstance(entry.value, Queue)
+    return entry.value
+
+
+def load_vhost(raw: Mapping[str, Any], path: str, defaults: Defaults = BUILT_IN_DEFAULTS) -> Vhost:
+    """Parse one vhost entry (the shape of a `vhosts[]` item)."""
+    p = Problems()
+    entry = parse_vhost(p, path, 0, raw, defaults)
+    check_vhost(p, entry)
+    p.raise_if_any()
+    assert isinstance(entry.value, Vhost)
+    return entry.value

@@ -1,0 +1,140 @@
+"""What a parsed stack config is: frozen dataclasses, their defaults, and the error that refuses a config.
+
+`ConfigError` subclasses `pulumi.RunError` only so that `pulumi preview` prints the problems without a
+traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pulumi.errors import RunError
+
+QUEUE_TYPES = ("classic", "quorum")
+EXCHANGE_TYPES = ("direct", "topic", "fanout", "headers")
+X_MATCH = ("all", "any", "all-with-x", "any-with-x")
+APPLY_TO = ("queues", "classic_queues", "quorum_queues", "streams", "exchanges", "all")
+STRING_POLICY_KEYS = ("dead-letter-exchange", "dead-letter-routing-key", "alternate-exchange")
+"""Policy keys whose value names something: the provider would send a digits-only value as an integer."""
+DEFAULT_QUEUE_TYPE = "quorum"
+DEFAULT_POLICY_PRIORITY = 10
+DEFAULT_DELIVERY_LIMIT = 20
+"""RabbitMQ 4's default, set explicitly so that 3.10 and 4.x behave alike."""
+MAX_RETRIES_CEILING = 10_000
+
+
+class ConfigError(RunError):
+    """Invalid stack config. `problems` holds (key path, what is wrong and what to do)."""
+
+    def __init__(self, problems: Sequence[tuple[str, str]]) -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  {path}: {message}" for path, message in self.problems)
+        count = len(self.problems)
+        super().__init__(f"invalid rabbitmq-retry config ({count} problem{'s' * (count != 1)}):\n{lines}")
+
+
+@dataclass(frozen=True)
+class Binding:
+    exchange: str
+    routing_key: str = ""
+    arguments: Mapping[str, str | int | bool] = field(default_factory=dict)
+    external: bool = False
+    """The exchange is declared outside this stack (e.g. `amq.topic`)."""
+
+
+@dataclass(frozen=True)
+class Retry:
+    delays_ms: tuple[int, ...]
+    max_retries: int
+    error_retention_ms: int | None = None
+    error_max_length: int | None = None
+
+
+@dataclass(frozen=True)
+class Queue:
+    name: str
+    queue_type: str
+    policy_priority: int
+    bindings: tuple[Binding, ...] = ()
+    max_length: int | None = None
+    delivery_limit: int | None = None
+    """Quorum only; always set for quorum queues: default 20, plus max_retries for a retryable queue.
+    A backstop that must never fire (README: Delivery limit)."""
+    retry: Retry | None = None
+
+
+@dataclass(frozen=True)
+class Exchange:
+    name: str
+    type: str
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    pattern: str
+    priority: int
+    apply_to: str
+    definition: Mapping[str, str]
+    """Values as the provider's schema wants them: strings (digits become JSON integers)."""
+
+
+@dataclass(frozen=True)
+class TopicPermission:
+    exchange: str
+    write: str
+    read: str
+
+
+@dataclass(frozen=True)
+class Application:
+    """An application's user in one vhost; its permissions are derived, never written by hand."""
+
+    user: str
+    publishes: tuple[str, ...] = ()
+    """Exchanges it publishes to."""
+    consumes: tuple[str, ...] = ()
+    """Queues it consumes; for a retryable queue it may also publish retries and park messages."""
+    topic_permissions: tuple[TopicPermission, ...] = ()
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_connections: int | None = None
+    max_queues: int | None = None
+
+
+@dataclass(frozen=True)
+class Vhost:
+    name: str
+    existing: bool
+    """Declared elsewhere (always so for `/`): referenced, never created or deleted."""
+    exchanges: tuple[Exchange, ...] = ()
+    queues: tuple[Queue, ...] = ()
+    policies: tuple[Policy, ...] = ()
+    """User policies of the vhost besides ours; checked for overlap with ours at preview time."""
+    operator_policies: tuple[Policy, ...] = ()
+    """Limits that apply on top of every user policy (the lower numeric value wins)."""
+    applications: tuple[Application, ...] = ()
+    application_indexes: tuple[int, ...] = ()
+    """Where each application stands in the config's `applications[]` (for error paths)."""
+    limits: Limits = Limits()
+    default_queue_type: str | None = None
+
+
+@dataclass(frozen=True)
+class Defaults:
+    queue_type: str = DEFAULT_QUEUE_TYPE
+    policy_priority: int = DEFAULT_POLICY_PRIORITY
+    delivery_limit: int = DEFAULT_DELIVERY_LIMIT
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    vhosts: tuple[Vhost, ...]
+    defaults: Defaults = Defaults()
+    protect: bool = False
+    """`protect` on every queue of the stack: Pulumi refuses to delete or replace them."""
+    retain_error_queues: bool = False
+    """`retain_on_delete` on error queues: removing one from config leaves it on the broker."""

@@ -1,0 +1,468 @@
+"""One parser per entity of the stack config; each reports the problems of its own fields.
+
+A refused entry is kept as an `Entry` whose value is `INVALID` but whose name (when the name itself is
+fine) still counts: checks across entities (`crosschecks`) see it, so one bad field never makes its queue,
+exchange or policy look undeclared elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from .. import naming
+from .fields import (
+    ABSENT,
+    INVALID,
+    Invalid,
+    Problems,
+    boolean,
+    choice,
+    describe,
+    duration,
+    entity_name,
+    integer,
+    items,
+    mapping,
+    optional,
+    regex,
+    written_name,
+)
+from .keys import (
+    APPLICATION_KEYS,
+    BINDING_KEYS,
+    DEFAULTS_KEYS,
+    EXCHANGE_KEYS,
+    LIMITS_KEYS,
+    OPERATOR_POLICY_KEYS,
+    POLICY_KEYS,
+    QUEUE_KEYS,
+    RETRY_KEYS,
+    TOPIC_PERMISSION_KEYS,
+    VHOST_KEYS,
+)
+from .model import (
+    APPLY_TO,
+    EXCHANGE_TYPES,
+    MAX_RETRIES_CEILING,
+    QUEUE_TYPES,
+    STRING_POLICY_KEYS,
+    X_MATCH,
+    Application,
+    Binding,
+    Defaults,
+    Exchange,
+    Limits,
+    Policy,
+    Queue,
+    Retry,
+    TopicPermission,
+    Vhost,
+)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Entry(Generic[T]):
+    """One item of a config list, kept even when refused."""
+
+    index: int
+    name: str | None
+    """The entry's name when that name is valid, even if the entry is not."""
+    written: str | None
+    """The name as written when it is a string, valid or not: references to it are never undeclared."""
+    value: T | Invalid
+
+
+@dataclass(frozen=True)
+class BindingEntry(Entry[Binding]):
+    external: bool = False
+    """`external: true` as written, so that an exchange named only here counts as declared."""
+
+
+@dataclass(frozen=True)
+class QueueEntry(Entry[Queue]):
+    bindings: tuple[BindingEntry, ...] = ()
+    owned_queues: tuple[str, ...] = ()
+    """Queues this entry brings into its vhost: itself, and a retryable queue's wait tiers and error queue."""
+    owned_exchanges: tuple[str, ...] = ()
+    """A retryable queue's retry, requeue and error exchanges."""
+
+
+@dataclass(frozen=True)
+class TopicEntry:
+    path: str
+    exchange: object
+    """As written (`INVALID` when the entry is not a mapping): `crosschecks` checks that it names an exchange
+    of the vhost."""
+    value: TopicPermission | Invalid
+
+
+@dataclass(frozen=True)
+class ApplicationEntry(Entry[Application]):
+    path: str = ""
+    publishes: Sequence[object] = ()
+    consumes: Sequence[object] = ()
+    topics: tuple[TopicEntry, ...] = ()
+
+
+@dataclass(frozen=True)
+class VhostEntry(Entry[Vhost]):
+    """A vhost and every entry in it, for the checks across entities."""
+
+    path: str = ""
+    exchanges: tuple[Entry[Exchange], ...] = ()
+    queues: tuple[QueueEntry, ...] = ()
+    policies: tuple[Entry[Policy], ...] = ()
+    operator_policies: tuple[Entry[Policy], ...] = ()
+    applications: tuple[ApplicationEntry, ...] = ()
+
+
+def refused(index: int, written: object = None) -> Entry[Any]:
+    return Entry(index, None, written_name(written), INVALID)
+
+
+def parse_defaults(p: Problems, raw: object) -> Defaults:
+    base = Defaults()
+    if raw is ABSENT or raw is None:
+        return base
+    data = mapping(p, "defaults", raw, DEFAULTS_KEYS)
+    if data is INVALID:
+        return base
+    queue_type = optional(data, "queue_type", lambda v: choice(p, "defaults.queue_type", v, QUEUE_TYPES), INVALID)
+    priority = optional(data, "policy_priority", lambda v: integer(p, "defaults.policy_priority", v, 0), INVALID)
+    limit = optional(data, "delivery_limit", lambda v: integer(p, "defaults.delivery_limit", v, 1), INVALID)
+    return Defaults(
+        queue_type=base.queue_type if queue_type is INVALID else queue_type,
+        policy_priority=base.policy_priority if priority is INVALID else priority,
+        delivery_limit=base.delivery_limit if limit is INVALID else limit,
+    )
+
+
+# --- exchanges and bindings -----------------------------------------------------------------------------------
+
+
+def parse_exchange(p: Problems, path: str, index: int, raw: object) -> Entry[Exchange]:
+    data = mapping(p, path, raw, EXCHANGE_KEYS)
+    if data is INVALID:
+        return refused(index)
+    name = entity_name(p, f"{path}.name", data.get("name"), "exchange")
+    if "type" not in data:
+        p.add(f"{path}.type", f"missing; use one of {', '.join(EXCHANGE_TYPES)}")
+        exchange_type: str | Invalid = INVALID
+    else:
+        exchange_type = choice(p, f"{path}.type", data["type"], EXCHANGE_TYPES)
+    value = INVALID if name is INVALID or exchange_type is INVALID else Exchange(name, exchange_type)
+    return Entry(index, None if name is INVALID else name, written_name(data.get("name")), value)
+
+
+def parse_binding_arguments(p: Problems, path: str, raw: object) -> dict[str, str | int | bool] | Invalid:
+    if not isinstance(raw, Mapping):
+        p.add(path, f"expected a mapping of header names to values, got {describe(raw)}")
+        return INVALID
+    arguments: dict[str, str | int | bool] | Invalid = {}
+    for key, value in raw.items():
+        if not isinstance(key, str) or not isinstance(value, (str, int, bool)):
+            p.add(f"{path}.{key}", f"expected a string, integer or boolean, got {describe(value)}")
+            arguments = INVALID
+        elif arguments is not INVALID:
+            arguments[key] = value
+    if arguments is not INVALID and "x-match" in arguments and arguments["x-match"] not in X_MATCH:
+        p.add(f"{path}.x-match", f"{arguments['x-match']!r} is not one of {', '.join(X_MATCH)}")
+        return INVALID
+    return arguments
+
+
+def parse_binding(p: Problems, path: str, index: int, raw: object) -> BindingEntry:
+    data = mapping(p, path, raw, BINDING_KEYS)
+    if data is INVALID:
+        return BindingEntry(index, None, None, INVALID)
+    external = optional(data, "external", lambda v: boolean(p, f"{path}.external", v), False)
+    if "exchange" not in data:
+        p.add(f"{path}.exchange", "missing; name the exchange this queue is bound to")
+        return BindingEntry(index, None, None, INVALID)
+    exchange = entity_name(p, f"{path}.exchange", data["exchange"], "exchange", allow_reserved=external is True)
+    routing_key = data.get("routing_key", "")
+    if not isinstance(routing_key, str):
+        p.add(f"{path}.routing_key", f"expected a string, got {routing_key!r} (quote digits: \"42\")")
+        routing_key = INVALID
+    arguments = parse_binding_arguments(p, f"{path}.arguments", data.get("arguments", {}))
+    written = written_name(data["exchange"])
+    if INVALID in (exchange, routing_key, arguments, external):
+        return BindingEntry(index, None, written, INVALID, external=external is True)
+    return BindingEntry(index, exchange, written, Binding(exchange, routing_key, arguments, external),
+                        external=external)
+
+
+def check_duplicate_bindings(p: Problems, path: str, bindings: Sequence[BindingEntry]) -> None:
+    seen: dict[str, int] = {}
+    for entry in bindings:
+        if entry.value is INVALID:
+            continue
+        binding = entry.value
+        identity = json.dumps([binding.exchange, binding.routing_key, dict(binding.arguments)], sort_keys=True)
+        if identity in seen:
+            p.add(f"{path}[{entry.index}]", f"duplicate of bindings[{seen[identity]}]; remove one")
+        seen.setdefault(identity, entry.index)
+
+
+# --- queues ---------------------------------------------------------------------------------------------------
+
+
+def parse_delays(p: Problems, path: str, raw: object) -> tuple[int, ...] | Invalid:
+    """Strictly increasing durations, one per wait tier."""
+    if raw is ABSENT:
+        p.add(path, "missing; list one delay per wait tier, e.g. [1s, 10s, 1m]")
+        return INVALID
+    if raw is None:
+        p.add(path, "null; list one delay per wait tier, e.g. [1s, 10s, 1m]")
+        return INVALID
+    written = items(p, path, raw)
+    if not written and isinstance(raw, Sequence) and not isinstance(raw, str):
+        p.add(path, "empty; list at least one delay, e.g. [10s]")
+    delays = [duration(p, f"{path}[{i}]", value) for i, value in enumerate(written)]
+    for i in range(1, len(delays)):
+        before, after = delays[i - 1], delays[i]
+        if before is not INVALID and after is not INVALID and after <= before:
+            p.add(f"{path}[{i}]", f'"{written[i]}" is not longer than the delay before it; '
+                  "delays must be strictly increasing")
+    if not delays or INVALID in delays:
+        return INVALID
+    return tuple(d for d in delays if d is not INVALID)
+
+
+def parse_retry(p: Problems, path: str, raw: object) -> Retry | Invalid:
+    data = mapping(p, path, raw, RETRY_KEYS)
+    if data is INVALID:
+        return INVALID
+    written = data.get("delays", ABSENT)
+    delays = parse_delays(p, f"{path}.delays", written)
+    if written is ABSENT or written is None:
+        return INVALID
+    tiers = len(written) if isinstance(written, Sequence) and not isinstance(written, (str, bytes)) else 0
+    max_retries = optional(data, "max_retries",
+                           lambda v: integer(p, f"{path}.max_retries", v, 1, MAX_RETRIES_CEILING), tiers)
+    retention = optional(data, "error_retention", lambda v: duration(p, f"{path}.error_retention", v), None)
+    error_max_length = optional(data, "error_max_length", lambda v: integer(p, f"{path}.error_max_length", v, 1),
+                                None)
+    if delays is INVALID or max_retries is INVALID or retention is INVALID or error_max_length is INVALID:
+        return INVALID
+    return Retry(delays, max_retries, retention, error_max_length)
+
+
+def check_derived_name_lengths(p: Problems, path: str, name: str, retry: Retry) -> bool:
+    for derived in naming.derived_queue_names(name, len(retry.delays_ms)) + naming.derived_exchange_names(name):
+        if naming.byte_length(derived) > naming.MAX_NAME_BYTES:
+            p.add(path, f'derived name "{derived[:40]}…" is over 255 bytes; shorten the queue name')
+            return False
+    return True
+
+
+def resolve_delivery_limit(p: Problems, path: str, written: int | None, queue_type: str, retry: Retry | None,
+                           defaults: Defaults) -> int | Invalid | None:
+    """Quorum queues always get a limit; a retryable queue's stays above max_retries."""
+    if queue_type != "quorum":
+        return None
+    if retry is None:
+        return written or defaults.delivery_limit
+    if written is None:
+        # On RabbitMQ 4 every plain retry counts toward the limit for the message's whole life.
+        return defaults.delivery_limit + retry.max_retries
+    if written <= retry.max_retries:
+        p.add(path, f"{written} is not above max_retries ({retry.max_retries}): on "
+              "RabbitMQ 4 each retry counts toward it, and a message over it jams in a dead-letter cycle; "
+              "raise it or leave it unset (default: defaults.delivery_limit + max_retries)")
+        return INVALID
+    return written
+
+
+def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defaults) -> QueueEntry:
+    data = mapping(p, path, raw, QUEUE_KEYS)
+    if data is INVALID:
+        return QueueEntry(index, None, None, INVALID)
+    if "name" not in data:
+        p.add(f"{path}.name", "missing; every queue needs a name")
+        name: str | Invalid = INVALID
+    else:
+        name = entity_name(p, f"{path}.name", data["name"], "queue")
+    queue_type = optional(data, "type", lambda v: choice(p, f"{path}.type", v, QUEUE_TYPES), defaults.queue_type)
+    priority = optional(data, "policy_priority", lambda v: integer(p, f"{path}.policy_priority", v, 0),
+                        defaults.policy_priority)
+    max_length = optional(data, "max_length", lambda v: integer(p, f"{path}.max_length", v, 0), None)
+    delivery_limit = optional(data, "delivery_limit", lambda v: integer(p, f"{path}.delivery_limit", v, 1), None)
+    if queue_type == "classic" and "delivery_limit" in data:
+        p.add(f"{path}.delivery_limit", "delivery-limit is quorum-only; remove it or set type: quorum")
+    bindings = tuple(parse_binding(p, f"{path}.bindings[{i}]", i, b)
+                     for i, b in enumerate(items(p, f"{path}.bindings", data.get("bindings", ABSENT))))
+    check_duplicate_bindings(p, f"{path}.bindings", bindings)
+    retry = optional(data, "retry", lambda v: parse_retry(p, f"{path}.retry", v), None)
+    lengths_ok = name is INVALID or not isinstance(retry, Retry) or check_derived_name_lengths(
+        p, f"{path}.name", name, retry)
+    entry = QueueEntry(index, None if name is INVALID else name, written_name(data.get("name")), INVALID,
+                       bindings=bindings)
+    if name is INVALID:
+        return entry
+    owned = ((naming.derived_queue_names(name, len(retry.delays_ms)), naming.derived_exchange_names(name))
+             if isinstance(retry, Retry) else ([name], []))
+    entry = QueueEntry(index, name, name, INVALID, bindings, tuple(owned[0]), tuple(owned[1]))
+    if not lengths_ok or INVALID in (queue_type, priority, max_length, delivery_limit, retry) or any(
+            b.value is INVALID for b in bindings):
+        return entry
+    limit = resolve_delivery_limit(p, f"{path}.delivery_limit", delivery_limit, queue_type, retry, defaults)
+    if limit is INVALID:
+        return entry
+    queue = Queue(name=name, queue_type=queue_type, policy_priority=priority,
+                  bindings=tuple(b.value for b in bindings if b.value is not INVALID), max_length=max_length,
+                  delivery_limit=limit, retry=retry)
+    return QueueEntry(index, name, name, queue, bindings, entry.owned_queues, entry.owned_exchanges)
+
+
+# --- policies -------------------------------------------------------------------------------------------------
+
+
+def parse_definition(p: Problems, path: str, raw: object,
+                     allowed_keys: Sequence[str] | None) -> dict[str, str] | Invalid:
+    if not isinstance(raw, Mapping) or not raw:
+        p.add(path, "expected a non-empty mapping of policy keys to values")
+        return INVALID
+    definition: dict[str, str] | Invalid = {}
+    for key, value in raw.items():
+        if allowed_keys is not None and key not in allowed_keys:
+            p.add(f"{path}.{key}", f"not allowed in an operator policy (allowed: {', '.join(allowed_keys)})")
+            definition = INVALID
+        elif isinstance(value, bool) or not isinstance(value, (str, int)):
+            p.add(f"{path}.{key}", f"expected a string or an integer, got {value!r}")
+            definition = INVALID
+        elif key in STRING_POLICY_KEYS and str(value).lstrip("+-").isdigit():
+            p.add(f"{path}.{key}", f"{value!r}: the provider sends digits-only values as integers, "
+                  "which RabbitMQ refuses here; use a name with a letter in it")
+            definition = INVALID
+        elif definition is not INVALID:
+            definition[str(key)] = str(value)
+    return definition
+
+
+def parse_policy(p: Problems, path: str, index: int, raw: object,
+                 allowed_keys: Sequence[str] | None = None) -> Entry[Policy]:
+    """A user policy, or with `allowed_keys` an operator policy."""
+    data = mapping(p, path, raw, POLICY_KEYS)
+    if data is INVALID:
+        return refused(index)
+    name = entity_name(p, f"{path}.name", data.get("name"), "policy")
+    pattern = regex(p, f"{path}.pattern", data.get("pattern"))
+    priority = integer(p, f"{path}.priority", data.get("priority", 0), 0)
+    apply_to = choice(p, f"{path}.apply_to", data.get("apply_to", "queues"), APPLY_TO)
+    definition = parse_definition(p, f"{path}.definition", data.get("definition"), allowed_keys)
+    valid_name = None if name is INVALID else name
+    if INVALID in (name, pattern, priority, apply_to, definition):
+        return Entry(index, valid_name, written_name(data.get("name")), INVALID)
+    return Entry(index, valid_name, valid_name, Policy(name, pattern, priority, apply_to, definition))
+
+
+# --- applications ---------------------------------------------------------------------------------------------
+
+
+def parse_topic_permission(p: Problems, path: str, raw: object) -> TopicEntry:
+    data = mapping(p, path, raw, TOPIC_PERMISSION_KEYS)
+    if data is INVALID:
+        return TopicEntry(path, INVALID, INVALID)
+    write, read = (regex(p, f"{path}.{key}", data.get(key, "^$")) for key in ("write", "read"))
+    exchange = data.get("exchange")
+    if write is INVALID or read is INVALID or not isinstance(exchange, str):
+        return TopicEntry(path, exchange, INVALID)
+    return TopicEntry(path, exchange, TopicPermission(exchange, write, read))
+
+
+def parse_application(p: Problems, path: str, index: int, raw: object) -> ApplicationEntry:
+    """The application's own fields; what it names is checked against its vhost by `crosschecks`."""
+    data = mapping(p, path, raw, APPLICATION_KEYS)
+    if data is INVALID:
+        return ApplicationEntry(index, None, None, INVALID, path)
+    user = entity_name(p, f"{path}.user", data.get("user"), "user", allow_reserved=True)
+    publishes = items(p, f"{path}.publishes", data.get("publishes", ABSENT))
+    consumes = items(p, f"{path}.consumes", data.get("consumes", ABSENT))
+    topics = tuple(parse_topic_permission(p, f"{path}.topic_permissions[{i}]", t) for i, t in
+                   enumerate(items(p, f"{path}.topic_permissions", data.get("topic_permissions", ABSENT))))
+    valid_user = None if user is INVALID else user
+    names = [*publishes, *consumes]
+    if user is INVALID or not all(isinstance(n, str) for n in names) or any(t.value is INVALID for t in topics):
+        return ApplicationEntry(index, valid_user, written_name(data.get("user")), INVALID, path, publishes,
+                                consumes, topics)
+    application = Application(user, tuple(publishes), tuple(consumes),
+                              tuple(t.value for t in topics if isinstance(t.value, TopicPermission)))
+    return ApplicationEntry(index, user, user, application, path, publishes, consumes, topics)
+
+
+# --- vhosts ---------------------------------------------------------------------------------------------------
+
+
+def parse_vhost_name(p: Problems, path: str, name: object) -> str | Invalid:
+    if not isinstance(name, str) or not name:
+        p.add(path, f"vhost name must be a non-empty string, got {name!r}")
+    elif "@" in name:
+        p.add(path, f'"{name}": "@" breaks the provider\'s name@vhost IDs; rename the vhost')
+    elif name != name.strip():
+        p.add(path, f'"{name}": leading or trailing whitespace; remove it')
+    elif naming.byte_length(name) > naming.MAX_NAME_BYTES:
+        p.add(path, "vhost name is over 255 bytes; shorten it")
+    else:
+        return name
+    return INVALID
+
+
+def parse_limits(p: Problems, path: str, raw: object) -> Limits | Invalid:
+    data = mapping(p, path, raw, LIMITS_KEYS)
+    if data is INVALID:
+        return INVALID
+    values = {key: integer(p, f"{path}.{key}", data[key], 0) for key in LIMITS_KEYS if key in data}
+    return INVALID if INVALID in values.values() else Limits(**values)  # type: ignore[arg-type]
+
+
+def check_created_only_options(p: Problems, path: str, data: Mapping[str, Any], existing: object) -> None:
+    """Limits and a default queue type are set when the vhost is created, so only ours may have them."""
+    if existing is True and ("limits" in data or "default_queue_type" in data):
+        p.add(f"{path}.{'limits' if 'limits' in data else 'default_queue_type'}",
+              "only a vhost this stack creates can be given limits or a default queue type; remove it")
+
+
+def parse_list(p: Problems, path: str, data: Mapping[str, Any], key: str, parse: Any) -> tuple[Any, ...]:
+    """Each entry of the list `key`, parsed by `parse(p, path, index, raw)`."""
+    return tuple(parse(p, f"{path}.{key}[{i}]", i, raw)
+                 for i, raw in enumerate(items(p, f"{path}.{key}", data.get(key, ABSENT))))
+
+
+def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defaults) -> VhostEntry:
+    """A vhost's own fields and entries; `crosschecks.check_vhost` checks them against each other."""
+    data = mapping(p, path, raw, VHOST_KEYS)
+    if data is INVALID:
+        return VhostEntry(index, None, None, INVALID, path)
+    name = parse_vhost_name(p, f"{path}.name", data.get("name"))
+    existing = optional(data, "existing", lambda v: boolean(p, f"{path}.existing", v), name == "/")
+    if name == "/" and existing is False:
+        p.add(f"{path}.existing", 'the default vhost "/" is never managed by this stack; remove existing: false')
+    exchanges = parse_list(p, path, data, "exchanges", parse_exchange)
+    queues = parse_list(p, path, data, "queues", lambda *args: parse_queue(*args, defaults))
+    policies = parse_list(p, path, data, "policies", parse_policy)
+    operator_policies = parse_list(p, path, data, "operator_policies",
+                                   lambda *args: parse_policy(*args, OPERATOR_POLICY_KEYS))
+    applications = parse_list(p, path, data, "applications", parse_application)
+    limits = optional(data, "limits", lambda v: parse_limits(p, f"{path}.limits", v), Limits())
+    default_queue_type = optional(data, "default_queue_type",
+                                  lambda v: choice(p, f"{path}.default_queue_type", v, QUEUE_TYPES), None)
+    check_created_only_options(p, path, data, existing)
+    entries = dict(path=path, exchanges=exchanges, queues=queues, policies=policies,
+                   operator_policies=operator_policies, applications=applications)
+    valid_name = None if name is INVALID else name
+    parts: Sequence[Entry[Any]] = (*exchanges, *queues, *policies, *operator_policies, *applications)
+    if INVALID in (name, existing, limits, default_queue_type) or any(e.value is INVALID for e in parts):
+        return VhostEntry(index, valid_name, written_name(data.get("name")), INVALID, **entries)
+    apps = [a for a in applications if a.value is not INVALID]
+    vhost = Vhost(name=name, existing=existing, exchanges=tuple(e.value for e in exchanges),
+                  queues=tuple(q.value for q in queues), policies=tuple(pol.value for pol in policies),
+                  operator_policies=tuple(pol.value for pol in operator_policies),
+                  applications=tuple(a.value for a in apps), application_indexes=tuple(a.index for a in apps),
+                  limits=limits, default_queue_type=default_queue_type)
+    return VhostEntry(index, name, name, vhost, **entries)
