@@ -23,7 +23,7 @@ lint:
 	$(PY) -m ruff check .
 
 plan:
-	$(PY) -m tools.plan --stack $(STACK)
+	$(PY) -m tools.plan_report --stack $(STACK)
 
 brokers:
 	scripts/brokers.sh status
