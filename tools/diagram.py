@@ -8,9 +8,9 @@ from typing import Any
 from components.durations import format_duration
 from components.naming import requeue_exchange
 
-UNSAFE_IN_LABELS = frozenset('"#&<>`')
-"""Quotes end a label, `#…;` is Mermaid's entity syntax, `<`, `>`, `&` are HTML in a label, and a backtick
-pair makes it a Markdown string."""
+UNSAFE_IN_LABELS = frozenset('"#&<>`|')
+"""Quotes end a label, `#…;` is Mermaid's entity syntax, `<`, `>`, `&` are HTML in a label, a backtick
+pair makes it a Markdown string, and `|` delimits edge labels."""
 CHANGED_STYLE = "fill:#fff3b0,stroke:#d4a000,stroke-width:2px"
 REMOVED_STYLE = "fill:#ffd6d6,stroke:#c00,stroke-dasharray: 4 2"
 

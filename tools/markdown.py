@@ -13,6 +13,15 @@ def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
+MARKUP = re.compile(r"([\\`*_\[\]<>&~])")
+
+
+def text(plain: str) -> str:
+    """`plain` shown as it is: the characters that would start markup (emphasis, links, HTML, code,
+    entities) are backslash-escaped."""
+    return MARKUP.sub(r"\\\1", plain)
+
+
 def row(cells: Iterable[str]) -> str:
     return "| " + " | ".join(cell(c) for c in cells) + " |"
 

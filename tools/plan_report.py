@@ -29,7 +29,7 @@ def render(stack: str, resources: list[Registered]) -> str:
            markdown.row(COLUMNS), markdown.row(["---"] * len(COLUMNS))]
     for r in sorted(custom, key=lambda r: (r.parent or "", short_type(r.type), r.name)):
         out.append(markdown.row([short_type(r.type), markdown.code(r.name), markdown.code(physical_name(r)),
-                                 key_inputs(r)]))
+                                 markdown.code(key_inputs(r))]))
     for vhost in (r for r in resources if r.type == VHOST_COMPONENT):
         for queue, contract in sorted(vhost.outputs.get("retry_contracts", {}).items()):
             out += ["", f"## {markdown.code(contract['vhost'])} / {markdown.code(queue)}", "",

@@ -64,18 +64,19 @@ def _lookup(inputs: Mapping[str, Any] | None, path: str) -> Any:
 
 
 def what_changed(step: Step, names: Mapping[str, str]) -> str:
-    """`message-ttl 1000 → 2000` per changed path; a dragged replacement names its cause."""
+    """`message-ttl 1000 → 2000` per changed path; a dragged replacement names its cause. Markdown."""
     parts = [f"replaced with {markdown.code(names.get(step.replaced_dependency, step.replaced_dependency))}"] * bool(
         step.replaced_dependency)
     if step.op == "create" and step.type == engine.POLICY:  # what a new policy sets
-        parts += [f"{k} {_fmt(v)}" for k, v in sorted((_lookup(step.new, "policy.definition") or {}).items())]
+        parts += [markdown.text(f"{k} {_fmt(v)}")
+                  for k, v in sorted((_lookup(step.new, "policy.definition") or {}).items())]
     for path in step.changed:
         label = re.sub(r"^(policy\.definition|settings\.argumentsJson|settings)\.", "", path)
         before, after = _lookup(step.old, path), _lookup(step.new, path)
         if is_secret_placeholder(before) or is_secret_placeholder(after):
-            parts.append(f"{label} changed (secret)")
+            parts.append(markdown.text(f"{label} changed (secret)"))
         else:
-            parts.append(f"{label} {_fmt(before)} → {_fmt(after)}")
+            parts.append(markdown.text(f"{label} {_fmt(before)} → {_fmt(after)}"))
     return "; ".join(parts)
 
 

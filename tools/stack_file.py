@@ -32,9 +32,10 @@ class UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that refuses a key repeated in one mapping, naming where both occurrences are."""
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Hashable, Any]:
-        self.flatten_mapping(node)  # merge keys (`<<:`) are resolved first, and may be overridden
         seen: dict[Any, Any] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`: its keys may be overridden here
+                continue
             key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
             try:
                 first = seen.get(key)
