@@ -278,3 +278,70 @@ def test_cli_a_project_in_a_subdirectory_that_base_lacks(repo: Path, tmp_path_fa
     assert f"{dev_resources(repo)} to create, 0 unchanged" in result.stdout
     unchanged = cli(outer / "infra", "--base", "HEAD", "--stack", "dev")
     assert unchanged.returncode == 0 and f"**No changes** — {dev_resources(repo)} unchanged." in unchanged.stdout
+
+
+# Secrets: a password change is visible as a change, and no ciphertext is ever printed.
+
+CIPHERTEXTS = ("v1:YmFzZS1jaXBoZXJ0ZXh0LWZvci10aGUtdGVzdHM=", "v1:aGVhZC1jaXBoZXJ0ZXh0LWZvci10aGUtdGVzdHM=")
+APPLICATION = """\
+      applications:
+        - user: billing-app
+          publishes: [orders]
+          consumes: [orders.billing]
+  rabbitmq-retry:passwords:
+    billing-app:
+      secure: {ciphertext}
+"""
+
+
+def run(repo: Path, *command: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(command), cwd=repo, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "ALLOW_DATA_LOSS": "", **env})
+
+
+def test_cli_a_password_change_reviews_as_secret_and_no_ciphertext_is_printed(repo: Path):
+    stack = repo / "Pulumi.dev.yaml"
+    stack.write_text(stack.read_text() + APPLICATION.format(ciphertext=CIPHERTEXTS[0]))
+    git(repo, "commit", "-qam", "billing-app")
+    stack.write_text(stack.read_text().replace(*CIPHERTEXTS))
+
+    outputs = []
+    review_run = cli(repo, "--base", "HEAD", "--stack", "dev")
+    assert review_run.returncode == 0, review_run.stderr
+    (row,) = [line for line in review_run.stdout.splitlines() if line.startswith("| update | User |")]
+    assert row.endswith("| `billing-app` | password changed (secret) | safe |")
+    assert "**1 to update," in review_run.stdout
+    outputs.append(review_run)
+    for tool in ("tools.plan_report", "tools.mockrun"):
+        outputs.append(run(repo, sys.executable, "-m", tool, "--stack", "dev", "--root", str(repo)))
+        assert outputs[-1].returncode == 0, outputs[-1].stderr
+    assert "password=[secret]" in outputs[1].stdout  # the plan says there is one, and no more
+
+    stack.write_text(stack.read_text().replace("delays: [2s, 10s]", "delays: [2s, 10x]"))  # a config error
+    outputs.append(cli(repo, "--base", "HEAD", "--stack", "dev"))
+    stack.write_text(stack.read_text() + f"  broken: [{CIPHERTEXTS[1]}\n")  # a YAML error next to a secret
+    outputs.append(cli(repo, "--base", "HEAD", "--stack", "dev"))
+    assert [r.returncode for r in outputs[-2:]] == [1, 1]
+    assert outputs[-1].stderr.startswith("error: Pulumi.dev.yaml:")
+    for result in outputs:
+        assert not any(c in result.stdout + result.stderr for c in CIPHERTEXTS)
+        assert not any(c[3:20] in result.stdout + result.stderr for c in CIPHERTEXTS)
+
+
+# Through make: make itself exits 2 on any failure, so its last line names the tool's own status.
+
+def test_make_review_and_make_plan_name_the_tools_exit_status(repo: Path):
+    assert run(repo, "make", "-s", "review", "BASE=HEAD", "STACK=dev").returncode == 0
+    commit_edit(repo, "delays: [1s, 5s, 15s]", "delays: [1s, 5s]")
+    lost = run(repo, "make", "-s", "review", "BASE=HEAD~1", "STACK=dev")
+    assert lost.returncode == 2 and "| delete | Queue |" in lost.stdout
+    assert "make review: tools.review exit status 2 (data loss not acknowledged)" in lost.stderr
+    assert run(repo, "make", "-s", "review", "BASE=HEAD~1", "STACK=dev", ALLOW_DATA_LOSS="1").returncode == 0
+
+    broken = run(repo, "make", "-s", "review", "BASE=no-such-rev", "STACK=dev")
+    assert broken.returncode == 2 and "not a commit" in broken.stderr
+    assert "make review: tools.review exit status 1 (error)" in broken.stderr
+    plan = run(repo, "make", "-s", "plan", "STACK=nope")
+    assert plan.returncode == 2 and plan.stderr.startswith("error: Pulumi.nope.yaml not found")
+    assert "make plan: tools.plan_report exit status 1 (error)" in plan.stderr
+    assert run(repo, "make", "-s", "plan", "STACK=dev").returncode == 0
