@@ -212,18 +212,26 @@ def record_program(stack: str, root: Path = ROOT) -> list[Registered]:
         sys.modules.update(saved)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+def record_for_command(description: str, argv: list[str] | None) -> tuple[str, list[Registered] | None]:
+    """A command's `--stack`/`--root` arguments and its recording; None after printing the error as one
+    `error: …` line set (a config error as `pulumi preview` prints it, a stack file error with its line)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--stack", default="dev")
     parser.add_argument("--root", type=Path, default=ROOT, help="project directory holding __main__.py")
     args = parser.parse_args(argv)
     try:
-        recorded = record_program(args.stack, args.root)
+        return args.stack, record_program(args.stack, args.root)
     except (pulumi.RunError, StackFileError) as error:
         print(f"error: {error}", file=sys.stderr)
-        return 1
+        return args.stack, None
     finally:
         close_event_loop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    _, recorded = record_for_command(__doc__ or "", argv)
+    if recorded is None:
+        return 1
     json.dump([asdict(r) for r in recorded], sys.stdout, indent=1, sort_keys=True)
     print()
     return 0

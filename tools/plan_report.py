@@ -4,18 +4,13 @@ Exit status: 0, or 1 when the stack file or the config is wrong (printed as `err
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections import Counter
-from pathlib import Path
-
-import pulumi
 
 from tools import markdown
 from tools.diagram import retry_path
 from tools.inventory import VHOST_COMPONENT, key_inputs, physical_name, short_type
-from tools.mockrun import ROOT, Registered, close_event_loop, record_program
-from tools.stack_file import StackFileError
+from tools.mockrun import Registered, record_for_command
 
 COLUMNS = ("type", "logical name", "physical name", "key inputs")
 
@@ -38,18 +33,10 @@ def render(stack: str, resources: list[Registered]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--stack", default="dev")
-    parser.add_argument("--root", type=Path, default=ROOT, help="project directory holding __main__.py")
-    args = parser.parse_args(argv)
-    try:
-        resources = record_program(args.stack, args.root)
-    except (pulumi.RunError, StackFileError) as error:
-        print(f"error: {error}", file=sys.stderr)
+    stack, resources = record_for_command(__doc__ or "", argv)
+    if resources is None:
         return 1
-    finally:
-        close_event_loop()
-    print(render(args.stack, resources))
+    print(render(stack, resources))
     return 0
 
 
