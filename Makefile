@@ -7,6 +7,11 @@ PULUMI_ENV := PULUMI_BACKEND_URL=$${PULUMI_BACKEND_URL:-file://$(CURDIR)/.pulumi
 	PULUMI_CONFIG_PASSPHRASE=$${PULUMI_CONFIG_PASSPHRASE-} \
 	$(if $(filter dev,$(STACK)),RABBITMQ_USERNAME=$${RABBITMQ_USERNAME:-guest} RABBITMQ_PASSWORD=$${RABBITMQ_PASSWORD:-guest})
 
+# make exits 2 whenever a recipe fails, so a tool's own status (1: error, 2: unacknowledged data loss)
+# cannot be make's; the recipe names it in one last line instead. `python -m tools.…` exits with it.
+tool_status = || { status=$$?; case $$status in 1) why=error;; 2) why="data loss not acknowledged";; *) why=failed;; \
+	esac; echo "make $@: $(1) exit status $$status ($$why); make itself exits 2 on any failure" >&2; exit $$status; }
+
 .PHONY: setup test test-fast lint plan preview up brokers review
 
 setup:
@@ -23,7 +28,7 @@ lint:
 	$(PY) -m ruff check .
 
 plan:
-	$(PY) -m tools.plan --stack $(STACK)
+	@$(PY) -m tools.plan_report --stack $(STACK) $(call tool_status,tools.plan_report)
 
 brokers:
 	scripts/brokers.sh status
@@ -35,4 +40,5 @@ up:
 	mkdir -p .pulumi-state && $(PULUMI_ENV) pulumi up --stack $(STACK)
 
 review:
-	$(PY) -m tools.review --base $(BASE) --stack $(STACK)$(if $(OUTPUT), --output $(OUTPUT))
+	@$(PY) -m tools.review --base $(BASE) --stack $(STACK)$(if $(OUTPUT), --output $(OUTPUT)) \
+		$(call tool_status,tools.review)

@@ -63,7 +63,7 @@ if command -v pulumi >/dev/null 2>&1; then
     pulumi stack select --create dev
     pulumi up --stack dev --yes
 else
-    .venv/bin/python -m tools.plan --stack dev
+    .venv/bin/python -m tools.plan_report --stack dev
     cat <<'TXT'
 
 The Pulumi CLI is not installed, so nothing was applied: above is what `pulumi up --stack dev` would

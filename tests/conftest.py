@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,3 +37,12 @@ def vhost_config(**overrides: Any) -> dict[str, Any]:
 def stack_raw() -> dict[str, Any]:
     """The `rabbitmq-retry:` namespace of a valid stack, keys without the prefix."""
     return {"defaults": {"queue_type": "classic"}, "vhosts": [vhost_config()]}
+
+
+@pytest.fixture
+def program_copy(tmp_path: Path) -> Path:
+    """A copy of the program (`__main__.py`, `components/`) in tmp_path, to run it with stack files that
+    the test writes there."""
+    shutil.copy(ROOT / "__main__.py", tmp_path)
+    shutil.copytree(ROOT / "components", tmp_path / "components", ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import pytest
 
 from components import Vhost
 from components.config import ConfigError, load_stack_config, password_problems
-from tools.mockrun import ROOT, Registered, record, record_program
+from tools.mockrun import Registered, record, record_program
 
 USER = "rabbitmq:index/user:User"
 PERMISSIONS = "rabbitmq:index/permissions:Permissions"
@@ -158,18 +157,16 @@ def test_a_plain_password_is_made_secret_by_the_component():
     assert user.secret is True
 
 
-def test_the_program_reads_passwords_from_secret_stack_config(tmp_path: Path):
+def test_the_program_reads_passwords_from_secret_stack_config(program_copy: Path):
     """`pulumi preview` of a stack whose passwords are `pulumi config set --secret --path` values."""
-    shutil.copy(ROOT / "__main__.py", tmp_path)
-    shutil.copytree(ROOT / "components", tmp_path / "components", ignore=shutil.ignore_patterns("__pycache__"))
     app = shop()["applications"][0]
     vhost = shop(applications=[app])
     stack = {"config": {
         "rabbitmq-retry:vhosts": [vhost],
         "rabbitmq-retry:passwords": {"billing-app": {"secure": "AAABAHNlY3JldA=="}},
     }}
-    (tmp_path / "Pulumi.apps.yaml").write_text(json.dumps(stack))
-    resources = record_program("apps", tmp_path)
+    (program_copy / "Pulumi.apps.yaml").write_text(json.dumps(stack))
+    resources = record_program("apps", program_copy)
     (user,) = [r for r in resources if r.type == USER]
     assert user.secret is True and user.inputs["name"] == "billing-app"
     assert [r.inputs["user"] for r in resources if r.type == PERMISSIONS] == ["billing-app"]

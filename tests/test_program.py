@@ -4,7 +4,6 @@ that make a rename (a replacement that loses messages) show up as a failing test
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pulumi
@@ -58,16 +57,8 @@ def test_dev_uses_classic_queues_and_short_delays():
     assert ttls and max(ttls) <= 15_000 and not any(r.protect for r in resources)
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    """A copy of the program, to run it with a stack file written by the test."""
-    shutil.copy(ROOT / "__main__.py", tmp_path)
-    shutil.copytree(ROOT / "components", tmp_path / "components", ignore=shutil.ignore_patterns("__pycache__"))
-    return tmp_path
-
-
-def test_a_bad_stack_file_fails_before_any_resource_is_registered(project: Path):
-    (project / "Pulumi.broken.yaml").write_text("""
+def test_a_bad_stack_file_fails_before_any_resource_is_registered(program_copy: Path):
+    (program_copy / "Pulumi.broken.yaml").write_text("""
 config:
   rabbitmq:endpoint: http://127.0.0.1:15672/
   rabbitmq:password: guest
@@ -75,7 +66,7 @@ config:
 """)
     # The copy's own ConfigError class: the program raised it, not the test's import of it.
     with pytest.raises(pulumi.RunError) as error:
-        record_program("broken", project)
+        record_program("broken", program_copy)
     assert type(error.value).__name__ == "ConfigError"
     assert error.value.problems == [
         ("vhost", "unknown key (allowed: protect, retain_error_queues, defaults, vhosts, passwords)"),
@@ -87,7 +78,7 @@ config:
     ]
 
 
-def test_a_secret_password_is_accepted(project: Path):
-    (project / "Pulumi.ok.yaml").write_text((ROOT / "Pulumi.dev.yaml").read_text().replace(
+def test_a_secret_password_is_accepted(program_copy: Path):
+    (program_copy / "Pulumi.ok.yaml").write_text((ROOT / "Pulumi.dev.yaml").read_text().replace(
         "config:\n", "config:\n  rabbitmq:password:\n    secure: AAABADxlbmNyeXB0ZWQ+\n", 1))
-    assert any(r.type == "rabbitmq:index/queue:Queue" for r in record_program("ok", project))
+    assert any(r.type == "rabbitmq:index/queue:Queue" for r in record_program("ok", program_copy))

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tools import engine, review
+from tools import engine, review, risk
 from tools.diagram import CHANGED_STYLE, REMOVED_STYLE
 from tools.mockrun import ROOT, Registered, record_program
 
@@ -49,22 +49,14 @@ def orders(config: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
-    """A copy of the program, to run it with stack files written by the test."""
-    shutil.copy(ROOT / "__main__.py", tmp_path)
-    shutil.copytree(ROOT / "components", tmp_path / "components", ignore=shutil.ignore_patterns("__pycache__"))
-    return tmp_path
-
-
-@pytest.fixture
-def review_of(project: Path) -> Callable[..., tuple[list[engine.Step], str, int]]:
+def review_of(program_copy: Path) -> Callable[..., tuple[list[engine.Step], str, int]]:
     """old config, new config → (changed steps, markdown, exit status), evaluated in-process.
     One stack name for both sides: the stack is part of every URN."""
     def run(old: dict[str, Any], new: dict[str, Any], allow_data_loss: bool = False):
         recordings = []
         for config in (old, new):
-            (project / f"Pulumi.{STACK}.yaml").write_text(stack_file(config))
-            recordings.append(record_program(STACK, project))
+            (program_copy / f"Pulumi.{STACK}.yaml").write_text(stack_file(config))
+            recordings.append(record_program(STACK, program_copy))
         steps = engine.diff(*recordings)
         markdown, status = review.render(steps, *recordings, allow_data_loss=allow_data_loss)
         return [s for s in steps if s.custom and s.op != "same"], markdown, status
@@ -78,7 +70,7 @@ def ops(steps: list[engine.Step]) -> set[tuple[str, str, str]]:
 def test_changing_a_delay_is_a_safe_policy_update(review_of):
     steps, markdown, status = review_of(BASE, changed(lambda c: orders(c)["retry"].update(delays=["1s", "20s", "1m"])))
     assert ops(steps) == {("update", "Policy", "shop-orders-wait-2-policy")}
-    assert steps[0].changed == ["policy.definition.message-ttl"] and review.risk(steps[0]) == review.SAFE
+    assert steps[0].changed == ["policy.definition.message-ttl"] and risk.risk(steps[0]) == risk.SAFE
     assert status == 0
     assert markdown.startswith("**1 to update, 20 unchanged**")
     assert "| update | Policy | `shop-orders-wait-2-policy` | `orders.wait.2` | message-ttl 10000 → 20000 | safe |" \
@@ -125,7 +117,7 @@ def test_a_retained_error_queue_is_not_lost(review_of):
     new = changed(lambda c: (c.update(retain_error_queues=True), c["vhosts"][0]["queues"].pop(0)))
     steps, markdown, status = review_of(old, new)
     error_queue = next(s for s in steps if s.name == "shop-orders-error")
-    assert error_queue.op == "delete" and review.risk(error_queue) == review.SAFE
+    assert error_queue.op == "delete" and risk.risk(error_queue) == risk.SAFE
     assert "retained on the broker" in markdown and status == 2  # the other four queues are lost
     assert "data loss: 4" in markdown
 
@@ -171,31 +163,31 @@ def permissions(read: str, configure: str = "^$", user: str = "billing") -> Regi
 
 
 @pytest.mark.parametrize(("before", "after", "expected"), [
-    ("^a$", "^(a|b)$", review.ACCESS),
-    ("^a$", ".*", review.ACCESS),
-    ("^$", "^a$", review.ACCESS),
-    ("", "^$", review.ACCESS),  # "" matches nothing in RabbitMQ; ^$ matches the default exchange
-    ("^(a|b)$", "^a$", review.SAFE),
-    (".*", "^(?:orders|orders\\.retry)$", review.SAFE),
-    ("^orders\\..*$", "^orders\\.x$", review.SAFE),
-    ("^a$", "", review.SAFE),
-    ("^a.*$", "^ab.*$", review.ACCESS),  # a narrowing, but not one we can prove: flagged
+    ("^a$", "^(a|b)$", risk.ACCESS),
+    ("^a$", ".*", risk.ACCESS),
+    ("^$", "^a$", risk.ACCESS),
+    ("", "^$", risk.ACCESS),  # "" matches nothing in RabbitMQ; ^$ matches the default exchange
+    ("^(a|b)$", "^a$", risk.SAFE),
+    (".*", "^(?:orders|orders\\.retry)$", risk.SAFE),
+    ("^orders\\..*$", "^orders\\.x$", risk.SAFE),
+    ("^a$", "", risk.SAFE),
+    ("^a.*$", "^ab.*$", risk.ACCESS),  # a narrowing, but not one we can prove: flagged
 ])
 def test_widening_a_permission_is_access(before, after, expected):
     steps = engine.diff([permissions(before)], [permissions(after)])
     assert [s.op for s in steps] == ["update"]
-    assert review.risk(steps[0]) == expected
+    assert risk.risk(steps[0]) == expected
     markdown, status = review.render(steps, [permissions(before)], [permissions(after)])
-    assert status == 0 and (f"**{review.ACCESS}**" in markdown) == (expected == review.ACCESS)
+    assert status == 0 and (f"**{risk.ACCESS}**" in markdown) == (expected == risk.ACCESS)
 
 
 def test_new_grants_are_access_and_revocations_are_safe():
     created = engine.diff([], [permissions("^a$")])
     moved = engine.diff([permissions("^a$")], [permissions("^a$", user="shipping")])
     revoked = engine.diff([permissions("^a$")], [])
-    assert [review.risk(s) for s in created] == [review.ACCESS]
-    assert sorted(review.risk(s) for s in moved) == [review.ACCESS, review.SAFE]  # new user's grant; old one revoked
-    assert [review.risk(s) for s in revoked] == [review.SAFE]
+    assert [risk.risk(s) for s in created] == [risk.ACCESS]
+    assert sorted(risk.risk(s) for s in moved) == [risk.ACCESS, risk.SAFE]  # new user's grant; old one revoked
+    assert [risk.risk(s) for s in revoked] == [risk.SAFE]
 
 
 # End to end: the CLI in a git repository of its own, BASE evaluated from a commit.
@@ -211,16 +203,17 @@ def cli(repo: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    ignore = shutil.ignore_patterns("__pycache__")
-    for name in ("__main__.py", "Pulumi.yaml", "Pulumi.dev.yaml"):
-        shutil.copy(ROOT / name, tmp_path)
-    for name in ("components", "tools"):
-        shutil.copytree(ROOT / name, tmp_path / name, ignore=ignore)
-    git(tmp_path, "init", "-q")
-    git(tmp_path, "add", ".")
-    git(tmp_path, "commit", "-qm", "base")
-    return tmp_path
+def repo(program_copy: Path) -> Path:
+    """The project (program, tools, Makefile, dev stack) as a git repository with one commit."""
+    for name in ("Pulumi.yaml", "Pulumi.dev.yaml", "Makefile"):
+        shutil.copy(ROOT / name, program_copy)
+    shutil.copytree(ROOT / "tools", program_copy / "tools", ignore=shutil.ignore_patterns("__pycache__"))
+    (program_copy / ".venv").symlink_to(ROOT / ".venv")
+    (program_copy / ".gitignore").write_text(".venv\n")
+    git(program_copy, "init", "-q")
+    git(program_copy, "add", ".")
+    git(program_copy, "commit", "-qm", "base")
+    return program_copy
 
 
 def dev_resources(repo: Path) -> int:
@@ -285,3 +278,70 @@ def test_cli_a_project_in_a_subdirectory_that_base_lacks(repo: Path, tmp_path_fa
     assert f"{dev_resources(repo)} to create, 0 unchanged" in result.stdout
     unchanged = cli(outer / "infra", "--base", "HEAD", "--stack", "dev")
     assert unchanged.returncode == 0 and f"**No changes** — {dev_resources(repo)} unchanged." in unchanged.stdout
+
+
+# Secrets: a password change is visible as a change, and no ciphertext is ever printed.
+
+CIPHERTEXTS = ("v1:YmFzZS1jaXBoZXJ0ZXh0LWZvci10aGUtdGVzdHM=", "v1:aGVhZC1jaXBoZXJ0ZXh0LWZvci10aGUtdGVzdHM=")
+APPLICATION = """\
+      applications:
+        - user: billing-app
+          publishes: [orders]
+          consumes: [orders.billing]
+  rabbitmq-retry:passwords:
+    billing-app:
+      secure: {ciphertext}
+"""
+
+
+def run(repo: Path, *command: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(command), cwd=repo, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "ALLOW_DATA_LOSS": "", **env})
+
+
+def test_cli_a_password_change_reviews_as_secret_and_no_ciphertext_is_printed(repo: Path):
+    stack = repo / "Pulumi.dev.yaml"
+    stack.write_text(stack.read_text() + APPLICATION.format(ciphertext=CIPHERTEXTS[0]))
+    git(repo, "commit", "-qam", "billing-app")
+    stack.write_text(stack.read_text().replace(*CIPHERTEXTS))
+
+    outputs = []
+    review_run = cli(repo, "--base", "HEAD", "--stack", "dev")
+    assert review_run.returncode == 0, review_run.stderr
+    (row,) = [line for line in review_run.stdout.splitlines() if line.startswith("| update | User |")]
+    assert row.endswith("| `billing-app` | password changed (secret) | safe |")
+    assert "**1 to update," in review_run.stdout
+    outputs.append(review_run)
+    for tool in ("tools.plan_report", "tools.mockrun"):
+        outputs.append(run(repo, sys.executable, "-m", tool, "--stack", "dev", "--root", str(repo)))
+        assert outputs[-1].returncode == 0, outputs[-1].stderr
+    assert "password=[secret]" in outputs[1].stdout  # the plan says there is one, and no more
+
+    stack.write_text(stack.read_text().replace("delays: [2s, 10s]", "delays: [2s, 10x]"))  # a config error
+    outputs.append(cli(repo, "--base", "HEAD", "--stack", "dev"))
+    stack.write_text(stack.read_text() + f"  broken: [{CIPHERTEXTS[1]}\n")  # a YAML error next to a secret
+    outputs.append(cli(repo, "--base", "HEAD", "--stack", "dev"))
+    assert [r.returncode for r in outputs[-2:]] == [1, 1]
+    assert outputs[-1].stderr.startswith("error: Pulumi.dev.yaml:")
+    for result in outputs:
+        assert not any(c in result.stdout + result.stderr for c in CIPHERTEXTS)
+        assert not any(c[3:20] in result.stdout + result.stderr for c in CIPHERTEXTS)
+
+
+# Through make: make itself exits 2 on any failure, so its last line names the tool's own status.
+
+def test_make_review_and_make_plan_name_the_tools_exit_status(repo: Path):
+    assert run(repo, "make", "-s", "review", "BASE=HEAD", "STACK=dev").returncode == 0
+    commit_edit(repo, "delays: [1s, 5s, 15s]", "delays: [1s, 5s]")
+    lost = run(repo, "make", "-s", "review", "BASE=HEAD~1", "STACK=dev")
+    assert lost.returncode == 2 and "| delete | Queue |" in lost.stdout
+    assert "make review: tools.review exit status 2 (data loss not acknowledged)" in lost.stderr
+    assert run(repo, "make", "-s", "review", "BASE=HEAD~1", "STACK=dev", ALLOW_DATA_LOSS="1").returncode == 0
+
+    broken = run(repo, "make", "-s", "review", "BASE=no-such-rev", "STACK=dev")
+    assert broken.returncode == 2 and "not a commit" in broken.stderr
+    assert "make review: tools.review exit status 1 (error)" in broken.stderr
+    plan = run(repo, "make", "-s", "plan", "STACK=nope")
+    assert plan.returncode == 2 and plan.stderr.startswith("error: Pulumi.nope.yaml not found")
+    assert "make plan: tools.plan_report exit status 1 (error)" in plan.stderr
+    assert run(repo, "make", "-s", "plan", "STACK=dev").returncode == 0

@@ -8,8 +8,16 @@ from typing import Any
 from components.durations import format_duration
 from components.naming import requeue_exchange
 
+UNSAFE_IN_LABELS = frozenset('"#&<>`|')
+"""Quotes end a label, `#…;` is Mermaid's entity syntax, `<`, `>`, `&` are HTML in a label, a backtick
+pair makes it a Markdown string, and `|` delimits edge labels."""
 CHANGED_STYLE = "fill:#fff3b0,stroke:#d4a000,stroke-width:2px"
 REMOVED_STYLE = "fill:#ffd6d6,stroke:#c00,stroke-dasharray: 4 2"
+
+
+def label(text: str) -> str:
+    """`text` inside a quoted Mermaid label, each character that means something there as `#<code>;`."""
+    return "".join(f"#{ord(c)};" if c in UNSAFE_IN_LABELS or not c.isprintable() else c for c in text)
 
 
 def retry_path(contract: Mapping[str, Any], changed: Collection[str] = (), removed: Collection[str] = ()) -> str:
@@ -21,18 +29,19 @@ def retry_path(contract: Mapping[str, Any], changed: Collection[str] = (), remov
              "error_x": contract["error_exchange"], "error_q": contract["error_queue"]}
     lines = [
         "flowchart LR",
-        f'  input[["{queue}"]]',
-        f'  retry{{{{"{names["retry"]}<br/>direct"}}}}',
-        f'  requeue{{{{"{names["requeue"]}<br/>fanout"}}}}',
-        f'  error_x{{{{"{names["error_x"]}<br/>fanout"}}}}',
-        f'  error_q[("{names["error_q"]}")]',
-        f'  input -- "reject (routes to {contract["reject_routes_to"]})<br/>or republish with a tier key" --> retry',
+        f'  input[["{label(queue)}"]]',
+        f'  retry{{{{"{label(names["retry"])}<br/>direct"}}}}',
+        f'  requeue{{{{"{label(names["requeue"])}<br/>fanout"}}}}',
+        f'  error_x{{{{"{label(names["error_x"])}<br/>fanout"}}}}',
+        f'  error_q[("{label(names["error_q"])}")]',
+        f'  input -- "reject (routes to {label(contract["reject_routes_to"])})<br/>or republish with a tier key" '
+        "--> retry",
     ]
     for number, tier in enumerate(contract["tiers"], start=1):
         node = f"wait{number}"
         names[node] = tier["queue"]
-        lines.append(f'  {node}[("{tier["queue"]}<br/>TTL {format_duration(int(tier["delay_ms"]))}")]')
-        lines.append(f'  retry -- "{tier["routing_key"]}" --> {node}')
+        lines.append(f'  {node}[("{label(tier["queue"])}<br/>TTL {format_duration(int(tier["delay_ms"]))}")]')
+        lines.append(f'  retry -- "{label(tier["routing_key"])}" --> {node}')
         lines.append(f'  {node} -- "expired" --> requeue')
     lines.append("  requeue -- \"only this queue\" --> input")
     lines.append(f'  input -. "after {int(contract["max_retries"])} retries: park" .-> error_x')

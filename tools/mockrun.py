@@ -1,16 +1,18 @@
 """Run the Pulumi program (or any function that registers resources) under Pulumi's mocks and record
 every resource it registers: type, logical name, URN, parent, options and exact inputs.
 
-No CLI, broker or secrets: secret config values are replaced by a marker, and the inputs that carry
-them are reported as secret. `python -m tools.mockrun --stack dev` prints the recording as JSON.
+No CLI, broker or secrets: secret config values are replaced by a placeholder (`tools.stack_file`), and
+the inputs that carry them are reported as secret. `python -m tools.mockrun --stack dev` prints the recording as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import runpy
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -18,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-import yaml
 from pulumi.runtime import mocks, rpc
 from pulumi.runtime.config import set_all_config
 
-PROJECT = "rabbitmq-retry"
+from tools import stack_file
+from tools.stack_file import PROJECT, StackFileError
+
 ROOT = Path(__file__).resolve().parent.parent
-SECRET_MARKER = "[secret]"
 
 
 @dataclass
@@ -39,7 +41,7 @@ class Registered:
     retain_on_delete: bool = False
     dependencies: list[str] = field(default_factory=list)
     secret: bool = False
-    """Some input holds a secret (it is shown as SECRET_MARKER or the mock's value)."""
+    """Some input holds a secret (from a stack file, shown as its placeholder; else the mock's value)."""
     outputs: dict[str, Any] = field(default_factory=dict)
     """What a component registered with `register_outputs`, or the stack's exports."""
 
@@ -64,7 +66,8 @@ class RecordingMonitor(mocks.MockMonitor):
         self._qualified_types: dict[str, str] = {}
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
-        response = super().RegisterResource(request)
+        with _worker_event_loop():
+            response = super().RegisterResource(request)
         urn = self._engine_urn(request, response.urn)
         if request.type == "pulumi:pulumi:Stack":
             record = Registered(urn, request.type, request.name, False, None, {})
@@ -94,9 +97,36 @@ class RecordingMonitor(mocks.MockMonitor):
     def RegisterResourceOutputs(self, request: Any) -> Any:  # noqa: N802
         record = self._by_urn.get(request.urn)
         if record is not None:
-            outputs, _ = rpc.deserialize_properties_unwrap_secrets(request.outputs)
+            with _worker_event_loop():
+                outputs, _ = rpc.deserialize_properties_unwrap_secrets(request.outputs)
             record.outputs = _plain(outputs)
         return super().RegisterResourceOutputs(request)
+
+    def Invoke(self, request: Any) -> Any:  # noqa: N802
+        with _worker_event_loop():
+            return super().Invoke(request)
+
+    def ReadResource(self, request: Any) -> Any:  # noqa: N802
+        with _worker_event_loop():
+            return super().ReadResource(request)
+
+
+@contextmanager
+def _worker_event_loop() -> Iterator[None]:
+    """The SDK calls the monitor from its thread pool, and the mock monitor gives each worker thread an
+    event loop that nobody closes; those loops are finalized at interpreter exit, which now and then
+    prints `Exception ignored in: <function BaseEventLoop.__del__>` after a successful run. Give the
+    call a loop of its own and close it."""
+    if threading.current_thread() is threading.main_thread():
+        yield
+        return
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
 
 
 def _plain(value: Any) -> Any:
@@ -106,36 +136,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
-
-
-def stack_config(stack: str, root: Path = ROOT) -> tuple[dict[str, str], list[str]]:
-    """Config of `Pulumi.<stack>.yaml` as the engine hands it to the program: JSON text for
-    structured values, secure values replaced by a marker."""
-    path = root / f"Pulumi.{stack}.yaml"
-    if not path.exists():
-        raise FileNotFoundError(f"{path.name} not found: is STACK={stack} a stack of this project?")
-    document = yaml.safe_load(path.read_text()) or {}
-    config, secret_keys = {}, []
-    for key, value in (document.get("config") or {}).items():
-        full_key = key if ":" in key else f"{PROJECT}:{key}"
-        value, secret = _without_secrets(value)
-        if secret:
-            secret_keys.append(full_key)
-        config[full_key] = value if isinstance(value, str) else json.dumps(value)
-    return config, secret_keys
-
-
-def _without_secrets(value: Any) -> tuple[Any, bool]:
-    """`value` with every `{secure: ...}` leaf replaced by SECRET_MARKER, and whether there was one."""
-    if isinstance(value, Mapping) and set(value) == {"secure"}:
-        return SECRET_MARKER, True
-    if isinstance(value, Mapping):
-        items = {k: _without_secrets(v) for k, v in value.items()}
-        return {k: v for k, (v, _) in items.items()}, any(secret for _, secret in items.values())
-    if isinstance(value, list):
-        items_list = [_without_secrets(v) for v in value]
-        return [v for v, _ in items_list], any(secret for _, secret in items_list)
-    return value, False
 
 
 @contextmanager
@@ -165,6 +165,34 @@ def record(register: Callable[[], Any], config: Mapping[str, str] | None = None,
         return list(monitor.registered)
 
 
+def close_event_loop() -> None:
+    """Close the event loop that `pulumi.runtime.test` ran on, the way `asyncio.run` does; a command
+    calls this before it exits. The SDK creates that loop and never closes it (the same exit-time noise
+    as `_worker_event_loop`). Afterwards this thread has no event loop: `pulumi.Output` needs a new one."""
+    policy = asyncio.get_event_loop_policy()
+    try:
+        loop = policy.get_event_loop()
+    except RuntimeError:  # no loop in this thread: nothing to close
+        return
+    if loop.is_running() or loop.is_closed():
+        return
+    try:
+        pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in pending:  # left over when the program raised
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+    finally:
+        policy.set_event_loop(None)
+        loop.close()
+
+
+def stack_config(stack: str, root: Path = ROOT) -> tuple[dict[str, str], list[str]]:
+    """Config of `<root>/Pulumi.<stack>.yaml` as the engine hands it to the program."""
+    return stack_file.stack_config(root / f"Pulumi.{stack}.yaml")
+
+
 def record_program(stack: str, root: Path = ROOT) -> list[Registered]:
     """Run `<root>/__main__.py` with `Pulumi.<stack>.yaml`, as `pulumi preview` would, under mocks."""
     config, secret_keys = stack_config(stack, root)
@@ -184,15 +212,25 @@ def record_program(stack: str, root: Path = ROOT) -> list[Registered]:
         sys.modules.update(saved)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+def record_for_command(description: str, argv: list[str] | None) -> tuple[str, list[Registered] | None]:
+    """A command's `--stack`/`--root` arguments and its recording; None after printing the error as one
+    `error: …` line set (a config error as `pulumi preview` prints it, a stack file error with its line)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--stack", default="dev")
     parser.add_argument("--root", type=Path, default=ROOT, help="project directory holding __main__.py")
     args = parser.parse_args(argv)
     try:
-        recorded = record_program(args.stack, args.root)
-    except pulumi.RunError as error:
+        return args.stack, record_program(args.stack, args.root)
+    except (pulumi.RunError, StackFileError) as error:
         print(f"error: {error}", file=sys.stderr)
+        return args.stack, None
+    finally:
+        close_event_loop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    _, recorded = record_for_command(__doc__ or "", argv)
+    if recorded is None:
         return 1
     json.dump([asdict(r) for r in recorded], sys.stdout, indent=1, sort_keys=True)
     print()

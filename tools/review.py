@@ -10,13 +10,11 @@ vhost is deleted or replaced, 1 error (a config error is printed as `pulumi prev
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import re
 import subprocess
 import sys
-import tarfile
 import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -25,94 +23,21 @@ from pathlib import Path
 from typing import Any
 
 from components.durations import format_duration
-from tools import engine
+from tools import engine, markdown
+from tools.checkout import CheckoutError, checkout
 from tools.diagram import retry_path
 from tools.engine import Step
+from tools.inventory import QueueKey, contracts, physical_name, retryable_queue_of, short_type
 from tools.mockrun import Registered
-from tools.plan import physical_name, short_type
+from tools.risk import ACCESS, DATA_LOSS, ORDER, SAFE, risk
+from tools.stack_file import is_secret_placeholder
 
 TOOLS_ROOT = Path(__file__).resolve().parent.parent
-RETRYABLE = "rabbitmq-retry:index:RetryableQueue"
-VHOST_COMPONENT = "rabbitmq-retry:index:Vhost"
-DATA_LOSS, ACCESS, SAFE = "data loss", "access", "safe"
-HOLDS_MESSAGES = frozenset({engine.QUEUE, engine.VHOST})
-"""Every queue we declare can hold messages (input, wait tier, error, plain); a vhost holds its queues."""
-GRANTS = frozenset({engine.PERMISSIONS, engine.TOPIC_PERMISSIONS, engine.USER})
-LITERAL = re.compile(r"(?:[^\\.^$*+?{}\[\]|()]|\\[^A-Za-z0-9])*")
-QueueKey = tuple[str, str]
+COLUMNS = ("op", "type", "logical name", "physical name", "what changed", "risk")
 
 
 class ReviewError(Exception):
-    """git or the program failed; the message is shown as is (mockrun's stderr for a config error)."""
-
-
-def _literals(regex: str) -> frozenset[str] | None:
-    """The names a permission regex allows when it is a finite list (`^a$`, `^(a|b)$`), else None.
-    RabbitMQ treats "" as matching nothing."""
-    if regex == "":
-        return frozenset()
-    match = re.fullmatch(r"\^(?:\((?:\?:)?(.*)\)|(.*))\$", regex)
-    if match is None:
-        return None
-    parts = match[1].split("|") if match[1] is not None else [match[2]]
-    if not all(LITERAL.fullmatch(part) for part in parts):
-        return None
-    return frozenset(re.sub(r"\\(.)", r"\1", part) for part in parts)
-
-
-def narrows(old: str, new: str) -> bool:
-    """Does `new` allow nothing that `old` did not? Exact for finite name lists; any other change of a
-    regex is treated as widening (deciding regex inclusion in general is not worth the risk)."""
-    names = _literals(new)
-    if old == new:
-        return True
-    try:
-        return names is not None and all(old != "" and re.search(old, name) for name in names)
-    except re.error:
-        return False
-
-
-def _widens(step: Step) -> bool:
-    old, new = step.old or {}, step.new or {}
-    if step.type == engine.USER:  # a new tag (e.g. administrator) grants more
-        return not set(new.get("tags") or []) <= set(old.get("tags") or [])
-    if step.type == engine.PERMISSIONS:
-        before, after = old.get("permissions") or {}, new.get("permissions") or {}
-        return not all(narrows(str(before.get(k, "")), str(after.get(k, ""))) for k in ("configure", "write", "read"))
-    before_by = {p.get("exchange"): p for p in old.get("permissions") or []}  # TopicPermissions: per exchange
-    return not all(p.get("exchange") in before_by and all(
-        narrows(str(before_by[p.get("exchange")].get(k, "")), str(p.get(k, ""))) for k in ("write", "read"))
-        for p in new.get("permissions") or [])
-
-
-def risk(step: Step) -> str:
-    """data loss: a queue or vhost deleted (unless retained on the broker) or replaced; access: a grant
-    created, moved or widened; safe: everything else (policies, exchanges, bindings, revocations)."""
-    if step.type in HOLDS_MESSAGES and (step.op == "replace" or (step.op == "delete" and not step.retain_on_delete)):
-        return DATA_LOSS
-    if step.type in GRANTS and (step.op in ("create", "replace") or (step.op == "update" and _widens(step))):
-        return ACCESS
-    return SAFE
-
-
-def contracts(recording: Sequence[Registered]) -> dict[QueueKey, dict[str, Any]]:
-    """Retry contracts by (vhost, queue), from the Vhost and RetryableQueue components' outputs."""
-    found: dict[QueueKey, dict[str, Any]] = {}
-    for r in recording:
-        if r.type == VHOST_COMPONENT:
-            items = list(r.outputs.get("retry_contracts", {}).values())
-        else:
-            items = [r.outputs["contract"]] if r.type == RETRYABLE and "contract" in r.outputs else []
-        for contract in items:
-            found[(contract["vhost"], contract["queue"])] = contract
-    return found
-
-
-def _queue_of(record: Registered, by_urn: Mapping[str, Registered]) -> QueueKey | None:
-    """The retryable queue a resource belongs to: the RetryableQueue component itself or its parent."""
-    component = record if record.type == RETRYABLE else by_urn.get(record.parent or "")
-    contract = component.outputs.get("contract") if component and component.type == RETRYABLE else None
-    return (contract["vhost"], contract["queue"]) if contract else None
+    """The program failed; the message is shown as is (mockrun's stderr for a config error)."""
 
 
 def _fmt(value: Any) -> str:
@@ -139,14 +64,19 @@ def _lookup(inputs: Mapping[str, Any] | None, path: str) -> Any:
 
 
 def what_changed(step: Step, names: Mapping[str, str]) -> str:
-    """`message-ttl 1000 → 2000` per changed path; a dragged replacement names its cause."""
-    parts = [f"replaced with `{names.get(step.replaced_dependency, step.replaced_dependency)}`"] * bool(
+    """`message-ttl 1000 → 2000` per changed path; a dragged replacement names its cause. Markdown."""
+    parts = [f"replaced with {markdown.code(names.get(step.replaced_dependency, step.replaced_dependency))}"] * bool(
         step.replaced_dependency)
     if step.op == "create" and step.type == engine.POLICY:  # what a new policy sets
-        parts += [f"{k} {_fmt(v)}" for k, v in sorted((_lookup(step.new, "policy.definition") or {}).items())]
+        parts += [markdown.text(f"{k} {_fmt(v)}")
+                  for k, v in sorted((_lookup(step.new, "policy.definition") or {}).items())]
     for path in step.changed:
         label = re.sub(r"^(policy\.definition|settings\.argumentsJson|settings)\.", "", path)
-        parts.append(f"{label} {_fmt(_lookup(step.old, path))} → {_fmt(_lookup(step.new, path))}")
+        before, after = _lookup(step.old, path), _lookup(step.new, path)
+        if is_secret_placeholder(before) or is_secret_placeholder(after):
+            parts.append(markdown.text(f"{label} changed (secret)"))
+        else:
+            parts.append(markdown.text(f"{label} {_fmt(before)} → {_fmt(after)}"))
     return "; ".join(parts)
 
 
@@ -187,7 +117,7 @@ def render(steps: Sequence[Step], old: Sequence[Registered], new: Sequence[Regis
                                            if old_contracts.get(k) != new_contracts.get(k)}
     for s in (s for s in steps if s.op != "same"):
         by_urn = old_by if s.op == "delete" else new_by
-        key = _queue_of(by_urn[s.urn], by_urn)
+        key = retryable_queue_of(by_urn[s.urn], by_urn)
         if key is not None:
             touched.setdefault(key, []).append(s)
     if not changes and not touched:
@@ -214,55 +144,30 @@ def render(steps: Sequence[Step], old: Sequence[Registered], new: Sequence[Regis
         changed = {physical[s.urn] for s in touched[key] if s.op != "delete"}
         contract = _with_removed_tiers(after, before, removed) if after else before
         assert contract is not None
-        out += ["", f"#### `{key[0]}` / `{key[1]}`", ""]
+        out += ["", f"#### {markdown.code(key[0])} / {markdown.code(key[1])}", ""]
         if before != after:
             out += ["Retry contract: " + "; ".join(_contract_changes(before, after)), ""]
         out += ["```mermaid", retry_path(contract, changed=changed, removed=removed), "```"]
 
     if changes:
-        out += ["", "### Changes", "", "| op | type | logical name | physical name | what changed | risk |",
-                "|---|---|---|---|---|---|"]
-    order = {DATA_LOSS: 0, ACCESS: 1, SAFE: 2}
-    for s in sorted(changes, key=lambda s: order[risks[s.urn]]):
+        out += ["", "### Changes", "", markdown.row(COLUMNS), markdown.row(["---"] * len(COLUMNS))]
+    for s in sorted(changes, key=lambda s: ORDER[risks[s.urn]]):
         record = (old_by if s.op == "delete" else new_by)[s.urn]
         label = f"**{risks[s.urn]}**" if risks[s.urn] != SAFE else SAFE
-        cells = [s.op, short_type(s.type), f"`{s.name}`", f"`{physical_name(record)}`", what_changed(s, names),
-                 label + _notes(s)]
-        out.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
+        out.append(markdown.row([s.op, short_type(s.type), markdown.code(s.name), markdown.code(physical_name(record)),
+                                 what_changed(s, names), label + _notes(s)]))
     return "\n".join(out), 2 if lost and not allow_data_loss else 0
 
 
 def evaluate(stack: str, root: Path) -> list[Registered]:
-    """The program at `root` under mocks, in a fresh interpreter running these tools. Its stderr is shown
-    only on failure: on success it holds nothing but the SDK's occasional event-loop teardown noise."""
+    """The program at `root` under mocks, in a fresh interpreter running these tools (so that `root`'s
+    own `components/` are imported). Its stderr is shown when it fails."""
     result = subprocess.run([sys.executable, "-m", "tools.mockrun", "--stack", stack, "--root", str(root)],
                             cwd=TOOLS_ROOT, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise ReviewError(result.stderr.rstrip() or f"error: tools.mockrun exited {result.returncode}")
     known = {f.name for f in fields(Registered)}
     return [Registered(**{k: v for k, v in item.items() if k in known}) for item in json.loads(result.stdout)]
-
-
-def checkout(rev: str, project: Path, into: Path) -> str:
-    """Extract the project directory as of `rev` into `into` (git archive: no worktree to clean up);
-    leaves `into` empty when the project did not exist then. Returns the commit's short hash."""
-    def git(*args: str, cwd: Path = project) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=False)
-
-    parsed = git("rev-parse", "--verify", "--quiet", "--short", "--end-of-options", f"{rev}^{{commit}}")
-    if parsed.returncode != 0:
-        raise ReviewError(f"error: BASE={rev!r} is not a commit (or {project} is not in a git repository)")
-    commit = parsed.stdout.decode().strip()
-    top, prefix = git("rev-parse", "--show-toplevel", "--show-prefix").stdout.decode().splitlines()
-    tree = f"{commit}:{prefix}"
-    if git("cat-file", "-e", tree).returncode != 0:
-        return commit
-    archive = git("archive", "--format=tar", tree, cwd=Path(top))  # from the top: a subdirectory limits it
-    if archive.returncode != 0:
-        raise ReviewError(archive.stderr.decode().rstrip())
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(into, filter="data")
-    return commit
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -287,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             except ReviewError as error:
                 raise ReviewError(f"the program at BASE={args.base} ({commit}) fails:\n{error}") from None
         steps = engine.diff(old, new)
-    except ReviewError as error:
+    except (ReviewError, CheckoutError) as error:
         print(error, file=sys.stderr)
         return 1
     body, status = render(steps, old, new, allow_data_loss=allow)

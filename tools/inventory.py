@@ -1,17 +1,19 @@
-"""`make plan STACK=<stack>`: every resource the stack would register, and each retry path as a
-Mermaid diagram, computed under Pulumi's mocks with no CLI, broker or secrets."""
+"""What a recording of the program lists, in the words a reviewer uses: short types, physical names,
+key inputs, and the retry contract of each retryable queue. Shared by `make plan` and `make review`."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
-from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-import pulumi
+from tools.mockrun import Registered
+from tools.stack_file import SECRET_MARKER, is_secret_placeholder
 
-from tools.diagram import retry_path
-from tools.mockrun import Registered, record_program
+RETRYABLE_COMPONENT = "rabbitmq-retry:index:RetryableQueue"
+VHOST_COMPONENT = "rabbitmq-retry:index:Vhost"
+QueueKey = tuple[str, str]
+"""(vhost, queue) of a retryable queue."""
 
 SHORT_TYPES = {
     "rabbitmq:index/vHost:VHost": "VHost",
@@ -41,6 +43,11 @@ def physical_name(resource: Registered) -> str:
     return ""
 
 
+def shown(value: Any) -> Any:
+    """A value as a report shows it: a secret's placeholder as just `[secret]`."""
+    return SECRET_MARKER if is_secret_placeholder(value) else value
+
+
 def key_inputs(resource: Registered) -> str:
     """The inputs a reviewer needs, compactly; the full inputs are in `python -m tools.mockrun`."""
     inputs = resource.inputs
@@ -65,36 +72,26 @@ def key_inputs(resource: Registered) -> str:
         p = inputs["permissions"]
         text = f"configure={p['configure']!r} write={p['write']!r} read={p['read']!r}"
     else:
-        text = " ".join(f"{k}={v}" for k, v in sorted(inputs.items()) if k != "name" and not isinstance(v, dict))
+        text = " ".join(f"{k}={shown(v)}" for k, v in sorted(inputs.items())
+                        if k != "name" and not isinstance(v, dict))
     return (text + flags).strip()
 
 
-def render(stack: str, resources: list[Registered]) -> str:
-    custom = [r for r in resources if r.custom]
-    counts = Counter(short_type(r.type) for r in custom)
-    out = [f"# Plan for stack `{stack}`", "",
-           f"{len(custom)} resources: " + ", ".join(f"{n} {t}" for t, n in sorted(counts.items())), "",
-           "| type | logical name | physical name | key inputs |", "|---|---|---|---|"]
-    for r in sorted(custom, key=lambda r: (r.parent or "", short_type(r.type), r.name)):
-        out.append(f"| {short_type(r.type)} | `{r.name}` | `{physical_name(r)}` | {key_inputs(r)} |")
-    for vhost in (r for r in resources if r.type == "rabbitmq-retry:index:Vhost"):
-        for queue, contract in sorted(vhost.outputs.get("retry_contracts", {}).items()):
-            out += ["", f"## `{contract['vhost']}` / `{queue}`", "", "```mermaid", retry_path(contract), "```"]
-    return "\n".join(out)
+def contracts(recording: Sequence[Registered]) -> dict[QueueKey, dict[str, Any]]:
+    """Retry contracts by (vhost, queue), from the Vhost and RetryableQueue components' outputs."""
+    found: dict[QueueKey, dict[str, Any]] = {}
+    for r in recording:
+        if r.type == VHOST_COMPONENT:
+            items = list(r.outputs.get("retry_contracts", {}).values())
+        else:
+            items = [r.outputs["contract"]] if r.type == RETRYABLE_COMPONENT and "contract" in r.outputs else []
+        for contract in items:
+            found[(contract["vhost"], contract["queue"])] = contract
+    return found
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--stack", default="dev")
-    args = parser.parse_args(argv)
-    try:
-        resources = record_program(args.stack)
-    except (pulumi.RunError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    print(render(args.stack, resources))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def retryable_queue_of(record: Registered, by_urn: Mapping[str, Registered]) -> QueueKey | None:
+    """The retryable queue a resource belongs to: the RetryableQueue component itself or its parent."""
+    component = record if record.type == RETRYABLE_COMPONENT else by_urn.get(record.parent or "")
+    contract = component.outputs.get("contract") if component and component.type == RETRYABLE_COMPONENT else None
+    return (contract["vhost"], contract["queue"]) if contract else None

@@ -1,0 +1,120 @@
+"""Reading `Pulumi.<stack>.yaml` the way the engine hands it to the program: JSON text for structured
+values, and every `secure:` value replaced by a marker, so no ciphertext ever reaches the program, a
+recording, a plan, a review or an error message.
+
+Stricter than `yaml.safe_load` where silence would hide a mistake: a duplicate key anywhere is an error
+(otherwise the last one wins, and a second `delays:` changes a retry policy unnoticed), and so is a
+document or `config:` that is not a mapping. Errors name the file, line and column, never a value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Hashable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode
+
+PROJECT = "rabbitmq-retry"
+SECRET_MARKER = "[secret]"
+"""What a `secure:` value reads as, followed by a fingerprint of its ciphertext (see `secret_placeholder`)."""
+
+
+class StackFileError(Exception):
+    """The stack file is missing or cannot be read; the message is one line per problem, no traceback."""
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key repeated in one mapping, naming where both occurrences are."""
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`: its keys may be overridden here
+                continue
+            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key; SafeLoader reports it below
+                continue
+            if first is not None:
+                raise ConstructorError(
+                    None, None, f"duplicate key {json.dumps(str(key))} (first at line {first.line + 1}, "
+                    f"column {first.column + 1}); keep one", key_node.start_mark)
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+def _where(path: Path, error: yaml.MarkedYAMLError) -> str:
+    mark = error.problem_mark or error.context_mark
+    position = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+    problem = error.problem or error.context or "not valid YAML"
+    return f"{path.name}{position}: {problem}"
+
+
+def load(path: Path) -> dict[str, Any]:
+    """The `config:` mapping of a stack file (empty when there is none)."""
+    if not path.exists():
+        raise StackFileError(f"{path.name} not found in {path.parent}: is STACK={path.stem.split('.', 1)[-1]} "
+                             "a stack of this project?")
+    try:
+        document = yaml.load(path.read_text(), Loader=UniqueKeyLoader)  # a SafeLoader subclass
+    except yaml.MarkedYAMLError as error:
+        raise StackFileError(_where(path, error)) from None
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise StackFileError(f"{path.name}: not valid YAML ({type(error).__name__})") from None
+    if document is None:
+        return {}
+    if not isinstance(document, Mapping):
+        raise StackFileError(f"{path.name}: expected a mapping with a `config:` key, got {_kind(document)}")
+    config = document.get("config")
+    if config is None:
+        return {}
+    if not isinstance(config, Mapping):
+        raise StackFileError(f"{path.name}: `config:` must be a mapping of key: value, got {_kind(config)}")
+    return dict(config)
+
+
+def _kind(value: Any) -> str:
+    return {list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}.get(
+        type(value), type(value).__name__)
+
+
+def secret_placeholder(ciphertext: Any) -> str:
+    """`[secret] <fingerprint>`: equal for equal ciphertexts, so a changed secret shows up as a change, and
+    nothing of the ciphertext (or the password) can be read back from it."""
+    digest = hashlib.sha256(json.dumps(ciphertext, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{SECRET_MARKER} {digest}"
+
+
+def is_secret_placeholder(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith(SECRET_MARKER)
+
+
+def without_secrets(value: Any) -> tuple[Any, bool]:
+    """`value` with every `{secure: ...}` leaf replaced by its placeholder, and whether there was one."""
+    if isinstance(value, Mapping) and set(value) == {"secure"}:
+        return secret_placeholder(value["secure"]), True
+    if isinstance(value, Mapping):
+        items = {k: without_secrets(v) for k, v in value.items()}
+        return {k: v for k, (v, _) in items.items()}, any(secret for _, secret in items.values())
+    if isinstance(value, list):
+        items_list = [without_secrets(v) for v in value]
+        return [v for v, _ in items_list], any(secret for _, secret in items_list)
+    return value, False
+
+
+def stack_config(path: Path) -> tuple[dict[str, str], list[str]]:
+    """Config as the engine hands it to the program (`key` → text), and the keys that hold a secret."""
+    config, secret_keys = {}, []
+    for key, value in load(path).items():
+        full_key = str(key) if ":" in str(key) else f"{PROJECT}:{key}"
+        value, secret = without_secrets(value)
+        if secret:
+            secret_keys.append(full_key)
+        config[full_key] = value if isinstance(value, str) else json.dumps(value)
+    return config, secret_keys
