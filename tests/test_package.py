@@ -24,12 +24,10 @@ README_SECTION = "## Using the components from another stack"
 # Runs in a fresh interpreter whose path is the user's project, then the installed package and the
 # venv's site-packages: never this repository, whose own `components` must not be what gets imported.
 RUN_EXAMPLE = """
-import importlib.util, json, runpy, sys
+import json, runpy, sys
 
-spec = importlib.util.spec_from_file_location("mockrun", sys.argv[1])
-mockrun = importlib.util.module_from_spec(spec)
-sys.modules["mockrun"] = mockrun
-spec.loader.exec_module(mockrun)
+sys.path.append(sys.argv[1])  # a copy of this repository's tools/ alone, without its components/
+from tools import mockrun
 
 import components  # the user's own folder, imported by their program before ours
 
@@ -80,8 +78,10 @@ def example_run(installed: Path, tmp_path_factory: pytest.TempPathFactory) -> di
     (project / "components" / "__init__.py").write_text('"""The user\'s own components."""\nOWNER = "user"\n')
     (project / "__main__.py").write_text(readme_example())
     (project / "run_example.py").write_text(RUN_EXAMPLE)
+    tooling = tmp_path_factory.mktemp("tooling")
+    shutil.copytree(ROOT / "tools", tooling / "tools", ignore=shutil.ignore_patterns("__pycache__"))
     env = {**os.environ, "PYTHONPATH": str(installed)}
-    run = subprocess.run([sys.executable, "run_example.py", str(ROOT / "tools" / "mockrun.py")], cwd=project,
+    run = subprocess.run([sys.executable, "run_example.py", str(tooling)], cwd=project,
                          env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     return {**json.loads(run.stdout), "project": project, "installed": installed}
