@@ -37,7 +37,7 @@ from tests.support.mirror import Broker, MirrorError, apply, call, destroy, esc,
 from tools.mockrun import record
 
 if TYPE_CHECKING:
-    from tests.broker.conftest import Deployer, Deployment
+    from tests.support.deploy import Deployer, Deployment
 
 QUEUE = "rabbitmq:index/queue:Queue"
 PASSWORDS = {"billing": "billing-secret-1", "shipping": "shipping-secret-2"}

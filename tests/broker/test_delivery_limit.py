@@ -37,7 +37,7 @@ from tests.support.amqp import parameters
 from tests.support.mirror import Broker, call, esc, get
 
 if TYPE_CHECKING:
-    from tests.broker.conftest import Deployer, Deployment
+    from tests.support.deploy import Deployer, Deployment
 
 TTL_MS = 200
 QUIET_S = 3.0

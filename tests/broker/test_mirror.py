@@ -13,7 +13,7 @@ from tests.support.mirror import Broker, MirrorError, apply, apply_update, call,
 from tools.mockrun import Registered, record
 
 if TYPE_CHECKING:
-    from tests.broker.conftest import Deployer
+    from tests.support.deploy import Deployer
 
 CONFIG: dict[str, Any] = {
     "exchanges": [{"name": "orders", "type": "topic"}],

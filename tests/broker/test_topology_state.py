@@ -27,7 +27,7 @@ from tests.support.mirror import Broker, apply, call, esc, get, read_back
 from tools.mockrun import record, record_program
 
 if TYPE_CHECKING:
-    from tests.broker.conftest import Deployer
+    from tests.support.deploy import Deployer
 
 ROOT = Path(__file__).resolve().parents[2]
 
