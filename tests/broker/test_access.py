@@ -17,11 +17,9 @@ Measured outcomes are printed (`pytest -s`).
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,19 +31,19 @@ from pika.spec import BasicProperties
 
 from components import Vhost
 from examples.retry_client import Publisher, RetryingConsumer
+from tests.support.admin import STATS_S, version, wait_for_queue
+from tests.support.amqp import drain, message_counts, parameters
 from tests.support.mirror import Broker, MirrorError, apply, call, destroy, esc, get, read_back
 from tools.mockrun import record
 
 if TYPE_CHECKING:
-    from tests.broker.conftest import Deployer, Deployment
+    from tests.support.deploy import Deployer, Deployment
 
 QUEUE = "rabbitmq:index/queue:Queue"
 PASSWORDS = {"billing": "billing-secret-1", "shipping": "shipping-secret-2"}
 MAX_CONNECTIONS = 6
 OPERATOR_MAX_LENGTH = 5
 OUR_MAX_LENGTH = 100
-STATS_S = 30.0
-"""Upper bound for the management API to show a policy in the queue stats (measured: 3-6 s)."""
 ACCESS_REFUSED = (403, "ACCESS_REFUSED")
 
 
@@ -94,8 +92,7 @@ class Apps:
         return PASSWORDS["billing" if user == self.billing else "shipping"]
 
     def params(self, user: str) -> pika.ConnectionParameters:
-        return pika.ConnectionParameters(self.broker.host, self.broker.amqp_port, self.vhost,
-                                         pika.PlainCredentials(user, self.password(user)))
+        return parameters(self.broker, self.vhost, user, self.password(user))
 
     def api(self, user: str) -> Broker:
         """The broker's management API as `user`."""
@@ -149,44 +146,6 @@ def attempt(connection: BlockingConnection, action: Callable[[BlockingChannel], 
         if channel.is_open:
             channel.close()
     return Outcome()
-
-
-@contextmanager
-def _connect(params: pika.ConnectionParameters) -> Iterator[BlockingConnection]:
-    connection = pika.BlockingConnection(params)
-    try:
-        yield connection
-    finally:
-        if connection.is_open:
-            connection.close()
-
-
-def _admin(apps: Apps) -> pika.ConnectionParameters:
-    b = apps.broker
-    return pika.ConnectionParameters(b.host, b.amqp_port, apps.vhost, pika.PlainCredentials(b.username, b.password))
-
-
-def _count(apps: Apps, queue: str) -> int:
-    with _connect(_admin(apps)) as connection:
-        return int(connection.channel().queue_declare(queue, passive=True).method.message_count)
-
-
-def _get_all(apps: Apps, queue: str) -> list[tuple[BasicProperties, bytes]]:
-    """Every message in `queue`, removed (as the test's admin user)."""
-    messages = []
-    with _connect(_admin(apps)) as connection:
-        channel = connection.channel()
-        while True:
-            method, properties, body = channel.basic_get(queue, auto_ack=True)
-            if method is None:
-                return messages
-            messages.append((properties, body))
-
-
-def _version(broker: Broker) -> tuple[int, ...]:
-    """(4, 3, 6) from "4.3.6"; pre-release suffixes are ignored."""
-    version = call(broker, "GET", "overview")[1]["rabbitmq_version"]
-    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
 
 
 def _always_fail(body: bytes, properties: BasicProperties) -> None:
@@ -244,7 +203,7 @@ def test_each_application_publishes_consumes_retries_and_parks(apps: Apps) -> No
         f"requeued={shipping.requeued}")
 
     # shipping also consumes the plain queue: both publishes reached it.
-    with _connect(apps.params(apps.shipping)) as connection:
+    with pika.BlockingConnection(apps.params(apps.shipping)) as connection:
         channel = connection.channel()
         got = []
         while (delivery := channel.basic_get("audit"))[0] is not None:
@@ -254,17 +213,18 @@ def test_each_application_publishes_consumes_retries_and_parks(apps: Apps) -> No
     assert sorted(got) == ["order-1", "payment-1"]
 
     parked = {queue: [(p.message_id, (p.headers or {}).get("error-queue"), (p.headers or {}).get("attempts"))
-                      for p, _ in _get_all(apps, f"{queue}.error")] for queue in ("orders.billing", "orders.shipping")}
+                      for p, _ in drain(apps.broker, apps.vhost, f"{queue}.error")]
+              for queue in ("orders.billing", "orders.shipping")}
     assert parked == {"orders.billing": [("order-1", "orders.billing", 3)],
                       "orders.shipping": [("order-1", "orders.shipping", 2)]}
-    assert {q: _count(apps, q) for q in ("orders.billing", "orders.shipping", "audit")} == {
+    assert message_counts(apps.broker, apps.vhost, ["orders.billing", "orders.shipping", "audit"]) == {
         "orders.billing": 0, "orders.shipping": 0, "audit": 0}
 
 
 def test_a_consumer_can_check_and_purge_its_own_queue(broker: Broker, apps: Apps) -> None:
     """Pinned RabbitMQ rules, not choices of ours: `read` allows queue.purge, and any permission on a
     queue allows a passive declare (4.3; before 4.2.6 none was needed, so 3.10 lets any user probe)."""
-    with _connect(apps.params(apps.billing)) as billing:
+    with pika.BlockingConnection(apps.params(apps.billing)) as billing:
         own = attempt(billing, lambda ch: ch.queue_declare("orders.billing", passive=True))
         assert not own.refused, f"billing-app cannot passively declare its own queue: {own}"
         exchange = attempt(billing, lambda ch: ch.exchange_declare("shop.payments", "topic", passive=True))
@@ -273,7 +233,7 @@ def test_a_consumer_can_check_and_purge_its_own_queue(broker: Broker, apps: Apps
         assert not purge.refused, f"read permission no longer allows purging one's own queue: {purge}"
         other = attempt(billing, lambda ch: ch.queue_declare("orders.shipping", passive=True))
     print(f"\n[{broker.name}] passive declare of another app's queue: {other}")
-    if _version(broker) >= (4, 2, 6):
+    if version(broker) >= (4, 2, 6):
         assert other.refused, f"billing-app could probe another app's queue on {broker.name}: {other}"
     else:
         assert not other.refused, f"3.x checks no permission on a passive declare: {other}"
@@ -283,7 +243,7 @@ def test_a_consumer_can_check_and_purge_its_own_queue(broker: Broker, apps: Apps
 
 def test_applications_cannot_change_the_topology(broker: Broker, apps: Apps) -> None:
     seen: dict[str, Outcome] = {}
-    with _connect(apps.params(apps.billing)) as billing:
+    with pika.BlockingConnection(apps.params(apps.billing)) as billing:
         seen["declare a queue"] = o = attempt(billing, lambda ch: ch.queue_declare("billing.scratch", durable=True))
         assert o.refused, f"billing-app declared a queue: {o}"
         seen["re-declare its own queue"] = o = attempt(billing, lambda ch: ch.queue_declare(
@@ -307,7 +267,7 @@ def test_applications_cannot_change_the_topology(broker: Broker, apps: Apps) -> 
         seen["bind exchange to exchange"] = o = attempt(billing, lambda ch: ch.exchange_bind(
             "orders.billing.error", "shop.payments", "#"))
         assert o.refused, f"billing-app bound its error exchange to an exchange: {o}"
-    with _connect(apps.params(apps.shipping)) as shipping:
+    with pika.BlockingConnection(apps.params(apps.shipping)) as shipping:
         seen["shipping: declare a queue"] = o = attempt(shipping, lambda ch: ch.queue_declare("s.scratch"))
         assert o.refused, f"shipping-app declared a queue: {o}"
         seen["shipping: delete the plain queue it consumes"] = o = attempt(
@@ -321,7 +281,7 @@ def test_applications_cannot_change_the_topology(broker: Broker, apps: Apps) -> 
 
 def test_applications_cannot_read_other_queues(broker: Broker, apps: Apps) -> None:
     seen: dict[str, Outcome] = {}
-    with _connect(apps.params(apps.billing)) as billing:
+    with pika.BlockingConnection(apps.params(apps.billing)) as billing:
         seen["consume another app's queue"] = o = attempt(billing, lambda ch: ch.basic_consume(
             "orders.shipping", lambda *_: None))
         assert o.refused, f"billing-app consumed shipping-app's queue: {o}"
@@ -338,7 +298,7 @@ def test_applications_cannot_read_other_queues(broker: Broker, apps: Apps) -> No
         assert o.refused, f"billing-app consumed its own error queue (parked messages are for operators): {o}"
         seen["consume its own wait queue"] = o = attempt(billing, lambda ch: ch.basic_get("orders.billing.wait.1"))
         assert o.refused, f"billing-app took a message out of its wait tier: {o}"
-    with _connect(apps.params(apps.shipping)) as shipping:
+    with pika.BlockingConnection(apps.params(apps.shipping)) as shipping:
         seen["shipping: consume another app's queue"] = o = attempt(shipping, lambda ch: ch.basic_consume(
             "orders.billing", lambda *_: None))
         assert o.refused, f"shipping-app consumed billing-app's queue: {o}"
@@ -354,7 +314,7 @@ def test_applications_cannot_publish_where_not_granted(broker: Broker, apps: App
     def publish(exchange: str, routing_key: str) -> Callable[[BlockingChannel], object]:
         return lambda ch: ch.basic_publish(exchange, routing_key, b"x", mandatory=True)
 
-    with _connect(apps.params(apps.billing)) as billing:
+    with pika.BlockingConnection(apps.params(apps.billing)) as billing:
         seen["publish to an exchange not granted"] = o = attempt(billing, publish("shop.orders", "order.created"))
         assert o.refused, f"billing-app published to shop.orders: {o}"
         seen["publish to another app's retry exchange"] = o = attempt(billing, publish(
@@ -371,7 +331,7 @@ def test_applications_cannot_publish_where_not_granted(broker: Broker, apps: App
         seen["publish a routing key its topic permissions exclude"] = o = attempt(billing, publish(
             "shop.payments", "refund.done"))
         assert o.refused, f"billing-app published refund.done although its topic write is ^payment\\.: {o}"
-    with _connect(apps.params(apps.shipping)) as shipping:
+    with pika.BlockingConnection(apps.params(apps.shipping)) as shipping:
         seen["shipping: publish to another app's retry exchange"] = o = attempt(shipping, publish(
             "orders.billing.retry", "wait.1"))
         assert o.refused, f"shipping-app published to billing-app's retry exchange: {o}"
@@ -409,13 +369,11 @@ def _report(broker: Broker, seen: dict[str, Outcome]) -> None:
 # --- operator policy and vhost limits ------------------------------------------------------------
 
 def test_the_operator_policy_caps_the_queue_below_our_policy(broker: Broker, apps: Apps) -> None:
-    path = f"queues/{esc(apps.vhost)}/orders.billing"
     assert get(broker, f"policies/{esc(apps.vhost)}/orders.billing")["definition"]["max-length"] == OUR_MAX_LENGTH
-    started, info = time.monotonic(), get(broker, path)
-    while info.get("operator_policy") != "cap-billing" or not info.get("effective_policy_definition"):
-        assert time.monotonic() - started < STATS_S, f"operator policy not shown after {STATS_S}s: {info}"
-        time.sleep(0.25)
-        info = get(broker, path)
+    started = time.monotonic()
+    info = wait_for_queue(broker, apps.vhost, "orders.billing", lambda stats: stats.get("operator_policy") ==
+                          "cap-billing" and bool(stats.get("effective_policy_definition")),
+                          "the operator policy in the queue stats", timeout=STATS_S)
     print(f"\n[{broker.name}] operator policy shown after {time.monotonic() - started:.1f}s: "
           f"{info['effective_policy_definition']}")
     assert info["policy"] == "orders.billing"
@@ -432,7 +390,7 @@ def test_the_operator_policy_caps_the_queue_below_our_policy(broker: Broker, app
             except pika.exceptions.NackError:
                 break
             accepted += 1
-    counts = {q: _count(apps, q) for q in ("orders.billing", "orders.shipping")}
+    counts = message_counts(apps.broker, apps.vhost, ["orders.billing", "orders.shipping"])
     print(f"[{broker.name}] acked before the first nack: {accepted}; queue lengths: {counts}")
     assert accepted == OPERATOR_MAX_LENGTH + 1, f"expected a nack after {OPERATOR_MAX_LENGTH + 1} acks, got {accepted}"
     assert counts["orders.billing"] == OPERATOR_MAX_LENGTH + 1, "operator max-length 5 not enforced (ours is 100)"
@@ -456,7 +414,7 @@ def test_vhost_limits_are_enforced(broker: Broker, apps: Apps) -> None:
         for connection in connections:
             if connection.is_open:
                 connection.close()
-    with _connect(_admin(apps)) as admin:
+    with pika.BlockingConnection(parameters(broker, apps.vhost)) as admin:
         full = attempt(admin, lambda ch: ch.queue_declare("one.more", durable=True))
     print(f"\n[{broker.name}] queue {QUEUE_COUNT + 1}: {full}")
     assert full.reply_code == 406 and "limit" in full.reply_text, f"a queue over max_queues was declared: {full}"

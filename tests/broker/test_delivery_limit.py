@@ -24,32 +24,27 @@ Management statistics lag by up to ~10 s, so jams are read by polling `GET /api/
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import pika
-from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import NackError
 
+from tests.support.admin import STATS_S, queue_info, version, wait_for_queue
+from tests.support.amqp import Delivery, next_message, parameters
 from tests.support.amqp import channel as _channel
-from tests.support.amqp import parameters
 from tests.support.mirror import Broker, call, esc, get
 
 if TYPE_CHECKING:
-    from tests.broker.conftest import Deployer, Deployment
+    from tests.support.deploy import Deployer, Deployment
 
 TTL_MS = 200
 QUIET_S = 3.0
 """How long a message must stay away to count as gone: 15 wait-tier TTLs."""
-STATS_S = 25.0
-"""Upper bound for the management API to report a change (measured: 5 s on 4.3, up to 10 s on 3.10)."""
+ARRIVAL_S = 20.0
+"""Generous bound for an expected message to arrive (an eventual condition, not a figure)."""
 DLX_WORKER_PREFETCH = 32
 """RabbitMQ's default `dead_letter_worker_consumer_prefetch` (3.10 and 4.x)."""
-
-
-def _major(broker: Broker) -> int:
-    return int(call(broker, "GET", "overview")[1]["rabbitmq_version"].split(".")[0])
 
 
 def _deploy(deploy: Deployer, delivery_limit: int = 1, **extra: Any) -> Deployment:
@@ -63,44 +58,21 @@ def _deploy(deploy: Deployer, delivery_limit: int = 1, **extra: Any) -> Deployme
     call(deploy.broker, "PUT", path, {key: policy[key] for key in ("pattern", "apply-to", "priority",
                                                                       "definition")})
     # The queue reports the new limit several seconds later; wait, so no test reads a stale one.
-    deadline = time.monotonic() + STATS_S
-    while True:
-        stats = get(deploy.broker, f"queues/{esc(deployment.vhost)}/q")
-        if (stats.get("effective_policy_definition") or {}).get("delivery-limit") == delivery_limit and \
-                stats.get("delivery_limit", delivery_limit) == delivery_limit:
-            return deployment
-        assert time.monotonic() < deadline, f"q still reports {stats.get('effective_policy_definition')}"
-        time.sleep(0.25)
-
-
-@contextmanager
-def _connection(broker: Broker, vhost: str) -> Iterator[BlockingConnection]:
-    connection = pika.BlockingConnection(parameters(broker, vhost))
-    try:
-        yield connection
-    finally:
-        if connection.is_open:
-            connection.close()
-
-
-Delivery = tuple[Any, pika.BasicProperties, bytes]
+    wait_for_queue(deploy.broker, deployment.vhost, "q",
+                   lambda stats: (stats.get("effective_policy_definition") or {}).get("delivery-limit")
+                   == delivery_limit and stats.get("delivery_limit", delivery_limit) == delivery_limit,
+                   f"q to report delivery-limit {delivery_limit}")
+    return deployment
 
 
 def _get(channel: BlockingChannel, queue: str = "q", timeout: float = QUIET_S) -> Delivery | None:
     """basic.get until a message arrives or `timeout` passes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        method, properties, body = channel.basic_get(queue)
-        if method is not None:
-            return method, properties, body
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(0.02)
+    return next_message(channel, queue, timeout)
 
 
 def _must_get(channel: BlockingChannel, what: str, queue: str = "q") -> Delivery:
-    delivery = _get(channel, queue)
-    assert delivery is not None, f"{what}: nothing in {queue} within {QUIET_S}s"
+    delivery = next_message(channel, queue, ARRIVAL_S)
+    assert delivery is not None, f"{what}: nothing in {queue} within {ARRIVAL_S}s"
     return delivery
 
 
@@ -114,10 +86,6 @@ def _deaths(delivery: Delivery) -> list[tuple[str, str, int]]:
     return [(d["queue"], d["reason"], int(d["count"])) for d in (delivery[1].headers or {}).get("x-death", [])]
 
 
-def _stats(broker: Broker, vhost: str, queue: str) -> dict[str, Any]:
-    return get(broker, f"queues/{esc(vhost)}/{esc(queue)}")
-
-
 def _settles(broker: Broker, vhost: str, expected: dict[str, dict[str, Any]],
              channel: BlockingChannel | None = None) -> dict[str, dict[str, Any]]:
     """Poll the management API until every queue reports the expected fields; return what it reported.
@@ -127,7 +95,7 @@ def _settles(broker: Broker, vhost: str, expected: dict[str, dict[str, Any]],
     """
     start = time.monotonic()
     while True:
-        seen = {queue: _stats(broker, vhost, queue) for queue in expected}
+        seen = {queue: queue_info(broker, vhost, queue) for queue in expected}
         matches = all(seen[q].get(k) == v for q, fields in expected.items() for k, v in fields.items())
         elapsed = time.monotonic() - start
         if matches and (channel is None or elapsed >= QUIET_S):
@@ -164,9 +132,9 @@ def _retry_once(channel: BlockingChannel, body: bytes) -> Delivery:
 
 
 def _requeue_until_gone(channel: BlockingChannel, requeue: str = "reject") -> int:
-    """Requeue (reject or nack, requeue=True) whatever q delivers until it delivers nothing for a second."""
+    """Requeue (reject or nack, requeue=True) whatever q delivers until it delivers nothing for QUIET_S."""
     requeues = 0
-    while (delivery := _get(channel, timeout=1.0)) is not None:
+    while (delivery := _get(channel)) is not None:
         if requeue == "reject":
             channel.basic_reject(delivery[0].delivery_tag, requeue=True)
         else:
@@ -217,7 +185,7 @@ def test_a_fresh_message_over_the_delivery_limit_jams_in_the_wait_queue(broker: 
         assert (second[0].redelivered, _delivery_count(second), _deaths(second)) == (True, 1, [])
         channel.basic_reject(second[0].delivery_tag, requeue=True)     # count 2 > delivery-limit 1
         seen = _settles(broker, vhost, {"q": EMPTY, wait: _jammed(wait)}, channel)
-    if _major(broker) >= 4:
+    if version(broker) >= (4,):
         # No 4.x delayed retry is involved: it is off unless configured.
         assert (seen["q"]["delivery_limit"], seen["q"]["delayed_retry"], seen["q"]["messages_delayed"]) == \
             (1, "disabled", 0)
@@ -232,7 +200,7 @@ def test_a_retried_message_over_the_delivery_limit_by_reject_requeue_jams_in_the
     with _channel(broker, vhost) as channel:
         back = _retry_once(channel, b"retried")
         assert _deaths(back) == [(wait, "expired", 1), ("q", "rejected", 1)]
-        if _major(broker) >= 4:
+        if version(broker) >= (4,):
             # The plain retry's reject counted, and the count came back with the message.
             assert (back[0].redelivered, _delivery_count(back)) == (True, 1)
             channel.basic_reject(back[0].delivery_tag, requeue=True)   # count 2 > 1 on the first requeue
@@ -256,7 +224,7 @@ def test_nack_requeue_after_a_retry_never_reaches_the_delivery_limit_on_4x_but_c
     vhost, wait = deployment.vhost, deployment.contracts["q"]["tiers"][0]["queue"]
     with _channel(broker, vhost) as channel:
         delivery = _retry_once(channel, b"nacked")
-        if _major(broker) >= 4:
+        if version(broker) >= (4,):
             # basic.nack(requeue=True) is a plain return: not counted, so no limit ever applies.
             for _ in range(10):
                 channel.basic_nack(delivery[0].delivery_tag, requeue=True)
@@ -278,8 +246,8 @@ def test_plain_retries_count_toward_the_delivery_limit_on_4x_so_a_consumer_crash
     """The jam needs no requeue=True: a connection that goes away holding the message is a failed delivery."""
     deployment = _deploy(deploy, delivery_limit=1)
     vhost, wait = deployment.vhost, deployment.contracts["q"]["tiers"][0]["queue"]
-    is_4x = _major(broker) >= 4
-    with _connection(broker, vhost) as connection:
+    is_4x = version(broker) >= (4,)
+    with pika.BlockingConnection(parameters(broker, vhost)) as connection:
         channel = connection.channel()
         back = _retry_once(channel, b"crash")
         channel.basic_reject(back[0].delivery_tag, requeue=False)      # a second plain retry

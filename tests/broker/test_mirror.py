@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import pika
 import pulumi_rabbitmq as rabbitmq
 import pytest
 
+from tests.support.amqp import channel, message_count
 from tests.support.mirror import Broker, MirrorError, apply, apply_update, call, destroy, esc, get, read_back
 from tools.mockrun import Registered, record
 
 if TYPE_CHECKING:
-    from tests.broker.conftest import Deployer
+    from tests.support.deploy import Deployer
 
 CONFIG: dict[str, Any] = {
     "exchanges": [{"name": "orders", "type": "topic"}],
@@ -118,16 +118,13 @@ def test_policy_update_is_a_put_in_place(broker: Broker, vhost: str) -> None:
 def test_replaced_queue_loses_its_messages(broker: Broker, vhost: str) -> None:
     old = record(_raw(vhost, durable=True, arguments_json='{"x-queue-type": "classic"}'))
     apply(broker, old)
-    with pika.BlockingConnection(pika.ConnectionParameters(broker.host, broker.amqp_port, vhost, pika.PlainCredentials(
-            broker.username, broker.password))) as connection:
-        channel = connection.channel()
-        channel.confirm_delivery()
-        channel.basic_publish("", "q", b"kept?")
-        assert channel.queue_declare("q", passive=True).method.message_count == 1
+    with channel(broker, vhost) as opened:
+        opened.basic_publish("", "q", b"kept?")
+        assert message_count(opened, "q") == 1
         new = record(_raw(vhost, durable=True, arguments_json='{"x-queue-type": "quorum"}'))
         steps = apply_update(broker, old, new)
         assert [(s.op, s.delete_before_replace) for s in steps if s.op != "same"] == [("replace", True)]
-        assert channel.queue_declare("q", passive=True).method.message_count == 0
+        assert message_count(opened, "q") == 0
 
 
 def _access(vhost: str, user: str, generation: int) -> list[Registered]:

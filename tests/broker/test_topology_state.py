@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,42 +20,30 @@ import yaml
 from pika.adapters.blocking_connection import BlockingChannel
 
 from components import Vhost
+from tests.support.admin import STATS_S, version, wait_for
+from tests.support.amqp import Delivery, next_message
 from tests.support.amqp import channel as _channel
 from tests.support.amqp import message_count as _count
-from tests.support.mirror import Broker, apply, call, esc, get, read_back
+from tests.support.mirror import Broker, apply, esc, get, read_back
 from tools.mockrun import record, record_program
 
 if TYPE_CHECKING:
-    from tests.broker.conftest import Deployer
+    from tests.support.deploy import Deployer
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _version(broker: Broker) -> tuple[int, ...]:
-    return tuple(int(p) for p in call(broker, "GET", "overview")[1]["rabbitmq_version"].split(".")[:2])
+ARRIVAL_S = 15.0
+"""Generous bound for a message to show up (an eventual condition, not a figure)."""
 
 
-def _wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
-    return result
-
-
-
-
-
-def _next(channel: BlockingChannel, queue: str, or_in: str | None = None) -> tuple[Any, Any, bytes] | None:
-    """The next message of `queue` (unacked), waiting up to 5 s; None as soon as `or_in` holds one."""
-    def poll() -> Any:
-        method, properties, body = channel.basic_get(queue)
-        if method is not None:
-            return method, properties, body
-        return or_in is not None and _count(channel, or_in) > 0
-    result = _wait_for(poll, 5, f"a message in {queue}" + (f" or {or_in}" if or_in else ""))
-    return result if isinstance(result, tuple) else None
+def _next(channel: BlockingChannel, queue: str, or_in: str | None = None) -> Delivery | None:
+    """The next message of `queue` (unacked); None as soon as `or_in` holds one."""
+    delivery = next_message(channel, queue, ARRIVAL_S, give_up=None if or_in is None else
+                            lambda: _count(channel, or_in) > 0)
+    assert delivery is not None or (or_in is not None and _count(channel, or_in) > 0), (
+        f"no message in {queue}" + (f" or {or_in}" if or_in else "") + f" within {ARRIVAL_S}s")
+    return delivery
 
 
 def _dev_vhost(queue_type: str) -> dict[str, Any]:
@@ -96,7 +83,7 @@ def test_quorum_dead_lettering_is_at_least_once_with_the_configured_policy(broke
         return seen if all(seen.get(name, (None, None))[1] for name in wanted) else None
 
     started = time.monotonic()
-    seen = _wait_for(effective, 30, "the effective policies in the queue stats")
+    seen = wait_for(effective, STATS_S, "the effective policies in the queue stats")
     print(f"\n[{broker.name}] effective policies visible after {time.monotonic() - started:.1f}s: {seen}")
     for name, definition in wanted.items():
         assert seen[name] == (name, definition)
@@ -127,7 +114,7 @@ def test_a_queue_without_x_queue_type_reads_back_different_on_4x(broker: Broker,
     apply(broker, resources)
     differences = read_back(broker, resources)
     print(f"\n[{broker.name}] read back: {differences}")
-    if _version(broker) >= (4, 0):
+    if version(broker) >= (4, 0):
         assert len(differences) == 1
         assert "settings.argumentsJson.x-queue-type" in differences[0]
         assert "'classic'" in differences[0] and "(replace)" in differences[0]  # every `pulumi up` replaces it
@@ -146,7 +133,8 @@ def _reject_into_retry(channel: BlockingChannel, queue: str, body: str) -> float
     return time.monotonic()
 
 
-def _drain(channel: BlockingChannel, queue: str, expected: int, timeout: float) -> dict[str, float]:
+def _arrivals(channel: BlockingChannel, queue: str, expected: int, timeout: float) -> dict[str, float]:
+    """Consume and ack `queue` until `expected` distinct bodies arrived or `timeout` s passed: body → when."""
     arrived: dict[str, float] = {}
     deadline = time.monotonic() + timeout
     for method, _, body in channel.consume(queue, inactivity_timeout=0.02):
@@ -159,11 +147,9 @@ def _drain(channel: BlockingChannel, queue: str, expected: int, timeout: float) 
     return arrived
 
 
-# Tolerances. Measured on 3.10.8 and 4.3.6, classic and quorum: messages left 2-6 ms after their TTL,
-# once 1 ms "early" (the entry time is taken after basic.reject returns). 0.75 s late leaves room
-# for a loaded machine without hiding a wrong delay (the delays asserted here differ by >= 2 s).
-LATE_S = 0.75
 EARLY_S = 0.05
+"""Clock tolerance for "never early": the entry time is taken after basic.reject returns (measured on
+3.10.8 and 4.3.6: once 1 ms "early"). How late messages leave is not asserted (bench/retry_timing.py)."""
 
 
 @pytest.mark.parametrize("queue_type", ["classic", "quorum"])
@@ -177,34 +163,33 @@ def test_delay_change_is_in_place_and_loses_nothing(broker: Broker, deploy: Depl
         for i in range(3):  # a consumer's second retry: published straight to tier 2
             channel.basic_publish(contract["retry_exchange"], "wait.2", f"tier2-{i}".encode())
             entered[f"tier2-{i}"] = time.monotonic()
-        _wait_for(lambda: _count(channel, "work.wait.1") == 4 and _count(channel, "work.wait.2") == 3, 5,
-                  "4 messages in wait.1 and 3 in wait.2")
+        wait_for(lambda: _count(channel, "work.wait.1") == 4 and _count(channel, "work.wait.2") == 3, ARRIVAL_S,
+                 "4 messages in wait.1 and 3 in wait.2")
 
         after = deploy.update(before, _retryable(queue_type, ["1s", "3s"]))
         moved = sorted((s.name, s.op, tuple(s.changed)) for s in after.steps if s.op != "same")
         assert moved == [("t-work-wait-1-policy", "update", ("policy.definition.message-ttl",)),
                          ("t-work-wait-2-policy", "update", ("policy.definition.message-ttl",))]
         assert not [s for s in after.steps if s.op in ("replace", "delete")]
+        # The old messages still wait when the new one enters: it queues behind them.
         assert (_count(channel, "work.wait.1"), _count(channel, "work.wait.2")) == (4, 3)
         assert get(broker, f"policies/{esc(after.vhost)}/work.wait.1")["definition"] == {"message-ttl": 1000}
 
         entered["new-0"] = _reject_into_retry(channel, "work", "new-0")  # TTL 1 s, behind 6 s messages
-        arrived = _drain(channel, "work", expected=len(entered), timeout=max(old_delays) + 4)
+        arrived = _arrivals(channel, "work", expected=len(entered), timeout=max(old_delays) + 60)
         assert sorted(arrived) == sorted(entered), "messages lost"
         assert sum(_count(channel, q) for q in ("work", "work.wait.1", "work.wait.2", "work.error")) == 0
 
     waited = {body: arrived[body] - entered[body] for body in entered}
     print(f"\n[{broker.name} {queue_type}] waited: " + ", ".join(f"{b}={w:.3f}s" for b, w in sorted(waited.items())))
     for body, wait in waited.items():
-        if body.startswith("old-"):  # queued under the 6 s policy: keep 6 s
-            assert old_delays[0] - EARLY_S <= wait <= old_delays[0] + LATE_S, body
+        if body.startswith("old-"):  # queued under the 6 s policy: keep 6 s, not the new 1 s
+            assert wait >= old_delays[0] - EARLY_S, body
         elif body.startswith("tier2-"):  # queued under the 8 s policy: keep 8 s although tier 2 is now 3 s
-            assert old_delays[1] - EARLY_S <= wait <= old_delays[1] + LATE_S, body
-    # Head-of-line: the new 1 s message leaves only after the old ones, at most the old delay after it entered.
-    new_wait = waited["new-0"]
-    assert new_delays[0] <= new_wait <= old_delays[0] + LATE_S
-    assert arrived["new-0"] >= max(arrived[f"old-{i}"] for i in range(4)) - EARLY_S
-    assert new_wait > new_delays[0] + 1.0, "expected the new message to be held behind the old ones"
+            assert wait >= old_delays[1] - EARLY_S, body
+    # Head-of-line: the new 1 s message leaves only after the old ones it queued behind, never before its 1 s.
+    assert waited["new-0"] >= new_delays[0] - EARLY_S
+    assert arrived["new-0"] >= max(arrived[f"old-{i}"] for i in range(4))
 
 
 # (9) --------------------------------------------------------------------------------------------
@@ -253,7 +238,13 @@ def test_requeue_by_nack_counts_towards_delivery_limit_only_before_4x(broker: Br
             if message is None:
                 break
             channel.basic_nack(message[0].delivery_tag, requeue=True)
-        time.sleep(0.3)
-        counts = (_count(channel, "work"), _count(channel, "work.wait.1"))
-    print(f"\n[{broker.name}] after 4 nack(requeue=True) with delivery-limit 2: (work, wait.1) = {counts}")
-    assert counts == ((1, 0) if _version(broker) >= (4, 0) else (0, 1))
+        expected = (1, 0) if version(broker) >= (4, 0) else (0, 1)
+        time.sleep(0.3)  # a quiet moment in which 4.x must not dead-letter it either
+
+        def settled() -> tuple[int, int] | None:
+            counts = (_count(channel, "work"), _count(channel, "work.wait.1"))
+            return counts if counts == expected else None
+
+        # 3.10 dead-letters asynchronously: wait (an eventual condition) rather than sample once.
+        seen = wait_for(settled, ARRIVAL_S, f"(work, wait.1) == {expected}")
+    print(f"\n[{broker.name}] after 4 nack(requeue=True) with delivery-limit 2: (work, wait.1) = {seen}")

@@ -1,19 +1,29 @@
-"""AMQP helpers the broker tests share (pika, blocking)."""
+"""AMQP helpers the broker tests share (pika, blocking): connections, counting, polling and draining."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
 from tests.support.mirror import Broker
 
+Delivery = tuple[Any, pika.BasicProperties, bytes]
+"""(method, properties, body) of one basic.get."""
 
-def parameters(broker: Broker, vhost: str) -> pika.ConnectionParameters:
-    return pika.ConnectionParameters(broker.host, broker.amqp_port, vhost,
-                                     pika.PlainCredentials(broker.username, broker.password))
+POLL_S = 0.02
+
+
+def parameters(broker: Broker, vhost: str, username: str | None = None,
+               password: str | None = None) -> pika.ConnectionParameters:
+    """Connection parameters for `vhost`, as the broker's admin user unless a user is given."""
+    credentials = pika.PlainCredentials(username or broker.username,
+                                        broker.password if password is None else password)
+    return pika.ConnectionParameters(broker.host, broker.amqp_port, vhost, credentials)
 
 
 @contextmanager
@@ -29,3 +39,33 @@ def channel(broker: Broker, vhost: str, confirms: bool = True) -> Iterator[Block
 def message_count(opened: BlockingChannel, queue: str) -> int:
     """Ready messages, from a passive declare."""
     return int(opened.queue_declare(queue, passive=True).method.message_count)
+
+
+def message_counts(broker: Broker, vhost: str, queues: Sequence[str]) -> dict[str, int]:
+    """Ready messages of each queue, on a connection of its own."""
+    with channel(broker, vhost, confirms=False) as opened:
+        return {queue: message_count(opened, queue) for queue in queues}
+
+
+def next_message(opened: BlockingChannel, queue: str, timeout: float,
+                 give_up: Callable[[], bool] | None = None) -> Delivery | None:
+    """basic.get (unacked) until a message arrives; None after `timeout` s or as soon as `give_up()`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        method, properties, body = opened.basic_get(queue)
+        if method is not None:
+            return method, properties, body
+        if time.monotonic() > deadline or (give_up is not None and give_up()):
+            return None
+        time.sleep(POLL_S)
+
+
+def drain(broker: Broker, vhost: str, queue: str) -> list[tuple[pika.BasicProperties, bytes]]:
+    """Every message in `queue`, removed (as the broker's admin user)."""
+    messages = []
+    with channel(broker, vhost, confirms=False) as opened:
+        while True:
+            method, properties, body = opened.basic_get(queue, auto_ack=True)
+            if method is None:
+                return messages
+            messages.append((properties, body))

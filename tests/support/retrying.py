@@ -1,0 +1,101 @@
+"""Driving examples/retry_client.py against a deployed topology: a config for a retryable queue, a
+handler that fails on plan and records every delivery, and consumers run in threads. Shared by
+tests/broker/test_retry_behaviour.py and bench/retry_timing.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from itertools import pairwise
+from typing import Any
+
+from pika.spec import BasicProperties
+
+from examples.retry_client import Publisher, RetryingConsumer
+from tests.support.amqp import parameters
+from tests.support.mirror import Broker
+
+
+def retryable_queue(name: str, queue_type: str, delays: list[str], max_retries: int, exchange: str = "in",
+                    routing_key: str = "") -> dict[str, Any]:
+    """The config of one retryable queue bound to `exchange`."""
+    binding: dict[str, Any] = {"exchange": exchange}
+    if routing_key:
+        binding["routing_key"] = routing_key
+    return {"name": name, "type": queue_type, "bindings": [binding],
+            "retry": {"delays": delays, "max_retries": max_retries}}
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One call of the handler: when (monotonic for gaps, UTC for the broker's timestamps) and the headers."""
+
+    monotonic: float
+    at: datetime
+    headers: dict[str, Any]
+
+
+class Recorder:
+    """A handler that fails a planned number of times per message (`failures(message_id)`) and records
+    every delivery; thread-safe, so several consumers can share it."""
+
+    def __init__(self, failures: Callable[[str], int]) -> None:
+        self.failures = failures
+        self.lock = threading.Lock()
+        self.deliveries: dict[str, list[Delivery]] = defaultdict(list)
+        self.succeeded: list[str] = []
+
+    def __call__(self, body: bytes, properties: BasicProperties) -> None:
+        message_id = str(properties.message_id)
+        with self.lock:
+            self.deliveries[message_id].append(Delivery(time.monotonic(), datetime.now(UTC),
+                                                        dict(properties.headers or {})))
+            attempt = len(self.deliveries[message_id])
+        if attempt <= self.failures(message_id):
+            raise RuntimeError(f"planned failure {attempt} of {message_id}")
+        with self.lock:
+            self.succeeded.append(message_id)
+
+    def gaps_ms(self, message_id: str) -> list[float]:
+        """Milliseconds between consecutive deliveries of one message."""
+        times = [d.monotonic for d in self.deliveries[message_id]]
+        return [(b - a) * 1000 for a, b in pairwise(times)]
+
+
+def publish_ids(broker: Broker, vhost: str, exchange: str, ids: Iterable[str], routing_key: str = "",
+                content_type: str | None = None) -> None:
+    """One confirmed, mandatory, persistent message per id: body and message_id are the id, header app=test."""
+    with Publisher(parameters(broker, vhost)) as publisher:
+        for message_id in ids:
+            publisher.publish(exchange, routing_key, message_id.encode(), message_id, {"app": "test"},
+                              content_type=content_type)
+
+
+def run_consumers(consumers: list[RetryingConsumer], until: Callable[[], bool], timeout: float) -> None:
+    """Run every consumer in its own thread (own connection) until `until()` or the timeout (a generous
+    bound for an eventual condition: the caller asserts the outcome); re-raise the first consumer error."""
+    deadline = time.monotonic() + timeout
+    errors: list[BaseException] = []
+
+    def stop() -> bool:
+        return bool(errors) or until() or time.monotonic() > deadline
+
+    def work(consumer: RetryingConsumer) -> None:
+        try:
+            consumer.run(until=stop)
+        except BaseException as error:  # reported in the caller's thread below
+            errors.append(error)
+        finally:
+            consumer.close()
+
+    threads = [threading.Thread(target=work, args=(c,), daemon=True) for c in consumers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout + 60)
+    if errors:
+        raise errors[0]

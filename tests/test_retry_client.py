@@ -1,0 +1,335 @@
+"""The reference client's pure helpers (examples/retry_client.py), without a broker: which contract it
+picks, what it refuses, how it cuts an error reason, and what a retried or parked copy carries over
+(README: Consumer algorithm)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+from pika.spec import BasicProperties
+
+from components.config import load_vhost
+from components.plan import plan_vhost
+from examples.retry_client import (
+    MAX_REASON_BYTES,
+    RetryingConsumer,
+    _parameters,
+    copy_properties,
+    deaths,
+    load_contract,
+    rejected_attempts,
+    truncate,
+    utc_iso,
+    without_broker_headers,
+)
+from tests.conftest import vhost_config
+
+
+def contract(vhost: str = "shop", queue: str = "orders", **changes: Any) -> dict[str, Any]:
+    """A valid contract as the stack exports it (see components/plan.py)."""
+    value: dict[str, Any] = {
+        "vhost": vhost, "queue": queue, "queue_type": "quorum", "retry_exchange": f"{queue}.retry",
+        "reject_routes_to": "wait.1",
+        "tiers": [{"routing_key": "wait.1", "queue": f"{queue}.wait.1", "delay_ms": 1000},
+                  {"routing_key": "wait.2", "queue": f"{queue}.wait.2", "delay_ms": 10000}],
+        "max_retries": 5, "delivery_limit": 25, "attempt_header": "retry-count",
+        "error_exchange": f"{queue}.error", "error_queue": f"{queue}.error",
+    }
+    value.update(changes)
+    return value
+
+
+def stack_output() -> dict[str, dict[str, dict[str, Any]]]:
+    """`pulumi stack output retry_contracts --json`: {vhost: {queue: contract}}; `orders` is in two vhosts."""
+    return {"shop": {"orders": contract("shop", "orders"), "billing": contract("shop", "billing")},
+            "test": {"orders": contract("test", "orders")}}
+
+
+def _problems(source: dict[str, Any]) -> str:
+    with pytest.raises(ValueError, match="invalid retry contract") as error:
+        load_contract(source)
+    return str(error.value)
+
+
+# --- contract selection -----------------------------------------------------------------------------
+
+def test_the_contract_the_program_exports_is_accepted_unchanged() -> None:
+    exported = plan_vhost(load_vhost(vhost_config(), "vhost")).retryables[0].contract("shop")
+    assert load_contract(exported) == exported
+
+
+def test_a_single_contract_is_taken_as_it_is() -> None:
+    assert load_contract(contract()) == contract()
+
+
+def test_the_queue_picks_one_contract_of_the_stack_output() -> None:
+    assert load_contract(stack_output(), queue="billing") == contract("shop", "billing")
+
+
+def test_the_vhost_picks_between_queues_of_the_same_name() -> None:
+    assert load_contract(stack_output(), queue="orders", vhost="test") == contract("test", "orders")
+
+
+def test_an_ambiguous_choice_fails_instead_of_guessing() -> None:
+    with pytest.raises(ValueError) as error:
+        load_contract(stack_output(), queue="orders")
+    assert str(error.value) == ("several contracts match queue='orders' vhost=None; "
+                                "available: shop/billing, shop/orders, test/orders")
+
+
+def test_a_queue_not_in_the_contracts_names_the_available_ones() -> None:
+    with pytest.raises(ValueError) as error:
+        load_contract(stack_output(), queue="shipping")
+    assert str(error.value) == ("no contract matches queue='shipping' vhost=None; "
+                                "available: shop/billing, shop/orders, test/orders")
+
+
+def test_a_single_contract_for_another_queue_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"^no contract matches queue='billing' vhost=None; available: shop/orders$"):
+        load_contract(contract(), queue="billing")
+
+
+def test_no_contract_at_all_says_none_are_available() -> None:
+    with pytest.raises(ValueError, match=r"^no contract matches queue=None vhost=None; available: none$"):
+        load_contract({"shop": {}})
+
+
+def test_a_contract_file_is_read_from_a_path_or_a_string(tmp_path: Path) -> None:
+    path = tmp_path / "contracts.json"
+    path.write_text(json.dumps(stack_output()))
+    assert load_contract(path, queue="billing") == contract("shop", "billing")
+    assert load_contract(str(path), queue="orders", vhost="shop") == contract("shop", "orders")
+
+
+def test_pulumi_floats_become_whole_numbers() -> None:
+    source = contract(max_retries=5.0, delivery_limit=25.0,
+                      tiers=[{"routing_key": "wait.1", "queue": "orders.wait.1", "delay_ms": 200.0}])
+    loaded = load_contract(source)
+    assert (loaded["max_retries"], loaded["delivery_limit"], loaded["tiers"][0]["delay_ms"]) == (5, 25, 200)
+    assert all(type(v) is int for v in (loaded["max_retries"], loaded["tiers"][0]["delay_ms"]))
+
+
+def test_the_loaded_contract_is_independent_of_the_callers_dict() -> None:
+    source = contract()
+    loaded = load_contract(source)
+    loaded["tiers"][0]["delay_ms"] = 1
+    loaded["max_retries"] = 0
+    assert source == contract()
+
+
+# --- contract validation ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("key", ["vhost", "queue_type", "reject_routes_to", "attempt_header", "error_exchange",
+                                 "error_queue"])
+def test_a_missing_text_field_is_named(key: str) -> None:
+    source = contract()
+    del source[key]
+    assert _problems(source) == f"invalid retry contract for 'orders': {key}: missing or not str"
+
+
+@pytest.mark.parametrize(("key", "value", "kind"), [
+    ("max_retries", "5", "int"),
+    ("max_retries", True, "int"),  # a bool is an int to Python, never a retry budget
+    ("max_retries", 2.5, "int"),
+    ("max_retries", None, "int"),
+    ("retry_exchange", 7, "str"),
+    ("vhost", b"shop", "str"),
+])
+def test_a_field_of_the_wrong_type_is_named(key: str, value: Any, kind: str) -> None:
+    assert _problems(contract(**{key: value})) == f"invalid retry contract for 'orders': {key}: missing or not {kind}"
+
+
+def test_tiers_that_are_not_a_list_are_named() -> None:
+    assert _problems(contract(tiers=None)) == (
+        "invalid retry contract for 'orders': tiers: missing or not list; tiers: empty")
+
+
+def test_a_contract_needs_at_least_one_tier() -> None:
+    assert _problems(contract(tiers=[])) == "invalid retry contract for 'orders': tiers: empty"
+
+
+@pytest.mark.parametrize("tier", [
+    {"routing_key": "wait.1"},
+    {"delay_ms": 1000},
+    {"routing_key": "wait.1", "delay_ms": "1000"},
+    {"routing_key": "wait.1", "delay_ms": 1000.5},
+    {"routing_key": 1, "delay_ms": 1000},
+    "wait.1",
+])
+def test_each_tier_needs_a_routing_key_and_a_whole_delay(tier: Any) -> None:
+    tiers = [{"routing_key": "wait.1", "delay_ms": 1000}, tier]
+    assert _problems(contract(tiers=tiers)) == (
+        "invalid retry contract for 'orders': tiers[1]: needs routing_key (string) and delay_ms (integer)")
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    source = contract(max_retries="many", tiers=[{"routing_key": "wait.1"}])
+    del source["error_queue"]
+    assert _problems(source) == ("invalid retry contract for 'orders': max_retries: missing or not int; "
+                                 "error_queue: missing or not str; "
+                                 "tiers[0]: needs routing_key (string) and delay_ms (integer)")
+
+
+def test_delivery_limit_is_optional() -> None:
+    source = contract()
+    del source["delivery_limit"]
+    assert load_contract(source) == source
+
+
+def test_the_consumer_validates_its_contract_and_mode_before_connecting() -> None:
+    def handler(body: bytes, properties: BasicProperties) -> None:
+        pass
+
+    with pytest.raises(ValueError, match=r"^mode must be one of reject, republish, got 'requeue'$"):
+        RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(), handler, "requeue")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^invalid retry contract for 'orders': tiers: empty$"):
+        RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(tiers=[]), handler)
+    nameless = contract()
+    del nameless["queue"]
+    with pytest.raises(ValueError, match=r"^invalid retry contract for None: queue: missing or not str$"):
+        RetryingConsumer("amqp://127.0.0.1:1/%2F", nameless, handler)
+    consumer = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(vhost="test"), handler, "republish")
+    assert (consumer.queue, consumer.mode, consumer._params.virtual_host) == ("orders", "republish", "test")
+
+
+# --- connection parameters ----------------------------------------------------------------------
+
+def test_the_contracts_vhost_replaces_the_urls_and_the_callers_parameters_stay_as_they_were() -> None:
+    assert _parameters("amqp://u:p@broker:5673/%2F", "shop").virtual_host == "shop"
+    assert _parameters("amqp://u:p@broker:5673/other").virtual_host == "other"
+    given = pika.ConnectionParameters("broker", 5673, "/")
+    assert _parameters(given, "shop").virtual_host == "shop"
+    assert given.virtual_host == "/"
+
+
+# --- error reason truncation --------------------------------------------------------------------
+
+def test_a_reason_within_the_limit_is_kept_whole() -> None:
+    reason = "é" * (MAX_REASON_BYTES // 2)  # exactly 1024 bytes
+    assert truncate(reason) == reason
+
+
+def test_a_reason_over_the_limit_is_cut_to_the_limit_with_an_ellipsis() -> None:
+    reason = "x" * (MAX_REASON_BYTES + 1)
+    cut = truncate(reason)
+    assert cut == "x" * (MAX_REASON_BYTES - 3) + "..."
+    assert len(cut.encode()) == MAX_REASON_BYTES
+
+
+@pytest.mark.parametrize(("character", "kept"), [("é", 1), ("€", 1), ("€", 2), ("🐇", 1), ("🐇", 2), ("🐇", 3)])
+def test_a_multi_byte_character_at_the_cut_is_dropped_whole(character: str, kept: int) -> None:
+    """`kept` bytes of the character would fit before the cut: none of them may be left behind."""
+    assert kept < len(character.encode())
+    head = "a" * (MAX_REASON_BYTES - 3 - kept)
+    cut = truncate(head + character + "tail")
+    assert cut == head + "..."
+    assert len(cut.encode()) <= MAX_REASON_BYTES
+
+
+def test_a_multi_byte_character_that_fits_exactly_before_the_cut_is_kept() -> None:
+    head = "a" * (MAX_REASON_BYTES - 3 - len("€".encode()))
+    assert truncate(head + "€" + "tail") == head + "€..."
+
+
+def test_the_limit_can_be_chosen() -> None:
+    assert truncate("ab€cd", limit=7) == "ab€cd"
+    assert truncate("ab€cde", limit=7) == "ab..."
+    assert truncate("abcd€f", limit=7) == "abcd..."
+
+
+# --- broker headers -----------------------------------------------------------------------------
+
+X_DEATH = [
+    {"queue": "orders", "reason": "rejected", "count": 2, "exchange": "events", "routing-keys": ["order.created"]},
+    {"queue": "orders.wait.1", "reason": "expired", "count": 2, "exchange": "orders.retry"},
+    {"queue": "billing", "reason": "rejected", "count": 7},
+    {"queue": "orders", "reason": "delivery_limit", "count": 1},
+]
+
+
+def test_deaths_are_the_entries_of_the_queue_and_reason() -> None:
+    assert deaths({"x-death": X_DEATH}, "orders") == [X_DEATH[0]]
+    assert deaths({"x-death": X_DEATH}, "orders", "delivery_limit") == [X_DEATH[3]]
+    assert deaths({"x-death": X_DEATH}, "orders.wait.1", "expired") == [X_DEATH[1]]
+    assert deaths({"x-death": X_DEATH}, "shipping") == []
+
+
+def test_rejected_attempts_count_only_the_queues_rejections() -> None:
+    assert rejected_attempts({"x-death": X_DEATH}, "orders") == 2
+    assert rejected_attempts({"x-death": X_DEATH}, "billing") == 7
+    assert rejected_attempts({"x-death": X_DEATH}, "orders.wait.1") == 0
+
+
+@pytest.mark.parametrize("headers", [None, {}, {"x-death": None}, {"x-death": []}, {"retry-count": 3}])
+def test_a_message_without_x_death_has_no_rejected_attempts(headers: dict[str, Any] | None) -> None:
+    assert rejected_attempts(headers, "orders") == 0
+
+
+def test_x_death_fields_may_arrive_as_bytes_and_malformed_entries_count_nothing() -> None:
+    entries = [{"queue": b"orders", "reason": b"rejected", "count": b"3"},
+               {"queue": "orders", "reason": "rejected", "count": "not a number"},
+               {"queue": "orders", "reason": "rejected"},
+               "garbage"]
+    assert rejected_attempts({"x-death": entries}, "orders") == 3
+
+
+def test_a_copy_drops_the_brokers_history_and_delivery_counters_and_keeps_the_rest() -> None:
+    headers = {
+        "x-death": X_DEATH, "x-first-death-queue": "orders", "x-first-death-reason": "rejected",
+        "x-first-death-exchange": "events", "x-last-death-queue": "orders.wait.1",
+        "x-last-death-reason": "expired", "x-last-death-exchange": "orders.retry",
+        "x-delivery-count": 3, "x-acquired-count": 4,
+        "retry-count": 2, "app": "shop", "x-custom": "kept", "first-failure-at": "2026-01-01T00:00:00.000Z",
+    }
+    original = copy.deepcopy(headers)
+    assert without_broker_headers(headers) == {"retry-count": 2, "app": "shop", "x-custom": "kept",
+                                               "first-failure-at": "2026-01-01T00:00:00.000Z"}
+    assert headers == original
+
+
+def test_no_headers_give_an_empty_copy() -> None:
+    assert without_broker_headers(None) == {}
+
+
+# --- properties ---------------------------------------------------------------------------------
+
+def test_a_copy_keeps_the_properties_persistent_without_expiration_or_user_id() -> None:
+    original = BasicProperties(
+        content_type="application/json", content_encoding="gzip", headers={"x-death": X_DEATH, "app": "shop"},
+        delivery_mode=1, priority=4, correlation_id="corr-1", reply_to="replies", expiration="60000",
+        message_id="m-1", timestamp=1_700_000_000, type="order.created", user_id="billing-app", app_id="shop",
+        cluster_id="c",
+    )
+    copied = copy_properties(original, {"retry-count": 1})
+    assert (copied.content_type, copied.content_encoding, copied.priority, copied.correlation_id,
+            copied.reply_to, copied.message_id, copied.timestamp, copied.type, copied.app_id) == (
+        "application/json", "gzip", 4, "corr-1", "replies", "m-1", 1_700_000_000, "order.created", "shop")
+    assert copied.delivery_mode == 2
+    assert copied.headers == {"retry-count": 1}
+    assert (copied.expiration, copied.user_id) == (None, None)
+    assert original.expiration == "60000" and original.headers == {"x-death": X_DEATH, "app": "shop"}
+
+
+def test_a_copy_of_bare_properties_is_still_persistent() -> None:
+    copied = copy_properties(BasicProperties(), {})
+    assert (copied.delivery_mode, copied.headers, copied.message_id, copied.expiration) == (2, {}, None, None)
+
+
+# --- timestamps ---------------------------------------------------------------------------------
+
+def test_timestamps_are_utc_with_milliseconds_and_a_z() -> None:
+    moment = datetime(2026, 3, 1, 12, 30, 5, 123456, tzinfo=UTC)
+    assert utc_iso(moment) == "2026-03-01T12:30:05.123Z"
+    assert utc_iso(moment.astimezone(timezone(timedelta(hours=5, minutes=30)))) == "2026-03-01T12:30:05.123Z"
+
+
+def test_the_current_time_is_used_by_default() -> None:
+    before = datetime.now(UTC).replace(microsecond=0)
+    stamped = datetime.fromisoformat(utc_iso().replace("Z", "+00:00"))
+    assert stamped.tzinfo is not None and stamped >= before
