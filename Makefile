@@ -40,5 +40,5 @@ up:
 	mkdir -p .pulumi-state && $(PULUMI_ENV) pulumi up --stack $(STACK)
 
 review:
-	@$(PY) -m tools.review --base $(BASE) --stack $(STACK)$(if $(OUTPUT), --output $(OUTPUT)) \
-		$(call tool_status,tools.review)
+	@$(PY) -m tools.review --base $(BASE) --stack $(STACK)$(if $(OUTPUT), --output $(OUTPUT))$(if \
+		$(OUTPUT_FULL), --output-full $(OUTPUT_FULL)) $(call tool_status,tools.review)

@@ -50,16 +50,17 @@ def orders(config: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 def review_of(program_copy: Path) -> Callable[..., tuple[list[engine.Step], str, int]]:
-    """old config, new config → (changed steps, markdown, exit status), evaluated in-process.
-    One stack name for both sides: the stack is part of every URN."""
+    """old config, new config → (changed steps, the review for a comment, exit status), evaluated in-process;
+    `run.full` is then the full report. One stack name for both sides: the stack is part of every URN."""
     def run(old: dict[str, Any], new: dict[str, Any], allow_data_loss: bool = False):
         recordings = []
         for config in (old, new):
             (program_copy / f"Pulumi.{STACK}.yaml").write_text(stack_file(config))
             recordings.append(record_program(STACK, program_copy))
         steps = engine.diff(*recordings)
-        markdown, status = review.render(steps, *recordings, allow_data_loss=allow_data_loss)
-        return [s for s in steps if s.custom and s.op != "same"], markdown, status
+        reviewed = review.render(steps, *recordings, allow_data_loss=allow_data_loss)
+        run.full = reviewed.full
+        return [s for s in steps if s.custom and s.op != "same"], reviewed.compact, reviewed.status
     return run
 
 
@@ -75,8 +76,9 @@ def test_changing_a_delay_is_a_safe_policy_update(review_of):
     assert markdown.startswith("**1 to update, 20 unchanged**")
     assert "| update | Policy | `shop-orders-wait-2-policy` | `orders.wait.2` | message-ttl 10000 → 20000 | safe |" \
         in markdown
-    assert "Retry contract: delays 1s, 10s, 1m → 1s, 20s, 1m" in markdown
-    assert "```mermaid" in markdown and f"style wait2 {CHANGED_STYLE}" in markdown
+    assert "- Retry contract: delays 1s, 10s, 1m → 1s, 20s, 1m — `shop` / `orders`" in markdown
+    assert "```mermaid" not in markdown  # the path keeps its shape: its diagram is in the full report only
+    assert "```mermaid" in review_of.full and f"style wait2 {CHANGED_STYLE}" in review_of.full
 
 
 def test_adding_a_queue_only_creates(review_of):
@@ -109,7 +111,9 @@ def test_removing_a_protected_tier_says_pulumi_will_refuse(review_of):
     old = changed(lambda c: c.update(protect=True))
     _, markdown, status = review_of(old, changed(lambda c: (c.update(protect=True),
                                                              orders(c)["retry"].update(delays=["1s"]))))
-    assert status == 2 and markdown.count("🔒 protected: `pulumi up` will refuse until unprotected") == 2
+    assert status == 2 and review_of.full.count("🔒 protected: `pulumi up` will refuse until unprotected") == 2
+    assert ("| delete | Queue | 2 queues | in vhost `shop`: `orders.wait.2`, `orders.wait.3` |  | **data loss** — "
+            "🔒 protected: `pulumi up` will refuse until unprotected |") in markdown
 
 
 def test_a_retained_error_queue_is_not_lost(review_of):
@@ -129,7 +133,7 @@ def test_switching_to_quorum_replaces_every_queue(review_of):
     assert status == 2 and "data loss: 6" in markdown
     assert "x-queue-type classic → quorum" in markdown
     assert "replaced with `shop-orders-input`" in markdown  # bindings are dragged along
-    assert "Retry contract: delivery_limit (unset) → 25; queue_type classic → quorum" in markdown
+    assert "Retry contract: delivery\\_limit (unset) → 25; queue\\_type classic → quorum" in markdown
 
 
 def test_renaming_a_queue_deletes_the_old_and_creates_the_new(review_of):
@@ -147,7 +151,8 @@ def test_renaming_a_queue_deletes_the_old_and_creates_the_new(review_of):
 def test_max_retries_changes_only_the_contract(review_of):
     steps, markdown, status = review_of(BASE, changed(lambda c: orders(c)["retry"].update(max_retries=7)))
     assert steps == [] and status == 0
-    assert "Retry contract: max_retries 5 → 7" in markdown and "after 7 retries" in markdown
+    assert "- Retry contract: max\\_retries 5 → 7 — `shop` / `orders`" in markdown
+    assert "```mermaid" not in markdown and "after 7 retries" in review_of.full
 
 
 def test_no_change(review_of):
@@ -177,7 +182,8 @@ def test_widening_a_permission_is_access(before, after, expected):
     steps = engine.diff([permissions(before)], [permissions(after)])
     assert [s.op for s in steps] == ["update"]
     assert risk.risk(steps[0]) == expected
-    markdown, status = review.render(steps, [permissions(before)], [permissions(after)])
+    reviewed = review.render(steps, [permissions(before)], [permissions(after)])
+    markdown, status = reviewed.compact, reviewed.status
     assert status == 0 and (f"**{risk.ACCESS}**" in markdown) == (expected == risk.ACCESS)
 
 

@@ -104,12 +104,15 @@ def test_pull_requests_run_the_tests_and_review_against_the_base():
     assert any(s.get("run", "").endswith("make test") for s in steps("test"))
     review = step("review", "Review")
     assert review["env"]["BASE"] == "${{ github.event.pull_request.base.sha }}"
-    assert 'make review BASE="$BASE" STACK="$STACK" OUTPUT="review-$STACK.md"' in review["run"]
+    # python -m, not make: make turns every failure into 2, and the step must tell an error from data loss
+    assert review["run"].startswith('.venv/bin/python -m tools.review --base "$BASE" --stack "$STACK"')
+    assert '--output "review-$STACK.md"' in review["run"] and "make " not in review["run"]
+    assert "exit 1 = error" in review["name"] and "exit 2 = unacknowledged data loss" in review["name"]
     assert load()["jobs"]["review"]["permissions"]["pull-requests"] == "write"
 
 
 def test_the_full_review_is_uploaded_as_an_artifact():
-    assert 'OUTPUT_FULL="review-$STACK-full.md"' in step("review", "Review")["run"]
+    assert '--output-full "review-$STACK-full.md"' in step("review", "Review")["run"]
     [upload] = uses("review", "actions/upload-artifact")
     assert upload["with"]["path"] == "review-${{ matrix.stack }}-full.md" and upload["if"] == "always()"
 

@@ -4,7 +4,9 @@ key inputs, and the retry contract of each retryable queue. Shared by `make plan
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tools.mockrun import Registered
@@ -95,3 +97,58 @@ def retryable_queue_of(record: Registered, by_urn: Mapping[str, Registered]) -> 
     component = record if record.type == RETRYABLE_COMPONENT else by_urn.get(record.parent or "")
     contract = component.outputs.get("contract") if component and component.type == RETRYABLE_COMPONENT else None
     return (contract["vhost"], contract["queue"]) if contract else None
+
+
+CONFIG_POLICY_KEYS = {"rabbitmq:index/policy:Policy": "policy", "rabbitmq:index/operatorPolicy:OperatorPolicy":
+                      "operator-policy"}
+"""Logical keys of the policies a stack config declares (`policies[]`, `operator_policies[]`) under its Vhost
+component, `<vhost component>-<key>-<name>`; the per-queue policies have other keys."""
+
+
+@dataclass(frozen=True)
+class ConfigPolicy:
+    vhost: str
+    kind: str
+    """"policy" or "operator policy"."""
+    name: str
+    pattern: str
+    apply_to: str
+    matches: int
+    """Queues and exchanges of the recording in its vhost that it applies to."""
+
+
+def config_policies(recording: Sequence[Registered]) -> dict[tuple[str, str, str], ConfigPolicy]:
+    """The stack config's user and operator policies, by (vhost, kind, name), with how many planned queues
+    or exchanges each matches (patterns are searched, as RabbitMQ does; apply-to honoured)."""
+    by_urn = {r.urn: r for r in recording}
+    queues: dict[str, list[tuple[str, str]]] = {}
+    exchanges: dict[str, list[str]] = {}
+    for r in recording:
+        vhost = str(r.inputs.get("vhost", "/"))
+        if short_type(r.type) == "Queue":
+            arguments = json.loads(r.inputs.get("settings", {}).get("argumentsJson") or "{}")
+            queues.setdefault(vhost, []).append((str(r.inputs["name"]), str(arguments.get("x-queue-type", "classic"))))
+        elif short_type(r.type) == "Exchange":
+            exchanges.setdefault(vhost, []).append(str(r.inputs["name"]))
+    found = {}
+    for r in recording:
+        key = CONFIG_POLICY_KEYS.get(r.type)
+        parent = by_urn.get(r.parent or "")
+        if key is None or parent is None or parent.type != VHOST_COMPONENT:
+            continue
+        if r.name != f"{parent.name}-{key}-{r.inputs.get('name')}":
+            continue
+        vhost, policy = str(r.inputs.get("vhost", "/")), r.inputs["policy"]
+        pattern, apply_to = str(policy["pattern"]), str(policy.get("applyTo") or "all")
+        try:
+            compiled = re.compile(pattern)
+        except re.error:  # the config check refuses these; never hide a policy behind a crash here
+            continue
+        names = [q for q, qtype in queues.get(vhost, [])
+                 if apply_to in ("all", "queues") or apply_to == f"{qtype}_queues"
+                 or (apply_to == "streams" and qtype == "stream")]
+        names += exchanges.get(vhost, []) if apply_to in ("all", "exchanges") else []
+        kind = key.replace("-", " ")
+        found[(vhost, kind, str(r.inputs["name"]))] = ConfigPolicy(
+            vhost, kind, str(r.inputs["name"]), pattern, apply_to, sum(1 for n in names if compiled.search(n)))
+    return found
