@@ -4,11 +4,13 @@ exit status); the permission-widening rule on hand-made recordings; and the CLI 
 from __future__ import annotations
 
 import copy
+import json
 import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ import yaml
 
 from tools import engine, review, risk
 from tools.diagram import CHANGED_STYLE, REMOVED_STYLE
+from tools.inventory import VHOST_COMPONENT
 from tools.mockrun import ROOT, Registered, record_program
 
 STACK = "review"
@@ -112,8 +115,8 @@ def test_removing_a_protected_tier_says_pulumi_will_refuse(review_of):
     _, markdown, status = review_of(old, changed(lambda c: (c.update(protect=True),
                                                              orders(c)["retry"].update(delays=["1s"]))))
     assert status == 2 and review_of.full.count("🔒 protected: `pulumi up` will refuse until unprotected") == 2
-    assert ("| delete | Queue | 2 queues | in vhost `shop`: `orders.wait.2`, `orders.wait.3` |  | **data loss** — "
-            "🔒 protected: `pulumi up` will refuse until unprotected |") in markdown
+    assert ("| delete | Queue | 2 queues | in vhost `shop`: `*.wait.2`, `*.wait.3` of 1 retryable queue: `orders` |  | "
+            "**data loss** — 🔒 protected: `pulumi up` will refuse until unprotected |") in markdown
 
 
 def test_a_retained_error_queue_is_not_lost(review_of):
@@ -236,11 +239,12 @@ def commit_edit(repo: Path, old: str, new: str) -> None:
 
 def test_cli_between_commits(repo: Path):
     commit_edit(repo, "delays: [1s, 5s, 15s]", "delays: [1s, 5s, 30s]")
-    result = cli(repo, "--base", "HEAD~1", "--stack", "dev", "--output", "review.md")
+    result = cli(repo, "--base", "HEAD~1", "--stack", "dev", "--output", "review.md", "--output-full", "full.md")
     assert result.returncode == 0, result.stderr
-    assert "```mermaid" in result.stdout and "| update | Policy |" in result.stdout
-    assert "message-ttl 15000 → 30000" in result.stdout
+    assert "| update | Policy |" in result.stdout and "message-ttl 15000 → 30000" in result.stdout
     assert (repo / "review.md").read_text() == result.stdout
+    full = (repo / "full.md").read_text()
+    assert full.startswith("## RabbitMQ review: stack `dev`") and "```mermaid" in full
 
     commit_edit(repo, "delays: [1s, 5s, 30s]", "delays: [1s, 5s]")
     result = cli(repo, "--base", "HEAD~1", "--stack", "dev")
@@ -351,3 +355,176 @@ def test_make_review_and_make_plan_name_the_tools_exit_status(repo: Path):
     assert plan.returncode == 2 and plan.stderr.startswith("error: Pulumi.nope.yaml not found")
     assert "make plan: tools.plan_report exit status 1 (error)" in plan.stderr
     assert run(repo, "make", "-s", "plan", "STACK=dev").returncode == 0
+
+
+# What a reviewer must see: new grants, protect/retain toggles, broken retry contracts, stale policies.
+
+PASSWORD = {"billing-app": {"secure": "v1:YmlsbGluZy1wYXNzd29yZA=="}}
+
+
+def test_a_new_user_shows_what_it_is_granted(review_of):
+    new = changed(lambda c: (c["vhosts"][0].update(applications=[
+        {"user": "billing-app", "publishes": ["events"], "consumes": ["orders"]}]), c.update(passwords=PASSWORD)))
+    steps, markdown, status = review_of(BASE, new)
+    assert {s.type for s in steps} == {engine.USER, engine.PERMISSIONS} and status == 0
+    assert "| create | User | `shop-user-billing-app` | `billing-app` | tags (none) | **access** |" in markdown
+    assert ("| create | Permissions | `shop-permissions-billing-app` | `billing-app@shop` | configure ^$; write "
+            "^(events\\|orders\\\\.error\\|orders\\\\.retry)$; read ^(orders)$ | **access** |") in markdown
+
+
+def test_turning_protect_off_is_flagged_and_turning_it_on_is_safe(review_of):
+    protected = changed(lambda c: c.update(protect=True))
+    steps, markdown, status = review_of(protected, BASE)
+    assert steps == [] and status == 0  # pulumi up changes no object for it
+    assert markdown.startswith("**7 protect/retain changes, 21 unchanged** — 🔓 protection: 7")
+    assert ("| options | Queue | `shop-orders-input` | `orders` | protect on → off | **protection** — `pulumi up` no "
+            "longer refuses to delete or replace it |") in review_of.full
+    assert ("| options | Queue | 6 queues | in vhost `shop`: `*`, `*.error`, `*.wait.1`, `*.wait.2`, `*.wait.3` of 1 "
+            "retryable queue: `orders`; `audit` | protect on → off | **protection** — `pulumi up` no longer refuses "
+            "to delete or replace it |") in markdown
+    assert ("| options | VHost | `shop-vhost` | `shop` | protect on → off | **protection** — `pulumi up` no longer "
+            "refuses to delete or replace it |") in markdown
+
+    _, markdown, _ = review_of(BASE, protected)
+    assert "| options | Queue | `shop-orders-input` | `orders` | protect off → on | safe |" in review_of.full
+    assert "protection" not in markdown
+
+
+def test_turning_retain_on_delete_off_an_error_queue_is_flagged(review_of):
+    _, markdown, status = review_of(changed(lambda c: c.update(retain_error_queues=True)), BASE)
+    assert status == 0
+    assert ("| options | Queue | `shop-orders-error` | `orders.error` | retain\\_on\\_delete on → off | "
+            "**protection** — deleting it now deletes its messages on the broker |") in markdown
+
+
+def test_lowering_max_retries_breaks_the_contract_of_running_consumers(review_of):
+    steps, markdown, status = review_of(BASE, changed(lambda c: orders(c)["retry"].update(max_retries=3)))
+    assert steps == [] and status == 0  # contract risk does not change the exit status
+    assert markdown.startswith("**21 unchanged** — 💥 contract: 1")
+    assert ("| contract | RetryableQueue | `shop-orders` | `orders` | max\\_retries 5 → 3: consumers on the old "
+            "contract retry up to 5 times; once they take the new one, messages already retried 3 or more times "
+            "are parked at their next failure | **contract** |") in markdown
+    assert "```mermaid" in markdown  # its risk changed: the path is drawn
+
+
+def test_removing_a_tier_breaks_republishing_consumers(review_of):
+    _, markdown, _ = review_of(BASE, changed(lambda c: orders(c)["retry"].update(delays=["1s", "10s"])))
+    assert ("| contract | RetryableQueue | `shop-orders` | `orders` | tier wait.3 removed: consumers in republish mode "
+            "that still publish retries with routing key wait.3 to orders.retry lose those messages (no queue is "
+            "bound to that key; the exchange drops them) | **contract** |") in markdown
+    rows = [line for line in markdown.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    risks = [line.rsplit("|", 2)[1].strip().split(" — ")[0] for line in rows]
+    assert risks == sorted(risks, key=lambda r: ["**data loss**", "**contract**", "safe"].index(r))
+
+
+def test_raising_max_retries_or_adding_a_tier_breaks_nothing(review_of):
+    _, markdown, _ = review_of(BASE, changed(lambda c: orders(c)["retry"].update(max_retries=9,
+                                                                                 delays=["1s", "10s", "1m", "5m"])))
+    assert "contract" not in markdown.replace("Retry contract", "")
+
+
+def test_a_policy_that_matches_nothing_after_the_change_is_named(review_of):
+    def with_policy(c: dict[str, Any]) -> None:
+        c["vhosts"][0]["policies"] = [{"name": "audit-limit", "pattern": "^audit$", "definition": {"max-length": 10}}]
+    old = changed(with_policy)
+    new = changed(lambda c: (with_policy(c), c["vhosts"][0]["queues"][1].update(name="audit-v2")))
+    _, markdown, _ = review_of(old, new)
+    assert ("- policy `audit-limit` in vhost `shop` (pattern `^audit$`, apply-to queues) matches no queue or exchange "
+            "after this change (it matched 1 before): if a queue was renamed, update the pattern") in markdown
+    _, unchanged, _ = review_of(old, changed(lambda c: (with_policy(c), orders(c)["retry"].update(max_retries=7))))
+    assert "matches no queue" not in unchanged
+
+
+# Big stacks: one retryable queue recorded for real, then copied under other names, so that the grouping
+# and the 60,000-character cap are tested on 1,000 queues in a second, not a minute and a half.
+
+def one_queue_stack(**retry: Any) -> dict[str, Any]:
+    return {"defaults": {"queue_type": retry.pop("queue_type", "classic")}, "vhosts": [{
+        "name": "shop", "exchanges": [{"name": "events", "type": "topic"}],
+        "queues": [{"name": "q0000", "bindings": [{"exchange": "events", "routing_key": "k.q0000"}],
+                    "retry": {"delays": ["1s", "10s", "1m"], "max_retries": 5, **retry}}]}]}
+
+
+def multiplied(recording: list[Registered], queues: int) -> list[Registered]:
+    """`recording` with its retryable queue q0000 copied as q0000…q<queues - 1>."""
+    def renamed(record: Registered, index: int) -> Registered:
+        return Registered(**json.loads(json.dumps(asdict(record)).replace("q0000", f"q{index:04d}")))
+    shared = [r for r in recording if "q0000" not in json.dumps(asdict(r))]
+    own = [r for r in recording if "q0000" in json.dumps(asdict(r)) and r.type != VHOST_COMPONENT]
+    vhost = next(r for r in recording if r.type == VHOST_COMPONENT)
+    contract = vhost.outputs["retry_contracts"]["q0000"]
+    contracts_out = {f"q{i:04d}": json.loads(json.dumps(contract).replace("q0000", f"q{i:04d}")) for i in range(queues)}
+    outputs = {**vhost.outputs, "retry_contracts": contracts_out}
+    return [*shared, Registered(**{**asdict(vhost), "outputs": outputs}),
+            *(renamed(r, i) for i in range(queues) for r in own)]
+
+
+@pytest.fixture
+def record_stack(program_copy: Path) -> Callable[[dict[str, Any]], list[Registered]]:
+    def run(config: dict[str, Any]) -> list[Registered]:
+        (program_copy / f"Pulumi.{STACK}.yaml").write_text(stack_file(config))
+        return record_program(STACK, program_copy)
+    return run
+
+
+def reviewed(old: list[Registered], new: list[Registered]) -> review.Review:
+    return review.render(engine.diff(old, new), old, new)
+
+
+def test_a_delay_change_of_1000_queues_is_one_row(record_stack):
+    old = multiplied(record_stack(one_queue_stack()), 1000)
+    new = multiplied(record_stack(one_queue_stack(delays=["1s", "10s", "2m"])), 1000)
+    result = reviewed(old, new)
+    assert result.compact.startswith("**1,000 to update, 16,002 unchanged**")
+    assert ("| update | Policy | 1,000 policies | `*.wait.3` of every retryable queue in vhost `shop` | message-ttl "
+            "60000 → 120000 | safe |") in result.compact
+    assert ("- Retry contract: delays 1s, 10s, 1m → 1s, 10s, 2m — every retryable queue in vhost `shop` (1,000)"
+            in result.compact)
+    assert "```mermaid" not in result.compact and len(result.compact) < 3_000
+    assert result.full.count("```mermaid") == 1000 and result.full.count("| update | Policy |") == 1000
+
+
+def test_deleting_1000_queues_fits_a_comment_and_names_every_queue(record_stack):
+    old = multiplied(record_stack(one_queue_stack()), 1000)
+    new = [r for r in old if "q0" not in json.dumps(asdict(r))]
+    result = reviewed(old, new)
+    assert result.status == 2 and len(result.compact) <= review.LIMIT
+    assert ("| delete | Queue | 5,000 queues | in vhost `shop`: `*`, `*.error`, `*.wait.1`, `*.wait.2`, `*.wait.3` of "
+            "1,000 retryable queues: `q0000`, `q0001`, ") in result.compact
+    assert all(f"`q{i:04d}`" in result.compact for i in range(1000))
+    for i in range(1000):
+        assert all(f"| `q{i:04d}{suffix}` |" in result.full for suffix in ("", ".wait.1", ".wait.3", ".error"))
+
+
+def test_switching_1000_queues_to_quorum_fits_a_comment_with_capped_diagrams(record_stack):
+    old = multiplied(record_stack(one_queue_stack()), 1000)
+    new = multiplied(record_stack(one_queue_stack(queue_type="quorum")), 1000)
+    result = reviewed(old, new)
+    assert result.status == 2 and len(result.compact) <= review.LIMIT
+    assert all(f"`q{i:04d}`" in result.compact for i in range(1000))
+    assert result.compact.count("```mermaid") == review.MAX_DIAGRAMS
+    assert f"_{1000 - review.MAX_DIAGRAMS:,} more retry paths changed shape or risk" in result.compact
+    assert "#### `shop` / `q0000`" in result.compact  # in name order
+
+
+def test_rows_are_in_the_same_order_whatever_the_order_of_registration(record_stack):
+    old = multiplied(record_stack(one_queue_stack()), 50)
+    new = multiplied(record_stack(one_queue_stack(queue_type="quorum", delays=["1s", "10s"])), 50)
+    first = reviewed(old, new)
+    again = reviewed(list(reversed(old)), list(reversed(new)))
+    assert (first.compact, first.full) == (again.compact, again.full)
+
+
+def test_a_real_200_queue_review(record_stack):
+    """The whole path on a stack recorded for real (no copies): 200 retryable queues in two vhosts."""
+    def stack(third: str) -> dict[str, Any]:
+        return {"defaults": {"queue_type": "classic"}, "vhosts": [{
+            "name": f"shop{v}", "exchanges": [{"name": "events", "type": "topic"}],
+            "queues": [{"name": f"q{i:03d}", "bindings": [{"exchange": "events", "routing_key": f"k.{i}"}],
+                        "retry": {"delays": ["1s", "10s", third]}} for i in range(100 * v, 100 * v + 100)]}
+            for v in range(2)]}
+    result = reviewed(record_stack(stack("1m")), record_stack(stack("3m")))
+    assert result.compact.count("| update | Policy | 100 policies | `*.wait.3` of every retryable queue in vhost") == 2
+    assert "| update | Policy | 100 policies | `*.wait.3` of every retryable queue in vhost `shop1` | message-ttl " \
+        "60000 → 180000 | safe |" in result.compact
+    assert result.full.count("| update | Policy |") == 200

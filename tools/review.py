@@ -224,8 +224,6 @@ class Model:
     families: dict[str, set[QueueKey]]
     """Retryable queues per vhost, after the change (before it for what is deleted: `families_before`)."""
     families_before: dict[str, set[QueueKey]]
-    members: dict[QueueKey, set[str]]
-    """Every queue of a retryable queue (input, wait tiers, error), before and after."""
     stale: list[str]
 
 
@@ -326,13 +324,9 @@ def model(steps: Sequence[Step], old: Sequence[Registered], new: Sequence[Regist
     for found, by_vhost in ((new_contracts, families), (old_contracts, families_before)):
         for key in found:
             by_vhost.setdefault(key[0], set()).add(key)
-    members: dict[QueueKey, set[str]] = {}
-    for found in (old_contracts, new_contracts):
-        for key, c in found.items():
-            members.setdefault(key, set()).update([c["queue"], c["error_queue"], *(t["queue"] for t in c["tiers"])])
     physical = {urn: physical_name(r) for by in (old_by, new_by) for urn, r in by.items()}
     return Model(sorted(rows, key=Row.order), Counter(s.op for s in steps if s.custom), (old_contracts, new_contracts),
-                 touched, physical, families, families_before, members,
+                 touched, physical, families, families_before,
                  _stale_policies(old, new) if rows or touched else [])
 
 
@@ -402,22 +396,21 @@ def _listed(names: Sequence[str], limit: int | None) -> str:
     return ", ".join(markdown.code(n) for n in shown) + (f" and {more:,} more" if more else "")
 
 
-def _every_name(m: Model, rows: Sequence[Row]) -> str:
-    """Every name of a group of risky rows, compactly: a retryable queue whose every queue is in the group
-    (input, wait tiers, error: a queue-type switch, a removed queue) is named once."""
-    named: dict[QueueKey, set[str]] = {}
+def _every_name(rows: Sequence[Row]) -> str:
+    """Every name of a group of risky rows, compactly: the resources of retryable queues by role, once for
+    all the queues that share them (`` `*`, `*.wait.1` of 1,000 retryable queues: `q0000`, … ``), then the rest."""
+    roles: dict[QueueKey, set[str]] = {}
     for r in rows:
-        if r.family is not None and r.type == "Queue":
-            named.setdefault(r.family, set()).add(r.physical)
-    whole = {f for f, names in named.items() if len(m.members.get(f, ())) > 1 and names >= m.members[f]}
-    rest = sorted({r.physical for r in rows if r.family not in whole or r.type != "Queue"})
-    parts = []
-    if whole:
-        parts.append(f"{len(whole):,} retryable queue{'s' * (len(whole) != 1)} with all their queues (input, wait "
-                     f"tiers, error): {_listed(sorted(f[1] for f in whole), None)}")
-    if rest:
-        parts.append(("and " if whole else "") + _listed(rest, None))
-    return "; ".join(parts)
+        if r.family is not None:
+            roles.setdefault(r.family, set()).add(r.role)
+    alike: dict[tuple[str, ...], list[str]] = {}
+    for family, own in roles.items():
+        alike.setdefault(tuple(sorted(own)), []).append(family[1])
+    parts = [f"{', '.join(markdown.code(role) for role in shared)} of {len(queues):,} retryable "
+             f"queue{'s' * (len(queues) != 1)}: {_listed(sorted(queues), None)}"
+             for shared, queues in sorted(alike.items())]
+    rest = sorted(r.physical for r in rows if r.family is None)
+    return "; ".join([*parts, *([_listed(rest, None)] if rest else [])])
 
 
 def _described(m: Model, rows: Sequence[Row]) -> str:
@@ -451,7 +444,7 @@ def _grouped(m: Model, rows: Sequence[Row]) -> list[str]:
         first = group[0]
         label = f"**{first.risk}**" if first.risk != SAFE else SAFE
         kind = "retryable queues" if first.type == RETRYABLE else _plural(first.type, len(group))
-        names = (f"in vhost {markdown.code(first.vhost)}: " + _every_name(m, group) if first.risk in MUST_SEE
+        names = (f"in vhost {markdown.code(first.vhost)}: " + _every_name(group) if first.risk in MUST_SEE
                  else _described(m, group))
         lines.append(markdown.row([first.op, first.type, f"{len(group):,} {kind}", names, first.what_alike,
                                    label + first.notes]))
