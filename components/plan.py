@@ -1,7 +1,7 @@
 """The topology plan: which queues, exchanges, bindings and policies a config needs, as plain data.
 
 Pure and Pulumi-free. The components turn a plan into `pulumi_rabbitmq` resources one to one, so
-what is decided here is what `pulumi up` applies. The rules (../shared/notes/rabbitmq-facts.md):
+what is decided here is what `pulumi up` applies. The rules (docs/design.md §2):
 - wiring that never changes (queue type, dead-letter exchange and routing key, quorum
   at-least-once dead-lettering) goes in queue arguments, where no other policy can remove it;
 - everything a user tunes (TTLs, limits) goes in one exactly-anchored policy per queue, which the
