@@ -39,11 +39,19 @@ def _decode(value: Any) -> Any:
         return value
 
 
+def project_directory() -> Path:
+    """Where Pulumi.yaml and the stack files are: the engine's root directory, else (under Pulumi's mocks,
+    which report the literal "root_directory") the directory of this program."""
+    root = pulumi.get_root_directory()
+    if root and (Path(root) / "Pulumi.yaml").is_file():
+        return Path(root)
+    return Path(__file__).resolve().parent.parent
+
+
 def stack_file_passwords() -> tuple[bool, object]:
     """Whether the stack file `Pulumi.<stack>.yaml` exists, and its `rabbitmq-retry:passwords` value as
     written, `{secure: …}` leaves and all (None when absent)."""
-    directory = Path(pulumi.get_root_directory() or Path(__file__).resolve().parent.parent)
-    path = directory / f"Pulumi.{pulumi.get_stack()}.yaml"
+    path = project_directory() / f"Pulumi.{pulumi.get_stack()}.yaml"
     if not path.is_file():
         return False, None
     config = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("config") or {}
