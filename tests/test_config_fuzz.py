@@ -596,6 +596,9 @@ def path_exists(node: Any, rest: str, root: bool = True) -> bool:
                                                                           root=False)
     if not isinstance(node, Mapping):
         return False
+    if not root and (quoted := re.match(r'\["((?:[^"\\]|\\")*)"\]', rest)):  # a key Pulumi writes `["…"]`
+        key = quoted[1].replace('\\"', '"')
+        return key in node and path_exists(node[key], rest[quoted.end():], root=False)
     if not root:
         if not rest.startswith("."):
             return False
