@@ -125,7 +125,7 @@ def unique_user(stem: str, index: int) -> str:
 VALID_PATTERNS = ("^payments\\.", "^other$", "^audit", ".*", "^(a|b)$", "^注文", "", "x{2,3}")
 POLICY_VALUES: dict[str, tuple[str | int, ...]] = {
     "max-length": (0, 5, "5"), "message-ttl": (60_000, "60000"), "dead-letter-exchange": ("dlx", "dlx.1", "ünï"),
-    "overflow": ("reject-publish",), "ha-mode": ("all",), "expires": (3_600_000,),
+    "overflow": ("reject-publish",), "queue-leader-locator": ("client-local",), "expires": (3_600_000,),
 }
 
 
@@ -133,7 +133,8 @@ POLICY_VALUES: dict[str, tuple[str | int, ...]] = {
 def definitions(draw: st.DrawFn, operator: bool) -> Tree:
     if operator:
         keys = draw(st.lists(st.sampled_from(OPERATOR_POLICY_KEYS), min_size=1, max_size=3, unique=True))
-        return {key: draw(st.sampled_from([1, 1_000, "1000", "reject-publish", 2])) for key in keys}
+        return {key: "reject-publish" if key == "overflow" else draw(st.sampled_from([1, 1_000, "1000", 2]))
+                for key in keys}
     keys = draw(st.lists(st.sampled_from(sorted(POLICY_VALUES)), min_size=1, max_size=3, unique=True))
     return {key: draw(st.sampled_from(POLICY_VALUES[key])) for key in keys}
 
@@ -595,6 +596,9 @@ def path_exists(node: Any, rest: str, root: bool = True) -> bool:
                                                                           root=False)
     if not isinstance(node, Mapping):
         return False
+    if not root and (quoted := re.match(r'\["((?:[^"\\]|\\")*)"\]', rest)):  # a key Pulumi writes `["…"]`
+        key = quoted[1].replace('\\"', '"')
+        return key in node and path_exists(node[key], rest[quoted.end():], root=False)
     if not root:
         if not rest.startswith("."):
             return False
