@@ -596,9 +596,10 @@ def path_exists(node: Any, rest: str, root: bool = True) -> bool:
                                                                           root=False)
     if not isinstance(node, Mapping):
         return False
-    if not root and (quoted := re.match(r'\["((?:[^"\\]|\\")*)"\]', rest)):  # a key Pulumi writes `["…"]`
-        key = quoted[1].replace('\\"', '"')
-        return key in node and path_exists(node[key], rest[quoted.end():], root=False)
+    if not root and rest.startswith('["'):  # a key Pulumi writes `["…"]`, `\\"` for a quote; it may hold `"]`
+        ends = (match.start() for match in re.finditer(r'"\]', rest) if match.start() >= 2)
+        return any((key := rest[2:end].replace('\\"', '"')) in node
+                   and path_exists(node[key], rest[end + 2:], root=False) for end in ends)
     if not root:
         if not rest.startswith("."):
             return False

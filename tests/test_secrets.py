@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from pulumi import RunError
 
 from tools import mockrun
 from tools.mockrun import ROOT, Registered, record_program
+from tools.stack_file import is_secret_placeholder
 
 USER = "rabbitmq:index/user:User"
 SECURE = {"secure": "AAABAHNlY3JldA=="}
@@ -37,24 +37,17 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.fixture
-def preview(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Run the program as `pulumi preview` does (`is_dry_run()`); the recorder itself runs an update."""
-    set_mocks = mockrun.mocks.set_mocks
-    monkeypatch.setattr(mockrun.mocks, "set_mocks", lambda *args, **kwargs: set_mocks(*args, **{**kwargs,
-                                                                                             "preview": True}))
-    yield
-
-
-def run(project: Path, config: dict[str, Any], stack: str = "apps") -> list[Registered]:
+def run(project: Path, config: dict[str, Any], stack: str = "apps", preview: bool = True,
+        reveal_secrets: bool = False) -> list[Registered]:
+    """The copied program under mocks, as `pulumi preview` (or with `preview=False`, `pulumi up`) runs it."""
     (project / f"Pulumi.{stack}.yaml").write_text(json.dumps({"config": config}))
-    return record_program(stack, project)
+    return record_program(stack, project, preview, reveal_secrets)
 
 
-def refusal(project: Path, config: dict[str, Any]) -> list[tuple[str, str]]:
+def refusal(project: Path, config: dict[str, Any], preview: bool = True) -> list[tuple[str, str]]:
     """The problems of the copied program's ConfigError (its own class, imported from `project`)."""
     with pytest.raises(RunError) as error:
-        run(project, config)
+        run(project, config, preview=preview)
     assert type(error.value).__name__ == "ConfigError"
     return error.value.problems  # type: ignore[attr-defined]
 
@@ -90,7 +83,7 @@ def test_encrypted_passwords_pass_and_reach_only_the_user_as_a_secret(project: P
     resources = run(project, {"rabbitmq-retry:vhosts": [shop("billing")],
                               "rabbitmq-retry:passwords": {"billing": SECURE}})
     (user,) = [r for r in resources if r.type == USER]
-    assert user.secret is True and user.inputs["password"] == mockrun.SECRET_MARKER
+    assert user.secret is True and is_secret_placeholder(user.inputs["password"])
     assert [r.name for r in resources if r.secret] == [user.name]
 
 
@@ -99,27 +92,32 @@ def test_encrypted_passwords_pass_and_reach_only_the_user_as_a_secret(project: P
 
 def test_an_update_refuses_a_missing_password_before_registering_anything(project: Path):
     assert refusal(project, {"rabbitmq-retry:vhosts": [shop("billing", "billing.svc")],
-                             "rabbitmq-retry:passwords": {"billing": SECURE}}) == [
+                             "rabbitmq-retry:passwords": {"billing": SECURE}}, preview=False) == [
         ("vhosts[0].applications[1].user", "no password for \"billing.svc\": `pulumi config set --secret --path "
          "'rabbitmq-retry:passwords[\"billing.svc\"]' <password>`"),
     ]
 
 
-def test_a_preview_plans_a_missing_password_as_a_secret_placeholder_and_warns(project: Path, preview: None,
+def test_a_preview_plans_a_missing_password_as_a_secret_placeholder_and_warns(project: Path,
                                                                                caplog: pytest.LogCaptureFixture):
+    config = {"rabbitmq-retry:vhosts": [shop("billing", "billing.svc")],
+              "rabbitmq-retry:passwords": {"billing": SECURE}}
     with caplog.at_level(logging.WARNING):
-        resources = run(project, {"rabbitmq-retry:vhosts": [shop("billing", "billing.svc")],
-                                  "rabbitmq-retry:passwords": {"billing": SECURE}})
-        again = run(project, {"rabbitmq-retry:vhosts": [shop("billing", "billing.svc")]})
-    users = {r.inputs["name"]: r for r in resources if r.type == USER}
+        revealed = run(project, config, reveal_secrets=True)
+        again = run(project, config, reveal_secrets=True)
+        shown = run(project, config)
+    users = {r.inputs["name"]: r for r in revealed if r.type == USER}
     assert sorted(users) == ["billing", "billing.svc"] and all(u.secret for u in users.values())
-    assert users["billing"].inputs["password"] == mockrun.SECRET_MARKER
+    assert is_secret_placeholder(users["billing"].inputs["password"])
     placeholder = users["billing.svc"].inputs["password"]
-    assert placeholder not in ("", mockrun.SECRET_MARKER)
+    assert placeholder and not is_secret_placeholder(placeholder)
     assert placeholder != next(r for r in again if r.type == USER and r.inputs["name"] == "billing.svc"
                                ).inputs["password"]  # a new one each run: nobody can know it
-    assert [r.name for r in resources if placeholder in json.dumps(r.inputs) or placeholder in json.dumps(r.outputs)
+    assert [r.name for r in revealed if placeholder in json.dumps(r.inputs) or placeholder in json.dumps(r.outputs)
             ] == [users["billing.svc"].name]
+    # Plans and reviews show it as a secret, the same every run, so a review sees no change.
+    assert {r.inputs["name"]: r.inputs["password"] for r in shown if r.type == USER}["billing.svc"] == (
+        mockrun.SECRET_MARKER)
     warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
     assert ('no password for application user "billing.svc": this preview uses a placeholder and `pulumi up` will '
             "refuse; set it with `pulumi config set --secret --path 'rabbitmq-retry:passwords[\"billing.svc\"]' "
@@ -127,7 +125,7 @@ def test_a_preview_plans_a_missing_password_as_a_secret_placeholder_and_warns(pr
     assert not any(placeholder in warning for warning in warnings)
 
 
-def test_a_preview_still_refuses_plain_text(project: Path, preview: None):
+def test_a_preview_still_refuses_plain_text(project: Path):
     problems = refusal(project, {"rabbitmq-retry:vhosts": [shop("billing")],
                                  "rabbitmq-retry:passwords": {"billing": PLAIN}})
     assert [path for path, _ in problems] == ["passwords.billing"]
@@ -140,7 +138,7 @@ LOCK_OUT = ("pulumi up would overwrite the deploying user's tags and password mi
             "its own user")
 
 
-def test_the_provider_user_from_config_cannot_be_an_application(project: Path, preview: None):
+def test_the_provider_user_from_config_cannot_be_an_application(project: Path):
     assert refusal(project, {"rabbitmq:username": "deployer",
                              "rabbitmq-retry:vhosts": [shop("billing", "deployer")],
                              "rabbitmq-retry:passwords": {"billing": SECURE, "deployer": SECURE}}) == [
@@ -149,7 +147,7 @@ def test_the_provider_user_from_config_cannot_be_an_application(project: Path, p
     ]
 
 
-def test_the_provider_user_from_the_environment_cannot_be_an_application(project: Path, preview: None,
+def test_the_provider_user_from_the_environment_cannot_be_an_application(project: Path,
                                                                         monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("RABBITMQ_USERNAME", "deployer")
     problems = refusal(project, {"rabbitmq-retry:vhosts": [shop("deployer")],

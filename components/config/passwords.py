@@ -23,12 +23,9 @@ _DOTTED_KEY = re.compile(r"[A-Za-z_$][A-Za-z0-9_$-]*")
 def password_path(user: str) -> str | None:
     """The `pulumi config set --path` key of `user`'s password, or None when no property path can spell
     it: inside `["…"]` a backslash before the closing quote would escape it."""
-    if _DOTTED_KEY.fullmatch(user):
-        return f"{NAMESPACE}:passwords.{user}"
     if user.endswith("\\"):
         return None
-    escaped = user.replace('"', '\\"')
-    return f'{NAMESPACE}:passwords["{escaped}"]'
+    return key_path(f"{NAMESPACE}:passwords", user)
 
 
 def password_command(user: str) -> str:
