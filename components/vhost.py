@@ -8,7 +8,7 @@ from typing import Any, NotRequired, TypedDict
 import pulumi
 import pulumi_rabbitmq as rabbitmq
 
-from .checks import TopologyError, check_logical_names, check_vhost
+from .checks import TopologyError, check_logical_names, check_vhost, stale_policies
 from .config import ConfigError, load_vhost
 from .config import Vhost as VhostConfig
 from .plan import VHOST_KEY, VhostPlan, plan_vhost
@@ -52,6 +52,8 @@ class Vhost(pulumi.ComponentResource):
             raise ConfigError([(f"Vhost({name}).passwords", f"no password for {', '.join(missing)}; pass a secret "
                                 "per application user")])
         super().__init__(TYPE_TOKEN, name, None, opts)
+        for warning in stale_policies(self.plan):
+            pulumi.log.warn(warning, resource=self)
         protect = bool(args.get("protect_queues"))
         child = pulumi.ResourceOptions(parent=self)
         queue_opts = pulumi.ResourceOptions(parent=self, protect=True if protect else None)
