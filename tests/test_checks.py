@@ -78,8 +78,8 @@ def test_the_component_fails_before_registering_anything():
     raw["queues"][1]["bindings"].append({"exchange": "orders.requeue", "external": True})
     with mocked_runtime() as monitor, pytest.raises(TopologyError) as error:
         pulumi.runtime.test(lambda: Vhost("shop", {"vhost": raw}))()
-    # The mocks register the stack itself; the component must register nothing, not even itself.
-    assert [r.type for r in monitor.registered] == ["pulumi:pulumi:Stack"]
+    # The mocks may register the stack itself; the component must register nothing, not even itself.
+    assert [r.type for r in monitor.registered if r.type != "pulumi:pulumi:Stack"] == []
     assert str(error.value).startswith('vhost "shop": the planned topology would lose or misroute messages:\n  ')
 
 
