@@ -309,3 +309,10 @@ def test_the_component_shows_stale_policies_as_warnings(monkeypatch):
         "vhost.operator_policies[0]: operator policy \"ops\" (pattern '^payments$', apply-to queues) matches no "
         'queue or exchange this stack plans in vhost "shop"; if a queue was renamed, update the pattern, otherwise '
         "ignore this"]
+
+
+def test_the_check_cost_bench_runs(capsys):
+    from bench.check_cost import main
+
+    lines = main(["--check-sizes", "3", "--program-sizes", "2"])
+    assert [line.split()[0] for line in lines] == ["what", "check_vhost", "Vhost", "bare"]
