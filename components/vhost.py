@@ -9,7 +9,7 @@ import pulumi
 
 from . import layout
 from .arguments import PROTECT_QUEUES, RETAIN_ERROR_QUEUES, Option, check_args, mapping_or, passwords
-from .checks import TopologyError, check_logical_names, check_vhost
+from .checks import TopologyError, check_logical_names, check_vhost, stale_policies
 from .config import ConfigError, load_vhost
 from .config import Vhost as VhostConfig
 from .plan import RetryablePlan, VhostPlan, plan_vhost
@@ -66,6 +66,8 @@ class Vhost(pulumi.ComponentResource):
             raise ConfigError([(f"{where}.passwords", f"no password for {', '.join(missing)}; pass a secret "
                                 "per application user")])
         super().__init__(TYPE_TOKEN, name, None, opts)
+        for warning in stale_policies(self.plan):
+            pulumi.log.warn(warning, resource=self)
         scope = Scope(self, config.name, protect_queues=checked.get("protect_queues", False),
                       retain_error_queues=checked.get("retain_error_queues", False), passwords=passwords)
         retryables: dict[str, RetryableQueue] = {}
