@@ -9,9 +9,10 @@ from components.stack import application_passwords, read_stack_config
 config = read_stack_config()
 passwords = application_passwords(config)
 retry_contracts = {}
-for vhost in config.vhosts:
+for index, vhost in enumerate(config.vhosts):
     component = Vhost(vhost_key(vhost.name), {
         "vhost": vhost,
+        "config_path": f"vhosts[{index}]",
         "protect_queues": config.protect,
         "retain_error_queues": config.retain_error_queues,
         "passwords": {app.user: passwords[app.user] for app in vhost.applications},

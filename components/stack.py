@@ -13,7 +13,7 @@ import pulumi
 import yaml
 from pulumi.runtime import config as runtime_config
 
-from .checks import TopologyError, check_logical_names
+from .checks import TopologyError, check_logical_names, check_vhost
 from .config import ConfigError, StackConfig, load_stack_config, password_command, password_problems
 from .config.crosschecks import LOCK_OUT
 from .config.passwords import plain_password_problems
@@ -118,8 +118,11 @@ def read_stack_config() -> StackConfig:
         problems += password_problems(config, _written_passwords())
     if problems:
         raise ConfigError(problems)
-    if clashes := check_logical_names((vhost_key(v.name), plan_vhost(v)) for v in config.vhosts):
-        raise TopologyError("the stack", clashes)
+    plans = [(vhost_key(v.name), plan_vhost(v, f"vhosts[{i}]")) for i, v in enumerate(config.vhosts)]
+    # Checked here too, before any component exists, so that problems carry the stack file's key paths.
+    topology = [problem for _, plan in plans for problem in check_vhost(plan)]
+    if problems := topology + check_logical_names(plans):
+        raise TopologyError("the stack", problems)
     return config
 
 

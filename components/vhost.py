@@ -8,7 +8,15 @@ from typing import Any, NotRequired, TypedDict
 import pulumi
 
 from . import layout
-from .arguments import PROTECT_QUEUES, RETAIN_ERROR_QUEUES, Option, check_args, mapping_or, passwords
+from .arguments import (
+    PROTECT_QUEUES,
+    RETAIN_ERROR_QUEUES,
+    Option,
+    check_args,
+    mapping_or,
+    non_empty_string,
+    passwords,
+)
 from .checks import TopologyError, check_logical_names, check_vhost, stale_policies
 from .config import ConfigError, load_vhost
 from .config import Vhost as VhostConfig
@@ -30,6 +38,9 @@ class VhostArgs(TypedDict):
     """`retain_on_delete` on every error queue."""
     passwords: NotRequired[Mapping[str, pulumi.Input[str]]]
     """Password of each application user, by user name; pass secrets (`Config.require_secret`)."""
+    config_path: NotRequired[str]
+    """Where `vhost` stands in the caller's own config (e.g. `vhosts[2]`), for the key paths of checks
+    and warnings; default `Vhost(<name>).vhost`."""
 
 
 OPTIONS = (
@@ -38,6 +49,7 @@ OPTIONS = (
     PROTECT_QUEUES,
     RETAIN_ERROR_QUEUES,
     Option("passwords", passwords),
+    Option("config_path", non_empty_string),
 )
 
 
@@ -58,7 +70,7 @@ class Vhost(pulumi.ComponentResource):
         config = checked["vhost"]
         if not isinstance(config, VhostConfig):
             config = load_vhost(config, f"{where}.vhost")
-        self.plan: VhostPlan = plan_vhost(config)
+        self.plan: VhostPlan = plan_vhost(config, checked.get("config_path", f"{where}.vhost"))
         if problems := check_vhost(self.plan) + check_logical_names([(name, self.plan)]):
             raise TopologyError(f'vhost "{config.name}"', problems)
         passwords = checked.get("passwords") or {}

@@ -103,19 +103,32 @@ def test_logical_names_joined_with_dashes_that_meet_are_refused():
         for kind, name in (("Queue", "a-queue-x-queue-y"), ("Policy", "a-queue-x-queue-y-policy"))]
 
 
-def test_the_program_refuses_clashing_logical_names_before_registering(tmp_path):
-    import shutil
+def test_the_program_refuses_clashing_logical_names_before_registering(program_copy):
+    from tools.mockrun import record_program
 
-    from tools.mockrun import ROOT, record_program
-
-    shutil.copy(ROOT / "__main__.py", tmp_path)
-    shutil.copytree(ROOT / "components", tmp_path / "components", ignore=shutil.ignore_patterns("__pycache__"))
+    tmp_path = program_copy
     (tmp_path / "Pulumi.clash.yaml").write_text(
         "config:\n  rabbitmq-retry:vhosts:\n"
         "    - {name: v, queues: [{name: orders, retry: {delays: [1s]}},\n"
         "                         {name: orders-wait-1, retry: {delays: [1s]}}]}\n")
     with pytest.raises(pulumi.RunError, match='would both register a Policy named "v-orders-wait-1-policy"'):
         record_program("clash", tmp_path)
+
+
+def test_the_program_checks_every_vhost_before_registering_and_names_stack_file_paths(program_copy):
+    from tools.mockrun import record_program
+
+    (program_copy / "Pulumi.ops.yaml").write_text(
+        "config:\n  rabbitmq-retry:vhosts:\n"
+        "    - {name: a, queues: [{name: fine, retry: {delays: [1s]}}]}\n"
+        "    - name: b\n"
+        "      queues: [{name: orders, type: classic, retry: {delays: [1s]}}]\n"
+        "      operator_policies: [{name: ops, pattern: '^orders$', definition: {message-ttl: 60000}}]\n")
+    with pytest.raises(pulumi.RunError) as refused:
+        record_program("ops", program_copy)
+    assert 'vhosts[1].operator_policies[0].definition.message-ttl: message-ttl 60000 reaches input queue "orders"' in (
+        str(refused.value))
+    assert "Vhost(" not in str(refused.value)
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
@@ -193,13 +206,7 @@ def test_a_delivery_limit_at_or_below_max_retries_plus_one_is_refused():
         f'{OPS}.definition.delivery-limit: delivery-limit 6 on quorum queue "orders" is not above max_retries + 1 '
         "(6): on RabbitMQ 4 each retry counts toward it, and a message over it jams in a dead-letter cycle; raise "
         "it above 6, or " + narrow("orders")]
-    # The config accepts delivery_limit = max_retries + 1 (it requires > max_retries); the check does not.
-    raw = vhost_config()
-    raw["queues"][0]["delivery_limit"] = 6
-    assert problems(raw) == [
-        'vhosts[0].queues[0].delivery_limit: delivery-limit 6 on quorum queue "orders" is not above max_retries + 1 '
-        "(6): on RabbitMQ 4 each retry counts toward it, and a message over it jams in a dead-letter cycle; raise "
-        "it above 6"]
+    # The config refuses delivery_limit = max_retries + 1 itself (tests/test_config.py).
 
 
 def test_an_unlimited_operator_delivery_limit_does_not_lift_ours():
@@ -305,10 +312,11 @@ def test_the_component_shows_stale_policies_as_warnings(monkeypatch):
     raw = vhost_config(**operator({"max-length": 5}, "^payments$"))
     with mocked_runtime():
         pulumi.runtime.test(lambda: Vhost("shop", {"vhost": raw}))()
-    assert warned == [
-        "vhost.operator_policies[0]: operator policy \"ops\" (pattern '^payments$', apply-to queues) matches no "
-        'queue or exchange this stack plans in vhost "shop"; if a queue was renamed, update the pattern, otherwise '
-        "ignore this"]
+        pulumi.runtime.test(lambda: Vhost("shop", {"vhost": raw, "config_path": "vhosts[3]"}))()
+    stale = ("operator_policies[0]: operator policy \"ops\" (pattern '^payments$', apply-to queues) matches no queue "
+             'or exchange this stack plans in vhost "shop"; if a queue was renamed, update the pattern, otherwise '
+             "ignore this")
+    assert warned == [f"Vhost(shop).vhost.{stale}", f"vhosts[3].{stale}"]
 
 
 def test_the_check_cost_bench_runs(capsys):

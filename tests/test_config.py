@@ -63,12 +63,14 @@ def test_quorum_queues_get_an_explicit_delivery_limit():
     assert config.vhosts[0].queues[0].delivery_limit == 7
 
 
-def test_a_delivery_limit_at_or_below_max_retries_is_refused():
-    assert problems_of(with_queue({**retryable(max_retries=5), "type": "quorum", "delivery_limit": 5})) == [
+@pytest.mark.parametrize("limit", [5, 6])
+def test_a_delivery_limit_at_or_below_max_retries_plus_one_is_refused(limit: int):
+    assert problems_of(with_queue({**retryable(max_retries=5), "type": "quorum", "delivery_limit": limit})) == [
         (
             "vhosts[0].queues[0].delivery_limit",
-            "5 is not above max_retries (5): on RabbitMQ 4 each retry counts toward it, and a message over it jams in "
-            "a dead-letter cycle; raise it or leave it unset (default: defaults.delivery_limit + max_retries)",
+            f"{limit} is not above max_retries + 1 (6): on RabbitMQ 4 each retry counts toward it, and a message "
+            "over it jams in a dead-letter cycle; raise it or leave it unset (default: defaults.delivery_limit + "
+            "max_retries)",
         )
     ]
 

@@ -205,7 +205,7 @@ def valid_vhost(draw: st.DrawFn, vhost_index: int, users: list[str], default_typ
         consumable.append(queue["name"])
         if queue.get("type", default_type) == "quorum" and draw(st.booleans()):
             retries = queue.get("retry", {}).get("max_retries", len(queue.get("retry", {}).get("delays", [])))
-            queue["delivery_limit"] = retries + draw(st.integers(1, 50))
+            queue["delivery_limit"] = retries + draw(st.integers(2, 50))
         queues.append(queue)
     if queues or draw(st.booleans()):
         vhost["queues"] = queues
@@ -253,7 +253,7 @@ def valid_trees(draw: st.DrawFn) -> Tree:
         tree["defaults"] = draw(st.fixed_dictionaries({}, optional={
             "queue_type": st.sampled_from(QUEUE_TYPES),
             "policy_priority": st.integers(0, 1_000),
-            "delivery_limit": st.integers(1, 100),
+            "delivery_limit": st.integers(2, 100),
         }))
     default_type = tree.get("defaults", {}).get("queue_type", "quorum")
     users: list[str] = []

@@ -142,7 +142,7 @@ def parse_defaults(p: Problems, raw: object) -> Defaults:
         return base
     queue_type = optional(data, "queue_type", lambda v: choice(p, "defaults.queue_type", v, QUEUE_TYPES), INVALID)
     priority = optional(data, "policy_priority", lambda v: integer(p, "defaults.policy_priority", v, 0), INVALID)
-    limit = optional(data, "delivery_limit", lambda v: integer(p, "defaults.delivery_limit", v, 1), INVALID)
+    limit = optional(data, "delivery_limit", lambda v: integer(p, "defaults.delivery_limit", v, 2), INVALID)
     return Defaults(
         queue_type=base.queue_type if queue_type is INVALID else queue_type,
         policy_priority=base.policy_priority if priority is INVALID else priority,
@@ -271,7 +271,8 @@ def check_derived_name_lengths(p: Problems, path: str, name: str, retry: Retry) 
 
 def resolve_delivery_limit(p: Problems, path: str, written: int | None, queue_type: str, retry: Retry | None,
                            defaults: Defaults) -> int | Invalid | None:
-    """Quorum queues always get a limit; a retryable queue's stays above max_retries."""
+    """Quorum queues always get a limit; a retryable queue's stays above max_retries + 1, the deliveries a
+    message that fails every attempt gets before it is parked."""
     if queue_type != "quorum":
         return None
     if retry is None:
@@ -279,8 +280,8 @@ def resolve_delivery_limit(p: Problems, path: str, written: int | None, queue_ty
     if written is None:
         # On RabbitMQ 4 every plain retry counts toward the limit for the message's whole life.
         return defaults.delivery_limit + retry.max_retries
-    if written <= retry.max_retries:
-        p.add(path, f"{written} is not above max_retries ({retry.max_retries}): on "
+    if written <= retry.max_retries + 1:
+        p.add(path, f"{written} is not above max_retries + 1 ({retry.max_retries + 1}): on "
               "RabbitMQ 4 each retry counts toward it, and a message over it jams in a dead-letter cycle; "
               "raise it or leave it unset (default: defaults.delivery_limit + max_retries)")
         return INVALID
