@@ -242,9 +242,13 @@ def plan_retryable(queue: Queue, path: str = "queue") -> RetryablePlan:
         error_definition["message-ttl"] = str(retry.error_retention_ms)
     if retry.error_max_length is not None:
         error_definition["max-length"] = str(retry.error_max_length)
+        # A full error queue nacks the parking publish (the client then keeps the message in Q); the
+        # default, drop-head, would silently drop the oldest parked message.
+        error_definition["overflow"] = "reject-publish"
     if error_definition:
         policies.append(_policy("error-policy", error.name, queue.policy_priority, error_definition, {
-            "message-ttl": f"{path}.retry.error_retention", "max-length": f"{path}.retry.error_max_length"}))
+            "message-ttl": f"{path}.retry.error_retention", "max-length": f"{path}.retry.error_max_length",
+            "overflow": f"{path}.retry.error_max_length"}))
     return RetryablePlan(config=queue, tiers=tiers, queues=(input_queue, *wait_queues, error),
                          exchanges=exchanges, bindings=bindings, policies=tuple(policies))
 
