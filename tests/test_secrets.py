@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 from pulumi import RunError
 
 from tools import mockrun
-from tools.mockrun import ROOT, Registered, record_program
+from tools.mockrun import Registered, record_program
 from tools.stack_file import is_secret_placeholder
 
 USER = "rabbitmq:index/user:User"
@@ -30,11 +29,9 @@ def shop(*users: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
+def project(program_copy: Path) -> Path:
     """A copy of the program, so that each test writes its own stack file beside it."""
-    shutil.copy(ROOT / "__main__.py", tmp_path)
-    shutil.copytree(ROOT / "components", tmp_path / "components", ignore=shutil.ignore_patterns("__pycache__"))
-    return tmp_path
+    return program_copy
 
 
 def run(project: Path, config: dict[str, Any], stack: str = "apps", preview: bool = True,
