@@ -12,7 +12,7 @@ PULUMI_ENV := PULUMI_BACKEND_URL=$${PULUMI_BACKEND_URL:-file://$(CURDIR)/.pulumi
 tool_status = || { status=$$?; case $$status in 1) why=error;; 2) why="data loss not acknowledged";; *) why=failed;; \
 	esac; echo "make $@: $(1) exit status $$status ($$why); make itself exits 2 on any failure" >&2; exit $$status; }
 
-.PHONY: setup test test-fast lint plan preview up brokers review
+.PHONY: setup test test-fast lint plan preview up brokers review mutate
 
 setup:
 	scripts/setup.sh
@@ -42,3 +42,6 @@ up:
 review:
 	@$(PY) -m tools.review --base $(BASE) --stack $(STACK)$(if $(OUTPUT), --output $(OUTPUT))$(if \
 		$(OUTPUT_FULL), --output-full $(OUTPUT_FULL)) $(call tool_status,tools.review)
+
+mutate:
+	$(PY) -m tools.mutate

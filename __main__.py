@@ -4,18 +4,18 @@ import pulumi
 
 from components import Vhost
 from components.naming import vhost_key
-from components.stack import read_stack_config
+from components.stack import application_passwords, read_stack_config
 
 config = read_stack_config()
-passwords = pulumi.Config("rabbitmq-retry").get_secret_object("passwords")
+passwords = application_passwords(config)
 retry_contracts = {}
-for vhost in config.vhosts:
+for index, vhost in enumerate(config.vhosts):
     component = Vhost(vhost_key(vhost.name), {
         "vhost": vhost,
+        "config_path": f"vhosts[{index}]",
         "protect_queues": config.protect,
         "retain_error_queues": config.retain_error_queues,
-        "passwords": {app.user: passwords.apply(lambda all_, user=app.user: all_[user])
-                      for app in vhost.applications},
+        "passwords": {app.user: passwords[app.user] for app in vhost.applications},
     })
     retry_contracts[vhost.name] = component.retry_contracts
 

@@ -32,6 +32,10 @@ def boolean(value: object) -> str | None:
     return None if isinstance(value, bool) else f"expected true or false, got {value!r}"
 
 
+def non_empty_string(value: object) -> str | None:
+    return None if isinstance(value, str) and value else f"expected a non-empty string, got {value!r}"
+
+
 def input_string(value: object) -> str | None:
     """A `pulumi.Input[str]`: a non-empty string, an Output or an awaitable (checked when it resolves)."""
     if isinstance(value, str):

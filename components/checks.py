@@ -4,18 +4,27 @@ Pure. They catch what RabbitMQ would otherwise do silently:
 - two policies matching one queue: RabbitMQ applies only one (the highest priority, ties at random);
 - a retry path that does not return to exactly its own queue (other consumers would see the retry);
 - a dead-letter exchange that routes nowhere: RabbitMQ drops the message;
-- a dead-letter cycle with no rejection in it: RabbitMQ drops the message when it comes round again.
+- a dead-letter cycle with no rejection in it: RabbitMQ drops the message when it comes round again;
+- settings that reach our queues once user policy, operator policy and queue arguments are merged the
+  way RabbitMQ merges them (`effective.py`): a TTL or expiry on an input, wait or error queue, a
+  delivery limit too low for the retries, a wait tier's TTL other than its delay, a length limit that
+  dead-letters instead of refusing publishes.
+
+Every pattern is compiled once and exact-name patterns are looked up by name, so the checks grow
+linearly with the number of queues (bench/check_cost.py measures it).
 """
 
 from __future__ import annotations
 
-import re
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from pulumi.errors import RunError
 
-from .plan import BindingPlan, ExchangePlan, PolicyPlan, QueuePlan, VhostPlan, logical_names
+from .config import DEFAULT_DELIVERY_LIMIT
+from .effective import Effective, PolicyIndex, Setting, effective_settings, winners
+from .plan import BindingPlan, ExchangePlan, PolicyPlan, QueuePlan, RetryablePlan, Tier, VhostPlan, logical_names
 
 
 class TopologyError(RunError):
@@ -32,16 +41,22 @@ class TopologyError(RunError):
 class _Graph:
     exchanges: Mapping[str, ExchangePlan]
     queues: Mapping[str, QueuePlan]
-    bindings: tuple[BindingPlan, ...]
-    policies: tuple[PolicyPlan, ...]
+    bindings: Mapping[str, tuple[BindingPlan, ...]]
+    """By source exchange."""
+    policies: PolicyIndex
+    operator_policies: PolicyIndex
 
 
 def _graph(plan: VhostPlan, extra_policies: Iterable[PolicyPlan]) -> _Graph:
     queues = [*plan.queues, *(q for r in plan.retryables for q in r.queues)]
     exchanges = [*plan.exchanges, *(e for r in plan.retryables for e in r.exchanges)]
-    bindings = (*plan.bindings, *(b for r in plan.retryables for b in r.bindings))
+    by_source: dict[str, list[BindingPlan]] = defaultdict(list)
+    for binding in (*plan.bindings, *(b for r in plan.retryables for b in r.bindings)):
+        by_source[binding.source].append(binding)
     policies = (*plan.policies, *(p for r in plan.retryables for p in r.policies), *extra_policies)
-    return _Graph({e.name: e for e in exchanges}, {q.name: q for q in queues}, bindings, policies)
+    return _Graph({e.name: e for e in exchanges}, {q.name: q for q in queues},
+                  {source: tuple(bound) for source, bound in by_source.items()},
+                  PolicyIndex(policies), PolicyIndex(plan.operator_policies))
 
 
 def _topic_matches(pattern: str, key: str) -> bool:
@@ -65,7 +80,7 @@ def route(graph: _Graph, exchange: str, routing_key: str | None) -> set[str] | N
     declared = graph.exchanges.get(exchange)
     if declared is None or declared.type == "headers":
         return None
-    bound = [b for b in graph.bindings if b.source == exchange]
+    bound = graph.bindings.get(exchange, ())
     if declared.type == "fanout":
         return {b.destination for b in bound}
     if routing_key is None:
@@ -76,22 +91,31 @@ def route(graph: _Graph, exchange: str, routing_key: str | None) -> set[str] | N
 
 
 def _policy_of(graph: _Graph, queue: str) -> PolicyPlan | None:
-    matching = [p for p in graph.policies if p.apply_to in ("queues", "all", f"{graph.queues[queue].queue_type}_queues")
-                and re.search(p.pattern, queue)]
-    return max(matching, key=lambda p: p.priority) if matching else None
+    """The user policy RabbitMQ applies to `queue` (one of them when several tie)."""
+    return winners(graph.policies.matching_queue(graph.queues[queue]))[0]
 
 
 def _overlaps(graph: _Graph) -> list[str]:
     problems = []
     for queue in sorted(graph.queues):
-        matching = sorted(p.name for p in graph.policies if p.apply_to != "exchanges" and re.search(p.pattern, queue))
+        matching = sorted(p.name for p in graph.policies.matching_queue(graph.queues[queue]))
         if len(matching) > 1:
             problems.append(f'queue "{queue}" is matched by policies {", ".join(map(repr, matching))}: RabbitMQ '
                             "applies only one; narrow the patterns so that each queue has one policy")
     return problems
 
 
-def _dead_letter_edges(graph: _Graph) -> dict[str, list[tuple[str, str]]]:
+def _drops_when_full(effective: Effective) -> tuple[str, Setting] | None:
+    """The length limit (key, setting) that makes RabbitMQ drop or dead-letter the oldest message
+    rather than refuse the publish (overflow other than reject-publish), or None."""
+    overflow = effective.get("overflow")
+    if overflow is not None and overflow.value == "reject-publish":
+        return None
+    return next(((key, setting) for key in ("max-length", "max-length-bytes")
+                 if (setting := effective.get(key)) is not None), None)
+
+
+def _dead_letter_edges(graph: _Graph, settings: Mapping[str, list[Effective]]) -> dict[str, list[tuple[str, str]]]:
     """queue → [(target queue, reason)] for every way the broker can move a message on its own
     (`rejected` comes from a consumer and is what makes a cycle legal)."""
     edges: dict[str, list[tuple[str, str]]] = {}
@@ -101,22 +125,18 @@ def _dead_letter_edges(graph: _Graph) -> dict[str, list[tuple[str, str]]]:
             continue
         key = queue.arguments.get("x-dead-letter-routing-key")
         targets = route(graph, dlx, key if isinstance(key, str) else None) or set()
-        definition = (_policy_of(graph, name) or PolicyPlan("", "", "", 0, {})).definition
-        reasons = []
-        if queue.role in ("input", "plain"):
-            reasons.append("rejected")
-        if "message-ttl" in definition:
+        reasons = ["rejected"] if queue.role in ("input", "plain") else []
+        if any(e.get("message-ttl") for e in settings[name]):
             reasons.append("expired")
-        if "max-length" in definition and definition.get("overflow", queue.arguments.get("x-overflow")) not in (
-                "reject-publish", "reject-publish-dlx"):
+        if any(_drops_when_full(e) for e in settings[name]):
             reasons.append("maxlen")
         edges[name] = [(target, reason) for target in sorted(targets) for reason in reasons]
     return edges
 
 
-def _automatic_cycles(graph: _Graph) -> list[str]:
+def _automatic_cycles(graph: _Graph, settings: Mapping[str, list[Effective]]) -> list[str]:
     edges = {queue: [target for target, reason in targets if reason != "rejected"]
-             for queue, targets in _dead_letter_edges(graph).items()}
+             for queue, targets in _dead_letter_edges(graph, settings).items()}
     problems, seen = [], set()
     for start in sorted(edges):
         stack = [(start, [start])]
@@ -134,9 +154,82 @@ def _automatic_cycles(graph: _Graph) -> list[str]:
     return problems
 
 
+def _cause(setting: Setting, effective: Effective) -> str:
+    """Key path of what sets `setting`, for the message."""
+    if setting.source:
+        return setting.source
+    policy = effective.policy or effective.operator_policy
+    return policy.source if policy is not None and policy.source else f'queue "{effective.queue.name}"'
+
+
+def _fix(setting: Setting, queue: str) -> str:
+    whose = "the operator policy's" if setting.operator else "its"
+    return f'narrow {whose} pattern so that it does not match "{queue}"'
+
+
+WHEN_FULL = {
+    "input": "dead-letters the oldest message into the retry loop before any consumer saw it, and drops it when "
+             "it comes round",
+    "wait": 'sends the oldest message back to "{queue}" before its delay is over',
+}
+
+
+def _effective_problems(retryable: RetryablePlan, settings: Mapping[str, list[Effective]]) -> list[str]:
+    """What the merged policies do to one retryable queue's input, wait and error queues."""
+    problems: list[str] = []
+    retry = retryable.config.retry
+    assert retry is not None
+    tiers: dict[str, Tier] = {t.queue: t for t in retryable.tiers}
+    for queue in retryable.queues:
+        for effective in settings[queue.name]:
+            role = queue.role
+            ttl, expires = effective.get("message-ttl"), effective.get("expires")
+            if ttl is not None and role == "input":
+                problems.append(f'{_cause(ttl, effective)}: message-ttl {ttl.value} reaches input queue '
+                                f'"{queue.name}": waiting messages expire into the retry loop and RabbitMQ drops '
+                                f"them when they come round (nothing rejected them); {_fix(ttl, queue.name)}")
+            if ttl is not None and role == "error" and not ttl.source.endswith(".retry.error_retention"):
+                problems.append(f'{_cause(ttl, effective)}: message-ttl {ttl.value} reaches error queue '
+                                f'"{queue.name}": RabbitMQ deletes parked messages after {ttl.value} ms; set '
+                                f"retry.error_retention instead, or {_fix(ttl, queue.name)}")
+            if expires is not None:
+                problems.append(f'{_cause(expires, effective)}: expires {expires.value} reaches {role} queue '
+                                f'"{queue.name}": RabbitMQ deletes the queue with its messages once it has had no '
+                                f"consumer for {expires.value} ms; {_fix(expires, queue.name)}")
+            if role == "wait":
+                delay = tiers[queue.name].delay_ms
+                if ttl is None:
+                    problems.append(f'{_cause(Setting("", ""), effective)}: wait queue "{queue.name}" gets no '
+                                    f"message-ttl (the tier's delay is {delay} ms): its messages would never "
+                                    "come back; leave the wait queue to its own policy")
+                elif ttl.value != delay:
+                    problems.append(f'{_cause(ttl, effective)}: message-ttl {ttl.value} on wait queue '
+                                    f'"{queue.name}" is not the tier\'s delay ({delay} ms): RabbitMQ retries '
+                                    f"after {ttl.value} ms instead; {_fix(ttl, queue.name)}")
+            if role == "input" and queue.queue_type == "quorum":
+                limit = effective.get("delivery-limit") or Setting(DEFAULT_DELIVERY_LIMIT, "")
+                if isinstance(limit.value, int) and 0 <= limit.value <= retry.max_retries + 1:
+                    or_narrow = f", or {_fix(limit, queue.name)}" if limit.operator else ""
+                    problems.append(f'{_cause(limit, effective)}: delivery-limit {limit.value} on quorum queue '
+                                    f'"{queue.name}" is not above max_retries + 1 ({retry.max_retries + 1}): on '
+                                    "RabbitMQ 4 each retry counts toward it, and a message over it jams in a "
+                                    f"dead-letter cycle; raise it above {retry.max_retries + 1}{or_narrow}")
+            if "x-dead-letter-exchange" in queue.arguments and (full := _drops_when_full(effective)):
+                key, length = full
+                overflow = effective.get("overflow")
+                problems.append(f'{_cause(length, effective)}: {key} {length.value} on {role} queue "{queue.name}", '
+                                "which dead-letters, without overflow reject-publish (effective: "
+                                f'{overflow.value if overflow else "drop-head"}): when full, RabbitMQ '
+                                f"{WHEN_FULL[role].format(queue=retryable.config.name)}; add overflow: "
+                                f"reject-publish to that policy, or {_fix(length, queue.name)}")
+    return list(dict.fromkeys(problems))
+
+
 def check_vhost(plan: VhostPlan, extra_policies: Iterable[PolicyPlan] = ()) -> list[str]:
     """Every problem of the planned topology, or []."""
     graph = _graph(plan, extra_policies)
+    settings = {name: effective_settings(queue, graph.policies, graph.operator_policies)
+                for name, queue in graph.queues.items()}
     problems = _overlaps(graph)
     for retryable in plan.retryables:
         queue = retryable.config.name
@@ -158,7 +251,23 @@ def check_vhost(plan: VhostPlan, extra_policies: Iterable[PolicyPlan] = ()) -> l
         if reached is not None and not reached:
             problems.append(f'queue "{name}" dead-letters to "{dlx}"' + (f" with key {key}" if key else "")
                             + ", which routes to no queue: RabbitMQ would drop those messages")
-    return problems + _automatic_cycles(graph)
+    for retryable in plan.retryables:
+        problems += _effective_problems(retryable, settings)
+    return problems + _automatic_cycles(graph, settings)
+
+
+def stale_policies(plan: VhostPlan) -> list[str]:
+    """Warnings: config policies and operator policies that match nothing the vhost plans (often left
+    behind by a rename). Not errors: a policy may be meant for queues this stack does not declare."""
+    graph = _graph(plan, ())
+    matched = {id(p) for index in (graph.policies, graph.operator_policies)
+               for queue in graph.queues.values() for p in index.matching_queue(queue)}
+    matched |= {id(p) for index in (graph.policies, graph.operator_policies)
+                for exchange in graph.exchanges for p in index.matching_exchange(exchange)}
+    return [f'{p.source}: {"operator " if p in plan.operator_policies else ""}policy "{p.name}" (pattern '
+            f'{p.pattern!r}, apply-to {p.apply_to}) matches no queue or exchange this stack plans in vhost '
+            f'"{plan.config.name}"; if a queue was renamed, update the pattern, otherwise ignore this'
+            for p in (*plan.policies, *plan.operator_policies) if p.source and id(p) not in matched]
 
 
 def check_logical_names(components: Iterable[tuple[str, VhostPlan]]) -> list[str]:

@@ -1,7 +1,7 @@
 """The topology plan: which queues, exchanges, bindings and policies a config needs, as plain data.
 
 Pure and Pulumi-free. The components turn a plan into `pulumi_rabbitmq` resources one to one, so
-what is decided here is what `pulumi up` applies. The rules (../shared/notes/rabbitmq-facts.md):
+what is decided here is what `pulumi up` applies. The rules (docs/design.md §2):
 - wiring that never changes (queue type, dead-letter exchange and routing key, quorum
   at-least-once dead-lettering) goes in queue arguments, where no other policy can remove it;
 - everything a user tunes (TTLs, limits) goes in one exactly-anchored policy per queue, which the
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from . import naming
-from .config import Binding, Queue, TopicPermission, Vhost
+from .config import Binding, Policy, Queue, TopicPermission, Vhost
 from .layout import logical_names as logical_names
 
 QueueRole = Literal["input", "wait", "error", "plain"]
@@ -68,6 +68,10 @@ class PolicyPlan:
     definition: Mapping[str, str]
     """String values, as the provider's schema wants; it sends digit strings as JSON integers."""
     apply_to: str = "queues"
+    sources: Mapping[str, str] = field(default_factory=dict)
+    """Config key path that sets each definition key, e.g. "vhosts[0].queues[2].delivery_limit"."""
+    source: str = ""
+    """Config key path of the policy entry ("" for the policies the plan derives for a queue)."""
 
 
 @dataclass(frozen=True)
@@ -167,6 +171,11 @@ def _quorum_dead_lettering(queue_type: str) -> dict[str, str]:
     return {"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
 
 
+def _limit_sources(path: str) -> dict[str, str]:
+    return {"max-length": f"{path}.max_length", "overflow": f"{path}.max_length",
+            "delivery-limit": f"{path}.delivery_limit"}
+
+
 def _limits(queue: Queue) -> dict[str, str]:
     definition: dict[str, str] = {}
     if queue.max_length is not None:
@@ -179,13 +188,20 @@ def _limits(queue: Queue) -> dict[str, str]:
     return definition
 
 
-def _policy(key: str, queue_name: str, priority: int, definition: dict[str, str]) -> PolicyPlan:
-    return PolicyPlan(key=key, name=queue_name, pattern=naming.exact_pattern(queue_name),
-                      priority=priority, definition=definition)
+def _policy(key: str, queue_name: str, priority: int, definition: dict[str, str],
+            sources: Mapping[str, str]) -> PolicyPlan:
+    return PolicyPlan(key=key, name=queue_name, pattern=naming.exact_pattern(queue_name), priority=priority,
+                      definition=definition, sources={k: sources[k] for k in definition})
 
 
-def plan_retryable(queue: Queue) -> RetryablePlan:
-    """Input queue, retry exchange, one wait queue per tier, requeue exchange, error exchange and queue."""
+def _config_policy(key: str, policy: Policy, path: str) -> PolicyPlan:
+    return PolicyPlan(key, policy.name, policy.pattern, policy.priority, dict(policy.definition), policy.apply_to,
+                      sources={k: f"{path}.definition.{k}" for k in policy.definition}, source=path)
+
+
+def plan_retryable(queue: Queue, path: str = "queue") -> RetryablePlan:
+    """Input queue, retry exchange, one wait queue per tier, requeue exchange, error exchange and queue.
+    `path`: the queue's config key path, named by the checks."""
     retry = queue.retry
     if retry is None:
         raise ValueError(f"queue {queue.name!r} has no retry block")
@@ -217,16 +233,22 @@ def plan_retryable(queue: Queue) -> RetryablePlan:
         BindingPlan("error-binding", error_x, error.name),
     )
     policies = [_policy(f"wait-{t.number}-policy", t.queue, queue.policy_priority,
-                        {"message-ttl": str(t.delay_ms)}) for t in tiers]
+                        {"message-ttl": str(t.delay_ms)}, {"message-ttl": f"{path}.retry.delays[{t.number - 1}]"})
+                for t in tiers]
     if limits := _limits(queue):
-        policies.insert(0, _policy("policy", name, queue.policy_priority, limits))
+        policies.insert(0, _policy("policy", name, queue.policy_priority, limits, _limit_sources(path)))
     error_definition = {}
     if retry.error_retention_ms is not None:
         error_definition["message-ttl"] = str(retry.error_retention_ms)
     if retry.error_max_length is not None:
         error_definition["max-length"] = str(retry.error_max_length)
+        # A full error queue nacks the parking publish (the client then keeps the message in Q); the
+        # default, drop-head, would silently drop the oldest parked message.
+        error_definition["overflow"] = "reject-publish"
     if error_definition:
-        policies.append(_policy("error-policy", error.name, queue.policy_priority, error_definition))
+        policies.append(_policy("error-policy", error.name, queue.policy_priority, error_definition, {
+            "message-ttl": f"{path}.retry.error_retention", "max-length": f"{path}.retry.error_max_length",
+            "overflow": f"{path}.retry.error_max_length"}))
     return RetryablePlan(config=queue, tiers=tiers, queues=(input_queue, *wait_queues, error),
                          exchanges=exchanges, bindings=bindings, policies=tuple(policies))
 
@@ -237,19 +259,21 @@ def _config_binding(queue: Queue, binding: Binding) -> BindingPlan:
                        source_external=binding.external)
 
 
-def plan_vhost(vhost: Vhost) -> VhostPlan:
+def plan_vhost(vhost: Vhost, path: str = "vhost") -> VhostPlan:
+    """`path`: the vhost's config key path, e.g. "vhosts[0]", named by the checks."""
     exchanges = tuple(ExchangePlan(f"exchange-{e.name}", e.name, e.type) for e in vhost.exchanges)
-    plain = [q for q in vhost.queues if q.retry is None]
+    plain = [(i, q) for i, q in enumerate(vhost.queues) if q.retry is None]
     queues = tuple(QueuePlan(f"queue-{q.name}", q.name, q.queue_type, {"x-queue-type": q.queue_type}, "plain")
-                   for q in plain)
-    policies = (*(_policy(f"queue-{q.name}-policy", q.name, q.policy_priority, limits)
-                  for q in plain if (limits := _limits(q))),
-                *(PolicyPlan(f"policy-{p.name}", p.name, p.pattern, p.priority, dict(p.definition), p.apply_to)
-                  for p in vhost.policies))
+                   for _, q in plain)
+    policies = (*(_policy(f"queue-{q.name}-policy", q.name, q.policy_priority, limits,
+                          _limit_sources(f"{path}.queues[{i}]"))
+                  for i, q in plain if (limits := _limits(q))),
+                *(_config_policy(f"policy-{p.name}", p, f"{path}.policies[{j}]") for j, p in enumerate(vhost.policies)))
     bindings = tuple(_config_binding(q, b) for q in vhost.queues for b in q.bindings)
-    retryables = tuple(plan_retryable(q) for q in vhost.queues if q.retry is not None)
-    operator_policies = tuple(PolicyPlan(f"operator-policy-{p.name}", p.name, p.pattern, p.priority,
-                                         dict(p.definition), p.apply_to) for p in vhost.operator_policies)
+    retryables = tuple(plan_retryable(q, f"{path}.queues[{i}]") for i, q in enumerate(vhost.queues)
+                       if q.retry is not None)
+    operator_policies = tuple(_config_policy(f"operator-policy-{p.name}", p, f"{path}.operator_policies[{j}]")
+                              for j, p in enumerate(vhost.operator_policies))
     retryable_queues = {r.config.name: r for r in retryables}
     permissions = tuple(PermissionPlan(
         key=f"permissions-{app.user}",

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pulumi
+import yaml
 from pulumi.runtime import config as runtime_config
 
-from .checks import TopologyError, check_logical_names
-from .config import ConfigError, StackConfig, load_stack_config
+from .checks import TopologyError, check_logical_names, check_vhost
+from .config import ConfigError, StackConfig, load_stack_config, password_command, password_problems
+from .config.crosschecks import LOCK_OUT
+from .config.passwords import plain_password_problems
 from .naming import vhost_key
 from .plan import plan_vhost
 
@@ -32,8 +39,40 @@ def _decode(value: Any) -> Any:
         return value
 
 
+def project_directory() -> Path:
+    """Where Pulumi.yaml and the stack files are: the engine's root directory, else (under Pulumi's mocks,
+    which report the literal "root_directory") the directory of this program."""
+    root = pulumi.get_root_directory()
+    if root and (Path(root) / "Pulumi.yaml").is_file():
+        return Path(root)
+    return Path(__file__).resolve().parent.parent
+
+
+def stack_file_passwords() -> tuple[bool, object]:
+    """Whether the stack file `Pulumi.<stack>.yaml` exists, and its `rabbitmq-retry:passwords` value as
+    written, `{secure: …}` leaves and all (None when absent)."""
+    path = project_directory() / f"Pulumi.{pulumi.get_stack()}.yaml"
+    if not path.is_file():
+        return False, None
+    config = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("config") or {}
+    return True, config.get(f"{NAMESPACE}:passwords", config.get("passwords"))
+
+
+def password_storage_problems() -> list[tuple[str, str]]:
+    """Passwords stored in plain text: each plain value of the stack file, or, without a stack file, the whole
+    key when the engine does not hand it over as a secret."""
+    found, written = stack_file_passwords()
+    if found and (problems := plain_password_problems(written)):
+        return problems
+    if f"{NAMESPACE}:passwords" in _all_keys() and not runtime_config.is_config_secret(f"{NAMESPACE}:passwords"):
+        return [(f"{NAMESPACE}:passwords", "stored in plain text; set each one with `pulumi config set "
+                 f"--secret --path '{NAMESPACE}:passwords.<user>' <password>`")]
+    return []
+
+
 def provider_problems() -> list[tuple[str, str]]:
-    """Provider settings that would fail `pulumi up` (../shared/notes/provider.md §1, §8)."""
+    """Provider settings that would fail `pulumi up`: an endpoint ending in "/" (the API answers 405), and a
+    provider password in plain text."""
     problems = []
     endpoint = pulumi.Config("rabbitmq").get("endpoint")
     if endpoint and endpoint.endswith("/"):
@@ -42,23 +81,63 @@ def provider_problems() -> list[tuple[str, str]]:
     if "rabbitmq:password" in _all_keys() and not runtime_config.is_config_secret("rabbitmq:password"):
         problems.append(("rabbitmq:password", "stored in plain text; use `pulumi config set --secret "
                          "rabbitmq:password` or the RABBITMQ_PASSWORD environment variable"))
-    if f"{NAMESPACE}:passwords" in _all_keys() and not runtime_config.is_config_secret(f"{NAMESPACE}:passwords"):
-        problems.append((f"{NAMESPACE}:passwords", "stored in plain text; set each one with `pulumi config set "
-                         f"--secret --path '{NAMESPACE}:passwords.<user>' <password>`"))
     return problems
 
 
+def provider_username() -> str | None:
+    """The user `pulumi up` deploys as: `rabbitmq:username`, else RABBITMQ_USERNAME."""
+    return runtime_config.get_config("rabbitmq:username") or os.environ.get("RABBITMQ_USERNAME") or None
+
+
+def lock_out_problems(config: StackConfig) -> list[tuple[str, str]]:
+    """An application whose user is the provider's own: its User resource would replace that user's tags
+    (with none) and its password while `pulumi up` still needs them."""
+    deployer = provider_username()
+    return [(f"vhosts[{i}].applications[{j}].user", f'"{app.user}" is the provider\'s user '
+             f"(rabbitmq:username or RABBITMQ_USERNAME): {LOCK_OUT}")
+            for i, vhost in enumerate(config.vhosts)
+            for j, app in zip(vhost.application_indexes, vhost.applications, strict=True) if app.user == deployer]
+
+
+def _written_passwords() -> object:
+    return _decode(runtime_config.get_config(f"{NAMESPACE}:passwords"))
+
+
 def read_stack_config() -> StackConfig:
-    """Every `rabbitmq-retry:*` key, parsed; raises ConfigError listing every problem."""
+    """Every `rabbitmq-retry:*` key, parsed; raises ConfigError listing every problem. Missing passwords are
+    problems only in a real update: a preview gets placeholders (`application_passwords`)."""
     raw = {key.partition(":")[2]: _decode(runtime_config.get_config(key))
            for key in _all_keys() if key.partition(":")[0] == NAMESPACE}
-    problems = provider_problems()
+    problems = password_storage_problems() + provider_problems()
     try:
         config = load_stack_config(raw)
     except ConfigError as error:
         raise ConfigError(error.problems + problems) from None
+    problems += lock_out_problems(config)
+    if not pulumi.runtime.is_dry_run():
+        problems += password_problems(config, _written_passwords())
     if problems:
         raise ConfigError(problems)
-    if clashes := check_logical_names((vhost_key(v.name), plan_vhost(v)) for v in config.vhosts):
-        raise TopologyError("the stack", clashes)
+    plans = [(vhost_key(v.name), plan_vhost(v, f"vhosts[{i}]")) for i, v in enumerate(config.vhosts)]
+    # Checked here too, before any component exists, so that problems carry the stack file's key paths.
+    topology = [problem for _, plan in plans for problem in check_vhost(plan)]
+    if problems := topology + check_logical_names(plans):
+        raise TopologyError("the stack", problems)
     return config
+
+
+def application_passwords(config: StackConfig) -> dict[str, pulumi.Output[str]]:
+    """Each application user's password as a secret. In a preview a missing one is a random placeholder
+    that nobody knows, with a warning: `pulumi up` refuses it (`read_stack_config`)."""
+    written = _written_passwords()
+    passwords = written if isinstance(written, Mapping) else {}
+    result = {}
+    for vhost in config.vhosts:
+        for app in vhost.applications:
+            password = passwords.get(app.user)
+            if not isinstance(password, str) or not password:
+                pulumi.log.warn(f'no password for application user "{app.user}": this preview uses a placeholder '
+                                f"and `pulumi up` will refuse; set it with {password_command(app.user)}")
+                password = secrets.token_urlsafe(32)
+            result[app.user] = pulumi.Output.secret(password)
+    return result

@@ -8,8 +8,16 @@ from typing import Any, NotRequired, TypedDict
 import pulumi
 
 from . import layout
-from .arguments import PROTECT_QUEUES, RETAIN_ERROR_QUEUES, Option, check_args, mapping_or, passwords
-from .checks import TopologyError, check_logical_names, check_vhost
+from .arguments import (
+    PROTECT_QUEUES,
+    RETAIN_ERROR_QUEUES,
+    Option,
+    check_args,
+    mapping_or,
+    non_empty_string,
+    passwords,
+)
+from .checks import TopologyError, check_logical_names, check_vhost, stale_policies
 from .config import ConfigError, load_vhost
 from .config import Vhost as VhostConfig
 from .plan import RetryablePlan, VhostPlan, plan_vhost
@@ -30,6 +38,9 @@ class VhostArgs(TypedDict):
     """`retain_on_delete` on every error queue."""
     passwords: NotRequired[Mapping[str, pulumi.Input[str]]]
     """Password of each application user, by user name; pass secrets (`Config.require_secret`)."""
+    config_path: NotRequired[str]
+    """Where `vhost` stands in the caller's own config (e.g. `vhosts[2]`), for the key paths of checks
+    and warnings; default `Vhost(<name>).vhost`."""
 
 
 OPTIONS = (
@@ -38,6 +49,7 @@ OPTIONS = (
     PROTECT_QUEUES,
     RETAIN_ERROR_QUEUES,
     Option("passwords", passwords),
+    Option("config_path", non_empty_string),
 )
 
 
@@ -58,7 +70,7 @@ class Vhost(pulumi.ComponentResource):
         config = checked["vhost"]
         if not isinstance(config, VhostConfig):
             config = load_vhost(config, f"{where}.vhost")
-        self.plan: VhostPlan = plan_vhost(config)
+        self.plan: VhostPlan = plan_vhost(config, checked.get("config_path", f"{where}.vhost"))
         if problems := check_vhost(self.plan) + check_logical_names([(name, self.plan)]):
             raise TopologyError(f'vhost "{config.name}"', problems)
         passwords = checked.get("passwords") or {}
@@ -66,6 +78,8 @@ class Vhost(pulumi.ComponentResource):
             raise ConfigError([(f"{where}.passwords", f"no password for {', '.join(missing)}; pass a secret "
                                 "per application user")])
         super().__init__(TYPE_TOKEN, name, None, opts)
+        for warning in stale_policies(self.plan):
+            pulumi.log.warn(warning, resource=self)
         scope = Scope(self, config.name, protect_queues=checked.get("protect_queues", False),
                       retain_error_queues=checked.get("retain_error_queues", False), passwords=passwords)
         retryables: dict[str, RetryableQueue] = {}

@@ -204,7 +204,8 @@ def test_an_unknown_key_is_an_error_not_ignored():
     assert problems_of(lambda: RetryableQueue("billing", {"vhost": "v", "queue": BILLING, "protect": True})) == [
         ("RetryableQueue(billing).protect", "unknown key (allowed: protect_queues, queue, retain_error_queues, vhost)")]
     assert problems_of(lambda: Vhost("shop", {"vhost": vhost_config(), "protect": True})) == [
-        ("Vhost(shop).protect", "unknown key (allowed: passwords, protect_queues, retain_error_queues, vhost)")]
+        ("Vhost(shop).protect",
+         "unknown key (allowed: config_path, passwords, protect_queues, retain_error_queues, vhost)")]
 
 
 def test_the_old_option_name_is_refused_with_the_new_one():

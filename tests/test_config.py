@@ -7,7 +7,15 @@ from typing import Any
 
 import pytest
 
-from components.config import ConfigError, Defaults, load_stack_config, password_problems
+from components.config import (
+    POLICY_DEFINITION_KEYS,
+    ConfigError,
+    Defaults,
+    load_stack_config,
+    password_problems,
+    plain_password_paths,
+    plain_password_problems,
+)
 from tests.conftest import vhost_config
 
 
@@ -55,12 +63,14 @@ def test_quorum_queues_get_an_explicit_delivery_limit():
     assert config.vhosts[0].queues[0].delivery_limit == 7
 
 
-def test_a_delivery_limit_at_or_below_max_retries_is_refused():
-    assert problems_of(with_queue({**retryable(max_retries=5), "type": "quorum", "delivery_limit": 5})) == [
+@pytest.mark.parametrize("limit", [5, 6])
+def test_a_delivery_limit_at_or_below_max_retries_plus_one_is_refused(limit: int):
+    assert problems_of(with_queue({**retryable(max_retries=5), "type": "quorum", "delivery_limit": limit})) == [
         (
             "vhosts[0].queues[0].delivery_limit",
-            "5 is not above max_retries (5): on RabbitMQ 4 each retry counts toward it, and a message over it jams in "
-            "a dead-letter cycle; raise it or leave it unset (default: defaults.delivery_limit + max_retries)",
+            f"{limit} is not above max_retries + 1 (6): on RabbitMQ 4 each retry counts toward it, and a message "
+            "over it jams in a dead-letter cycle; raise it or leave it unset (default: defaults.delivery_limit + "
+            "max_retries)",
         )
     ]
 
@@ -475,7 +485,7 @@ def test_passwords_that_are_not_a_mapping_are_a_problem_for_the_config_and_for_p
 
 def test_a_password_that_is_not_a_string_is_refused_by_the_config():
     assert problems_of({**with_users("billing.svc"), "passwords": {"billing.svc": 42}}) == [
-        ("passwords.billing.svc", "expected a string, got int: `pulumi config set --secret --path "
+        ('passwords["billing.svc"]', "expected a string, got int: `pulumi config set --secret --path "
          "'rabbitmq-retry:passwords[\"billing.svc\"]' <password>`"),
     ]
 
@@ -506,3 +516,125 @@ def test_a_name_no_property_path_can_spell_is_told_to_be_renamed():
          'no password for "billing.svc\\": no `pulumi config set --path` can name this user (it ends with a '
          'backslash and needs `["…"]`); rename the user'),
     ]
+
+
+def test_no_password_value_appears_in_a_problem():
+    raw = {**with_users("billing", "shipping", "audit"), "passwords": {"billing": 12345, "shipping": ["hunter2"],
+                                                                      "audit": {"pw": "hunter3"}}}
+    problems = problems_of(raw)
+    assert [path for path, _ in problems] == ["passwords.billing", "passwords.shipping", "passwords.audit"]
+    assert not any(secret in str(problems) for secret in ("12345", "hunter2", "hunter3"))
+    config = load_stack_config(with_users("billing", "shipping"))
+    assert not any(secret in str(password_problems(config, {"billing": 12345, "shipping": ["hunter2"]}))
+                   for secret in ("12345", "hunter2"))
+
+
+@pytest.mark.parametrize(("written", "paths"), [
+    ({"billing": {"secure": "v1"}, "billing.svc": {"secure": "v2"}}, []),
+    ({"billing": {"secure": "v1"}, "billing.svc": "plain", "shipping": 12345},
+     ['passwords["billing.svc"]', "passwords.shipping"]),
+    ({"billing": {"nested": "plain"}, "shipping": ["a", {"secure": "v"}]},
+     ["passwords.billing.nested", "passwords.shipping[0]"]),
+    ({"say \"hi\"": "plain"}, ['passwords["say \\"hi\\""]']),
+    ({"secure": "whole map encrypted"}, []),
+    ("plain", ["passwords"]),
+    ({"billing": None}, []),
+    (None, []),
+])
+def test_plain_password_paths_names_every_value_of_the_stack_file_that_is_not_encrypted(written, paths):
+    assert plain_password_paths(written) == paths
+
+
+def test_a_plain_password_problem_names_the_command_that_encrypts_it_and_never_the_value():
+    assert plain_password_problems({"billing.svc": "hunter2", "billing": {"secure": "v"}}) == [
+        ('passwords["billing.svc"]', "stored in plain text in the stack file; encrypt it: `pulumi config set "
+         "--secret --path 'rabbitmq-retry:passwords[\"billing.svc\"]' <password>` (and change that password: the "
+         "plain one may be in version control)"),
+    ]
+    assert plain_password_problems("hunter2") == [
+        ("passwords", "stored in plain text in the stack file; remove it with `pulumi config rm "
+         "rabbitmq-retry:passwords` and set each password with `pulumi config set --secret --path "
+         "'rabbitmq-retry:passwords.<user>' <password>` (and change that password: the plain one may be in "
+         "version control)"),
+    ]
+
+
+def test_guest_is_never_an_application_user():
+    assert problems_of(with_users("billing", "guest")) == [
+        ("vhosts[0].applications[1].user",
+         "\"guest\" is RabbitMQ's built-in administrator, often the user deploying this stack: pulumi up would "
+         "overwrite the deploying user's tags and password mid-deploy; give the application its own user"),
+    ]
+
+
+# --- policy definitions ----------------------------------------------------------------------------------------
+
+
+def with_policy(definition: dict[str, Any], kind: str = "policies") -> dict[str, Any]:
+    return {"vhosts": [vhost_config(**{kind: [{"name": "team", "pattern": "^team\\.", "definition": definition}]})]}
+
+
+def test_every_policy_key_rabbitmq_knows_is_accepted_with_a_value_it_takes():
+    definition = {"alternate-exchange": "ae", "dead-letter-exchange": "dlx", "dead-letter-routing-key": "rk",
+                  "dead-letter-strategy": "at-least-once", "message-ttl": 60_000, "expires": "3600000",
+                  "max-length": 0, "max-length-bytes": 1_000, "max-in-memory-length": 1, "max-in-memory-bytes": 1,
+                  "overflow": "reject-publish-dlx", "delivery-limit": "-1", "queue-mode": "lazy", "queue-version": 2,
+                  "queue-leader-locator": "balanced", "initial-cluster-size": 3, "max-age": "7D",
+                  "stream-max-segment-size-bytes": 500_000, "consumer-timeout": 1_800_000, "target-group-size": 3,
+                  "stream-filter-size-bytes": 32, "delayed-retry-type": "failed", "delayed-retry-min": 1_000,
+                  "delayed-retry-max": "60000"}
+    assert sorted(definition) == sorted(POLICY_DEFINITION_KEYS)
+    (policy,) = load_stack_config(with_policy(definition)).vhosts[0].policies
+    assert policy.definition == {key: str(value) for key, value in definition.items()}
+
+
+def test_a_policy_key_rabbitmq_does_not_know_is_refused_with_the_keys_it_knows():
+    assert problems_of(with_policy({"x": "true", "max-length": 1})) == [
+        ("vhosts[0].policies[0].definition.x", f"not a policy key RabbitMQ knows (allowed: "
+         f"{', '.join(POLICY_DEFINITION_KEYS)})"),
+    ]
+
+
+def test_classic_mirroring_keys_are_refused_with_what_to_use_instead():
+    assert problems_of(with_policy({"ha-mode": "all", "queue-master-locator": "min-masters"})) == [
+        ("vhosts[0].policies[0].definition.ha-mode",
+         "a classic queue mirroring key: RabbitMQ 4.0 removed mirroring (4.3 refuses it); use quorum queues"),
+        ("vhosts[0].policies[0].definition.queue-master-locator",
+         "deprecated, and refused by RabbitMQ 4.3; use queue-leader-locator"),
+    ]
+
+
+@pytest.mark.parametrize("kind", ["policies", "operator_policies"])
+@pytest.mark.parametrize(("written", "canonical"), [("007", 7), ("+5", 5), ("-0", 0), ("-007", -7)])
+def test_a_number_the_provider_would_read_back_differently_is_refused_with_the_number_to_write(kind, written,
+                                                                                             canonical):
+    assert problems_of(with_policy({"max-length": written}, kind)) == [
+        (f"vhosts[0].{kind}[0].definition.max-length",
+         f"'{written}' is sent as the integer {canonical} and read back as \"{canonical}\", so every `pulumi up` "
+         f"would update this policy again; write {canonical}"),
+    ]
+
+
+@pytest.mark.parametrize("value", ["true", "false", "1.5", "1_000", " 5", "٣", "1e3", str(2**63)])
+def test_an_integer_policy_key_takes_only_an_integer(value):
+    assert problems_of(with_policy({"message-ttl": value})) == [
+        ("vhosts[0].policies[0].definition.message-ttl",
+         f"{value!r} is not an integer; RabbitMQ takes only an integer for message-ttl"),
+    ]
+
+
+def test_a_word_policy_key_takes_only_its_words():
+    assert problems_of(with_policy({"overflow": "true", "queue-mode": "False", "max-age": "true"})) == [
+        ("vhosts[0].policies[0].definition.overflow",
+         "'true' is not one of drop-head, reject-publish, reject-publish-dlx"),
+        ("vhosts[0].policies[0].definition.queue-mode", "'False' is not one of default, lazy"),
+        ("vhosts[0].policies[0].definition.max-age",
+         "'true' is not a max-age: a count and a unit (Y, M, D, h, m or s), e.g. 7D"),
+    ]
+
+
+def test_a_boolean_is_refused_and_a_name_may_be_true():
+    assert problems_of(with_policy({"max-length": True})) == [
+        ("vhosts[0].policies[0].definition.max-length", "expected a string or an integer, got True")]
+    (policy,) = load_stack_config(with_policy({"dead-letter-exchange": "true"})).vhosts[0].policies
+    assert policy.definition == {"dead-letter-exchange": "true"}

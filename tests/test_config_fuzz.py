@@ -125,7 +125,7 @@ def unique_user(stem: str, index: int) -> str:
 VALID_PATTERNS = ("^payments\\.", "^other$", "^audit", ".*", "^(a|b)$", "^注文", "", "x{2,3}")
 POLICY_VALUES: dict[str, tuple[str | int, ...]] = {
     "max-length": (0, 5, "5"), "message-ttl": (60_000, "60000"), "dead-letter-exchange": ("dlx", "dlx.1", "ünï"),
-    "overflow": ("reject-publish",), "ha-mode": ("all",), "expires": (3_600_000,),
+    "overflow": ("reject-publish",), "queue-leader-locator": ("client-local",), "expires": (3_600_000,),
 }
 
 
@@ -133,7 +133,8 @@ POLICY_VALUES: dict[str, tuple[str | int, ...]] = {
 def definitions(draw: st.DrawFn, operator: bool) -> Tree:
     if operator:
         keys = draw(st.lists(st.sampled_from(OPERATOR_POLICY_KEYS), min_size=1, max_size=3, unique=True))
-        return {key: draw(st.sampled_from([1, 1_000, "1000", "reject-publish", 2])) for key in keys}
+        return {key: "reject-publish" if key == "overflow" else draw(st.sampled_from([1, 1_000, "1000", 2]))
+                for key in keys}
     keys = draw(st.lists(st.sampled_from(sorted(POLICY_VALUES)), min_size=1, max_size=3, unique=True))
     return {key: draw(st.sampled_from(POLICY_VALUES[key])) for key in keys}
 
@@ -204,7 +205,7 @@ def valid_vhost(draw: st.DrawFn, vhost_index: int, users: list[str], default_typ
         consumable.append(queue["name"])
         if queue.get("type", default_type) == "quorum" and draw(st.booleans()):
             retries = queue.get("retry", {}).get("max_retries", len(queue.get("retry", {}).get("delays", [])))
-            queue["delivery_limit"] = retries + draw(st.integers(1, 50))
+            queue["delivery_limit"] = retries + draw(st.integers(2, 50))
         queues.append(queue)
     if queues or draw(st.booleans()):
         vhost["queues"] = queues
@@ -252,7 +253,7 @@ def valid_trees(draw: st.DrawFn) -> Tree:
         tree["defaults"] = draw(st.fixed_dictionaries({}, optional={
             "queue_type": st.sampled_from(QUEUE_TYPES),
             "policy_priority": st.integers(0, 1_000),
-            "delivery_limit": st.integers(1, 100),
+            "delivery_limit": st.integers(2, 100),
         }))
     default_type = tree.get("defaults", {}).get("queue_type", "quorum")
     users: list[str] = []
@@ -595,6 +596,10 @@ def path_exists(node: Any, rest: str, root: bool = True) -> bool:
                                                                           root=False)
     if not isinstance(node, Mapping):
         return False
+    if not root and rest.startswith('["'):  # a key Pulumi writes `["…"]`, `\\"` for a quote; it may hold `"]`
+        ends = (match.start() for match in re.finditer(r'"\]', rest) if match.start() >= 2)
+        return any((key := rest[2:end].replace('\\"', '"')) in node
+                   and path_exists(node[key], rest[end + 2:], root=False) for end in ends)
     if not root:
         if not rest.startswith("."):
             return False

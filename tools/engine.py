@@ -1,13 +1,13 @@
 """What `pulumi up` would do between two recordings of the program, for pulumi-rabbitmq 3.5.3.
 
 Pure (no HTTP, no Pulumi runtime), so the PR-review tool and the tests can ask "does this change
-replace a queue?" without a broker. What it encodes (../shared/notes/provider.md):
-- which inputs force a replacement: the schema's `willReplaceOnChanges` (§2.11);
-- how the provider compares: `argumentsJson` as parsed JSON (SuppressJsonDiff, §2.3), numbers and
-  booleans equal to the strings the bridge turns them into (§3.1, §4: priority 10.0 == 10), and an
+replace a queue?" without a broker. What it encodes (docs/provider.md):
+- which inputs force a replacement: the schema's `willReplaceOnChanges` (§2);
+- how the provider compares: `argumentsJson` as parsed JSON (SuppressJsonDiff, §3.2), numbers and
+  booleans equal to the strings the bridge turns them into (§3.2, §4: priority 10.0 == 10), and an
   unset primitive equal to its zero value, as in SDKv2;
 - how the engine plans: resources matched by URN; an explicitly named resource is replaced
-  delete-before-replace and drags along the resources whose inputs reference it (§5, §6).
+  delete-before-replace and drags along the resources whose inputs reference it (§2).
 """
 
 from __future__ import annotations

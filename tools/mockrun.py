@@ -26,7 +26,7 @@ from pulumi.runtime.config import set_all_config
 from pulumi.runtime.proto import source_pb2
 
 from tools import stack_file
-from tools.stack_file import PROJECT, StackFileError
+from tools.stack_file import PROJECT, SECRET_MARKER, StackFileError, is_secret_placeholder
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,8 +60,9 @@ class _Mocks(pulumi.runtime.Mocks):
 class RecordingMonitor(mocks.MockMonitor):
     """MockMonitor that also keeps what the engine would see of each registration."""
 
-    def __init__(self) -> None:
+    def __init__(self, reveal_secrets: bool = False) -> None:
         super().__init__(_Mocks())
+        self.reveal_secrets = reveal_secrets
         self.registered: list[Registered] = []
         self._by_urn: dict[str, Registered] = {}
         self._urns: dict[str, str] = {}
@@ -74,7 +75,8 @@ class RecordingMonitor(mocks.MockMonitor):
         if request.type == "pulumi:pulumi:Stack":
             record = Registered(urn, request.type, request.name, False, None, {})
         else:
-            inputs, secret = rpc.deserialize_properties_unwrap_secrets(request.object)
+            inputs, secret = (rpc.deserialize_properties_unwrap_secrets(request.object) if self.reveal_secrets
+                              else _masked(rpc.deserialize_properties(request.object)))
             record = Registered(
                 urn=urn, type=request.type, name=request.name, custom=bool(request.custom),
                 parent=self._urns.get(request.parent), inputs=_plain(inputs), protect=bool(request.protect),
@@ -100,7 +102,7 @@ class RecordingMonitor(mocks.MockMonitor):
         record = self._by_urn.get(request.urn)
         if record is not None:
             with _worker_event_loop():
-                outputs, _ = rpc.deserialize_properties_unwrap_secrets(request.outputs)
+                outputs, _ = _masked(rpc.deserialize_properties(request.outputs))
             record.outputs = _plain(outputs)
         return super().RegisterResourceOutputs(request)
 
@@ -166,6 +168,22 @@ def _without_source_positions() -> Iterator[None]:
         resource_runtime._get_stack_trace = saved
 
 
+def _masked(value: Any) -> tuple[Any, bool]:
+    """`value` with every secret shown as the stack file's placeholder for it (which fingerprints the
+    ciphertext, so a changed password shows as a change) or, for a secret the program made itself (e.g. a
+    preview's stand-in for a missing password), as just SECRET_MARKER; and whether there was a secret."""
+    if rpc.is_rpc_secret(value):
+        inner = rpc.unwrap_rpc_secret(value)
+        return (inner if is_secret_placeholder(inner) else SECRET_MARKER), True
+    if isinstance(value, Mapping):
+        items = {k: _masked(v) for k, v in value.items()}
+        return {k: v for k, (v, _) in items.items()}, any(secret for _, secret in items.values())
+    if isinstance(value, (list, tuple)):
+        pairs = [_masked(v) for v in value]
+        return [v for v, _ in pairs], any(secret for _, secret in pairs)
+    return value, False
+
+
 def _plain(value: Any) -> Any:
     """Mocked inputs as JSON-able data (the SDK returns floats for integers; keep them as they are)."""
     if isinstance(value, Mapping):
@@ -177,15 +195,18 @@ def _plain(value: Any) -> Any:
 
 @contextmanager
 def mocked_runtime(config: Mapping[str, str] | None = None, secret_keys: list[str] | None = None,
-                   stack: str = "test") -> Iterator[RecordingMonitor]:
-    """Install mocks and config; restore the SDK's settings afterwards."""
+                   stack: str = "test", preview: bool = True,
+                   reveal_secrets: bool = False) -> Iterator[RecordingMonitor]:
+    """Install mocks and config; restore the SDK's settings afterwards. `preview`: the program sees
+    `pulumi.runtime.is_dry_run()` as under `pulumi preview`, which is what plans and reviews model.
+    `reveal_secrets`: record secret inputs as they are (for tests of the wiring), not masked."""
     from copy import deepcopy
 
     from pulumi.runtime import settings
 
     saved = deepcopy(settings.SETTINGS)
-    monitor = RecordingMonitor()
-    mocks.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
+    monitor = RecordingMonitor(reveal_secrets)
+    mocks.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor)
     set_all_config(dict(config or {}), list(secret_keys or []))
     try:
         with _without_source_positions():
@@ -197,9 +218,10 @@ def mocked_runtime(config: Mapping[str, str] | None = None, secret_keys: list[st
 
 
 def record(register: Callable[[], Any], config: Mapping[str, str] | None = None,
-           secret_keys: list[str] | None = None, stack: str = "test") -> list[Registered]:
+           secret_keys: list[str] | None = None, stack: str = "test", preview: bool = True,
+           reveal_secrets: bool = False) -> list[Registered]:
     """Call `register` under mocks and return every resource it registered, in order."""
-    with mocked_runtime(config, secret_keys, stack) as monitor:
+    with mocked_runtime(config, secret_keys, stack, preview, reveal_secrets) as monitor:
         pulumi.runtime.test(register)()
         return list(monitor.registered)
 
@@ -232,8 +254,10 @@ def stack_config(stack: str, root: Path = ROOT) -> tuple[dict[str, str], list[st
     return stack_file.stack_config(root / f"Pulumi.{stack}.yaml")
 
 
-def record_program(stack: str, root: Path = ROOT) -> list[Registered]:
-    """Run `<root>/__main__.py` with `Pulumi.<stack>.yaml`, as `pulumi preview` would, under mocks."""
+def record_program(stack: str, root: Path = ROOT, preview: bool = True,
+                   reveal_secrets: bool = False) -> list[Registered]:
+    """Run `<root>/__main__.py` with `Pulumi.<stack>.yaml`, as `pulumi preview` (or, with `preview=False`,
+    `pulumi up`) would, under mocks."""
     config, secret_keys = stack_config(stack, root)
     # Evaluate `root`'s own components (a review evaluates an older checkout), then put back
     # whatever the caller had imported.
@@ -243,7 +267,7 @@ def record_program(stack: str, root: Path = ROOT) -> list[Registered]:
     sys.path.insert(0, str(root))
     try:
         return record(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__"),
-                      config, secret_keys, stack)
+                      config, secret_keys, stack, preview, reveal_secrets)
     finally:
         sys.path.remove(str(root))
         for name in [name for name in sys.modules if name.split(".")[0] == "components"]:

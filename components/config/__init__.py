@@ -13,6 +13,7 @@ from .keys import (
     KEY_TABLES,
     LIMITS_KEYS,
     OPERATOR_POLICY_KEYS,
+    POLICY_DEFINITION_KEYS,
     POLICY_KEYS,
     QUEUE_KEYS,
     RETRY_KEYS,
@@ -44,7 +45,13 @@ from .model import (
     TopicPermission,
     Vhost,
 )
-from .passwords import password_command, password_path, password_problems
+from .passwords import (
+    password_command,
+    password_path,
+    password_problems,
+    plain_password_paths,
+    plain_password_problems,
+)
 
 __all__ = [
     "APPLICATION_KEYS",
@@ -60,6 +67,7 @@ __all__ = [
     "LIMITS_KEYS",
     "MAX_RETRIES_CEILING",
     "OPERATOR_POLICY_KEYS",
+    "POLICY_DEFINITION_KEYS",
     "POLICY_KEYS",
     "QUEUE_KEYS",
     "QUEUE_TYPES",
@@ -87,4 +95,6 @@ __all__ = [
     "password_command",
     "password_path",
     "password_problems",
+    "plain_password_paths",
+    "plain_password_problems",
 ]

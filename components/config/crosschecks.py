@@ -118,14 +118,23 @@ def check_vhost(p: Problems, vhost: VhostEntry) -> None:
     check_applications(p, vhost)
 
 
+LOCK_OUT = ("pulumi up would overwrite the deploying user's tags and password mid-deploy; give the application "
+            "its own user")
+"""Why an application may not be the provider's own user: its user gets no tags and the application's password."""
+
+
 def check_users(p: Problems, vhosts: Sequence[VhostEntry]) -> None:
-    """Users are broker-wide: one application per user in the whole stack."""
+    """Users are broker-wide: one application per user in the whole stack, and never `guest`, the broker's
+    built-in administrator (and the local stack's deploying user)."""
     first: dict[str, str] = {}
     for vhost in vhosts:
         for app in vhost.applications:
             if app.name is None:
                 continue
             where = f"{app.path}.user"
+            if app.name == "guest":
+                p.add(where, f'"guest" is RabbitMQ\'s built-in administrator, often the user deploying this stack: '
+                      f"{LOCK_OUT}")
             if app.name in first:
                 p.add(where, f'user "{app.name}" is also {first[app.name]}; give each application its own user')
             first.setdefault(app.name, where)

@@ -6,11 +6,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from .crosschecks import check_users, check_vhost, check_vhost_names
-from .fields import ABSENT, INVALID, Problems, boolean, child, describe, items, mapping, optional
+from .fields import ABSENT, INVALID, Problems, boolean, describe, items, mapping, optional
 from .keys import TOP_LEVEL_KEYS
 from .model import Defaults, Queue, StackConfig, Vhost
 from .parsers import VhostEntry, parse_defaults, parse_queue, parse_vhost
-from .passwords import NOT_A_MAPPING, password_command
+from .passwords import NOT_A_MAPPING, key_path, password_command
 
 BUILT_IN_DEFAULTS = Defaults()
 
@@ -24,7 +24,7 @@ def check_passwords_shape(p: Problems, raw: object) -> None:
         return
     for user, password in raw.items():
         if not isinstance(password, str):
-            p.add(child("passwords", user), f"expected a string, got {describe(password)}: "
+            p.add(key_path("passwords", user), f"expected a string, got {describe(password)}: "
                   f"{password_command(str(user))}")
 
 

@@ -8,6 +8,7 @@ exchange or policy look undeclared elsewhere.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -37,8 +38,10 @@ from .keys import (
     EXCHANGE_KEYS,
     LIMITS_KEYS,
     OPERATOR_POLICY_KEYS,
+    POLICY_DEFINITION_KEYS,
     POLICY_KEYS,
     QUEUE_KEYS,
+    RETIRED_POLICY_KEYS,
     RETRY_KEYS,
     TOPIC_PERMISSION_KEYS,
     VHOST_KEYS,
@@ -46,7 +49,10 @@ from .keys import (
 from .model import (
     APPLY_TO,
     EXCHANGE_TYPES,
+    INTEGER_POLICY_KEYS,
+    MAX_AGE,
     MAX_RETRIES_CEILING,
+    POLICY_VALUE_CHOICES,
     QUEUE_TYPES,
     STRING_POLICY_KEYS,
     X_MATCH,
@@ -63,6 +69,8 @@ from .model import (
 )
 
 T = TypeVar("T")
+GO_INTEGER = re.compile(r"[+-]?[0-9]+")
+"""What Go's `strconv.ParseInt(s, 10, 64)` reads as a number (within int64), ASCII digits only."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +142,7 @@ def parse_defaults(p: Problems, raw: object) -> Defaults:
         return base
     queue_type = optional(data, "queue_type", lambda v: choice(p, "defaults.queue_type", v, QUEUE_TYPES), INVALID)
     priority = optional(data, "policy_priority", lambda v: integer(p, "defaults.policy_priority", v, 0), INVALID)
-    limit = optional(data, "delivery_limit", lambda v: integer(p, "defaults.delivery_limit", v, 1), INVALID)
+    limit = optional(data, "delivery_limit", lambda v: integer(p, "defaults.delivery_limit", v, 2), INVALID)
     return Defaults(
         queue_type=base.queue_type if queue_type is INVALID else queue_type,
         policy_priority=base.policy_priority if priority is INVALID else priority,
@@ -263,7 +271,8 @@ def check_derived_name_lengths(p: Problems, path: str, name: str, retry: Retry) 
 
 def resolve_delivery_limit(p: Problems, path: str, written: int | None, queue_type: str, retry: Retry | None,
                            defaults: Defaults) -> int | Invalid | None:
-    """Quorum queues always get a limit; a retryable queue's stays above max_retries."""
+    """Quorum queues always get a limit; a retryable queue's stays above max_retries + 1, the deliveries a
+    message that fails every attempt gets before it is parked."""
     if queue_type != "quorum":
         return None
     if retry is None:
@@ -271,8 +280,8 @@ def resolve_delivery_limit(p: Problems, path: str, written: int | None, queue_ty
     if written is None:
         # On RabbitMQ 4 every plain retry counts toward the limit for the message's whole life.
         return defaults.delivery_limit + retry.max_retries
-    if written <= retry.max_retries:
-        p.add(path, f"{written} is not above max_retries ({retry.max_retries}): on "
+    if written <= retry.max_retries + 1:
+        p.add(path, f"{written} is not above max_retries + 1 ({retry.max_retries + 1}): on "
               "RabbitMQ 4 each retry counts toward it, and a message over it jams in a dead-letter cycle; "
               "raise it or leave it unset (default: defaults.delivery_limit + max_retries)")
         return INVALID
@@ -323,6 +332,55 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
 # --- policies -------------------------------------------------------------------------------------------------
 
 
+def provider_integer(text: str) -> int | None:
+    """The integer the provider sends for a policy value (Go's `strconv.ParseInt(v, 10, 64)`), or None when
+    it sends the value as a string."""
+    if not GO_INTEGER.fullmatch(text):
+        return None
+    number = int(text)
+    return number if -(2**63) <= number < 2**63 else None
+
+
+def policy_value(p: Problems, path: str, key: str, value: object) -> str | Invalid:
+    """One definition value as the provider's schema takes it (a string), or INVALID when RabbitMQ would
+    refuse it at `pulumi up` or the provider would update it on every `pulumi up`."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        p.add(path, f"expected a string or an integer, got {value!r}")
+        return INVALID
+    text = str(value)
+    number = provider_integer(text)
+    if key in STRING_POLICY_KEYS and number is not None:
+        p.add(path, f"{value!r}: the provider sends digits-only values as integers, which RabbitMQ refuses here; "
+              "use a name with a letter in it")
+    elif number is not None and text != str(number):
+        p.add(path, f"{value!r} is sent as the integer {number} and read back as \"{number}\", so every "
+              f"`pulumi up` would update this policy again; write {number}")
+    elif key in INTEGER_POLICY_KEYS and number is None:
+        p.add(path, f"{value!r} is not an integer; RabbitMQ takes only an integer for {key}")
+    elif key in POLICY_VALUE_CHOICES and text not in POLICY_VALUE_CHOICES[key]:
+        p.add(path, f"{value!r} is not one of {', '.join(POLICY_VALUE_CHOICES[key])}")
+    elif key == "max-age" and not re.fullmatch(MAX_AGE, text):
+        p.add(path, f"{value!r} is not a max-age: a count and a unit (Y, M, D, h, m or s), e.g. 7D")
+    else:
+        return text
+    return INVALID
+
+
+def check_definition_key(p: Problems, path: str, key: object, allowed_keys: Sequence[str] | None) -> bool:
+    """A user policy takes the keys RabbitMQ knows (`POLICY_DEFINITION_KEYS`), an operator policy fewer."""
+    if allowed_keys is not None:
+        if key in allowed_keys:
+            return True
+        p.add(path, f"not allowed in an operator policy (allowed: {', '.join(allowed_keys)})")
+    elif key in RETIRED_POLICY_KEYS:
+        p.add(path, RETIRED_POLICY_KEYS[str(key)])
+    elif key not in POLICY_DEFINITION_KEYS:
+        p.add(path, f"not a policy key RabbitMQ knows (allowed: {', '.join(POLICY_DEFINITION_KEYS)})")
+    else:
+        return True
+    return False
+
+
 def parse_definition(p: Problems, path: str, raw: object,
                      allowed_keys: Sequence[str] | None) -> dict[str, str] | Invalid:
     if not isinstance(raw, Mapping) or not raw:
@@ -330,18 +388,13 @@ def parse_definition(p: Problems, path: str, raw: object,
         return INVALID
     definition: dict[str, str] | Invalid = {}
     for key, value in raw.items():
-        if allowed_keys is not None and key not in allowed_keys:
-            p.add(f"{path}.{key}", f"not allowed in an operator policy (allowed: {', '.join(allowed_keys)})")
-            definition = INVALID
-        elif isinstance(value, bool) or not isinstance(value, (str, int)):
-            p.add(f"{path}.{key}", f"expected a string or an integer, got {value!r}")
-            definition = INVALID
-        elif key in STRING_POLICY_KEYS and str(value).lstrip("+-").isdigit():
-            p.add(f"{path}.{key}", f"{value!r}: the provider sends digits-only values as integers, "
-                  "which RabbitMQ refuses here; use a name with a letter in it")
+        where = f"{path}.{key}"
+        text = policy_value(p, where, str(key), value) if check_definition_key(p, where, key, allowed_keys) \
+            else INVALID
+        if text is INVALID:
             definition = INVALID
         elif definition is not INVALID:
-            definition[str(key)] = str(value)
+            definition[str(key)] = text
     return definition
 
 

@@ -7,7 +7,7 @@ Whether passwords are required is the caller's decision (a preview may run witho
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from .fields import describe
 from .model import StackConfig
@@ -15,6 +15,7 @@ from .model import StackConfig
 NAMESPACE = "rabbitmq-retry"
 NOT_A_MAPPING = ("expected a mapping of application user to password, set with "
                  f"`pulumi config set --secret --path '{NAMESPACE}:passwords.<user>' <password>`")
+CHANGE_IT = " (and change that password: the plain one may be in version control)"
 _DOTTED_KEY = re.compile(r"[A-Za-z_$][A-Za-z0-9_$-]*")
 """A key Pulumi's property paths take after a dot; any other is written `["…"]`, with `\\"` for a quote."""
 
@@ -22,12 +23,9 @@ _DOTTED_KEY = re.compile(r"[A-Za-z_$][A-Za-z0-9_$-]*")
 def password_path(user: str) -> str | None:
     """The `pulumi config set --path` key of `user`'s password, or None when no property path can spell
     it: inside `["…"]` a backslash before the closing quote would escape it."""
-    if _DOTTED_KEY.fullmatch(user):
-        return f"{NAMESPACE}:passwords.{user}"
     if user.endswith("\\"):
         return None
-    escaped = user.replace('"', '\\"')
-    return f'{NAMESPACE}:passwords["{escaped}"]'
+    return key_path(f"{NAMESPACE}:passwords", user)
 
 
 def password_command(user: str) -> str:
@@ -60,3 +58,43 @@ def password_problems(config: StackConfig, passwords: object) -> list[tuple[str,
             elif not passwords[app.user]:
                 problems.append((where, f'the password for "{app.user}" is empty: {fix}'))
     return problems
+
+
+def key_path(path: str, key: object) -> str:
+    """`path` then `key` the way Pulumi's property paths write it: `.billing`, `["billing.svc"]`, `[0]`."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    if _DOTTED_KEY.fullmatch(str(key)):
+        return f"{path}.{key}"
+    return f'{path}["{str(key).replace(chr(34), chr(92) + chr(34))}"]'
+
+
+def _plain_leaves(path: str, value: object) -> Iterator[str]:
+    if isinstance(value, Mapping) and set(value) == {"secure"}:
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _plain_leaves(key_path(path, key), item)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _plain_leaves(key_path(path, index), item)
+    elif value is not None:
+        yield path
+
+
+def plain_password_paths(value: object) -> list[str]:
+    """The key path of every value under `rabbitmq-retry:passwords`, as written in a stack file, that is not
+    encrypted (`{secure: …}`). The engine hands the program the whole map as one secret as soon as one
+    value is encrypted, so only the stack file shows the plain ones."""
+    return list(_plain_leaves("passwords", value))
+
+
+def plain_password_problems(value: object) -> list[tuple[str, str]]:
+    """Each plain-text value of `plain_password_paths`, with the command that encrypts it; never the value."""
+    if not isinstance(value, Mapping) or set(value) == {"secure"}:
+        return [(path, "stored in plain text in the stack file; remove it with `pulumi config rm "
+                 f"{NAMESPACE}:passwords` and set each password with `pulumi config set --secret --path "
+                 f"'{NAMESPACE}:passwords.<user>' <password>`{CHANGE_IT}")
+                for path in plain_password_paths(value)]
+    return [(path, f"stored in plain text in the stack file; encrypt it: {password_command(str(user))}{CHANGE_IT}")
+            for user, item in value.items() for path in _plain_leaves(key_path("passwords", user), item)]

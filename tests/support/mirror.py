@@ -3,17 +3,17 @@
 Test support, not product: the mock recording (tools/mockrun.py) says what the program declares;
 this module sends exactly what the provider (terraform-provider-rabbitmq v1.10.1 over rabbit-hole
 v3.2.0) sends for it, so the broker's answer is the answer `pulumi up` would get. It mirrors, from
-../shared/notes/provider.md:
+docs/provider.md:
 - §1 transport (rabbit-hole `client.go`): Go `url.PathEscape` of every path segment, Basic auth,
   JSON content type, no keep-alive, DELETE 404 = success, other >= 400 = "Error <code> (<error>): <reason>";
-- §2 per resource (`resource_vhost.go`, `resource_queue.go`, `resource_exchange.go`,
+- §2, §3, §6 per resource (`resource_vhost.go`, `resource_queue.go`, `resource_exchange.go`,
   `resource_binding.go`, `resource_policy.go`, `resource_operator_policy.go`, `resource_user.go`,
   `resource_permissions.go`, `resource_topic_permissions.go`): paths and exact JSON bodies, string-only
-  `arguments` vs typed `argumentsJson` (§3.1), binding `properties_key` from the Location header (§5);
+  `arguments` vs typed `argumentsJson` (§3.2), binding `properties_key` from the Location header (§5);
 - §4 the policy definition ParseInt conversion on write and FormatFloat on read;
-- §6 and tools/engine.py for the plan: delete-before-replace for named resources, so a replaced
+- §2 and tools/engine.py for the plan: delete-before-replace for named resources, so a replaced
   queue loses its messages here as in real life;
-- the Read functions for `read_back`: what a `pulumi refresh` / next `pulumi up` would see differ
+- §7 the Read functions for `read_back`: what a `pulumi refresh` / next `pulumi up` would see differ
   (e.g. RabbitMQ 4's injected `x-queue-type`, §3.3).
 """
 
