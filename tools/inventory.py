@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from components.effective import PolicyIndex
+from components.plan import PolicyPlan, QueuePlan
 from tools.mockrun import Registered
 from tools.stack_file import SECRET_MARKER, is_secret_placeholder
 
@@ -119,15 +121,17 @@ class ConfigPolicy:
 
 def config_policies(recording: Sequence[Registered]) -> dict[tuple[str, str, str], ConfigPolicy]:
     """The stack config's user and operator policies, by (vhost, kind, name), with how many planned queues
-    or exchanges each matches (patterns are searched, as RabbitMQ does; apply-to honoured)."""
+    or exchanges each matches, by the preview checks' own rules (`components.effective`: pattern searched,
+    apply-to and the queue type's refused keys honoured)."""
     by_urn = {r.urn: r for r in recording}
-    queues: dict[str, list[tuple[str, str]]] = {}
+    queues: dict[str, list[QueuePlan]] = {}
     exchanges: dict[str, list[str]] = {}
     for r in recording:
         vhost = str(r.inputs.get("vhost", "/"))
         if short_type(r.type) == "Queue":
             arguments = json.loads(r.inputs.get("settings", {}).get("argumentsJson") or "{}")
-            queues.setdefault(vhost, []).append((str(r.inputs["name"]), str(arguments.get("x-queue-type", "classic"))))
+            queue_type = str(arguments.get("x-queue-type", "classic"))
+            queues.setdefault(vhost, []).append(QueuePlan("", str(r.inputs["name"]), queue_type, arguments, "plain"))
         elif short_type(r.type) == "Exchange":
             exchanges.setdefault(vhost, []).append(str(r.inputs["name"]))
     found = {}
@@ -139,16 +143,14 @@ def config_policies(recording: Sequence[Registered]) -> dict[tuple[str, str, str
         if r.name != f"{parent.name}-{key}-{r.inputs.get('name')}":
             continue
         vhost, policy = str(r.inputs.get("vhost", "/")), r.inputs["policy"]
-        pattern, apply_to = str(policy["pattern"]), str(policy.get("applyTo") or "all")
+        planned = PolicyPlan("", str(r.inputs["name"]), str(policy["pattern"]), int(policy.get("priority") or 0),
+                             dict(policy.get("definition") or {}), str(policy.get("applyTo") or "all"))
         try:
-            compiled = re.compile(pattern)
+            index = PolicyIndex([planned])
         except re.error:  # the config check refuses these; never hide a policy behind a crash here
             continue
-        names = [q for q, qtype in queues.get(vhost, [])
-                 if apply_to in ("all", "queues") or apply_to == f"{qtype}_queues"
-                 or (apply_to == "streams" and qtype == "stream")]
-        names += exchanges.get(vhost, []) if apply_to in ("all", "exchanges") else []
-        kind = key.replace("-", " ")
-        found[(vhost, kind, str(r.inputs["name"]))] = ConfigPolicy(
-            vhost, kind, str(r.inputs["name"]), pattern, apply_to, sum(1 for n in names if compiled.search(n)))
+        matches = (sum(1 for queue in queues.get(vhost, []) if index.matching_queue(queue))
+                   + sum(1 for exchange in exchanges.get(vhost, []) if index.matching_exchange(exchange)))
+        found[(vhost, key.replace("-", " "), planned.name)] = ConfigPolicy(
+            vhost, key.replace("-", " "), planned.name, planned.pattern, planned.apply_to, matches)
     return found
