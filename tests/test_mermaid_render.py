@@ -94,7 +94,7 @@ def test_the_diagrams_of_plans_and_reviews_render(mmdc: Path, tmp_path: Path):
     project, rendered = tmp_path / "project", tmp_path / "rendered"
     project.mkdir()
     rendered.mkdir()
-    sources = {f"plan {stack}": run_tool("tools.plan", "--stack", stack) for stack in ("dev", "prod")}
+    sources = {f"plan {stack}": run_tool("tools.plan_report", "--stack", stack) for stack in ("dev", "prod")}
     sources["review of changed delays"] = review_of_changed_delays(project)
     diagrams: dict[str, str] = {}
     for source, markdown in sources.items():

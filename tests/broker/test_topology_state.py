@@ -209,8 +209,8 @@ def test_program_uses_no_4x_only_setting() -> None:
 def test_delivery_limit_is_enforced_on_every_broker(broker: Broker, deploy: Deployer) -> None:
     """A consumer that dies holding the message (channel closed, no ack) uses up a delivery; after
     `delivery-limit` returns the message dead-letters to tier 1 on 3.10 as on 4.x."""
-    deployment = deploy(_retryable("quorum", ["60s"], delivery_limit=2))
-    assert get(broker, f"policies/{esc(deployment.vhost)}/work")["definition"] == {"delivery-limit": 2}
+    deployment = deploy(_retryable("quorum", ["60s"], delivery_limit=3))  # the lowest the config allows here
+    assert get(broker, f"policies/{esc(deployment.vhost)}/work")["definition"] == {"delivery-limit": 3}
     with _channel(broker, deployment.vhost) as publisher:
         publisher.basic_publish("", "work", b"poison")
         deliveries = 0
@@ -222,7 +222,7 @@ def test_delivery_limit_is_enforced_on_every_broker(broker: Broker, deploy: Depl
             consumer.close()  # the consumer "crashes": the unacked message is returned
         _, properties, body = _next(publisher, "work.wait.1") or (None, None, b"")
     print(f"\n[{broker.name}] deliveries before dead-lettering: {deliveries}")
-    assert deliveries == 3  # limit 2: the third return exceeds it
+    assert deliveries == 4  # limit 3: the fourth return exceeds it
     assert body == b"poison"
     assert properties.headers["x-first-death-reason"] == "delivery_limit"
 
@@ -230,7 +230,7 @@ def test_delivery_limit_is_enforced_on_every_broker(broker: Broker, deploy: Depl
 def test_requeue_by_nack_counts_towards_delivery_limit_only_before_4x(broker: Broker, deploy: Deployer) -> None:
     """Explicit version difference: 4.x counts `basic.nack(requeue=True)` in x-acquired-count, not in
     the delivery count, so only a reject without requeue (the retry contract) leaves the loop there."""
-    deployment = deploy(_retryable("quorum", ["60s"], delivery_limit=2))
+    deployment = deploy(_retryable("quorum", ["60s"], delivery_limit=3))
     with _channel(broker, deployment.vhost) as channel:
         channel.basic_publish("", "work", b"requeued")
         for _ in range(4):
@@ -247,4 +247,4 @@ def test_requeue_by_nack_counts_towards_delivery_limit_only_before_4x(broker: Br
 
         # 3.10 dead-letters asynchronously: wait (an eventual condition) rather than sample once.
         seen = wait_for(settled, ARRIVAL_S, f"(work, wait.1) == {expected}")
-    print(f"\n[{broker.name}] after 4 nack(requeue=True) with delivery-limit 2: (work, wait.1) = {seen}")
+    print(f"\n[{broker.name}] after 4 nack(requeue=True) with delivery-limit 3: (work, wait.1) = {seen}")

@@ -76,7 +76,8 @@ class Deployment:
 def record_vhost(vhost_config: Mapping[str, Any], **vhost_args: Any) -> tuple[list[Registered], dict[str, Any]]:
     """Record `Vhost(...)` under mocks; the contracts come from its registered outputs, or the plan."""
     config = copy.deepcopy(dict(vhost_config))
-    resources = record(lambda: Vhost("t", {"vhost": config, **vhost_args}))
+    # The broker gets what the provider gets: secrets as they are, not masked as plans show them.
+    resources = record(lambda: Vhost("t", {"vhost": config, **vhost_args}), reveal_secrets=True)
     component = next(r for r in resources if r.type == "rabbitmq-retry:index:Vhost")
     contracts = component.outputs.get("retry_contracts")
     if not contracts:
