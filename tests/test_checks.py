@@ -323,4 +323,5 @@ def test_the_check_cost_bench_runs(capsys):
     from bench.check_cost import main
 
     lines = main(["--check-sizes", "3", "--program-sizes", "2"])
-    assert [line.split()[0] for line in lines] == ["what", "check_vhost", "Vhost", "bare"]
+    assert [line.split()[0] for line in lines] == ["what", "check_vhost", "Vhost", "the"]
+    assert lines[2].split()[2] == lines[3].split()[3]  # the floor replays exactly as many resources
