@@ -324,4 +324,4 @@ def test_the_check_cost_bench_runs(capsys):
 
     lines = main(["--check-sizes", "3", "--program-sizes", "2"])
     assert [line.split()[0] for line in lines] == ["what", "check_vhost", "Vhost", "the"]
-    assert lines[2].split()[2] == lines[3].split()[3]  # the floor replays exactly as many resources
+    assert lines[2].split()[5] == lines[3].split()[5]  # the floor replays exactly as many resources
