@@ -290,6 +290,14 @@ def _drop_refused(adoption: Adoption) -> None:
             problems = [(m.group(1), int(m.group(2)), f"{path}: {message}") for path, message in error.problems
                         if (m := ENTRY_PATH.search(path))]
             unplaced = [f"{path}: {message}" for path, message in error.problems if not ENTRY_PATH.search(path)]
+        for text in list(unplaced):
+            overlapping = set(re.findall(r"'([^']*)'", text.split("RabbitMQ applies only one")[0]))
+            user = [i for i, p in enumerate(adoption.vhost["policies"]) if p["name"] in overlapping]
+            if "matched by policies" in text and user:
+                problems.append(("policies", user[0], f"{text}. Left alone it no longer applies there once our "
+                                 "policy exists (ours has a higher priority): move its settings into the queue's "
+                                 "config (e.g. max_length) or narrow its pattern"))
+                unplaced.remove(text)
         if unplaced:
             raise DefinitionsError("the adopted config does not plan: " + "; ".join(unplaced))
         if not problems:
@@ -450,6 +458,8 @@ def report(adoption: Adoption, stack: str) -> str:
 
 
 def adopt(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
+    if not snapshot.exists:
+        raise DefinitionsError(f"vhost {snapshot.vhost!r} is not in {snapshot.source}")
     return finish(build(snapshot, suffix))
 
 
@@ -471,6 +481,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(list(argv) if argv is not None else None)
     target = args.root / f"Pulumi.{args.stack}.yaml"
     report_path = args.report or args.root / f"adopt-{args.stack}.md"
+    if not args.vhost:
+        print("error: no vhost: pass VHOST=<name>", file=sys.stderr)
+        return 1
     if target.exists():
         print(f"error: {target} exists; adopt into a new stack", file=sys.stderr)
         return 1

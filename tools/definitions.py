@@ -40,6 +40,8 @@ class Snapshot:
     operator_policies: dict[str, dict[str, Any]] = field(default_factory=dict)
     broker_version: str = ""
     live: bool = False
+    exists: bool = True
+    """False when the vhost itself is not on the broker."""
 
     def messages(self, queue: str) -> int | None:
         """Messages in `queue` (ready and unacknowledged) when read live; None from a file."""
@@ -65,12 +67,13 @@ class Endpoint:
     password: str
 
     @classmethod
-    def from_environment(cls, url: str | None = None) -> Endpoint:
-        """`url` or RABBITMQ_ENDPOINT, with RABBITMQ_USERNAME / RABBITMQ_PASSWORD (the provider's variables)."""
+    def from_environment(cls, url: str | None = None, username: str | None = None) -> Endpoint:
+        """`url`, else RABBITMQ_ENDPOINT; the user from RABBITMQ_USERNAME, else `username`; the password from
+        RABBITMQ_PASSWORD (the provider's variables). RabbitMQ's default guest/guest when unset."""
         endpoint = url or os.environ.get("RABBITMQ_ENDPOINT", "")
         if not endpoint:
             raise DefinitionsError("no endpoint: pass ENDPOINT=http://host:15672 (or set RABBITMQ_ENDPOINT)")
-        return cls(endpoint.rstrip("/"), os.environ.get("RABBITMQ_USERNAME", "guest"),
+        return cls(endpoint.rstrip("/"), os.environ.get("RABBITMQ_USERNAME") or username or "guest",
                    os.environ.get("RABBITMQ_PASSWORD", "guest"))
 
     def get(self, path: str) -> Any:
@@ -81,6 +84,8 @@ class Endpoint:
             with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
                 return json.loads(response.read() or b"null")
         except urllib.error.HTTPError as error:
+            if error.code == 404:
+                return None
             raise DefinitionsError(f"GET {self.url}/api/{path}: HTTP {error.code} {error.read()[:200]!r}") from None
         except (OSError, ValueError) as error:
             raise DefinitionsError(f"GET {self.url}/api/{path}: {error}") from None
@@ -115,9 +120,9 @@ def _snapshot(vhost: str, source: str, queues: list[Any], exchanges: list[Any], 
 def read_live(endpoint: Endpoint, vhost: str) -> Snapshot:
     """GET only: overview, then the vhost's queues, exchanges, bindings, policies and operator policies."""
     v = escape(vhost)
-    if endpoint.get(f"vhosts/{v}") is None:
-        raise DefinitionsError(f"vhost {vhost!r} does not exist at {endpoint.url}")
     version = str((endpoint.get("overview") or {}).get("rabbitmq_version", ""))
+    if endpoint.get(f"vhosts/{v}") is None:
+        return Snapshot(vhost, endpoint.url, broker_version=version, live=True, exists=False)
     return _snapshot(vhost, endpoint.url, endpoint.get(f"queues/{v}") or [], endpoint.get(f"exchanges/{v}") or [],
                      endpoint.get(f"bindings/{v}") or [], endpoint.get(f"policies/{v}") or [],
                      endpoint.get(f"operator-policies/{v}") or [], version, live=True)
@@ -132,6 +137,8 @@ def read_file(path: Path, vhost: str) -> Snapshot:
     if not isinstance(data, dict) or not any(k in data for k in ("queues", "exchanges", "bindings")):
         raise DefinitionsError(f"{path}: not a RabbitMQ definitions export (no queues, exchanges or bindings)")
     version = str(data.get("rabbitmq_version") or data.get("rabbit_version") or "")
+    if "vhosts" in data and vhost not in {v.get("name") for v in data["vhosts"] if isinstance(v, dict)}:
+        return Snapshot(vhost, str(path), broker_version=version, exists=False)
     return _snapshot(vhost, str(path), data.get("queues") or [], data.get("exchanges") or [],
                      data.get("bindings") or [], data.get("policies") or [], data.get("operator_policies") or [],
                      version, live=False)

@@ -27,7 +27,7 @@ import pulumi
 from tools import engine
 from tools.definitions import DefinitionsError, Endpoint, Snapshot, binding_id, read_file, read_live
 from tools.markdown import code, row
-from tools.mockrun import ROOT, Registered, close_event_loop, record_program
+from tools.mockrun import ROOT, Registered, close_event_loop, record_program, stack_config
 from tools.stack_file import StackFileError
 
 COMPARED = (engine.QUEUE, engine.EXCHANGE, engine.BINDING, engine.POLICY, engine.OPERATOR_POLICY)
@@ -210,6 +210,8 @@ def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot]) -> l
     """Missing, different and extra objects of every vhost in `snapshots`."""
     found: list[Finding] = []
     for vhost, snapshot in snapshots.items():
+        if not snapshot.exists:
+            found.append(Finding("missing", vhost, "VHost", vhost, "the vhost itself, with everything in it"))
         mine = [r for r in records if r.custom and r.type in COMPARED and r.inputs.get("vhost") == vhost]
         for record in mine:
             result = compare(record, snapshot)
@@ -272,7 +274,8 @@ def render(stack: str, found: Sequence[Finding], snapshots: dict[str, Snapshot])
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--stack", required=True)
-    parser.add_argument("--endpoint", help="management URL (default RABBITMQ_ENDPOINT)")
+    parser.add_argument("--endpoint", help="management URL (default RABBITMQ_ENDPOINT, else the stack's "
+                        "rabbitmq:endpoint)")
     parser.add_argument("--definitions", type=Path, help="compare with an exported definitions file instead")
     parser.add_argument("--root", type=Path, default=ROOT)
     parser.add_argument("--output", type=Path)
@@ -283,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.definitions:
             snapshots = {v: read_file(args.definitions, v) for v in vhosts}
         else:
-            endpoint = Endpoint.from_environment(args.endpoint)
+            config, _ = stack_config(args.stack, args.root)
+            endpoint = Endpoint.from_environment(args.endpoint or config.get("rabbitmq:endpoint"),
+                                                 config.get("rabbitmq:username"))
             snapshots = {v: read_live(endpoint, v) for v in vhosts}
     except (pulumi.RunError, StackFileError, DefinitionsError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -220,3 +220,48 @@ def test_a_queue_declared_without_a_type_is_silently_taken_over_then_replaced_on
         assert differences == []
     else:
         assert differences and all(line.endswith("(replace)") for line in differences)
+
+
+OURS = {"exchanges": [{"name": "orders", "type": "topic"}],
+        "queues": [{"name": "billing", "type": "quorum", "max_length": 1000,
+                    "bindings": [{"exchange": "orders", "routing_key": "order.*"}],
+                    "retry": {"delays": ["1s", "5s"], "max_retries": 2, "error_retention": "168h"}},
+                   {"name": "audit", "type": "classic", "bindings": [{"exchange": "orders", "routing_key": "#"}]}],
+        "policies": [{"name": "lazy-audit", "pattern": "^audit$", "definition": {"queue-version": 2}}]}
+
+
+def test_re_adopting_our_own_topology_after_state_loss_imports_everything(broker: Broker, deploy: Any) -> None:
+    deployed = deploy(OURS)
+    assert read_back(broker, deployed.resources) == []
+    adoption = adopt(_snapshot(broker, deploy.vhost))
+    decided = summary(adoption.decisions)
+    assert set(decided) == {IMPORT}, decided
+    assert [(t.kind, t.queue, t.delays_ms) for t in adoption.topologies] == [("ours", "billing", (1000, 5000))]
+    records = adoption.records
+    assert all(r.import_id for r in records if r.custom and r.type in COMPARED_TYPES)
+    apply(broker, records)
+    assert read_back(broker, records) == []
+    # The same logical names and inputs as the stack that was lost (which created the vhost the adopted
+    # stack finds existing): nothing to replace.
+    ours = {r.urn.rsplit("::", 1)[-1]: r.inputs for r in deployed.resources if r.custom and r.type != engine.VHOST}
+    adopted = {r.urn.rsplit("::", 1)[-1].replace(naming.vhost_key(deploy.vhost), "t", 1): r.inputs
+               for r in records if r.custom}
+    assert adopted == ours
+
+
+COMPARED_TYPES = (engine.QUEUE, engine.EXCHANGE, engine.BINDING, engine.POLICY)
+
+
+def test_drift_reports_missing_different_and_extra_objects(broker: Broker, deploy: Any) -> None:
+    deployed = deploy(OURS)
+    vhost = deploy.vhost
+    assert findings(deployed.resources, {vhost: _snapshot(broker, vhost)}) == []
+    call(broker, "PUT", f"policies/{esc(vhost)}/lazy-audit",
+         {"pattern": "^audit$", "apply-to": "queues", "priority": 0, "definition": {"queue-version": 1}})
+    call(broker, "DELETE", f"exchanges/{esc(vhost)}/billing.requeue")  # takes its binding with it
+    with _application(broker, vhost) as ch:
+        ch.queue_declare("declared-by-an-app", durable=True)
+    found = {(f.kind, f.type, f.name) for f in findings(deployed.resources, {vhost: _snapshot(broker, vhost)})}
+    assert found == {("mutable", "Policy", "lazy-audit"), ("missing", "Exchange", "billing.requeue"),
+                     ("missing", "Binding", "billing.requeue → billing ('')"),
+                     ("extra", "Queue", "declared-by-an-app")}
