@@ -70,7 +70,7 @@ def short_type(type_: str) -> str:
     return type_.rsplit(":", 1)[-1]
 
 
-def _read_policy_value(value: Any) -> Any:
+def read_policy_value(value: Any) -> Any:
     """resource_policy.go Read: numbers formatted as strings, lists joined with ","."""
     if isinstance(value, (bool, dict)):
         return value
@@ -140,7 +140,7 @@ def read_state(record: Registered, snapshot: Snapshot) -> tuple[dict[str, Any] |
             return None, None
         return {**base, "name": p["name"], "policy": {
             "pattern": p.get("pattern"), "priority": p.get("priority"), "applyTo": p.get("apply-to"),
-            "definition": {k: _read_policy_value(v) for k, v in (p.get("definition") or {}).items()}}}, None
+            "definition": {k: read_policy_value(v) for k, v in (p.get("definition") or {}).items()}}}, None
     raise ValueError(f"{t} is not compared")
 
 

@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from tools import engine
+from tools.drift import read_policy_value
 from tools.engine import Step, tf_string
 from tools.mockrun import Registered
 
@@ -342,17 +343,6 @@ def destroy(broker: Broker, resources: Sequence[Registered]) -> None:
         _delete(broker, record)
 
 
-def _read_value(value: Any) -> Any:
-    """resource_policy.go Read: numbers via FormatFloat, string arrays joined with ","."""
-    if isinstance(value, (bool, dict)):
-        return value  # cannot be stored in the map<string>: always a difference
-    if isinstance(value, (int, float)):
-        return tf_string(float(value))
-    if isinstance(value, list):
-        return ",".join(map(str, value))
-    return value
-
-
 def _compare(label: str, type_: str, path: str, program: Any, broker: Any) -> list[str]:
     verdict = "replace" if engine.forces_replace(type_, path) else "update in place"
     return [f"{label}: {path}: program {program!r}, broker {broker!r} ({verdict})"]
@@ -396,7 +386,7 @@ def _read_one(broker: Broker, r: Registered) -> list[str]:
                   ("policy.applyTo", policy["applyTo"], info.get("apply-to")),
                   ("policy.priority", int(policy["priority"]), info.get("priority"))]
         wanted = {k: tf_string(v) for k, v in policy["definition"].items()}
-        found = {k: _read_value(v) for k, v in (info.get("definition") or {}).items()}
+        found = {k: read_policy_value(v) for k, v in (info.get("definition") or {}).items()}
         pairs += [(f"policy.definition.{k}", wanted.get(k, "<absent>"), found.get(k, "<absent>"))
                   for k in sorted(set(wanted) | set(found))]
     elif t == engine.USER:
