@@ -225,6 +225,10 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
             continue
         if set(arguments) <= PLAIN_ARGUMENTS and "x-queue-type" in arguments:
             vhost["queues"].append(queue_entry(name, queue_type, name))
+            if queue_type == "quorum":
+                adoption.warnings.append(f"quorum queue {name}: the stack gives it a `delivery-limit` policy "
+                                         "(`defaults.delivery_limit`, 20; RabbitMQ 4's default, unlimited on 3.x): "
+                                         "set `delivery_limit` on the queue if it needs another")
             continue
         new = _free_name(snapshot, name, suffix, taken)
         adoption.beside[name] = new
@@ -247,7 +251,7 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
 
     new_queues = [n for q in adoption.beside.values() for n in naming.derived_queue_names(q, 9)]
     for name, policy in sorted(snapshot.policies.items()):
-        if name in owned_policies or any(t.kind == "ours" and name in (t.queues) for t in adoption.topologies):
+        if name in owned_policies:  # retired with its topology, or (ours) derived by the plan again
             continue
         if hits := [q for q in new_queues if re.search(str(policy.get("pattern", "")), q)]:
             adoption.decide(ALONE, "Policy", name, f"its pattern also matches the new queue {hits[0]}: narrow it "

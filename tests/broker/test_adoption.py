@@ -179,8 +179,18 @@ def test_the_adopted_retry_loop_works_for_messages_published_after_adoption(brok
         deaths = again[1].headers["x-death"]
         assert [(d["queue"], d["reason"]) for d in deaths] == [(f"{new}.wait.1", "expired"), (new, "rejected")]
         ch.basic_ack(again[0].delivery_tag)
+        # The Sneakers work queue's successor: a rejected message waits in its tier (the old TTL, 10 minutes).
+        _publish(ch, "events", "mail.after", 1, "mail-after")
+        mail = next_message(ch, "mailer.v2", ARRIVAL_S)
+        assert mail is not None and mail[2] == b"mail-after-0"
+        ch.basic_reject(mail[0].delivery_tag, requeue=False)
+        waiting = next_message(ch, "mailer.v2.wait.1", ARRIVAL_S)
+        assert waiting is not None and waiting[2] == b"mail-after-0"
+        ch.basic_nack(waiting[0].delivery_tag, requeue=True)
     counts = message_counts(broker, vhost, ["service_a_input_q", "mailer", "mailer-retry", "mailer-error"])
-    assert counts == {q: WAITING[q] for q in counts}, "the old queues lost or gained a message"
+    # The old binding of `mailer` is still there (not unbound in this test), so it got its copy too.
+    assert counts == {**{q: WAITING[q] for q in counts}, "mailer": WAITING["mailer"] + 1}, \
+        "the old queues lost or gained a message"
 
 
 def test_creating_our_design_over_a_runtime_queue_fails_with_inequivalent_arg(broker: Broker,
