@@ -12,7 +12,7 @@ PULUMI_ENV := PULUMI_BACKEND_URL=$${PULUMI_BACKEND_URL:-file://$(CURDIR)/.pulumi
 tool_status = || { status=$$?; case $$status in 1) why=error;; 2) why="data loss not acknowledged";; *) why=failed;; \
 	esac; echo "make $@: $(1) exit status $$status ($$why); make itself exits 2 on any failure" >&2; exit $$status; }
 
-.PHONY: setup test test-fast lint plan preview up brokers review mutate
+.PHONY: setup test test-fast lint plan preview up brokers review mutate adopt drift
 
 setup:
 	scripts/setup.sh
@@ -45,3 +45,18 @@ review:
 
 mutate:
 	$(PY) -m tools.mutate
+
+# Read-only: GET requests to ENDPOINT (else RABBITMQ_ENDPOINT) with RABBITMQ_USERNAME/RABBITMQ_PASSWORD, or a file.
+adopt:
+	@$(PY) -m tools.adopt --vhost "$(VHOST)" --stack $(STACK)$(if $(ENDPOINT), --endpoint $(ENDPOINT))\
+		$(if $(DEFINITIONS), --definitions $(DEFINITIONS))$(if $(SUFFIX), --suffix $(SUFFIX)) \
+		$(call tool_status,tools.adopt)
+
+# 0 in sync, 2 drift, 1 error (python -m tools.drift); through make any failure is 2, named in the last line.
+drift_status = || { status=$$?; case $$status in 1) why=error;; 2) why=drift;; *) why=failed;; esac; \
+	echo "make $@: tools.drift exit status $$status ($$why); make itself exits 2 on any failure" >&2; exit $$status; }
+
+drift:
+	@$(PULUMI_ENV) $(PY) -m tools.drift --stack $(STACK)$(if $(ENDPOINT), --endpoint $(ENDPOINT))\
+		$(if $(DEFINITIONS), --definitions $(DEFINITIONS))$(if $(OUTPUT), --output $(OUTPUT)) \
+		$(drift_status)

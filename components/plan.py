@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass, field, replace
+from typing import Literal, TypeVar
+from urllib.parse import unquote_plus
 
 from . import naming
-from .config import Binding, Policy, Queue, TopicPermission, Vhost
+from .config import Binding, ConfigError, Policy, Queue, TopicPermission, Vhost
 from .layout import logical_names as logical_names
 
 QueueRole = Literal["input", "wait", "error", "plain"]
@@ -31,6 +32,8 @@ class QueuePlan:
     queue_type: str
     arguments: Mapping[str, str | int]
     role: QueueRole
+    import_id: str | None = None
+    """The provider ID Pulumi adopts it under (`import_`), from the vhost's `import` config."""
 
     @property
     def arguments_json(self) -> str:
@@ -43,6 +46,7 @@ class ExchangePlan:
     key: str
     name: str
     type: str
+    import_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class BindingPlan:
     routing_key: str = ""
     arguments: Mapping[str, str | int | bool] = field(default_factory=dict)
     source_external: bool = False
+    import_id: str | None = None
 
     @property
     def arguments_json(self) -> str | None:
@@ -72,6 +77,7 @@ class PolicyPlan:
     """Config key path that sets each definition key, e.g. "vhosts[0].queues[2].delivery_limit"."""
     source: str = ""
     """Config key path of the policy entry ("" for the policies the plan derives for a queue)."""
+    import_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -249,8 +255,71 @@ def plan_retryable(queue: Queue, path: str = "queue") -> RetryablePlan:
         policies.append(_policy("error-policy", error.name, queue.policy_priority, error_definition, {
             "message-ttl": f"{path}.retry.error_retention", "max-length": f"{path}.retry.error_max_length",
             "overflow": f"{path}.retry.error_max_length"}))
-    return RetryablePlan(config=queue, tiers=tiers, queues=(input_queue, *wait_queues, error),
-                         exchanges=exchanges, bindings=bindings, policies=tuple(policies))
+    imports = queue.imports
+    return RetryablePlan(config=queue, tiers=tiers, queues=_adopt((input_queue, *wait_queues, error), "queue", imports),
+                         exchanges=_adopt(exchanges, "exchange", imports),
+                         bindings=_adopt(bindings, "binding", imports),
+                         policies=_adopt(tuple(policies), "policy", imports))
+
+
+Importable = QueuePlan | ExchangePlan | BindingPlan | PolicyPlan
+E = TypeVar("E", QueuePlan, ExchangePlan, BindingPlan, PolicyPlan)
+
+
+def _binding_id_matches(object_id: str, binding: BindingPlan) -> bool:
+    """`vhost/source/destination/queue/properties_key` (the vhost part is checked by the caller): the
+    properties key is the URL-encoded routing key, then `~` and a hash of the arguments when there are any
+    (`~` alone for an empty key without arguments)."""
+    parts = object_id.split("/")
+    if len(parts) != 5 or parts[1:4] != [binding.source, binding.destination, "queue"]:
+        return False
+    key, tilde, arguments_hash = parts[4].partition("~")
+    if binding.arguments:
+        return bool(tilde and arguments_hash) and unquote_plus(key) == binding.routing_key
+    return (parts[4] == "~") if binding.routing_key == "" else (not tilde and unquote_plus(key) == binding.routing_key)
+
+
+def _matches(kind: str, object_id: str, entry: Importable) -> bool:
+    if isinstance(entry, BindingPlan):
+        return kind == "binding" and _binding_id_matches(object_id, entry)
+    return object_id.rsplit("@", 1)[0] == entry.name
+
+
+def _adopt(entries: tuple[E, ...], kind: str, imports: Iterable[str]) -> tuple[E, ...]:
+    """`entries` with the import ID of each one that an `import` entry (`<kind> <ID>`) names."""
+    wanted = [tuple(entry.split(" ", 1)) for entry in imports]
+    return tuple(next((replace(entry, import_id=object_id) for k, object_id in wanted
+                       if k == kind and _matches(kind, object_id, entry)), entry) for entry in entries)
+
+
+def _unmatched_imports(plan: VhostPlan, path: str) -> list[tuple[str, str]]:
+    """Every `import` entry must adopt exactly one planned object: an ID nothing declares would never be
+    imported, one that two objects match would be imported twice."""
+    vhost = plan.config.name
+    escaped = vhost.replace("%", "%25").replace("/", "%2F")
+    adopted: list[tuple[str, str]] = [
+        *(("queue", q.import_id) for q in plan.queues if q.import_id),
+        *(("exchange", x.import_id) for x in plan.exchanges if x.import_id),
+        *(("binding", b.import_id) for b in plan.bindings if b.import_id),
+        *(("policy", p.import_id) for p in plan.policies if p.import_id),
+        *(("operator_policy", p.import_id) for p in plan.operator_policies if p.import_id),
+        *((kind, e.import_id) for r in plan.retryables
+          for kind, group in (("queue", r.queues), ("exchange", r.exchanges), ("binding", r.bindings),
+                              ("policy", r.policies)) for e in group if e.import_id)]
+    problems = []
+    for i, entry in enumerate(plan.config.imports):
+        kind, object_id = entry.split(" ", 1)
+        count = adopted.count((kind, object_id))
+        if kind == "binding" and not object_id.startswith(f"{escaped}/"):
+            problems.append((f"{path}.import[{i}]", f"{object_id!r} is not a binding ID of this vhost "
+                             f"({escaped}/source/destination/queue/properties_key)"))
+        elif count == 0:
+            problems.append((f"{path}.import[{i}]", f"no {kind.replace('_', ' ')} this vhost declares has the ID "
+                             f"{object_id!r}; declare it exactly as the broker holds it, or remove the entry"))
+        elif count > 1:
+            problems.append((f"{path}.import[{i}]", f"{count} planned objects match {object_id!r}; an object can be "
+                             "imported only once"))
+    return problems
 
 
 def _config_binding(queue: Queue, binding: Binding) -> BindingPlan:
@@ -286,4 +355,10 @@ def plan_vhost(vhost: Vhost, path: str = "vhost") -> VhostPlan:
         read=exact_names(app.consumes),
         topic=app.topic_permissions,
     ) for app in vhost.applications)
-    return VhostPlan(vhost, exchanges, queues, policies, bindings, retryables, operator_policies, permissions)
+    imports = vhost.imports
+    plan = VhostPlan(vhost, _adopt(exchanges, "exchange", imports), _adopt(queues, "queue", imports),
+                     _adopt(tuple(policies), "policy", imports), _adopt(bindings, "binding", imports), retryables,
+                     _adopt(operator_policies, "operator_policy", imports), permissions)
+    if problems := _unmatched_imports(plan, path):
+        raise ConfigError(problems)
+    return plan

@@ -39,16 +39,19 @@ class Scope:
         if output is not None:
             self.names[(kind, name)] = output
 
-    def options(self, *, depends_on: list[pulumi.Resource] | None = None) -> pulumi.ResourceOptions:
-        return pulumi.ResourceOptions(parent=self.component, depends_on=depends_on)
+    def options(self, *, depends_on: list[pulumi.Resource] | None = None,
+                import_id: str | None = None) -> pulumi.ResourceOptions:
+        """`import_id`: adopt the object the broker already holds (config `vhosts[].import`); once it is in
+        the stack's state the option changes nothing and may be removed."""
+        return pulumi.ResourceOptions(parent=self.component, depends_on=depends_on, import_=import_id)
 
-    def queue_options(self, *, error_queue: bool = False,
-                      depends_on: list[pulumi.Resource] | None = None) -> pulumi.ResourceOptions:
+    def queue_options(self, *, error_queue: bool = False, depends_on: list[pulumi.Resource] | None = None,
+                      import_id: str | None = None) -> pulumi.ResourceOptions:
         """`protect` (Pulumi refuses to delete or replace) every queue, and the vhost that holds them;
         `retain_on_delete` on error queues, so that removing a component leaves parked messages."""
         return pulumi.ResourceOptions(
             parent=self.component, depends_on=depends_on, protect=True if self.protect_queues else None,
-            retain_on_delete=True if error_queue and self.retain_error_queues else None)
+            retain_on_delete=True if error_queue and self.retain_error_queues else None, import_=import_id)
 
 
 Builder = Callable[[Scope, str, Any], None]
@@ -81,7 +84,8 @@ def declare_queue(scope: Scope, logical_name: str, queue: QueuePlan) -> None:
             # that RabbitMQ 4 reading it back does not plan a replacement on every `pulumi up`.
             arguments_json=queue.arguments_json,
         ),
-        opts=scope.queue_options(error_queue=queue.role == "error", depends_on=[policy] if policy else None),
+        opts=scope.queue_options(error_queue=queue.role == "error", depends_on=[policy] if policy else None,
+                                 import_id=queue.import_id),
     )
     scope.add("Queue", queue.name, resource, resource.name)
 
@@ -92,7 +96,7 @@ def declare_exchange(scope: Scope, logical_name: str, exchange: ExchangePlan) ->
         name=exchange.name,
         vhost=scope.vhost,
         settings=rabbitmq.ExchangeSettingsArgs(type=exchange.type, durable=True, auto_delete=False),
-        opts=scope.options(),
+        opts=scope.options(import_id=exchange.import_id),
     )
     scope.add("Exchange", exchange.name, resource, resource.name)
 
@@ -109,7 +113,7 @@ def declare_binding(scope: Scope, logical_name: str, binding: BindingPlan) -> No
         destination_type="queue",
         routing_key=binding.routing_key,
         arguments_json=binding.arguments_json,
-        opts=scope.options(),
+        opts=scope.options(import_id=binding.import_id),
     )
 
 
@@ -121,13 +125,15 @@ def _policy_fields(policy: PolicyPlan) -> dict[str, Any]:
 
 def declare_policy(scope: Scope, logical_name: str, policy: PolicyPlan) -> None:
     resource = rabbitmq.Policy(logical_name, name=policy.name, vhost=scope.vhost,
-                               policy=rabbitmq.PolicyPolicyArgs(**_policy_fields(policy)), opts=scope.options())
+                               policy=rabbitmq.PolicyPolicyArgs(**_policy_fields(policy)),
+                               opts=scope.options(import_id=policy.import_id))
     scope.add("Policy", policy.name, resource)
 
 
 def declare_operator_policy(scope: Scope, logical_name: str, policy: PolicyPlan) -> None:
     rabbitmq.OperatorPolicy(logical_name, name=policy.name, vhost=scope.vhost,
-                            policy=rabbitmq.OperatorPolicyPolicyArgs(**_policy_fields(policy)), opts=scope.options())
+                            policy=rabbitmq.OperatorPolicyPolicyArgs(**_policy_fields(policy)),
+                            opts=scope.options(import_id=policy.import_id))
 
 
 def declare_user(scope: Scope, logical_name: str, grant: PermissionPlan) -> None:

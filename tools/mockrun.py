@@ -46,6 +46,8 @@ class Registered:
     """Some input holds a secret (from a stack file, shown as its placeholder; else the mock's value)."""
     outputs: dict[str, Any] = field(default_factory=dict)
     """What a component registered with `register_outputs`, or the stack's exports."""
+    import_id: str = ""
+    """The `import_` option: the ID of the existing object Pulumi adopts instead of creating one."""
 
 
 class _Mocks(pulumi.runtime.Mocks):
@@ -82,6 +84,7 @@ class RecordingMonitor(mocks.MockMonitor):
                 parent=self._urns.get(request.parent), inputs=_plain(inputs), protect=bool(request.protect),
                 retain_on_delete=bool(request.retainOnDelete),
                 dependencies=sorted(self._urns.get(d, d) for d in request.dependencies), secret=secret,
+                import_id=request.importId,
             )
         self.registered.append(record)
         self._by_urn[response.urn] = record

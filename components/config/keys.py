@@ -12,7 +12,9 @@ from collections.abc import Mapping
 TOP_LEVEL_KEYS = ("protect", "retain_error_queues", "defaults", "vhosts", "passwords")
 DEFAULTS_KEYS = ("queue_type", "policy_priority", "delivery_limit")
 VHOST_KEYS = ("name", "existing", "exchanges", "queues", "policies", "operator_policies", "applications", "limits",
-              "default_queue_type")
+              "default_queue_type", "import")
+IMPORT_KINDS = ("queue", "exchange", "binding", "policy", "operator_policy")
+"""What a `vhosts[].import` entry may adopt, written `<kind> <provider ID>`."""
 EXCHANGE_KEYS = ("name", "type")
 QUEUE_KEYS = ("name", "type", "bindings", "max_length", "delivery_limit", "retry", "policy_priority")
 BINDING_KEYS = ("exchange", "routing_key", "arguments", "external")

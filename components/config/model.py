@@ -78,6 +78,9 @@ class Queue:
     """Quorum only; always set for quorum queues: default 20, plus max_retries for a retryable queue.
     A backstop that must never fire (README: Delivery limit)."""
     retry: Retry | None = None
+    imports: tuple[str, ...] = ()
+    """The vhost's `import` entries (`<kind> <provider ID>`), so that a retryable queue planned on its own
+    adopts its objects too; set by the vhost's parser."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,8 @@ class Vhost:
     """Where each application stands in the config's `applications[]` (for error paths)."""
     limits: Limits = Limits()
     default_queue_type: str | None = None
+    imports: tuple[str, ...] = ()
+    """Objects already on the broker that Pulumi adopts (`import_`), each `<kind> <provider ID>`."""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from .. import naming
@@ -36,6 +36,7 @@ from .keys import (
     BINDING_KEYS,
     DEFAULTS_KEYS,
     EXCHANGE_KEYS,
+    IMPORT_KINDS,
     LIMITS_KEYS,
     OPERATOR_POLICY_KEYS,
     POLICY_DEFINITION_KEYS,
@@ -487,6 +488,30 @@ def parse_list(p: Problems, path: str, data: Mapping[str, Any], key: str, parse:
                  for i, raw in enumerate(items(p, f"{path}.{key}", data.get(key, ABSENT))))
 
 
+def parse_import(p: Problems, path: str, raw: object, name: str | Invalid,
+                 existing: object) -> tuple[str, ...] | Invalid:
+    """`import: ["queue orders@shop", "binding shop/orders/orders/queue/~", …]`: written by `make adopt`.
+    The plan checks that each one names an object the vhost declares."""
+    entries = items(p, path, raw)
+    ok = True
+    if entries and existing is not True:
+        p.add(path, "only objects of an existing vhost can be imported; set existing: true")
+        ok = False
+    for i, entry in enumerate(entries):
+        kind, _, object_id = entry.partition(" ") if isinstance(entry, str) else ("", "", "")
+        if kind not in IMPORT_KINDS or not object_id:
+            p.add(f"{path}[{i}]", f"expected \"<kind> <provider ID>\" with kind one of {', '.join(IMPORT_KINDS)}, "
+                  f"e.g. \"queue orders@shop\"; got {entry!r}")
+            ok = False
+        elif isinstance(name, str) and kind != "binding" and not object_id.endswith(f"@{name}"):
+            p.add(f"{path}[{i}]", f"{object_id!r} is not an ID of this vhost (name@{name})")
+            ok = False
+    if ok and len(set(entries)) != len(entries):
+        p.add(path, "an object is listed twice; keep one")
+        ok = False
+    return tuple(entries) if ok else INVALID
+
+
 def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defaults) -> VhostEntry:
     """A vhost's own fields and entries; `crosschecks.check_vhost` checks them against each other."""
     data = mapping(p, path, raw, VHOST_KEYS)
@@ -505,17 +530,19 @@ def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defau
     limits = optional(data, "limits", lambda v: parse_limits(p, f"{path}.limits", v), Limits())
     default_queue_type = optional(data, "default_queue_type",
                                   lambda v: choice(p, f"{path}.default_queue_type", v, QUEUE_TYPES), None)
+    imports = optional(data, "import", lambda v: parse_import(p, f"{path}.import", v, name, existing), ())
     check_created_only_options(p, path, data, existing)
     entries = dict(path=path, exchanges=exchanges, queues=queues, policies=policies,
                    operator_policies=operator_policies, applications=applications)
     valid_name = None if name is INVALID else name
     parts: Sequence[Entry[Any]] = (*exchanges, *queues, *policies, *operator_policies, *applications)
-    if INVALID in (name, existing, limits, default_queue_type) or any(e.value is INVALID for e in parts):
+    if INVALID in (name, existing, limits, default_queue_type, imports) or any(e.value is INVALID for e in parts):
         return VhostEntry(index, valid_name, written_name(data.get("name")), INVALID, **entries)
     apps = [a for a in applications if a.value is not INVALID]
     vhost = Vhost(name=name, existing=existing, exchanges=tuple(e.value for e in exchanges),
-                  queues=tuple(q.value for q in queues), policies=tuple(pol.value for pol in policies),
+                  queues=tuple(replace(q.value, imports=imports) if imports else q.value for q in queues),
+                  policies=tuple(pol.value for pol in policies),
                   operator_policies=tuple(pol.value for pol in operator_policies),
                   applications=tuple(a.value for a in apps), application_indexes=tuple(a.index for a in apps),
-                  limits=limits, default_queue_type=default_queue_type)
+                  limits=limits, default_queue_type=default_queue_type, imports=imports)
     return VhostEntry(index, name, name, vhost, **entries)

@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from tools import engine
+from tools.drift import read_policy_value
 from tools.engine import Step, tf_string
 from tools.mockrun import Registered
 
@@ -65,6 +66,11 @@ class MirrorError(Exception):
 
 class ProtectedError(Exception):
     """Pulumi refuses to delete or replace a protected resource."""
+
+
+class ImportRefusedError(Exception):
+    """Pulumi refuses the import: the object is absent, or its inputs differ in a way that needs a replace
+    ("previously-imported resources that still specify an ID may not be replaced")."""
 
 
 def esc(segment: str) -> str:
@@ -257,10 +263,51 @@ def _custom(resources: Sequence[Registered]) -> list[Registered]:
     return [r for r in resources if r.custom]
 
 
+def _import_target(r: Registered) -> str:
+    """The ID the provider would give the object the record declares (a binding's without its key)."""
+    i = r.inputs
+    if r.type == engine.BINDING:
+        vhost = i["vhost"].replace("%", "%25").replace("/", "%2F")
+        return f"{vhost}/{i['source']}/{i['destination']}/{i.get('destinationType') or 'queue'}/"
+    return f"{i.get('name')}@{i.get('vhost') or '/'}"
+
+
+def import_existing(broker: Broker, r: Registered) -> list[str]:
+    """`import_`: Read by ID, then compare the program's inputs with what Read stored. Equal: nothing is
+    written. Different in place (policies): import, then update. Different in a replace-forcing input, or
+    absent: Pulumi fails the import. Returns the differences found."""
+    target = _import_target(r)
+    if not (r.import_id.startswith(target) if r.type == engine.BINDING else r.import_id == target):
+        raise ImportRefusedError(f"{r.name}: import ID {r.import_id!r} names another object than the program "
+                                 f"({target!r})")
+    if r.type == engine.BINDING:
+        broker.binding_keys[f"{r.inputs['vhost']}|{r.urn}"] = r.import_id.rsplit("/", 1)[-1]
+    differences = _read_one(broker, r)
+    if any(line.endswith("(recreate)") or line.endswith("(replace)") or "refresh fails" in line
+           for line in differences):
+        raise ImportRefusedError(f"{r.name}: cannot import {r.import_id!r}: " + "; ".join(differences))
+    if differences:
+        _update(broker, r, r)
+    return differences
+
+
 def apply(broker: Broker, resources: Sequence[Registered]) -> None:
-    """`pulumi up` from empty state: create every custom resource in dependency order."""
-    for record in engine.creation_order(_custom(resources)):
-        _create(broker, record)
+    """`pulumi up` from empty state: create every custom resource in dependency order, or import it when
+    it carries an import ID (read and compare; no write unless an in-place update is due)."""
+    records = engine.creation_order(_custom(resources))
+    for record in records:  # Pulumi checks every import before it creates anything
+        if record.import_id:
+            _check_import_target(broker, record)
+    for record in records:
+        if record.import_id:
+            import_existing(broker, record)
+        else:
+            _create(broker, record)
+
+
+def _check_import_target(broker: Broker, r: Registered) -> None:
+    if r.type != engine.BINDING and get(broker, _path(r)) is None:
+        raise ImportRefusedError(f"{r.name}: import ID {r.import_id!r}: not found on the broker")
 
 
 def apply_update(broker: Broker, old: Sequence[Registered], new: Sequence[Registered]) -> list[Step]:
@@ -294,17 +341,6 @@ def destroy(broker: Broker, resources: Sequence[Registered]) -> None:
         raise ProtectedError(f"unable to delete protected resources: {', '.join(blocked)}")
     for record in engine.deletion_order(records):
         _delete(broker, record)
-
-
-def _read_value(value: Any) -> Any:
-    """resource_policy.go Read: numbers via FormatFloat, string arrays joined with ","."""
-    if isinstance(value, (bool, dict)):
-        return value  # cannot be stored in the map<string>: always a difference
-    if isinstance(value, (int, float)):
-        return tf_string(float(value))
-    if isinstance(value, list):
-        return ",".join(map(str, value))
-    return value
 
 
 def _compare(label: str, type_: str, path: str, program: Any, broker: Any) -> list[str]:
@@ -350,7 +386,7 @@ def _read_one(broker: Broker, r: Registered) -> list[str]:
                   ("policy.applyTo", policy["applyTo"], info.get("apply-to")),
                   ("policy.priority", int(policy["priority"]), info.get("priority"))]
         wanted = {k: tf_string(v) for k, v in policy["definition"].items()}
-        found = {k: _read_value(v) for k, v in (info.get("definition") or {}).items()}
+        found = {k: read_policy_value(v) for k, v in (info.get("definition") or {}).items()}
         pairs += [(f"policy.definition.{k}", wanted.get(k, "<absent>"), found.get(k, "<absent>"))
                   for k in sorted(set(wanted) | set(found))]
     elif t == engine.USER:

@@ -1,0 +1,268 @@
+"""`make adopt` without a broker: the `import` config key, the import IDs the components register, the
+recognised runtime retry topologies, and the decisions and files written from a definitions export.
+
+The same adoption on real 3.10 and 4.3 brokers: tests/broker/test_adoption.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components import Vhost
+from components.config import ConfigError, load_vhost
+from components.naming import vhost_key
+from components.plan import plan_vhost
+from tools import adopt as adopt_tool
+from tools import engine
+from tools.adopt import ALONE, BESIDE, IMPORT, RETIRE, adopt, summary
+from tools.definitions import Snapshot, read_file
+from tools.mockrun import Registered, record
+from tools.recognise import dead_letter, recognise
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _vhost(**extra: Any) -> dict[str, Any]:
+    return {"name": "shop", "existing": True, "exchanges": [{"name": "orders", "type": "topic"}],
+            "queues": [{"name": "audit", "type": "classic",
+                        "bindings": [{"exchange": "orders", "routing_key": "order.#"}]},
+                       {"name": "billing", "type": "classic", "retry": {"delays": ["1s"]}}], **extra}
+
+
+def _problems(config: dict[str, Any]) -> list[tuple[str, str]]:
+    with pytest.raises(ConfigError) as error:
+        plan_vhost(load_vhost(config, "vhosts[0]"), "vhosts[0]")
+    return error.value.problems
+
+
+def _recorded(config: dict[str, Any]) -> list[Registered]:
+    return record(lambda: Vhost(vhost_key(config["name"]), {"vhost": config}))
+
+
+# --- the `import` key ------------------------------------------------------------------------------------------
+
+
+def test_import_ids_reach_the_resources_they_name_and_no_other() -> None:
+    config = _vhost(**{"import": [
+        "exchange orders@shop", "queue audit@shop", "binding shop/orders/audit/queue/order.%23",
+        "exchange billing.retry@shop", "binding shop/billing.requeue/billing/queue/~"]})
+    imported = {r.name: r.import_id for r in _recorded(config) if r.import_id}
+    assert imported == {"shop-exchange-orders": "orders@shop", "shop-queue-audit": "audit@shop",
+                        "shop-binding-audit-orders-order.#": "shop/orders/audit/queue/order.%23",
+                        "shop-billing-retry-exchange": "billing.retry@shop",
+                        "shop-billing-requeue-binding": "shop/billing.requeue/billing/queue/~"}
+
+
+def test_removing_the_import_list_plans_no_change() -> None:
+    config = _vhost(**{"import": ["exchange orders@shop", "queue audit@shop"]})
+    without = {k: v for k, v in config.items() if k != "import"}
+    steps = engine.diff(_recorded(config), _recorded(without))
+    assert {s.op for s in steps if s.custom} == {"same"}
+
+
+def test_a_binding_with_arguments_is_imported_by_its_routing_key_and_argument_hash() -> None:
+    config = {"name": "shop", "existing": True, "exchanges": [{"name": "h", "type": "headers"}],
+              "queues": [{"name": "q", "type": "classic",
+                          "bindings": [{"exchange": "h", "arguments": {"x-match": "all", "k": 1}}]}],
+              "import": ["binding shop/h/q/queue/~bis9TA"]}
+    assert [r.import_id for r in _recorded(config) if r.import_id] == ["shop/h/q/queue/~bis9TA"]
+
+
+@pytest.mark.parametrize(("imports", "existing", "expected"), [
+    (["queue audit"], True, ("vhosts[0].import[0]", "'audit' is not an ID of this vhost (name@shop)")),
+    (["queue"], True, ("vhosts[0].import[0]", "expected \"<kind> <provider ID>\"")),
+    (["topic audit@shop"], True, ("vhosts[0].import[0]", "kind one of queue, exchange, binding")),
+    (["queue audit@other"], True, ("vhosts[0].import[0]", "is not an ID of this vhost (name@shop)")),
+    (["queue audit@shop", "queue audit@shop"], True, ("vhosts[0].import", "an object is listed twice")),
+    (["queue audit@shop"], False, ("vhosts[0].import", "only objects of an existing vhost can be imported")),
+    ([7], True, ("vhosts[0].import[0]", "got 7")),
+])
+def test_malformed_import_entries_are_refused_with_their_key_path(imports: list[Any], existing: bool,
+                                                                  expected: tuple[str, str]) -> None:
+    problems = _problems(_vhost(existing=existing, **{"import": imports}))
+    assert any(path == expected[0] and expected[1] in message for path, message in problems), problems
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ("queue nothing@shop", "no queue this vhost declares has the ID 'nothing@shop'"),
+    ("exchange audit@shop", "no exchange this vhost declares has the ID 'audit@shop'"),
+    ("binding shop/orders/audit/queue/other", "no binding this vhost declares"),
+    ("binding other/orders/audit/queue/order.%23", "is not a binding ID of this vhost"),
+])
+def test_an_import_that_names_nothing_declared_is_refused_before_anything_runs(entry: str, message: str) -> None:
+    [(path, text)] = _problems(_vhost(**{"import": [entry]}))
+    assert path == "vhosts[0].import[0]" and message in text
+
+
+# --- recognising runtime topologies ----------------------------------------------------------------------------
+
+
+def _snapshot(queues: dict[str, dict[str, Any]], exchanges: dict[str, str], bindings: list[tuple[str, str, str]],
+              policies: dict[str, dict[str, Any]] | None = None) -> Snapshot:
+    return Snapshot(
+        "shop", "test",
+        queues={n: {"name": n, "durable": True, "auto_delete": False, "arguments": a} for n, a in queues.items()},
+        exchanges={n: {"name": n, "type": t, "durable": True, "auto_delete": False, "internal": False,
+                       "arguments": {}} for n, t in exchanges.items()},
+        bindings=[{"source": s, "destination": d, "destination_type": "queue", "routing_key": k, "arguments": {}}
+                  for s, d, k in bindings],
+        policies=policies or {})
+
+
+SNEAKERS = _snapshot(
+    {"mailer": {"x-dead-letter-exchange": "mailer-retry"},
+     "mailer-retry": {"x-dead-letter-exchange": "mailer-retry-requeue", "x-message-ttl": 60000},
+     "mailer-error": {}},
+    {"events": "topic", "mailer-retry": "topic", "mailer-error": "topic", "mailer-retry-requeue": "topic"},
+    [("mailer-retry", "mailer-retry", "#"), ("mailer-error", "mailer-error", "#"),
+     ("mailer-retry-requeue", "mailer", "#"), ("events", "mailer", "mail.#")])
+
+SPRING = _snapshot(
+    {"orders.billing": {"x-dead-letter-exchange": "DLX", "x-dead-letter-routing-key": "orders.billing"},
+     "orders.billing.dlq": {}},
+    {"orders": "topic", "DLX": "direct"},
+    [("orders", "orders.billing", "#"), ("DLX", "orders.billing.dlq", "orders.billing")])
+
+# A DLX + TTL loop whose dead-lettering is set by a policy, not by queue arguments.
+LOOP_BY_POLICY = _snapshot(
+    {"service_a_input_q": {}, "dead_letter_queue": {"x-message-ttl": 30000,
+                                                    "x-dead-letter-exchange": "service_a_inner_exch"}},
+    {"service_a_inner_exch": "fanout", "dead_letter_exchange": "fanout"},
+    [("service_a_inner_exch", "service_a_input_q", ""), ("dead_letter_exchange", "dead_letter_queue", "")],
+    {"dlx": {"name": "dlx", "pattern": "^service_a_input_q$", "apply-to": "queues", "priority": 0,
+             "definition": {"dead-letter-exchange": "dead_letter_exchange"}}})
+
+
+def test_sneakers_maxretry_is_recognised_with_its_ttl_and_default_retry_limit() -> None:
+    [topology] = recognise(SNEAKERS)
+    assert (topology.kind, topology.queue, topology.delays_ms, topology.max_retries) == (
+        "sneakers", "mailer", (60000,), 5)
+    assert set(topology.queues) == {"mailer", "mailer-retry", "mailer-error"}
+    assert set(topology.exchanges) == {"mailer-retry", "mailer-error", "mailer-retry-requeue"}
+    assert topology.error_queue == "mailer-error"
+
+
+def test_spring_cloud_stream_dlq_is_recognised_and_its_dlx_retired() -> None:
+    [topology] = recognise(SPRING)
+    assert (topology.kind, topology.queue, topology.queues, topology.exchanges) == (
+        "spring-cloud-stream", "orders.billing", ("orders.billing", "orders.billing.dlq"), ("DLX",))
+
+
+def test_a_dlx_set_by_policy_is_followed_and_the_policy_retired() -> None:
+    assert dead_letter(LOOP_BY_POLICY, "service_a_input_q").policy == "dlx"
+    [topology] = recognise(LOOP_BY_POLICY)
+    assert (topology.kind, topology.queue, topology.delays_ms, topology.policies) == (
+        "dlx-ttl-loop", "service_a_input_q", (30000,), ("dlx",))
+    adoption = adopt(LOOP_BY_POLICY)
+    assert ("Policy", "dlx") in summary(adoption.decisions)[RETIRE]
+    assert not adoption.vhost["policies"]
+
+
+def test_a_runtime_retry_queue_is_taken_over_beside_and_its_work_bindings_copied() -> None:
+    adoption = adopt(SNEAKERS)
+    [queue] = [q for q in adoption.vhost["queues"] if q["name"] == "mailer.v2"]
+    assert queue["bindings"] == [{"exchange": "events", "routing_key": "mail.#"}]
+    assert queue["retry"] == {"delays": ["1m"], "max_retries": 5}
+    decided = summary(adoption.decisions)
+    assert ("Exchange", "events") in decided[IMPORT]
+    assert {("Queue", "mailer.v2"), ("Queue", "mailer.v2.wait.1"), ("Queue", "mailer.v2.error")} <= set(decided[BESIDE])
+    assert {("Queue", "mailer"), ("Queue", "mailer-retry"), ("Queue", "mailer-error"),
+            ("Exchange", "mailer-retry-requeue"), ("Binding", "events → mailer ('mail.#')")} <= set(decided[RETIRE])
+    # Nothing planned over an existing name: every create is beside.
+    existing = set(SNEAKERS.queues) | set(SNEAKERS.exchanges)
+    assert not {name for kind, name in decided[BESIDE] if kind in ("Queue", "Exchange")} & existing
+
+
+def test_the_new_name_skips_names_already_taken() -> None:
+    taken = _snapshot({**{n: a["arguments"] for n, a in SNEAKERS.queues.items()}, "mailer.v2": {}},
+                      {n: x["type"] for n, x in SNEAKERS.exchanges.items()},
+                      [(b["source"], b["destination"], b["routing_key"]) for b in SNEAKERS.bindings])
+    assert adopt(taken).beside["mailer"] == "mailer.v3"
+
+
+def test_a_user_policy_that_would_also_match_the_new_queues_is_left_alone() -> None:
+    snapshot = _snapshot({n: a["arguments"] for n, a in SNEAKERS.queues.items()},
+                         {n: x["type"] for n, x in SNEAKERS.exchanges.items()},
+                         [(b["source"], b["destination"], b["routing_key"]) for b in SNEAKERS.bindings],
+                         {"all-mail": {"name": "all-mail", "pattern": "^mailer", "apply-to": "queues", "priority": 1,
+                                       "definition": {"max-length": 100000}}})
+    adoption = adopt(snapshot)
+    assert ("Policy", "all-mail") in summary(adoption.decisions)[ALONE]
+
+
+# --- from a definitions export --------------------------------------------------------------------------------
+
+
+def _export(tmp_path: Path) -> Path:
+    """What `GET /api/definitions` of a RabbitMQ 3.10 broker holds: no x-queue-type, no properties_key."""
+    definitions = {
+        "rabbit_version": "3.10.8", "vhosts": [{"name": "shop"}],
+        "queues": [{"name": "audit", "vhost": "shop", "durable": True, "auto_delete": False, "arguments": {}},
+                   {"name": "invoices", "vhost": "shop", "durable": True, "auto_delete": False,
+                    "arguments": {"x-queue-type": "quorum"}},
+                   {"name": "amq.gen-1", "vhost": "shop", "durable": False, "auto_delete": True, "arguments": {}}],
+        "exchanges": [{"name": "orders", "vhost": "shop", "type": "topic", "durable": True, "auto_delete": False,
+                       "internal": False, "arguments": {}},
+                      {"name": "with-ae", "vhost": "shop", "type": "topic", "durable": True, "auto_delete": False,
+                       "internal": False, "arguments": {"alternate-exchange": "orders"}}],
+        "bindings": [{"source": "orders", "vhost": "shop", "destination": "audit", "destination_type": "queue",
+                      "routing_key": "order.#", "arguments": {}},
+                     {"source": "orders", "vhost": "shop", "destination": "invoices", "destination_type": "queue",
+                      "routing_key": "invoice created~", "arguments": {}},
+                     {"source": "orders", "vhost": "shop", "destination": "with-ae", "destination_type": "exchange",
+                      "routing_key": "x", "arguments": {}}],
+        "policies": [{"vhost": "shop", "name": "cap", "pattern": "^invoices$", "apply-to": "queues",
+                      "priority": 0, "definition": {"max-length": 5000}},
+                     {"vhost": "shop", "name": "archive", "pattern": "^archive$", "apply-to": "queues",
+                      "priority": 0, "definition": {"message-ttl": 86400000}}],
+    }
+    path = tmp_path / "definitions.json"
+    path.write_text(json.dumps(definitions))
+    return path
+
+
+def test_adopting_from_a_3_10_export(tmp_path: Path) -> None:
+    adoption = adopt(read_file(_export(tmp_path), "shop"))
+    decided = summary(adoption.decisions)
+    assert ("Queue", "invoices") in decided[IMPORT] and ("Policy", "archive") in decided[IMPORT]
+    # Our quorum queue gets its own delivery-limit policy, which would take `cap`'s place on it.
+    assert ("Policy", "cap") in decided[ALONE]
+    # No x-queue-type stored (RabbitMQ before 4.0): not importable, so created beside.
+    assert ("Queue", "audit") in decided[RETIRE] and ("Queue", "audit.v2") in decided[BESIDE]
+    assert ("Queue", "amq.gen-1") in decided[ALONE] and ("Exchange", "with-ae") in decided[ALONE]
+    # properties_key computed for a binding without arguments, as RabbitMQ makes it (`~` as %7E).
+    assert "binding shop/orders/invoices/queue/invoice+created%7E" in adoption.vhost["import"]
+
+
+def test_the_command_writes_a_stack_file_that_loads_and_a_report(tmp_path: Path) -> None:
+    status = adopt_tool.main(["--vhost", "shop", "--stack", "adopted", "--definitions", str(_export(tmp_path)),
+                              "--root", str(tmp_path)])
+    assert status == 0
+    document = yaml.safe_load((tmp_path / "Pulumi.adopted.yaml").read_text())
+    [vhost] = document["config"]["rabbitmq-retry:vhosts"]
+    plan = plan_vhost(load_vhost(vhost, "vhosts[0]"), "vhosts[0]")
+    assert {q.name for q in plan.queues} == {"audit.v2", "invoices"}
+    report = (tmp_path / "adopt-adopted.md").read_text()
+    assert "## Import" in report and "## Moving consumers and retiring the old objects" in report
+    # A second run never overwrites a stack.
+    assert adopt_tool.main(["--vhost", "shop", "--stack", "adopted", "--definitions", str(_export(tmp_path)),
+                            "--root", str(tmp_path)]) == 1
+
+
+def test_the_written_stack_runs_as_a_program(tmp_path: Path) -> None:
+    """The stack file is in the project's own schema: the program plans it under mocks."""
+    from tools.mockrun import record_program
+
+    for name in ("__main__.py", "Pulumi.yaml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "components").symlink_to(ROOT / "components")
+    assert adopt_tool.main(["--vhost", "shop", "--stack", "adopted", "--definitions", str(_export(tmp_path)),
+                            "--root", str(tmp_path)]) == 0
+    records = record_program("adopted", tmp_path)
+    assert {r.import_id for r in records if r.import_id} >= {"invoices@shop", "orders@shop", "archive@shop"}

@@ -1,0 +1,132 @@
+"""`make drift` without a broker: the program's recorded inputs against a vhost snapshot, compared as the
+provider's Read fills its state (docs/provider.md §7) under the diff rules of `tools/engine.py`.
+
+Against real 3.10 and 4.3 brokers: tests/broker/test_adoption.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components import Vhost
+from tools import drift
+from tools.definitions import Snapshot
+from tools.drift import findings, render
+from tools.mockrun import Registered, record
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = {"name": "shop", "existing": True, "exchanges": [{"name": "orders", "type": "topic"}],
+          "queues": [{"name": "audit", "type": "classic", "bindings": [{"exchange": "orders", "routing_key": "#"}]}],
+          "policies": [{"name": "cap", "pattern": "^audit$", "definition": {"max-length": 10}}]}
+
+
+def _records() -> list[Registered]:
+    return record(lambda: Vhost("shop", {"vhost": CONFIG}))
+
+
+def _in_sync(**changes: Any) -> Snapshot:
+    """The broker as `pulumi up` of CONFIG leaves it (policy numbers are stored as numbers)."""
+    queues = {"audit": {"name": "audit", "durable": True, "auto_delete": False,
+                        "arguments": {"x-queue-type": "classic"}}}
+    exchanges = {"orders": {"name": "orders", "type": "topic", "durable": True, "auto_delete": False,
+                            "arguments": {}}}
+    bindings = [{"source": "orders", "destination": "audit", "destination_type": "queue", "routing_key": "#",
+                 "arguments": {}, "properties_key": "%23"}]
+    policies = {"cap": {"name": "cap", "pattern": "^audit$", "apply-to": "queues", "priority": 0,
+                        "definition": {"max-length": 10}}}
+    return Snapshot("shop", "test", **{"queues": queues, "exchanges": exchanges, "bindings": bindings,
+                                       "policies": policies, **changes})
+
+
+def _kinds(snapshot: Snapshot) -> set[tuple[str, str, str]]:
+    return {(f.kind, f.type, f.name) for f in findings(_records(), {"shop": snapshot})}
+
+
+def test_a_vhost_as_the_stack_left_it_is_in_sync() -> None:
+    assert _kinds(_in_sync()) == set()
+    assert "**In sync**" in render("s", [], {"shop": _in_sync()})
+
+
+def test_a_changed_queue_argument_is_immutable_drift() -> None:
+    changed = {"audit": {"name": "audit", "durable": True, "auto_delete": False,
+                         "arguments": {"x-queue-type": "classic", "x-max-length": 5}}}
+    [finding] = findings(_records(), {"shop": _in_sync(queues=changed)})
+    assert (finding.kind, finding.name) == ("immutable", "audit")
+    assert "settings.argumentsJson.x-max-length" in finding.detail
+
+
+def test_a_queue_without_x_queue_type_as_3_10_stores_it_is_immutable_drift() -> None:
+    bare = {"audit": {"name": "audit", "durable": True, "auto_delete": False, "arguments": {}}}
+    assert _kinds(_in_sync(queues=bare)) == {("immutable", "Queue", "audit")}
+
+
+def test_a_policy_changed_by_hand_is_mutable_drift() -> None:
+    edited = {"cap": {"name": "cap", "pattern": "^audit$", "apply-to": "queues", "priority": 0,
+                      "definition": {"max-length": 99}}}
+    assert _kinds(_in_sync(policies=edited)) == {("mutable", "Policy", "cap")}
+
+
+def test_missing_and_extra_objects() -> None:
+    snapshot = _in_sync(bindings=[{"source": "orders", "destination": "runtime", "destination_type": "queue",
+                                   "routing_key": "x", "arguments": {}}],
+                        queues={"runtime": {"name": "runtime", "durable": True, "auto_delete": False,
+                                            "arguments": {}, "messages": 4}})
+    assert _kinds(snapshot) == {("missing", "Queue", "audit"), ("missing", "Binding", "orders → audit ('#')"),
+                                ("extra", "Queue", "runtime"), ("extra", "Binding", "orders → runtime ('x')")}
+    extra = next(f for f in findings(_records(), {"shop": snapshot}) if f.name == "runtime")
+    assert extra.detail == "4 messages"
+
+
+def test_a_missing_vhost_is_drift() -> None:
+    assert ("missing", "VHost", "shop") in _kinds(Snapshot("shop", "test", exists=False))
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    for name in ("__main__.py", "Pulumi.yaml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "components").symlink_to(ROOT / "components")
+    (tmp_path / "Pulumi.s.yaml").write_text(yaml.safe_dump({"config": {"rabbitmq-retry:vhosts": [CONFIG]}}))
+    return tmp_path
+
+
+def _export(path: Path, snapshot: Snapshot) -> Path:
+    path.write_text(json.dumps({
+        "vhosts": [{"name": "shop"}],
+        "queues": [{**q, "vhost": "shop"} for q in snapshot.queues.values()],
+        "exchanges": [{**x, "vhost": "shop"} for x in snapshot.exchanges.values()],
+        "bindings": [{**b, "vhost": "shop"} for b in snapshot.bindings],
+        "policies": [{**p, "vhost": "shop"} for p in snapshot.policies.values()]}))
+    return path
+
+
+def test_exit_status_0_in_sync_2_drift_1_error(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def run(*extra: str) -> int:
+        return drift.main(["--stack", "s", "--root", str(project), *extra])
+
+    assert run("--definitions", str(_export(project / "same.json", _in_sync()))) == 0
+    edited = _in_sync(policies={})
+    output = project / "drift.md"
+    assert run("--definitions", str(_export(project / "edited.json", edited)), "--output", str(output)) == 2
+    assert "## Missing" in output.read_text() and "| shop | Policy | cap |" in output.read_text()
+    assert run("--definitions", str(project / "absent.json")) == 1
+    assert "error:" in capsys.readouterr().err
+
+
+def test_the_scheduled_drift_workflow_passes_actionlint_and_is_off_by_default() -> None:
+    from tests.test_workflow import actionlint
+
+    workflow = ROOT / ".github" / "workflows" / "drift.yml"
+    result = actionlint(workflow)
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = yaml.safe_load(workflow.read_text())
+    triggers = document[True]  # YAML 1.1 reads the key `on` as true
+    assert set(triggers) == {"schedule", "workflow_dispatch"}
+    assert document["jobs"]["drift"]["if"] == "vars.DRIFT_STACKS != ''"
+    assert "tools.drift --stack" in " ".join(s.get("run", "") for s in document["jobs"]["drift"]["steps"])

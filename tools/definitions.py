@@ -1,0 +1,144 @@
+"""What one vhost holds, read (GET only) from the live management API or from an exported definitions file.
+
+`make adopt` and `make drift` both start here. The live API gives each binding its `properties_key`, the part
+of a binding's import ID that cannot be computed for a binding with arguments; a definitions file does not
+carry it, nor message counts.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+TIMEOUT_S = 30
+
+
+class DefinitionsError(Exception):
+    """The vhost cannot be read: unreachable API, refused credentials, a file that is not definitions."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One vhost's objects as the broker stores them (management API field names)."""
+
+    vhost: str
+    source: str
+    """Where it was read: the endpoint or the file."""
+    queues: dict[str, dict[str, Any]] = field(default_factory=dict)
+    exchanges: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Without the default exchange ("")."""
+    bindings: list[dict[str, Any]] = field(default_factory=list)
+    """Without the default exchange's implicit bindings; `properties_key` only when read live."""
+    policies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    operator_policies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    broker_version: str = ""
+    live: bool = False
+    exists: bool = True
+    """False when the vhost itself is not on the broker."""
+
+    def messages(self, queue: str) -> int | None:
+        """Messages in `queue` (ready and unacknowledged) when read live; None from a file."""
+        value = self.queues.get(queue, {}).get("messages")
+        return int(value) if isinstance(value, (int, float)) else None
+
+
+def escape(segment: str) -> str:
+    """A path segment as the provider escapes it (Go's url.PathEscape)."""
+    return quote(segment, safe="$&+:=@")
+
+
+def binding_id(vhost: str, source: str, destination: str, destination_type: str, properties_key: str) -> str:
+    """The provider's binding ID: only the vhost is escaped (`%`, `/`)."""
+    escaped = vhost.replace("%", "%25").replace("/", "%2F")
+    return f"{escaped}/{source}/{destination}/{destination_type}/{properties_key}"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    username: str
+    password: str
+
+    @classmethod
+    def from_environment(cls, url: str | None = None, username: str | None = None) -> Endpoint:
+        """`url`, else RABBITMQ_ENDPOINT; the user from RABBITMQ_USERNAME, else `username`; the password from
+        RABBITMQ_PASSWORD (the provider's variables). RabbitMQ's default guest/guest when unset."""
+        endpoint = url or os.environ.get("RABBITMQ_ENDPOINT", "")
+        if not endpoint:
+            raise DefinitionsError("no endpoint: pass ENDPOINT=http://host:15672 (or set RABBITMQ_ENDPOINT)")
+        return cls(endpoint.rstrip("/"), os.environ.get("RABBITMQ_USERNAME") or username or "guest",
+                   os.environ.get("RABBITMQ_PASSWORD", "guest"))
+
+    def get(self, path: str) -> Any:
+        request = urllib.request.Request(f"{self.url}/api/{path}", method="GET")
+        token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as error:
+            if error.code == 404:
+                return None
+            raise DefinitionsError(f"GET {self.url}/api/{path}: HTTP {error.code} {error.read()[:200]!r}") from None
+        except (OSError, ValueError) as error:
+            raise DefinitionsError(f"GET {self.url}/api/{path}: {error}") from None
+
+
+def _keep(item: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: item[k] for k in keys if k in item}
+
+
+QUEUE_FIELDS = ("name", "durable", "auto_delete", "arguments", "type", "messages", "consumers", "policy",
+                "operator_policy", "exclusive")
+EXCHANGE_FIELDS = ("name", "type", "durable", "auto_delete", "internal", "arguments")
+BINDING_FIELDS = ("source", "destination", "destination_type", "routing_key", "arguments", "properties_key")
+POLICY_FIELDS = ("name", "pattern", "apply-to", "priority", "definition")
+
+
+def _snapshot(vhost: str, source: str, queues: list[Any], exchanges: list[Any], bindings: list[Any],
+              policies: list[Any], operator_policies: list[Any], version: str, live: bool) -> Snapshot:
+    def mine(items: list[Any]) -> list[dict[str, Any]]:
+        return [i for i in items if isinstance(i, dict) and i.get("vhost", vhost) == vhost]
+
+    return Snapshot(
+        vhost=vhost, source=source, broker_version=version, live=live,
+        queues={q["name"]: _keep(q, QUEUE_FIELDS) for q in mine(queues) if not q.get("exclusive")},
+        exchanges={x["name"]: _keep(x, EXCHANGE_FIELDS) for x in mine(exchanges) if x.get("name")},
+        bindings=[_keep(b, BINDING_FIELDS) for b in mine(bindings) if b.get("source")],
+        policies={p["name"]: _keep(p, POLICY_FIELDS) for p in mine(policies)},
+        operator_policies={p["name"]: _keep(p, POLICY_FIELDS) for p in mine(operator_policies)},
+    )
+
+
+def read_live(endpoint: Endpoint, vhost: str) -> Snapshot:
+    """GET only: overview, then the vhost's queues, exchanges, bindings, policies and operator policies."""
+    v = escape(vhost)
+    version = str((endpoint.get("overview") or {}).get("rabbitmq_version", ""))
+    if endpoint.get(f"vhosts/{v}") is None:
+        return Snapshot(vhost, endpoint.url, broker_version=version, live=True, exists=False)
+    return _snapshot(vhost, endpoint.url, endpoint.get(f"queues/{v}") or [], endpoint.get(f"exchanges/{v}") or [],
+                     endpoint.get(f"bindings/{v}") or [], endpoint.get(f"policies/{v}") or [],
+                     endpoint.get(f"operator-policies/{v}") or [], version, live=True)
+
+
+def read_file(path: Path, vhost: str) -> Snapshot:
+    """A broker-wide (`GET /api/definitions`) or single-vhost export (`GET /api/definitions/<vhost>`)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise DefinitionsError(f"{path}: {error}") from None
+    if not isinstance(data, dict) or not any(k in data for k in ("queues", "exchanges", "bindings")):
+        raise DefinitionsError(f"{path}: not a RabbitMQ definitions export (no queues, exchanges or bindings)")
+    version = str(data.get("rabbitmq_version") or data.get("rabbit_version") or "")
+    if "vhosts" in data and vhost not in {v.get("name") for v in data["vhosts"] if isinstance(v, dict)}:
+        return Snapshot(vhost, str(path), broker_version=version, exists=False)
+    return _snapshot(vhost, str(path), data.get("queues") or [], data.get("exchanges") or [],
+                     data.get("bindings") or [], data.get("policies") or [], data.get("operator_policies") or [],
+                     version, live=False)

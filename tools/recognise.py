@@ -1,0 +1,199 @@
+"""Retry topologies that applications declare at runtime, recognised in a vhost snapshot.
+
+Pure: a `Snapshot` in, `Topology` records out. Each names the work queue, the objects the topology owns
+(which `make adopt` plans to retire once drained), and what its retries were (delays, limit), so that a
+retryable queue of ours can take over beside it. Recognised:
+- **ours**: `Q`, `Q.retry`, `Q.wait.<n>`, `Q.requeue`, `Q.error` (a stack whose state was lost);
+- **sneakers**: the maxretry handler of Sneakers/kicks: exchanges `Q-retry`, `Q-retry-requeue`, `Q-error`,
+  queue `Q-retry` with a TTL dead-lettering to `Q-retry-requeue`, queue `Q-error`;
+- **spring-cloud-stream**: the Rabbit binder's DLQ: `Q` dead-letters to exchange `DLX` with key `Q`, queue
+  `Q.dlq` bound there;
+- **dlx-ttl-loop**: `Q` dead-letters to an exchange `D` whose queue `T` has a TTL and dead-letters back to
+  an exchange `Q` is bound to (a DLX and TTL loop).
+
+Dead-lettering and TTL count whether set by queue argument or by policy (a policy's `dead-letter-exchange`
+applies only where the queue has no argument; the highest-priority matching policy wins).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from components import naming
+from tools.definitions import Snapshot
+
+SNEAKERS_MAX_RETRIES = 5
+"""Sneakers' default `retry_max_times`."""
+SPRING_DELAYS_MS = (1000, 2000)
+"""Spring Cloud Stream's defaults: maxAttempts 3, backOffInitialInterval 1 s, multiplier 2."""
+LOOP_MAX_RETRIES = 5
+"""A DLX and TTL loop has no limit of its own: the consumer counts `x-death`."""
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A queue's effective dead-letter and TTL settings, and where each comes from."""
+
+    exchange: str | None = None
+    routing_key: str | None = None
+    ttl_ms: int | None = None
+    policy: str | None = None
+    """The user policy that sets the dead-letter exchange, when the arguments do not."""
+
+
+@dataclass(frozen=True)
+class Topology:
+    kind: str
+    queue: str
+    """The work queue applications consume."""
+    queue_type: str
+    delays_ms: tuple[int, ...]
+    max_retries: int
+    queues: tuple[str, ...]
+    """Every queue of the topology, work queue first."""
+    exchanges: tuple[str, ...] = ()
+    """Exchanges of the topology, retired with it (a shared one, e.g. Spring's `DLX`, once no queue uses it)."""
+    bindings: tuple[int, ...] = ()
+    """Indexes into `Snapshot.bindings` of the bindings among its own objects."""
+    policies: tuple[str, ...] = ()
+    """User policies that wire it (dead-lettering or TTL by policy)."""
+    error_queue: str | None = None
+    """Where it parks messages that are out of retries."""
+    notes: tuple[str, ...] = ()
+    limits: Mapping[str, int] = field(default_factory=dict)
+    """For `ours`: max_length, delivery_limit, error_retention, error_max_length read from our policies."""
+
+
+def _applies(policy: Mapping[str, Any], queue: str) -> bool:
+    return policy.get("apply-to", "all") in ("queues", "all", "classic_queues", "quorum_queues") and bool(
+        re.search(str(policy.get("pattern", "")), queue))
+
+
+def queue_policy(snapshot: Snapshot, queue: str) -> Mapping[str, Any] | None:
+    """The user policy RabbitMQ applies to `queue`: the highest priority among those that match."""
+    matching = [p for p in snapshot.policies.values() if _applies(p, queue)]
+    return max(matching, key=lambda p: int(p.get("priority", 0)), default=None)
+
+
+def queue_type(snapshot: Snapshot, queue: str) -> str:
+    info = snapshot.queues[queue]
+    return str((info.get("arguments") or {}).get("x-queue-type") or info.get("type") or "classic")
+
+
+def dead_letter(snapshot: Snapshot, queue: str) -> DeadLetter:
+    arguments = snapshot.queues[queue].get("arguments") or {}
+    policy = queue_policy(snapshot, queue)
+    definition = (policy or {}).get("definition") or {}
+    exchange = arguments.get("x-dead-letter-exchange")
+    from_policy = exchange is None and "dead-letter-exchange" in definition
+    if from_policy:
+        exchange = definition["dead-letter-exchange"]
+    key = arguments.get("x-dead-letter-routing-key", definition.get("dead-letter-routing-key"))
+    ttls = [int(t) for t in (arguments.get("x-message-ttl"), definition.get("message-ttl")) if t is not None]
+    return DeadLetter(exchange, key, min(ttls) if ttls else None,
+                      str(policy["name"]) if from_policy and policy else None)
+
+
+def _bound(snapshot: Snapshot, source: str, destination: str) -> list[int]:
+    return [i for i, b in enumerate(snapshot.bindings)
+            if b["source"] == source and b["destination"] == destination and b["destination_type"] == "queue"]
+
+
+def _ours(snapshot: Snapshot, q: str) -> Topology | None:
+    retry_x, requeue_x, error_x = naming.derived_exchange_names(q)
+    if dead_letter(snapshot, q).exchange != retry_x or not {retry_x, requeue_x} <= snapshot.exchanges.keys():
+        return None
+    tiers = []
+    while naming.wait_queue(q, len(tiers) + 1) in snapshot.queues:
+        tiers.append(naming.wait_queue(q, len(tiers) + 1))
+    if not tiers:
+        return None
+    delays = tuple(dead_letter(snapshot, t).ttl_ms or 0 for t in tiers)
+    error = naming.error_queue(q) if naming.error_queue(q) in snapshot.queues else None
+    queues = (q, *tiers, *([error] if error else []))
+    exchanges = (retry_x, requeue_x, *([error_x] if error_x in snapshot.exchanges else []))
+    bindings = [i for x in exchanges for d in queues for i in _bound(snapshot, x, d)]
+    limits: dict[str, int] = {}
+    for name, keys in ((q, {"max-length": "max_length", "delivery-limit": "delivery_limit"}),
+                       (error, {"message-ttl": "error_retention", "max-length": "error_max_length"})):
+        definition = (snapshot.policies.get(name or "") or {}).get("definition") or {}
+        limits |= {ours: int(definition[theirs]) for theirs, ours in keys.items() if theirs in definition}
+    return Topology("ours", q, queue_type(snapshot, q), delays, len(delays), queues, exchanges, tuple(bindings),
+                    tuple(p for p in (q, *tiers, error) if p and p in snapshot.policies), error,
+                    ("max_retries is the consumers' setting, not the broker's: check the retry contract it "
+                     "exported (default here: the number of tiers)",), limits)
+
+
+def _sneakers(snapshot: Snapshot, q: str) -> Topology | None:
+    retry, requeue, error = f"{q}-retry", f"{q}-retry-requeue", f"{q}-error"
+    if dead_letter(snapshot, q).exchange != retry or retry not in snapshot.queues:
+        return None
+    wait = dead_letter(snapshot, retry)
+    if wait.exchange != requeue or wait.ttl_ms is None:
+        return None
+    queues = (q, retry, *([error] if error in snapshot.queues else []))
+    exchanges = tuple(x for x in (retry, requeue, error) if x in snapshot.exchanges)
+    bindings = (*_bound(snapshot, retry, retry), *_bound(snapshot, error, error), *_bound(snapshot, requeue, q))
+    return Topology("sneakers", q, queue_type(snapshot, q), (wait.ttl_ms,), SNEAKERS_MAX_RETRIES, queues, exchanges,
+                    bindings, _policies(snapshot, queues), error if error in snapshot.queues else None,
+                    (f"max_retries {SNEAKERS_MAX_RETRIES} is Sneakers' default retry_max_times: set yours",))
+
+
+def _spring(snapshot: Snapshot, q: str) -> Topology | None:
+    letter = dead_letter(snapshot, q)
+    dlq = f"{q}.dlq"
+    if letter.exchange != "DLX" or dlq not in snapshot.queues:
+        return None
+    bindings = tuple(i for i in _bound(snapshot, "DLX", dlq) if snapshot.bindings[i]["routing_key"] == q)
+    if not bindings:
+        return None
+    return Topology("spring-cloud-stream", q, queue_type(snapshot, q), SPRING_DELAYS_MS, len(SPRING_DELAYS_MS),
+                    (q, dlq), ("DLX",), bindings, _policies(snapshot, (q, dlq)), dlq,
+                    ("the binder retried in memory (maxAttempts 3, back-off 1 s × 2): these delays are its "
+                     "defaults; set yours", "exchange DLX is shared by every destination of the binder: retire it "
+                     "when no queue dead-letters to it any more"))
+
+
+def _loop(snapshot: Snapshot, q: str) -> Topology | None:
+    letter = dead_letter(snapshot, q)
+    if letter.exchange is None or letter.exchange == "" or letter.exchange not in snapshot.exchanges:
+        return None
+    work_sources = {b["source"] for b in snapshot.bindings if b["destination"] == q}
+    for i, b in enumerate(snapshot.bindings):
+        wait = b["destination"]
+        if b["source"] != letter.exchange or wait == q or wait not in snapshot.queues:
+            continue
+        back = dead_letter(snapshot, wait)
+        if back.ttl_ms is not None and back.exchange in work_sources:
+            return Topology("dlx-ttl-loop", q, queue_type(snapshot, q), (back.ttl_ms,), LOOP_MAX_RETRIES, (q, wait),
+                            (letter.exchange,), (i,), _policies(snapshot, (q, wait)), None,
+                            (f"the loop had no limit of its own (consumers count x-death); max_retries "
+                             f"{LOOP_MAX_RETRIES} is a default: set yours",
+                             "messages past the limit were dropped or kept by the consumer: the new queue parks "
+                             "them in its error queue"))
+    return None
+
+
+def _policies(snapshot: Snapshot, queues: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(sorted({letter.policy for q in queues if (letter := dead_letter(snapshot, q)).policy}))
+
+
+RECOGNISERS = (_ours, _sneakers, _spring, _loop)
+
+
+def recognise(snapshot: Snapshot) -> list[Topology]:
+    """Every topology found, each queue in at most one (the first recogniser that claims it wins)."""
+    found: list[Topology] = []
+    claimed: set[str] = set()
+    for recogniser in RECOGNISERS:
+        for q in sorted(snapshot.queues):
+            if q in claimed:
+                continue
+            topology = recogniser(snapshot, q)
+            if topology is not None and not claimed & set(topology.queues):
+                found.append(topology)
+                claimed |= set(topology.queues)
+    return found
