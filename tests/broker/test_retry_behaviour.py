@@ -1,4 +1,4 @@
-"""How messages move through a deployed retry topology, driven by examples/retry_client.py.
+"""How messages move through a deployed retry topology, driven by rabbitmq_retry_client.
 
 Issue behaviours: (1) a rejected message comes back through tier 1, never before its delay; (2) a retry
 reaches only the queue that failed, not the other queues bound to the same exchange; (3) republish mode
@@ -27,7 +27,8 @@ import pytest
 from pika.spec import BasicProperties
 
 from bench import retry_timing
-from examples.retry_client import Handler, Mode, RetryingConsumer, rejected_attempts
+from rabbitmq_retry_client import Handler, Mode, RetryingConsumer
+from rabbitmq_retry_client.headers import rejected_attempts
 from tests.support.amqp import channel, drain, message_counts, next_message, parameters
 from tests.support.mirror import Broker
 from tests.support.retrying import Delivery, Recorder, publish_ids, retryable_queue, run_consumers
