@@ -5,9 +5,10 @@ queue held when it began (so a redriven message that fails again and is parked a
 A message it acts on is settled one by one: a redrive publishes the copy with publisher confirms and
 `mandatory`, and acks the parked original only after the broker confirmed the copy (at-least-once: a
 crash in between leaves both, never neither). Every message it does not act on stays unacknowledged
-until the end and is then returned with one `basic.nack(requeue=True, multiple=True)`, in the order it
-was read, ahead of anything parked meanwhile. `nack` (not `reject`) does not count toward a quorum
-queue's `delivery-limit` on 4.3; on 3.10 a quorum queue counts it, but error queues have no limit there.
+until the end and is then returned with one `basic.nack(requeue=True, multiple=True)`: a classic queue
+puts them back where they were; a quorum queue may put them back in another order (3.10 and 4.3 both
+do). `nack` (not `reject`) does not count toward a quorum queue's `delivery-limit` on 4.3; on 3.10 a
+quorum queue counts it, but error queues have no limit there.
 """
 
 from __future__ import annotations
@@ -122,6 +123,37 @@ class Outcome:
     destinations: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
+class _Reader:
+    """basic.get over an error queue, at most as many messages as it held at the start (the larger of a
+    passive declare's count and the first get's), so a message parked meanwhile is not read."""
+
+    def __init__(self, channel: BlockingChannel, queue: str) -> None:
+        self.channel, self.queue = channel, queue
+        self.total = int(channel.queue_declare(queue, passive=True).method.message_count)
+        self.read = self.acked = 0
+        self.left = 0
+        """Messages behind the last one read, as the broker counted them then."""
+
+    @property
+    def held(self) -> int:
+        return self.read - self.acked
+
+    def __iter__(self) -> Iterator[Parked]:
+        while self.read < self.total or self.read == 0:
+            method, properties, body = self.channel.basic_get(self.queue, auto_ack=False)
+            if method is None:
+                self.left = 0
+                return
+            if self.read == 0:
+                self.total = max(self.total, int(method.message_count) + 1)
+            self.read, self.left = self.read + 1, int(method.message_count)
+            yield Parked(method.delivery_tag, properties, body)
+
+    def ack(self, message: Parked) -> None:
+        self.channel.basic_ack(message.delivery_tag)
+        self.acked += 1
+
+
 class ParkedQueue:
     """The error queue of one contract, on a connection of its own (the contract's vhost)."""
 
@@ -164,32 +196,34 @@ class ParkedQueue:
                 channel.close()
 
     @contextlib.contextmanager
-    def _reading(self) -> Iterator[tuple[BlockingChannel, Iterator[Parked]]]:
+    def _reading(self) -> Iterator[_Reader]:
         """The messages of the error queue, each held unacknowledged; whatever the caller did not ack is
-        returned to the queue, in order, when the block ends (or the connection closes)."""
-        total = self.count()
-        channel = self._channel()
-
-        def messages() -> Iterator[Parked]:
-            for _ in range(total):
-                method, properties, body = channel.basic_get(self.queue, auto_ack=False)
-                if method is None:
-                    return
-                yield Parked(method.delivery_tag, properties, body)
-
+        returned to the queue when the block ends (or the connection closes)."""
+        reader = _Reader(self._channel(), self.queue)
         try:
-            yield channel, messages()
+            yield reader
         finally:
-            if channel.is_open:
-                channel.basic_nack(delivery_tag=0, multiple=True, requeue=True)
-                channel.close()
+            if reader.channel.is_open:
+                reader.channel.basic_nack(delivery_tag=0, multiple=True, requeue=True)
+                self._settle(reader.channel, reader.held + reader.left)
+                reader.channel.close()
+
+    def _settle(self, channel: BlockingChannel, expected: int, timeout: float = 5.0) -> None:
+        """Wait (up to `timeout`) until the queue counts the messages just returned: the broker requeues
+        asynchronously, and the next command, often a moment later, must see them all."""
+        deadline = time.monotonic() + timeout
+        while int(channel.queue_declare(self.queue, passive=True).method.message_count) < expected:
+            if time.monotonic() > deadline:
+                return
+            assert self._connection is not None
+            self._connection.sleep(0.02)
 
     def selected(self, selection: Selection) -> Iterator[Parked]:
         """The selected messages, read-only: all of them go back when the iteration ends."""
         now = self._now()
         taken = 0
-        with self._reading() as (_, messages):
-            for message in messages:
+        with self._reading() as reader:
+            for message in reader:
                 if selection.limit is not None and taken >= selection.limit:
                     return
                 if selection.matches(message, now):
@@ -233,8 +267,8 @@ class ParkedQueue:
         publisher = None if dry_run else self._channel(confirms=True)
         next_at = time.monotonic()
         try:
-            with self._reading() as (channel, messages):
-                for message in messages:
+            with self._reading() as reader:
+                for message in reader:
                     outcome.seen += 1
                     if selection.limit is not None and outcome.selected >= selection.limit:
                         break
@@ -256,7 +290,7 @@ class ParkedQueue:
                     copy = h.copy_properties(message.properties,
                                              h.redriven_headers(message.headers, self.contract["attempt_header"]))
                     publisher.basic_publish(exchange, routing_key, message.body, copy, mandatory=True)
-                    channel.basic_ack(message.delivery_tag)
+                    reader.ack(message)
                     outcome.moved += 1
                     if progress is not None:
                         progress(message, exchange, routing_key)
@@ -286,8 +320,8 @@ class ParkedQueue:
             raise ValueError("refusing to purge every parked message without --all; give a filter "
                              "(--reason, --older-than, --newer-than, --limit) or --all")
         now = self._now()
-        with self._reading() as (channel, messages):
-            for message in messages:
+        with self._reading() as reader:
+            for message in reader:
                 outcome.seen += 1
                 if selection.limit is not None and outcome.selected >= selection.limit:
                     break
@@ -295,6 +329,6 @@ class ParkedQueue:
                     continue
                 outcome.selected += 1
                 if not dry_run:
-                    channel.basic_ack(message.delivery_tag)
+                    reader.ack(message)
                     outcome.deleted += 1
         return outcome
