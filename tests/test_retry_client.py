@@ -34,7 +34,7 @@ from rabbitmq_retry_client.headers import (
     without_broker_headers,
 )
 from rabbitmq_retry_client.parked import Parked, Selection
-from tests.conftest import vhost_config
+from tests.conftest import ROOT, vhost_config
 
 
 def contract(vhost: str = "shop", queue: str = "orders", **changes: Any) -> dict[str, Any]:
@@ -512,3 +512,24 @@ def test_the_command_prints_one_line_for_an_unreachable_broker(tmp_path: Path,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: broker unreachable at 127.0.0.1:1 vhost 'shop' as guest: "
                                                    "Connection refused")
+
+
+# --- make contracts -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_make_contracts_writes_the_plans_contracts_in_the_stack_outputs_shape(stack: str, tmp_path: Path) -> None:
+    from components.config import load_stack_config
+    from tools import contracts as make_contracts
+    from tools.stack_file import load
+
+    output = tmp_path / f"contracts.{stack}.json"
+    assert make_contracts.main(["--stack", stack, "--output", str(output)]) == 0
+    written = json.loads(output.read_text())
+    raw = {key.partition(":")[2]: value for key, value in load(ROOT / f"Pulumi.{stack}.yaml").items()
+           if str(key).startswith("rabbitmq-retry:") and not str(key).endswith(":passwords")}
+    config = load_stack_config(raw)
+    planned = {v.name: {r.config.name: r.contract(v.name) for r in plan_vhost(v).retryables} for v in config.vhosts}
+    assert written == planned
+    for vhost, queues in written.items():
+        for queue in queues:
+            assert load_contract(output, queue=queue, vhost=vhost) == planned[vhost][queue]
