@@ -11,8 +11,8 @@ from collections.abc import Mapping
 
 TOP_LEVEL_KEYS = ("protect", "retain_error_queues", "defaults", "vhosts", "passwords")
 DEFAULTS_KEYS = ("queue_type", "policy_priority", "delivery_limit")
-VHOST_KEYS = ("name", "existing", "exchanges", "queues", "policies", "operator_policies", "applications", "limits",
-              "default_queue_type")
+VHOST_KEYS = ("name", "existing", "exchanges", "queues", "policies", "operator_policies", "applications", "operators",
+              "limits", "default_queue_type")
 EXCHANGE_KEYS = ("name", "type")
 QUEUE_KEYS = ("name", "type", "bindings", "max_length", "delivery_limit", "retry", "policy_priority")
 BINDING_KEYS = ("exchange", "routing_key", "arguments", "external")
@@ -38,6 +38,7 @@ RETIRED_POLICY_KEYS: Mapping[str, str] = {
 """Keys RabbitMQ 3.10 still takes in a user policy but 4.x refuses, with what to use instead."""
 APPLICATION_KEYS = ("user", "publishes", "consumes", "topic_permissions")
 TOPIC_PERMISSION_KEYS = ("exchange", "write", "read")
+OPERATOR_KEYS = ("user",)
 LIMITS_KEYS = ("max_connections", "max_queues")
 
 KEY_TABLES: Mapping[str, tuple[str, ...]] = {
@@ -52,6 +53,7 @@ KEY_TABLES: Mapping[str, tuple[str, ...]] = {
     "vhosts[].operator_policies[].definition": OPERATOR_POLICY_KEYS,
     "vhosts[].applications[]": APPLICATION_KEYS,
     "vhosts[].applications[].topic_permissions[]": TOPIC_PERMISSION_KEYS,
+    "vhosts[].operators[]": OPERATOR_KEYS,
     "vhosts[].limits": LIMITS_KEYS,
 }
 """Each table by the config path of the mapping it belongs to (`[]`: every item of a list). Operator
