@@ -16,17 +16,21 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pika
+import pika.exceptions
 import pytest
+from pika.adapters.blocking_connection import BlockingChannel
 from pika.spec import BasicProperties
 
 from rabbitmq_retry_client import ParkedQueue, PermanentError, RetryingConsumer, Selection
 from rabbitmq_retry_client.cli import main
 from tests.support.admin import wait_for
 from tests.support.amqp import drain, message_counts, parameters
-from tests.support.mirror import Broker
+from tests.support.mirror import Broker, call, esc
 from tests.support.retrying import publish_ids, retryable_queue, run_consumers
 
 if TYPE_CHECKING:
@@ -186,3 +190,69 @@ def test_purge_without_a_filter_refuses_and_a_filtered_one_deletes_exactly_its_s
     assert sorted(_order(broker, deployment)) == sorted(set(ids) - bad)
     assert main(_cli(broker, contracts, "purge", "--all", "--yes")) == 0
     assert message_counts(broker, deployment.vhost, ["work.error"]) == {"work.error": 0}
+
+
+# --- the operator user ------------------------------------------------------------------------------
+
+def _refused(broker: Broker, vhost: str, user: str, password: str, action: Callable[[BlockingChannel], object]) -> str:
+    """The broker's reply to one AMQP operation as `user` on a fresh channel: "allowed" or "403 ACCESS_REFUSED…"."""
+    with pika.BlockingConnection(parameters(broker, vhost, user, password)) as connection:
+        opened = connection.channel()
+        opened.confirm_delivery()
+        try:
+            action(opened)
+        except pika.exceptions.ChannelClosedByBroker as error:
+            return f"{error.reply_code} {error.reply_text}"
+    return "allowed"
+
+
+def test_an_operator_user_operates_parked_messages_with_its_derived_permissions_and_nothing_more(
+        broker: Broker, deploy: Deployer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = {"exchanges": [{"name": "in", "type": "topic"}, {"name": "other", "type": "fanout"}],
+              "queues": [retryable_queue("work", "quorum", ["100ms"], 1, routing_key="order.*")]}
+    topology = deploy(config)
+    operator, password = f"{topology.vhost}-ops", "0perator-pw"
+    try:
+        deployment = deploy.update(topology, {**config, "operators": [{"user": operator}]},
+                                   passwords={operator: password})
+        # The recording masks secret inputs, so the mirrored User got a placeholder password: set the real one.
+        call(broker, "PUT", f"users/{esc(operator)}", {"password": password, "tags": ""})
+        ids = [f"p{n:04d}" for n in range(20)]
+        publish_ids(broker, deployment.vhost, "in", ids, routing_key="order.created")
+        consumer = RetryingConsumer(parameters(broker, deployment.vhost), deployment.contracts["work"], _failing,
+                                    "republish")
+        run_consumers([consumer], lambda: consumer.parked >= len(ids), timeout=60)
+        contracts = _contract_file(tmp_path, deployment)
+        url = f"amqp://{operator}:{password}@{broker.host}:{broker.amqp_port}/%2F"
+
+        def as_operator(*args: str) -> int:
+            return main(["--url", url, "parked", args[0], "--contract", contracts, "--queue", "work", *args[1:]])
+
+        assert as_operator("list") == 0 and "20 parked in" in capsys.readouterr().out
+        assert as_operator("show", "--limit", "1") == 0
+        assert as_operator("redrive", "--reason", "bad payload") == 0  # to exchange `in`
+        assert as_operator("redrive", "--reason", "KeyError", "--to-queue") == 0  # to work.requeue
+        assert as_operator("purge", "--reason", "PermissionError", "--yes") == 0
+        capsys.readouterr()
+        counts = message_counts(broker, deployment.vhost, ["work", "work.error"])
+        assert counts == {"work": 10, "work.error": 5}, "5 + 5 redriven, 5 purged, 5 still parked"
+        assert as_operator("purge", "--all", "--yes") == 0
+        assert message_counts(broker, deployment.vhost, ["work.error"]) == {"work.error": 0}
+
+        properties = pika.BasicProperties(delivery_mode=2)
+        refusals = {
+            "get from the input queue": lambda c: c.basic_get("work"),
+            "get from a wait queue": lambda c: c.basic_get("work.wait.1"),
+            "publish to the retry exchange": lambda c: c.basic_publish("work.retry", "wait.1", b"x", properties),
+            "publish to the error exchange": lambda c: c.basic_publish("work.error", "", b"x", properties),
+            "publish to another exchange": lambda c: c.basic_publish("other", "", b"x", properties),
+            "publish to the default exchange": lambda c: c.basic_publish("", "work", b"x", properties),
+            "declare a queue": lambda c: c.queue_declare("mine"),
+            "bind the error queue": lambda c: c.queue_bind("work.error", "in", "#"),
+        }
+        outcomes = {what: _refused(broker, deployment.vhost, operator, password, action)
+                    for what, action in refusals.items()}
+        assert {what: outcome.split(" - ")[0] for what, outcome in outcomes.items()} == dict.fromkeys(
+            refusals, "403 ACCESS_REFUSED"), outcomes
+    finally:
+        call(broker, "DELETE", f"users/{esc(operator)}")
