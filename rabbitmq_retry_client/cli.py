@@ -137,6 +137,7 @@ def _list(args: argparse.Namespace) -> int:
         total = sum(g.count for g in groups)
         if args.json:
             json.dump([{"reason": g.reason, "original_routing_key": g.routing_key, "count": g.count,
+                        "redriven_before": g.redriven,
                         "oldest_first_failure_at": h.utc_iso(g.oldest) if g.oldest else None} for g in groups],
                       sys.stdout, indent=1)
             print()
@@ -144,10 +145,10 @@ def _list(args: argparse.Namespace) -> int:
         print(f"{total} parked in {parked.contract['vhost']}/{parked.queue}"
               + (" (selected)" if _selection(args).filtered else ""))
         if groups:
-            print(f"{'count':>7}  {'oldest first failure':<24}  {'routing key':<24}  reason")
+            print(f"{'count':>7}  {'redriven':>8}  {'oldest first failure':<24}  {'routing key':<24}  reason")
         for g in groups:
             oldest = h.utc_iso(g.oldest) if g.oldest else "-"
-            print(f"{g.count:>7}  {oldest:<24}  {g.routing_key:<24}  {g.reason[:args.reason_width]}")
+            print(f"{g.count:>7}  {g.redriven:>8}  {oldest:<24}  {g.routing_key:<24}  {g.reason[:args.reason_width]}")
     return 0
 
 

@@ -108,6 +108,8 @@ class Group:
     routing_key: str
     count: int = 0
     oldest: datetime | None = None
+    redriven: int = 0
+    """Messages of the group that were redriven before (`redriven-count` > 0) and parked again."""
 
 
 @dataclass
@@ -238,6 +240,7 @@ class ParkedQueue:
             group = groups.setdefault((message.reason, message.original_routing_key),
                                       Group(message.reason, message.original_routing_key))
             group.count += 1
+            group.redriven += message.redriven_count > 0
             first = message.first_failure_at
             if first is not None and (group.oldest is None or first < group.oldest):
                 group.oldest = first

@@ -297,11 +297,11 @@ def test_a_message_that_keeps_crashing_consumers_is_parked_before_the_delivery_l
     """Consumers that die holding a message return it; the broker's own limit would jam it in a
     dead-letter cycle (tests/broker/test_delivery_limit.py), so the client parks it first."""
     queue = retryable_queue("crashy", "quorum", ["200ms"], 1)
-    deployment = deploy({"exchanges": [{"name": "in", "type": "fanout"}], "queues": [{**queue, "delivery_limit": 2}]})
+    deployment = deploy({"exchanges": [{"name": "in", "type": "fanout"}], "queues": [{**queue, "delivery_limit": 3}]})
     contract = deployment.contracts["crashy"]
-    assert contract["delivery_limit"] == 2
+    assert contract["delivery_limit"] == 3  # the lowest the config takes for max_retries 1
     publish_ids(broker, deployment.vhost, "in", ["poison"])
-    for _ in range(2):  # two consumer crashes: the connection closes with the message unacked
+    for _ in range(3):  # three consumer crashes: the connection closes with the message unacked
         with channel(broker, deployment.vhost) as crashing:
             assert next_message(crashing, "crashy", timeout=30) is not None, "the message did not come back"
     handled = Recorder(lambda _: 0)
@@ -310,7 +310,7 @@ def test_a_message_that_keeps_crashing_consumers_is_parked_before_the_delivery_l
 
     parked = drain(broker, deployment.vhost, "crashy.error")
     assert consumer.parked == 1 and consumer.processed == 0, "the handler must not see it again"
-    assert [p.headers["error-reason"] for p, _ in parked] == ["x-delivery-count 2 reached the delivery limit 2"]
+    assert [p.headers["error-reason"] for p, _ in parked] == ["x-delivery-count 3 reached the delivery limit 3"]
     assert message_counts(broker, deployment.vhost, ["crashy", "crashy.wait.1"]) == {"crashy": 0, "crashy.wait.1": 0}
 
 
