@@ -222,15 +222,22 @@ class ParkedQueue:
 
     def selected(self, selection: Selection) -> Iterator[Parked]:
         """The selected messages, read-only: all of them go back when the iteration ends."""
-        now = self._now()
-        taken = 0
         with self._reading() as reader:
-            for message in reader:
-                if selection.limit is not None and taken >= selection.limit:
-                    return
-                if selection.matches(message, now):
-                    taken += 1
-                    yield message
+            yield from self._choose(reader, selection, Outcome())
+
+    def _choose(self, reader: _Reader, selection: Selection, outcome: Outcome) -> Iterator[Parked]:
+        """The messages of `reader` that `selection` takes, counted in `outcome` (`seen`, `selected`); stops
+        reading at the limit."""
+        now = self._now()
+        messages = iter(reader)
+        while selection.limit is None or outcome.selected < selection.limit:
+            message = next(messages, None)
+            if message is None:
+                return
+            outcome.seen += 1
+            if selection.matches(message, now):
+                outcome.selected += 1
+                yield message
 
     def summary(self, selection: Selection = Selection()) -> list[Group]:
         """Counts grouped by error reason and original routing key, most first, with the oldest
@@ -265,19 +272,12 @@ class ParkedQueue:
         """Send the selected messages back with a full retry budget, at most `rate` a second: publish the
         copy (confirmed, mandatory), then ack the parked original. `dry_run` only counts them."""
         outcome = Outcome()
-        now = self._now()
         interval = 1.0 / rate if rate else 0.0
         publisher = None if dry_run else self._channel(confirms=True)
         next_at = time.monotonic()
         try:
             with self._reading() as reader:
-                for message in reader:
-                    outcome.seen += 1
-                    if selection.limit is not None and outcome.selected >= selection.limit:
-                        break
-                    if not selection.matches(message, now):
-                        continue
-                    outcome.selected += 1
+                for message in self._choose(reader, selection, outcome):
                     outcome.redriven_before += message.redriven_count > 0
                     exchange, routing_key = self.destination(message, to_queue)
                     key = (exchange, routing_key)
@@ -322,15 +322,8 @@ class ParkedQueue:
         if not selection.filtered:
             raise ValueError("refusing to purge every parked message without --all; give a filter "
                              "(--reason, --older-than, --newer-than, --limit) or --all")
-        now = self._now()
         with self._reading() as reader:
-            for message in reader:
-                outcome.seen += 1
-                if selection.limit is not None and outcome.selected >= selection.limit:
-                    break
-                if not selection.matches(message, now):
-                    continue
-                outcome.selected += 1
+            for message in self._choose(reader, selection, outcome):
                 if not dry_run:
                     reader.ack(message)
                     outcome.deleted += 1

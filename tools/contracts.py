@@ -18,18 +18,10 @@ from typing import Any
 
 import pulumi
 
+from rabbitmq_retry_client.contract import whole_numbers
 from tools.inventory import VHOST_COMPONENT, contracts
 from tools.mockrun import ROOT, Registered, close_event_loop, record_program
 from tools.stack_file import StackFileError
-
-
-def _whole(value: Any) -> Any:
-    """The mocks hand numbers back as floats (1000.0); `pulumi stack output` prints them whole."""
-    if isinstance(value, dict):
-        return {k: _whole(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_whole(v) for v in value]
-    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def stack_contracts(recording: Sequence[Registered]) -> dict[str, dict[str, Any]]:
@@ -38,7 +30,7 @@ def stack_contracts(recording: Sequence[Registered]) -> dict[str, dict[str, Any]
                                          if r.type == VHOST_COMPONENT and "vhost_name" in r.outputs}
     for (vhost, queue), contract in contracts(recording).items():
         # The mocks drop null outputs; the export has `delivery_limit: null` for a classic queue.
-        result.setdefault(vhost, {})[queue] = {"delivery_limit": None, **_whole(contract)}
+        result.setdefault(vhost, {})[queue] = {"delivery_limit": None, **whole_numbers(contract)}
     return result
 
 

@@ -66,17 +66,23 @@ def _park(broker: Broker, deploy: Deployer, queue_type: str) -> tuple[Deployment
     deployment = deploy({"exchanges": [{"name": "in", "type": "topic"}],
                          "queues": [retryable_queue("work", queue_type, ["100ms"], 1, routing_key="order.*")]})
     ids = [f"p{n:04d}" for n in range(PARKED)]
-    for key in ROUTING_KEYS:
-        publish_ids(broker, deployment.vhost, "in", [i for i in ids if _plan(int(i[1:]))[2] == key], routing_key=key)
-    consumer = RetryingConsumer(parameters(broker, deployment.vhost), deployment.contracts["work"], _failing,
-                                "republish", prefetch=50)
-    run_consumers([consumer], lambda: consumer.parked >= PARKED, timeout=240)
+    consumer = _publish_and_park(broker, deployment, ids, prefetch=50)
     assert consumer.parked == PARKED and consumer.permanent == PARKED * 3 // 4
     expected = {}
     for i in ids:
         reason, permanent, key = _plan(int(i[1:]))
         expected[i] = (f"PermanentError: {reason}" if permanent else reason, key)
     return deployment, expected
+
+
+def _publish_and_park(broker: Broker, deployment: Deployment, ids: list[str], prefetch: int = 10) -> RetryingConsumer:
+    """Publish `ids` to exchange `in` with their planned routing keys and let the client park every one."""
+    for key in ROUTING_KEYS:
+        publish_ids(broker, deployment.vhost, "in", [i for i in ids if _plan(int(i[1:]))[2] == key], routing_key=key)
+    consumer = RetryingConsumer(parameters(broker, deployment.vhost), deployment.contracts["work"], _failing,
+                                "republish", prefetch=prefetch)
+    run_consumers([consumer], lambda: consumer.parked >= len(ids), timeout=240)
+    return consumer
 
 
 def _contract_file(tmp_path: Path, deployment: Deployment) -> str:
@@ -175,10 +181,7 @@ def test_purge_without_a_filter_refuses_and_a_filtered_one_deletes_exactly_its_s
     deployment = deploy({"exchanges": [{"name": "in", "type": "topic"}],
                          "queues": [retryable_queue("work", "classic", ["100ms"], 1, routing_key="order.*")]})
     ids = [f"p{n:04d}" for n in range(40)]
-    publish_ids(broker, deployment.vhost, "in", ids, routing_key="order.created")
-    consumer = RetryingConsumer(parameters(broker, deployment.vhost), deployment.contracts["work"], _failing,
-                                "republish")
-    run_consumers([consumer], lambda: consumer.parked >= len(ids), timeout=60)
+    _publish_and_park(broker, deployment, ids)
     contracts = _contract_file(tmp_path, deployment)
 
     for refused in (["purge", "--yes"], ["purge"], ["purge", "--reason", "bad payload"]):
@@ -217,11 +220,7 @@ def test_an_operator_user_operates_parked_messages_with_its_derived_permissions_
                                    passwords={operator: password})
         # The recording masks secret inputs, so the mirrored User got a placeholder password: set the real one.
         call(broker, "PUT", f"users/{esc(operator)}", {"password": password, "tags": ""})
-        ids = [f"p{n:04d}" for n in range(20)]
-        publish_ids(broker, deployment.vhost, "in", ids, routing_key="order.created")
-        consumer = RetryingConsumer(parameters(broker, deployment.vhost), deployment.contracts["work"], _failing,
-                                    "republish")
-        run_consumers([consumer], lambda: consumer.parked >= len(ids), timeout=60)
+        _publish_and_park(broker, deployment, [f"p{n:04d}" for n in range(20)])
         contracts = _contract_file(tmp_path, deployment)
         url = f"amqp://{operator}:{password}@{broker.host}:{broker.amqp_port}/%2F"
 
