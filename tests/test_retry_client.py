@@ -20,6 +20,7 @@ from pika.spec import BasicProperties
 from components.config import load_vhost
 from components.plan import plan_vhost
 from rabbitmq_retry_client import ContractError, PermanentError, RetryingConsumer, load_contract
+from rabbitmq_retry_client import stack_output as stack_output_of
 from rabbitmq_retry_client.cli import duration, main
 from rabbitmq_retry_client.connection import BrokerUnreachableError, connect
 from rabbitmq_retry_client.connection import parameters as _parameters
@@ -533,3 +534,37 @@ def test_make_contracts_writes_the_plans_contracts_in_the_stack_outputs_shape(st
     for vhost, queues in written.items():
         for queue in queues:
             assert load_contract(output, queue=queue, vhost=vhost) == planned[vhost][queue]
+
+
+# --- contracts from `pulumi stack output` ---------------------------------------------------------------
+
+def _fake_pulumi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str) -> Path:
+    """A `pulumi` on PATH that records its arguments and runs `script`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "pulumi"
+    fake.write_text(f'#!/bin/sh\necho "$@" > "{tmp_path}/argv"\n{script}\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    return tmp_path / "argv"
+
+
+def test_the_stack_option_reads_pulumi_stack_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "out.json").write_text(json.dumps(stack_output()))
+    argv = _fake_pulumi(tmp_path, monkeypatch, f'cat "{tmp_path}/out.json"')
+    assert load_contract(stack_output_of("prod"), queue="billing") == contract("shop", "billing")
+    assert argv.read_text().split() == ["stack", "output", "retry_contracts", "--json", "--stack", "prod"]
+
+
+def test_a_failing_pulumi_is_one_error_with_its_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_pulumi(tmp_path, monkeypatch, 'echo "error: no stack named \'prod\' found" >&2; exit 255')
+    with pytest.raises(ContractError) as error:
+        stack_output_of("prod")
+    assert str(error.value) == ("`stack output retry_contracts --json --stack prod` failed: "
+                                "error: no stack named 'prod' found")
+
+
+def test_without_the_pulumi_cli_the_error_says_to_pass_a_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ContractError, match=r"^the Pulumi CLI is not installed; pass --contract FILE instead"):
+        stack_output_of("dev")

@@ -14,8 +14,11 @@ each broker's run short; the run timeouts are generous bounds for an eventual co
 
 from __future__ import annotations
 
+import json
 import random
+import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -433,3 +436,29 @@ def test_stop_settles_the_delivery_in_hand_and_returns_the_prefetched_ones(broke
     wait_for(lambda: message_counts(broker, deployment.vhost, ["graceful"])["graceful"] == len(ids) - 1, 30,
              "the four prefetched, unhandled messages back in the queue")
     assert sorted(str(p.message_id) for p, _ in drain(broker, deployment.vhost, "graceful")) == ids[1:]
+
+
+def test_the_consume_command_stops_on_sigterm_and_says_what_it_did(broker: Broker, deploy: Deployer,
+                                                                  tmp_path: Path) -> None:
+    deployment = deploy({"exchanges": [{"name": "in", "type": "fanout"}],
+                         "queues": [retryable_queue("cli", "classic", ["200ms"], 1)]})
+    contracts = tmp_path / "contracts.json"
+    contracts.write_text(json.dumps({deployment.vhost: deployment.contracts}))
+    publish_ids(broker, deployment.vhost, "in", [f"c{i}" for i in range(3)])
+    url = f"amqp://{broker.username}:{broker.password}@{broker.host}:{broker.amqp_port}/%2F"
+    command = [sys.executable, "-m", "rabbitmq_retry_client", "--url", url, "consume", "--contract", str(contracts),
+               "--queue", "cli", "--fail-rate", "0"]
+    consume = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: message_counts(broker, deployment.vhost, ["cli"])["cli"] == 0, 30, "the three delivered")
+    finally:
+        consume.send_signal(signal.SIGTERM)
+        stdout, stderr = consume.communicate(timeout=30)
+    assert consume.returncode == 0, stderr
+    assert "signal SIGTERM: finishing the delivery in hand, then stopping" in stdout
+    last = stdout.rstrip().splitlines()[-1]
+    assert last.endswith(", retried 0, parked 0 (0 permanent), requeued 0"), stdout
+    processed = int(last.split()[1].rstrip(","))
+    # Each message was handled and acked, or returned unhandled: none is lost or left unacknowledged.
+    wait_for(lambda: processed + message_counts(broker, deployment.vhost, ["cli"])["cli"] == 3, 30,
+             "every message acked or back in the queue")
