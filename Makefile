@@ -12,7 +12,7 @@ PULUMI_ENV := PULUMI_BACKEND_URL=$${PULUMI_BACKEND_URL:-file://$(CURDIR)/.pulumi
 tool_status = || { status=$$?; case $$status in 1) why=error;; 2) why="data loss not acknowledged";; *) why=failed;; \
 	esac; echo "make $@: $(1) exit status $$status ($$why); make itself exits 2 on any failure" >&2; exit $$status; }
 
-.PHONY: setup test test-fast lint plan preview up brokers review mutate adopt drift
+.PHONY: setup test test-fast lint plan preview up brokers review mutate adopt drift contracts
 
 setup:
 	scripts/setup.sh
@@ -29,6 +29,11 @@ lint:
 
 plan:
 	@$(PY) -m tools.plan_report --stack $(STACK) $(call tool_status,tools.plan_report)
+
+# The stack's retry contracts as `pulumi stack output retry_contracts --json` prints them, without the CLI.
+contracts:
+	@$(PY) -m tools.contracts --stack $(STACK) --output $(or $(OUTPUT),contracts.$(STACK).json) \
+		$(call tool_status,tools.contracts)
 
 brokers:
 	scripts/brokers.sh status

@@ -15,7 +15,7 @@ for index, vhost in enumerate(config.vhosts):
         "config_path": f"vhosts[{index}]",
         "protect_queues": config.protect,
         "retain_error_queues": config.retain_error_queues,
-        "passwords": {app.user: passwords[app.user] for app in vhost.applications},
+        "passwords": {user: passwords[user] for user, _ in vhost.user_paths()},
     })
     retry_contracts[vhost.name] = component.retry_contracts
 

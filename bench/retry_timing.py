@@ -3,8 +3,8 @@
 A retried message may never come back before its tier's delay (the broker tests assert that); how
 much later it comes back depends on the broker and on the machine's load, so it is measured here and
 printed, not asserted. For each broker × queue type × mode this deploys a retryable queue in a
-throw-away vhost (as tests/broker do, through tests/support), lets examples/retry_client.py fail every
-message a planned number of times, and reports the lateness (wait minus the tier's delay) of each step:
+throw-away vhost (as tests/broker do, through tests/support), lets rabbitmq_retry_client fail every message
+a planned number of times, and reports the lateness (wait minus the tier's delay) of each step:
 
 - reject mode: tiers 300 ms, 1 s; every message fails twice, so it waits twice in tier 1;
 - republish mode: tiers 200, 300, 500 ms; every message fails four times: 200, 300, 500, 500 ms.
@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from examples.retry_client import MODES, Mode, RetryingConsumer
+from rabbitmq_retry_client import MODES, Mode, RetryingConsumer
 from tests.support.amqp import parameters
 from tests.support.deploy import Deployer, configured_brokers, throwaway_vhost, unreachable
 from tests.support.mirror import Broker

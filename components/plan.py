@@ -104,6 +104,10 @@ class RetryablePlan:
         return naming.retry_exchange(self.config.name)
 
     @property
+    def requeue_exchange(self) -> str:
+        return naming.requeue_exchange(self.config.name)
+
+    @property
     def error_exchange(self) -> str:
         return naming.error_exchange(self.config.name)
 
@@ -132,7 +136,8 @@ class RetryablePlan:
 
 @dataclass(frozen=True)
 class PermissionPlan:
-    """An application's derived permissions: it declares nothing, writes and reads exactly its own."""
+    """An application's or operator's derived permissions: it declares nothing, writes and reads exactly
+    what its job needs."""
 
     key: str
     user: str
@@ -328,6 +333,21 @@ def _config_binding(queue: Queue, binding: Binding) -> BindingPlan:
                        source_external=binding.external)
 
 
+def _operator_permissions(user: str, retryables: Iterable[RetryablePlan]) -> PermissionPlan:
+    """An operator of parked messages (`rabbitmq-retry parked …`): reads (gets, acks, purges) every error
+    queue, and publishes a redrive to where the messages came from (the exchanges the input queues are bound
+    to) or to `Q.requeue`, which reaches only `Q`. It cannot consume an input queue or publish elsewhere."""
+    retryables = tuple(retryables)
+    return PermissionPlan(
+        key=f"permissions-{user}",
+        user=user,
+        configure="^$",
+        write=exact_names([*(b.exchange for r in retryables for b in r.config.bindings),
+                           *(r.requeue_exchange for r in retryables)]),
+        read=exact_names(r.error_queue for r in retryables),
+    )
+
+
 def plan_vhost(vhost: Vhost, path: str = "vhost") -> VhostPlan:
     """`path`: the vhost's config key path, e.g. "vhosts[0]", named by the checks."""
     exchanges = tuple(ExchangePlan(f"exchange-{e.name}", e.name, e.type) for e in vhost.exchanges)
@@ -355,6 +375,7 @@ def plan_vhost(vhost: Vhost, path: str = "vhost") -> VhostPlan:
         read=exact_names(app.consumes),
         topic=app.topic_permissions,
     ) for app in vhost.applications)
+    permissions += tuple(_operator_permissions(operator.user, retryables) for operator in vhost.operators)
     imports = vhost.imports
     plan = VhostPlan(vhost, _adopt(exchanges, "exchange", imports), _adopt(queues, "queue", imports),
                      _adopt(tuple(policies), "policy", imports), _adopt(bindings, "binding", imports), retryables,

@@ -93,10 +93,9 @@ def lock_out_problems(config: StackConfig) -> list[tuple[str, str]]:
     """An application whose user is the provider's own: its User resource would replace that user's tags
     (with none) and its password while `pulumi up` still needs them."""
     deployer = provider_username()
-    return [(f"vhosts[{i}].applications[{j}].user", f'"{app.user}" is the provider\'s user '
+    return [(f"vhosts[{i}].{path}", f'"{user}" is the provider\'s user '
              f"(rabbitmq:username or RABBITMQ_USERNAME): {LOCK_OUT}")
-            for i, vhost in enumerate(config.vhosts)
-            for j, app in zip(vhost.application_indexes, vhost.applications, strict=True) if app.user == deployer]
+            for i, vhost in enumerate(config.vhosts) for user, path in vhost.user_paths() if user == deployer]
 
 
 def _written_passwords() -> object:
@@ -127,17 +126,18 @@ def read_stack_config() -> StackConfig:
 
 
 def application_passwords(config: StackConfig) -> dict[str, pulumi.Output[str]]:
-    """Each application user's password as a secret. In a preview a missing one is a random placeholder
-    that nobody knows, with a warning: `pulumi up` refuses it (`read_stack_config`)."""
+    """Each application or operator user's password as a secret. In a preview a missing one is a random
+    placeholder that nobody knows, with a warning: `pulumi up` refuses it (`read_stack_config`)."""
     written = _written_passwords()
     passwords = written if isinstance(written, Mapping) else {}
     result = {}
     for vhost in config.vhosts:
-        for app in vhost.applications:
-            password = passwords.get(app.user)
+        for user, path in vhost.user_paths():
+            password = passwords.get(user)
             if not isinstance(password, str) or not password:
-                pulumi.log.warn(f'no password for application user "{app.user}": this preview uses a placeholder '
-                                f"and `pulumi up` will refuse; set it with {password_command(app.user)}")
+                kind = "application" if path.startswith("applications") else "operator"
+                pulumi.log.warn(f'no password for {kind} user "{user}": this preview uses a placeholder '
+                                f"and `pulumi up` will refuse; set it with {password_command(user)}")
                 password = secrets.token_urlsafe(32)
-            result[app.user] = pulumi.Output.secret(password)
+            result[user] = pulumi.Output.secret(password)
     return result

@@ -1,5 +1,6 @@
 """The installed package: `pip install` of this repository gives `rabbitmq_retry`, typed and whole, and the
-README's reuse example runs as written in a project that has a `components/` folder of its own.
+README's reuse example runs as written in a project that has a `components/` folder of its own; it also
+gives the client package `rabbitmq_retry_client`, typed, and its `rabbitmq-retry` command.
 
 Built offline from the working tree (`--no-index --no-build-isolation`: the setuptools of requirements.txt).
 """
@@ -53,7 +54,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     source = tmp_path_factory.mktemp("source")
     for name in ("pyproject.toml", "setup.py"):
         shutil.copy(ROOT / name, source)
-    shutil.copytree(ROOT / "components", source / "components", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("components", "rabbitmq_retry_client"):
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     target = tmp_path_factory.mktemp("site")
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
                     "--no-index", "--no-build-isolation", "--target", str(target), str(source)],
@@ -111,3 +113,34 @@ def test_the_users_components_folder_stays_theirs(example_run: dict[str, Any]):
     ours = {name: path for name, path in modules.items() if name.split(".")[0] == "rabbitmq_retry"}
     assert "rabbitmq_retry.retryable_queue" in ours
     assert all(Path(path).is_relative_to(example_run["installed"]) for path in ours.values()), ours
+
+
+def test_the_client_package_is_installed_whole_with_py_typed(installed: Path):
+    source = ROOT / "rabbitmq_retry_client"
+    shipped = sorted(p.relative_to(source).as_posix() for p in source.rglob("*")
+                     if p.suffix == ".py" or p.name == "py.typed")
+    assert "py.typed" in shipped and "cli.py" in shipped
+    package = installed / "rabbitmq_retry_client"
+    assert sorted(p.relative_to(package).as_posix() for p in package.rglob("*")
+                  if p.suffix == ".py" or p.name == "py.typed") == shipped
+
+
+def test_the_console_script_runs_from_the_installed_package(installed: Path, tmp_path: Path):
+    """`rabbitmq-retry` as pip wrote it, run outside this repository: it imports the installed client and
+    refuses an unfiltered purge before connecting to anything."""
+    script = installed / "bin" / "rabbitmq-retry"
+    assert script.is_file()
+    contract = {"vhost": "shop", "queue": "orders", "queue_type": "quorum", "retry_exchange": "orders.retry",
+                "reject_routes_to": "wait.1", "tiers": [{"routing_key": "wait.1", "delay_ms": 1000}],
+                "max_retries": 3, "attempt_header": "retry-count", "error_exchange": "orders.error",
+                "error_queue": "orders.error"}
+    (tmp_path / "contracts.json").write_text(json.dumps({"shop": {"orders": contract}}))
+    env = {**os.environ, "PYTHONPATH": str(installed)}
+    run = subprocess.run([sys.executable, str(script), "parked", "purge", "--contract", "contracts.json", "--yes"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert (run.returncode, run.stdout) == (2, ""), run.stderr
+    assert run.stderr == ("rabbitmq-retry: error: refusing to purge every parked message: give a filter "
+                          "(--reason, --older-than, --newer-than, --limit) or --all\n")
+    probe = subprocess.run([sys.executable, "-c", "import rabbitmq_retry_client as c; print(c.__file__)"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+    assert Path(probe.stdout.strip()).is_relative_to(installed)

@@ -1,11 +1,14 @@
-"""The reference client's pure helpers (examples/retry_client.py), without a broker: which contract it
-picks, what it refuses, how it cuts an error reason, and what a retried or parked copy carries over
-(README: Consumer algorithm)."""
+"""The client package's pure parts (rabbitmq_retry_client), without a broker: which contract it picks,
+what it refuses (an unknown strategy included), how it cuts an error reason, what a retried, parked or
+redriven copy carries over, which parked messages a filter selects, and what the command refuses before
+connecting (README: Writing a consumer, Parked messages)."""
 
 from __future__ import annotations
 
 import copy
 import json
+import logging
+import re
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -16,19 +19,23 @@ from pika.spec import BasicProperties
 
 from components.config import load_vhost
 from components.plan import plan_vhost
-from examples.retry_client import (
+from rabbitmq_retry_client import ContractError, PermanentError, RetryingConsumer, load_contract
+from rabbitmq_retry_client import stack_output as stack_output_of
+from rabbitmq_retry_client.cli import duration, main
+from rabbitmq_retry_client.connection import BrokerUnreachableError, connect
+from rabbitmq_retry_client.connection import parameters as _parameters
+from rabbitmq_retry_client.headers import (
     MAX_REASON_BYTES,
-    RetryingConsumer,
-    _parameters,
     copy_properties,
     deaths,
-    load_contract,
+    redriven_headers,
     rejected_attempts,
     truncate,
     utc_iso,
     without_broker_headers,
 )
-from tests.conftest import vhost_config
+from rabbitmq_retry_client.parked import Parked, Selection
+from tests.conftest import ROOT, vhost_config
 
 
 def contract(vhost: str = "shop", queue: str = "orders", **changes: Any) -> dict[str, Any]:
@@ -333,3 +340,231 @@ def test_the_current_time_is_used_by_default() -> None:
     before = datetime.now(UTC).replace(microsecond=0)
     stamped = datetime.fromisoformat(utc_iso().replace("Z", "+00:00"))
     assert stamped.tzinfo is not None and stamped >= before
+
+
+# --- strategy -------------------------------------------------------------------------------------
+
+def test_a_contract_without_a_strategy_is_followed_as_tiers() -> None:
+    assert "strategy" not in contract() and load_contract(contract()) == contract()
+
+
+def test_the_tiers_strategy_named_explicitly_is_accepted() -> None:
+    assert load_contract(contract(strategy="tiers"))["strategy"] == "tiers"
+
+
+def test_an_unknown_strategy_is_refused_by_name_before_anything_else() -> None:
+    with pytest.raises(ContractError) as error:
+        load_contract(contract(strategy="exponential", tiers=[]))
+    assert str(error.value) == (
+        "retry contract for 'orders' uses strategy 'exponential', which this client does not support "
+        "(supported: tiers); upgrade rabbitmq-retry or follow README: Writing a consumer by hand")
+
+
+def test_the_consumer_refuses_an_unknown_strategy_before_connecting() -> None:
+    with pytest.raises(ContractError, match="strategy 'exponential'"):
+        RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(strategy="exponential"), lambda body, props: None)
+
+
+def test_a_permanent_failure_is_an_exception_the_handler_raises() -> None:
+    assert issubclass(PermanentError, Exception)
+    with pytest.raises(ValueError, match=r"^handler_timeout must be positive seconds or None, got 0$"):
+        RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(), lambda body, props: None, handler_timeout=0)
+
+
+# --- redriven copies ------------------------------------------------------------------------------
+
+PARKED_HEADERS = {
+    "error-reason": "RuntimeError: boom", "error-queue": "orders", "original-exchange": "events",
+    "original-routing-key": "order.created", "attempts": 6, "first-failure-at": "2026-01-01T00:00:00.000Z",
+    "permanent": True, "retry-count": 5, "x-delivery-count": 2, "x-death": X_DEATH, "app": "shop",
+}
+
+
+def test_a_redriven_copy_has_a_full_budget_keeps_its_origin_and_counts_redrives() -> None:
+    moment = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+    assert redriven_headers(PARKED_HEADERS, "retry-count", moment) == {
+        "original-exchange": "events", "original-routing-key": "order.created", "app": "shop",
+        "redriven-count": 1, "redriven-at": "2026-03-01T12:00:00.000Z"}
+    again = redriven_headers({**PARKED_HEADERS, "redriven-count": 2}, "retry-count", moment)
+    assert again["redriven-count"] == 3
+
+
+def test_a_malformed_redriven_count_starts_again_at_one() -> None:
+    assert redriven_headers({"redriven-count": b"many"}, "retry-count")["redriven-count"] == 1
+
+
+# --- parked selection -----------------------------------------------------------------------------
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def parked(reason: str = "RuntimeError: boom", age: timedelta | None = timedelta(hours=1),
+           **headers: Any) -> Parked:
+    values: dict[str, Any] = {"error-reason": reason, **headers}
+    if age is not None:
+        values["first-failure-at"] = utc_iso(NOW - age)
+    return Parked(1, BasicProperties(headers=values), b"body")
+
+
+def test_no_criterion_selects_everything_and_is_not_a_filter() -> None:
+    assert Selection().matches(parked(age=None), NOW) and not Selection().filtered
+
+
+def test_the_reason_is_searched_not_anchored() -> None:
+    selection = Selection(reason=re.compile("Timeout"))
+    assert selection.filtered
+    assert selection.matches(parked("requests.Timeout: read timed out"), NOW)
+    assert not selection.matches(parked("ValueError: bad payload"), NOW)
+
+
+@pytest.mark.parametrize(("age", "older", "newer", "selected"), [
+    (timedelta(hours=3), timedelta(hours=2), None, True),
+    (timedelta(hours=2), timedelta(hours=2), None, True),
+    (timedelta(hours=1), timedelta(hours=2), None, False),
+    (timedelta(minutes=5), None, timedelta(minutes=15), True),
+    (timedelta(minutes=15), None, timedelta(minutes=15), False),
+    (timedelta(hours=1), timedelta(minutes=30), timedelta(hours=2), True),
+    (None, timedelta(minutes=1), None, False),
+    (None, None, timedelta(days=1), False),
+])
+def test_age_is_measured_from_the_first_failure(age: timedelta | None, older: timedelta | None,
+                                                 newer: timedelta | None, selected: bool) -> None:
+    assert Selection(older_than=older, newer_than=newer).matches(parked(age=age), NOW) is selected
+
+
+def test_a_limit_alone_is_a_filter() -> None:
+    assert Selection(limit=10).filtered
+
+
+def test_parked_fields_read_bytes_headers_and_tolerate_missing_ones() -> None:
+    message = Parked(1, BasicProperties(headers={"original-routing-key": b"a.b", "redriven-count": 2,
+                                                 "first-failure-at": "garbage"}), b"")
+    assert (message.reason, message.original_routing_key, message.original_exchange, message.first_failure_at,
+            message.redriven_count) == ("", "a.b", None, None, 2)
+
+
+# --- the command ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("90s", timedelta(seconds=90)), ("15m", timedelta(minutes=15)), ("2h", timedelta(hours=2)),
+    ("7d", timedelta(days=7)), ("1h30m", timedelta(minutes=90)), ("500ms", timedelta(milliseconds=500)),
+])
+def test_durations_of_the_age_filters(text: str, expected: timedelta) -> None:
+    assert duration(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "10", "1 h", "h", "10x", "-5m"])
+def test_a_malformed_duration_is_refused(text: str) -> None:
+    with pytest.raises(Exception, match="is not a duration"):
+        duration(text)
+
+
+def _contract_file(tmp_path: Path) -> str:
+    path = tmp_path / "contracts.json"
+    path.write_text(json.dumps(stack_output()))
+    return str(path)
+
+
+@pytest.mark.parametrize("extra", [[], ["--yes"]])
+def test_purge_without_a_filter_or_all_refuses_before_connecting(tmp_path: Path, extra: list[str],
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--url", "amqp://guest:guest@127.0.0.1:1/%2F", "parked", "purge", "--contract", _contract_file(tmp_path),
+            "--queue", "billing", *extra]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == ("rabbitmq-retry: error: refusing to purge every parked message: give a "
+                                       "filter (--reason, --older-than, --newer-than, --limit) or --all\n")
+
+
+def test_purge_with_a_filter_still_needs_yes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--url", "amqp://guest:guest@127.0.0.1:1/%2F", "parked", "purge", "--contract", _contract_file(tmp_path),
+            "--queue", "billing", "--reason", "x"]
+    assert main(argv) == 2
+    assert "add --yes" in capsys.readouterr().err
+
+
+def test_an_ambiguous_contract_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["parked", "list", "--contract", _contract_file(tmp_path), "--queue", "orders"]) == 1
+    assert capsys.readouterr().err == ("error: several contracts match queue='orders' vhost=None; "
+                                       "available: shop/billing, shop/orders, test/orders\n")
+
+
+# --- an unreachable broker --------------------------------------------------------------------------
+
+def test_an_unreachable_broker_is_one_warning_with_the_reason_then_one_error(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    naps: list[float] = []
+    with pytest.raises(BrokerUnreachableError) as error:
+        connect(_parameters("amqp://guest:guest@127.0.0.1:1/%2F"), timeout=3, interval=0.2, sleep=naps.append)
+    assert len(naps) >= 1
+    warnings = [r.getMessage() for r in caplog.records if r.name == "rabbitmq_retry_client"]
+    assert warnings == ["broker unreachable at 127.0.0.1:1 vhost '/' as guest: Connection refused; "
+                        "retrying every 0 s for up to 3 s"]
+    assert str(error.value).startswith("broker unreachable at 127.0.0.1:1 vhost '/' as guest: Connection refused "
+                                       "(gave up after ")
+    assert not [r for r in caplog.records if r.exc_info], "no traceback is logged"
+
+
+def test_the_command_prints_one_line_for_an_unreachable_broker(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--url", "amqp://guest:guest@127.0.0.1:1/%2F", "parked", "list", "--contract", _contract_file(tmp_path),
+            "--queue", "billing", "--connect-timeout", "0"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: broker unreachable at 127.0.0.1:1 vhost 'shop' as guest: "
+                                                   "Connection refused")
+
+
+# --- make contracts -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_make_contracts_writes_the_plans_contracts_in_the_stack_outputs_shape(stack: str, tmp_path: Path) -> None:
+    from components.config import load_stack_config
+    from tools import contracts as make_contracts
+    from tools.stack_file import load
+
+    output = tmp_path / f"contracts.{stack}.json"
+    assert make_contracts.main(["--stack", stack, "--output", str(output)]) == 0
+    written = json.loads(output.read_text())
+    raw = {key.partition(":")[2]: value for key, value in load(ROOT / f"Pulumi.{stack}.yaml").items()
+           if str(key).startswith("rabbitmq-retry:") and not str(key).endswith(":passwords")}
+    config = load_stack_config(raw)
+    planned = {v.name: {r.config.name: r.contract(v.name) for r in plan_vhost(v).retryables} for v in config.vhosts}
+    assert written == planned
+    for vhost, queues in written.items():
+        for queue in queues:
+            assert load_contract(output, queue=queue, vhost=vhost) == planned[vhost][queue]
+
+
+# --- contracts from `pulumi stack output` ---------------------------------------------------------------
+
+def _fake_pulumi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str) -> Path:
+    """A `pulumi` on PATH that records its arguments and runs `script`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "pulumi"
+    fake.write_text(f'#!/bin/sh\necho "$@" > "{tmp_path}/argv"\n{script}\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    return tmp_path / "argv"
+
+
+def test_the_stack_option_reads_pulumi_stack_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "out.json").write_text(json.dumps(stack_output()))
+    argv = _fake_pulumi(tmp_path, monkeypatch, f'cat "{tmp_path}/out.json"')
+    assert load_contract(stack_output_of("prod"), queue="billing") == contract("shop", "billing")
+    assert argv.read_text().split() == ["stack", "output", "retry_contracts", "--json", "--stack", "prod"]
+
+
+def test_a_failing_pulumi_is_one_error_with_its_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_pulumi(tmp_path, monkeypatch, 'echo "error: no stack named \'prod\' found" >&2; exit 255')
+    with pytest.raises(ContractError) as error:
+        stack_output_of("prod")
+    assert str(error.value) == ("`stack output retry_contracts --json --stack prod` failed: "
+                                "error: no stack named 'prod' found")
+
+
+def test_without_the_pulumi_cli_the_error_says_to_pass_a_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ContractError, match=r"^the Pulumi CLI is not installed; pass --contract FILE instead"):
+        stack_output_of("dev")

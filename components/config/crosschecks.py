@@ -124,20 +124,21 @@ LOCK_OUT = ("pulumi up would overwrite the deploying user's tags and password mi
 
 
 def check_users(p: Problems, vhosts: Sequence[VhostEntry]) -> None:
-    """Users are broker-wide: one application per user in the whole stack, and never `guest`, the broker's
-    built-in administrator (and the local stack's deploying user)."""
+    """Users are broker-wide: one application or operator per user in the whole stack, and never `guest`, the
+    broker's built-in administrator (and the local stack's deploying user)."""
     first: dict[str, str] = {}
     for vhost in vhosts:
-        for app in vhost.applications:
-            if app.name is None:
+        for entry in (*vhost.applications, *vhost.operators):
+            if entry.name is None:
                 continue
-            where = f"{app.path}.user"
-            if app.name == "guest":
+            where = f"{entry.path}.user"
+            if entry.name == "guest":
                 p.add(where, f'"guest" is RabbitMQ\'s built-in administrator, often the user deploying this stack: '
                       f"{LOCK_OUT}")
-            if app.name in first:
-                p.add(where, f'user "{app.name}" is also {first[app.name]}; give each application its own user')
-            first.setdefault(app.name, where)
+            if entry.name in first:
+                kind = "operator" if ".operators[" in entry.path else "application"
+                p.add(where, f'user "{entry.name}" is also {first[entry.name]}; give each {kind} its own user')
+            first.setdefault(entry.name, where)
 
 
 def check_vhost_names(p: Problems, vhosts: Sequence[VhostEntry]) -> None:

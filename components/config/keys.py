@@ -11,8 +11,8 @@ from collections.abc import Mapping
 
 TOP_LEVEL_KEYS = ("protect", "retain_error_queues", "defaults", "vhosts", "passwords")
 DEFAULTS_KEYS = ("queue_type", "policy_priority", "delivery_limit")
-VHOST_KEYS = ("name", "existing", "exchanges", "queues", "policies", "operator_policies", "applications", "limits",
-              "default_queue_type", "import")
+VHOST_KEYS = ("name", "existing", "exchanges", "queues", "policies", "operator_policies", "applications", "operators",
+              "limits", "default_queue_type", "import")
 IMPORT_KINDS = ("queue", "exchange", "binding", "policy", "operator_policy")
 """What a `vhosts[].import` entry may adopt, written `<kind> <provider ID>`."""
 EXCHANGE_KEYS = ("name", "type")
@@ -40,6 +40,7 @@ RETIRED_POLICY_KEYS: Mapping[str, str] = {
 """Keys RabbitMQ 3.10 still takes in a user policy but 4.x refuses, with what to use instead."""
 APPLICATION_KEYS = ("user", "publishes", "consumes", "topic_permissions")
 TOPIC_PERMISSION_KEYS = ("exchange", "write", "read")
+OPERATOR_KEYS = ("user",)
 LIMITS_KEYS = ("max_connections", "max_queues")
 
 KEY_TABLES: Mapping[str, tuple[str, ...]] = {
@@ -54,6 +55,7 @@ KEY_TABLES: Mapping[str, tuple[str, ...]] = {
     "vhosts[].operator_policies[].definition": OPERATOR_POLICY_KEYS,
     "vhosts[].applications[]": APPLICATION_KEYS,
     "vhosts[].applications[].topic_permissions[]": TOPIC_PERMISSION_KEYS,
+    "vhosts[].operators[]": OPERATOR_KEYS,
     "vhosts[].limits": LIMITS_KEYS,
 }
 """Each table by the config path of the mapping it belongs to (`[]`: every item of a list). Operator

@@ -119,6 +119,13 @@ class Application:
 
 
 @dataclass(frozen=True)
+class Operator:
+    """A user who operates the vhost's parked messages (`rabbitmq-retry parked …`); permissions derived."""
+
+    user: str
+
+
+@dataclass(frozen=True)
 class Limits:
     max_connections: int | None = None
     max_queues: int | None = None
@@ -138,10 +145,20 @@ class Vhost:
     applications: tuple[Application, ...] = ()
     application_indexes: tuple[int, ...] = ()
     """Where each application stands in the config's `applications[]` (for error paths)."""
+    operators: tuple[Operator, ...] = ()
+    operator_indexes: tuple[int, ...] = ()
+    """Where each operator stands in the config's `operators[]` (for error paths)."""
     limits: Limits = Limits()
     default_queue_type: str | None = None
     imports: tuple[str, ...] = ()
     """Objects already on the broker that Pulumi adopts (`import_`), each `<kind> <provider ID>`."""
+
+    def user_paths(self) -> tuple[tuple[str, str], ...]:
+        """(user, key path within the vhost) of each user the vhost creates: applications, then operators."""
+        return (*((a.user, f"applications[{j}].user") for j, a in zip(self.application_indexes, self.applications,
+                                                                        strict=True)),
+                *((o.user, f"operators[{j}].user") for j, o in zip(self.operator_indexes, self.operators,
+                                                                     strict=True)))
 
 
 @dataclass(frozen=True)

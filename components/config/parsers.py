@@ -38,6 +38,7 @@ from .keys import (
     EXCHANGE_KEYS,
     IMPORT_KINDS,
     LIMITS_KEYS,
+    OPERATOR_KEYS,
     OPERATOR_POLICY_KEYS,
     POLICY_DEFINITION_KEYS,
     POLICY_KEYS,
@@ -62,6 +63,7 @@ from .model import (
     Defaults,
     Exchange,
     Limits,
+    Operator,
     Policy,
     Queue,
     Retry,
@@ -119,6 +121,11 @@ class ApplicationEntry(Entry[Application]):
 
 
 @dataclass(frozen=True)
+class OperatorEntry(Entry[Operator]):
+    path: str = ""
+
+
+@dataclass(frozen=True)
 class VhostEntry(Entry[Vhost]):
     """A vhost and every entry in it, for the checks across entities."""
 
@@ -128,6 +135,7 @@ class VhostEntry(Entry[Vhost]):
     policies: tuple[Entry[Policy], ...] = ()
     operator_policies: tuple[Entry[Policy], ...] = ()
     applications: tuple[ApplicationEntry, ...] = ()
+    operators: tuple[OperatorEntry, ...] = ()
 
 
 def refused(index: int, written: object = None) -> Entry[Any]:
@@ -450,6 +458,17 @@ def parse_application(p: Problems, path: str, index: int, raw: object) -> Applic
     return ApplicationEntry(index, user, user, application, path, publishes, consumes, topics)
 
 
+def parse_operator(p: Problems, path: str, index: int, raw: object) -> OperatorEntry:
+    """An operator of parked messages: a user whose permissions come from the vhost's retryable queues."""
+    data = mapping(p, path, raw, OPERATOR_KEYS)
+    if data is INVALID:
+        return OperatorEntry(index, None, None, INVALID, path)
+    user = entity_name(p, f"{path}.user", data.get("user"), "user", allow_reserved=True)
+    if user is INVALID:
+        return OperatorEntry(index, None, written_name(data.get("user")), INVALID, path)
+    return OperatorEntry(index, user, user, Operator(user), path)
+
+
 # --- vhosts ---------------------------------------------------------------------------------------------------
 
 
@@ -527,15 +546,16 @@ def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defau
     operator_policies = parse_list(p, path, data, "operator_policies",
                                    lambda *args: parse_policy(*args, OPERATOR_POLICY_KEYS))
     applications = parse_list(p, path, data, "applications", parse_application)
+    operators = parse_list(p, path, data, "operators", parse_operator)
     limits = optional(data, "limits", lambda v: parse_limits(p, f"{path}.limits", v), Limits())
     default_queue_type = optional(data, "default_queue_type",
                                   lambda v: choice(p, f"{path}.default_queue_type", v, QUEUE_TYPES), None)
     imports = optional(data, "import", lambda v: parse_import(p, f"{path}.import", v, name, existing), ())
     check_created_only_options(p, path, data, existing)
     entries = dict(path=path, exchanges=exchanges, queues=queues, policies=policies,
-                   operator_policies=operator_policies, applications=applications)
+                   operator_policies=operator_policies, applications=applications, operators=operators)
     valid_name = None if name is INVALID else name
-    parts: Sequence[Entry[Any]] = (*exchanges, *queues, *policies, *operator_policies, *applications)
+    parts: Sequence[Entry[Any]] = (*exchanges, *queues, *policies, *operator_policies, *applications, *operators)
     if INVALID in (name, existing, limits, default_queue_type, imports) or any(e.value is INVALID for e in parts):
         return VhostEntry(index, valid_name, written_name(data.get("name")), INVALID, **entries)
     apps = [a for a in applications if a.value is not INVALID]
@@ -544,5 +564,6 @@ def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defau
                   policies=tuple(pol.value for pol in policies),
                   operator_policies=tuple(pol.value for pol in operator_policies),
                   applications=tuple(a.value for a in apps), application_indexes=tuple(a.index for a in apps),
+                  operators=tuple(o.value for o in operators), operator_indexes=tuple(o.index for o in operators),
                   limits=limits, default_queue_type=default_queue_type, imports=imports)
     return VhostEntry(index, name, name, vhost, **entries)

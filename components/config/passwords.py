@@ -39,8 +39,8 @@ def password_command(user: str) -> str:
 
 
 def password_problems(config: StackConfig, passwords: object) -> list[tuple[str, str]]:
-    """Each application user of `config` without a non-empty string password in `passwords` (the value
-    of `rabbitmq-retry:passwords`; None when unset), as (key path, what to do)."""
+    """Each application or operator user of `config` without a non-empty string password in `passwords` (the
+    value of `rabbitmq-retry:passwords`; None when unset), as (key path, what to do)."""
     problems: list[tuple[str, str]] = []
     if passwords is None:
         passwords = {}
@@ -48,15 +48,15 @@ def password_problems(config: StackConfig, passwords: object) -> list[tuple[str,
         problems.append(("passwords", NOT_A_MAPPING))
         passwords = {}
     for i, vhost in enumerate(config.vhosts):
-        for j, app in zip(vhost.application_indexes, vhost.applications, strict=True):
-            where, fix = f"vhosts[{i}].applications[{j}].user", password_command(app.user)
-            if app.user not in passwords:
-                problems.append((where, f'no password for "{app.user}": {fix}'))
-            elif not isinstance(passwords[app.user], str):
-                problems.append((where, f'the password for "{app.user}" is {describe(passwords[app.user])}, '
+        for user, path in vhost.user_paths():
+            where, fix = f"vhosts[{i}].{path}", password_command(user)
+            if user not in passwords:
+                problems.append((where, f'no password for "{user}": {fix}'))
+            elif not isinstance(passwords[user], str):
+                problems.append((where, f'the password for "{user}" is {describe(passwords[user])}, '
                                  f"not a string: {fix}"))
-            elif not passwords[app.user]:
-                problems.append((where, f'the password for "{app.user}" is empty: {fix}'))
+            elif not passwords[user]:
+                problems.append((where, f'the password for "{user}" is empty: {fix}'))
     return problems
 
 

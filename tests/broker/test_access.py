@@ -4,7 +4,7 @@ One vhost config: two retryable queues (quorum `orders.billing`, classic `orders
 queue (`audit`), two applications, an operator policy that caps `orders.billing` below our own
 `max_length` policy, and vhost limits. Each app user (no tags, permissions derived by the program):
 - CAN publish to its exchanges, consume its queues, retry (stepped republish to its queue's retry
-  exchange, plain reject) and park (publish to its error exchange), driven by examples/retry_client.py;
+  exchange, plain reject) and park (publish to its error exchange), driven by rabbitmq_retry_client;
 - CANNOT declare, delete, purge (another app's queue) or bind, consume another app's queues or any
   error queue, publish anywhere else, or use the management API.
 Every AMQP refusal closes the channel (403 ACCESS_REFUSED), so each attempt gets a fresh channel.
@@ -30,7 +30,7 @@ from pika.adapters.blocking_connection import BlockingChannel, BlockingConnectio
 from pika.spec import BasicProperties
 
 from components import Vhost
-from examples.retry_client import Publisher, RetryingConsumer
+from rabbitmq_retry_client import Publisher, RetryingConsumer
 from tests.support.admin import STATS_S, version, wait_for_queue
 from tests.support.amqp import drain, message_counts, parameters
 from tests.support.mirror import Broker, MirrorError, apply, call, destroy, esc, get, read_back

@@ -1,4 +1,4 @@
-"""How messages move through a deployed retry topology, driven by examples/retry_client.py.
+"""How messages move through a deployed retry topology, driven by rabbitmq_retry_client.
 
 Issue behaviours: (1) a rejected message comes back through tier 1, never before its delay; (2) a retry
 reaches only the queue that failed, not the other queues bound to the same exchange; (3) republish mode
@@ -14,8 +14,11 @@ each broker's run short; the run timeouts are generous bounds for an eventual co
 
 from __future__ import annotations
 
+import json
 import random
+import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -27,7 +30,9 @@ import pytest
 from pika.spec import BasicProperties
 
 from bench import retry_timing
-from examples.retry_client import Handler, Mode, RetryingConsumer, rejected_attempts
+from rabbitmq_retry_client import Handler, Mode, PermanentError, RetryingConsumer
+from rabbitmq_retry_client.headers import rejected_attempts
+from tests.support.admin import wait_for
 from tests.support.amqp import channel, drain, message_counts, next_message, parameters
 from tests.support.mirror import Broker
 from tests.support.retrying import Delivery, Recorder, publish_ids, retryable_queue, run_consumers
@@ -295,10 +300,9 @@ def test_a_message_that_keeps_crashing_consumers_is_parked_before_the_delivery_l
     """Consumers that die holding a message return it; the broker's own limit would jam it in a
     dead-letter cycle (tests/broker/test_delivery_limit.py), so the client parks it first."""
     queue = retryable_queue("crashy", "quorum", ["200ms"], 1)
-    # The lowest limit the config allows with max_retries 1: above max_retries + 1.
     deployment = deploy({"exchanges": [{"name": "in", "type": "fanout"}], "queues": [{**queue, "delivery_limit": 3}]})
     contract = deployment.contracts["crashy"]
-    assert contract["delivery_limit"] == 3
+    assert contract["delivery_limit"] == 3  # the lowest the config takes for max_retries 1
     publish_ids(broker, deployment.vhost, "in", ["poison"])
     for _ in range(3):  # three consumer crashes: the connection closes with the message unacked
         with channel(broker, deployment.vhost) as crashing:
@@ -325,3 +329,136 @@ def test_the_timing_benchmark_runs(broker: Broker, mode: Mode) -> None:
     assert [(s.attempt, s.tier, s.delay_ms, len(s.lateness_ms)) for s in steps] == [
         (n, tier, delay, 2) for n, (tier, delay) in enumerate(expected, start=2)]
     assert retry_timing.render(steps).count("\n") == len(steps) + 1
+
+
+# --- handlers: permanent failures, deadlines, heartbeats, stopping ----------------------------------------
+
+@pytest.mark.parametrize("mode", ["reject", "republish"])
+def test_a_permanent_failure_is_parked_at_once_without_a_retry(broker: Broker, deploy: Deployer, mode: Mode) -> None:
+    deployment = deploy({"exchanges": [{"name": "in", "type": "direct"}],
+                         "queues": [retryable_queue("strict", "quorum", ["200ms"], 3, routing_key="job")]})
+    contract = deployment.contracts["strict"]
+    ids = [f"x{i}" for i in range(5)]
+    recorder = Recorder(lambda _: 0)
+
+    def refuse(body: bytes, properties: BasicProperties) -> None:
+        recorder(body, properties)
+        raise PermanentError(f"malformed {properties.message_id}")
+
+    consumer = RetryingConsumer(parameters(broker, deployment.vhost), contract, refuse, mode)
+    publish_ids(broker, deployment.vhost, "in", ids, routing_key="job")
+    run_consumers([consumer], lambda: consumer.parked >= len(ids), timeout=30)
+    consumer.run(idle_timeout=0.5)  # nothing comes back
+    consumer.close()
+
+    assert (consumer.parked, consumer.permanent, consumer.retried, consumer.processed) == (len(ids), len(ids), 0, 0)
+    assert {i: len(d) for i, d in recorder.deliveries.items()} == dict.fromkeys(ids, 1)
+    parked = drain(broker, deployment.vhost, contract["error_queue"])
+    assert sorted(p.message_id for p, _ in parked) == ids
+    for properties, _ in parked:
+        headers = properties.headers or {}
+        assert headers["permanent"] is True and headers["attempts"] == 1
+        assert headers["error-reason"] == f"PermanentError: malformed {properties.message_id}"
+        assert headers["original-exchange"] == "in" and headers["original-routing-key"] == "job"
+    assert message_counts(broker, deployment.vhost, ["strict", "strict.wait.1"]) == {"strict": 0, "strict.wait.1": 0}
+
+
+def test_a_handler_past_its_deadline_fails_the_attempt_and_the_message_is_retried(
+        broker: Broker, deploy: Deployer) -> None:
+    deployment = deploy({"exchanges": [{"name": "in", "type": "fanout"}],
+                         "queues": [retryable_queue("slow", "classic", ["200ms"], 2)]})
+    recorder = Recorder(lambda _: 0)
+    release = threading.Event()
+
+    def slow_first_time(body: bytes, properties: BasicProperties) -> None:
+        first = not recorder.deliveries.get(str(properties.message_id))
+        recorder(body, properties)
+        if first:
+            release.wait(30)  # far past the deadline; released at the end of the test
+
+    consumer = RetryingConsumer(parameters(broker, deployment.vhost), deployment.contracts["slow"], slow_first_time,
+                                "republish", handler_timeout=0.5)
+    publish_ids(broker, deployment.vhost, "in", ["late"])
+    try:
+        run_consumers([consumer], lambda: consumer.processed >= 1, timeout=30)
+    finally:
+        release.set()
+    assert (consumer.timed_out, consumer.retried, consumer.processed, consumer.parked) == (1, 1, 1, 0)
+    second = recorder.deliveries["late"][1]
+    assert second.headers["retry-count"] == 1
+
+
+def test_a_handler_longer_than_the_heartbeat_keeps_its_connection(broker: Broker, deploy: Deployer) -> None:
+    """The handler runs in a worker thread while the consumer's thread answers heartbeats: a 1 s heartbeat
+    (the broker closes a connection after two missed ones) does not drop a 4 s handler's connection."""
+    deployment = deploy({"exchanges": [{"name": "in", "type": "fanout"}],
+                         "queues": [retryable_queue("long", "quorum", ["200ms"], 1)]})
+    recorder = Recorder(lambda _: 0)
+
+    def long_handler(body: bytes, properties: BasicProperties) -> None:
+        time.sleep(4)
+        recorder(body, properties)
+
+    params = parameters(broker, deployment.vhost)
+    params.heartbeat = 1
+    consumer = RetryingConsumer(params, deployment.contracts["long"], long_handler, "reject")
+    publish_ids(broker, deployment.vhost, "in", ["long-1"])
+    run_consumers([consumer], lambda: consumer.processed >= 1, timeout=60)
+    assert (consumer.processed, consumer.reconnects, consumer.retried) == (1, 0, 0)
+    assert recorder.succeeded == ["long-1"]
+    assert message_counts(broker, deployment.vhost, ["long"]) == {"long": 0}
+
+
+def test_stop_settles_the_delivery_in_hand_and_returns_the_prefetched_ones(broker: Broker, deploy: Deployer) -> None:
+    deployment = deploy({"exchanges": [{"name": "in", "type": "fanout"}],
+                         "queues": [retryable_queue("graceful", "classic", ["200ms"], 1)]})
+    ids = [f"g{i}" for i in range(5)]
+    recorder = Recorder(lambda _: 0)
+    started, release = threading.Event(), threading.Event()
+
+    def blocking(body: bytes, properties: BasicProperties) -> None:
+        started.set()
+        release.wait(30)
+        recorder(body, properties)
+
+    consumer = RetryingConsumer(parameters(broker, deployment.vhost), deployment.contracts["graceful"], blocking,
+                                "reject", prefetch=10)
+    publish_ids(broker, deployment.vhost, "in", ids)
+    runner = threading.Thread(target=consumer.run, daemon=True)
+    runner.start()
+    assert started.wait(30), "no delivery reached the handler"
+    consumer.stop()
+    release.set()
+    runner.join(30)
+    consumer.close()
+    assert not runner.is_alive()
+    assert (consumer.processed, recorder.succeeded) == (1, [ids[0]])
+    wait_for(lambda: message_counts(broker, deployment.vhost, ["graceful"])["graceful"] == len(ids) - 1, 30,
+             "the four prefetched, unhandled messages back in the queue")
+    assert sorted(str(p.message_id) for p, _ in drain(broker, deployment.vhost, "graceful")) == ids[1:]
+
+
+def test_the_consume_command_stops_on_sigterm_and_says_what_it_did(broker: Broker, deploy: Deployer,
+                                                                  tmp_path: Path) -> None:
+    deployment = deploy({"exchanges": [{"name": "in", "type": "fanout"}],
+                         "queues": [retryable_queue("cli", "classic", ["200ms"], 1)]})
+    contracts = tmp_path / "contracts.json"
+    contracts.write_text(json.dumps({deployment.vhost: deployment.contracts}))
+    publish_ids(broker, deployment.vhost, "in", [f"c{i}" for i in range(3)])
+    url = f"amqp://{broker.username}:{broker.password}@{broker.host}:{broker.amqp_port}/%2F"
+    command = [sys.executable, "-m", "rabbitmq_retry_client", "--url", url, "consume", "--contract", str(contracts),
+               "--queue", "cli", "--fail-rate", "0"]
+    consume = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: message_counts(broker, deployment.vhost, ["cli"])["cli"] == 0, 30, "the three delivered")
+    finally:
+        consume.send_signal(signal.SIGTERM)
+        stdout, stderr = consume.communicate(timeout=30)
+    assert consume.returncode == 0, stderr
+    assert "signal SIGTERM: finishing the delivery in hand, then stopping" in stdout
+    last = stdout.rstrip().splitlines()[-1]
+    assert last.endswith(", retried 0, parked 0 (0 permanent), requeued 0"), stdout
+    processed = int(last.split()[1].rstrip(","))
+    # Each message was handled and acked, or returned unhandled: none is lost or left unacknowledged.
+    wait_for(lambda: processed + message_counts(broker, deployment.vhost, ["cli"])["cli"] == 3, 30,
+             "every message acked or back in the queue")

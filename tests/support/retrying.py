@@ -1,4 +1,4 @@
-"""Driving examples/retry_client.py against a deployed topology: a config for a retryable queue, a
+"""Driving rabbitmq_retry_client against a deployed topology: a config for a retryable queue, a
 handler that fails on plan and records every delivery, and consumers run in threads. Shared by
 tests/broker/test_retry_behaviour.py and bench/retry_timing.py."""
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from pika.spec import BasicProperties
 
-from examples.retry_client import Publisher, RetryingConsumer
+from rabbitmq_retry_client import Publisher, RetryingConsumer
 from tests.support.amqp import parameters
 from tests.support.mirror import Broker
 

@@ -1,0 +1,31 @@
+"""rabbitmq-retry's consumer side: follow a stack's retry contract in an application, and operate parked
+messages (`rabbitmq-retry parked …`). See README: Writing a consumer, Parked messages."""
+
+from .connection import DEFAULT_URL, BrokerUnreachableError, ConnectionParams
+from .consumer import MODES, DeadlineExceededError, Handler, Mode, PermanentError, RetryingConsumer
+from .contract import SUPPORTED_STRATEGIES, Contract, ContractError, load_contract, stack_output
+from .parked import Outcome, Parked, ParkedQueue, Selection
+from .publisher import Publisher, publish
+
+__all__ = [
+    "DEFAULT_URL",
+    "MODES",
+    "SUPPORTED_STRATEGIES",
+    "BrokerUnreachableError",
+    "ConnectionParams",
+    "Contract",
+    "ContractError",
+    "DeadlineExceededError",
+    "Handler",
+    "Mode",
+    "Outcome",
+    "Parked",
+    "ParkedQueue",
+    "PermanentError",
+    "Publisher",
+    "RetryingConsumer",
+    "Selection",
+    "load_contract",
+    "publish",
+    "stack_output",
+]

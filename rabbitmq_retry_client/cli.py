@@ -1,0 +1,300 @@
+"""`rabbitmq-retry`: consume a retryable queue with a demo handler, publish test messages, and operate
+parked messages (`parked list | show | redrive | purge`).
+
+The contract comes from `--contract FILE` (the JSON of `pulumi stack output retry_contracts --json`, or
+one contract; `make contracts STACK=<stack>` writes it without the Pulumi CLI) or from `--stack STACK`
+(runs `pulumi stack output retry_contracts --json --stack STACK`). The broker is `--url` or $RABBITMQ_URL;
+the vhost is always the contract's.
+
+Exit status: 0 done; 1 error (one `error: …` line); 2 usage, including a purge without a filter or --all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import re
+import signal
+import sys
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pika.exceptions
+from pika.spec import BasicProperties
+
+from . import headers as h
+from .connection import DEFAULT_URL, BrokerUnreachableError, parameters
+from .consumer import MODES, Handler, RetryingConsumer
+from .contract import Contract, ContractError, load_contract, stack_output
+from .parked import Parked, ParkedQueue, Selection
+from .publisher import Publisher
+
+PROG = "rabbitmq-retry"
+_DURATION = re.compile(r"(\d+)(ms|s|m|h|d)")
+_UNITS = {"ms": timedelta(milliseconds=1), "s": timedelta(seconds=1), "m": timedelta(minutes=1),
+          "h": timedelta(hours=1), "d": timedelta(days=1)}
+
+
+class UsageError(Exception):
+    """A command the tool refuses as given (exit status 2)."""
+
+
+def duration(value: str) -> timedelta:
+    """`90s`, `15m`, `2h`, `7d`, `1h30m` → timedelta (argparse type)."""
+    parts = _DURATION.findall(value)
+    if not parts or "".join(n + u for n, u in parts) != value:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a duration (use 90s, 15m, 2h, 7d or 1h30m)")
+    return sum((int(n) * _UNITS[u] for n, u in parts), timedelta())
+
+
+def regex(value: str) -> re.Pattern[str]:
+    try:
+        return re.compile(value)
+    except re.error as error:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a regular expression: {error}") from None
+
+
+def positive(kind: type[int] | type[float]) -> Any:
+    def parse(value: str) -> int | float:
+        number = kind(value)
+        if number <= 0:
+            raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
+        return number
+    return parse
+
+
+def _contract(args: argparse.Namespace) -> Contract:
+    source: Any = args.contract if args.contract is not None else stack_output(args.stack)
+    return load_contract(source, args.queue, args.vhost)
+
+
+def _selection(args: argparse.Namespace) -> Selection:
+    return Selection(args.reason, args.older_than, args.newer_than, args.limit)
+
+
+# --- consume / publish ----------------------------------------------------------------------------
+
+def _flaky_handler(fail_rate: float, seed: int | None) -> Handler:
+    rng = random.Random(seed)
+
+    def handle(body: bytes, properties: BasicProperties) -> None:
+        print(f"  got {properties.message_id} {body[:80]!r} headers={properties.headers or {}}", flush=True)
+        if rng.random() < fail_rate:
+            raise RuntimeError(f"simulated failure (fail rate {fail_rate})")
+
+    return handle
+
+
+def _consume(args: argparse.Namespace) -> int:
+    contract = _contract(args)
+    tiers = ", ".join(f"{t['routing_key']}={t['delay_ms']}ms" for t in contract["tiers"])
+    print(f"consuming {contract['vhost']}/{contract['queue']} in {args.mode} mode; tiers {tiers}; "
+          f"max_retries {contract['max_retries']}; parking in {contract['error_queue']}", flush=True)
+    consumer = RetryingConsumer(args.url, contract, _flaky_handler(args.fail_rate, args.seed), args.mode,
+                                args.prefetch, handler_timeout=args.handler_timeout)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        print(f"signal {signal.Signals(signum).name}: finishing the delivery in hand, then stopping", flush=True)
+        consumer.stop()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, stop)
+    try:
+        consumer.run(max_messages=args.max_messages, idle_timeout=args.idle_timeout)
+    finally:
+        consumer.close()
+        print(f"processed {consumer.processed}, retried {consumer.retried}, parked {consumer.parked} "
+              f"({consumer.permanent} permanent), requeued {consumer.requeued}", flush=True)
+    return 0
+
+
+def _publish(args: argparse.Namespace) -> int:
+    with Publisher(parameters(args.url, args.vhost)) as publisher:
+        for n in range(1, args.count + 1):
+            message_id = uuid.uuid4().hex
+            body = json.dumps({"n": n, "published_at": h.utc_iso()})
+            publisher.publish(args.exchange, args.routing_key, body, message_id, content_type="application/json")
+            print(f"published {message_id} {body}", flush=True)
+    return 0
+
+
+# --- parked ---------------------------------------------------------------------------------------
+
+def _parked_queue(args: argparse.Namespace) -> ParkedQueue:
+    return ParkedQueue(args.url, _contract(args), connect_timeout=args.connect_timeout)
+
+
+def _list(args: argparse.Namespace) -> int:
+    with _parked_queue(args) as parked:
+        groups = parked.summary(_selection(args))
+        total = sum(g.count for g in groups)
+        if args.json:
+            json.dump([{"reason": g.reason, "original_routing_key": g.routing_key, "count": g.count,
+                        "redriven_before": g.redriven,
+                        "oldest_first_failure_at": h.utc_iso(g.oldest) if g.oldest else None} for g in groups],
+                      sys.stdout, indent=1)
+            print()
+            return 0
+        print(f"{total} parked in {parked.contract['vhost']}/{parked.queue}"
+              + (" (selected)" if _selection(args).filtered else ""))
+        if groups:
+            print(f"{'count':>7}  {'redriven':>8}  {'oldest first failure':<24}  {'routing key':<24}  reason")
+        for g in groups:
+            oldest = h.utc_iso(g.oldest) if g.oldest else "-"
+            print(f"{g.count:>7}  {g.redriven:>8}  {oldest:<24}  {g.routing_key:<24}  {g.reason[:args.reason_width]}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    def shown(value: object) -> object:
+        return h.text(value) if isinstance(value, bytes) else value
+
+    with _parked_queue(args) as parked:
+        for n, message in enumerate(parked.selected(_selection(args)), start=1):
+            p = message.properties
+            body = message.body[:args.body_bytes]
+            more = f" … ({len(message.body)} bytes)" if len(message.body) > args.body_bytes else ""
+            print(f"#{n} message_id={p.message_id} content_type={p.content_type} timestamp={p.timestamp}")
+            for key, value in sorted(message.headers.items()):
+                print(f"    {key}: {shown(value)}")
+            print(f"    body: {body.decode('utf-8', 'replace')!r}{more}")
+    return 0
+
+
+def _redrive(args: argparse.Namespace) -> int:
+    def progress(message: Parked, exchange: str, routing_key: str) -> None:
+        if args.verbose:
+            print(f"moved {message.properties.message_id} to {exchange!r} {routing_key!r}", flush=True)
+
+    with _parked_queue(args) as parked:
+        outcome = parked.redrive(_selection(args), to_queue=args.to_queue, dry_run=args.dry_run,
+                                 rate=args.rate, progress=progress)
+    where = ", ".join(f"{n} to exchange {x!r} key {k!r}" for (x, k), n in sorted(outcome.destinations.items()))
+    verb = "would move" if args.dry_run else "moved"
+    print(f"read {outcome.seen}, selected {outcome.selected}, {verb} "
+          f"{outcome.selected if args.dry_run else outcome.moved}"
+          f" ({outcome.redriven_before} redriven before){': ' + where if where else ''}")
+    return 0
+
+
+def _purge(args: argparse.Namespace) -> int:
+    selection = _selection(args)
+    if not args.all and not selection.filtered:
+        raise UsageError("refusing to purge every parked message: give a filter (--reason, --older-than, "
+                         "--newer-than, --limit) or --all")
+    if not args.yes and not args.dry_run:
+        raise UsageError("purge deletes parked messages for good: add --yes (or try --dry-run first)")
+    with _parked_queue(args) as parked:
+        outcome = parked.purge(selection, everything=args.all, dry_run=args.dry_run)
+    print(f"read {outcome.seen}, selected {outcome.selected}, "
+          + (f"would delete {outcome.selected}" if args.dry_run else f"deleted {outcome.deleted}"))
+    return 0
+
+
+# --- arguments ------------------------------------------------------------------------------------
+
+def _contract_options(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--contract", type=Path,
+                        help="JSON of `pulumi stack output retry_contracts --json` (or `make contracts`), "
+                        "or one contract")
+    source.add_argument("--stack",
+                        help="read the contracts with `pulumi stack output retry_contracts --json --stack STACK`")
+    parser.add_argument("--queue", help="which input queue, when there are several contracts")
+    parser.add_argument("--vhost", help="which vhost, when the queue name is in several")
+
+
+def _filter_options(parser: argparse.ArgumentParser, limit: int | None = None) -> None:
+    parser.add_argument("--reason", type=regex, help="regex searched in error-reason")
+    parser.add_argument("--older-than", type=duration, help="first failure at least this long ago (e.g. 2h)")
+    parser.add_argument("--newer-than", type=duration, help="first failure less than this long ago (e.g. 15m)")
+    parser.add_argument("--limit", type=positive(int), default=limit,
+                        help="at most this many messages" + (f" (default {limit})" if limit else ""))
+    parser.add_argument("--connect-timeout", type=float, default=10.0,
+                        help="seconds to wait for an unreachable broker (default %(default)s)")
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    root.add_argument("--url", default=os.environ.get("RABBITMQ_URL", DEFAULT_URL),
+                      help="AMQP URL (default $RABBITMQ_URL or %(default)s); the vhost comes from the contract")
+    commands = root.add_subparsers(dest="command", required=True)
+
+    consume = commands.add_parser("consume", help="consume a retryable queue with a demo handler that fails at random")
+    _contract_options(consume)
+    consume.add_argument("--mode", choices=MODES, default="reject")
+    consume.add_argument("--fail-rate", type=float, default=0.3, help="probability that one attempt fails")
+    consume.add_argument("--seed", type=int, help="seed of the simulated failures")
+    consume.add_argument("--prefetch", type=int, default=10)
+    consume.add_argument("--handler-timeout", type=positive(float), help="seconds one delivery's handler may run")
+    consume.add_argument("--max-messages", type=int, help="stop after this many deliveries")
+    consume.add_argument("--idle-timeout", type=float, help="stop after this many idle seconds")
+    consume.set_defaults(run=_consume)
+
+    publish = commands.add_parser("publish", help="publish test messages (persistent, confirmed, mandatory)")
+    publish.add_argument("--exchange", required=True)
+    publish.add_argument("--routing-key", default="")
+    publish.add_argument("--count", type=int, default=1)
+    publish.add_argument("--vhost", default="shop", help="vhost of the exchange (default: the dev stack's)")
+    publish.set_defaults(run=_publish)
+
+    parked = commands.add_parser("parked", help="parked messages of a retryable queue's error queue")
+    actions = parked.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", help="counts by error reason and original routing key, oldest first failure")
+    _contract_options(listing)
+    _filter_options(listing)
+    listing.add_argument("--json", action="store_true", help="the groups as JSON")
+    listing.add_argument("--reason-width", type=int, default=100, help="characters of each reason shown")
+    listing.set_defaults(run=_list)
+
+    show = actions.add_parser("show", help="a few parked messages with their headers, bodies truncated")
+    _contract_options(show)
+    _filter_options(show, limit=5)
+    show.add_argument("--body-bytes", type=int, default=200, help="bytes of each body shown (default %(default)s)")
+    show.set_defaults(run=_show)
+
+    redrive = actions.add_parser("redrive", help="send parked messages back with a full retry budget")
+    _contract_options(redrive)
+    _filter_options(redrive)
+    redrive.add_argument("--to-queue", action="store_true",
+                         help="publish to Q.requeue (reaches the input queue only) instead of the original exchange")
+    redrive.add_argument("--rate", type=positive(float), default=100.0, help="messages a second (default %(default)s)")
+    redrive.add_argument("--dry-run", action="store_true", help="count what would move; move nothing")
+    redrive.add_argument("--verbose", action="store_true", help="one line per moved message")
+    redrive.set_defaults(run=_redrive)
+
+    purge = actions.add_parser("purge", help="delete parked messages: needs --yes, and a filter or --all")
+    _contract_options(purge)
+    _filter_options(purge)
+    purge.add_argument("--all", action="store_true", help="every parked message (queue.purge)")
+    purge.add_argument("--yes", action="store_true", help="really delete")
+    purge.add_argument("--dry-run", action="store_true", help="count what would be deleted; delete nothing")
+    purge.set_defaults(run=_purge)
+    return root
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    try:
+        return int(args.run(args))
+    except UsageError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2
+    except (BrokerUnreachableError, ContractError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except (ValueError, OSError, pika.exceptions.AMQPError) as error:
+        print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

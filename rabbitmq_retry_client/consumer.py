@@ -1,0 +1,342 @@
+"""A consumer that follows the retry contract: retry what its handler fails on, park what is out of retries
+or failed permanently, and settle every delivery only after the broker confirmed its copy.
+
+Modes:
+- "reject": a failed message is rejected (requeue=False); the broker dead-letters it to tier 1 and counts
+  the attempts in `x-death`. Fixed delay (tier 1's), no publish by the client.
+- "republish": a failed message is copied to the tier of its attempt (stepped back-off) with the attempt
+  in the contract's own header, because RabbitMQ 3.13+/4.x ignores an `x-death` set by a client.
+
+The handler runs in a worker thread while this thread keeps the connection serviced (heartbeats, other
+channels), so a long handler does not lose the connection; `handler_timeout` bounds it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Literal
+
+import pika
+import pika.exceptions
+from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+from pika.spec import Basic, BasicProperties
+
+from . import headers as h
+from .connection import ConnectionParams, connect, parameters, quiet_pika
+from .contract import validate
+
+LOG = logging.getLogger("rabbitmq_retry_client")
+
+Handler = Callable[[bytes, BasicProperties], None]
+"""`handler(body, properties)`: returns on success; raises on failure (PermanentError: park at once)."""
+Mode = Literal["reject", "republish"]
+MODES: tuple[Mode, ...] = ("reject", "republish")
+
+
+class PermanentError(Exception):
+    """Raised by a handler for a failure that no retry can fix (a malformed message, a rule it breaks): the
+    message is parked at once, with `permanent: true`. Any other exception is transient and retried."""
+
+
+class DeadlineExceededError(Exception):
+    """The handler was still running at `handler_timeout`: the attempt counts as a transient failure."""
+
+
+class RetryingConsumer:
+    """Consume the contract's queue, call `handler(body, properties)`, and retry or park what it raises on.
+
+    Counters: `processed` (handler succeeded, acked), `retried` (sent to a wait tier), `parked` (sent to the
+    error exchange, `permanent` of them at once), `requeued` (a retry or parking publish failed: the original
+    was nacked back to the queue), `reconnects`, `timed_out` (handlers abandoned at their deadline). The
+    connection's vhost is the contract's.
+    """
+
+    def __init__(self, connection_params: ConnectionParams, contract: Mapping[str, Any], handler: Handler,
+                 mode: Mode = "reject", prefetch: int = 10, *, reconnect: bool = True,
+                 reconnect_timeout: float = 60.0, publish_failure_pause: float = 1.0,
+                 handler_timeout: float | None = None) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if handler_timeout is not None and handler_timeout <= 0:
+            raise ValueError(f"handler_timeout must be positive seconds or None, got {handler_timeout!r}")
+        self.contract = validate(contract)
+        self.queue: str = self.contract["queue"]
+        self.handler = handler
+        self.mode: Mode = mode
+        self.prefetch = prefetch
+        self.reconnect = reconnect
+        self.reconnect_timeout = reconnect_timeout
+        self.publish_failure_pause = publish_failure_pause
+        self.handler_timeout = handler_timeout
+        """Seconds one delivery's handler may run; past it the attempt fails (and is retried) while the
+        abandoned handler thread runs on: handlers should honour their own deadline."""
+        self.processed = self.retried = self.parked = self.permanent = self.requeued = 0
+        self.reconnects = self.timed_out = 0
+        self._stopping = threading.Event()
+        self._params = parameters(connection_params, self.contract["vhost"])
+        self._connection: BlockingConnection | None = None
+        self._channel: BlockingChannel | None = None
+        self._confirm_channel: BlockingChannel | None = None
+
+    # connection ---------------------------------------------------------------------------------------
+
+    def _connect(self) -> BlockingChannel:
+        """The consuming channel; waits up to `reconnect_timeout` for the broker (one log line, not one a
+        second) and raises `BrokerUnreachableError` after that."""
+        if self._connection is None or not self._connection.is_open:
+            self._connection = connect(self._params, self.reconnect_timeout if self.reconnect else 0.0)
+            self._channel = self._confirm_channel = None
+        if self._channel is None or not self._channel.is_open:
+            self._channel = self._connection.channel()
+            self._channel.basic_qos(prefetch_count=self.prefetch)
+        return self._channel
+
+    def _drop(self) -> None:
+        """Forget a broken connection. Unsettled deliveries go back to the queue when it closes."""
+        connection, self._connection, self._channel, self._confirm_channel = self._connection, None, None, None
+        if connection is not None and connection.is_open:
+            with contextlib.suppress(pika.exceptions.AMQPError):
+                connection.close()
+
+    def _confirming(self) -> BlockingChannel:
+        """A second channel for retries and parking, in confirm mode: a broker that refuses a copy (or a
+        404 on a missing exchange) closes only this channel, never the consumer's."""
+        assert self._connection is not None
+        if self._confirm_channel is None or not self._confirm_channel.is_open:
+            self._confirm_channel = self._connection.channel()
+            self._confirm_channel.confirm_delivery()
+        return self._confirm_channel
+
+    def stop(self) -> None:
+        """Ask `run` to return, from any thread or a signal handler: the delivery being handled is finished
+        and settled first; prefetched ones not yet handled go back to the queue (nack, requeue)."""
+        self._stopping.set()
+
+    def close(self) -> None:
+        self._drop()
+
+    def __enter__(self) -> RetryingConsumer:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
+
+    # loop ---------------------------------------------------------------------------------------------
+
+    def run(self, max_messages: int | None = None, idle_timeout: float | None = None,
+            until: Callable[[], bool] | None = None) -> int:
+        """Handle deliveries until `max_messages` were handled, nothing arrived for `idle_timeout` seconds,
+        `until()` is true or `stop()` was called; returns how many were handled. Reconnects after a broker
+        restart; raises `BrokerUnreachableError` when the broker stays away longer than `reconnect_timeout`."""
+        quiet_pika()
+        self._stopping.clear()
+        handled = 0
+        poll = 0.2 if idle_timeout is None else max(0.01, min(0.2, idle_timeout))
+        last_activity = time.monotonic()
+
+        def done() -> bool:
+            return (self._stopping.is_set() or (max_messages is not None and handled >= max_messages)
+                    or (until is not None and until()))
+
+        try:
+            while not done():
+                try:
+                    channel = self._connect()
+                    for method, properties, body in channel.consume(self.queue, inactivity_timeout=poll):
+                        if method is not None:
+                            self._handle(channel, method, properties, body)
+                            handled += 1
+                            last_activity = time.monotonic()
+                        if done():
+                            return handled
+                        if idle_timeout is not None and time.monotonic() - last_activity >= idle_timeout:
+                            return handled
+                    # The generator ends when the broker cancels the consumer (queue deleted, leader moved).
+                    LOG.warning("consumer on %s cancelled by the broker; consuming again", self.queue)
+                    time.sleep(0.5)
+                except (pika.exceptions.AMQPConnectionError, pika.exceptions.ChannelWrongStateError) as error:
+                    connection_lost = self._connection is None or not self._connection.is_open
+                    if not self.reconnect or not connection_lost:
+                        raise
+                    LOG.warning("connection lost (%s); reconnecting", error or type(error).__name__)
+                    self._drop()
+                    self.reconnects += 1
+                    last_activity = time.monotonic()
+            return handled
+        finally:
+            self._stop_consuming()
+
+    def _stop_consuming(self) -> None:
+        """Cancel the consumer; prefetched, unhandled messages go back to the queue (not lost)."""
+        if self._channel is not None and self._channel.is_open:
+            try:
+                self._channel.cancel()
+            except pika.exceptions.AMQPError:
+                self._drop()
+
+    # one delivery -------------------------------------------------------------------------------------
+
+    def _call_handler(self, body: bytes, properties: BasicProperties) -> BaseException | None:
+        """Run the handler in a worker thread while this one keeps the connection serviced; its exception,
+        DeadlineExceededError at `handler_timeout`, or None on success."""
+        outcome: list[BaseException | None] = []
+        finished = threading.Event()
+
+        def work() -> None:
+            try:
+                self.handler(body, properties)
+                outcome.append(None)
+            except Exception as error:  # any failure of the handler is a failed attempt
+                outcome.append(error)
+            finally:
+                finished.set()
+
+        started = time.monotonic()
+        threading.Thread(target=work, name=f"handler-{properties.message_id}", daemon=True).start()
+        wait = 0.02
+        while not finished.wait(wait):
+            if self._connection is not None:
+                self._connection.process_data_events(time_limit=0)  # heartbeats during a long handler
+            if self.handler_timeout is not None and time.monotonic() - started >= self.handler_timeout:
+                self.timed_out += 1
+                return DeadlineExceededError(f"handler still running after its deadline of {self.handler_timeout:g} s")
+            wait = 0.05
+        return outcome[0]
+
+    def _handle(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
+                body: bytes) -> None:
+        headers = properties.headers or {}
+        limit = self.contract.get("delivery_limit")
+        deliveries = h.counter(headers.get("x-delivery-count"))
+        if limit and deliveries >= limit:
+            # Park before the broker's delivery-limit fires: its dead-letter would jam in a cycle
+            # (README: Delivery limit). This catches a message that keeps crashing consumers.
+            exchange, routing_key, _ = self._origin(method, headers)
+            self._park(channel, method, properties, body, f"x-delivery-count {deliveries} reached the "
+                       f"delivery limit {limit}", attempts=deliveries, exchange=exchange, routing_key=routing_key,
+                       first_failure_at=h.utc_iso())
+            return
+        error = self._call_handler(body, properties)
+        if error is None:
+            channel.basic_ack(method.delivery_tag)
+            self.processed += 1
+            return
+        reason = h.truncate(f"{type(error).__name__}: {error}")
+        if isinstance(error, PermanentError):
+            self._park_permanent(channel, method, properties, body, reason)
+        elif self.mode == "reject":
+            self._fail_reject(channel, method, properties, body, reason)
+        else:
+            self._fail_republish(channel, method, properties, body, reason)
+
+    def _origin(self, method: Basic.Deliver, headers: Mapping[str, Any]) -> tuple[str, str, datetime | None]:
+        """Where the message was first published (exchange, routing key) and, in reject mode, when it first
+        failed: recorded headers first (a redriven message keeps them), then the broker's x-death, then this
+        delivery."""
+        entry = (h.deaths(headers, self.queue) or [{}])[0]
+        routing_keys = entry.get("routing-keys") or [method.routing_key]
+        exchange = h.text(headers.get(h.ORIGINAL_EXCHANGE, entry.get("exchange", method.exchange)))
+        routing_key = h.text(headers.get(h.ORIGINAL_ROUTING_KEY, routing_keys[0]))
+        first = entry.get("time")
+        return exchange, routing_key, first if isinstance(first, datetime) else None
+
+    def _attempt(self, headers: Mapping[str, Any]) -> int:
+        """This delivery's attempt number (1 = first)."""
+        if self.mode == "reject":
+            return h.rejected_attempts(headers, self.queue) + 1
+        return h.counter(headers.get(self.contract["attempt_header"])) + 1
+
+    def _park_permanent(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
+                        body: bytes, reason: str) -> None:
+        headers = properties.headers or {}
+        exchange, routing_key, first = self._origin(method, headers)
+        attempt = self._attempt(headers)
+        if self.mode == "republish" and attempt > 1 and h.FIRST_FAILURE_AT in headers:
+            first_failure_at = h.text(headers[h.FIRST_FAILURE_AT])
+        else:
+            first_failure_at = h.utc_iso(first)
+        if self._park(channel, method, properties, body, reason, attempts=attempt, exchange=exchange,
+                      routing_key=routing_key, first_failure_at=first_failure_at, permanent=True):
+            self.permanent += 1
+
+    def _fail_reject(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
+                     body: bytes, reason: str) -> None:
+        headers = properties.headers or {}
+        so_far = h.rejected_attempts(headers, self.queue)
+        if so_far < self.contract["max_retries"]:
+            # The queue's dead-letter arguments send it to tier 1; the broker records the attempt in x-death.
+            channel.basic_reject(method.delivery_tag, requeue=False)
+            self.retried += 1
+            LOG.info("reject %s: attempt %d failed, broker retries after %d ms (%s)", properties.message_id,
+                     so_far + 1, self.contract["tiers"][0]["delay_ms"], reason[:200])
+            return
+        exchange, routing_key, first = self._origin(method, headers)
+        self._park(channel, method, properties, body, reason, attempts=so_far + 1, exchange=exchange,
+                   routing_key=routing_key, first_failure_at=h.utc_iso(first))
+
+    def _fail_republish(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
+                        body: bytes, reason: str) -> None:
+        headers = properties.headers or {}
+        attempt_header = self.contract["attempt_header"]
+        attempt = self._attempt(headers)
+        exchange, routing_key, _ = self._origin(method, headers)
+        # The first failure records where the message came from: later deliveries come from Q.requeue.
+        fresh = attempt == 1 or h.FIRST_FAILURE_AT not in headers
+        origin = {h.ORIGINAL_EXCHANGE: exchange, h.ORIGINAL_ROUTING_KEY: routing_key,
+                  h.FIRST_FAILURE_AT: h.utc_iso() if fresh else h.text(headers[h.FIRST_FAILURE_AT])}
+        if attempt > self.contract["max_retries"]:
+            self._park(channel, method, properties, body, reason, attempts=attempt, exchange=exchange,
+                       routing_key=routing_key, first_failure_at=origin[h.FIRST_FAILURE_AT])
+            return
+        tiers = self.contract["tiers"]
+        tier = tiers[min(attempt, len(tiers)) - 1]
+        copy_headers = {**h.without_broker_headers(headers), **origin, attempt_header: attempt}
+        if self._publish_then_ack(channel, method, self.contract["retry_exchange"], tier["routing_key"],
+                                  body, h.copy_properties(properties, copy_headers)):
+            self.retried += 1
+            LOG.info("retry %s: attempt %d/%d failed, next in %d ms via %s (%s)", properties.message_id,
+                     attempt, self.contract["max_retries"], tier["delay_ms"], tier["routing_key"], reason[:200])
+
+    def _park(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties, body: bytes,
+              reason: str, *, attempts: int, exchange: str, routing_key: str, first_failure_at: str,
+              permanent: bool = False) -> bool:
+        # The attempt counter is left out so that a parked message replayed to its exchange gets a full budget.
+        headers = h.without_broker_headers(properties.headers)
+        headers.pop(self.contract["attempt_header"], None)
+        headers.update({
+            h.ERROR_REASON: reason, h.ERROR_QUEUE: self.queue, h.ORIGINAL_EXCHANGE: exchange,
+            h.ORIGINAL_ROUTING_KEY: routing_key, h.ATTEMPTS: attempts, h.FIRST_FAILURE_AT: first_failure_at,
+        })
+        if permanent:
+            headers[h.PERMANENT] = True
+        if not self._publish_then_ack(channel, method, self.contract["error_exchange"], routing_key, body,
+                                      h.copy_properties(properties, headers)):
+            return False
+        self.parked += 1
+        LOG.info("park %s after %d attempts%s in %s (%s)", properties.message_id, attempts,
+                 " (permanent failure)" if permanent else "", self.contract["error_queue"], reason[:200])
+        return True
+
+    def _publish_then_ack(self, channel: BlockingChannel, method: Basic.Deliver, exchange: str,
+                          routing_key: str, body: bytes, properties: BasicProperties) -> bool:
+        """Ack the original only once the copy is confirmed: a crash in between duplicates, never loses."""
+        try:
+            self._confirming().basic_publish(exchange, routing_key, body, properties, mandatory=True)
+        except (pika.exceptions.UnroutableError, pika.exceptions.NackError,
+                pika.exceptions.ChannelClosedByBroker) as error:
+            channel.basic_nack(method.delivery_tag, requeue=True)
+            self.requeued += 1
+            LOG.error("could not publish %s to %r (%s: %s); original requeued", properties.message_id, exchange,
+                      type(error).__name__, error)
+            if self.publish_failure_pause > 0 and self._connection is not None:
+                self._connection.sleep(self.publish_failure_pause)  # no hot loop on a broken topology
+            return False
+        channel.basic_ack(method.delivery_tag)
+        return True

@@ -1,0 +1,119 @@
+"""The retry contract a stack exports: reading it from a file, a dict or `pulumi stack output`, and checking it.
+
+Everything a consumer needs (queue, exchanges, tiers, retry budget, attempt header) comes from the contract,
+so no name is hard-coded in a client. `strategy` says how the contract describes retries; absent, it is
+`tiers` (one wait queue per delay, `tiers[min(attempt, len(tiers)) - 1]`), the only one today. A contract
+with another strategy is refused rather than followed the wrong way.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+Contract = dict[str, Any]
+
+DEFAULT_STRATEGY = "tiers"
+SUPPORTED_STRATEGIES = ("tiers",)
+"""What this client can follow; a contract naming any other strategy is refused by `load_contract`."""
+
+_CONTRACT_KEYS: dict[str, type | tuple[type, ...]] = {
+    "vhost": str, "queue": str, "queue_type": str, "retry_exchange": str, "reject_routes_to": str,
+    "tiers": list, "max_retries": int, "attempt_header": str, "error_exchange": str, "error_queue": str,
+}
+
+
+class ContractError(ValueError):
+    """The contract is missing, ambiguous, malformed or of a strategy this client cannot follow."""
+
+
+def _is_contract(value: object) -> bool:
+    return isinstance(value, Mapping) and "queue" in value and "retry_exchange" in value
+
+
+def contracts_in(data: object) -> Iterator[Mapping[str, Any]]:
+    """A single contract, or every contract nested in `retry_contracts` ({vhost: {queue: contract}})."""
+    if _is_contract(data):
+        yield data  # type: ignore[misc]
+    elif isinstance(data, Mapping):
+        for value in data.values():
+            yield from contracts_in(value)
+
+
+def whole_numbers(value: Any) -> Any:
+    """Pulumi carries numbers as floats (200.0); the contract's numbers are whole."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {k: whole_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(v) for v in value]
+    return value
+
+
+def strategy_of(contract: Mapping[str, Any]) -> str:
+    """The contract's retry strategy; `tiers` when it names none (every contract exported so far)."""
+    return str(contract.get("strategy", DEFAULT_STRATEGY))
+
+
+def validate(source: Mapping[str, Any]) -> Contract:
+    """The contract as plain data with whole numbers; ContractError listing every problem at once."""
+    contract: Contract = whole_numbers(source)
+    strategy = strategy_of(contract)
+    if strategy not in SUPPORTED_STRATEGIES:
+        raise ContractError(f"retry contract for {contract.get('queue')!r} uses strategy {strategy!r}, which this "
+                            f"client does not support (supported: {', '.join(SUPPORTED_STRATEGIES)}); "
+                            "upgrade rabbitmq-retry or follow README: Writing a consumer by hand")
+    problems = [f"{key}: missing or not {getattr(kind, '__name__', kind)}"
+                for key, kind in _CONTRACT_KEYS.items()
+                if not isinstance(contract.get(key), kind) or isinstance(contract.get(key), bool)]
+    tiers = contract.get("tiers") or []
+    if not tiers:
+        problems.append("tiers: empty")
+    for i, tier in enumerate(tiers):
+        if not (isinstance(tier, Mapping) and isinstance(tier.get("routing_key"), str)
+                and isinstance(tier.get("delay_ms"), int)):
+            problems.append(f"tiers[{i}]: needs routing_key (string) and delay_ms (integer)")
+    if problems:
+        raise ContractError(f"invalid retry contract for {contract.get('queue')!r}: " + "; ".join(problems))
+    return json.loads(json.dumps(contract))  # plain and independent of the caller's dict
+
+
+def load_contract(source: str | Path | Mapping[str, Any], queue: str | None = None,
+                  vhost: str | None = None) -> Contract:
+    """Read one queue's contract from a dict or a JSON file.
+
+    Accepts a single contract or the whole stack output (`{vhost: {queue: contract}}`); `queue` and
+    `vhost` pick one when there are several, and an ambiguous choice fails instead of guessing.
+    """
+    data = source if isinstance(source, Mapping) else json.loads(Path(source).read_text())
+    found = [c for c in contracts_in(data)
+             if (queue is None or c.get("queue") == queue) and (vhost is None or c.get("vhost") == vhost)]
+    if len(found) != 1:
+        names = sorted(f"{c.get('vhost')}/{c.get('queue')}" for c in contracts_in(data))
+        what = "no contract matches" if not found else "several contracts match"
+        raise ContractError(f"{what} queue={queue!r} vhost={vhost!r}; available: {', '.join(names) or 'none'}")
+    return validate(found[0])
+
+
+def stack_output(stack: str | None = None, cwd: str | Path | None = None) -> dict[str, Any]:
+    """`pulumi stack output retry_contracts --json` of `stack` (the selected one when None)."""
+    pulumi = shutil.which("pulumi")
+    if pulumi is None:
+        raise ContractError("the Pulumi CLI is not installed; pass --contract FILE instead (in the rabbitmq-retry "
+                            "repository `make contracts STACK=<stack>` writes one without the CLI)")
+    command = [pulumi, "stack", "output", "retry_contracts", "--json", *(["--stack", stack] if stack else [])]
+    run = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
+    if run.returncode != 0:
+        raise ContractError(f"`{' '.join(command[1:])}` failed: {run.stderr.strip() or run.stdout.strip()}")
+    try:
+        data = json.loads(run.stdout)
+    except json.JSONDecodeError as error:
+        raise ContractError(f"`{' '.join(command[1:])}` printed no JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise ContractError(f"`{' '.join(command[1:])}` printed {type(data).__name__}, not a mapping")
+    return data
