@@ -7,8 +7,8 @@ Pure. They catch what RabbitMQ would otherwise do silently:
 - a dead-letter cycle with no rejection in it: RabbitMQ drops the message when it comes round again;
 - settings that reach our queues once user policy, operator policy and queue arguments are merged the
   way RabbitMQ merges them (`effective.py`): a TTL or expiry on an input, wait or error queue, a
-  delivery limit too low for the retries, a wait tier's TTL other than its delay, a length limit that
-  dead-letters instead of refusing publishes.
+  delivery limit too low for the retries (for strategy `native`: other than `max_retries`), a wait tier's
+  TTL other than its delay, a length limit that dead-letters instead of refusing publishes.
 
 Every pattern is compiled once and exact-name patterns are looked up by name, so the checks grow
 linearly with the number of queues (bench/check_cost.py measures it).
@@ -206,7 +206,14 @@ def _effective_problems(retryable: RetryablePlan, settings: Mapping[str, list[Ef
                     problems.append(f'{_cause(ttl, effective)}: message-ttl {ttl.value} on wait queue '
                                     f'"{queue.name}" is not the tier\'s delay ({delay} ms): RabbitMQ retries '
                                     f"after {ttl.value} ms instead; {_fix(ttl, queue.name)}")
-            if role == "input" and queue.queue_type == "quorum":
+            if role == "input" and retry.strategy == "native":
+                limit = effective.get("delivery-limit") or Setting(DEFAULT_DELIVERY_LIMIT, "")
+                if limit.value != retry.max_retries:
+                    problems.append(f'{_cause(limit, effective)}: delivery-limit {limit.value} on quorum queue '
+                                    f'"{queue.name}" is not retry.max_retries ({retry.max_retries}): with strategy '
+                                    f"native it is the number of retries before the broker parks a message; "
+                                    f"{_fix(limit, queue.name)}")
+            elif role == "input" and queue.queue_type == "quorum":
                 limit = effective.get("delivery-limit") or Setting(DEFAULT_DELIVERY_LIMIT, "")
                 if isinstance(limit.value, int) and 0 <= limit.value <= retry.max_retries + 1:
                     or_narrow = f", or {_fix(limit, queue.name)}" if limit.operator else ""
@@ -233,6 +240,8 @@ def check_vhost(plan: VhostPlan, extra_policies: Iterable[PolicyPlan] = ()) -> l
     problems = _overlaps(graph)
     for retryable in plan.retryables:
         queue = retryable.config.name
+        if retryable.strategy == "native":
+            continue  # the message waits in its own queue: no retry path to check
         requeue = route(graph, f"{queue}.requeue", None)
         if requeue != {queue}:
             problems.append(f'retry path of "{queue}" returns to {sorted(requeue or [])} instead of exactly '

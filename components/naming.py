@@ -49,7 +49,10 @@ def derived_queue_names(queue: str, tiers: int) -> list[str]:
     return [queue, *(wait_queue(queue, n) for n in range(1, tiers + 1)), error_queue(queue)]
 
 
-def derived_exchange_names(queue: str) -> list[str]:
+def derived_exchange_names(queue: str, strategy: str = "tiers") -> list[str]:
+    """`native` retries inside the queue itself: only the error exchange remains."""
+    if strategy == "native":
+        return [error_exchange(queue)]
     return [retry_exchange(queue), requeue_exchange(queue), error_exchange(queue)]
 
 

@@ -22,6 +22,11 @@ from .config import Binding, ConfigError, Policy, Queue, TopicPermission, Vhost
 from .layout import logical_names as logical_names
 
 QueueRole = Literal["input", "wait", "error", "plain"]
+NATIVE_RETRY_CALL = "basic.reject(requeue=true)"
+"""The only call RabbitMQ 4.3 counts toward the delivery limit and delays: `basic.nack(requeue=true)` is a
+"return" that neither counts nor waits, so a nack loop never ends."""
+NATIVE_ATTEMPT_HEADER = "x-delivery-count"
+"""Set by the broker on a redelivery: the failed deliveries so far (absent on the first delivery)."""
 
 
 @dataclass(frozen=True)
@@ -115,10 +120,38 @@ class RetryablePlan:
     def error_queue(self) -> str:
         return naming.error_queue(self.config.name)
 
+    @property
+    def strategy(self) -> str:
+        assert self.config.retry is not None
+        return self.config.retry.strategy
+
+    @property
+    def consumer_exchanges(self) -> tuple[str, ...]:
+        """Exchanges a consumer of the queue publishes to: retries (tiers only) and parking."""
+        if self.strategy == "native":
+            return (self.error_exchange,)
+        return (self.retry_exchange, self.error_exchange)
+
     def contract(self, vhost: str) -> dict[str, object]:
-        """What a consumer needs to retry and park a message: the stack exports this per queue."""
+        """What a consumer needs to retry and park a message: the stack exports this per queue. A `tiers`
+        contract names no strategy (the clients that predate strategies read it as `tiers`)."""
         retry = self.config.retry
         assert retry is not None
+        if retry.strategy == "native":
+            return {
+                "strategy": "native",
+                "vhost": vhost,
+                "queue": self.config.name,
+                "queue_type": self.config.queue_type,
+                "retry_call": NATIVE_RETRY_CALL,
+                "min_delay_ms": retry.min_delay_ms,
+                "max_delay_ms": retry.max_delay_ms,
+                "max_retries": retry.max_retries,
+                "delivery_limit": self.config.delivery_limit,
+                "attempt_header": NATIVE_ATTEMPT_HEADER,
+                "error_exchange": self.error_exchange,
+                "error_queue": self.error_queue,
+            }
         return {
             "vhost": vhost,
             "queue": self.config.name,
@@ -216,6 +249,8 @@ def plan_retryable(queue: Queue, path: str = "queue") -> RetryablePlan:
     retry = queue.retry
     if retry is None:
         raise ValueError(f"queue {queue.name!r} has no retry block")
+    if retry.strategy == "native":
+        return _plan_native(queue, path)
     name, qtype = queue.name, queue.queue_type
     tiers = tuple(Tier(n, delay, naming.wait_queue(name, n), naming.wait_routing_key(n))
                   for n, delay in enumerate(retry.delays_ms, start=1))
@@ -248,6 +283,54 @@ def plan_retryable(queue: Queue, path: str = "queue") -> RetryablePlan:
                 for t in tiers]
     if limits := _limits(queue):
         policies.insert(0, _policy("policy", name, queue.policy_priority, limits, _limit_sources(path)))
+    policies += _error_policies(queue, path)
+    imports = queue.imports
+    return RetryablePlan(config=queue, tiers=tiers, queues=_adopt((input_queue, *wait_queues, error), "queue", imports),
+                         exchanges=_adopt(exchanges, "exchange", imports),
+                         bindings=_adopt(bindings, "binding", imports),
+                         policies=_adopt(tuple(policies), "policy", imports))
+
+
+def _error_queue_plans(queue: Queue) -> tuple[QueuePlan, ExchangePlan, BindingPlan]:
+    """The error queue, its fanout exchange and their binding: the same for every strategy."""
+    error = QueuePlan("error", naming.error_queue(queue.name), queue.queue_type,
+                      {"x-queue-type": queue.queue_type}, "error")
+    error_x = naming.error_exchange(queue.name)
+    return error, ExchangePlan("error-exchange", error_x, "fanout"), BindingPlan("error-binding", error_x, error.name)
+
+
+def _plan_native(queue: Queue, path: str) -> RetryablePlan:
+    """RabbitMQ 4.3's delayed retry: a rejected message (`basic.reject(requeue=true)`) waits in the input
+    queue itself, `min(min_delay × n, max_delay)` before its n-th redelivery; past the delivery limit
+    (`max_retries`) the broker dead-letters it, at least once, to the error exchange. The delays and the limit
+    live in the queue's policy, so editing them never replaces the queue. Integers only: a string
+    `delayed-retry-min` silently turns the feature off, and the provider sends digit strings as integers."""
+    retry = queue.retry
+    assert retry is not None and retry.min_delay_ms is not None and retry.max_delay_ms is not None
+    error, error_exchange, error_binding = _error_queue_plans(queue)
+    input_queue = QueuePlan("input", queue.name, queue.queue_type, {
+        "x-queue-type": queue.queue_type,
+        "x-dead-letter-exchange": error_exchange.name,
+        **_quorum_dead_lettering(queue.queue_type),
+    }, "input")
+    definition = {**_limits(queue), "delayed-retry-type": "failed", "delayed-retry-min": str(retry.min_delay_ms),
+                  "delayed-retry-max": str(retry.max_delay_ms)}
+    sources = {**_limit_sources(path), "delivery-limit": f"{path}.retry.max_retries",
+               "delayed-retry-type": f"{path}.retry.strategy", "delayed-retry-min": f"{path}.retry.min_delay",
+               "delayed-retry-max": f"{path}.retry.max_delay"}
+    policies = (_policy("policy", queue.name, queue.policy_priority, definition, sources),
+                *_error_policies(queue, path))
+    imports = queue.imports
+    return RetryablePlan(config=queue, tiers=(), queues=_adopt((input_queue, error), "queue", imports),
+                         exchanges=_adopt((error_exchange,), "exchange", imports),
+                         bindings=_adopt((error_binding,), "binding", imports),
+                         policies=_adopt(policies, "policy", imports))
+
+
+def _error_policies(queue: Queue, path: str) -> list[PolicyPlan]:
+    """The error queue's retention and length limit, when the retry block sets them."""
+    retry = queue.retry
+    assert retry is not None
     error_definition = {}
     if retry.error_retention_ms is not None:
         error_definition["message-ttl"] = str(retry.error_retention_ms)
@@ -256,15 +339,11 @@ def plan_retryable(queue: Queue, path: str = "queue") -> RetryablePlan:
         # A full error queue nacks the parking publish (the client then keeps the message in Q); the
         # default, drop-head, would silently drop the oldest parked message.
         error_definition["overflow"] = "reject-publish"
-    if error_definition:
-        policies.append(_policy("error-policy", error.name, queue.policy_priority, error_definition, {
-            "message-ttl": f"{path}.retry.error_retention", "max-length": f"{path}.retry.error_max_length",
-            "overflow": f"{path}.retry.error_max_length"}))
-    imports = queue.imports
-    return RetryablePlan(config=queue, tiers=tiers, queues=_adopt((input_queue, *wait_queues, error), "queue", imports),
-                         exchanges=_adopt(exchanges, "exchange", imports),
-                         bindings=_adopt(bindings, "binding", imports),
-                         policies=_adopt(tuple(policies), "policy", imports))
+    if not error_definition:
+        return []
+    return [_policy("error-policy", naming.error_queue(queue.name), queue.policy_priority, error_definition, {
+        "message-ttl": f"{path}.retry.error_retention", "max-length": f"{path}.retry.error_max_length",
+        "overflow": f"{path}.retry.error_max_length"})]
 
 
 Importable = QueuePlan | ExchangePlan | BindingPlan | PolicyPlan
@@ -343,7 +422,7 @@ def _operator_permissions(user: str, retryables: Iterable[RetryablePlan]) -> Per
         user=user,
         configure="^$",
         write=exact_names([*(b.exchange for r in retryables for b in r.config.bindings),
-                           *(r.requeue_exchange for r in retryables)]),
+                           *(r.requeue_exchange for r in retryables if r.strategy == "tiers")]),
         read=exact_names(r.error_queue for r in retryables),
     )
 
@@ -370,8 +449,7 @@ def plan_vhost(vhost: Vhost, path: str = "vhost") -> VhostPlan:
         configure="^$",
         # Retries (stepped republish) and parking publish to the consumed queue's own exchanges.
         write=exact_names([*app.publishes, *(x for q in app.consumes if q in retryable_queues
-                                             for x in (retryable_queues[q].retry_exchange,
-                                                       retryable_queues[q].error_exchange))]),
+                                             for x in retryable_queues[q].consumer_exchanges)]),
         read=exact_names(app.consumes),
         topic=app.topic_permissions,
     ) for app in vhost.applications)

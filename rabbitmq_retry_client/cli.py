@@ -32,7 +32,7 @@ from pika.spec import BasicProperties
 from . import headers as h
 from .connection import DEFAULT_URL, BrokerUnreachableError, parameters
 from .consumer import MODES, Handler, RetryingConsumer
-from .contract import Contract, ContractError, load_contract, stack_output
+from .contract import Contract, ContractError, load_contract, stack_output, strategy_of
 from .parked import Parked, ParkedQueue, Selection
 from .publisher import Publisher
 
@@ -94,8 +94,13 @@ def _flaky_handler(fail_rate: float, seed: int | None) -> Handler:
 
 def _consume(args: argparse.Namespace) -> int:
     contract = _contract(args)
-    tiers = ", ".join(f"{t['routing_key']}={t['delay_ms']}ms" for t in contract["tiers"])
-    print(f"consuming {contract['vhost']}/{contract['queue']} in {args.mode} mode; tiers {tiers}; "
+    if strategy_of(contract) == "native":
+        how = (f"native delayed retry ({contract['retry_call']}, {contract['min_delay_ms']} ms × attempt, "
+               f"at most {contract['max_delay_ms']} ms)")
+    else:
+        tiers = ", ".join(f"{t['routing_key']}={t['delay_ms']}ms" for t in contract["tiers"])
+        how = f"{args.mode} mode; tiers {tiers}"
+    print(f"consuming {contract['vhost']}/{contract['queue']} in {how}; "
           f"max_retries {contract['max_retries']}; parking in {contract['error_queue']}", flush=True)
     consumer = RetryingConsumer(args.url, contract, _flaky_handler(args.fail_rate, args.seed), args.mode,
                                 args.prefetch, handler_timeout=args.handler_timeout)

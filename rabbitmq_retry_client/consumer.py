@@ -6,6 +6,9 @@ Modes:
   the attempts in `x-death`. Fixed delay (tier 1's), no publish by the client.
 - "republish": a failed message is copied to the tier of its attempt (stepped back-off) with the attempt
   in the contract's own header, because RabbitMQ 3.13+/4.x ignores an `x-death` set by a client.
+A contract of strategy `native` (RabbitMQ 4.3's delayed retry) takes neither mode: a failed message is
+rejected with `basic.reject(requeue=true)`, the one call the broker delays and counts (`basic.nack` with
+requeue neither waits nor counts: a nack loop never ends); the broker's `x-delivery-count` is the attempt.
 
 The handler runs in a worker thread while this thread keeps the connection serviced (heartbeats, other
 channels), so a long handler does not lose the connection; `handler_timeout` bounds it.
@@ -29,7 +32,7 @@ from pika.spec import Basic, BasicProperties
 
 from . import headers as h
 from .connection import ConnectionParams, connect, parameters, quiet_pika
-from .contract import validate
+from .contract import strategy_of, validate
 
 LOG = logging.getLogger("rabbitmq_retry_client")
 
@@ -66,6 +69,7 @@ class RetryingConsumer:
         if handler_timeout is not None and handler_timeout <= 0:
             raise ValueError(f"handler_timeout must be positive seconds or None, got {handler_timeout!r}")
         self.contract = validate(contract)
+        self.native = strategy_of(self.contract) == "native"
         self.queue: str = self.contract["queue"]
         self.handler = handler
         self.mode: Mode = mode
@@ -215,7 +219,8 @@ class RetryingConsumer:
         headers = properties.headers or {}
         limit = self.contract.get("delivery_limit")
         deliveries = h.counter(headers.get("x-delivery-count"))
-        if limit and deliveries >= limit:
+        # Native retries count toward the limit by design: past it the broker itself parks the message.
+        if limit and deliveries >= limit and not self.native:
             # Park before the broker's delivery-limit fires: its dead-letter would jam in a cycle
             # (README: Delivery limit). This catches a message that keeps crashing consumers.
             exchange, routing_key, _ = self._origin(method, headers)
@@ -231,6 +236,8 @@ class RetryingConsumer:
         reason = h.truncate(f"{type(error).__name__}: {error}")
         if isinstance(error, PermanentError):
             self._park_permanent(channel, method, properties, body, reason)
+        elif self.native:
+            self._fail_native(channel, method, properties, body, reason)
         elif self.mode == "reject":
             self._fail_reject(channel, method, properties, body, reason)
         else:
@@ -249,6 +256,8 @@ class RetryingConsumer:
 
     def _attempt(self, headers: Mapping[str, Any]) -> int:
         """This delivery's attempt number (1 = first)."""
+        if self.native:
+            return h.counter(headers.get("x-delivery-count")) + 1
         if self.mode == "reject":
             return h.rejected_attempts(headers, self.queue) + 1
         return h.counter(headers.get(self.contract["attempt_header"])) + 1
@@ -280,6 +289,23 @@ class RetryingConsumer:
         exchange, routing_key, first = self._origin(method, headers)
         self._park(channel, method, properties, body, reason, attempts=so_far + 1, exchange=exchange,
                    routing_key=routing_key, first_failure_at=h.utc_iso(first))
+
+    def _fail_native(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
+                     body: bytes, reason: str) -> None:
+        """Reject with requeue while retries are left: the broker keeps the message in the queue for
+        `min(min_delay_ms × n, max_delay_ms)` and counts it. The last attempt is parked by the client, with
+        the reason; a consumer that dies on it leaves the parking to the broker (reason `delivery_limit`)."""
+        attempt = self._attempt(properties.headers or {})
+        if attempt <= self.contract["max_retries"]:
+            channel.basic_reject(method.delivery_tag, requeue=True)
+            self.retried += 1
+            delay = min(self.contract["min_delay_ms"] * attempt, self.contract["max_delay_ms"])
+            LOG.info("reject %s: attempt %d/%d failed, broker retries after %d ms (%s)", properties.message_id,
+                     attempt, self.contract["max_retries"], delay, reason[:200])
+            return
+        exchange, routing_key, _ = self._origin(method, properties.headers or {})
+        self._park(channel, method, properties, body, reason, attempts=attempt, exchange=exchange,
+                   routing_key=routing_key, first_failure_at=h.utc_iso())
 
     def _fail_republish(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
                         body: bytes, reason: str) -> None:

@@ -1,9 +1,11 @@
 """The retry contract a stack exports: reading it from a file, a dict or `pulumi stack output`, and checking it.
 
 Everything a consumer needs (queue, exchanges, tiers, retry budget, attempt header) comes from the contract,
-so no name is hard-coded in a client. `strategy` says how the contract describes retries; absent, it is
-`tiers` (one wait queue per delay, `tiers[min(attempt, len(tiers)) - 1]`), the only one today. A contract
-with another strategy is refused rather than followed the wrong way.
+so no name is hard-coded in a client. `strategy` says how the contract describes retries:
+- `tiers` (also when absent): one wait queue per delay, `tiers[min(attempt, len(tiers)) - 1]`;
+- `native`: RabbitMQ 4.3's delayed retry; `retry_call` (`basic.reject(requeue=true)`) is the only call that
+  delays and counts, the broker waits `min(min_delay_ms × n, max_delay_ms)` and parks past `delivery_limit`.
+A contract with any other strategy is refused rather than followed the wrong way.
 """
 
 from __future__ import annotations
@@ -18,13 +20,18 @@ from typing import Any
 Contract = dict[str, Any]
 
 DEFAULT_STRATEGY = "tiers"
-SUPPORTED_STRATEGIES = ("tiers",)
+SUPPORTED_STRATEGIES = ("tiers", "native")
 """What this client can follow; a contract naming any other strategy is refused by `load_contract`."""
 
-_CONTRACT_KEYS: dict[str, type | tuple[type, ...]] = {
-    "vhost": str, "queue": str, "queue_type": str, "retry_exchange": str, "reject_routes_to": str,
-    "tiers": list, "max_retries": int, "attempt_header": str, "error_exchange": str, "error_queue": str,
+_COMMON_KEYS: dict[str, type | tuple[type, ...]] = {
+    "vhost": str, "queue": str, "queue_type": str, "max_retries": int, "attempt_header": str,
+    "error_exchange": str, "error_queue": str,
 }
+_CONTRACT_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "tiers": {**_COMMON_KEYS, "retry_exchange": str, "reject_routes_to": str, "tiers": list},
+    "native": {**_COMMON_KEYS, "retry_call": str, "min_delay_ms": int, "max_delay_ms": int, "delivery_limit": int},
+}
+NATIVE_RETRY_CALL = "basic.reject(requeue=true)"
 
 
 class ContractError(ValueError):
@@ -32,7 +39,7 @@ class ContractError(ValueError):
 
 
 def _is_contract(value: object) -> bool:
-    return isinstance(value, Mapping) and "queue" in value and "retry_exchange" in value
+    return isinstance(value, Mapping) and "queue" in value and ("retry_exchange" in value or "strategy" in value)
 
 
 def contracts_in(data: object) -> Iterator[Mapping[str, Any]]:
@@ -69,8 +76,15 @@ def validate(source: Mapping[str, Any]) -> Contract:
                             f"client does not support (supported: {', '.join(SUPPORTED_STRATEGIES)}); "
                             "upgrade rabbitmq-retry or follow README: Writing a consumer by hand")
     problems = [f"{key}: missing or not {getattr(kind, '__name__', kind)}"
-                for key, kind in _CONTRACT_KEYS.items()
+                for key, kind in _CONTRACT_KEYS[strategy].items()
                 if not isinstance(contract.get(key), kind) or isinstance(contract.get(key), bool)]
+    if strategy == "native":
+        if isinstance(contract.get("retry_call"), str) and contract["retry_call"] != NATIVE_RETRY_CALL:
+            problems.append(f"retry_call: {contract['retry_call']!r} is not {NATIVE_RETRY_CALL}, the only call "
+                            "this client makes")
+        if problems:
+            raise ContractError(f"invalid retry contract for {contract.get('queue')!r}: " + "; ".join(problems))
+        return json.loads(json.dumps(contract))
     tiers = contract.get("tiers") or []
     if not tiers:
         problems.append("tiers: empty")

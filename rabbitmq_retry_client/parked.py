@@ -28,7 +28,7 @@ from pika.spec import BasicProperties
 
 from . import headers as h
 from .connection import ConnectionParams, connect, parameters, quiet_pika
-from .contract import validate
+from .contract import strategy_of, validate
 
 REQUEUE_SUFFIX = ".requeue"
 """`Q.requeue`, the fanout exchange bound only to `Q` (README: Topology of a retryable queue)."""
@@ -257,6 +257,9 @@ class ParkedQueue:
         """(exchange, routing key) a redrive publishes to: `Q.requeue` (reaches `Q` only), or the exchange and
         routing key the message was first published with."""
         if to_queue:
+            if strategy_of(self.contract) == "native":
+                raise ValueError(f"{self.input_queue!r} uses strategy native, which has no {self.requeue_exchange!r} "
+                                 "exchange; redrive to the original exchange (without --to-queue)")
             return self.requeue_exchange, message.original_routing_key
         exchange = message.original_exchange
         if exchange is None:

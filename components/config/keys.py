@@ -18,7 +18,12 @@ IMPORT_KINDS = ("queue", "exchange", "binding", "policy", "operator_policy")
 EXCHANGE_KEYS = ("name", "type")
 QUEUE_KEYS = ("name", "type", "bindings", "max_length", "delivery_limit", "retry", "policy_priority")
 BINDING_KEYS = ("exchange", "routing_key", "arguments", "external")
-RETRY_KEYS = ("delays", "max_retries", "error_retention", "error_max_length")
+RETRY_KEYS = ("strategy", "delays", "min_delay", "max_delay", "max_retries", "error_retention", "error_max_length")
+STRATEGY_RETRY_KEYS: Mapping[str, tuple[str, ...]] = {
+    "tiers": ("delays",),
+    "native": ("min_delay", "max_delay"),
+}
+"""The `retry` keys only one strategy takes; the others (`max_retries`, `error_*`) belong to every strategy."""
 POLICY_KEYS = ("name", "pattern", "priority", "apply_to", "definition")
 OPERATOR_POLICY_KEYS = ("expires", "message-ttl", "max-length", "max-length-bytes", "max-in-memory-length",
                         "max-in-memory-bytes", "delivery-limit", "queue-version", "overflow")

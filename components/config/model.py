@@ -38,6 +38,11 @@ DEFAULT_POLICY_PRIORITY = 10
 DEFAULT_DELIVERY_LIMIT = 20
 """RabbitMQ 4's default, set explicitly so that 3.10 and 4.x behave alike."""
 MAX_RETRIES_CEILING = 10_000
+STRATEGIES = ("tiers", "native")
+"""`retry.strategy`: `tiers` (fixed TTL wait queues, the default) or `native` (RabbitMQ 4.3's delayed retry
+of quorum queues)."""
+NATIVE_MIN_VERSION = (4, 3, 1)
+"""RabbitMQ 4.3.0 refuses the `delayed-retry-*` policy keys; 4.3.1 is the first version that takes them."""
 
 
 class ConfigError(RunError):
@@ -62,9 +67,15 @@ class Binding:
 @dataclass(frozen=True)
 class Retry:
     delays_ms: tuple[int, ...]
+    """`tiers` only: one wait queue per delay; empty for `native`."""
     max_retries: int
     error_retention_ms: int | None = None
     error_max_length: int | None = None
+    strategy: str = "tiers"
+    min_delay_ms: int | None = None
+    """`native` only: the delay after the first failure; the n-th waits `min(n × min, max)`."""
+    max_delay_ms: int | None = None
+    """`native` only: the cap of the linear delay (default: `min_delay`)."""
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from .keys import (
     QUEUE_KEYS,
     RETIRED_POLICY_KEYS,
     RETRY_KEYS,
+    STRATEGY_RETRY_KEYS,
     TOPIC_PERMISSION_KEYS,
     VHOST_KEYS,
 )
@@ -56,6 +57,7 @@ from .model import (
     MAX_RETRIES_CEILING,
     POLICY_VALUE_CHOICES,
     QUEUE_TYPES,
+    STRATEGIES,
     STRING_POLICY_KEYS,
     X_MATCH,
     Application,
@@ -255,6 +257,16 @@ def parse_retry(p: Problems, path: str, raw: object) -> Retry | Invalid:
     data = mapping(p, path, raw, RETRY_KEYS)
     if data is INVALID:
         return INVALID
+    strategy = optional(data, "strategy", lambda v: choice(p, f"{path}.strategy", v, STRATEGIES), "tiers")
+    if strategy is INVALID:
+        return INVALID
+    for other, keys in STRATEGY_RETRY_KEYS.items():
+        for key in keys:
+            if other != strategy and key in data:
+                p.add(f"{path}.{key}", f"belongs to strategy {other}, not {strategy}; remove it or set "
+                      f"{path}.strategy: {other}")
+    if strategy == "native":
+        return parse_native_retry(p, path, data)
     written = data.get("delays", ABSENT)
     delays = parse_delays(p, f"{path}.delays", written)
     if written is ABSENT or written is None:
@@ -262,16 +274,56 @@ def parse_retry(p: Problems, path: str, raw: object) -> Retry | Invalid:
     tiers = len(written) if isinstance(written, Sequence) and not isinstance(written, (str, bytes)) else 0
     max_retries = optional(data, "max_retries",
                            lambda v: integer(p, f"{path}.max_retries", v, 1, MAX_RETRIES_CEILING), tiers)
-    retention = optional(data, "error_retention", lambda v: duration(p, f"{path}.error_retention", v), None)
-    error_max_length = optional(data, "error_max_length", lambda v: integer(p, f"{path}.error_max_length", v, 1),
-                                None)
+    retention, error_max_length = parse_error_queue(p, path, data)
     if delays is INVALID or max_retries is INVALID or retention is INVALID or error_max_length is INVALID:
         return INVALID
     return Retry(delays, max_retries, retention, error_max_length)
 
 
+def parse_error_queue(p: Problems, path: str, data: Mapping[str, Any]) -> tuple[int | Invalid | None,
+                                                                              int | Invalid | None]:
+    """`error_retention` and `error_max_length`, which every strategy takes."""
+    retention = optional(data, "error_retention", lambda v: duration(p, f"{path}.error_retention", v), None)
+    error_max_length = optional(data, "error_max_length", lambda v: integer(p, f"{path}.error_max_length", v, 1),
+                                None)
+    return retention, error_max_length
+
+
+def parse_native_retry(p: Problems, path: str, data: Mapping[str, Any]) -> Retry | Invalid:
+    """RabbitMQ 4.3's delayed retry: the broker waits `min(min_delay × n, max_delay)` before the n-th
+    redelivery and dead-letters past `max_retries`, the input queue's delivery limit."""
+    if "min_delay" not in data:
+        p.add(f"{path}.min_delay", "missing; strategy native needs the delay after the first failure, e.g. 1s")
+    if "max_retries" not in data:
+        p.add(f"{path}.max_retries", "missing; strategy native needs it (it is the input queue's delivery limit)")
+    min_delay = optional(data, "min_delay", lambda v: positive_duration(p, f"{path}.min_delay", v), INVALID)
+    max_delay = optional(data, "max_delay", lambda v: positive_duration(p, f"{path}.max_delay", v), min_delay)
+    max_retries = optional(data, "max_retries",
+                           lambda v: integer(p, f"{path}.max_retries", v, 1, MAX_RETRIES_CEILING), INVALID)
+    retention, error_max_length = parse_error_queue(p, path, data)
+    if isinstance(min_delay, int) and isinstance(max_delay, int) and max_delay < min_delay:
+        p.add(f"{path}.max_delay", f"{data.get('max_delay')!r} is shorter than min_delay {data.get('min_delay')!r}; "
+              "the delay grows from min_delay up to max_delay")
+        return INVALID
+    if INVALID in (min_delay, max_delay, max_retries, retention, error_max_length):
+        return INVALID
+    assert isinstance(min_delay, int) and isinstance(max_delay, int) and isinstance(max_retries, int)
+    return Retry((), max_retries, retention, error_max_length,
+                 strategy="native", min_delay_ms=min_delay, max_delay_ms=max_delay)
+
+
+def positive_duration(p: Problems, path: str, value: object) -> int | Invalid:
+    """A delay RabbitMQ takes as `delayed-retry-min`/`-max`: a whole, positive number of milliseconds."""
+    parsed = duration(p, path, value)
+    if parsed is not INVALID and parsed < 1:
+        p.add(path, f"{value!r} is not positive; RabbitMQ needs at least 1ms")
+        return INVALID
+    return parsed
+
+
 def check_derived_name_lengths(p: Problems, path: str, name: str, retry: Retry) -> bool:
-    for derived in naming.derived_queue_names(name, len(retry.delays_ms)) + naming.derived_exchange_names(name):
+    for derived in naming.derived_queue_names(name, len(retry.delays_ms)) + naming.derived_exchange_names(
+            name, retry.strategy):
         if naming.byte_length(derived) > naming.MAX_NAME_BYTES:
             p.add(path, f'derived name "{derived[:40]}…" is over 255 bytes; shorten the queue name')
             return False
@@ -286,6 +338,12 @@ def resolve_delivery_limit(p: Problems, path: str, written: int | None, queue_ty
         return None
     if retry is None:
         return written or defaults.delivery_limit
+    if retry.strategy == "native":
+        if written is not None:
+            p.add(path, "strategy native sets the delivery limit to retry.max_retries (the broker parks a "
+                  "message past it); remove delivery_limit and set retry.max_retries instead")
+            return INVALID
+        return retry.max_retries
     if written is None:
         # On RabbitMQ 4 every plain retry counts toward the limit for the message's whole life.
         return defaults.delivery_limit + retry.max_retries
@@ -323,7 +381,12 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
                        bindings=bindings)
     if name is INVALID:
         return entry
-    owned = ((naming.derived_queue_names(name, len(retry.delays_ms)), naming.derived_exchange_names(name))
+    if isinstance(retry, Retry) and retry.strategy == "native" and queue_type == "classic":
+        p.add(f"{path}.retry.strategy", "native is RabbitMQ's delayed retry of quorum queues; set type: quorum "
+              "or use strategy tiers for a classic queue")
+        retry = INVALID
+    owned = ((naming.derived_queue_names(name, len(retry.delays_ms)),
+              naming.derived_exchange_names(name, retry.strategy))
              if isinstance(retry, Retry) else ([name], []))
     entry = QueueEntry(index, name, name, INVALID, bindings, tuple(owned[0]), tuple(owned[1]))
     if not lengths_ok or INVALID in (queue_type, priority, max_length, delivery_limit, retry) or any(
