@@ -42,14 +42,16 @@ OPTIONS = (
 
 class RetryableQueue(pulumi.ComponentResource):
     """Input queue `Q`, direct exchange `Q.retry`, wait queues `Q.wait.<n>` (TTL by policy),
-    fanout `Q.requeue` bound only to `Q`, and `Q.error` exchange and queue for parked messages."""
+    fanout `Q.requeue` bound only to `Q`, and `Q.error` exchange and queue for parked messages. With
+    `retry.strategy: native` only `Q` (its delays in its policy) and `Q.error`: the message waits in `Q`."""
 
     queue_name: pulumi.Output[str]
     """The input queue consumers read from."""
-    retry_exchange: pulumi.Output[str]
-    """Direct exchange of the wait tiers: publish with a tier's routing key to retry after its delay."""
+    retry_exchange: pulumi.Output[str | None]
+    """Direct exchange of the wait tiers: publish with a tier's routing key to retry after its delay
+    (None for strategy native)."""
     wait_queues: pulumi.Output[list[str]]
-    """Wait queues, tier 1 first."""
+    """Wait queues, tier 1 first (none for strategy native)."""
     error_exchange: pulumi.Output[str]
     """Fanout exchange to park a message that is out of retries."""
     error_queue: pulumi.Output[str]
@@ -74,7 +76,8 @@ class RetryableQueue(pulumi.ComponentResource):
         declare_children(scope, name, layout.RETRYABLE_QUEUE, self.plan)
 
         self.queue_name = scope.names[("Queue", queue.name)]
-        self.retry_exchange = scope.names[("Exchange", self.plan.retry_exchange)]
+        self.retry_exchange = (scope.names[("Exchange", self.plan.retry_exchange)] if self.plan.strategy == "tiers"
+                               else pulumi.Output.from_input(None))
         self.wait_queues = pulumi.Output.all(*(scope.names[("Queue", t.queue)] for t in self.plan.tiers))
         self.error_exchange = scope.names[("Exchange", self.plan.error_exchange)]
         self.error_queue = scope.names[("Queue", self.plan.error_queue)]

@@ -11,6 +11,8 @@ from components.config import ConfigError, load_queue, load_stack_config, load_v
 from components.plan import plan_retryable, plan_vhost
 from rabbitmq_retry_client.contract import ContractError, load_contract
 from tests.conftest import RETRYABLE, vhost_config
+from tests.test_review import changed, orders, review_of  # noqa: F401  # review_of: a fixture
+from tools import engine
 
 NATIVE_RETRY = {"strategy": "native", "min_delay": "1s", "max_delay": "30s", "max_retries": 5}
 
@@ -134,3 +136,39 @@ def test_a_native_consumer_may_publish_only_to_the_error_exchange():
 
 def test_a_stack_with_a_native_queue_loads():
     assert load_stack_config({"vhosts": [native_vhost()]}).vhosts[0].queues[0].retry.strategy == "native"
+
+
+def test_the_native_components_register_exactly_the_layout_with_integer_delays():
+    from components import RetryableQueue, Vhost, layout
+    from tools.mockrun import record
+
+    resources = record(lambda: RetryableQueue("billing", {"vhost": "payments",
+                                                          "queue": {**native(), "name": "billing"}}))
+    assert sorted(r.name for r in resources if r.custom) == [
+        "billing-error", "billing-error-binding", "billing-error-exchange", "billing-input", "billing-policy"]
+    (policy,) = [r for r in resources if r.name == "billing-policy"]
+    assert policy.inputs["policy"]["definition"]["delayed-retry-min"] == "1000"
+    component = next(r for r in resources if r.type == "rabbitmq-retry:index:RetryableQueue")
+    assert component.outputs.get("retry_exchange") is None and component.outputs["wait_queues"] == []
+    vhost = native_vhost()
+    registered = record(lambda: Vhost("shop", {"vhost": vhost}))
+    assert sorted((c, k, n) for c, k, n in (
+        ("$".join(t.rsplit(":", 1)[-1] for t in r.urn.split("::")[2].split("$")[:-1]),
+         r.urn.split("::")[2].split("$")[-1].rsplit(":", 1)[-1], r.name)
+        for r in registered if r.type != "pulumi:pulumi:Stack")) == sorted(
+        layout.logical_names("shop", plan_vhost(load_vhost(vhost, "v"))))
+
+
+def test_a_switch_from_tiers_to_native_shows_the_replaced_input_queue_and_the_deleted_tiers(review_of):  # noqa: F811
+    def to_native(config: dict[str, Any]) -> None:
+        config["defaults"]["queue_type"] = "quorum"
+        orders(config)["retry"] = {**NATIVE_RETRY}
+    quorum = changed(lambda c: c["defaults"].update(queue_type="quorum"))
+    steps, markdown, status = review_of(quorum, changed(to_native))
+    queues = {(s.op, (s.new or s.old or {})["name"]) for s in steps if s.type == engine.QUEUE}
+    assert queues == {("replace", "orders"), ("delete", "orders.wait.1"), ("delete", "orders.wait.2"),
+                      ("delete", "orders.wait.3")}
+    assert status == 2 and "data loss: 4" in markdown
+    assert "strategy tiers → native" in markdown
+    assert "x-dead-letter-exchange orders.retry → orders.error" in markdown
+    assert "basic.reject(requeue=true)" in review_of.full

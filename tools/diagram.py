@@ -24,6 +24,8 @@ def retry_path(contract: Mapping[str, Any], changed: Collection[str] = (), remov
     """input → retry exchange → wait tiers (with delays) → requeue → input; input → error.
 
     `changed` and `removed` are physical names to highlight (a review marks what a PR touches)."""
+    if contract.get("strategy") == "native":
+        return _native_path(contract, changed, removed)
     queue = contract["queue"]
     names = {"input": queue, "retry": contract["retry_exchange"], "requeue": requeue_exchange(queue),
              "error_x": contract["error_exchange"], "error_q": contract["error_queue"]}
@@ -46,9 +48,32 @@ def retry_path(contract: Mapping[str, Any], changed: Collection[str] = (), remov
     lines.append("  requeue -- \"only this queue\" --> input")
     lines.append(f'  input -. "after {int(contract["max_retries"])} retries: park" .-> error_x')
     lines.append("  error_x --> error_q")
+    return "\n".join(lines + _styles(names, changed, removed))
+
+
+def _native_path(contract: Mapping[str, Any], changed: Collection[str], removed: Collection[str]) -> str:
+    """Strategy native: the message waits in its own queue; the broker parks it past the delivery limit."""
+    queue = contract["queue"]
+    names = {"input": queue, "error_x": contract["error_exchange"], "error_q": contract["error_queue"]}
+    wait = (f"waits min(n × {format_duration(int(contract['min_delay_ms']))}, "
+            f"{format_duration(int(contract['max_delay_ms']))}) in place")
+    lines = [
+        "flowchart LR",
+        f'  input[["{label(queue)}<br/>quorum, delivery-limit {int(contract["delivery_limit"])}"]]',
+        f'  error_x{{{{"{label(names["error_x"])}<br/>fanout"}}}}',
+        f'  error_q[("{label(names["error_q"])}")]',
+        f'  input -- "{label(str(contract["retry_call"]))}<br/>{label(wait)}" --> input',
+        f'  input -. "after {int(contract["max_retries"])} retries: park (client or delivery limit)" .-> error_x',
+        "  error_x --> error_q",
+    ]
+    return "\n".join(lines + _styles(names, changed, removed))
+
+
+def _styles(names: Mapping[str, str], changed: Collection[str], removed: Collection[str]) -> list[str]:
+    lines = []
     for node, name in names.items():
         if name in removed:
             lines.append(f"  style {node} {REMOVED_STYLE}")
         elif name in changed:
             lines.append(f"  style {node} {CHANGED_STYLE}")
-    return "\n".join(lines)
+    return lines

@@ -133,17 +133,19 @@ def _notes(step: Step) -> str:
 def _contract_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[str]:
     if old is None or new is None:
         return ["new retryable queue" if old is None else "retryable queue removed"]
+    # A contract without `strategy` is a tiers contract: a switch reads `strategy tiers → native`.
+    old, new = {"strategy": "tiers", **old}, {"strategy": "tiers", **new}
     changes = [f"{k} {_fmt(old.get(k))} → {_fmt(new.get(k))}" for k in sorted(set(old) | set(new))
                if k != "tiers" and old.get(k) != new.get(k)]
-    delays = [", ".join(format_duration(int(t["delay_ms"])) for t in c["tiers"]) for c in (old, new)]
+    delays = [", ".join(format_duration(int(t["delay_ms"])) for t in c.get("tiers", [])) for c in (old, new)]
     return changes + ([f"delays {delays[0]} → {delays[1]}"] if delays[0] != delays[1] else [])
 
 
 def _with_removed_tiers(contract: dict[str, Any], old: Mapping[str, Any] | None, removed: set[str]) -> dict[str, Any]:
     """Keep deleted wait tiers in the diagram, so a reviewer sees them struck out."""
-    kept = {t["queue"] for t in contract["tiers"]}
+    kept = {t["queue"] for t in contract.get("tiers", [])}
     gone = [t for t in (old or {}).get("tiers", []) if t["queue"] in removed and t["queue"] not in kept]
-    return {**contract, "tiers": [*contract["tiers"], *gone]}
+    return {**contract, "tiers": [*contract.get("tiers", []), *gone]} if gone or "tiers" in contract else contract
 
 
 LIMIT = 60_000

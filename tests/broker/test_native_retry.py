@@ -1,0 +1,95 @@
+"""Strategy `native` on a real broker: RabbitMQ 4.3's delayed retry of quorum queues.
+
+Pinned here (RabbitMQ 4.3.6): after the n-th `basic.reject(requeue=true)` the broker keeps the message in
+the queue for `min(min × n, max)` before it delivers it again, with `x-delivery-count` n; with
+`delivery-limit` = max_retries the message is delivered 1 + max_retries times, and the broker dead-letters
+the one after (reason `delivery_limit`) through the queue's dead-letter exchange, the error exchange.
+RabbitMQ before 4.3.1 refuses the policy keys, so the same stack cannot be applied to 3.10: the preview
+check (`broker.version`) and `make doctor` refuse it first (tests/test_capabilities.py, this file).
+
+Never early, counts, order and nothing lost are asserted; how late is not (a shared, noisy machine).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from rabbitmq_retry_client import RetryingConsumer
+from tests.support.admin import version
+from tests.support.amqp import channel, drain, message_counts, parameters
+from tests.support.mirror import Broker
+from tests.support.retrying import Recorder, publish_ids, run_consumers
+
+if TYPE_CHECKING:
+    from tests.support.deploy import Deployer
+
+EARLY_MS = 5
+"""Clock tolerance for "never early" (the handler takes the time; see test_retry_behaviour.py)."""
+MIN_MS, MAX_MS, MAX_RETRIES = 200, 500, 4
+
+
+def native_queue(name: str) -> dict[str, Any]:
+    return {"exchanges": [{"name": "in", "type": "topic"}],
+            "queues": [{"name": name, "type": "quorum", "bindings": [{"exchange": "in", "routing_key": "order.*"}],
+                        "retry": {"strategy": "native", "min_delay": f"{MIN_MS}ms", "max_delay": f"{MAX_MS}ms",
+                                  "max_retries": MAX_RETRIES}}]}
+
+
+def needs_native(broker: Broker) -> None:
+    if version(broker) < (4, 3, 1):
+        pytest.skip(f"{broker.name} predates RabbitMQ 4.3.1's delayed retry")
+
+
+def test_rejected_attempts_come_back_at_the_linear_delays_then_the_client_parks_each_once(
+        broker: Broker, deploy: Deployer) -> None:
+    needs_native(broker)
+    deployment = deploy(native_queue("linear"))
+    contract = deployment.contracts["linear"]
+    assert contract["strategy"] == "native" and contract["delivery_limit"] == MAX_RETRIES
+    ids = [f"n{i}" for i in range(5)]
+    recorder = Recorder(lambda _: 10**6)
+    consumer = RetryingConsumer(parameters(broker, deployment.vhost), contract, recorder)
+    publish_ids(broker, deployment.vhost, "in", ids, routing_key="order.created")
+    run_consumers([consumer], lambda: consumer.parked >= len(ids), timeout=60)
+    consumer.run(idle_timeout=1.5)  # nothing else may come back
+    consumer.close()
+
+    for message_id in ids:
+        deliveries = recorder.deliveries[message_id]
+        assert len(deliveries) == MAX_RETRIES + 1, message_id
+        assert [d.headers.get("x-delivery-count") for d in deliveries] == [None, *range(1, MAX_RETRIES + 1)]
+        for n, gap in enumerate(recorder.gaps_ms(message_id), start=1):
+            delay = min(MIN_MS * n, MAX_MS)
+            assert gap >= delay - EARLY_MS, f"retry {n} of {message_id} came after {gap:.0f} ms, before {delay} ms"
+    parked = drain(broker, deployment.vhost, contract["error_queue"])
+    assert sorted(p.message_id for p, _ in parked) == ids, "each message parked exactly once"
+    for properties, _ in parked:
+        headers = properties.headers or {}
+        assert headers["attempts"] == MAX_RETRIES + 1 and headers["error-queue"] == "linear"
+        assert headers["original-exchange"] == "in" and headers["original-routing-key"] == "order.created"
+    assert message_counts(broker, deployment.vhost, ["linear"]) == {"linear": 0}
+
+
+def test_past_max_retries_the_broker_itself_parks_a_message_nothing_lost(broker: Broker, deploy: Deployer) -> None:
+    """A consumer that only ever rejects (or keeps crashing): the delivery limit dead-letters the message,
+    at least once, into the error queue."""
+    needs_native(broker)
+    deployment = deploy(native_queue("limited"))
+    ids = [f"b{i}" for i in range(3)]
+    publish_ids(broker, deployment.vhost, "in", ids, routing_key="order.created")
+    seen: dict[str, list[int | None]] = {i: [] for i in ids}
+    with channel(broker, deployment.vhost, confirms=False) as opened:
+        for method, properties, _ in opened.consume("limited", inactivity_timeout=5):
+            if method is None:
+                break
+            seen[str(properties.message_id)].append((properties.headers or {}).get("x-delivery-count"))
+            opened.basic_reject(method.delivery_tag, requeue=True)
+        opened.cancel()
+    assert seen == {i: [None, *range(1, MAX_RETRIES + 1)] for i in ids}
+    parked = drain(broker, deployment.vhost, "limited.error")
+    assert sorted(p.message_id for p, _ in parked) == ids
+    for properties, _ in parked:
+        assert (properties.headers or {})["x-first-death-reason"] == "delivery_limit"
+    assert message_counts(broker, deployment.vhost, ["limited"]) == {"limited": 0}
