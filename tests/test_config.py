@@ -142,7 +142,7 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         {"vhosts": [vhost_config()], "protekt": True},
-        [("protekt", "unknown key (allowed: protect, retain_error_queues, defaults, vhosts, passwords)")],
+        [("protekt", "unknown key (allowed: protect, retain_error_queues, defaults, vhosts, passwords, broker)")],
         id="unknown-top-level-key",
     ),
     pytest.param(

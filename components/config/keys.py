@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-TOP_LEVEL_KEYS = ("protect", "retain_error_queues", "defaults", "vhosts", "passwords")
+TOP_LEVEL_KEYS = ("protect", "retain_error_queues", "defaults", "vhosts", "passwords", "broker")
+BROKER_KEYS = ("version",)
 DEFAULTS_KEYS = ("queue_type", "policy_priority", "delivery_limit")
 VHOST_KEYS = ("name", "existing", "exchanges", "queues", "policies", "operator_policies", "applications", "operators",
               "limits", "default_queue_type", "import")
@@ -51,6 +52,7 @@ LIMITS_KEYS = ("max_connections", "max_queues")
 KEY_TABLES: Mapping[str, tuple[str, ...]] = {
     "rabbitmq-retry": TOP_LEVEL_KEYS,
     "defaults": DEFAULTS_KEYS,
+    "broker": BROKER_KEYS,
     "vhosts[]": VHOST_KEYS,
     "vhosts[].exchanges[]": EXCHANGE_KEYS,
     "vhosts[].queues[]": QUEUE_KEYS,

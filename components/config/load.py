@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .capabilities import Version, parse_version, version_problems
 from .crosschecks import check_users, check_vhost, check_vhost_names
 from .fields import ABSENT, INVALID, Problems, boolean, describe, items, mapping, optional
-from .keys import TOP_LEVEL_KEYS
+from .keys import BROKER_KEYS, TOP_LEVEL_KEYS
 from .model import Defaults, Queue, StackConfig, Vhost
 from .parsers import VhostEntry, parse_defaults, parse_queue, parse_vhost
 from .passwords import NOT_A_MAPPING, key_path, password_command
@@ -43,6 +44,21 @@ def parse_vhosts(p: Problems, top: Mapping[str, Any], defaults: Defaults) -> lis
     return vhosts
 
 
+def parse_broker(p: Problems, raw: object) -> Version | None:
+    """`broker.version`, e.g. "4.3.6" (quoted: YAML reads 4.3 as a number)."""
+    if raw is ABSENT or raw is None:
+        return None
+    data = mapping(p, "broker", raw, BROKER_KEYS)
+    if data is INVALID or "version" not in data:
+        if data is not INVALID:
+            p.add("broker.version", 'missing; the RabbitMQ version the stack is for, e.g. "4.3.6"')
+        return None
+    version = parse_version(data["version"]) if isinstance(data["version"], str) else None
+    if version is None:
+        p.add("broker.version", f'{data["version"]!r} is not a version; write it as a quoted "X.Y.Z", e.g. "4.3.6"')
+    return version
+
+
 def load_stack_config(raw: Mapping[str, Any]) -> StackConfig:
     """Parse the `rabbitmq-retry:` namespace (keys without the prefix); raise ConfigError with all problems.
 
@@ -57,9 +73,15 @@ def load_stack_config(raw: Mapping[str, Any]) -> StackConfig:
     check_passwords_shape(p, top.get("passwords", ABSENT))
     check_users(p, vhosts)
     check_vhost_names(p, vhosts)
+    broker_version = parse_broker(p, top.get("broker", ABSENT))
     p.raise_if_any()
-    return StackConfig(vhosts=tuple(v.value for v in vhosts if isinstance(v.value, Vhost)), defaults=defaults,
-                       protect=protect is True, retain_error_queues=retain is True)
+    config = StackConfig(vhosts=tuple(v.value for v in vhosts if isinstance(v.value, Vhost)), defaults=defaults,
+                         protect=protect is True, retain_error_queues=retain is True, broker_version=broker_version)
+    if broker_version is not None:
+        for path, problem in version_problems(config, broker_version):
+            p.add(path, problem)
+        p.raise_if_any()
+    return config
 
 
 def load_queue(raw: Mapping[str, Any], path: str, defaults: Defaults = BUILT_IN_DEFAULTS) -> Queue:

@@ -187,3 +187,5 @@ class StackConfig:
     """`protect` on every queue of the stack: Pulumi refuses to delete or replace them."""
     retain_error_queues: bool = False
     """`retain_on_delete` on error queues: removing one from config leaves it on the broker."""
+    broker_version: tuple[int, int, int] | None = None
+    """`broker.version`: the RabbitMQ version the stack is meant for; preview refuses what it cannot run."""

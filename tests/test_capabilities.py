@@ -1,0 +1,70 @@
+"""`rabbitmq-retry:broker.version`: preview refuses, offline, what the named RabbitMQ version cannot run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from components.config import ConfigError, load_stack_config
+from components.config.capabilities import end_of_support, parse_version
+from tests.conftest import RETRYABLE, vhost_config
+
+NATIVE_QUEUE = {**RETRYABLE, "type": "quorum",
+                "retry": {"strategy": "native", "min_delay": "1s", "max_delay": "30s", "max_retries": 5}}
+
+
+def stack(version: object, queue: dict[str, Any] = NATIVE_QUEUE) -> dict[str, Any]:
+    return {"broker": {"version": version}, "vhosts": [vhost_config(queues=[queue])]}
+
+
+def problems_of(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    with pytest.raises(ConfigError) as error:
+        load_stack_config(raw)
+    return error.value.problems
+
+
+def test_without_a_broker_version_nothing_is_checked():
+    assert load_stack_config({"vhosts": [vhost_config(queues=[NATIVE_QUEUE])]}).broker_version is None
+
+
+@pytest.mark.parametrize("version", ["4.3.1", "4.3.6", "5.0.0"])
+def test_native_runs_from_4_3_1(version: str):
+    assert load_stack_config(stack(version)).broker_version == parse_version(version)
+
+
+@pytest.mark.parametrize("version", ["3.10.8", "4.3.0"])
+def test_native_is_refused_below_4_3_1_at_its_key_path(version: str):
+    assert problems_of(stack(version)) == [(
+        "vhosts[0].queues[0].retry.strategy",
+        f"strategy native (the delayed-retry-* policy keys): needs RabbitMQ 4.3.1 or later, and broker.version is "
+        f"{version}; upgrade the broker first, or change vhosts[0].queues[0].retry.strategy")]
+
+
+def test_quorum_queues_and_their_at_least_once_dead_lettering_have_their_own_versions():
+    quorum_tiers = {**RETRYABLE, "type": "quorum"}
+    assert [path for path, _ in problems_of(stack("3.9.29", quorum_tiers))] == ["vhosts[0].queues[0].retry"]
+    assert [path for path, _ in problems_of(stack("3.7.28", quorum_tiers))] == [
+        "vhosts[0].queues[0].type", "vhosts[0].queues[0].retry"]
+    assert load_stack_config(stack("3.10.8", quorum_tiers)).broker_version == (3, 10, 8)
+
+
+def test_a_user_policy_with_delayed_retry_keys_needs_4_3_1():
+    raw = stack("4.2.5", RETRYABLE | {"type": "classic"})
+    raw["vhosts"][0]["policies"] = [{"name": "slow", "pattern": "^x$", "definition": {"delayed-retry-min": 100}}]
+    assert [path for path, _ in problems_of(raw)] == ["vhosts[0].policies[0].definition.delayed-retry-min"]
+
+
+@pytest.mark.parametrize(("version", "message"), [
+    (4.3, "4.3 is not a version; write it as a quoted \"X.Y.Z\", e.g. \"4.3.6\""),
+    ("latest", "'latest' is not a version; write it as a quoted \"X.Y.Z\", e.g. \"4.3.6\""),
+])
+def test_a_version_that_is_not_x_y_z_is_refused(version: object, message: str):
+    assert problems_of(stack(version)) == [("broker.version", message)]
+
+
+def test_series_out_of_community_support_are_warned_about():
+    assert end_of_support((3, 10, 8)) == ("RabbitMQ 3.10.8: community support for the 3.10 series ended 2022-09-28; "
+                                          "no more fixes without a commercial licence; plan an upgrade")
+    assert "ended before" in (end_of_support((3, 6, 0)) or "")
+    assert end_of_support((4, 3, 6)) is None
