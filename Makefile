@@ -12,7 +12,7 @@ PULUMI_ENV := PULUMI_BACKEND_URL=$${PULUMI_BACKEND_URL:-file://$(CURDIR)/.pulumi
 tool_status = || { status=$$?; case $$status in 1) why=error;; 2) why="data loss not acknowledged";; *) why=failed;; \
 	esac; echo "make $@: $(1) exit status $$status ($$why); make itself exits 2 on any failure" >&2; exit $$status; }
 
-.PHONY: setup test test-fast lint plan preview up brokers review mutate adopt drift contracts
+.PHONY: setup test test-fast lint plan preview up brokers review mutate adopt drift contracts doctor
 
 setup:
 	scripts/setup.sh
@@ -65,3 +65,11 @@ drift:
 	@$(PULUMI_ENV) $(PY) -m tools.drift --stack $(STACK)$(if $(ENDPOINT), --endpoint $(ENDPOINT))\
 		$(if $(DEFINITIONS), --definitions $(DEFINITIONS))$(if $(OUTPUT), --output $(OUTPUT)) \
 		$(drift_status)
+
+# Read-only: can the live broker (ENDPOINT, else RABBITMQ_ENDPOINT, else the stack's rabbitmq:endpoint) run the stack?
+# 0 nothing blocking, 2 blocking findings, 1 error (python -m tools.doctor); make names the status in its last line.
+doctor_status = || { status=$$?; case $$status in 1) why=error;; 2) why="blocking findings";; *) why=failed;; \
+	esac; echo "make $@: tools.doctor exit status $$status ($$why); make itself exits 2 on any failure" >&2; exit $$status; }
+
+doctor:
+	@$(PULUMI_ENV) $(PY) -m tools.doctor --stack $(STACK)$(if $(ENDPOINT), --endpoint $(ENDPOINT)) $(doctor_status)

@@ -68,3 +68,50 @@ def test_series_out_of_community_support_are_warned_about():
                                           "no more fixes without a commercial licence; plan an upgrade")
     assert "ended before" in (end_of_support((3, 6, 0)) or "")
     assert end_of_support((4, 3, 6)) is None
+
+
+# --- make doctor, on facts as the management API reports them ----------------------------------------------
+
+def facts(version: str = "4.3.6", tags: tuple[str, ...] = ("administrator",), **flags: str):
+    from tools.doctor import LiveFacts
+
+    return LiveFacts(version, ("rabbitmq_management",), {"quorum_queue": "enabled", "rabbitmq_4.3.0": "enabled",
+                                                         **flags}, "deployer", tags)
+
+
+def diagnosis(raw: dict[str, Any], live):
+    from tools import doctor
+
+    config = load_stack_config(raw)
+    return doctor.diagnose(config, doctor.planned_objects(config), live)
+
+
+def test_doctor_passes_a_native_stack_on_4_3_6_and_blocks_it_on_3_10_8():
+    raw = {"vhosts": [vhost_config(queues=[NATIVE_QUEUE])]}
+    assert diagnosis(raw, facts()).status == 0
+    found = diagnosis(raw, facts("3.10.8"))
+    assert found.status == 2 and found.blocking[0].startswith("vhosts[0].queues[0].retry.strategy: strategy native")
+    assert found.warnings[0].startswith("RabbitMQ 3.10.8: community support for the 3.10 series ended")
+
+
+def test_doctor_names_a_disabled_feature_flag_the_stack_needs():
+    found = diagnosis({"vhosts": [vhost_config(queues=[NATIVE_QUEUE])]}, facts(**{"rabbitmq_4.3.0": "disabled"}))
+    assert found.blocking == ["feature flag rabbitmq_4.3.0 is disabled, and the stack uses strategy native (RabbitMQ "
+                              "4.3's delayed retry): `rabbitmqctl enable_feature_flag rabbitmq_4.3.0`"]
+
+
+def test_doctor_says_why_the_provider_user_needs_the_administrator_tag():
+    raw = {"vhosts": [vhost_config()]}
+    assert diagnosis(raw, facts(tags=("policymaker",))).blocking == [
+        "user 'deployer' (tags: policymaker) is not an administrator, which the stack needs: vhosts[0] creates "
+        "vhost 'shop'"]
+    existing = {"vhosts": [vhost_config(existing=True)]}
+    assert diagnosis(existing, facts(tags=("policymaker",))).blocking == []
+    assert diagnosis(existing, facts(tags=("monitoring",))).blocking == [
+        "user 'deployer' (tags: monitoring) may not manage policies; give it the policymaker tag (or administrator)"]
+
+
+def test_doctor_warns_when_broker_version_is_not_the_live_one():
+    raw = {"broker": {"version": "4.3.1"}, "vhosts": [vhost_config()]}
+    assert diagnosis(raw, facts()).warnings == ["broker.version is 4.3.1 but the broker runs 4.3.6: preview checks "
+                                                "the wrong version; update broker.version"]

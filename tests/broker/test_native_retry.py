@@ -16,11 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from components.config import ConfigError, load_stack_config
 from rabbitmq_retry_client import RetryingConsumer
 from tests.support.admin import version
 from tests.support.amqp import channel, drain, message_counts, parameters
 from tests.support.mirror import Broker
 from tests.support.retrying import Recorder, publish_ids, run_consumers
+from tools import doctor
+from tools.definitions import Endpoint
 
 if TYPE_CHECKING:
     from tests.support.deploy import Deployer
@@ -93,3 +96,43 @@ def test_past_max_retries_the_broker_itself_parks_a_message_nothing_lost(broker:
     for properties, _ in parked:
         assert (properties.headers or {})["x-first-death-reason"] == "delivery_limit"
     assert message_counts(broker, deployment.vhost, ["limited"]) == {"limited": 0}
+
+
+# --- the same stack on a broker that cannot run it ------------------------------------------------------------
+
+
+def _doctor(broker: Broker, vhost: str, vhost_config: dict[str, Any], **top: Any) -> doctor.Diagnosis:
+    config = load_stack_config({"vhosts": [{"name": vhost, **vhost_config}], **top})
+    endpoint = Endpoint(broker.management_url, broker.username, broker.password)
+    return doctor.diagnose(config, doctor.planned_objects(config), doctor.read_facts(endpoint, [vhost]))
+
+
+def test_doctor_refuses_native_below_4_3_1_and_passes_it_on_4_3(broker: Broker, vhost: str) -> None:
+    found = _doctor(broker, vhost, native_queue("linear"))
+    if version(broker) < (4, 3, 1):
+        assert found.status == 2
+        assert [b for b in found.blocking if b.startswith("vhosts[0].queues[0].retry.strategy: strategy native")]
+    else:
+        assert found.blocking == [] and found.status == 0
+
+
+def test_preview_refuses_native_for_the_broker_s_own_version_when_it_predates_4_3_1(broker: Broker) -> None:
+    live = ".".join(map(str, version(broker)))
+    stack = {"broker": {"version": live}, "vhosts": [{"name": "v", **native_queue("linear")}]}
+    if version(broker) >= (4, 3, 1):
+        assert load_stack_config(stack).broker_version == version(broker)
+        return
+    with pytest.raises(ConfigError) as error:
+        load_stack_config(stack)
+    assert [path for path, _ in error.value.problems] == ["vhosts[0].queues[0].retry.strategy"]
+
+
+def test_doctor_finds_an_existing_queue_that_the_plan_declares_differently(broker: Broker, deploy: Deployer) -> None:
+    """A tiers queue already on the broker, then a stack that declares it native: `pulumi up` would fail
+    with 400 "inequivalent arg" (and a replacement would lose its messages)."""
+    deployment = deploy({"exchanges": [{"name": "in", "type": "topic"}],
+                         "queues": [{"name": "linear", "type": "quorum", "bindings": [{"exchange": "in"}],
+                                     "retry": {"delays": ["1s"], "max_retries": 2}}]})
+    found = _doctor(broker, deployment.vhost, native_queue("linear"))
+    conflicts = [b for b in found.blocking if b.startswith("queue 'linear' ")]
+    assert len(conflicts) == 1 and "inequivalent arg" in conflicts[0] and found.status == 2
