@@ -7,10 +7,13 @@ throw-away vhost (as tests/broker do, through tests/support), lets rabbitmq_retr
 a planned number of times, and reports the lateness (wait minus the tier's delay) of each step:
 
 - reject mode: tiers 300 ms, 1 s; every message fails twice, so it waits twice in tier 1;
-- republish mode: tiers 200, 300, 500 ms; every message fails four times: 200, 300, 500, 500 ms.
+- republish mode: tiers 200, 300, 500 ms; every message fails four times: 200, 300, 500, 500 ms;
+- native (strategy native, quorum on RabbitMQ 4.3.1 or later only): min 200 ms, max 500 ms; every message
+  fails four times: 200, 400, 500, 500 ms in the input queue itself.
 
 Run it with the brokers up (`scripts/brokers.sh ensure`; RABBITMQ_BROKERS as for the tests):
-    .venv/bin/python -m bench.retry_timing [--messages 30] [--queue-types classic quorum] [--modes reject republish]
+    .venv/bin/python -m bench.retry_timing [--messages 30] [--queue-types classic quorum]
+        [--modes reject republish native]
 """
 
 from __future__ import annotations
@@ -21,16 +24,22 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 from rabbitmq_retry_client import MODES, Mode, RetryingConsumer
+from tests.support.admin import version
 from tests.support.amqp import parameters
 from tests.support.deploy import Deployer, configured_brokers, throwaway_vhost, unreachable
 from tests.support.mirror import Broker
 from tests.support.retrying import Recorder, publish_ids, retryable_queue, run_consumers
 
 QUEUE_TYPES = ("classic", "quorum")
-SCENARIOS: dict[str, tuple[list[int], int]] = {"reject": ([300, 1000], 2), "republish": ([200, 300, 500], 4)}
-"""Per mode: the tiers' delays (ms) and how often each message fails (= max_retries: none is parked)."""
+SCENARIOS: dict[str, tuple[list[int], int]] = {"reject": ([300, 1000], 2), "republish": ([200, 300, 500], 4),
+                                               "native": ([200, 500], 4)}
+"""Per mode: the tiers' delays (ms; native: min and max) and how often each message fails (= max_retries: none
+is parked)."""
+NATIVE = "native"
+NATIVE_MIN_VERSION = (4, 3, 1)
 TIMEOUT_S = 120.0
 
 
@@ -53,24 +62,39 @@ class Step:
         return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
-def measure(broker: Broker, queue_type: str, mode: Mode, messages: int) -> list[Step]:
+def _queue(mode: str, queue_type: str) -> dict[str, Any]:
+    delays, failures = SCENARIOS[mode]
+    if mode == NATIVE:
+        return {"name": "timed", "type": queue_type, "bindings": [{"exchange": "in"}],
+                "retry": {"strategy": NATIVE, "min_delay": f"{delays[0]}ms", "max_delay": f"{delays[1]}ms",
+                          "max_retries": failures}}
+    return retryable_queue("timed", queue_type, [f"{d}ms" for d in delays], failures)
+
+
+def measure(broker: Broker, queue_type: str, mode: str, messages: int) -> list[Step]:
     """Deploy one retryable queue in a throw-away vhost, run the scenario of `mode`, return its steps."""
     delays, failures = SCENARIOS[mode]
     with throwaway_vhost(broker) as vhost:
         deployment = Deployer(broker, vhost)({
-            "exchanges": [{"name": "in", "type": "fanout"}],
-            "queues": [retryable_queue("timed", queue_type, [f"{d}ms" for d in delays], failures)]})
+            "exchanges": [{"name": "in", "type": "fanout"}], "queues": [_queue(mode, queue_type)]})
         contract = deployment.contracts["timed"]
         ids = [f"b{i:04d}" for i in range(messages)]
         recorder = Recorder(lambda _: failures)
-        consumer = RetryingConsumer(parameters(broker, vhost), contract, recorder, mode)
+        consumer = RetryingConsumer(parameters(broker, vhost), contract, recorder,
+                                    "reject" if mode == NATIVE else cast(Mode, mode))
         publish_ids(broker, vhost, "in", ids)
         run_consumers([consumer], lambda: consumer.processed >= messages, timeout=TIMEOUT_S)
     if sorted(recorder.succeeded) != ids or consumer.parked:
         raise RuntimeError(f"{broker.name} {queue_type} {mode}: {len(recorder.succeeded)} of {messages} "
                            f"processed, {consumer.parked} parked within {TIMEOUT_S}s")
-    tiers = contract["tiers"]
     steps = []
+    if mode == NATIVE:
+        for n in range(1, failures + 1):
+            delay = min(delays[0] * n, delays[1])
+            lateness = tuple(recorder.gaps_ms(i)[n - 1] - delay for i in ids)
+            steps.append(Step(broker.name, queue_type, mode, n + 1, "timed", delay, lateness))
+        return steps
+    tiers = contract["tiers"]
     for n in range(1, failures + 1):
         tier = tiers[0] if mode == "reject" else tiers[min(n, len(tiers)) - 1]
         lateness = tuple(recorder.gaps_ms(i)[n - 1] - tier["delay_ms"] for i in ids)
@@ -94,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=30, help="messages per run, all in flight (default 30)")
     parser.add_argument("--queue-types", nargs="+", choices=QUEUE_TYPES, default=list(QUEUE_TYPES))
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--modes", nargs="+", choices=(*MODES, NATIVE), default=[*MODES, NATIVE])
     parser.add_argument("--brokers", nargs="+", help="names from RABBITMQ_BROKERS (default: all)")
     args = parser.parse_args(argv)
 
@@ -108,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         for queue_type in args.queue_types:
             for mode in args.modes:
+                if mode == NATIVE and (queue_type != "quorum" or version(broker) < NATIVE_MIN_VERSION):
+                    continue  # strategy native is quorum-only, from RabbitMQ 4.3.1
                 steps += measure(broker, queue_type, mode, args.messages)
     print(render(steps))
     return 0 if steps else 1
