@@ -30,6 +30,7 @@ from . import headers as h
 from .connection import ConnectionParams, connect, parameters, quiet_pika
 from .contract import strategy_of, validate
 
+LIMIT_REASON = "delivery_limit"
 REQUEUE_SUFFIX = ".requeue"
 """`Q.requeue`, the fanout exchange bound only to `Q` (README: Topology of a retryable queue)."""
 
@@ -47,17 +48,27 @@ class Parked:
         return self.properties.headers or {}
 
     @property
+    def _limit_death(self) -> Mapping[str, Any]:
+        """The broker's `x-death` entry when it parked the message itself past the delivery limit (strategy
+        native), which carries no parking headers; {} otherwise."""
+        entries = self.headers.get("x-death") or []
+        return next((e for e in entries if isinstance(e, Mapping) and h.text(e.get("reason")) == LIMIT_REASON), {})
+
+    @property
     def reason(self) -> str:
+        if h.ERROR_REASON not in self.headers and self._limit_death:
+            return f"{LIMIT_REASON}: parked by the broker past the delivery limit"
         return h.text(self.headers.get(h.ERROR_REASON, ""))
 
     @property
     def original_exchange(self) -> str | None:
-        value = self.headers.get(h.ORIGINAL_EXCHANGE)
+        value = self.headers.get(h.ORIGINAL_EXCHANGE, self._limit_death.get("exchange"))
         return None if value is None else h.text(value)
 
     @property
     def original_routing_key(self) -> str:
-        return h.text(self.headers.get(h.ORIGINAL_ROUTING_KEY, ""))
+        keys = self._limit_death.get("routing-keys") or [""]
+        return h.text(self.headers.get(h.ORIGINAL_ROUTING_KEY, keys[0]))
 
     @property
     def first_failure_at(self) -> datetime | None:

@@ -12,13 +12,19 @@ Never early, counts, order and nothing lost are asserted; how late is not (a sha
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import yaml
 
 from components.config import ConfigError, load_stack_config
 from rabbitmq_retry_client import RetryingConsumer
-from tests.support.admin import version
+from rabbitmq_retry_client.parked import ParkedQueue, Selection
+from tests.support.admin import version, wait_for_queue
 from tests.support.amqp import channel, drain, message_counts, parameters
 from tests.support.mirror import Broker
 from tests.support.retrying import Recorder, publish_ids, run_consumers
@@ -28,6 +34,7 @@ from tools.definitions import Endpoint
 if TYPE_CHECKING:
     from tests.support.deploy import Deployer
 
+ROOT = Path(__file__).resolve().parents[2]
 EARLY_MS = 5
 """Clock tolerance for "never early" (the handler takes the time; see test_retry_behaviour.py)."""
 MIN_MS, MAX_MS, MAX_RETRIES = 200, 500, 4
@@ -91,11 +98,18 @@ def test_past_max_retries_the_broker_itself_parks_a_message_nothing_lost(broker:
             opened.basic_reject(method.delivery_tag, requeue=True)
         opened.cancel()
     assert seen == {i: [None, *range(1, MAX_RETRIES + 1)] for i in ids}
-    parked = drain(broker, deployment.vhost, "limited.error")
-    assert sorted(p.message_id for p, _ in parked) == ids
-    for properties, _ in parked:
-        assert (properties.headers or {})["x-first-death-reason"] == "delivery_limit"
     assert message_counts(broker, deployment.vhost, ["limited"]) == {"limited": 0}
+    # The operator's tools read the broker's x-death: a redrive goes back to the original exchange.
+    with ParkedQueue(parameters(broker, deployment.vhost), deployment.contracts["limited"]) as parked:
+        (group,) = parked.summary()
+        assert (group.count, group.routing_key) == (len(ids), "order.created")
+        assert group.reason == "delivery_limit: parked by the broker past the delivery limit"
+        with pytest.raises(ValueError, match=r"strategy native, which has no 'limited\.requeue'"):
+            parked.redrive(Selection(), to_queue=True)
+        assert parked.redrive(Selection()).moved == len(ids)
+    back = drain(broker, deployment.vhost, "limited")
+    assert sorted(p.message_id for p, _ in back) == ids
+    assert message_counts(broker, deployment.vhost, ["limited.error"]) == {"limited.error": 0}
 
 
 # --- the same stack on a broker that cannot run it ------------------------------------------------------------
@@ -136,3 +150,36 @@ def test_doctor_finds_an_existing_queue_that_the_plan_declares_differently(broke
     found = _doctor(broker, deployment.vhost, native_queue("linear"))
     conflicts = [b for b in found.blocking if b.startswith("queue 'linear' ")]
     assert len(conflicts) == 1 and "inequivalent arg" in conflicts[0] and found.status == 2
+
+
+def test_a_new_delay_reaches_a_waiting_message_in_place(broker: Broker, deploy: Deployer) -> None:
+    """Editing min_delay, max_delay and max_retries updates only q's policy; the queue and a message in it stay."""
+    needs_native(broker)
+    before = deploy(native_queue("edited"))
+    publish_ids(broker, before.vhost, "in", ["kept"], routing_key="order.created")
+    changed = native_queue("edited")
+    changed["queues"][0]["retry"] = {"strategy": "native", "min_delay": "300ms", "max_delay": "1s", "max_retries": 6}
+    after = deploy.update(before, changed)
+    assert {(s.op, s.type.rsplit(":", 1)[-1]) for s in after.steps if s.custom and s.op != "same"} == {
+        ("update", "Policy")}
+    policy = wait_for_queue(broker, after.vhost, "edited",
+                            lambda q: (q.get("effective_policy_definition") or {}).get("delayed-retry-min") == 300,
+                            "edited to report the new delayed-retry-min")["effective_policy_definition"]
+    assert (policy["delayed-retry-max"], policy["delivery-limit"]) == (1000, 6)
+    assert [p.message_id for p, _ in drain(broker, after.vhost, "edited")] == ["kept"]
+
+
+def test_make_doctor_exits_2_for_a_native_stack_below_4_3_1_and_0_from_it(broker: Broker, vhost: str,
+                                                                          tmp_path: Path) -> None:
+    stack = {"config": {"rabbitmq-retry:vhosts": [{"name": vhost, **native_queue("linear")}]}}
+    (tmp_path / "Pulumi.native.yaml").write_text(yaml.safe_dump(stack))
+    run = subprocess.run([sys.executable, "-m", "tools.doctor", "--stack", "native", "--root", str(tmp_path),
+                          "--endpoint", broker.management_url], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "RABBITMQ_USERNAME": broker.username,
+                              "RABBITMQ_PASSWORD": broker.password}, check=False)
+    if version(broker) < (4, 3, 1):
+        assert run.returncode == 2, run.stdout + run.stderr
+        assert "## Blocking" in run.stdout and "strategy native (the delayed-retry-* policy keys): needs" in run.stdout
+    else:
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert "**Nothing blocking**" in run.stdout
