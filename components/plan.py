@@ -22,6 +22,8 @@ from .config import Binding, ConfigError, Policy, Queue, TopicPermission, Vhost
 from .layout import logical_names as logical_names
 
 QueueRole = Literal["input", "wait", "error", "plain"]
+ERROR_QUEUE_DELIVERY_LIMIT = 1_000_000
+"""Quorum error queues: high enough that no parked message ever reaches it (see plan_retryable)."""
 
 
 @dataclass(frozen=True)
@@ -256,9 +258,15 @@ def plan_retryable(queue: Queue, path: str = "queue") -> RetryablePlan:
         # A full error queue nacks the parking publish (the client then keeps the message in Q); the
         # default, drop-head, would silently drop the oldest parked message.
         error_definition["overflow"] = "reject-publish"
+    if qtype == "quorum":
+        # RabbitMQ 4 gives a quorum queue a delivery limit of 20 and the error queue has nowhere to
+        # dead-letter: a parked message returned 20 times by crashed readers would be dropped. 3.10
+        # refuses -1 (unlimited), so the limit is set out of reach instead.
+        error_definition["delivery-limit"] = str(ERROR_QUEUE_DELIVERY_LIMIT)
     if error_definition:
         policies.append(_policy("error-policy", error.name, queue.policy_priority, error_definition, {
             "message-ttl": f"{path}.retry.error_retention", "max-length": f"{path}.retry.error_max_length",
+            "delivery-limit": f"{path}.type",
             "overflow": f"{path}.retry.error_max_length"}))
     imports = queue.imports
     return RetryablePlan(config=queue, tiers=tiers, queues=_adopt((input_queue, *wait_queues, error), "queue", imports),
