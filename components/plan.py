@@ -27,6 +27,8 @@ NATIVE_RETRY_CALL = "basic.reject(requeue=true)"
 "return" that neither counts nor waits, so a nack loop never ends."""
 NATIVE_ATTEMPT_HEADER = "x-delivery-count"
 """Set by the broker on a redelivery: the failed deliveries so far (absent on the first delivery)."""
+ERROR_QUEUE_DELIVERY_LIMIT = 1_000_000
+"""Quorum error queues: high enough that no parked message ever reaches it (see _error_policies)."""
 
 
 @dataclass(frozen=True)
@@ -339,11 +341,16 @@ def _error_policies(queue: Queue, path: str) -> list[PolicyPlan]:
         # A full error queue nacks the parking publish (the client then keeps the message in Q); the
         # default, drop-head, would silently drop the oldest parked message.
         error_definition["overflow"] = "reject-publish"
+    if queue.queue_type == "quorum":
+        # RabbitMQ 4 gives a quorum queue a delivery limit of 20 and the error queue has nowhere to
+        # dead-letter: a parked message returned 20 times by crashed readers would be dropped. 3.10
+        # refuses -1 (unlimited), so the limit is set out of reach instead.
+        error_definition["delivery-limit"] = str(ERROR_QUEUE_DELIVERY_LIMIT)
     if not error_definition:
         return []
     return [_policy("error-policy", naming.error_queue(queue.name), queue.policy_priority, error_definition, {
         "message-ttl": f"{path}.retry.error_retention", "max-length": f"{path}.retry.error_max_length",
-        "overflow": f"{path}.retry.error_max_length"})]
+        "delivery-limit": f"{path}.type", "overflow": f"{path}.retry.error_max_length"})]
 
 
 Importable = QueuePlan | ExchangePlan | BindingPlan | PolicyPlan

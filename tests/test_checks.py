@@ -35,7 +35,7 @@ def test_a_declared_policy_that_also_matches_one_of_our_queues_is_refused():
     raw = vhost_config(policies=[{"name": "team-limits", "pattern": "^orders", "definition": {"max-length": 5}}])
     advice = "RabbitMQ applies only one; narrow the patterns so that each queue has one policy"
     assert problems(raw) == [f"queue \"{queue}\" is matched by policies '{queue}', 'team-limits': {advice}"
-                             for queue in ("orders", "orders.wait.1", "orders.wait.2", "orders.wait.3")]
+                             for queue in ("orders", "orders.error", "orders.wait.1", "orders.wait.2", "orders.wait.3")]
 
 
 def test_a_policy_that_matches_no_queue_of_ours_is_fine():

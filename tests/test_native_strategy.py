@@ -74,7 +74,9 @@ def test_the_native_plan_keeps_the_message_in_its_queue_and_parks_it_through_the
     assert [(x.key, x.name, x.type) for x in plan.exchanges] == [("error-exchange", "orders.error", "fanout")]
     assert [(b.key, b.source, b.destination) for b in plan.bindings] == [("error-binding", "orders.error",
                                                                           "orders.error")]
-    (policy,) = plan.policies
+    policy, error_policy = plan.policies
+    # A quorum error queue's own limit stays out of reach of crashed readers, as for every strategy.
+    assert (error_policy.key, dict(error_policy.definition)) == ("error-policy", {"delivery-limit": "1000000"})
     # Digits only: the provider sends them as JSON integers; a string would silently turn the feature off.
     assert (policy.key, policy.pattern, dict(policy.definition)) == ("policy", "^orders$", {
         "max-length": "1000", "overflow": "reject-publish", "delivery-limit": "5", "delayed-retry-type": "failed",
@@ -145,7 +147,8 @@ def test_the_native_components_register_exactly_the_layout_with_integer_delays()
     resources = record(lambda: RetryableQueue("billing", {"vhost": "payments",
                                                           "queue": {**native(), "name": "billing"}}))
     assert sorted(r.name for r in resources if r.custom) == [
-        "billing-error", "billing-error-binding", "billing-error-exchange", "billing-input", "billing-policy"]
+        "billing-error", "billing-error-binding", "billing-error-exchange", "billing-error-policy", "billing-input",
+        "billing-policy"]
     (policy,) = [r for r in resources if r.name == "billing-policy"]
     assert policy.inputs["policy"]["definition"]["delayed-retry-min"] == "1000"
     component = next(r for r in resources if r.type == "rabbitmq-retry:index:RetryableQueue")

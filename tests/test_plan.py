@@ -65,9 +65,11 @@ def test_policies_are_anchored_one_per_queue_and_never_overlap():
         assert policy.apply_to == "queues" and policy.priority == 10
     assert by_name(p.policies)["orders"].definition == {"max-length": "100", "overflow": "reject-publish",
                                                          "delivery-limit": "22"}
-    # A full error queue refuses new parked messages instead of dropping the oldest.
+    # A full error queue refuses new parked messages instead of dropping the oldest; a quorum one never
+    # reaches a delivery limit (RabbitMQ 4's default, 20, would drop a parked message returned that often).
     assert by_name(p.policies)["orders.error"].definition == {"message-ttl": "3600000", "max-length": "10",
-                                                               "overflow": "reject-publish"}
+                                                               "overflow": "reject-publish",
+                                                               "delivery-limit": "1000000"}
 
 
 def test_no_policy_when_there_is_nothing_to_tune():

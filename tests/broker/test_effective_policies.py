@@ -19,7 +19,7 @@ from components.effective import merge, winners
 from components.plan import plan_vhost
 from tests.broker.test_delivery_limit import EMPTY, STATS_S, _jammed, _settles
 from tests.support.amqp import channel as _channel
-from tests.support.amqp import message_count
+from tests.support.amqp import message_count, next_message
 from tests.support.mirror import Broker, esc, get
 
 if TYPE_CHECKING:
@@ -205,3 +205,32 @@ def test_an_operator_max_length_on_quorum_queues_refuses_publishes_and_loses_not
         for _ in confirmed:                 # every confirmed message retried once, through the limited wait tier
             channel.basic_reject(_take(channel, "q"), requeue=False)
         assert sorted(_drain(channel, "q")) == confirmed
+
+
+# --- the quorum error queue's delivery limit -------------------------------------------------------------
+
+def _returned_by_crashed_readers(broker: Broker, vhost: str, queue: str, times: int) -> bool:
+    """Take the queue's one message `times` times without acking it (each time the reader's connection
+    closes, as a crash would), then say whether the message is still there."""
+    for _ in range(times):
+        with _channel(broker, vhost, confirms=False) as reader:
+            if next_message(reader, queue, timeout=QUIET_S) is None:
+                return False
+    with _channel(broker, vhost, confirms=False) as reader:
+        return next_message(reader, queue, timeout=QUIET_S) is not None
+
+
+def test_a_parked_message_survives_any_number_of_crashed_readers(broker: Broker, deploy: Deployer) -> None:
+    """A quorum error queue has nowhere to dead-letter: RabbitMQ 4's default delivery limit (20) drops a
+    message returned that often (shown on a queue without our policy); ours sets it out of reach."""
+    deployment = deploy({"queues": [{"name": "q", "type": "quorum", "retry": {"delays": ["1s"]}},
+                                    {"name": "bare", "type": "quorum"}]})
+    vhost = deployment.vhost
+    _in_force(broker, vhost, "q.error", "delivery-limit", 1_000_000)
+    # `bare` is a plain quorum queue: its policy sets our default limit (20) explicitly on 3.10 and 4.x.
+    _in_force(broker, vhost, "bare", "delivery-limit", 20)
+    with _channel(broker, vhost) as publisher:
+        _publish(publisher, "q.error", "", b"parked")
+        _publish(publisher, "", "bare", b"plain")
+    assert _returned_by_crashed_readers(broker, vhost, "q.error", 25)
+    assert not _returned_by_crashed_readers(broker, vhost, "bare", 25), "the limit of 20 did not drop it"
