@@ -64,8 +64,9 @@ def test_a_version_that_is_not_x_y_z_is_refused(version: object, message: str):
 
 
 def test_series_out_of_community_support_are_warned_about():
-    assert end_of_support((3, 10, 8)) == ("RabbitMQ 3.10.8: community support for the 3.10 series ended 2022-09-28; "
-                                          "no more fixes without a commercial licence; plan an upgrade")
+    assert end_of_support((3, 10, 8)) == (
+        "RabbitMQ 3.10.8: the 3.10 series is out of community support (ended 2022-09-28, per endoflife.date): "
+        "no more fixes without a commercial licence; plan an upgrade")
     assert "ended before" in (end_of_support((3, 6, 0)) or "")
     assert end_of_support((4, 3, 6)) is None
 
@@ -91,7 +92,7 @@ def test_doctor_passes_a_native_stack_on_4_3_6_and_blocks_it_on_3_10_8():
     assert diagnosis(raw, facts()).status == 0
     found = diagnosis(raw, facts("3.10.8"))
     assert found.status == 2 and found.blocking[0].startswith("vhosts[0].queues[0].retry.strategy: strategy native")
-    assert found.warnings[0].startswith("RabbitMQ 3.10.8: community support for the 3.10 series ended")
+    assert found.warnings[0].startswith("RabbitMQ 3.10.8: the 3.10 series is out of community support")
 
 
 def test_doctor_names_a_disabled_feature_flag_the_stack_needs():

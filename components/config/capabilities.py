@@ -22,8 +22,10 @@ COMMUNITY_SUPPORT_ENDED: dict[tuple[int, int], str] = {
     (4, 1): "2026-01-30", (4, 0): "2025-04-15", (3, 13): "2024-09-17", (3, 12): "2024-02-21",
     (3, 11): "2023-06-01", (3, 10): "2022-09-28", (3, 9): "2023-01-31", (3, 8): "2022-07-31",
 }
-"""End of community support by release series (endoflife.date's RabbitMQ table, read in 2026); a series
-older than these ended earlier still."""
+"""When each release series stopped getting community fixes, from endoflife.date's RabbitMQ table (its `eol`,
+read in 2026: RabbitMQ gives community support to the latest minor series only, so mostly the day the next
+series came out; some series' own release notes had promised later dates, e.g. 3.10's July 31st, 2023). A
+series older than these ended earlier still."""
 
 
 @dataclass(frozen=True)
@@ -79,5 +81,5 @@ def end_of_support(version: Version) -> str | None:
         ended = f"before {COMMUNITY_SUPPORT_ENDED[min(COMMUNITY_SUPPORT_ENDED)]}"
     if ended is None:
         return None
-    return (f"RabbitMQ {shown(version)}: community support for the {series[0]}.{series[1]} series ended {ended}; "
-            "no more fixes without a commercial licence; plan an upgrade")
+    return (f"RabbitMQ {shown(version)}: the {series[0]}.{series[1]} series is out of community support (ended "
+            f"{ended}, per endoflife.date): no more fixes without a commercial licence; plan an upgrade")
