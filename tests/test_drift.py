@@ -83,6 +83,28 @@ def test_missing_and_extra_objects() -> None:
     assert extra.detail == "4 messages"
 
 
+def test_permissions_are_compared_and_undeclared_grants_are_extra() -> None:
+    """Who may do what in the vhost drifts too: a widened grant, a missing one, a user nobody declared. The
+    provider's own user (the one reading the vhost) holds the grants it created the vhost with."""
+    config = {**CONFIG, "applications": [{"user": "audit-app", "consumes": ["audit"]}]}
+    records = record(lambda: Vhost("shop", {"vhost": config, "passwords": {"audit-app": "x"}}))
+    (grant,) = [r.inputs["permissions"] for r in records if r.type == drift.engine.PERMISSIONS]
+    as_declared = {"audit-app": dict(grant)}
+    everyone = {**as_declared, "deployer": {"configure": ".*", "write": ".*", "read": ".*"},
+                "legacy-app": {"configure": ".*", "write": ".*", "read": ".*"}}
+
+    def kinds(permissions: dict[str, Any], own_user: str = "deployer") -> set[tuple[str, str, str]]:
+        snapshot = _in_sync(permissions=permissions)
+        return {(f.kind, f.type, f.name) for f in findings(records, {"shop": snapshot}, own_user)}
+
+    assert kinds(as_declared) == set()
+    assert kinds({}) == {("missing", "Permissions", "audit-app")}
+    assert kinds({"audit-app": {**grant, "read": ".*"}}) == {("mutable", "Permissions", "audit-app")}
+    assert kinds(everyone) == {("extra", "Permissions", "legacy-app")}
+    assert kinds(everyone, own_user="") == {("extra", "Permissions", "legacy-app"),
+                                            ("extra", "Permissions", "deployer")}
+
+
 def test_a_missing_vhost_is_drift() -> None:
     assert ("missing", "VHost", "shop") in _kinds(Snapshot("shop", "test", exists=False))
 

@@ -38,6 +38,10 @@ class Snapshot:
     """Without the default exchange's implicit bindings; `properties_key` only when read live."""
     policies: dict[str, dict[str, Any]] = field(default_factory=dict)
     operator_policies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    permissions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """By user: configure, write and read in this vhost."""
+    topic_permissions: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """By user: exchange, write and read of each entry in this vhost."""
     broker_version: str = ""
     live: bool = False
     exists: bool = True
@@ -100,12 +104,19 @@ QUEUE_FIELDS = ("name", "durable", "auto_delete", "arguments", "type", "messages
 EXCHANGE_FIELDS = ("name", "type", "durable", "auto_delete", "internal", "arguments")
 BINDING_FIELDS = ("source", "destination", "destination_type", "routing_key", "arguments", "properties_key")
 POLICY_FIELDS = ("name", "pattern", "apply-to", "priority", "definition")
+PERMISSION_FIELDS = ("configure", "write", "read")
+TOPIC_PERMISSION_FIELDS = ("exchange", "write", "read")
 
 
 def _snapshot(vhost: str, source: str, queues: list[Any], exchanges: list[Any], bindings: list[Any],
-              policies: list[Any], operator_policies: list[Any], version: str, live: bool) -> Snapshot:
+              policies: list[Any], operator_policies: list[Any], version: str, live: bool,
+              permissions: list[Any], topic_permissions: list[Any]) -> Snapshot:
     def mine(items: list[Any]) -> list[dict[str, Any]]:
         return [i for i in items if isinstance(i, dict) and i.get("vhost", vhost) == vhost]
+
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for entry in mine(topic_permissions):
+        topics.setdefault(entry["user"], []).append(_keep(entry, TOPIC_PERMISSION_FIELDS))
 
     return Snapshot(
         vhost=vhost, source=source, broker_version=version, live=live,
@@ -114,18 +125,23 @@ def _snapshot(vhost: str, source: str, queues: list[Any], exchanges: list[Any], 
         bindings=[_keep(b, BINDING_FIELDS) for b in mine(bindings) if b.get("source")],
         policies={p["name"]: _keep(p, POLICY_FIELDS) for p in mine(policies)},
         operator_policies={p["name"]: _keep(p, POLICY_FIELDS) for p in mine(operator_policies)},
+        permissions={p["user"]: _keep(p, PERMISSION_FIELDS) for p in mine(permissions) if p.get("user")},
+        topic_permissions=topics,
     )
 
 
 def read_live(endpoint: Endpoint, vhost: str) -> Snapshot:
-    """GET only: overview, then the vhost's queues, exchanges, bindings, policies and operator policies."""
+    """GET only: overview, then the vhost's queues, exchanges, bindings, policies, operator policies and
+    (topic) permissions."""
     v = escape(vhost)
     version = str((endpoint.get("overview") or {}).get("rabbitmq_version", ""))
     if endpoint.get(f"vhosts/{v}") is None:
         return Snapshot(vhost, endpoint.url, broker_version=version, live=True, exists=False)
     return _snapshot(vhost, endpoint.url, endpoint.get(f"queues/{v}") or [], endpoint.get(f"exchanges/{v}") or [],
                      endpoint.get(f"bindings/{v}") or [], endpoint.get(f"policies/{v}") or [],
-                     endpoint.get(f"operator-policies/{v}") or [], version, live=True)
+                     endpoint.get(f"operator-policies/{v}") or [], version, live=True,
+                     permissions=endpoint.get(f"vhosts/{v}/permissions") or [],
+                     topic_permissions=endpoint.get(f"vhosts/{v}/topic-permissions") or [])
 
 
 def read_file(path: Path, vhost: str) -> Snapshot:
@@ -141,4 +157,5 @@ def read_file(path: Path, vhost: str) -> Snapshot:
         return Snapshot(vhost, str(path), broker_version=version, exists=False)
     return _snapshot(vhost, str(path), data.get("queues") or [], data.get("exchanges") or [],
                      data.get("bindings") or [], data.get("policies") or [], data.get("operator_policies") or [],
-                     version, live=False)
+                     version, live=False, permissions=data.get("permissions") or [],
+                     topic_permissions=data.get("topic_permissions") or [])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,10 @@ from tools.mockrun import ROOT, Registered, close_event_loop, record_program, st
 from tools.stack_file import StackFileError
 
 COMPARED = (engine.QUEUE, engine.EXCHANGE, engine.BINDING, engine.POLICY, engine.OPERATOR_POLICY)
-"""What a vhost snapshot holds; users, permissions and the vhost itself are not compared here."""
+"""What `make adopt` can import from a vhost snapshot."""
+DRIFT_COMPARED = (*COMPARED, engine.PERMISSIONS, engine.TOPIC_PERMISSIONS)
+"""What `make drift` compares: also who may do what in the vhost. Users themselves are broker-wide and their
+passwords unreadable, so they are not compared."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,12 @@ def read_state(record: Registered, snapshot: Snapshot) -> tuple[dict[str, Any] |
         return {**base, "name": p["name"], "policy": {
             "pattern": p.get("pattern"), "priority": p.get("priority"), "applyTo": p.get("apply-to"),
             "definition": {k: read_policy_value(v) for k, v in (p.get("definition") or {}).items()}}}, None
+    if t == engine.PERMISSIONS:
+        p = snapshot.permissions.get(str(i.get("user")))
+        return (None if p is None else {**base, "user": i.get("user"), "permissions": dict(p)}), None
+    if t == engine.TOPIC_PERMISSIONS:
+        entries = snapshot.topic_permissions.get(str(i.get("user")))
+        return (None if not entries else {**base, "user": i.get("user"), "permissions": list(entries)}), None
     raise ValueError(f"{t} is not compared")
 
 
@@ -166,8 +176,9 @@ def import_id(comparison: Comparison, snapshot: Snapshot) -> str | None:
     return f"{i['name']}@{snapshot.vhost}"
 
 
-def extras(snapshot: Snapshot, records: Iterable[Registered]) -> list[Finding]:
-    """Objects of the vhost that no record declares (amq.* exchanges and their bindings are the broker's)."""
+def extras(snapshot: Snapshot, records: Iterable[Registered], own_user: str = "") -> list[Finding]:
+    """Objects of the vhost that no record declares (amq.* exchanges and their bindings are the broker's; the
+    permissions of `own_user`, the provider's user reading the vhost, are its own)."""
     declared = {(r.type, r.inputs.get("name")) for r in records}
     bound = [find_binding(snapshot, r.inputs) for r in records if r.type == engine.BINDING]
     found = [Finding("extra", snapshot.vhost, "Queue", n, _queue_detail(snapshot, n))
@@ -181,6 +192,15 @@ def extras(snapshot: Snapshot, records: Iterable[Registered]) -> list[Finding]:
               for n, p in sorted(snapshot.policies.items()) if (engine.POLICY, n) not in declared]
     found += [Finding("extra", snapshot.vhost, "OperatorPolicy", n, f"pattern {p.get('pattern')}")
               for n, p in sorted(snapshot.operator_policies.items()) if (engine.OPERATOR_POLICY, n) not in declared]
+    granted = {str(r.inputs.get("user")) for r in records if r.type == engine.PERMISSIONS}
+    found += [Finding("extra", snapshot.vhost, "Permissions", user,
+                      f"configure {p.get('configure')!r}, write {p.get('write')!r}, read {p.get('read')!r}")
+              for user, p in sorted(snapshot.permissions.items()) if user not in granted and user != own_user]
+    topics = {str(r.inputs.get("user")) for r in records if r.type == engine.TOPIC_PERMISSIONS}
+    found += [Finding("extra", snapshot.vhost, "TopicPermissions", user,
+                      ", ".join(str(e.get("exchange", "")) for e in entries))
+              for user, entries in sorted(snapshot.topic_permissions.items())
+              if user not in topics and user != own_user]
     return found
 
 
@@ -203,16 +223,16 @@ def _record_label(record: Registered) -> str:
     if record.type == engine.BINDING:
         return binding_label({"source": i.get("source"), "destination": i.get("destination"),
                               "routing_key": i.get("routingKey"), "arguments": _binding_arguments(i)})
-    return str(i.get("name"))
+    return str(i.get("name") or i.get("user"))
 
 
-def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot]) -> list[Finding]:
-    """Missing, different and extra objects of every vhost in `snapshots`."""
+def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_user: str = "") -> list[Finding]:
+    """Missing, different and extra objects of every vhost in `snapshots`; `own_user`: see `extras`."""
     found: list[Finding] = []
     for vhost, snapshot in snapshots.items():
         if not snapshot.exists:
             found.append(Finding("missing", vhost, "VHost", vhost, "the vhost itself, with everything in it"))
-        mine = [r for r in records if r.custom and r.type in COMPARED and r.inputs.get("vhost") == vhost]
+        mine = [r for r in records if r.custom and r.type in DRIFT_COMPARED and r.inputs.get("vhost") == vhost]
         for record in mine:
             result = compare(record, snapshot)
             label, kind = _record_label(record), short_type(record.type)
@@ -222,7 +242,7 @@ def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot]) -> l
                 found.append(Finding("immutable", vhost, kind, label, _changes(result, result.immutable)))
             elif result.changed:
                 found.append(Finding("mutable", vhost, kind, label, _changes(result, result.changed)))
-        found += extras(snapshot, mine)
+        found += extras(snapshot, mine, own_user)
     return found
 
 
@@ -282,20 +302,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         records = record_program(args.stack, args.root)
-        vhosts = sorted({str(r.inputs["vhost"]) for r in records if r.custom and r.type in COMPARED})
+        vhosts = sorted({str(r.inputs["vhost"]) for r in records if r.custom and r.type in DRIFT_COMPARED})
+        config, _ = stack_config(args.stack, args.root)
+        own_user = os.environ.get("RABBITMQ_USERNAME") or config.get("rabbitmq:username") or ""
         if args.definitions:
             snapshots = {v: read_file(args.definitions, v) for v in vhosts}
         else:
-            config, _ = stack_config(args.stack, args.root)
             endpoint = Endpoint.from_environment(args.endpoint or config.get("rabbitmq:endpoint"),
                                                  config.get("rabbitmq:username"))
+            own_user = endpoint.username
             snapshots = {v: read_live(endpoint, v) for v in vhosts}
     except (pulumi.RunError, StackFileError, DefinitionsError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     finally:
         close_event_loop()
-    found = findings(records, snapshots)
+    found = findings(records, snapshots, own_user)
     report = render(args.stack, found, snapshots)
     if args.output:
         args.output.write_text(report)

@@ -152,7 +152,7 @@ def test_adopting_runtime_topologies_imports_what_matches_and_loses_nothing(brok
     assert {s.op for s in steps if s.custom} == {"same"}
 
     # Drift: nothing missing or different; the extras are exactly the objects left to retire.
-    found = findings(records, {vhost: _snapshot(broker, vhost)})
+    found = findings(records, {vhost: _snapshot(broker, vhost)}, broker.username)
     assert [f for f in found if f.kind != "extra"] == []
     assert {(f.type, f.name) for f in found} == set(decided[RETIRE])
 
@@ -264,13 +264,37 @@ COMPARED_TYPES = (engine.QUEUE, engine.EXCHANGE, engine.BINDING, engine.POLICY)
 def test_drift_reports_missing_different_and_extra_objects(broker: Broker, deploy: Any) -> None:
     deployed = deploy(OURS)
     vhost = deploy.vhost
-    assert findings(deployed.resources, {vhost: _snapshot(broker, vhost)}) == []
+    assert findings(deployed.resources, {vhost: _snapshot(broker, vhost)}, broker.username) == []
     call(broker, "PUT", f"policies/{esc(vhost)}/lazy-audit",
          {"pattern": "^audit$", "apply-to": "queues", "priority": 0, "definition": {"queue-version": 1}})
     call(broker, "DELETE", f"exchanges/{esc(vhost)}/billing.requeue")  # takes its binding with it
     with _application(broker, vhost) as ch:
         ch.queue_declare("declared-by-an-app", durable=True)
-    found = {(f.kind, f.type, f.name) for f in findings(deployed.resources, {vhost: _snapshot(broker, vhost)})}
+    found = {(f.kind, f.type, f.name)
+             for f in findings(deployed.resources, {vhost: _snapshot(broker, vhost)}, broker.username)}
     assert found == {("mutable", "Policy", "lazy-audit"), ("missing", "Exchange", "billing.requeue"),
                      ("missing", "Binding", "billing.requeue → billing ('')"),
                      ("extra", "Queue", "declared-by-an-app")}
+
+
+def test_drift_reports_widened_missing_and_undeclared_permissions(broker: Broker, deploy: Any) -> None:
+    user = f"{deploy.vhost}-billing-app"
+    config = {**OURS, "applications": [{"user": user, "consumes": ["billing"]}]}
+    deployed = deploy(config, passwords={user: "s3cret-app"})
+    vhost = deploy.vhost
+    other = f"{deploy.vhost}-legacy"
+    try:
+        assert findings(deployed.resources, {vhost: _snapshot(broker, vhost)}, broker.username) == []
+        call(broker, "PUT", f"permissions/{esc(vhost)}/{esc(user)}", {"configure": ".*", "write": ".*", "read": ".*"})
+        call(broker, "PUT", f"users/{esc(other)}", {"password": "legacy", "tags": ""})
+        call(broker, "PUT", f"permissions/{esc(vhost)}/{esc(other)}", {"configure": "", "write": ".*", "read": ".*"})
+        found = {(f.kind, f.type, f.name)
+                 for f in findings(deployed.resources, {vhost: _snapshot(broker, vhost)}, broker.username)}
+        assert found == {("mutable", "Permissions", user), ("extra", "Permissions", other)}
+        call(broker, "DELETE", f"permissions/{esc(vhost)}/{esc(user)}")
+        found = {(f.kind, f.type, f.name)
+                 for f in findings(deployed.resources, {vhost: _snapshot(broker, vhost)}, broker.username)}
+        assert ("missing", "Permissions", user) in found
+    finally:
+        for name in (user, other):
+            call(broker, "DELETE", f"users/{esc(name)}")
