@@ -22,9 +22,20 @@ from dataclasses import dataclass
 
 from pulumi.errors import RunError
 
+from . import naming
 from .config import DEFAULT_DELIVERY_LIMIT
 from .effective import Effective, PolicyIndex, Setting, effective_settings, winners
-from .plan import BindingPlan, ExchangePlan, PolicyPlan, QueuePlan, RetryablePlan, Tier, VhostPlan, logical_names
+from .plan import (
+    BindingPlan,
+    DelayLevelsPlan,
+    ExchangePlan,
+    PolicyPlan,
+    QueuePlan,
+    RetryablePlan,
+    Tier,
+    VhostPlan,
+    logical_names,
+)
 
 
 class TopologyError(RunError):
@@ -48,12 +59,13 @@ class _Graph:
 
 
 def _graph(plan: VhostPlan, extra_policies: Iterable[PolicyPlan]) -> _Graph:
-    queues = [*plan.queues, *(q for r in plan.retryables for q in r.queues)]
-    exchanges = [*plan.exchanges, *(e for r in plan.retryables for e in r.exchanges)]
+    groups = (*plan.retryables, *((plan.delay_levels,) if plan.delay_levels else ()))
+    queues = [*plan.queues, *(q for r in groups for q in r.queues)]
+    exchanges = [*plan.exchanges, *(e for r in groups for e in r.exchanges)]
     by_source: dict[str, list[BindingPlan]] = defaultdict(list)
-    for binding in (*plan.bindings, *(b for r in plan.retryables for b in r.bindings)):
+    for binding in (*plan.bindings, *(b for r in groups for b in r.bindings)):
         by_source[binding.source].append(binding)
-    policies = (*plan.policies, *(p for r in plan.retryables for p in r.policies), *extra_policies)
+    policies = (*plan.policies, *(p for r in groups for p in r.policies), *extra_policies)
     return _Graph({e.name: e for e in exchanges}, {q.name: q for q in queues},
                   {source: tuple(bound) for source, bound in by_source.items()},
                   PolicyIndex(policies), PolicyIndex(plan.operator_policies))
@@ -73,21 +85,29 @@ def _topic_matches(pattern: str, key: str) -> bool:
     return match(0, 0)
 
 
-def route(graph: _Graph, exchange: str, routing_key: str | None) -> set[str] | None:
-    """Queues a message published to `exchange` with `routing_key` reaches; None when it cannot be
-    known here (a headers exchange, or an exchange declared outside the stack). `routing_key` None
-    means "whatever key the message already has"."""
+def route(graph: _Graph, exchange: str, routing_key: str | None, seen: frozenset[str] = frozenset()) -> set[str] | None:
+    """Queues a message published to `exchange` with `routing_key` reaches, through exchange-to-exchange
+    bindings too; None when it cannot be known here (a headers exchange, or an exchange declared outside the
+    stack). `routing_key` None means "whatever key the message already has"."""
     declared = graph.exchanges.get(exchange)
     if declared is None or declared.type == "headers":
         return None
     bound = graph.bindings.get(exchange, ())
     if declared.type == "fanout":
-        return {b.destination for b in bound}
-    if routing_key is None:
+        matched = list(bound)
+    elif routing_key is None:
         return None if bound else set()
-    if declared.type == "direct":
-        return {b.destination for b in bound if b.routing_key == routing_key}
-    return {b.destination for b in bound if _topic_matches(b.routing_key, routing_key)}
+    elif declared.type == "direct":
+        matched = [b for b in bound if b.routing_key == routing_key]
+    else:
+        matched = [b for b in bound if _topic_matches(b.routing_key, routing_key)]
+    reached = {b.destination for b in matched if b.destination_type == "queue"}
+    for onward in (b.destination for b in matched if b.destination_type == "exchange" and b.destination not in seen):
+        further = route(graph, onward, routing_key, seen | {exchange})
+        if further is None:
+            return None
+        reached |= further
+    return reached
 
 
 def _policy_of(graph: _Graph, queue: str) -> PolicyPlan | None:
@@ -242,6 +262,9 @@ def check_vhost(plan: VhostPlan, extra_policies: Iterable[PolicyPlan] = ()) -> l
         queue = retryable.config.name
         if retryable.strategy == "native":
             continue  # the message waits in its own queue: no retry path to check
+        if retryable.strategy == "levels":
+            problems += _levels_paths(graph, retryable)
+            continue
         requeue = route(graph, f"{queue}.requeue", None)
         if requeue != {queue}:
             problems.append(f'retry path of "{queue}" returns to {sorted(requeue or [])} instead of exactly '
@@ -262,7 +285,50 @@ def check_vhost(plan: VhostPlan, extra_policies: Iterable[PolicyPlan] = ()) -> l
                             + ", which routes to no queue: RabbitMQ would drop those messages")
     for retryable in plan.retryables:
         problems += _effective_problems(retryable, settings)
+    if plan.delay_levels is not None:
+        problems += _delay_level_problems(plan.delay_levels, settings)
     return problems + _automatic_cycles(graph, settings)
+
+
+def _levels_paths(graph: _Graph, retryable: RetryablePlan) -> list[str]:
+    """A delayed copy of `Q` published to the top level goes first to the highest level its delay has a bit
+    for, and with no bit left, back to exactly `Q`."""
+    queue, levels = retryable.config.name, retryable.levels
+    problems = []
+    expected = {level: {naming.delay_level(level)} for level in range(levels.levels)}
+    for level, units in ((None, 0), *((level, 2**level) for level in range(levels.levels))):
+        key = naming.delay_routing_key(units, queue)
+        reached = route(graph, retryable.delay_exchange, key)
+        want = {queue} if level is None else expected[level]
+        if reached != want:
+            problems.append(f'"{retryable.delay_exchange}" routes a delay of {units} units for "{queue}" to '
+                            f"{sorted(reached or [])} instead of exactly {sorted(want)}")
+    return problems
+
+
+def _delay_level_problems(levels: DelayLevelsPlan, settings: Mapping[str, list[Effective]]) -> list[str]:
+    """Each level must hold a message exactly its own time, and keep it."""
+    problems: list[str] = []
+    for level, queue in enumerate(levels.queues):
+        delay = levels.config.unit_ms * 2**level
+        for effective in settings[queue.name]:
+            ttl, expires = effective.get("message-ttl"), effective.get("expires")
+            if ttl is None or ttl.value != delay:
+                setting = ttl or Setting("", "")
+                when = "never" if ttl is None else "at the wrong time"
+                problems.append(f'{_cause(setting, effective)}: message-ttl {ttl.value if ttl else "none"} on delay '
+                                f'level "{queue.name}" is not its {delay} ms: messages would come back {when}; '
+                                f"{_fix(setting, queue.name)}")
+            if expires is not None:
+                problems.append(f'{_cause(expires, effective)}: expires {expires.value} reaches delay level '
+                                f'"{queue.name}", which has no consumer: RabbitMQ would delete it with its messages; '
+                                f"{_fix(expires, queue.name)}")
+            if full := _drops_when_full(effective):
+                key, length = full
+                problems.append(f'{_cause(length, effective)}: {key} {length.value} on delay level "{queue.name}" '
+                                "without overflow reject-publish: when full, RabbitMQ sends the oldest message on "
+                                f"before its delay is over; {_fix(length, queue.name)}")
+    return problems
 
 
 def stale_policies(plan: VhostPlan) -> list[str]:

@@ -1,4 +1,4 @@
-"""Durations as written in stack config: "500ms", "10s", "5m", "1h"."""
+"""Durations as written in stack config: "500ms", "10s", "5m", "1h", "1d"."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ MIN_MS = 1
 MAX_MS = 2**32 - 1
 """RabbitMQ's ceiling for a message TTL, in milliseconds."""
 
-UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000}
-_DURATION = re.compile(r"([0-9]{1,13})(ms|s|m|h)")  # 13 digits cover 2^32-1 ms; more is out of range
-HINT = "use 500ms, 10s, 5m, 1h"
+UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DURATION = re.compile(r"([0-9]{1,13})(ms|s|m|h|d)")  # 13 digits cover 2^32-1 ms; more is out of range
+HINT = "use 500ms, 10s, 5m, 1h, 1d"
 
 
 class DurationError(ValueError):
@@ -21,7 +21,7 @@ def parse_duration(text: object) -> int:
     """Milliseconds of a duration string, checked against 1 ms … 2^32-1 ms."""
     if isinstance(text, bool) or not isinstance(text, str):
         raise DurationError(f"{text!r} is not a duration ({HINT})")
-    if re.fullmatch(r"[0-9]{14,}(ms|s|m|h)", text.strip()):
+    if re.fullmatch(r"[0-9]{14,}(ms|s|m|h|d)", text.strip()):
         raise DurationError(f'"{text[:20]}…" is out of range (1ms … {MAX_MS}ms, about 49 days)')
     match = _DURATION.fullmatch(text.strip())
     if match is None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from .naming import VHOST_KEY
 
 if TYPE_CHECKING:
-    from .plan import PermissionPlan, RetryablePlan, VhostPlan
+    from .plan import DelayLevelsPlan, PermissionPlan, RetryablePlan, VhostPlan
 
 PlanT = TypeVar("PlanT")
 
@@ -44,6 +44,10 @@ def _created_vhost(plan: VhostPlan) -> tuple[object, ...]:
     return () if plan.config.existing else (plan.config,)
 
 
+def _delay_levels(plan: VhostPlan) -> tuple[DelayLevelsPlan, ...]:
+    return () if plan.delay_levels is None else (plan.delay_levels,)
+
+
 def _topic_grants(plan: VhostPlan) -> tuple[PermissionPlan, ...]:
     return tuple(grant for grant in plan.permissions if grant.topic)
 
@@ -57,11 +61,23 @@ RETRYABLE_QUEUE: tuple[Slot[RetryablePlan], ...] = (
 )
 """Children of a RetryableQueue component, whose plan is a `RetryablePlan`."""
 
+DELAY_LEVELS: tuple[Slot[DelayLevelsPlan], ...] = (
+    Slot("Policy", lambda plan: plan.policies, _key),
+    Slot("Queue", lambda plan: plan.queues, _key),
+    # Every exchange before any binding: a level's exchange is bound to the one below it.
+    Slot("Exchange", lambda plan: plan.exchanges, _key),
+    Slot("Binding", lambda plan: plan.bindings, _key),
+)
+"""Children of a DelayLevels component (a vhost's shared delay levels), whose plan is a `DelayLevelsPlan`."""
+DELAY_LEVELS_KEY = "delay-levels"
+
 VHOST: tuple[Slot[VhostPlan], ...] = (
     Slot("VHost", _created_vhost, lambda _: VHOST_KEY),
     Slot("Exchange", lambda plan: plan.exchanges, _key),
     Slot("Policy", lambda plan: plan.policies, _key),
     Slot("Queue", lambda plan: plan.queues, _key),
+    # Before the retryable queues: a `levels` queue is bound to the delivery exchange.
+    Slot("DelayLevels", _delay_levels, lambda _: DELAY_LEVELS_KEY),
     Slot("RetryableQueue", lambda plan: plan.retryables, lambda retryable: retryable.config.name),
     # After every exchange and queue: a binding refers to both by their resources' outputs.
     Slot("Binding", lambda plan: plan.bindings, _key),
@@ -72,7 +88,7 @@ VHOST: tuple[Slot[VhostPlan], ...] = (
 )
 """Children of a Vhost component, whose plan is a `VhostPlan`."""
 
-NESTED: dict[str, tuple[Slot[Any], ...]] = {"RetryableQueue": RETRYABLE_QUEUE}
+NESTED: dict[str, tuple[Slot[Any], ...]] = {"RetryableQueue": RETRYABLE_QUEUE, "DelayLevels": DELAY_LEVELS}
 """Child kinds that are components themselves, with their layout; the entry is their plan."""
 
 

@@ -50,10 +50,49 @@ def derived_queue_names(queue: str, tiers: int) -> list[str]:
 
 
 def derived_exchange_names(queue: str, strategy: str = "tiers") -> list[str]:
-    """`native` retries inside the queue itself: only the error exchange remains."""
-    if strategy == "native":
+    """`native` retries inside the queue itself, `levels` through the vhost's delay levels: only the error
+    exchange remains."""
+    if strategy in ("native", "levels"):
         return [error_exchange(queue)]
     return [retry_exchange(queue), requeue_exchange(queue), error_exchange(queue)]
+
+
+DELAY_PREFIX = "rabbitmq-retry.delay"
+"""Strategy `levels`: every name of a vhost's shared delay levels starts with it; a config name may not."""
+DELAY_WORDS = 28
+"""Bit words of a `levels` routing key, whatever `max_delay`: a longer maximum only adds top levels, and the
+word each existing level reads never moves under a waiting message."""
+DELIVERY_EXCHANGE = f"{DELAY_PREFIX}.deliver"
+"""Topic exchange after level 0: routes a message whose delay is over to exactly its queue."""
+TOPIC_WILDCARDS = ("*", "#")
+
+
+def delay_level(level: int) -> str:
+    """Level k's topic exchange and its queue (both named so): the queue holds a message `unit × 2^k`."""
+    return f"{DELAY_PREFIX}.{level}"
+
+
+def _bit_position(level: int) -> str:
+    """The `*.` words before level k's bit: bits are most significant first, level 0's last."""
+    return "*." * (DELAY_WORDS - 1 - level)
+
+
+def delay_level_pattern(level: int, bit: str) -> str:
+    """Level k's binding for its bit: `1` to its queue, `0` on to the next level down."""
+    return f"{_bit_position(level)}{bit}.#"
+
+
+def delivery_pattern(queue: str) -> str:
+    """The delivery binding of `queue`: exactly DELAY_WORDS bit words, then the queue's name. Word for word,
+    so it never matches a longer name that ends the same (`#.orders.billing` would match `x.orders.billing`)."""
+    return "*." * DELAY_WORDS + queue
+
+
+def delay_routing_key(units: int, queue: str) -> str:
+    """What a client publishes to the top level: the delay in units, most significant bit first, then the queue."""
+    if not 0 <= units < 2**DELAY_WORDS:
+        raise ValueError(f"{units} units do not fit in {DELAY_WORDS} bits")
+    return "".join(f"{bit}." for bit in format(units, f"0{DELAY_WORDS}b")) + queue
 
 
 def exact_pattern(name: str) -> str:

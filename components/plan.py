@@ -18,15 +18,18 @@ from typing import Literal, TypeVar
 from urllib.parse import unquote_plus
 
 from . import naming
-from .config import Binding, ConfigError, Policy, Queue, TopicPermission, Vhost
+from .config import Binding, ConfigError, DelayLevels, Policy, Queue, TopicPermission, Vhost
 from .layout import logical_names as logical_names
 
-QueueRole = Literal["input", "wait", "error", "plain"]
+QueueRole = Literal["input", "wait", "error", "plain", "delay"]
 NATIVE_RETRY_CALL = "basic.reject(requeue=true)"
 """The only call RabbitMQ 4.3 counts toward the delivery limit and delays: `basic.nack(requeue=true)` is a
 "return" that neither counts nor waits, so a nack loop never ends."""
 NATIVE_ATTEMPT_HEADER = "x-delivery-count"
 """Set by the broker on a redelivery: the failed deliveries so far (absent on the first delivery)."""
+LEVELS_KEY_FORMAT = ("the delay in units, ceil(delay_ms / delay_unit_ms) capped at 2^delay_levels - 1, as "
+                     "delay_words binary digits, most significant first, each followed by '.', then the queue name")
+"""How a `levels` contract tells a client in any language to build the routing key of a delayed copy."""
 ERROR_QUEUE_DELIVERY_LIMIT = 1_000_000
 """Quorum error queues: high enough that no parked message ever reaches it (see _error_policies)."""
 
@@ -65,6 +68,7 @@ class BindingPlan:
     arguments: Mapping[str, str | int | bool] = field(default_factory=dict)
     source_external: bool = False
     import_id: str | None = None
+    destination_type: Literal["queue", "exchange"] = "queue"
 
     @property
     def arguments_json(self) -> str | None:
@@ -128,17 +132,58 @@ class RetryablePlan:
         return self.config.retry.strategy
 
     @property
+    def delay_exchange(self) -> str:
+        """`levels`: the top level's exchange, where a consumer publishes a delayed copy."""
+        levels = self.levels
+        return naming.delay_level(levels.levels - 1)
+
+    @property
+    def levels(self) -> DelayLevels:
+        assert self.config.retry is not None and self.config.retry.levels is not None
+        return self.config.retry.levels
+
+    @property
     def consumer_exchanges(self) -> tuple[str, ...]:
-        """Exchanges a consumer of the queue publishes to: retries (tiers only) and parking."""
+        """Exchanges a consumer of the queue publishes to: retries (tiers: the retry exchange, levels: the top
+        delay level) and parking."""
         if self.strategy == "native":
             return (self.error_exchange,)
+        if self.strategy == "levels":
+            return (self.delay_exchange, self.error_exchange)
         return (self.retry_exchange, self.error_exchange)
+
+    @property
+    def delay_topic_permission(self) -> str:
+        """`levels`: the routing keys a consumer may publish a delayed copy with: back to this queue only."""
+        return levels_write_pattern([self.config.name])
 
     def contract(self, vhost: str) -> dict[str, object]:
         """What a consumer needs to retry and park a message: the stack exports this per queue. A `tiers`
         contract names no strategy (the clients that predate strategies read it as `tiers`)."""
         retry = self.config.retry
         assert retry is not None
+        if retry.strategy == "levels":
+            assert retry.backoff is not None
+            levels, backoff = self.levels, retry.backoff
+            return {
+                "strategy": "levels",
+                "vhost": vhost,
+                "queue": self.config.name,
+                "queue_type": self.config.queue_type,
+                "delay_exchange": self.delay_exchange,
+                "delay_unit_ms": levels.unit_ms,
+                "delay_words": naming.DELAY_WORDS,
+                "delay_levels": levels.levels,
+                "max_delay_ms": levels.max_delay_ms,
+                "routing_key_format": LEVELS_KEY_FORMAT,
+                "backoff": {"initial_ms": backoff.initial_ms, "multiplier": backoff.multiplier,
+                            "max_ms": backoff.max_ms, "jitter": backoff.jitter},
+                "max_retries": retry.max_retries,
+                "delivery_limit": self.config.delivery_limit,
+                "attempt_header": naming.ATTEMPT_HEADER,
+                "error_exchange": self.error_exchange,
+                "error_queue": self.error_queue,
+            }
         if retry.strategy == "native":
             return {
                 "strategy": "native",
@@ -167,6 +212,24 @@ class RetryablePlan:
             "error_exchange": self.error_exchange,
             "error_queue": self.error_queue,
         }
+
+
+@dataclass(frozen=True)
+class DelayLevelsPlan:
+    """A vhost's shared delay levels (strategy `levels`): level k is a topic exchange and a queue that holds a
+    message `unit × 2^k`. The exchange of level k sends a message whose bit k is 1 to its queue and one whose bit
+    is 0 on to level k-1; the queue dead-letters to level k-1 with the same key; after level 0 the delivery
+    exchange routes the message to its queue."""
+
+    config: DelayLevels
+    queues: tuple[QueuePlan, ...]
+    exchanges: tuple[ExchangePlan, ...]
+    bindings: tuple[BindingPlan, ...]
+    policies: tuple[PolicyPlan, ...]
+
+    @property
+    def top_exchange(self) -> str:
+        return naming.delay_level(self.config.levels - 1)
 
 
 @dataclass(frozen=True)
@@ -202,12 +265,19 @@ class VhostPlan:
     retryables: tuple[RetryablePlan, ...]
     operator_policies: tuple[PolicyPlan, ...] = ()
     permissions: tuple[PermissionPlan, ...] = ()
+    delay_levels: DelayLevelsPlan | None = None
+    """The shared delay levels, when a queue has strategy `levels`."""
 
 
 def exact_names(names: Iterable[str]) -> str:
     """A permission regex that matches exactly `names` (`^$`, nothing, when empty)."""
     unique = sorted(set(names))
     return f"^({'|'.join(re.escape(n) for n in unique)})$" if unique else "^$"
+
+
+def levels_write_pattern(queues: Iterable[str]) -> str:
+    """A topic permission's write pattern on the top delay level: a delayed copy only to `queues`."""
+    return rf"^([01]\.){{{naming.DELAY_WORDS}}}{exact_names(queues)[1:]}"
 
 
 def _quorum_dead_lettering(queue_type: str) -> dict[str, str]:
@@ -253,6 +323,8 @@ def plan_retryable(queue: Queue, path: str = "queue") -> RetryablePlan:
         raise ValueError(f"queue {queue.name!r} has no retry block")
     if retry.strategy == "native":
         return _plan_native(queue, path)
+    if retry.strategy == "levels":
+        return _plan_levels(queue, path)
     name, qtype = queue.name, queue.queue_type
     tiers = tuple(Tier(n, delay, naming.wait_queue(name, n), naming.wait_routing_key(n))
                   for n, delay in enumerate(retry.delays_ms, start=1))
@@ -329,6 +401,50 @@ def _plan_native(queue: Queue, path: str) -> RetryablePlan:
                          policies=_adopt(policies, "policy", imports))
 
 
+def _plan_levels(queue: Queue, path: str) -> RetryablePlan:
+    """A delay per message through the vhost's shared delay levels (`plan_delay_levels`): the consumer publishes
+    a copy to the top level with the delay and this queue's name in the routing key, and the delivery exchange
+    routes it back here only. A rejected message, or one past the delivery limit, dead-letters to the error
+    exchange: nothing the consumer gives up on is dropped."""
+    error, error_exchange, error_binding = _error_queue_plans(queue)
+    input_queue = QueuePlan("input", queue.name, queue.queue_type, {
+        "x-queue-type": queue.queue_type,
+        "x-dead-letter-exchange": error_exchange.name,
+        **_quorum_dead_lettering(queue.queue_type),
+    }, "input")
+    delivery = BindingPlan("delivery-binding", naming.DELIVERY_EXCHANGE, queue.name,
+                           naming.delivery_pattern(queue.name))
+    policies = [*([_policy("policy", queue.name, queue.policy_priority, limits, _limit_sources(path))]
+                  if (limits := _limits(queue)) else []), *_error_policies(queue, path)]
+    imports = queue.imports
+    return RetryablePlan(config=queue, tiers=(), queues=_adopt((input_queue, error), "queue", imports),
+                         exchanges=_adopt((error_exchange,), "exchange", imports),
+                         bindings=_adopt((error_binding, delivery), "binding", imports),
+                         policies=_adopt(tuple(policies), "policy", imports))
+
+
+def plan_delay_levels(levels: DelayLevels, imports: Iterable[str] = (), path: str = "delay_levels") -> DelayLevelsPlan:
+    """Level k (0 ≤ k < levels): exchange and queue `rabbitmq-retry.delay.<k>`, the queue's TTL `unit × 2^k` in
+    its policy (a changed unit updates in place). Every routing key has DELAY_WORDS bit words, so a longer
+    `max_delay` only adds levels on top: no existing binding changes under a waiting message."""
+    qtype = levels.queue_type
+    below = [naming.DELIVERY_EXCHANGE, *(naming.delay_level(k) for k in range(levels.levels - 1))]
+    queues, exchanges, bindings, policies = [], [ExchangePlan("deliver", naming.DELIVERY_EXCHANGE, "topic")], [], []
+    for level in range(levels.levels):
+        name, key = naming.delay_level(level), f"level-{level}"
+        queues.append(QueuePlan(key, name, qtype, {"x-queue-type": qtype, "x-dead-letter-exchange": below[level],
+                                                   **_quorum_dead_lettering(qtype)}, "delay"))
+        exchanges.append(ExchangePlan(f"{key}-exchange", name, "topic"))
+        bindings += [BindingPlan(f"{key}-wait", name, name, naming.delay_level_pattern(level, "1")),
+                     BindingPlan(f"{key}-pass", name, below[level], naming.delay_level_pattern(level, "0"),
+                                 destination_type="exchange")]
+        policies.append(_policy(f"{key}-policy", name, levels.policy_priority,
+                                {"message-ttl": str(levels.unit_ms * 2**level)}, {"message-ttl": f"{path}.unit"}))
+    return DelayLevelsPlan(levels, _adopt(tuple(queues), "queue", imports),
+                           _adopt(tuple(exchanges), "exchange", imports), _adopt(tuple(bindings), "binding", imports),
+                           _adopt(tuple(policies), "policy", imports))
+
+
 def _error_policies(queue: Queue, path: str) -> list[PolicyPlan]:
     """The error queue's retention and length limit, when the retry block sets them."""
     retry = queue.retry
@@ -362,7 +478,7 @@ def _binding_id_matches(object_id: str, binding: BindingPlan) -> bool:
     properties key is the URL-encoded routing key, then `~` and a hash of the arguments when there are any
     (`~` alone for an empty key without arguments)."""
     parts = object_id.split("/")
-    if len(parts) != 5 or parts[1:4] != [binding.source, binding.destination, "queue"]:
+    if len(parts) != 5 or parts[1:4] != [binding.source, binding.destination, binding.destination_type]:
         return False
     key, tilde, arguments_hash = parts[4].partition("~")
     if binding.arguments:
@@ -394,7 +510,7 @@ def _unmatched_imports(plan: VhostPlan, path: str) -> list[tuple[str, str]]:
         *(("binding", b.import_id) for b in plan.bindings if b.import_id),
         *(("policy", p.import_id) for p in plan.policies if p.import_id),
         *(("operator_policy", p.import_id) for p in plan.operator_policies if p.import_id),
-        *((kind, e.import_id) for r in plan.retryables
+        *((kind, e.import_id) for r in (*plan.retryables, *((plan.delay_levels,) if plan.delay_levels else ()))
           for kind, group in (("queue", r.queues), ("exchange", r.exchanges), ("binding", r.bindings),
                               ("policy", r.policies)) for e in group if e.import_id)]
     problems = []
@@ -434,6 +550,17 @@ def _operator_permissions(user: str, retryables: Iterable[RetryablePlan]) -> Per
     )
 
 
+def _delay_topic_permissions(consumes: Iterable[str],
+                             retryables: Mapping[str, RetryablePlan]) -> tuple[TopicPermission, ...]:
+    """An application that consumes `levels` queues may publish to the top delay level, and a topic permission
+    keeps its keys to those queues: without one, RabbitMQ lets it route a copy into any queue of the vhost."""
+    own = [retryables[q] for q in consumes if q in retryables and retryables[q].strategy == "levels"]
+    if not own:
+        return ()
+    return (TopicPermission(own[0].delay_exchange, write=levels_write_pattern(r.config.name for r in own),
+                            read="^$"),)
+
+
 def plan_vhost(vhost: Vhost, path: str = "vhost") -> VhostPlan:
     """`path`: the vhost's config key path, e.g. "vhosts[0]", named by the checks."""
     exchanges = tuple(ExchangePlan(f"exchange-{e.name}", e.name, e.type) for e in vhost.exchanges)
@@ -454,17 +581,19 @@ def plan_vhost(vhost: Vhost, path: str = "vhost") -> VhostPlan:
         key=f"permissions-{app.user}",
         user=app.user,
         configure="^$",
-        # Retries (stepped republish) and parking publish to the consumed queue's own exchanges.
+        # Retries (stepped republish, levels) and parking publish to the consumed queue's own exchanges.
         write=exact_names([*app.publishes, *(x for q in app.consumes if q in retryable_queues
                                              for x in retryable_queues[q].consumer_exchanges)]),
         read=exact_names(app.consumes),
-        topic=app.topic_permissions,
+        topic=(*app.topic_permissions, *_delay_topic_permissions(app.consumes, retryable_queues)),
     ) for app in vhost.applications)
     permissions += tuple(_operator_permissions(operator.user, retryables) for operator in vhost.operators)
     imports = vhost.imports
+    delay_levels = None if vhost.delay_levels is None else plan_delay_levels(vhost.delay_levels, imports,
+                                                                             f"{path}.delay_levels")
     plan = VhostPlan(vhost, _adopt(exchanges, "exchange", imports), _adopt(queues, "queue", imports),
                      _adopt(tuple(policies), "policy", imports), _adopt(bindings, "binding", imports), retryables,
-                     _adopt(operator_policies, "operator_policy", imports), permissions)
+                     _adopt(operator_policies, "operator_policy", imports), permissions, delay_levels)
     if problems := _unmatched_imports(plan, path):
         raise ConfigError(problems)
     return plan

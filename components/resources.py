@@ -105,12 +105,13 @@ def declare_binding(scope: Scope, logical_name: str, binding: BindingPlan) -> No
     """Source and destination are resource outputs when declared in this stack, so that a replaced
     queue or exchange replaces its bindings too (the broker drops them with it)."""
     source = binding.source if binding.source_external else scope.names[("Exchange", binding.source)]
+    destination_kind = "Queue" if binding.destination_type == "queue" else "Exchange"
     rabbitmq.Binding(
         logical_name,
         vhost=scope.vhost,
         source=source,
-        destination=scope.names[("Queue", binding.destination)],
-        destination_type="queue",
+        destination=scope.names[(destination_kind, binding.destination)],
+        destination_type=binding.destination_type,
         routing_key=binding.routing_key,
         arguments_json=binding.arguments_json,
         opts=scope.options(import_id=binding.import_id),

@@ -7,7 +7,7 @@ from typing import Any, NotRequired, TypedDict
 
 import pulumi
 
-from . import layout
+from . import layout, naming
 from .arguments import PROTECT_QUEUES, RETAIN_ERROR_QUEUES, Option, check_args, input_string, mapping_or
 from .config import ConfigError, Queue, load_queue
 from .plan import RetryablePlan, plan_retryable
@@ -28,6 +28,11 @@ class RetryableQueueArgs(TypedDict):
     """`protect` every queue: Pulumi refuses to delete or replace them."""
     retain_error_queues: NotRequired[bool]
     """`retain_on_delete` on the error queue: removing the component leaves parked messages on the broker."""
+    delay_levels: NotRequired[Mapping[str, Any]]
+    """Strategy `levels` only, when `queue` is a mapping: the vhost's `delay_levels` (default 1s up to 1d)."""
+    delivery_exchange: NotRequired[pulumi.Input[str]]
+    """Strategy `levels` only: the DelayLevels component's `delivery_exchange` output, so that the queue's
+    delivery binding waits for it (a plain name binds to an exchange declared elsewhere)."""
 
 
 OPTIONS = (
@@ -37,34 +42,40 @@ OPTIONS = (
                    '"retry": {"delays": ["5s", "1m"]}}'),
     PROTECT_QUEUES,
     RETAIN_ERROR_QUEUES,
+    Option("delay_levels", mapping_or(dict, "delay_levels")),
+    Option("delivery_exchange", input_string),
 )
 
 
 class RetryableQueue(pulumi.ComponentResource):
     """Input queue `Q`, direct exchange `Q.retry`, wait queues `Q.wait.<n>` (TTL by policy),
     fanout `Q.requeue` bound only to `Q`, and `Q.error` exchange and queue for parked messages. With
-    `retry.strategy: native` only `Q` (its delays in its policy) and `Q.error`: the message waits in `Q`."""
+    `retry.strategy: native` only `Q` (its delays in its policy) and `Q.error`: the message waits in `Q`.
+    With `levels` `Q`, `Q.error` and `Q`'s binding to the vhost's delivery exchange (see DelayLevels)."""
 
     queue_name: pulumi.Output[str]
     """The input queue consumers read from."""
     retry_exchange: pulumi.Output[str | None]
     """Direct exchange of the wait tiers: publish with a tier's routing key to retry after its delay
-    (None for strategy native)."""
+    (None for strategies native and levels)."""
     wait_queues: pulumi.Output[list[str]]
-    """Wait queues, tier 1 first (none for strategy native)."""
+    """Wait queues, tier 1 first (none for strategies native and levels)."""
     error_exchange: pulumi.Output[str]
     """Fanout exchange to park a message that is out of retries."""
     error_queue: pulumi.Output[str]
     """Where parked messages wait for a person."""
     contract: pulumi.Output[dict[str, Any]]
-    """The retry contract: vhost, queue, retry exchange, tiers, max retries, attempt header, error path."""
+    """The retry contract: vhost, queue, how to retry (strategy and its exchanges and delays), max retries,
+    attempt header, error path."""
 
     def __init__(self, name: str, args: RetryableQueueArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         where = f"RetryableQueue({name})"
         checked = check_args(where, args, OPTIONS)
         queue = checked["queue"]
         if not isinstance(queue, Queue):
-            queue = load_queue(queue, f"{where}.queue")
+            queue = load_queue(queue, f"{where}.queue", delay_levels=checked.get("delay_levels"))
+        elif "delay_levels" in checked:
+            raise ConfigError([(f"{where}.delay_levels", "a parsed queue carries its delay levels; remove it")])
         if queue.retry is None:
             raise ConfigError([(f"{where}.queue.retry",
                                 "missing; a retryable queue needs retry.delays, e.g. [1s, 10s]")])
@@ -73,6 +84,9 @@ class RetryableQueue(pulumi.ComponentResource):
         vhost = checked["vhost"]
         scope = Scope(self, vhost, protect_queues=checked.get("protect_queues", False),
                       retain_error_queues=checked.get("retain_error_queues", False))
+        if self.plan.strategy == "levels":
+            scope.names[("Exchange", naming.DELIVERY_EXCHANGE)] = pulumi.Output.from_input(
+                checked.get("delivery_exchange", naming.DELIVERY_EXCHANGE))
         declare_children(scope, name, layout.RETRYABLE_QUEUE, self.plan)
 
         self.queue_name = scope.names[("Queue", queue.name)]

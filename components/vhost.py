@@ -7,7 +7,7 @@ from typing import Any, NotRequired, TypedDict
 
 import pulumi
 
-from . import layout
+from . import layout, naming
 from .arguments import (
     PROTECT_QUEUES,
     RETAIN_ERROR_QUEUES,
@@ -20,7 +20,8 @@ from .arguments import (
 from .checks import TopologyError, check_logical_names, check_vhost, stale_policies
 from .config import ConfigError, load_vhost
 from .config import Vhost as VhostConfig
-from .plan import RetryablePlan, VhostPlan, plan_vhost
+from .delay_levels import DelayLevels
+from .plan import DelayLevelsPlan, RetryablePlan, VhostPlan, plan_vhost
 from .resources import BUILDERS, Scope, declare_children
 from .retryable_queue import RetryableQueue
 
@@ -60,7 +61,7 @@ class Vhost(pulumi.ComponentResource):
     vhost_name: pulumi.Output[str]
     """The vhost's name; an output of the VHost resource when this stack creates it."""
     queues: pulumi.Output[list[str]]
-    """Every queue this component declares, retry machinery included."""
+    """Every queue this component declares, retry machinery and shared delay levels included."""
     retry_contracts: pulumi.Output[dict[str, dict[str, Any]]]
     """Retry contract of each retryable queue, by queue name."""
 
@@ -83,27 +84,43 @@ class Vhost(pulumi.ComponentResource):
         scope = Scope(self, config.name, protect_queues=checked.get("protect_queues", False),
                       retain_error_queues=checked.get("retain_error_queues", False), passwords=passwords)
         retryables: dict[str, RetryableQueue] = {}
+        delay_levels: list[DelayLevels] = []
+
+        def declare_delay_levels(scope: Scope, logical_name: str, plan: DelayLevelsPlan) -> None:
+            """The shared delay levels: a component of their own, whose exchanges the `levels` queues are bound
+            from and the applications' topic permissions name."""
+            component = DelayLevels(logical_name, {"vhost": scope.vhost, "delay_levels": plan.config,
+                                                   "protect_queues": scope.protect_queues}, opts=scope.options())
+            delay_levels.append(component)
+            scope.add("Exchange", naming.DELIVERY_EXCHANGE, component, component.delivery_exchange)
+            for exchange in plan.exchanges[1:]:
+                scope.add("Exchange", exchange.name, component)
 
         def declare_retryable(scope: Scope, logical_name: str, plan: RetryablePlan) -> None:
             """Retryable queues are components of their own; their input queues are bound here, to the
             vhost's exchanges, like plain queues, and topic permissions wait for their exchanges."""
+            levels = {"delivery_exchange": scope.names[("Exchange", naming.DELIVERY_EXCHANGE)]} \
+                if plan.strategy == "levels" else {}
             component = RetryableQueue(logical_name, {
                 "vhost": scope.vhost,
                 "queue": plan.config,
                 "protect_queues": scope.protect_queues,
                 "retain_error_queues": scope.retain_error_queues,
+                **levels,  # type: ignore[typeddict-item]
             }, opts=scope.options())
             retryables[plan.config.name] = component
             scope.add("Queue", plan.config.name, component, component.queue_name)
             for exchange in plan.exchanges:
                 scope.add("Exchange", exchange.name, component)
 
-        declare_children(scope, name, layout.VHOST, self.plan, {**BUILDERS, "RetryableQueue": declare_retryable})
+        declare_children(scope, name, layout.VHOST, self.plan, {**BUILDERS, "RetryableQueue": declare_retryable,
+                                                                "DelayLevels": declare_delay_levels})
 
         self.vhost_name = pulumi.Output.from_input(scope.vhost)
         self.queues = pulumi.Output.all(
             *(scope.names[("Queue", q.name)] for q in self.plan.queues),
             *(pulumi.Output.all(r.queue_name, r.wait_queues, r.error_queue) for r in retryables.values()),
+            *(levels.queues for levels in delay_levels),
         ).apply(_flatten)
         self.retry_contracts = pulumi.Output.all(*(r.contract for r in retryables.values())).apply(
             lambda contracts: {c["queue"]: c for c in contracts})

@@ -143,7 +143,7 @@ def test_a_standalone_component_reports_config_errors_with_their_path():
     with pytest.raises(ConfigError) as error:
         RetryableQueue("billing", {"vhost": "v", "queue": {"name": "billing", "retry": {"delays": ["soon"]}}})
     assert error.value.problems == [
-        ("RetryableQueue(billing).queue.retry.delays[0]", '"soon" is not a duration (use 500ms, 10s, 5m, 1h)')]
+        ("RetryableQueue(billing).queue.retry.delays[0]", '"soon" is not a duration (use 500ms, 10s, 5m, 1h, 1d)')]
 
 
 def test_the_retry_block_is_required_for_a_retryable_queue():
@@ -162,8 +162,10 @@ EVERY_KIND = vhost_config(
     operator_policies=[{"name": "cap", "pattern": ".*", "definition": {"max-length": 1000}}],
     queues=[{**RETRYABLE, "max_length": 10, "retry": {**RETRYABLE["retry"], "error_retention": "168h"}},
             {"name": "audit", "max_length": 5,
-             "bindings": [{"exchange": "events", "routing_key": "#"}, {"exchange": "amq.topic", "external": True}]}],
-    applications=[{"user": "app", "consumes": ["orders"], "publishes": ["events"],
+             "bindings": [{"exchange": "events", "routing_key": "#"}, {"exchange": "amq.topic", "external": True}]},
+            {"name": "payments", "bindings": [{"exchange": "events", "routing_key": "payment.#"}],
+             "retry": {"strategy": "levels", "max_retries": 3}}],
+    applications=[{"user": "app", "consumes": ["orders", "payments"], "publishes": ["events"],
                    "topic_permissions": [{"exchange": "events", "write": ".*"}]}])
 
 
@@ -178,13 +180,13 @@ def test_the_components_register_exactly_the_layout():
     resources = record(lambda: Vhost("every-kind", {"vhost": EVERY_KIND, "passwords": {"app": "pw"}}))
     expected = layout.logical_names("every-kind", plan_vhost(load_vhost(EVERY_KIND, "v")))
     assert sorted(chain_and_name(r) for r in resources if r.type != "pulumi:pulumi:Stack") == sorted(expected)
-    # The config reaches every row of both tables, so no row goes unchecked.
-    assert {kind for _, kind, _ in expected} == {slot.kind for table in (layout.VHOST, layout.RETRYABLE_QUEUE)
+    # The config reaches every row of every table, so no row goes unchecked.
+    assert {kind for _, kind, _ in expected} == {slot.kind for table in (layout.VHOST, *layout.NESTED.values())
                                                  for slot in table} | {"Vhost"}
 
 
 def test_every_kind_of_the_layout_has_one_builder():
-    kinds = [slot.kind for table in (layout.VHOST, layout.RETRYABLE_QUEUE) for slot in table]
+    kinds = [slot.kind for table in (layout.VHOST, *layout.NESTED.values()) for slot in table]
     assert set(kinds) == set(BUILDERS) | set(layout.NESTED)
 
 
@@ -202,7 +204,8 @@ def problems_of(register) -> list[tuple[str, str]]:
 def test_an_unknown_key_is_an_error_not_ignored():
     """`protect` is the stack file's key; here it would have left every queue unprotected."""
     assert problems_of(lambda: RetryableQueue("billing", {"vhost": "v", "queue": BILLING, "protect": True})) == [
-        ("RetryableQueue(billing).protect", "unknown key (allowed: protect_queues, queue, retain_error_queues, vhost)")]
+        ("RetryableQueue(billing).protect", "unknown key (allowed: delay_levels, delivery_exchange, protect_queues, "
+                                            "queue, retain_error_queues, vhost)")]
     assert problems_of(lambda: Vhost("shop", {"vhost": vhost_config(), "protect": True})) == [
         ("Vhost(shop).protect",
          "unknown key (allowed: config_path, passwords, protect_queues, retain_error_queues, vhost)")]
@@ -243,8 +246,8 @@ def test_wrong_types_are_named_all_at_once():
     assert problems_of(lambda: Vhost("shop", {"vhost": vhost_config(), "passwords": ["pw"]})) == [
         ("Vhost(shop).passwords", "expected a mapping of application user to password, got list")]
     assert problems_of(lambda: RetryableQueue("billing", "billing")) == [
-        ("RetryableQueue(billing)", "args must be a mapping of vhost, queue, protect_queues, retain_error_queues; "
-                                    "got str")]
+        ("RetryableQueue(billing)", "args must be a mapping of vhost, queue, protect_queues, retain_error_queues, "
+                                    "delay_levels, delivery_exchange; got str")]
 
 
 def test_retain_error_queues_has_one_name_on_both_components():

@@ -4,7 +4,7 @@ from components.durations import MAX_MS, DurationError, format_duration, parse_d
 
 
 @pytest.mark.parametrize(("text", "ms"), [
-    ("1ms", 1), ("500ms", 500), ("10s", 10_000), ("5m", 300_000), ("1h", 3_600_000),
+    ("1ms", 1), ("500ms", 500), ("10s", 10_000), ("5m", 300_000), ("1h", 3_600_000), ("2d", 172_800_000),
     (f"{MAX_MS}ms", MAX_MS), (" 2s ", 2_000),
 ])
 def test_parses_each_unit_to_milliseconds(text, ms):
@@ -12,12 +12,12 @@ def test_parses_each_unit_to_milliseconds(text, ms):
 
 
 @pytest.mark.parametrize(("value", "message"), [
-    ("10x", '"10x" is not a duration (use 500ms, 10s, 5m, 1h)'),
-    ("1.5s", '"1.5s" is not a duration (use 500ms, 10s, 5m, 1h)'),
-    ("-1s", '"-1s" is not a duration (use 500ms, 10s, 5m, 1h)'),
-    ("", '"" is not a duration (use 500ms, 10s, 5m, 1h)'),
-    (1000, "1000 is not a duration (use 500ms, 10s, 5m, 1h)"),
-    (True, "True is not a duration (use 500ms, 10s, 5m, 1h)"),
+    ("10x", '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d)'),
+    ("1.5s", '"1.5s" is not a duration (use 500ms, 10s, 5m, 1h, 1d)'),
+    ("-1s", '"-1s" is not a duration (use 500ms, 10s, 5m, 1h, 1d)'),
+    ("", '"" is not a duration (use 500ms, 10s, 5m, 1h, 1d)'),
+    (1000, "1000 is not a duration (use 500ms, 10s, 5m, 1h, 1d)"),
+    (True, "True is not a duration (use 500ms, 10s, 5m, 1h, 1d)"),
     ("0ms", '"0ms" is out of range (1ms … 4294967295ms, about 49 days)'),
     ("1194h", '"1194h" is out of range (1ms … 4294967295ms, about 49 days)'),
     (f"{MAX_MS + 1}ms", f'"{MAX_MS + 1}ms" is out of range (1ms … 4294967295ms, about 49 days)'),

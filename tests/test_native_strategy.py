@@ -55,7 +55,7 @@ def test_max_delay_defaults_to_min_delay():
      [("q.retry.min_delay", "belongs to strategy native, not tiers; remove it or set q.retry.strategy: native")]),
     (native(max_delay="500ms"),
      [("q.retry.max_delay", "'500ms' is shorter than min_delay '1s'; the delay grows from min_delay up to max_delay")]),
-    (native(strategy="exponential"), [("q.retry.strategy", "'exponential' is not one of tiers, native")]),
+    (native(strategy="exponential"), [("q.retry.strategy", "'exponential' is not one of tiers, levels, native")]),
 ])
 def test_a_native_mistake_is_reported_with_its_key_path_and_a_fix(queue, expected):
     assert problems_of(queue) == expected

@@ -22,7 +22,7 @@ from .keys import (
     TOPIC_PERMISSION_KEYS,
     VHOST_KEYS,
 )
-from .load import load_queue, load_stack_config, load_vhost
+from .load import load_delay_levels, load_queue, load_stack_config, load_vhost
 from .model import (
     APPLY_TO,
     DEFAULT_DELIVERY_LIMIT,
@@ -34,9 +34,11 @@ from .model import (
     STRING_POLICY_KEYS,
     X_MATCH,
     Application,
+    Backoff,
     Binding,
     ConfigError,
     Defaults,
+    DelayLevels,
     Exchange,
     Limits,
     Operator,
@@ -81,9 +83,11 @@ __all__ = [
     "VHOST_KEYS",
     "X_MATCH",
     "Application",
+    "Backoff",
     "Binding",
     "ConfigError",
     "Defaults",
+    "DelayLevels",
     "Exchange",
     "Limits",
     "Operator",
@@ -93,6 +97,7 @@ __all__ = [
     "StackConfig",
     "TopicPermission",
     "Vhost",
+    "load_delay_levels",
     "load_queue",
     "load_stack_config",
     "load_vhost",

@@ -93,6 +93,18 @@ def integer(p: Problems, path: str, value: object, minimum: int, maximum: int | 
     return value
 
 
+def number(p: Problems, path: str, value: object, minimum: float, below: float | None = None) -> float | Invalid:
+    """An integer or a decimal, at least `minimum` and, when given, less than `below`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        p.add(path, f"expected a number, got {value!r}")
+        return INVALID
+    if value < minimum or (below is not None and value >= below):
+        bound = f"{minimum} ≤ value < {below}" if below is not None else f">= {minimum}"
+        p.add(path, f"{value} is out of range (use {bound})")
+        return INVALID
+    return float(value)
+
+
 def boolean(p: Problems, path: str, value: object) -> bool | Invalid:
     if not isinstance(value, bool):
         p.add(path, f"expected true or false, got {value!r}")
@@ -122,6 +134,10 @@ def entity_name(p: Problems, path: str, value: object, kind: str, allow_reserved
         ok = False
     if value.startswith(naming.RESERVED_PREFIX) and not allow_reserved:
         p.add(path, f'"{value}": the "amq." prefix is reserved by RabbitMQ; rename the {kind}')
+        ok = False
+    if value.startswith(f"{naming.DELAY_PREFIX}.") and not allow_reserved:
+        p.add(path, f'"{value}": the "{naming.DELAY_PREFIX}." prefix names the shared delay levels of strategy '
+              f"levels; rename the {kind}")
         ok = False
     if value != value.strip():
         p.add(path, f'"{value}": leading or trailing whitespace; remove it')

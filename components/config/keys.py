@@ -13,17 +13,21 @@ TOP_LEVEL_KEYS = ("protect", "retain_error_queues", "defaults", "vhosts", "passw
 BROKER_KEYS = ("version",)
 DEFAULTS_KEYS = ("queue_type", "policy_priority", "delivery_limit")
 VHOST_KEYS = ("name", "existing", "exchanges", "queues", "policies", "operator_policies", "applications", "operators",
-              "limits", "default_queue_type", "import")
+              "limits", "default_queue_type", "delay_levels", "import")
+DELAY_LEVELS_KEYS = ("unit", "max_delay", "type")
 IMPORT_KINDS = ("queue", "exchange", "binding", "policy", "operator_policy")
 """What a `vhosts[].import` entry may adopt, written `<kind> <provider ID>`."""
 EXCHANGE_KEYS = ("name", "type")
 QUEUE_KEYS = ("name", "type", "bindings", "max_length", "delivery_limit", "retry", "policy_priority")
 BINDING_KEYS = ("exchange", "routing_key", "arguments", "external")
-RETRY_KEYS = ("strategy", "delays", "min_delay", "max_delay", "max_retries", "error_retention", "error_max_length")
+RETRY_KEYS = ("strategy", "delays", "backoff", "min_delay", "max_delay", "max_retries", "error_retention",
+              "error_max_length")
 STRATEGY_RETRY_KEYS: Mapping[str, tuple[str, ...]] = {
     "tiers": ("delays",),
+    "levels": ("backoff",),
     "native": ("min_delay", "max_delay"),
 }
+BACKOFF_KEYS = ("initial", "multiplier", "max", "jitter")
 """The `retry` keys only one strategy takes; the others (`max_retries`, `error_*`) belong to every strategy."""
 POLICY_KEYS = ("name", "pattern", "priority", "apply_to", "definition")
 OPERATOR_POLICY_KEYS = ("expires", "message-ttl", "max-length", "max-length-bytes", "max-in-memory-length",
@@ -58,6 +62,8 @@ KEY_TABLES: Mapping[str, tuple[str, ...]] = {
     "vhosts[].queues[]": QUEUE_KEYS,
     "vhosts[].queues[].bindings[]": BINDING_KEYS,
     "vhosts[].queues[].retry": RETRY_KEYS,
+    "vhosts[].queues[].retry.backoff": BACKOFF_KEYS,
+    "vhosts[].delay_levels": DELAY_LEVELS_KEYS,
     "vhosts[].policies[]": POLICY_KEYS,
     "vhosts[].operator_policies[].definition": OPERATOR_POLICY_KEYS,
     "vhosts[].applications[]": APPLICATION_KEYS,

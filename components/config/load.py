@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from .capabilities import Version, parse_version, version_problems
 from .crosschecks import check_users, check_vhost, check_vhost_names
 from .fields import ABSENT, INVALID, Problems, boolean, describe, items, mapping, optional
 from .keys import BROKER_KEYS, TOP_LEVEL_KEYS
-from .model import Defaults, Queue, StackConfig, Vhost
-from .parsers import VhostEntry, parse_defaults, parse_queue, parse_vhost
+from .model import Defaults, DelayLevels, Queue, StackConfig, Vhost
+from .parsers import VhostEntry, check_backoff_fits, parse_defaults, parse_delay_levels, parse_queue, parse_vhost
 from .passwords import NOT_A_MAPPING, key_path, password_command
 
 BUILT_IN_DEFAULTS = Defaults()
@@ -84,13 +85,34 @@ def load_stack_config(raw: Mapping[str, Any]) -> StackConfig:
     return config
 
 
-def load_queue(raw: Mapping[str, Any], path: str, defaults: Defaults = BUILT_IN_DEFAULTS) -> Queue:
-    """Parse one queue entry (the shape of a `queues[]` item), for components used outside a stack config."""
+def load_queue(raw: Mapping[str, Any], path: str, defaults: Defaults = BUILT_IN_DEFAULTS,
+               delay_levels: Mapping[str, Any] | None = None) -> Queue:
+    """Parse one queue entry (the shape of a `queues[]` item), for components used outside a stack config.
+    `delay_levels` (a vhost's `delay_levels` shape) are the levels a queue of strategy `levels` uses."""
     p = Problems()
     entry = parse_queue(p, path, 0, raw, defaults)
+    queue = entry.value
+    if isinstance(queue, Queue) and queue.retry is not None and queue.retry.strategy == "levels":
+        levels_path = f"{path.rpartition('.')[0] or path}.delay_levels"
+        levels = parse_delay_levels(p, levels_path, {} if delay_levels is None else delay_levels, defaults)
+        if isinstance(levels, DelayLevels) and check_backoff_fits(p, f"{path}.retry", queue.retry, levels,
+                                                                  levels_path):
+            queue = replace(queue, retry=replace(queue.retry, levels=levels))
+    elif delay_levels is not None:
+        p.add(f"{path.rpartition('.')[0] or path}.delay_levels", "the queue's retry.strategy is not levels; remove "
+              "delay_levels")
     p.raise_if_any()
-    assert isinstance(entry.value, Queue)
-    return entry.value
+    assert isinstance(queue, Queue)
+    return queue
+
+
+def load_delay_levels(raw: Mapping[str, Any], path: str, defaults: Defaults = BUILT_IN_DEFAULTS) -> DelayLevels:
+    """Parse a `delay_levels` mapping, for components used outside a stack config."""
+    p = Problems()
+    levels = parse_delay_levels(p, path, raw, defaults)
+    p.raise_if_any()
+    assert isinstance(levels, DelayLevels)
+    return levels
 
 
 def load_vhost(raw: Mapping[str, Any], path: str, defaults: Defaults = BUILT_IN_DEFAULTS) -> Vhost:

@@ -38,9 +38,11 @@ DEFAULT_POLICY_PRIORITY = 10
 DEFAULT_DELIVERY_LIMIT = 20
 """RabbitMQ 4's default, set explicitly so that 3.10 and 4.x behave alike."""
 MAX_RETRIES_CEILING = 10_000
-STRATEGIES = ("tiers", "native")
-"""`retry.strategy`: `tiers` (fixed TTL wait queues, the default) or `native` (RabbitMQ 4.3's delayed retry
-of quorum queues)."""
+STRATEGIES = ("tiers", "levels", "native")
+"""`retry.strategy`: `tiers` (fixed TTL wait queues, the default), `levels` (a delay per message through the
+vhost's shared binary delay levels) or `native` (RabbitMQ 4.3's delayed retry of quorum queues)."""
+MAX_MESSAGE_TTL_MS = 2**32 - 1
+"""The longest `message-ttl` RabbitMQ takes."""
 NATIVE_MIN_VERSION = (4, 3, 1)
 """RabbitMQ 4.3.0 refuses the `delayed-retry-*` policy keys; 4.3.1 is the first version that takes them."""
 
@@ -65,6 +67,32 @@ class Binding:
 
 
 @dataclass(frozen=True)
+class Backoff:
+    """`levels` only: retry n waits `min(max, initial × multiplier^(n-1))`, scaled by a random factor in
+    `[1 - jitter, 1 + jitter]`, rounded up to whole delay units."""
+
+    initial_ms: int = 1000
+    multiplier: float = 2.0
+    max_ms: int = 3_600_000
+    jitter: float = 0.2
+
+
+@dataclass(frozen=True)
+class DelayLevels:
+    """A vhost's shared delay levels (`delay_levels`): level k holds a message `unit × 2^k`."""
+
+    unit_ms: int = 1000
+    max_delay_ms: int = 86_400_000
+    queue_type: str = DEFAULT_QUEUE_TYPE
+    policy_priority: int = DEFAULT_POLICY_PRIORITY
+
+    @property
+    def levels(self) -> int:
+        """How many levels it takes to wait up to `max_delay`: level k waits `unit × 2^k`."""
+        return (self.max_delay_ms // self.unit_ms).bit_length()
+
+
+@dataclass(frozen=True)
 class Retry:
     delays_ms: tuple[int, ...]
     """`tiers` only: one wait queue per delay; empty for `native`."""
@@ -76,6 +104,10 @@ class Retry:
     """`native` only: the delay after the first failure; the n-th waits `min(n × min, max)`."""
     max_delay_ms: int | None = None
     """`native` only: the cap of the linear delay (default: `min_delay`)."""
+    backoff: Backoff | None = None
+    """`levels` only."""
+    levels: DelayLevels | None = None
+    """`levels` only: the vhost's delay levels this queue's retries go through; set by the vhost's parser."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +195,8 @@ class Vhost:
     default_queue_type: str | None = None
     imports: tuple[str, ...] = ()
     """Objects already on the broker that Pulumi adopts (`import_`), each `<kind> <provider ID>`."""
+    delay_levels: DelayLevels | None = None
+    """The shared delay levels, when a queue of the vhost has `retry.strategy: levels`."""
 
     def user_paths(self) -> tuple[tuple[str, str], ...]:
         """(user, key path within the vhost) of each user the vhost creates: applications, then operators."""

@@ -27,14 +27,17 @@ from .fields import (
     integer,
     items,
     mapping,
+    number,
     optional,
     regex,
     written_name,
 )
 from .keys import (
     APPLICATION_KEYS,
+    BACKOFF_KEYS,
     BINDING_KEYS,
     DEFAULTS_KEYS,
+    DELAY_LEVELS_KEYS,
     EXCHANGE_KEYS,
     IMPORT_KINDS,
     LIMITS_KEYS,
@@ -54,6 +57,7 @@ from .model import (
     EXCHANGE_TYPES,
     INTEGER_POLICY_KEYS,
     MAX_AGE,
+    MAX_MESSAGE_TTL_MS,
     MAX_RETRIES_CEILING,
     POLICY_VALUE_CHOICES,
     QUEUE_TYPES,
@@ -61,8 +65,10 @@ from .model import (
     STRING_POLICY_KEYS,
     X_MATCH,
     Application,
+    Backoff,
     Binding,
     Defaults,
+    DelayLevels,
     Exchange,
     Limits,
     Operator,
@@ -267,6 +273,8 @@ def parse_retry(p: Problems, path: str, raw: object) -> Retry | Invalid:
                       f"{path}.strategy: {other}")
     if strategy == "native":
         return parse_native_retry(p, path, data)
+    if strategy == "levels":
+        return parse_levels_retry(p, path, data)
     written = data.get("delays", ABSENT)
     delays = parse_delays(p, f"{path}.delays", written)
     if written is ABSENT or written is None:
@@ -310,6 +318,100 @@ def parse_native_retry(p: Problems, path: str, data: Mapping[str, Any]) -> Retry
     assert isinstance(min_delay, int) and isinstance(max_delay, int) and isinstance(max_retries, int)
     return Retry((), max_retries, retention, error_max_length,
                  strategy="native", min_delay_ms=min_delay, max_delay_ms=max_delay)
+
+
+def parse_backoff(p: Problems, path: str, raw: object) -> Backoff | Invalid:
+    """`levels`: the delay of retry n, `min(max, initial × multiplier^(n-1))` with ± `jitter`."""
+    data = mapping(p, path, raw, BACKOFF_KEYS)
+    if data is INVALID:
+        return INVALID
+    default = Backoff()
+    initial = optional(data, "initial", lambda v: positive_duration(p, f"{path}.initial", v), default.initial_ms)
+    multiplier = optional(data, "multiplier", lambda v: number(p, f"{path}.multiplier", v, 1), default.multiplier)
+    longest = optional(data, "max", lambda v: positive_duration(p, f"{path}.max", v), default.max_ms)
+    jitter = optional(data, "jitter", lambda v: number(p, f"{path}.jitter", v, 0, 1), default.jitter)
+    if isinstance(initial, int) and isinstance(longest, int) and longest < initial:
+        p.add(f"{path}.max", f"{data.get('max', '1h')!r} is shorter than initial {data.get('initial', '1s')!r}; "
+              "the delay grows from initial up to max")
+        return INVALID
+    if INVALID in (initial, multiplier, longest, jitter):
+        return INVALID
+    assert isinstance(initial, int) and isinstance(longest, int)
+    assert isinstance(multiplier, float) and isinstance(jitter, float)
+    return Backoff(initial, multiplier, longest, jitter)
+
+
+def parse_levels_retry(p: Problems, path: str, data: Mapping[str, Any]) -> Retry | Invalid:
+    """A delay per message through the vhost's delay levels; the vhost's parser checks the backoff against
+    them and attaches them (`Retry.levels`)."""
+    if "max_retries" not in data:
+        p.add(f"{path}.max_retries", "missing; strategy levels needs it (the retries before a message is parked)")
+    backoff = optional(data, "backoff", lambda v: parse_backoff(p, f"{path}.backoff", v), Backoff())
+    max_retries = optional(data, "max_retries",
+                           lambda v: integer(p, f"{path}.max_retries", v, 1, MAX_RETRIES_CEILING), INVALID)
+    retention, error_max_length = parse_error_queue(p, path, data)
+    if INVALID in (backoff, max_retries, retention, error_max_length):
+        return INVALID
+    assert isinstance(backoff, Backoff) and isinstance(max_retries, int)
+    return Retry((), max_retries, retention, error_max_length, strategy="levels", backoff=backoff)
+
+
+def check_levels_queue_name(p: Problems, path: str, name: str) -> bool:
+    """A `levels` queue's name ends its routing key and its delivery binding's topic pattern."""
+    if any(word in naming.TOPIC_WILDCARDS for word in name.split(".")):
+        p.add(path, f'"{name}": a word "*" or "#" would be a wildcard in the delivery binding of strategy levels, '
+              "which must match this queue only; rename the queue")
+        return False
+    longest = naming.MAX_NAME_BYTES - 2 * naming.DELAY_WORDS
+    if naming.byte_length(name) > longest:
+        p.add(path, f"{naming.byte_length(name)} bytes: with strategy levels the queue's name ends a routing key "
+              f"after {naming.DELAY_WORDS} delay bits, which leaves {longest} bytes; shorten the queue name")
+        return False
+    return True
+
+
+def parse_delay_levels(p: Problems, path: str, raw: object, defaults: Defaults) -> DelayLevels | Invalid:
+    """The vhost's shared delay levels: `levels` follows from `max_delay / unit`."""
+    data = mapping(p, path, raw, DELAY_LEVELS_KEYS)
+    if data is INVALID:
+        return INVALID
+    default = DelayLevels()
+    unit = optional(data, "unit", lambda v: positive_duration(p, f"{path}.unit", v), default.unit_ms)
+    longest = optional(data, "max_delay", lambda v: positive_duration(p, f"{path}.max_delay", v),
+                       default.max_delay_ms)
+    queue_type = optional(data, "type", lambda v: choice(p, f"{path}.type", v, QUEUE_TYPES), defaults.queue_type)
+    if INVALID in (unit, longest, queue_type):
+        return INVALID
+    assert isinstance(unit, int) and isinstance(longest, int) and isinstance(queue_type, str)
+    levels = DelayLevels(unit, longest, queue_type, defaults.policy_priority)
+    if longest < unit:
+        p.add(f"{path}.max_delay", f"{data.get('max_delay', '1d')!r} is shorter than unit {data.get('unit', '1s')!r}")
+    elif levels.levels > naming.DELAY_WORDS:
+        p.add(f"{path}.max_delay", f"{levels.levels} levels of {unit} ms are more than the {naming.DELAY_WORDS} a "
+              "routing key carries; raise unit or lower max_delay")
+    elif unit * 2 ** (levels.levels - 1) > MAX_MESSAGE_TTL_MS:
+        p.add(f"{path}.max_delay", f"the top level would hold messages {unit * 2 ** (levels.levels - 1)} ms, over "
+              f"RabbitMQ's longest message-ttl ({MAX_MESSAGE_TTL_MS} ms); lower max_delay or unit")
+    else:
+        return levels
+    return INVALID
+
+
+def check_backoff_fits(p: Problems, path: str, retry: Retry, levels: DelayLevels, levels_path: str) -> bool:
+    """The longest delay a retry can ask for must fit in the vhost's levels; a shorter one than a unit is a unit."""
+    backoff = retry.backoff
+    assert backoff is not None
+    ok = True
+    if backoff.initial_ms < levels.unit_ms:
+        p.add(f"{path}.backoff.initial", f"{backoff.initial_ms} ms is shorter than {levels_path}.unit "
+              f"({levels.unit_ms} ms), the shortest delay the levels make; raise initial or lower the unit")
+        ok = False
+    longest = backoff.max_ms * (1 + backoff.jitter)
+    if longest > levels.max_delay_ms:
+        p.add(f"{path}.backoff.max", f"with jitter {backoff.jitter:g} a retry may wait {longest:.0f} ms, more than "
+              f"{levels_path}.max_delay ({levels.max_delay_ms} ms); lower max or jitter, or raise max_delay")
+        ok = False
+    return ok
 
 
 def positive_duration(p: Problems, path: str, value: object) -> int | Invalid:
@@ -381,6 +483,9 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
                        bindings=bindings)
     if name is INVALID:
         return entry
+    if isinstance(retry, Retry) and retry.strategy == "levels" and not check_levels_queue_name(
+            p, f"{path}.name", name):
+        retry = INVALID
     if isinstance(retry, Retry) and retry.strategy == "native" and queue_type == "classic":
         p.add(f"{path}.retry.strategy", "native is RabbitMQ's delayed retry of quorum queues; set type: quorum "
               "or use strategy tiers for a classic queue")
@@ -614,12 +719,14 @@ def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defau
     default_queue_type = optional(data, "default_queue_type",
                                   lambda v: choice(p, f"{path}.default_queue_type", v, QUEUE_TYPES), None)
     imports = optional(data, "import", lambda v: parse_import(p, f"{path}.import", v, name, existing), ())
+    delay_levels, queues = attach_delay_levels(p, path, data, queues, defaults)
     check_created_only_options(p, path, data, existing)
     entries = dict(path=path, exchanges=exchanges, queues=queues, policies=policies,
                    operator_policies=operator_policies, applications=applications, operators=operators)
     valid_name = None if name is INVALID else name
     parts: Sequence[Entry[Any]] = (*exchanges, *queues, *policies, *operator_policies, *applications, *operators)
-    if INVALID in (name, existing, limits, default_queue_type, imports) or any(e.value is INVALID for e in parts):
+    if INVALID in (name, existing, limits, default_queue_type, imports, delay_levels) or any(
+            e.value is INVALID for e in parts):
         return VhostEntry(index, valid_name, written_name(data.get("name")), INVALID, **entries)
     apps = [a for a in applications if a.value is not INVALID]
     vhost = Vhost(name=name, existing=existing, exchanges=tuple(e.value for e in exchanges),
@@ -628,5 +735,44 @@ def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defau
                   operator_policies=tuple(pol.value for pol in operator_policies),
                   applications=tuple(a.value for a in apps), application_indexes=tuple(a.index for a in apps),
                   operators=tuple(o.value for o in operators), operator_indexes=tuple(o.index for o in operators),
-                  limits=limits, default_queue_type=default_queue_type, imports=imports)
+                  limits=limits, default_queue_type=default_queue_type, imports=imports,
+                  delay_levels=delay_levels if isinstance(delay_levels, DelayLevels) else None)
     return VhostEntry(index, name, name, vhost, **entries)
+
+
+def _uses_levels(entry: QueueEntry) -> bool:
+    return isinstance(entry.value, Queue) and entry.value.retry is not None and entry.value.retry.strategy == "levels"
+
+
+def _written_levels(data: Mapping[str, Any]) -> bool:
+    """A queue asks for strategy levels, valid or not: its own problems are reported where they are."""
+    queues = data.get("queues")
+    return isinstance(queues, Sequence) and any(
+        isinstance(q, Mapping) and isinstance(q.get("retry"), Mapping) and q["retry"].get("strategy") == "levels"
+        for q in queues)
+
+
+def attach_delay_levels(p: Problems, path: str, data: Mapping[str, Any], queues: tuple[QueueEntry, ...],
+                        defaults: Defaults) -> tuple[DelayLevels | Invalid | None, tuple[QueueEntry, ...]]:
+    """The vhost's delay levels when a queue uses strategy `levels`, else None (`delay_levels` without such a
+    queue is refused), and the queues with the levels set in the `retry` of each queue that uses them."""
+    levels_path = f"{path}.delay_levels"
+    if not _written_levels(data):
+        if "delay_levels" in data:
+            p.add(levels_path, "no queue of this vhost has retry.strategy: levels; remove delay_levels")
+            return INVALID, queues
+        return None, queues
+    levels = optional(data, "delay_levels", lambda v: parse_delay_levels(p, levels_path, v, defaults),
+                      DelayLevels(queue_type=defaults.queue_type, policy_priority=defaults.policy_priority))
+    if not isinstance(levels, DelayLevels):
+        return INVALID, queues
+    attached = []
+    fits = True
+    for entry in queues:
+        if _uses_levels(entry):
+            queue = entry.value
+            assert isinstance(queue, Queue) and queue.retry is not None
+            fits &= check_backoff_fits(p, f"{path}.queues[{entry.index}].retry", queue.retry, levels, levels_path)
+            entry = replace(entry, value=replace(queue, retry=replace(queue.retry, levels=levels)))
+        attached.append(entry)
+    return (levels if fits else INVALID), tuple(attached)

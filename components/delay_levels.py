@@ -1,0 +1,71 @@
+"""DelayLevels: a vhost's shared delay levels, through which every queue of strategy `levels` retries."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NotRequired, TypedDict
+
+import pulumi
+
+from . import layout
+from .arguments import PROTECT_QUEUES, Option, check_args, input_string, mapping_or
+from .config import ConfigError, load_delay_levels
+from .config import DelayLevels as DelayLevelsConfig
+from .plan import DelayLevelsPlan, plan_delay_levels
+from .resources import Scope, declare_children
+
+TYPE_TOKEN = "rabbitmq-retry:index:DelayLevels"
+
+
+class DelayLevelsArgs(TypedDict):
+    """Checked at run time too: an unknown, missing or mistyped key is a ConfigError naming it."""
+
+    vhost: pulumi.Input[str]
+    """Vhost of every object. Immutable: changing it replaces them all (waiting messages are lost)."""
+    delay_levels: NotRequired[DelayLevelsConfig | Mapping[str, Any]]
+    """In the stack config's `delay_levels` shape (`unit`, `max_delay`, `type`); default 1s up to 1d, quorum."""
+    protect_queues: NotRequired[bool]
+    """`protect` every level queue: Pulumi refuses to delete or replace them."""
+
+
+OPTIONS = (
+    Option("vhost", input_string, missing='the vhost of every object, e.g. "payments"'),
+    Option("delay_levels", mapping_or(DelayLevelsConfig, "delay_levels")),
+    PROTECT_QUEUES,
+)
+
+
+class DelayLevels(pulumi.ComponentResource):
+    """Level k (0 ≤ k < levels): topic exchange and queue `rabbitmq-retry.delay.<k>`, holding a message
+    `unit × 2^k` (TTL by policy), then passing it one level down; after level 0, topic exchange
+    `rabbitmq-retry.delay.deliver` routes it to the queue its routing key names. A Vhost component declares one
+    when a queue has strategy `levels`; declare one yourself only beside RetryableQueues of your own."""
+
+    delivery_exchange: pulumi.Output[str]
+    """Where a message whose delay is over goes; each `levels` queue is bound to it (RetryableQueue's
+    `delivery_exchange`)."""
+    delay_exchange: pulumi.Output[str]
+    """The top level: where a consumer publishes a delayed copy (the contract's `delay_exchange`)."""
+    queues: pulumi.Output[list[str]]
+    """The level queues, level 0 first."""
+
+    def __init__(self, name: str, args: DelayLevelsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        where = f"DelayLevels({name})"
+        checked = check_args(where, args, OPTIONS)
+        config = checked.get("delay_levels", {})
+        if not isinstance(config, DelayLevelsConfig):
+            config = load_delay_levels(config, f"{where}.delay_levels")
+        if config.levels < 1:
+            raise ConfigError([(f"{where}.delay_levels", "no level: max_delay must be at least unit")])
+        super().__init__(TYPE_TOKEN, name, None, opts)
+        self.plan: DelayLevelsPlan = plan_delay_levels(config)
+        scope = Scope(self, checked["vhost"], protect_queues=checked.get("protect_queues", False))
+        declare_children(scope, name, layout.DELAY_LEVELS, self.plan)
+        self.delivery_exchange = scope.names[("Exchange", self.plan.exchanges[0].name)]
+        self.delay_exchange = scope.names[("Exchange", self.plan.top_exchange)]
+        self.queues = pulumi.Output.all(*(scope.names[("Queue", q.name)] for q in self.plan.queues))
+        self.register_outputs({
+            "delivery_exchange": self.delivery_exchange,
+            "delay_exchange": self.delay_exchange,
+            "queues": self.queues,
+        })
