@@ -6,7 +6,8 @@ one contract; `make contracts STACK=<stack>` writes it without the Pulumi CLI) o
 (runs `pulumi stack output retry_contracts --json --stack STACK`). The broker is `--url` or $RABBITMQ_URL;
 the vhost is always the contract's.
 
-Exit status: 0 done; 1 error (one `error: …` line); 2 usage, including a purge without a filter or --all.
+Exit status: 0 done; 1 error (one `error: …` line); 2 usage, including a purge without a filter or --all
+and `redrive --to-queue` of a queue without `Q.requeue` (strategies native and levels).
 """
 
 from __future__ import annotations
@@ -97,6 +98,10 @@ def _consume(args: argparse.Namespace) -> int:
     if strategy_of(contract) == "native":
         how = (f"native delayed retry ({contract['retry_call']}, {contract['min_delay_ms']} ms × attempt, "
                f"at most {contract['max_delay_ms']} ms)")
+    elif strategy_of(contract) == "levels":
+        backoff = contract["backoff"]
+        how = (f"delay levels via {contract['delay_exchange']} (back-off {backoff['initial_ms']} ms × "
+               f"{backoff['multiplier']}^(attempt-1), at most {backoff['max_ms']} ms, jitter {backoff['jitter']})")
     else:
         tiers = ", ".join(f"{t['routing_key']}={t['delay_ms']}ms" for t in contract["tiers"])
         how = f"{args.mode} mode; tiers {tiers}"
@@ -178,7 +183,13 @@ def _redrive(args: argparse.Namespace) -> int:
         if args.verbose:
             print(f"moved {message.properties.message_id} to {exchange!r} {routing_key!r}", flush=True)
 
-    with _parked_queue(args) as parked:
+    parked = _parked_queue(args)
+    if args.to_queue:
+        try:
+            parked.check_to_queue()  # refused before connecting
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+    with parked:
         outcome = parked.redrive(_selection(args), to_queue=args.to_queue, dry_run=args.dry_run,
                                  rate=args.rate, progress=progress)
     where = ", ".join(f"{n} to exchange {x!r} key {k!r}" for (x, k), n in sorted(outcome.destinations.items()))
@@ -234,7 +245,9 @@ def parser() -> argparse.ArgumentParser:
 
     consume = commands.add_parser("consume", help="consume a retryable queue with a demo handler that fails at random")
     _contract_options(consume)
-    consume.add_argument("--mode", choices=MODES, default="reject")
+    consume.add_argument("--mode", choices=MODES, default="reject",
+                         help="how a tiers contract retries (default %(default)s); a native or levels contract "
+                         "retries its own way and ignores it")
     consume.add_argument("--fail-rate", type=float, default=0.3, help="probability that one attempt fails")
     consume.add_argument("--seed", type=int, help="seed of the simulated failures")
     consume.add_argument("--prefetch", type=int, default=10)
@@ -269,7 +282,8 @@ def parser() -> argparse.ArgumentParser:
     _contract_options(redrive)
     _filter_options(redrive)
     redrive.add_argument("--to-queue", action="store_true",
-                         help="publish to Q.requeue (reaches the input queue only) instead of the original exchange")
+                         help="publish to Q.requeue (reaches the input queue only) instead of the original exchange; "
+                         "strategy tiers only (native and levels queues have no Q.requeue)")
     redrive.add_argument("--rate", type=positive(float), default=100.0, help="messages a second (default %(default)s)")
     redrive.add_argument("--dry-run", action="store_true", help="count what would move; move nothing")
     redrive.add_argument("--verbose", action="store_true", help="one line per moved message")

@@ -9,6 +9,9 @@ Modes:
 A contract of strategy `native` (RabbitMQ 4.3's delayed retry) takes neither mode: a failed message is
 rejected with `basic.reject(requeue=true)`, the one call the broker delays and counts (`basic.nack` with
 requeue neither waits nor counts: a nack loop never ends); the broker's `x-delivery-count` is the attempt.
+A contract of strategy `levels` takes neither mode either: a failed message is republished (as in
+"republish") to the contract's `delay_exchange` with a routing key that spells its back-off delay
+(`levels.py`), counted in the contract's own `attempt_header`.
 
 The handler runs in a worker thread while this thread keeps the connection serviced (heartbeats, other
 channels), so a long handler does not lose the connection; `handler_timeout` bounds it.
@@ -33,6 +36,7 @@ from pika.spec import Basic, BasicProperties
 from . import headers as h
 from .connection import ConnectionParams, connect, parameters, quiet_pika
 from .contract import strategy_of, validate
+from .levels import delay_routing_key, delay_units, retry_delay_ms
 
 LOG = logging.getLogger("rabbitmq_retry_client")
 
@@ -54,10 +58,10 @@ class DeadlineExceededError(Exception):
 class RetryingConsumer:
     """Consume the contract's queue, call `handler(body, properties)`, and retry or park what it raises on.
 
-    Counters: `processed` (handler succeeded, acked), `retried` (sent to a wait tier), `parked` (sent to the
-    error exchange, `permanent` of them at once), `requeued` (a retry or parking publish failed: the original
+    Counters: `processed` (handler succeeded, acked), `retried` (left to wait for a retry), `parked` (sent to
+    the error exchange, `permanent` of them at once), `requeued` (a retry or parking publish failed: the original
     was nacked back to the queue), `reconnects`, `timed_out` (handlers abandoned at their deadline). The
-    connection's vhost is the contract's.
+    connection's vhost is the contract's. `mode` applies to `tiers` contracts only (see the module docstring).
     """
 
     def __init__(self, connection_params: ConnectionParams, contract: Mapping[str, Any], handler: Handler,
@@ -69,7 +73,10 @@ class RetryingConsumer:
         if handler_timeout is not None and handler_timeout <= 0:
             raise ValueError(f"handler_timeout must be positive seconds or None, got {handler_timeout!r}")
         self.contract = validate(contract)
-        self.native = strategy_of(self.contract) == "native"
+        self.strategy = strategy_of(self.contract)
+        self.native = self.strategy == "native"
+        self.counts_in_header = self.strategy == "levels" or (self.strategy == "tiers" and mode == "republish")
+        """The attempt is our own `attempt_header`, and a failure is retried by publishing a copy."""
         self.queue: str = self.contract["queue"]
         self.handler = handler
         self.mode: Mode = mode
@@ -238,10 +245,10 @@ class RetryingConsumer:
             self._park_permanent(channel, method, properties, body, reason)
         elif self.native:
             self._fail_native(channel, method, properties, body, reason)
-        elif self.mode == "reject":
-            self._fail_reject(channel, method, properties, body, reason)
-        else:
+        elif self.counts_in_header:
             self._fail_republish(channel, method, properties, body, reason)
+        else:
+            self._fail_reject(channel, method, properties, body, reason)
 
     def _origin(self, method: Basic.Deliver, headers: Mapping[str, Any]) -> tuple[str, str, datetime | None]:
         """Where the message was first published (exchange, routing key) and, in reject mode, when it first
@@ -258,7 +265,7 @@ class RetryingConsumer:
         """This delivery's attempt number (1 = first)."""
         if self.native:
             return h.counter(headers.get("x-delivery-count")) + 1
-        if self.mode == "reject":
+        if not self.counts_in_header:
             return h.rejected_attempts(headers, self.queue) + 1
         return h.counter(headers.get(self.contract["attempt_header"])) + 1
 
@@ -267,7 +274,7 @@ class RetryingConsumer:
         headers = properties.headers or {}
         exchange, routing_key, first = self._origin(method, headers)
         attempt = self._attempt(headers)
-        if self.mode == "republish" and attempt > 1 and h.FIRST_FAILURE_AT in headers:
+        if self.counts_in_header and attempt > 1 and h.FIRST_FAILURE_AT in headers:
             first_failure_at = h.text(headers[h.FIRST_FAILURE_AT])
         else:
             first_failure_at = h.utc_iso(first)
@@ -307,13 +314,27 @@ class RetryingConsumer:
         self._park(channel, method, properties, body, reason, attempts=attempt, exchange=exchange,
                    routing_key=routing_key, first_failure_at=h.utc_iso())
 
+    def retry_route(self, attempt: int) -> tuple[str, str, int]:
+        """(exchange, routing key, wait in ms) of the copy that retries `attempt`: the attempt's tier, or with
+        strategy `levels` the delay levels holding it for the attempt's back-off, rounded up to whole units."""
+        if self.strategy == "levels":
+            delay = retry_delay_ms(self.contract, attempt)
+            return (self.contract["delay_exchange"], delay_routing_key(self.contract, delay),
+                    delay_units(self.contract, delay) * self.contract["delay_unit_ms"])
+        tiers = self.contract["tiers"]
+        tier = tiers[min(attempt, len(tiers)) - 1]
+        return self.contract["retry_exchange"], tier["routing_key"], tier["delay_ms"]
+
     def _fail_republish(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
                         body: bytes, reason: str) -> None:
+        """Publish a copy that retries later (`retry_route`), counted in `attempt_header`; park it after
+        `max_retries`."""
         headers = properties.headers or {}
         attempt_header = self.contract["attempt_header"]
         attempt = self._attempt(headers)
         exchange, routing_key, _ = self._origin(method, headers)
-        # The first failure records where the message came from: later deliveries come from Q.requeue.
+        # The first failure records where the message came from: later deliveries come from Q.requeue (tiers)
+        # or rabbitmq-retry.delay.deliver (levels).
         fresh = attempt == 1 or h.FIRST_FAILURE_AT not in headers
         origin = {h.ORIGINAL_EXCHANGE: exchange, h.ORIGINAL_ROUTING_KEY: routing_key,
                   h.FIRST_FAILURE_AT: h.utc_iso() if fresh else h.text(headers[h.FIRST_FAILURE_AT])}
@@ -321,14 +342,13 @@ class RetryingConsumer:
             self._park(channel, method, properties, body, reason, attempts=attempt, exchange=exchange,
                        routing_key=routing_key, first_failure_at=origin[h.FIRST_FAILURE_AT])
             return
-        tiers = self.contract["tiers"]
-        tier = tiers[min(attempt, len(tiers)) - 1]
+        retry_exchange, retry_key, wait_ms = self.retry_route(attempt)
         copy_headers = {**h.without_broker_headers(headers), **origin, attempt_header: attempt}
-        if self._publish_then_ack(channel, method, self.contract["retry_exchange"], tier["routing_key"],
-                                  body, h.copy_properties(properties, copy_headers)):
+        if self._publish_then_ack(channel, method, retry_exchange, retry_key, body,
+                                  h.copy_properties(properties, copy_headers)):
             self.retried += 1
             LOG.info("retry %s: attempt %d/%d failed, next in %d ms via %s (%s)", properties.message_id,
-                     attempt, self.contract["max_retries"], tier["delay_ms"], tier["routing_key"], reason[:200])
+                     attempt, self.contract["max_retries"], wait_ms, retry_key, reason[:200])
 
     def _park(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties, body: bytes,
               reason: str, *, attempts: int, exchange: str, routing_key: str, first_failure_at: str,

@@ -4,13 +4,17 @@ Everything a consumer needs (queue, exchanges, tiers, retry budget, attempt head
 so no name is hard-coded in a client. `strategy` says how the contract describes retries:
 - `tiers` (also when absent): one wait queue per delay, `tiers[min(attempt, len(tiers)) - 1]`;
 - `native`: RabbitMQ 4.3's delayed retry; `retry_call` (`basic.reject(requeue=true)`) is the only call that
-  delays and counts, the broker waits `min(min_delay_ms × n, max_delay_ms)` and parks past `delivery_limit`.
+  delays and counts, the broker waits `min(min_delay_ms × n, max_delay_ms)` and parks past `delivery_limit`;
+- `levels`: the consumer picks each retry's delay from `backoff` and publishes a copy to `delay_exchange`,
+  whose shared binary delay levels hold it that long (the routing key spells the delay in `delay_unit_ms`
+  units: see `levels.py`).
 A contract with any other strategy is refused rather than followed the wrong way.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 from collections.abc import Iterator, Mapping
@@ -20,7 +24,7 @@ from typing import Any
 Contract = dict[str, Any]
 
 DEFAULT_STRATEGY = "tiers"
-SUPPORTED_STRATEGIES = ("tiers", "native")
+SUPPORTED_STRATEGIES = ("tiers", "native", "levels")
 """What this client can follow; a contract naming any other strategy is refused by `load_contract`."""
 
 _COMMON_KEYS: dict[str, type | tuple[type, ...]] = {
@@ -30,6 +34,8 @@ _COMMON_KEYS: dict[str, type | tuple[type, ...]] = {
 _CONTRACT_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "tiers": {**_COMMON_KEYS, "retry_exchange": str, "reject_routes_to": str, "tiers": list},
     "native": {**_COMMON_KEYS, "retry_call": str, "min_delay_ms": int, "max_delay_ms": int, "delivery_limit": int},
+    "levels": {**_COMMON_KEYS, "delay_exchange": str, "delay_unit_ms": int, "delay_words": int, "delay_levels": int,
+               "max_delay_ms": int, "backoff": Mapping},
 }
 NATIVE_RETRY_CALL = "basic.reject(requeue=true)"
 
@@ -67,6 +73,60 @@ def strategy_of(contract: Mapping[str, Any]) -> str:
     return str(contract.get("strategy", DEFAULT_STRATEGY))
 
 
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _tiers_problems(contract: Contract) -> list[str]:
+    tiers = contract.get("tiers") or []
+    problems = [] if tiers else ["tiers: empty"]
+    for i, tier in enumerate(tiers):
+        if not (isinstance(tier, Mapping) and isinstance(tier.get("routing_key"), str)
+                and isinstance(tier.get("delay_ms"), int)):
+            problems.append(f"tiers[{i}]: needs routing_key (string) and delay_ms (integer)")
+    return problems
+
+
+def _native_problems(contract: Contract) -> list[str]:
+    if isinstance(contract.get("retry_call"), str) and contract["retry_call"] != NATIVE_RETRY_CALL:
+        return [f"retry_call: {contract['retry_call']!r} is not {NATIVE_RETRY_CALL}, the only call this client makes"]
+    return []
+
+
+def _levels_problems(contract: Contract) -> list[str]:
+    """The ranges the routing key and the back-off rely on (the types are checked with the other keys)."""
+    problems = []
+    backoff = contract.get("backoff")
+    if isinstance(backoff, Mapping):
+        for key in ("initial_ms", "max_ms"):
+            if not _whole(backoff.get(key)):
+                problems.append(f"backoff.{key}: missing or not int")
+            elif backoff[key] < 0:
+                problems.append(f"backoff.{key}: {backoff[key]} is below 0")
+        multiplier, jitter = backoff.get("multiplier"), backoff.get("jitter")
+        if not _number(multiplier):
+            problems.append("backoff.multiplier: missing or not a number")
+        elif multiplier < 1:
+            problems.append(f"backoff.multiplier: {multiplier} is below 1")
+        if not _number(jitter):
+            problems.append("backoff.jitter: missing or not a number")
+        elif not 0 <= jitter < 1:
+            problems.append(f"backoff.jitter: {jitter} is not at least 0 and below 1")
+    unit, words, levels = contract.get("delay_unit_ms"), contract.get("delay_words"), contract.get("delay_levels")
+    if _whole(unit) and unit < 1:
+        problems.append(f"delay_unit_ms: {unit} is below 1")
+    if _whole(words) and _whole(levels) and not 1 <= levels <= words:
+        problems.append(f"delay_levels: {levels} is not between 1 and delay_words ({words})")
+    return problems
+
+
+_STRATEGY_PROBLEMS = {"tiers": _tiers_problems, "native": _native_problems, "levels": _levels_problems}
+
+
 def validate(source: Mapping[str, Any]) -> Contract:
     """The contract as plain data with whole numbers; ContractError listing every problem at once."""
     contract: Contract = whole_numbers(source)
@@ -78,20 +138,7 @@ def validate(source: Mapping[str, Any]) -> Contract:
     problems = [f"{key}: missing or not {getattr(kind, '__name__', kind)}"
                 for key, kind in _CONTRACT_KEYS[strategy].items()
                 if not isinstance(contract.get(key), kind) or isinstance(contract.get(key), bool)]
-    if strategy == "native":
-        if isinstance(contract.get("retry_call"), str) and contract["retry_call"] != NATIVE_RETRY_CALL:
-            problems.append(f"retry_call: {contract['retry_call']!r} is not {NATIVE_RETRY_CALL}, the only call "
-                            "this client makes")
-        if problems:
-            raise ContractError(f"invalid retry contract for {contract.get('queue')!r}: " + "; ".join(problems))
-        return json.loads(json.dumps(contract))
-    tiers = contract.get("tiers") or []
-    if not tiers:
-        problems.append("tiers: empty")
-    for i, tier in enumerate(tiers):
-        if not (isinstance(tier, Mapping) and isinstance(tier.get("routing_key"), str)
-                and isinstance(tier.get("delay_ms"), int)):
-            problems.append(f"tiers[{i}]: needs routing_key (string) and delay_ms (integer)")
+    problems += _STRATEGY_PROBLEMS[strategy](contract)
     if problems:
         raise ContractError(f"invalid retry contract for {contract.get('queue')!r}: " + "; ".join(problems))
     return json.loads(json.dumps(contract))  # plain and independent of the caller's dict

@@ -33,6 +33,9 @@ from .contract import strategy_of, validate
 LIMIT_REASON = "delivery_limit"
 REQUEUE_SUFFIX = ".requeue"
 """`Q.requeue`, the fanout exchange bound only to `Q` (README: Topology of a retryable queue)."""
+REQUEUE_STRATEGIES = ("tiers",)
+"""The strategies whose queues have `Q.requeue`; a queue of any other (`native`, `levels`) is redriven to the
+original exchange only."""
 
 
 @dataclass(frozen=True)
@@ -264,13 +267,19 @@ class ParkedQueue:
                 group.oldest = first
         return sorted(groups.values(), key=lambda g: (-g.count, g.reason, g.routing_key))
 
+    def check_to_queue(self) -> None:
+        """ValueError unless the queue has `Q.requeue` to redrive to (strategy `tiers`); called before anything
+        is read, so an empty error queue is refused too."""
+        strategy = strategy_of(self.contract)
+        if strategy not in REQUEUE_STRATEGIES:
+            raise ValueError(f"{self.input_queue!r} uses strategy {strategy}, which has no {self.requeue_exchange!r} "
+                             "exchange; redrive to the original exchange (without --to-queue)")
+
     def destination(self, message: Parked, to_queue: bool) -> tuple[str, str]:
         """(exchange, routing key) a redrive publishes to: `Q.requeue` (reaches `Q` only), or the exchange and
         routing key the message was first published with."""
         if to_queue:
-            if strategy_of(self.contract) == "native":
-                raise ValueError(f"{self.input_queue!r} uses strategy native, which has no {self.requeue_exchange!r} "
-                                 "exchange; redrive to the original exchange (without --to-queue)")
+            self.check_to_queue()
             return self.requeue_exchange, message.original_routing_key
         exchange = message.original_exchange
         if exchange is None:
@@ -285,6 +294,8 @@ class ParkedQueue:
                 rate: float | None = None, progress: Callable[[Parked, str, str], None] | None = None) -> Outcome:
         """Send the selected messages back with a full retry budget, at most `rate` a second: publish the
         copy (confirmed, mandatory), then ack the parked original. `dry_run` only counts them."""
+        if to_queue:
+            self.check_to_queue()
         outcome = Outcome()
         interval = 1.0 / rate if rate else 0.0
         publisher = None if dry_run else self._channel(confirms=True)

@@ -1,19 +1,22 @@
 """The client package's pure parts (rabbitmq_retry_client), without a broker: which contract it picks,
 what it refuses (an unknown strategy included), how it cuts an error reason, what a retried, parked or
-redriven copy carries over, which parked messages a filter selects, and what the command refuses before
-connecting (README: Writing a consumer, Parked messages)."""
+redriven copy carries over, which parked messages a filter selects, what the command refuses before
+connecting, and strategy `levels` (its contract, back-off, routing key, and the consumer's retries and
+parking through a recording channel) (README: Writing a consumer, Parked messages)."""
 
 from __future__ import annotations
 
 import copy
 import json
 import logging
+import math
 import re
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pika
+import pika.exceptions
 import pytest
 from pika.spec import BasicProperties
 
@@ -34,7 +37,8 @@ from rabbitmq_retry_client.headers import (
     utc_iso,
     without_broker_headers,
 )
-from rabbitmq_retry_client.parked import Parked, Selection
+from rabbitmq_retry_client.levels import delay_routing_key, delay_units, retry_delay_ms
+from rabbitmq_retry_client.parked import Parked, ParkedQueue, Selection
 from tests.conftest import ROOT, vhost_config
 
 
@@ -357,7 +361,7 @@ def test_an_unknown_strategy_is_refused_by_name_before_anything_else() -> None:
         load_contract(contract(strategy="exponential", tiers=[]))
     assert str(error.value) == (
         "retry contract for 'orders' uses strategy 'exponential', which this client does not support "
-        "(supported: tiers, native); upgrade rabbitmq-retry or follow README: Writing a consumer by hand")
+        "(supported: tiers, native, levels); upgrade rabbitmq-retry or follow README: Writing a consumer by hand")
 
 
 def test_the_consumer_refuses_an_unknown_strategy_before_connecting() -> None:
@@ -568,3 +572,365 @@ def test_without_the_pulumi_cli_the_error_says_to_pass_a_file(monkeypatch: pytes
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(ContractError, match=r"^the Pulumi CLI is not installed; pass --contract FILE instead"):
         stack_output_of("dev")
+
+
+# --- strategy levels: the contract ------------------------------------------------------------------
+
+def levels_contract(**changes: Any) -> dict[str, Any]:
+    """A valid `strategy: levels` contract, the example of /work/coord/levels.md (docs: The retry contract)."""
+    value: dict[str, Any] = {
+        "strategy": "levels", "vhost": "shop", "queue": "orders.billing", "queue_type": "quorum",
+        "delay_exchange": "rabbitmq-retry.delay.16", "delay_unit_ms": 1000, "delay_words": 28, "delay_levels": 17,
+        "max_delay_ms": 86400000,
+        "routing_key_format": "delay in units (ceil(delay_ms / delay_unit_ms)) as delay_words binary digits, most "
+                              "significant first, each followed by '.', then the queue name",
+        "backoff": {"initial_ms": 1000, "multiplier": 2.0, "max_ms": 3600000, "jitter": 0.2},
+        "max_retries": 8, "delivery_limit": 28, "attempt_header": "retry-count",
+        "error_exchange": "orders.billing.error", "error_queue": "orders.billing.error",
+    }
+    value.update(changes)
+    return value
+
+
+def levels_backoff(**changes: Any) -> dict[str, Any]:
+    return levels_contract(backoff={**levels_contract()["backoff"], **changes})
+
+
+def _levels_problems(source: dict[str, Any]) -> str:
+    return _problems(source).removeprefix("invalid retry contract for 'orders.billing': ")
+
+
+def test_a_levels_contract_is_accepted_whole_numbers_included() -> None:
+    assert load_contract({"shop": {"orders.billing": levels_contract()}}) == levels_contract()
+    assert load_contract(levels_contract(delivery_limit=None, queue_type="classic"))["delivery_limit"] is None
+    loaded = load_contract(levels_backoff(initial_ms=500.0, multiplier=1, jitter=0))
+    assert loaded["backoff"] == {"initial_ms": 500, "multiplier": 1, "max_ms": 3600000, "jitter": 0}
+    assert type(loaded["backoff"]["initial_ms"]) is int
+
+
+@pytest.mark.parametrize(("key", "kind"), [
+    ("delay_exchange", "str"), ("delay_unit_ms", "int"), ("delay_words", "int"), ("delay_levels", "int"),
+    ("max_delay_ms", "int"), ("backoff", "Mapping"), ("max_retries", "int"), ("attempt_header", "str"),
+    ("error_exchange", "str"), ("error_queue", "str"),
+])
+def test_a_missing_levels_field_is_named(key: str, kind: str) -> None:
+    source = levels_contract()
+    del source[key]
+    assert _levels_problems(source) == f"{key}: missing or not {kind}"
+
+
+@pytest.mark.parametrize(("key", "value", "problem"), [
+    ("backoff", "1s", "backoff: missing or not Mapping"),
+    ("delay_exchange", None, "delay_exchange: missing or not str"),
+    ("delay_unit_ms", "1000", "delay_unit_ms: missing or not int"),
+    ("delay_unit_ms", 0.5, "delay_unit_ms: missing or not int"),
+    ("delay_unit_ms", 0, "delay_unit_ms: 0 is below 1"),
+    ("delay_unit_ms", -1000, "delay_unit_ms: -1000 is below 1"),
+    ("delay_words", True, "delay_words: missing or not int"),
+    ("delay_levels", 0, "delay_levels: 0 is not between 1 and delay_words (28)"),
+    ("delay_levels", 29, "delay_levels: 29 is not between 1 and delay_words (28)"),
+    ("delay_words", 16, "delay_levels: 17 is not between 1 and delay_words (16)"),
+])
+def test_a_wrong_levels_field_is_named(key: str, value: Any, problem: str) -> None:
+    assert _levels_problems(levels_contract(**{key: value})) == problem
+
+
+@pytest.mark.parametrize(("changes", "problem"), [
+    ({"initial_ms": None}, "backoff.initial_ms: missing or not int"),
+    ({"initial_ms": 1.5}, "backoff.initial_ms: missing or not int"),
+    ({"max_ms": "1h"}, "backoff.max_ms: missing or not int"),
+    ({"max_ms": True}, "backoff.max_ms: missing or not int"),
+    ({"initial_ms": -1}, "backoff.initial_ms: -1 is below 0"),
+    ({"multiplier": None}, "backoff.multiplier: missing or not a number"),
+    ({"multiplier": "2"}, "backoff.multiplier: missing or not a number"),
+    ({"multiplier": True}, "backoff.multiplier: missing or not a number"),
+    ({"multiplier": float("inf")}, "backoff.multiplier: missing or not a number"),
+    ({"multiplier": 0.5}, "backoff.multiplier: 0.5 is below 1"),
+    ({"multiplier": 0}, "backoff.multiplier: 0 is below 1"),
+    ({"jitter": None}, "backoff.jitter: missing or not a number"),
+    ({"jitter": float("nan")}, "backoff.jitter: missing or not a number"),
+    ({"jitter": -0.1}, "backoff.jitter: -0.1 is not at least 0 and below 1"),
+    ({"jitter": 1.0}, "backoff.jitter: 1 is not at least 0 and below 1"),
+])
+def test_a_wrong_backoff_field_is_named_with_its_path(changes: dict[str, Any], problem: str) -> None:
+    assert _levels_problems(levels_backoff(**changes)) == problem
+
+
+@pytest.mark.parametrize("changes", [{"multiplier": 1}, {"jitter": 0}, {"jitter": 0.99}, {"initial_ms": 0}])
+def test_the_backoff_bounds_themselves_are_accepted(changes: dict[str, Any]) -> None:
+    assert load_contract(levels_backoff(**changes))["backoff"] == levels_backoff(**changes)["backoff"]
+
+
+def test_the_levels_may_fill_every_word() -> None:
+    assert load_contract(levels_contract(delay_levels=28))["delay_levels"] == 28
+
+
+def test_every_levels_problem_is_reported_at_once() -> None:
+    source = levels_contract(delay_unit_ms=0, delay_levels=40, backoff={"multiplier": 0.5, "jitter": 2})
+    del source["delay_exchange"]
+    assert _levels_problems(source) == (
+        "delay_exchange: missing or not str; backoff.initial_ms: missing or not int; backoff.max_ms: missing or "
+        "not int; backoff.multiplier: 0.5 is below 1; backoff.jitter: 2 is not at least 0 and below 1; "
+        "delay_unit_ms: 0 is below 1; delay_levels: 40 is not between 1 and delay_words (28)")
+
+
+# --- strategy levels: routing key and back-off ------------------------------------------------------
+
+def _key(units: int, words: int = 28, queue: str = "orders.billing") -> str:
+    """An independent spelling of the expected key: `units` in `words` binary words, then the queue."""
+    return "".join(f"{(units >> bit) & 1}." for bit in reversed(range(words))) + queue
+
+
+def test_the_key_of_levels_md_for_five_seconds_in_units_of_one_second() -> None:
+    assert delay_routing_key(levels_contract(), 5000) == (
+        "0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.1.0.1.orders.billing")
+
+
+@pytest.mark.parametrize(("delay_ms", "units"), [
+    (0, 0), (1, 1), (999, 1), (1000, 1), (1001, 2), (1200, 2), (1200.0, 2), (2000, 2), (5000, 5), (5000.5, 6),
+])
+def test_a_delay_is_rounded_up_to_whole_units(delay_ms: float, units: int) -> None:
+    assert delay_units(levels_contract(), delay_ms) == units
+    assert delay_routing_key(levels_contract(), delay_ms) == _key(units)
+
+
+def test_no_delay_is_all_zero_words_and_one_unit_is_the_last_word() -> None:
+    assert delay_routing_key(levels_contract(), 0) == "0." * 28 + "orders.billing"
+    assert delay_routing_key(levels_contract(), 1000) == "0." * 27 + "1.orders.billing"
+
+
+def test_a_delay_past_the_top_level_is_capped_at_every_level_set() -> None:
+    top = 2 ** 17 - 1  # 17 levels of 1 s: 36 h 24 min 31 s
+    assert delay_units(levels_contract(), top * 1000) == top
+    assert delay_units(levels_contract(), top * 1000 + 1) == top
+    assert delay_routing_key(levels_contract(), 10 ** 12) == "0." * 11 + "1." * 17 + "orders.billing"
+    assert delay_routing_key(levels_contract(delay_levels=3, delay_unit_ms=250), 60_000) == _key(7)
+
+
+def test_the_key_always_has_delay_words_bit_words_whatever_the_levels() -> None:
+    for levels in (1, 5, 17, 28):
+        key = delay_routing_key(levels_contract(delay_levels=levels, queue="q"), 3000)
+        assert key.split(".")[:-1] == list(format(min(3, 2 ** levels - 1), "028b"))
+    assert delay_routing_key(levels_contract(delay_words=4, delay_levels=4, queue="a.b"), 9000) == "1.0.0.1.a.b"
+
+
+def test_a_negative_delay_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"^a delay cannot be negative, got -1 ms$"):
+        delay_routing_key(levels_contract(), -1)
+
+
+def _never(low: float, high: float) -> float:
+    raise AssertionError("no jitter, no random draw")
+
+
+def test_without_jitter_the_backoff_multiplies_from_initial_up_to_max() -> None:
+    contract = levels_backoff(initial_ms=1000, multiplier=2, max_ms=10000, jitter=0)
+    assert [retry_delay_ms(contract, n, random=_never) for n in range(1, 8)] == [
+        1000, 2000, 4000, 8000, 10000, 10000, 10000]
+    slow = levels_backoff(initial_ms=300, multiplier=1.5, max_ms=1000, jitter=0)
+    assert [retry_delay_ms(slow, n, random=_never) for n in range(1, 5)] == [300, 450, 675, 1000]
+    flat = levels_backoff(initial_ms=700, multiplier=1, max_ms=5000, jitter=0)
+    assert {retry_delay_ms(flat, n, random=_never) for n in range(1, 20)} == {700}
+
+
+def test_jitter_draws_a_factor_around_one_and_rounds_up() -> None:
+    contract = levels_backoff(initial_ms=1000, multiplier=2, max_ms=10000, jitter=0.2)
+    draws: list[tuple[float, float]] = []
+
+    def low(a: float, b: float) -> float:
+        draws.append((a, b))
+        return a
+
+    assert [retry_delay_ms(contract, n, random=low) for n in (1, 2, 5)] == [800, 1600, 8000]
+    assert draws == [(0.8, 1.2)] * 3
+    assert [retry_delay_ms(contract, n, random=lambda a, b: b) for n in (1, 2, 5)] == [1200, 2400, 12000]
+    assert retry_delay_ms(contract, 1, random=lambda a, b: 0.9001) == 901  # 900.1 ms: never earlier
+
+
+def test_jittered_delays_stay_within_their_bounds() -> None:
+    import random
+
+    contract = levels_backoff(initial_ms=1000, multiplier=3, max_ms=60000, jitter=0.25)
+    rng = random.Random(11)
+    for attempt in range(1, 9):
+        base = min(60000, 1000 * 3 ** (attempt - 1))
+        delays = {retry_delay_ms(contract, attempt, random=rng.uniform) for _ in range(200)}
+        assert min(delays) >= base * 0.75 and max(delays) <= math.ceil(base * 1.25)
+        assert len(delays) > 20, "the factor is drawn, not fixed"
+
+
+def test_a_huge_attempt_is_the_maximum_and_attempt_zero_is_refused() -> None:
+    contract = levels_backoff(initial_ms=1000, multiplier=10.5, max_ms=60000, jitter=0)
+    assert retry_delay_ms(contract, 5000) == 60000
+    with pytest.raises(ValueError, match=r"^attempt must be 1 or more, got 0$"):
+        retry_delay_ms(contract, 0)
+
+
+# --- strategy levels: the consumer ----------------------------------------------------------------
+
+class RecordingChannel:
+    """Both of a consumer's channels, recording every call in order (publish, ack, nack, reject)."""
+
+    def __init__(self, refuse: Exception | None = None) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.refuse = refuse
+
+    def basic_publish(self, exchange: str, routing_key: str, body: bytes, properties: BasicProperties,
+                      mandatory: bool = False) -> None:
+        self.calls.append(("publish", exchange, routing_key, body, properties.headers, mandatory))
+        if self.refuse is not None:
+            raise self.refuse
+
+    def basic_ack(self, delivery_tag: int) -> None:
+        self.calls.append(("ack", delivery_tag))
+
+    def basic_nack(self, delivery_tag: int, requeue: bool) -> None:
+        self.calls.append(("nack", delivery_tag, requeue))
+
+    def basic_reject(self, delivery_tag: int, requeue: bool) -> None:
+        self.calls.append(("reject", delivery_tag, requeue))
+
+
+def _deliver(contract: dict[str, Any], handler: Any, headers: dict[str, Any] | None = None, mode: str = "reject",
+             channel: RecordingChannel | None = None) -> tuple[RetryingConsumer, list[tuple[Any, ...]]]:
+    """One delivery of message m-1 (first published to `billing` with key `order.created` unless its headers
+    say otherwise) through the consumer's handling, on a recording channel instead of a broker."""
+    channel = channel or RecordingChannel()
+    consumer = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract, handler, mode,  # type: ignore[arg-type]
+                                publish_failure_pause=0)
+    consumer._confirming = lambda: channel  # type: ignore[assignment,method-assign,return-value]
+    method = pika.spec.Basic.Deliver(delivery_tag=7, exchange="billing", routing_key="order.created")
+    consumer._handle(channel, method, BasicProperties(message_id="m-1", headers=headers),  # type: ignore[arg-type]
+                     b"body")
+    return consumer, channel.calls
+
+
+def _fails(body: bytes, properties: BasicProperties) -> None:
+    raise RuntimeError("boom")
+
+
+STEADY = levels_backoff(initial_ms=1000, multiplier=2, max_ms=3600000, jitter=0)
+"""A levels contract without jitter: retry n waits exactly 2^(n-1) s."""
+
+
+def test_the_retry_route_of_a_levels_queue_is_the_delay_exchange_with_the_backoffs_key() -> None:
+    consumer = RetryingConsumer("amqp://127.0.0.1:1/%2F", STEADY, _fails)
+    assert [consumer.retry_route(n) for n in (1, 3)] == [
+        ("rabbitmq-retry.delay.16", _key(1), 1000), ("rabbitmq-retry.delay.16", _key(4), 4000)]
+    capped = RetryingConsumer("amqp://127.0.0.1:1/%2F", levels_contract(delay_levels=3), _fails)
+    assert capped.retry_route(8) == ("rabbitmq-retry.delay.16", _key(7), 7000)  # waits 7 s, not 128 s
+    tiers = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(), _fails, "republish")
+    assert [tiers.retry_route(n) for n in (1, 2, 9)] == [
+        ("orders.retry", "wait.1", 1000), ("orders.retry", "wait.2", 10000), ("orders.retry", "wait.2", 10000)]
+
+
+@pytest.mark.parametrize(("strategy", "mode", "counts"), [
+    ("levels", "reject", True), ("levels", "republish", True), ("tiers", "republish", True),
+    ("tiers", "reject", False), ("native", "republish", False),
+])
+def test_levels_like_native_ignores_the_mode(strategy: str, mode: str, counts: bool) -> None:
+    source = {"levels": STEADY, "tiers": contract(),
+              "native": {**contract(), "strategy": "native", "retry_call": "basic.reject(requeue=true)",
+                         "min_delay_ms": 1000, "max_delay_ms": 5000}}[strategy]
+    consumer = RetryingConsumer("amqp://127.0.0.1:1/%2F", source, _fails, mode)  # type: ignore[arg-type]
+    assert consumer.counts_in_header is counts
+
+
+def test_a_first_failure_is_published_to_the_levels_confirmed_then_acked() -> None:
+    consumer, calls = _deliver(STEADY, _fails, {"app": "shop", "x-delivery-count": 0})
+    assert [c[0] for c in calls] == ["publish", "ack"] and calls[1] == ("ack", 7)
+    _, exchange, key, body, headers, mandatory = calls[0]
+    assert (exchange, key, body, mandatory) == ("rabbitmq-retry.delay.16", _key(1), b"body", True)
+    assert {k: v for k, v in headers.items() if k != "first-failure-at"} == {
+        "app": "shop", "original-exchange": "billing", "original-routing-key": "order.created", "retry-count": 1}
+    assert headers["first-failure-at"].endswith("Z")
+    assert (consumer.retried, consumer.parked) == (1, 0)
+
+
+def test_a_later_failure_counts_its_own_header_and_keeps_the_recorded_origin() -> None:
+    """Delivered from rabbitmq-retry.delay.deliver: x-death and the delivery itself are not the origin."""
+    earlier = {"retry-count": 3, "original-exchange": "billing", "original-routing-key": "order.created",
+               "first-failure-at": "2026-01-01T00:00:00.000Z",
+               "x-death": [{"queue": "rabbitmq-retry.delay.2", "reason": "expired", "count": 1}]}
+    _, calls = _deliver(levels_backoff(jitter=0), _fails, earlier)
+    assert calls[0][1:3] == ("rabbitmq-retry.delay.16", _key(8))  # retry 4 waits 8 s
+    assert calls[0][4] == {"retry-count": 4, "original-exchange": "billing", "original-routing-key": "order.created",
+                           "first-failure-at": "2026-01-01T00:00:00.000Z"}
+    assert calls[1] == ("ack", 7)
+
+
+def test_past_max_retries_a_levels_message_is_parked_without_its_counter() -> None:
+    earlier = {"retry-count": 8, "original-exchange": "billing", "original-routing-key": "order.created",
+               "first-failure-at": "2026-01-01T00:00:00.000Z"}
+    consumer, calls = _deliver(STEADY, _fails, earlier)
+    assert [c[0] for c in calls] == ["publish", "ack"]
+    _, exchange, key, _, headers, mandatory = calls[0]
+    assert (exchange, key, mandatory) == ("orders.billing.error", "order.created", True)
+    assert headers == {"original-exchange": "billing", "original-routing-key": "order.created",
+                       "first-failure-at": "2026-01-01T00:00:00.000Z", "error-reason": "RuntimeError: boom",
+                       "error-queue": "orders.billing", "attempts": 9}
+    assert (consumer.retried, consumer.parked) == (0, 1)
+
+
+def test_a_permanent_failure_of_a_levels_message_is_parked_at_once() -> None:
+    def bad(body: bytes, properties: BasicProperties) -> None:
+        raise PermanentError("not an order")
+
+    consumer, calls = _deliver(STEADY, bad, {"retry-count": 2, "first-failure-at": "2026-01-01T00:00:00.000Z"})
+    assert calls[0][1] == "orders.billing.error"
+    assert {k: calls[0][4][k] for k in ("attempts", "permanent", "first-failure-at", "error-reason")} == {
+        "attempts": 3, "permanent": True, "first-failure-at": "2026-01-01T00:00:00.000Z",
+        "error-reason": "PermanentError: not an order"}
+    assert "retry-count" not in calls[0][4] and calls[1] == ("ack", 7)
+    assert (consumer.permanent, consumer.parked, consumer.retried) == (1, 1, 0)
+
+
+def test_an_unroutable_retry_copy_requeues_the_original_instead_of_acking_it() -> None:
+    refused = RecordingChannel(refuse=pika.exceptions.UnroutableError([]))
+    consumer, calls = _deliver(STEADY, _fails, channel=refused)
+    assert [c[0] for c in calls] == ["publish", "nack"] and calls[1] == ("nack", 7, True)
+    assert (consumer.retried, consumer.requeued) == (0, 1)
+
+
+def test_a_success_is_acked_and_nothing_is_published() -> None:
+    consumer, calls = _deliver(STEADY, lambda body, properties: None)
+    assert calls == [("ack", 7)] and consumer.processed == 1
+
+
+def test_tiers_republish_still_publishes_to_the_attempts_tier() -> None:
+    _, calls = _deliver(contract(), _fails, {"retry-count": 1}, mode="republish")
+    assert calls[0][1:3] == ("orders.retry", "wait.2") and calls[0][4]["retry-count"] == 2
+    _, calls = _deliver(contract(), _fails, mode="reject")
+    assert calls == [("reject", 7, False)]
+
+
+# --- strategy levels: redrive -------------------------------------------------------------------------
+
+def test_a_levels_queue_is_redriven_to_the_original_exchange_only(tmp_path: Path) -> None:
+    queue = ParkedQueue("amqp://127.0.0.1:1/%2F", levels_contract())
+    message = parked(**{"original-exchange": "billing", "original-routing-key": "order.created"})
+    assert queue.destination(message, to_queue=False) == ("billing", "order.created")
+    refusal = ("'orders.billing' uses strategy levels, which has no 'orders.billing.requeue' exchange; "
+               "redrive to the original exchange (without --to-queue)")
+    with pytest.raises(ValueError) as error:
+        queue.destination(message, to_queue=True)
+    assert str(error.value) == refusal
+    tiers = ParkedQueue("amqp://127.0.0.1:1/%2F", contract())
+    tiers.check_to_queue()
+    assert tiers.destination(message, to_queue=True) == ("orders.requeue", "order.created")
+
+
+@pytest.mark.parametrize("strategy", ["levels", "native"])
+def test_redrive_to_queue_of_a_queue_without_requeue_is_refused_before_connecting(
+        strategy: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = levels_contract() if strategy == "levels" else {
+        **contract(queue="orders.billing"), "strategy": "native", "retry_call": "basic.reject(requeue=true)",
+        "min_delay_ms": 1000, "max_delay_ms": 5000}
+    path = tmp_path / "contracts.json"
+    path.write_text(json.dumps({"shop": {"orders.billing": source}}))
+    argv = ["--url", "amqp://guest:guest@127.0.0.1:1/%2F", "parked", "redrive", "--contract", str(path),
+            "--to-queue", "--connect-timeout", "0"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"rabbitmq-retry: error: 'orders.billing' uses strategy {strategy}, which has no 'orders.billing.requeue' "
+        "exchange; redrive to the original exchange (without --to-queue)\n")
