@@ -309,7 +309,7 @@ def _levels_paths(graph: _Graph, retryable: RetryablePlan) -> list[str]:
 def _delay_level_problems(levels: DelayLevelsPlan, settings: Mapping[str, list[Effective]]) -> list[str]:
     """Each level must hold a message exactly its own time, and keep it."""
     problems: list[str] = []
-    for level, queue in enumerate(levels.queues):
+    for level, queue in enumerate(q for q in levels.queues if q.role == "delay"):
         delay = levels.config.unit_ms * 2**level
         for effective in settings[queue.name]:
             ttl, expires = effective.get("message-ttl"), effective.get("expires")

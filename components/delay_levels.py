@@ -7,7 +7,7 @@ from typing import Any, NotRequired, TypedDict
 
 import pulumi
 
-from . import layout
+from . import layout, naming
 from .arguments import PROTECT_QUEUES, Option, check_args, input_string, mapping_or
 from .config import ConfigError, load_delay_levels
 from .config import DelayLevels as DelayLevelsConfig
@@ -47,7 +47,10 @@ class DelayLevels(pulumi.ComponentResource):
     delay_exchange: pulumi.Output[str]
     """The top level: where a consumer publishes a delayed copy (the contract's `delay_exchange`)."""
     queues: pulumi.Output[list[str]]
-    """The level queues, level 0 first."""
+    """The level queues, level 0 first, then the undeliverable queue."""
+    undeliverable_queue: pulumi.Output[str]
+    """Where a copy goes whose queue has no delivery binding when its delay is over (the delivery exchange's
+    alternate exchange): inspect it, never leave it growing."""
 
     def __init__(self, name: str, args: DelayLevelsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         where = f"DelayLevels({name})"
@@ -64,8 +67,10 @@ class DelayLevels(pulumi.ComponentResource):
         self.delivery_exchange = scope.names[("Exchange", self.plan.exchanges[0].name)]
         self.delay_exchange = scope.names[("Exchange", self.plan.top_exchange)]
         self.queues = pulumi.Output.all(*(scope.names[("Queue", q.name)] for q in self.plan.queues))
+        self.undeliverable_queue = scope.names[("Queue", naming.UNDELIVERABLE)]
         self.register_outputs({
             "delivery_exchange": self.delivery_exchange,
             "delay_exchange": self.delay_exchange,
             "queues": self.queues,
+            "undeliverable_queue": self.undeliverable_queue,
         })

@@ -64,6 +64,8 @@ DELAY_WORDS = 28
 word each existing level reads never moves under a waiting message."""
 DELIVERY_EXCHANGE = f"{DELAY_PREFIX}.deliver"
 """Topic exchange after level 0: routes a message whose delay is over to exactly its queue."""
+UNDELIVERABLE = f"{DELAY_PREFIX}.undeliverable"
+"""Fanout exchange and queue: the delivery exchange's alternate exchange, for a copy whose queue is gone."""
 TOPIC_WILDCARDS = ("*", "#")
 
 

@@ -57,6 +57,8 @@ class ExchangePlan:
     name: str
     type: str
     import_id: str | None = None
+    arguments: Mapping[str, str] = field(default_factory=dict)
+    """String arguments (`alternate-exchange`), fixed at creation: changing one replaces the exchange."""
 
 
 @dataclass(frozen=True)
@@ -223,7 +225,9 @@ class DelayLevelsPlan:
 
     config: DelayLevels
     queues: tuple[QueuePlan, ...]
+    """Level 0 first, then the undeliverable queue."""
     exchanges: tuple[ExchangePlan, ...]
+    """The delivery exchange, the undeliverable exchange, then level 0 first."""
     bindings: tuple[BindingPlan, ...]
     policies: tuple[PolicyPlan, ...]
 
@@ -429,11 +433,20 @@ def plan_delay_levels(levels: DelayLevels, imports: Iterable[str] = (), path: st
     `max_delay` only adds levels on top: no existing binding changes under a waiting message."""
     qtype = levels.queue_type
     below = [naming.DELIVERY_EXCHANGE, *(naming.delay_level(k) for k in range(levels.levels - 1))]
-    queues, exchanges, bindings, policies = [], [ExchangePlan("deliver", naming.DELIVERY_EXCHANGE, "topic")], [], []
+    # A copy whose queue is gone (or was never bound) when its delay is over goes to the undeliverable queue
+    # through the delivery exchange's alternate exchange, where an unroutable dead-letter would be dropped.
+    undeliverable = naming.UNDELIVERABLE
+    queues: list[QueuePlan] = [QueuePlan("undeliverable", undeliverable, qtype, {"x-queue-type": qtype}, "error")]
+    exchanges = [ExchangePlan("deliver", naming.DELIVERY_EXCHANGE, "topic",
+                              arguments={"alternate-exchange": undeliverable}),
+                 ExchangePlan("undeliverable-exchange", undeliverable, "fanout")]
+    bindings = [BindingPlan("undeliverable-binding", undeliverable, undeliverable)]
+    policies: list[PolicyPlan] = []
     for level in range(levels.levels):
         name, key = naming.delay_level(level), f"level-{level}"
-        queues.append(QueuePlan(key, name, qtype, {"x-queue-type": qtype, "x-dead-letter-exchange": below[level],
-                                                   **_quorum_dead_lettering(qtype)}, "delay"))
+        queues.insert(level, QueuePlan(key, name, qtype, {"x-queue-type": qtype,
+                                                          "x-dead-letter-exchange": below[level],
+                                                          **_quorum_dead_lettering(qtype)}, "delay"))
         exchanges.append(ExchangePlan(f"{key}-exchange", name, "topic"))
         bindings += [BindingPlan(f"{key}-wait", name, name, naming.delay_level_pattern(level, "1")),
                      BindingPlan(f"{key}-pass", name, below[level], naming.delay_level_pattern(level, "0"),

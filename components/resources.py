@@ -95,7 +95,8 @@ def declare_exchange(scope: Scope, logical_name: str, exchange: ExchangePlan) ->
         logical_name,
         name=exchange.name,
         vhost=scope.vhost,
-        settings=rabbitmq.ExchangeSettingsArgs(type=exchange.type, durable=True, auto_delete=False),
+        settings=rabbitmq.ExchangeSettingsArgs(type=exchange.type, durable=True, auto_delete=False,
+                                               arguments=dict(exchange.arguments) or None),
         opts=scope.options(import_id=exchange.import_id),
     )
     scope.add("Exchange", exchange.name, resource, resource.name)

@@ -59,6 +59,10 @@ def requirements(config: StackConfig) -> Iterator[Requirement]:
             if queue.retry is not None and queue.retry.strategy == "native":
                 yield Requirement(f"{path}.retry.strategy", NATIVE_MIN_VERSION,
                                   "strategy native (the delayed-retry-* policy keys)")
+        if vhost.delay_levels is not None and vhost.delay_levels.queue_type == "quorum":
+            yield Requirement(f"vhosts[{i}].delay_levels.type", QUORUM_MIN_VERSION, "quorum queues")
+            yield Requirement(f"vhosts[{i}].delay_levels.type", AT_LEAST_ONCE_MIN_VERSION,
+                              "at-least-once dead-lettering of quorum queues (between delay levels)")
         for kind, policies in (("policies", vhost.policies), ("operator_policies", vhost.operator_policies)):
             for j, policy in enumerate(policies):
                 for key in policy.definition:

@@ -203,3 +203,18 @@ def test_an_application_can_delay_a_message_only_back_to_its_own_queue(broker: B
     finally:
         for user in users.values():
             call(broker, "DELETE", f"users/{esc(user)}")
+
+
+@pytest.mark.parametrize("queue_type", QUEUE_TYPES)
+def test_a_copy_whose_queue_is_gone_when_its_delay_is_over_is_kept_as_undeliverable(
+        broker: Broker, deploy: Deployer, queue_type: str) -> None:
+    """The queue is deleted while its copies wait: the delivery exchange routes them nowhere, and its alternate
+    exchange keeps them in `rabbitmq-retry.delay.undeliverable` instead of the broker dropping them."""
+    deployment = deploy(levels_config(queue_type))
+    contract = deployment.contracts["billing"]
+    sent = publish_delayed(broker, deployment.vhost, contract, [900, 300], "u")
+    call(broker, "DELETE", f"queues/{esc(deployment.vhost)}/billing")
+    undeliverable = "rabbitmq-retry.delay.undeliverable"
+    arrived = receive(broker, deployment.vhost, undeliverable, len(sent), timeout=20)
+    assert sorted(message_id for message_id, _ in arrived) == sorted(sent)
+    assert message_counts(broker, deployment.vhost, level_queues(contract)) == dict.fromkeys(level_queues(contract), 0)
