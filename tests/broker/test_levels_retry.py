@@ -22,8 +22,10 @@ import pytest
 from rabbitmq_retry_client import Publisher, RetryingConsumer
 from rabbitmq_retry_client.levels import delay_routing_key
 from tests.support.amqp import channel, drain, message_counts, parameters
-from tests.support.mirror import Broker, call, esc
+from tests.support.mirror import Broker, call, esc, read_back
 from tests.support.retrying import Recorder, publish_ids, run_consumers
+from tools.definitions import Endpoint, read_live
+from tools.drift import findings
 
 if TYPE_CHECKING:
     from tests.support.deploy import Deployer
@@ -218,3 +220,19 @@ def test_a_copy_whose_queue_is_gone_when_its_delay_is_over_is_kept_as_undelivera
     arrived = receive(broker, deployment.vhost, undeliverable, len(sent), timeout=20)
     assert sorted(message_id for message_id, _ in arrived) == sorted(sent)
     assert message_counts(broker, deployment.vhost, level_queues(contract)) == dict.fromkeys(level_queues(contract), 0)
+
+
+def test_the_levels_topology_reads_back_as_applied_and_shows_no_drift(broker: Broker, deploy: Deployer) -> None:
+    """Exchange-to-exchange bindings, the alternate exchange argument and the derived topic permission read back
+    exactly as the program declared them: a second `pulumi up` changes nothing and `make drift` finds nothing."""
+    suffix = uuid.uuid4().hex[:8]
+    user = f"levels-drift-{suffix}"
+    try:
+        deployment = deploy(levels_config("quorum", applications=[{"user": user, "consumes": ["billing"]}]),
+                            passwords={user: "pw"})
+        assert read_back(broker, deployment.resources) == []
+        endpoint = Endpoint(broker.management_url, broker.username, broker.password)
+        snapshot = read_live(endpoint, deployment.vhost)
+        assert findings(deployment.resources, {deployment.vhost: snapshot}, broker.username) == []
+    finally:
+        call(broker, "DELETE", f"users/{esc(user)}")
