@@ -423,10 +423,13 @@ def _plan_levels(queue: Queue, path: str) -> RetryablePlan:
                          policies=_adopt(tuple(policies), "policy", imports))
 
 
-def plan_delay_levels(levels: DelayLevels, imports: Iterable[str] = (), path: str = "delay_levels") -> DelayLevelsPlan:
+def plan_delay_levels(levels: DelayLevels, imports: Iterable[str] | None = None,
+                      path: str = "delay_levels") -> DelayLevelsPlan:
     """Level k (0 ≤ k < levels): exchange and queue `rabbitmq-retry.delay.<k>`, the queue's TTL `unit × 2^k` in
     its policy (a changed unit updates in place). Every routing key has DELAY_WORDS bit words, so a longer
-    `max_delay` only adds levels on top: no existing binding changes under a waiting message."""
+    `max_delay` only adds levels on top: no existing binding changes under a waiting message. `imports`: the
+    vhost's `import` entries (default: those the parsed levels carry, as the DelayLevels component plans them)."""
+    imports = levels.imports if imports is None else tuple(imports)
     qtype = levels.queue_type
     below = [naming.DELIVERY_EXCHANGE, *(naming.delay_level(k) for k in range(levels.levels - 1))]
     queues, exchanges, bindings, policies = [], [ExchangePlan("deliver", naming.DELIVERY_EXCHANGE, "topic")], [], []

@@ -696,3 +696,22 @@ def test_delay_levels_beside_a_parsed_queue_or_a_tiers_queue_are_refused():
     with pytest.raises(ConfigError) as error:
         DelayLevelsComponent("levels", {"vhost": "v", "delay_levels": {"unit": "1m", "max_delay": "1s"}})
     assert error.value.problems == [("DelayLevels(levels).delay_levels.max_delay", "'1s' is shorter than unit '1m'")]
+
+
+def test_an_imported_level_is_adopted_by_the_resource_the_delay_levels_component_registers():
+    """`vhosts[].import` entries reach the levels' resources as they reach a retryable queue's."""
+    from components import Vhost
+    from tools.mockrun import record
+
+    raw = levels_vhost(delay_levels=SMALL, existing=True, name="shop")
+    raw["import"] = ["queue rabbitmq-retry.delay.0@shop", "exchange rabbitmq-retry.delay.deliver@shop",
+                     "policy rabbitmq-retry.delay.0@shop", "binding shop/rabbitmq-retry.delay.1/rabbitmq-retry.delay.0/"
+                     "exchange/" + "*." * 26 + "0.%23"]
+    plan = planned(raw)
+    assert plan.delay_levels is not None and plan.delay_levels.config.imports == tuple(raw["import"])
+    resources = record(lambda: Vhost("shop", {"vhost": raw}))
+    adopted = {r.name: r.import_id for r in resources if r.import_id}
+    assert adopted == {"shop-delay-levels-level-0": "rabbitmq-retry.delay.0@shop",
+                       "shop-delay-levels-deliver": "rabbitmq-retry.delay.deliver@shop",
+                       "shop-delay-levels-level-0-policy": "rabbitmq-retry.delay.0@shop",
+                       "shop-delay-levels-level-1-pass": raw["import"][3].split(" ", 1)[1]}

@@ -85,6 +85,9 @@ class DelayLevels:
     max_delay_ms: int = 86_400_000
     queue_type: str = DEFAULT_QUEUE_TYPE
     policy_priority: int = DEFAULT_POLICY_PRIORITY
+    imports: tuple[str, ...] = ()
+    """The vhost's `import` entries, so that the DelayLevels component adopts the levels' objects too; set by
+    the vhost's parser."""
 
     @property
     def levels(self) -> int:

@@ -737,7 +737,8 @@ def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defau
                   applications=tuple(a.value for a in apps), application_indexes=tuple(a.index for a in apps),
                   operators=tuple(o.value for o in operators), operator_indexes=tuple(o.index for o in operators),
                   limits=limits, default_queue_type=default_queue_type, imports=imports,
-                  delay_levels=delay_levels if isinstance(delay_levels, DelayLevels) else None)
+                  delay_levels=(replace(delay_levels, imports=imports) if isinstance(delay_levels, DelayLevels)
+                                and imports else delay_levels if isinstance(delay_levels, DelayLevels) else None))
     return VhostEntry(index, name, name, vhost, **entries)
 
 
