@@ -715,3 +715,14 @@ def test_an_imported_level_is_adopted_by_the_resource_the_delay_levels_component
                        "shop-delay-levels-deliver": "rabbitmq-retry.delay.deliver@shop",
                        "shop-delay-levels-level-0-policy": "rabbitmq-retry.delay.0@shop",
                        "shop-delay-levels-level-1-pass": raw["import"][3].split(" ", 1)[1]}
+
+
+def test_protect_reaches_every_level_queue_and_nothing_else_of_the_levels():
+    from components import Vhost
+    from tools.mockrun import record
+
+    resources = record(lambda: Vhost("shop", {"vhost": levels_vhost(delay_levels=SMALL), "protect_queues": True}))
+    levels = [r for r in resources if "$rabbitmq-retry:index:DelayLevels$" in r.urn]
+    assert sorted(r.name for r in levels if r.protect) == [f"shop-delay-levels-level-{k}" for k in range(4)]
+    assert all(r.type == "rabbitmq:index/queue:Queue" for r in levels if r.protect)
+    assert not any(r.retain_on_delete for r in levels)
