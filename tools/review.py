@@ -204,9 +204,9 @@ class Row:
         return [self.op, self.type, markdown.code(self.logical), markdown.code(self.physical), self.what,
                 label + self.notes]
 
-    def order(self) -> tuple[int, int, str, str, str, str, str]:
-        return (ORDER[self.risk], OP_ORDER.get(self.op, 9), self.type, self.vhost, self.physical, self.logical,
-                self.what)
+    def order(self) -> tuple[int, int, str, str, list[Any], str, str]:
+        return (ORDER[self.risk], OP_ORDER.get(self.op, 9), self.type, self.vhost, _natural(self.physical),
+                self.logical, self.what)
 
 
 def _vhost(record: Registered) -> str:
