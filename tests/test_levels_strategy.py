@@ -124,6 +124,13 @@ def with_backoff(**backoff: Any) -> dict[str, Any]:
     pytest.param(stack(levels_vhost(delay_levels={"unit": "1ms", "max_delay": "4d"})),
                  [("vhosts[0].delay_levels.max_delay", "29 levels of 1 ms are more than the 28 a routing key carries; "
                                                        "raise unit or lower max_delay")], id="29-levels"),
+    pytest.param(stack(levels_vhost([levels_queue(backoff={"initial": "3000000000ms", "max": "3000000000ms",
+                                                           "jitter": 0})],
+                                    {"unit": "3000000000ms", "max_delay": "4000000000ms"})),
+                 [("vhosts[0].delay_levels.max_delay", "the top level would hold messages 6000000000 ms, over "
+                                                       "RabbitMQ's longest message-ttl (4294967295 ms); lower "
+                                                       "max_delay or unit")],
+                 id="top-level-ttl-over-2^32-1"),
     pytest.param(stack(levels_vhost(delay_levels={"unit": "1s", "size": 3})),
                  [("vhosts[0].delay_levels.size", "unknown key (allowed: unit, max_delay, type)")],
                  id="unknown-delay-levels-key"),
@@ -187,21 +194,33 @@ def test_no_config_name_may_take_the_delay_levels_prefix(kind):
                                       f"delay levels of strategy levels; rename the {singular}")]
 
 
-def test_the_top_level_never_holds_a_message_longer_than_max_delay_so_never_over_the_longest_ttl():
-    """`levels = bit_length(max_delay // unit)`: the top level waits `unit × 2^(levels-1) ≤ max_delay`, and a
-    duration is at most 2^32-1 ms, so the parser's TTL guard cannot be reached from a stack file."""
-    for unit in (1, 7, 1000, 3_000, 60_000, 86_400_000):
-        for max_delay in (unit, unit * 2, 86_400_000, MAX_MESSAGE_TTL_MS):
-            if max_delay < unit:
+def test_the_levels_hold_every_delay_up_to_max_delay_and_no_level_over_the_longest_ttl():
+    """A client rounds a delay up to whole units and caps it at `2^levels - 1` units: the levels must reach
+    `max_delay` rounded up, or a retry would come early. Their top level may then hold more than `max_delay`,
+    but never more than RabbitMQ's longest message-ttl."""
+    for unit in (1, 7, 1000, 3_000, 60_000, 86_400_000, 3_000_000_000):
+        for max_delay in (unit, unit * 2, unit * 3 // 2, 86_400_000, 4_000_000_000, MAX_MESSAGE_TTL_MS):
+            if not unit <= max_delay <= MAX_MESSAGE_TTL_MS:  # durations refuse more
                 continue
             written = {"unit": f"{unit}ms", "max_delay": f"{max_delay}ms"}
             try:
                 levels = load_delay_levels(written, "delay_levels")
-            except ConfigError as error:  # only too many levels may refuse these
+            except ConfigError as error:  # too many levels, or a top level over the longest TTL
                 ((_, message),) = error.problems
-                assert message.endswith("raise unit or lower max_delay")
+                assert message.endswith(("raise unit or lower max_delay", "lower max_delay or unit")), message
                 continue
-            assert unit * 2 ** (levels.levels - 1) <= max_delay <= MAX_MESSAGE_TTL_MS
+            assert unit * (2**levels.levels - 1) >= max_delay
+            assert unit * 2 ** (levels.levels - 1) <= MAX_MESSAGE_TTL_MS
+
+
+def test_a_retry_is_never_cut_short_when_max_delay_is_not_a_whole_number_of_units():
+    """Unit 1m, max_delay 90s: a retry of 1m ± 20% may ask for 72s, 2 units; one level (60s) would cut it short."""
+    plan = planned(levels_vhost([levels_queue(backoff={"initial": "1m", "max": "1m"})],
+                                {"unit": "1m", "max_delay": "90s"}))
+    assert plan.delay_levels is not None and plan.delay_levels.config.levels == 2
+    contract = validate(plan.retryables[0].contract("shop"))
+    units = client_levels.delay_units(contract, 72_000)
+    assert units == 2 and trip(plan, units, "orders") == ("orders", 120_000, [1])
 
 
 def test_the_defaults_are_1s_up_to_1d_in_17_quorum_levels_and_the_backoff_of_the_readme():
@@ -225,16 +244,16 @@ def test_the_levels_take_the_stack_default_queue_type_and_priority_unless_their_
 
 
 @pytest.mark.parametrize(("unit", "max_delay", "levels"), [
-    ("1s", "1d", 17), ("1s", "15s", 4), ("1s", "16s", 5), ("1s", "1s", 1), ("1s", "1999ms", 1), ("1s", "30d", 22),
+    ("1s", "1d", 17), ("1s", "15s", 4), ("1s", "16s", 5), ("1s", "1s", 1), ("1s", "1999ms", 2), ("1s", "30d", 22),
     ("100ms", "1h", 16), ("1m", "1d", 11), ("1ms", "268435455ms", 28), ("500ms", "49d", 24),
 ])
 def test_the_number_of_levels_follows_from_max_delay_over_unit(unit, max_delay, levels):
     config = load_delay_levels({"unit": unit, "max_delay": max_delay}, "delay_levels")
-    assert config.levels == levels == (config.max_delay_ms // config.unit_ms).bit_length()
+    assert config.levels == levels == math.ceil(config.max_delay_ms / config.unit_ms).bit_length()
     plan = plan_delay_levels(config)
     assert [q.name for q in plan.queues] == [f"rabbitmq-retry.delay.{k}" for k in range(levels)]
     assert plan.top_exchange == f"rabbitmq-retry.delay.{levels - 1}"
-    assert config.unit_ms * (2**levels - 1) >= config.max_delay_ms - config.unit_ms + 1  # every delay fits
+    assert config.unit_ms * (2**levels - 1) >= config.max_delay_ms  # every delay up to max_delay fits, rounded up
 
 
 # --- plan ----------------------------------------------------------------------------------------------------
