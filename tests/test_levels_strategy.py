@@ -692,7 +692,7 @@ def test_a_standalone_levels_queue_without_the_component_binds_to_the_delivery_e
     assert next(r for r in resources if r.name == "billing").outputs["contract"]["delay_levels"] == 17
 
 
-def test_delay_levels_beside_a_parsed_queue_or_a_tiers_queue_are_refused():
+def test_delay_levels_beside_a_parsed_queue_or_a_tiers_queue_and_a_tiers_delivery_exchange_are_refused():
     from components import RetryableQueue
     from components.delay_levels import DelayLevels as DelayLevelsComponent
 
@@ -706,6 +706,11 @@ def test_delay_levels_beside_a_parsed_queue_or_a_tiers_queue_are_refused():
                                    "delay_levels": SMALL})
     assert error.value.problems == [("RetryableQueue(billing).delay_levels",
                                      "the queue's retry.strategy is not levels; remove delay_levels")]
+    with pytest.raises(ConfigError) as error:  # ignored, it would leave a reader thinking the queue is wired
+        RetryableQueue("billing", {"vhost": "v", "queue": {"name": "billing", "retry": {"delays": ["1s"]}},
+                                   "delivery_exchange": "rabbitmq-retry.delay.deliver"})
+    assert error.value.problems == [("RetryableQueue(billing).delivery_exchange",
+                                     "the queue's retry.strategy is not levels; remove delivery_exchange")]
     with pytest.raises(ConfigError) as error:
         RetryableQueue("billing", {"vhost": "v", "queue": levels_queue("billing", backoff={"max": "1m"}),
                                    "delay_levels": SMALL})
