@@ -309,15 +309,15 @@ def _levels_paths(graph: _Graph, retryable: RetryablePlan) -> list[str]:
 def _delay_level_problems(levels: DelayLevelsPlan, settings: Mapping[str, list[Effective]]) -> list[str]:
     """Each level must hold a message exactly its own time, and keep it."""
     problems: list[str] = []
-    for level, queue in enumerate(q for q in levels.queues if q.role == "delay"):
+    for level, queue in enumerate(levels.level_queues):
         delay = levels.config.unit_ms * 2**level
         for effective in settings[queue.name]:
             ttl, expires = effective.get("message-ttl"), effective.get("expires")
             if ttl is None or ttl.value != delay:
                 setting = ttl or Setting("", "")
-                when = "never" if ttl is None else "at the wrong time"
+                when = "never come back" if ttl is None else "come back at the wrong time"
                 problems.append(f'{_cause(setting, effective)}: message-ttl {ttl.value if ttl else "none"} on delay '
-                                f'level "{queue.name}" is not its {delay} ms: messages would come back {when}; '
+                                f'level "{queue.name}" is not its {delay} ms: messages would {when}; '
                                 f"{_fix(setting, queue.name)}")
             if expires is not None:
                 problems.append(f'{_cause(expires, effective)}: expires {expires.value} reaches delay level '

@@ -64,7 +64,7 @@ class DelayLevels(pulumi.ComponentResource):
         self.plan: DelayLevelsPlan = plan_delay_levels(config)
         scope = Scope(self, checked["vhost"], protect_queues=checked.get("protect_queues", False))
         declare_children(scope, name, layout.DELAY_LEVELS, self.plan)
-        self.delivery_exchange = scope.names[("Exchange", self.plan.exchanges[0].name)]
+        self.delivery_exchange = scope.names[("Exchange", naming.DELIVERY_EXCHANGE)]
         self.delay_exchange = scope.names[("Exchange", self.plan.top_exchange)]
         self.queues = pulumi.Output.all(*(scope.names[("Queue", q.name)] for q in self.plan.queues))
         self.undeliverable_queue = scope.names[("Queue", naming.UNDELIVERABLE)]

@@ -146,13 +146,19 @@ class RetryablePlan:
 
     @property
     def consumer_exchanges(self) -> tuple[str, ...]:
-        """Exchanges a consumer of the queue publishes to: retries (tiers: the retry exchange, levels: the top
-        delay level) and parking."""
+        """Exchanges a consumer of the queue publishes to: retries (tiers: the retry exchange, levels: every delay
+        level, see `delay_exchanges`) and parking."""
         if self.strategy == "native":
             return (self.error_exchange,)
         if self.strategy == "levels":
-            return (self.delay_exchange, self.error_exchange)
+            return (*self.delay_exchanges, self.error_exchange)
         return (self.retry_exchange, self.error_exchange)
+
+    @property
+    def delay_exchanges(self) -> tuple[str, ...]:
+        """`levels`: every level's exchange, not only the top one. A consumer still on the contract of a smaller
+        `max_delay` publishes to the top level of its time, which stays a level when `max_delay` grows."""
+        return tuple(naming.delay_level(level) for level in range(self.levels.levels))
 
     @property
     def delay_topic_permission(self) -> str:
@@ -227,13 +233,18 @@ class DelayLevelsPlan:
     queues: tuple[QueuePlan, ...]
     """Level 0 first, then the undeliverable queue."""
     exchanges: tuple[ExchangePlan, ...]
-    """The delivery exchange, the undeliverable exchange, then level 0 first."""
+    """The delivery exchange, the levels (level 0 first), then the undeliverable exchange."""
     bindings: tuple[BindingPlan, ...]
     policies: tuple[PolicyPlan, ...]
 
     @property
     def top_exchange(self) -> str:
         return naming.delay_level(self.config.levels - 1)
+
+    @property
+    def level_queues(self) -> tuple[QueuePlan, ...]:
+        """The level queues, level 0 first (without the undeliverable queue)."""
+        return tuple(q for q in self.queues if q.role == "delay")
 
 
 @dataclass(frozen=True)
@@ -427,32 +438,36 @@ def _plan_levels(queue: Queue, path: str) -> RetryablePlan:
                          policies=_adopt(tuple(policies), "policy", imports))
 
 
-def plan_delay_levels(levels: DelayLevels, imports: Iterable[str] = (), path: str = "delay_levels") -> DelayLevelsPlan:
+def plan_delay_levels(levels: DelayLevels, imports: Iterable[str] | None = None,
+                      path: str = "delay_levels") -> DelayLevelsPlan:
     """Level k (0 ≤ k < levels): exchange and queue `rabbitmq-retry.delay.<k>`, the queue's TTL `unit × 2^k` in
     its policy (a changed unit updates in place). Every routing key has DELAY_WORDS bit words, so a longer
-    `max_delay` only adds levels on top: no existing binding changes under a waiting message."""
+    `max_delay` only adds levels on top: no existing binding changes under a waiting message. `imports`: the
+    vhost's `import` entries (default: those the parsed levels carry, as the DelayLevels component plans them)."""
+    imports = levels.imports if imports is None else tuple(imports)
     qtype = levels.queue_type
     below = [naming.DELIVERY_EXCHANGE, *(naming.delay_level(k) for k in range(levels.levels - 1))]
-    # A copy whose queue is gone (or was never bound) when its delay is over goes to the undeliverable queue
-    # through the delivery exchange's alternate exchange, where an unroutable dead-letter would be dropped.
-    undeliverable = naming.UNDELIVERABLE
-    queues: list[QueuePlan] = [QueuePlan("undeliverable", undeliverable, qtype, {"x-queue-type": qtype}, "error")]
+    queues: list[QueuePlan] = []
     exchanges = [ExchangePlan("deliver", naming.DELIVERY_EXCHANGE, "topic",
-                              arguments={"alternate-exchange": undeliverable}),
-                 ExchangePlan("undeliverable-exchange", undeliverable, "fanout")]
-    bindings = [BindingPlan("undeliverable-binding", undeliverable, undeliverable)]
+                              arguments={"alternate-exchange": naming.UNDELIVERABLE})]
+    bindings: list[BindingPlan] = []
     policies: list[PolicyPlan] = []
     for level in range(levels.levels):
         name, key = naming.delay_level(level), f"level-{level}"
-        queues.insert(level, QueuePlan(key, name, qtype, {"x-queue-type": qtype,
-                                                          "x-dead-letter-exchange": below[level],
-                                                          **_quorum_dead_lettering(qtype)}, "delay"))
+        queues.append(QueuePlan(key, name, qtype, {"x-queue-type": qtype, "x-dead-letter-exchange": below[level],
+                                                   **_quorum_dead_lettering(qtype)}, "delay"))
         exchanges.append(ExchangePlan(f"{key}-exchange", name, "topic"))
         bindings += [BindingPlan(f"{key}-wait", name, name, naming.delay_level_pattern(level, "1")),
                      BindingPlan(f"{key}-pass", name, below[level], naming.delay_level_pattern(level, "0"),
                                  destination_type="exchange")]
         policies.append(_policy(f"{key}-policy", name, levels.policy_priority,
                                 {"message-ttl": str(levels.unit_ms * 2**level)}, {"message-ttl": f"{path}.unit"}))
+    # A copy whose queue is gone (or was never bound) when its delay is over goes to the undeliverable queue
+    # through the delivery exchange's alternate exchange, where an unroutable dead-letter would be dropped.
+    undeliverable = naming.UNDELIVERABLE
+    queues.append(QueuePlan("undeliverable", undeliverable, qtype, {"x-queue-type": qtype}, "error"))
+    exchanges.append(ExchangePlan("undeliverable-exchange", undeliverable, "fanout"))
+    bindings.append(BindingPlan("undeliverable-binding", undeliverable, undeliverable))
     return DelayLevelsPlan(levels, _adopt(tuple(queues), "queue", imports),
                            _adopt(tuple(exchanges), "exchange", imports), _adopt(tuple(bindings), "binding", imports),
                            _adopt(tuple(policies), "policy", imports))
@@ -565,13 +580,14 @@ def _operator_permissions(user: str, retryables: Iterable[RetryablePlan]) -> Per
 
 def _delay_topic_permissions(consumes: Iterable[str],
                              retryables: Mapping[str, RetryablePlan]) -> tuple[TopicPermission, ...]:
-    """An application that consumes `levels` queues may publish to the top delay level, and a topic permission
-    keeps its keys to those queues: without one, RabbitMQ lets it route a copy into any queue of the vhost."""
+    """An application that consumes `levels` queues may publish to the delay levels, and a topic permission on
+    each level keeps its keys to those queues: without one, RabbitMQ lets it route a copy into any queue of the
+    vhost."""
     own = [retryables[q] for q in consumes if q in retryables and retryables[q].strategy == "levels"]
     if not own:
         return ()
-    return (TopicPermission(own[0].delay_exchange, write=levels_write_pattern(r.config.name for r in own),
-                            read="^$"),)
+    write = levels_write_pattern(r.config.name for r in own)
+    return tuple(TopicPermission(exchange, write=write, read="^$") for exchange in own[0].delay_exchanges)
 
 
 def plan_vhost(vhost: Vhost, path: str = "vhost") -> VhostPlan:

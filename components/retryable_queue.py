@@ -79,6 +79,9 @@ class RetryableQueue(pulumi.ComponentResource):
         if queue.retry is None:
             raise ConfigError([(f"{where}.queue.retry",
                                 "missing; a retryable queue needs retry.delays, e.g. [1s, 10s]")])
+        if "delivery_exchange" in checked and queue.retry.strategy != "levels":
+            raise ConfigError([(f"{where}.delivery_exchange", "the queue's retry.strategy is not levels; remove "
+                                "delivery_exchange")])
         super().__init__(TYPE_TOKEN, name, None, opts)
         self.plan: RetryablePlan = plan_retryable(queue)
         vhost = checked["vhost"]

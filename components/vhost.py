@@ -92,9 +92,9 @@ class Vhost(pulumi.ComponentResource):
             component = DelayLevels(logical_name, {"vhost": scope.vhost, "delay_levels": plan.config,
                                                    "protect_queues": scope.protect_queues}, opts=scope.options())
             delay_levels.append(component)
-            scope.add("Exchange", naming.DELIVERY_EXCHANGE, component, component.delivery_exchange)
-            for exchange in plan.exchanges[1:]:
+            for exchange in plan.exchanges:
                 scope.add("Exchange", exchange.name, component)
+            scope.add("Exchange", naming.DELIVERY_EXCHANGE, component, component.delivery_exchange)
 
         def declare_retryable(scope: Scope, logical_name: str, plan: RetryablePlan) -> None:
             """Retryable queues are components of their own; their input queues are bound here, to the

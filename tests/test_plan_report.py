@@ -73,6 +73,12 @@ def test_every_retry_path_has_a_mermaid_diagram_with_its_tiers(stack: str):
     for (vhost, queue), contract in expected.items():
         source = found[f"`{vhost}` / `{queue}`"]
         assert source.startswith("flowchart LR\n") and f'input[["{queue}"]]' in source
+        if contract.get("strategy") == "levels":
+            levels = int(contract["delay_levels"])
+            assert f'top{{{{"{contract["delay_exchange"]}<br/>topic, top level"}}}}' in source
+            assert f'levels[("rabbitmq-retry.delay.0 … rabbitmq-retry.delay.{levels - 1}<br/>{levels} levels' in source
+            assert 'deliver -- "only this queue" --> input' in source
+            continue
         for number, tier in enumerate(contract["tiers"], start=1):
             assert f'wait{number}[("{tier["queue"]}<br/>TTL ' in source
             assert f'retry -- "{tier["routing_key"]}" --> wait{number}' in source

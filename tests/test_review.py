@@ -528,3 +528,102 @@ def test_a_real_200_queue_review(record_stack):
     assert "| update | Policy | 100 policies | `*.wait.3` of every retryable queue in vhost `shop1` | message-ttl " \
         "60000 → 180000 | safe |" in result.compact
     assert result.full.count("| update | Policy |") == 200
+
+
+# Strategy levels: a queue's retries go through the vhost's shared delay levels (`rabbitmq-retry.delay.<k>`).
+
+LEVELS_RETRY = {"strategy": "levels", "max_retries": 5, "backoff": {"initial": "2s", "max": "5s"}}
+
+
+def levels(delay_levels: dict[str, str] | None = None) -> dict[str, Any]:
+    """BASE with `orders` retrying through 4 levels (1s … 8s) and an application consuming it."""
+    def edit(c: dict[str, Any]) -> None:
+        orders(c)["retry"] = copy.deepcopy(LEVELS_RETRY)
+        c["vhosts"][0]["delay_levels"] = {"unit": "1s", "max_delay": "15s", **(delay_levels or {})}
+        c["vhosts"][0]["applications"] = [{"user": "billing-app", "consumes": ["orders"]}]
+        c.update(passwords=PASSWORD)
+    return changed(edit)
+
+
+def level_steps(steps: list[engine.Step], *levels: int) -> set[tuple[str, str, str]]:
+    """(op, kind, logical name) of every resource of the delay levels `levels`."""
+    return {(op, kind, f"shop-delay-levels-level-{k}{suffix}") for k in levels for kind, suffix in (
+        ("Queue", ""), ("Exchange", "-exchange"), ("Policy", "-policy"), ("Binding", "-wait"), ("Binding", "-pass"))
+        for op in {s.op for s in steps}}
+
+
+def test_switching_a_queue_from_tiers_to_levels_replaces_its_input_and_deletes_its_tiers(review_of):
+    steps, markdown, status = review_of(BASE, changed(lambda c: orders(c).update(retry=copy.deepcopy(LEVELS_RETRY))))
+    queues = {(s.op, (s.new or s.old or {})["name"]) for s in steps if s.type == engine.QUEUE}
+    assert {q for q in queues if q[0] != "create"} == {("replace", "orders"), ("delete", "orders.wait.1"),
+                                                        ("delete", "orders.wait.2"), ("delete", "orders.wait.3")}
+    # The error queue keeps its parked messages; the shared levels (1s up to 1d: 17) are new.
+    assert {q for op, q in queues if op == "create"} == {*(f"rabbitmq-retry.delay.{k}" for k in range(17)),
+                                                         "rabbitmq-retry.delay.undeliverable"}
+    assert {s.old["name"] for s in steps if s.type == engine.EXCHANGE and s.op == "delete"} == {"orders.retry",
+                                                                                                 "orders.requeue"}
+    assert status == 2 and "data loss: 4" in markdown
+    assert ("| replace | Queue | `shop-orders-input` | `orders` | x-dead-letter-exchange orders.retry → orders.error; "
+            "x-dead-letter-routing-key wait.1 → (unset) | **data loss** |") in markdown
+    assert ("| contract | RetryableQueue | `shop-orders` | `orders` | strategy tiers → levels: consumers on the old "
+            "contract keep retrying the tiers way, which this queue no longer supports (their retries fail, skip the "
+            "wait or are parked at once) | **contract** |") in markdown
+    assert markdown.count("| contract |") == 1  # one sentence for the switch, not one per field
+    assert "strategy tiers → levels" in markdown and "delays 1s, 10s, 1m → (none)" in markdown
+    # The 17 levels read as one row per kind, in level order.
+    assert ("| create | Queue | 17 queues | in vhost `shop`: `rabbitmq-retry.delay.0`, `rabbitmq-retry.delay.1`, "
+            "`rabbitmq-retry.delay.2`, ") in markdown
+    assert "| create | Binding | `shop-orders-delivery-binding` | `rabbitmq-retry.delay.deliver → orders` |" in markdown
+    assert 'top{{"rabbitmq-retry.delay.16<br/>topic, top level"}}' in markdown  # the new path is drawn
+
+
+def test_raising_max_delay_only_adds_levels_on_top_and_widens_the_consumers_grant(review_of):
+    steps, markdown, status = review_of(levels(), levels({"max_delay": "1m"}))
+    assert {(s.op, s.type.rsplit(":", 1)[-1], s.name) for s in steps if s.op == "create"} == level_steps(
+        [s for s in steps if s.op == "create"], 4, 5)
+    assert {(s.op, s.name) for s in steps if s.op != "create"} == {
+        ("update", "shop-permissions-billing-app"), ("update", "shop-topic-permissions-billing-app")}
+    assert status == 0 and "data loss" not in markdown
+    # The application may write the new levels too (shown as access); it keeps the old top, a lower level now,
+    # so consumers on the old contract keep working: no contract row.
+    assert "rabbitmq\\\\-retry\\\\.delay\\\\.5)$ | **access** |" in markdown
+    assert "| contract |" not in markdown
+
+
+def test_lowering_max_delay_deletes_the_top_levels_with_their_messages(review_of):
+    steps, markdown, status = review_of(levels(), levels({"max_delay": "7s"}))
+    deleted = [s for s in steps if s.op == "delete"]
+    assert {(s.op, s.type.rsplit(":", 1)[-1], s.name) for s in deleted} == level_steps(deleted, 3)
+    assert {s.op for s in steps} == {"delete", "update"} and status == 2 and "data loss: 1" in markdown
+    assert "| delete | Queue | `shop-delay-levels-level-3` | `rabbitmq-retry.delay.3` |  | **data loss** |" in markdown
+    assert ("delay exchange rabbitmq-retry.delay.3 → rabbitmq-retry.delay.2: consumers still publishing delayed "
+            "copies to rabbitmq-retry.delay.3 fail once it is deleted (channel error 404 NOT\\_FOUND)") in markdown
+
+
+def test_a_new_delay_unit_updates_the_level_policies_in_place(review_of):
+    steps, markdown, status = review_of(levels(), levels({"unit": "1200ms", "max_delay": "18s"}))  # still 4 levels
+    assert ops(steps) == {("update", "Policy", f"shop-delay-levels-level-{k}-policy") for k in range(4)}
+    assert all(s.changed == ["policy.definition.message-ttl"] and risk.risk(s) == risk.SAFE for s in steps)
+    assert status == 0 and "data loss" not in markdown
+    assert "| update | Policy | `shop-delay-levels-level-3-policy` | `rabbitmq-retry.delay.3` | message-ttl 8000 → " \
+        "9600 | safe |" in markdown
+    assert ("delay unit 1000 ms → 1200 ms: consumers on the old contract count delays in units of 1000 ms, which the "
+            "levels now hold 1200 ms each: their retries wait 1.2 times as long until they are redeployed") in markdown
+
+
+def test_a_new_backoff_changes_only_the_contract_and_breaks_nothing(review_of):
+    new = levels()
+    orders(new)["retry"]["backoff"]["max"] = "10s"
+    steps, markdown, status = review_of(levels(), new)
+    assert steps == [] and status == 0 and "**contract**" not in markdown
+    assert "- Retry contract: backoff" in markdown and '"max\\_ms": 10000' in markdown
+
+
+def test_a_new_native_delay_is_a_safe_policy_update_with_its_diagram_in_the_full_report(review_of):
+    def native(min_delay: str) -> dict[str, Any]:
+        return changed(lambda c: (c["defaults"].update(queue_type="quorum"), orders(c).update(
+            retry={"strategy": "native", "min_delay": min_delay, "max_delay": "30s", "max_retries": 5})))
+    steps, markdown, status = review_of(native("1s"), native("2s"))
+    assert ops(steps) == {("update", "Policy", "shop-orders-policy")} and status == 0
+    assert "**contract**" not in markdown and "- Retry contract: min\\_delay\\_ms 1000 → 2000" in markdown
+    assert "waits min(n × 2s, 30s) in place" in review_of.full

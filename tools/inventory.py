@@ -65,6 +65,8 @@ def key_inputs(resource: Registered) -> str:
         text = f"type={inputs['settings']['type']} durable={inputs['settings'].get('durable')}"
     elif kind == "Binding":
         text = f"routing_key={inputs.get('routingKey', '')!r}"
+        if inputs.get("destinationType") == "exchange":
+            text += " destination_type=exchange"  # exchange to exchange: the delay levels pass a 0 bit on
         if "argumentsJson" in inputs:
             text += f" arguments={inputs['argumentsJson']}"
     elif kind in ("Policy", "OperatorPolicy"):

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from components.durations import format_duration
+from components.naming import DELAY_PREFIX
 from tools import engine, markdown
 from tools.checkout import CheckoutError, checkout
 from tools.diagram import retry_path
@@ -137,7 +138,8 @@ def _contract_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | No
     old, new = {"strategy": "tiers", **old}, {"strategy": "tiers", **new}
     changes = [f"{k} {_fmt(old.get(k))} → {_fmt(new.get(k))}" for k in sorted(set(old) | set(new))
                if k != "tiers" and old.get(k) != new.get(k)]
-    delays = [", ".join(format_duration(int(t["delay_ms"])) for t in c.get("tiers", [])) for c in (old, new)]
+    delays = [", ".join(format_duration(int(t["delay_ms"])) for t in c.get("tiers", [])) or "(none)"
+              for c in (old, new)]
     return changes + ([f"delays {delays[0]} → {delays[1]}"] if delays[0] != delays[1] else [])
 
 
@@ -159,6 +161,15 @@ OP_ORDER = {"replace": 0, "delete": 1, "update": 2, "create": 3, "options": 4}
 PLURALS = {"Policy": "policies", "OperatorPolicy": "operator policies", "VHost": "vhosts",
            "Permissions": "permissions", "TopicPermissions": "topic permissions"}
 RETRYABLE = "RetryableQueue"
+
+
+DELAY_LEVEL = re.compile(rf"{re.escape(DELAY_PREFIX)}\.[0-9]+")
+
+
+def any_level(text: str) -> str:
+    """`text` with each delay level `rabbitmq-retry.delay.<k>` as `rabbitmq-retry.delay.*`, so that the same change
+    to every level of a vhost's shared delay levels reads alike (and is one row)."""
+    return DELAY_LEVEL.sub(f"{DELAY_PREFIX}.*", text)
 
 
 def relative(name: str, queue: str) -> str:
@@ -193,9 +204,9 @@ class Row:
         return [self.op, self.type, markdown.code(self.logical), markdown.code(self.physical), self.what,
                 label + self.notes]
 
-    def order(self) -> tuple[int, int, str, str, str, str, str]:
-        return (ORDER[self.risk], OP_ORDER.get(self.op, 9), self.type, self.vhost, self.physical, self.logical,
-                self.what)
+    def order(self) -> tuple[int, int, str, str, list[Any], str, str]:
+        return (ORDER[self.risk], OP_ORDER.get(self.op, 9), self.type, self.vhost, _natural(self.physical),
+                self.logical, self.what)
 
 
 def _vhost(record: Registered) -> str:
@@ -244,8 +255,8 @@ def _step_rows(steps: Sequence[Step], old_by: Mapping[str, Registered], new_by: 
         physical = physical_name(record)
         family = retryable_queue_of(record, by_urn) or _bound_to(physical, _vhost(record), retryables)
         rows.append(Row(risk(s), s.op, short_type(s.type), s.name, physical, what_changed(s, names), _notes(s),
-                        _vhost(record), family, relative(physical, family[1]) if family else physical,
-                        what_changed(s, alike_names)))
+                        _vhost(record), family, relative(physical, family[1]) if family else any_level(physical),
+                        any_level(what_changed(s, alike_names))))
     return rows
 
 
@@ -426,7 +437,12 @@ def _described(m: Model, rows: Sequence[Row]) -> str:
             return f"{markdown.code(first.role)} of every retryable queue in vhost {vhost}"
         return f"{markdown.code(first.role)} of {len(queues):,} retryable queues in vhost {vhost}: " + _listed(
             queues, NAMES_SHOWN)
-    return f"in vhost {vhost}: " + _listed(sorted(r.physical for r in rows), NAMES_SHOWN)
+    return f"in vhost {vhost}: " + _listed(sorted((r.physical for r in rows), key=_natural), NAMES_SHOWN)
+
+
+def _natural(name: str) -> list[Any]:
+    """Numbers in a name compared as numbers: `rabbitmq-retry.delay.2` before `rabbitmq-retry.delay.10`."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"([0-9]+)", name)]
 
 
 def _group_key(r: Row) -> tuple[Any, ...]:
@@ -453,12 +469,18 @@ def _grouped(m: Model, rows: Sequence[Row]) -> list[str]:
     return lines
 
 
+LABELS = frozenset({"tiers", "queue_type", "delivery_limit", "max_retries", "min_delay_ms", "max_delay_ms", "backoff",
+                    "delay_unit_ms", "delay_levels"})
+"""Contract fields a retry path's diagram shows as labels (delays, back-off, counts), not as nodes or edges."""
+
+
 def _shape(contract: Mapping[str, Any] | None) -> Any:
-    """A retry path's nodes and edges, without the labels (delays, max retries) and the queue type."""
+    """A retry path's nodes and edges, without the labels (delays, back-off, max retries) and the queue type.
+    Only `tiers` contracts have tiers (`native` and `levels` have none)."""
     if contract is None:
         return None
-    return {**{k: v for k, v in contract.items() if k not in ("tiers", "queue_type", "delivery_limit", "max_retries")},
-            "tiers": [{k: v for k, v in t.items() if k != "delay_ms"} for t in contract["tiers"]]}
+    return {**{k: v for k, v in contract.items() if k not in LABELS},
+            "tiers": [{k: v for k, v in t.items() if k != "delay_ms"} for t in contract.get("tiers", [])]}
 
 
 def compact(m: Model, allow_data_loss: bool = False) -> str:

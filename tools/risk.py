@@ -40,12 +40,44 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def _fmt_ms(value: Any) -> str:
+    number = _number(value)
+    return f"{number:g} ms" if number is not None else str(value)
+
+
 NOT_CONSUMER_FACING = frozenset({"vhost", "queue", "queue_type", "tiers", "reject_routes_to", "max_retries",
-                                 "delivery_limit"})
+                                 "delivery_limit", "min_delay_ms", "max_delay_ms", "backoff", "delay_levels",
+                                 "routing_key_format"})
 """Contract fields handled above, or that a consumer does not act on: the broker dead-letters a reject to
-the first tier itself, and a delivery limit counts redeliveries, which retrying through tiers never makes."""
+the first tier itself, and a delivery limit counts redeliveries, which retrying through tiers never makes;
+`native` delays are the broker's; a `levels` consumer keeps its own back-off (any delay reaches its queue),
+caps a delay at its old `delay_levels` (they still exist when there are more) and reads `max_delay_ms` and the
+key's description nowhere."""
 NAMES = {"retry_exchange": "retry exchange", "error_exchange": "error exchange", "error_queue": "error queue",
-         "attempt_header": "attempt header"}
+         "attempt_header": "attempt header", "delay_exchange": "delay exchange", "delay_unit_ms": "delay unit"}
+SHARED_KEYS = frozenset({"error_exchange", "error_queue", "attempt_header"})
+"""Contract fields of every strategy: still compared when the strategy changes."""
+
+
+def _strategy(contract: Mapping[str, Any]) -> str:
+    return str(contract.get("strategy", "tiers"))
+
+
+def _level(exchange: Any) -> int | None:
+    """k of a delay level's exchange `rabbitmq-retry.delay.<k>`."""
+    number = str(exchange).rsplit(".", 1)[-1]
+    return int(number) if number.isdigit() else None
+
+
+def _delay_exchange_break(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+    """`levels`: the top level moved. Fewer levels delete the old top; more keep it (a lower level now, which a
+    consumer's application user may still write: it is granted every level), so nothing breaks."""
+    before, after = old.get("delay_exchange"), new.get("delay_exchange")
+    level, levels = _level(before), _number(new.get("delay_levels"))
+    if level is None or levels is None or level >= levels:
+        return (f"delay exchange {before} → {after}: consumers still publishing delayed copies to {before} fail once "
+                "it is deleted (channel error 404 NOT_FOUND)")
+    return None
 
 
 def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
@@ -53,6 +85,12 @@ def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]
     sentence each ([] when they don't). Consumers read the contract when they start: until every one is
     redeployed, old and new run side by side."""
     breaks = []
+    if _strategy(old) != _strategy(new):
+        breaks.append(f"strategy {_strategy(old)} → {_strategy(new)}: consumers on the old contract keep retrying "
+                      f"the {_strategy(old)} way, which this queue no longer supports (their retries fail, skip the "
+                      "wait or are parked at once)")
+        old = {k: v for k, v in old.items() if k in SHARED_KEYS}
+        new = {k: v for k, v in new.items() if k in SHARED_KEYS}
     new_keys = {t["routing_key"] for t in new.get("tiers", [])}
     for tier in old.get("tiers", []):
         if tier["routing_key"] not in new_keys:
@@ -76,6 +114,15 @@ def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]
             breaks.append(f"{name} {old.get(key)} → {new.get(key)}: consumers on the old contract read no attempt "
                           "count from messages the new ones retried (and the reverse), so those retry from zero, "
                           "past max_retries")
+        elif key == "delay_exchange" and old.get(key) is not None:
+            if moved := _delay_exchange_break(old, new):
+                breaks.append(moved)
+        elif key == "delay_unit_ms" and (_number(old.get(key)) or 0) > 0 and (_number(new.get(key)) or 0) > 0:
+            ratio = (_number(new.get(key)) or 0) / (_number(old.get(key)) or 1)
+            breaks.append(f"{name} {_fmt_ms(old.get(key))} → {_fmt_ms(new.get(key))}: consumers on the old contract "
+                          f"count delays in units of {_fmt_ms(old.get(key))}, which the levels now hold "
+                          f"{_fmt_ms(new.get(key))} each: their retries wait {ratio:g} times as long until they are "
+                          "redeployed")
         elif key == "error_queue":
             breaks.append(f"{name} {old.get(key)} → {new.get(key)}: whatever reads parked messages from "
                           f"{old.get(key)} finds no new ones")

@@ -85,11 +85,16 @@ class DelayLevels:
     max_delay_ms: int = 86_400_000
     queue_type: str = DEFAULT_QUEUE_TYPE
     policy_priority: int = DEFAULT_POLICY_PRIORITY
+    imports: tuple[str, ...] = ()
+    """The vhost's `import` entries, so that the DelayLevels component adopts the levels' objects too; set by
+    the vhost's parser."""
 
     @property
     def levels(self) -> int:
-        """How many levels it takes to wait up to `max_delay`: level k waits `unit × 2^k`."""
-        return (self.max_delay_ms // self.unit_ms).bit_length()
+        """How many levels it takes to wait up to `max_delay`: level k waits `unit × 2^k`, so they hold up to
+        `2^levels - 1` units, which reach `max_delay` rounded up to whole units (a client rounds a delay up and
+        caps it there: with `max_delay // unit` a `max_delay` of 90s in 1m units would cut a 72s retry to 60s)."""
+        return (-(-self.max_delay_ms // self.unit_ms)).bit_length()
 
 
 @dataclass(frozen=True)

@@ -406,7 +406,8 @@ def check_backoff_fits(p: Problems, path: str, retry: Retry, levels: DelayLevels
         p.add(f"{path}.backoff.initial", f"{backoff.initial_ms} ms is shorter than {levels_path}.unit "
               f"({levels.unit_ms} ms), the shortest delay the levels make; raise initial or lower the unit")
         ok = False
-    longest = backoff.max_ms * (1 + backoff.jitter)
+    # Rounded to a nanosecond: 3000 ms × 1.1 is 3300.0000000000005 in floating point, and an exact fit is a fit.
+    longest = round(backoff.max_ms * (1 + backoff.jitter), 6)
     if longest > levels.max_delay_ms:
         p.add(f"{path}.backoff.max", f"with jitter {backoff.jitter:g} a retry may wait {longest:.0f} ms, more than "
               f"{levels_path}.max_delay ({levels.max_delay_ms} ms); lower max or jitter, or raise max_delay")
@@ -736,7 +737,8 @@ def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defau
                   applications=tuple(a.value for a in apps), application_indexes=tuple(a.index for a in apps),
                   operators=tuple(o.value for o in operators), operator_indexes=tuple(o.index for o in operators),
                   limits=limits, default_queue_type=default_queue_type, imports=imports,
-                  delay_levels=delay_levels if isinstance(delay_levels, DelayLevels) else None)
+                  delay_levels=(replace(delay_levels, imports=imports) if isinstance(delay_levels, DelayLevels)
+                                and imports else delay_levels if isinstance(delay_levels, DelayLevels) else None))
     return VhostEntry(index, name, name, vhost, **entries)
 
 
