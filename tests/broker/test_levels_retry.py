@@ -236,3 +236,25 @@ def test_the_levels_topology_reads_back_as_applied_and_shows_no_drift(broker: Br
         assert findings(deployment.resources, {deployment.vhost: snapshot}, broker.username) == []
     finally:
         call(broker, "DELETE", f"users/{esc(user)}")
+
+
+def test_after_max_delay_grows_a_consumer_on_the_old_contract_still_delays_as_its_application_user(
+        broker: Broker, deploy: Deployer) -> None:
+    """Its old top level is a lower level now, and the application is granted every level: its copies are
+    accepted and come back on time until it is redeployed with the new contract."""
+    user = f"levels-old-{uuid.uuid4().hex[:8]}"
+    applications = [{"user": user, "consumes": ["billing"]}]
+    backoff = {"initial": "200ms", "max": "1200ms", "jitter": 0}
+    try:
+        before = deploy(levels_config("quorum", "1500ms", backoff, applications=applications), passwords={user: "pw"})
+        deploy.update(before, levels_config("quorum", "6s", {**backoff, "max": "5s"}, applications=applications),
+                      passwords={user: "pw"})
+        old = before.contracts["billing"]
+        sent: dict[str, tuple[float, int]] = {}
+        with Publisher(parameters(broker, before.vhost, user, "pw")) as publisher:
+            for delay in (1400, 300):
+                sent[f"old-{delay}"] = (time.monotonic(), delay)
+                publisher.publish(old["delay_exchange"], delay_routing_key(old, delay), b"x", f"old-{delay}", {})
+        assert_on_time(sent, receive(broker, before.vhost, "billing", len(sent), timeout=20))
+    finally:
+        call(broker, "DELETE", f"users/{esc(user)}")
