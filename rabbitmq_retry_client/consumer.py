@@ -15,6 +15,10 @@ A contract of strategy `levels` takes neither mode either: a failed message is r
 
 The handler runs in a worker thread while this thread keeps the connection serviced (heartbeats, other
 channels), so a long handler does not lose the connection; `handler_timeout` bounds it.
+
+Copies (retries, parking) are published without waiting for their confirms (`confirms.py`): the consumer
+goes on with the next delivery, and settles each original once the broker answered for its copy (ack after
+a confirm, nack with requeue otherwise), with at most `max_in_flight` copies unanswered at a time.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from pika.adapters.blocking_connection import BlockingChannel, BlockingConnectio
 from pika.spec import Basic, BasicProperties
 
 from . import headers as h
+from .confirms import Confirms
 from .connection import ConnectionParams, connect, parameters, quiet_pika
 from .contract import strategy_of, validate
 from .levels import delay_routing_key, delay_units, retry_delay_ms
@@ -93,7 +98,10 @@ class RetryingConsumer:
         self._params = parameters(connection_params, self.contract["vhost"])
         self._connection: BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
-        self._confirm_channel: BlockingChannel | None = None
+        self._confirms: Confirms | None = None
+        self.max_in_flight = prefetch if prefetch > 0 else 1000
+        """Copies published and not yet confirmed; at the bound the consumer waits for confirms. `prefetch`
+        is the natural bound: each unconfirmed copy holds its original, unacked, and so one prefetch slot."""
 
     # connection ---------------------------------------------------------------------------------------
 
@@ -102,27 +110,57 @@ class RetryingConsumer:
         second) and raises `BrokerUnreachableError` after that."""
         if self._connection is None or not self._connection.is_open:
             self._connection = connect(self._params, self.reconnect_timeout if self.reconnect else 0.0)
-            self._channel = self._confirm_channel = None
+            self._channel, self._confirms = None, None
         if self._channel is None or not self._channel.is_open:
             self._channel = self._connection.channel()
             self._channel.basic_qos(prefetch_count=self.prefetch)
         return self._channel
 
     def _drop(self) -> None:
-        """Forget a broken connection. Unsettled deliveries go back to the queue when it closes."""
-        connection, self._connection, self._channel, self._confirm_channel = self._connection, None, None, None
+        """Forget a broken connection, and the copies in flight with it: their originals are unsettled
+        deliveries, which the broker puts back in the queue when the connection closes."""
+        connection, self._connection, self._channel, self._confirms = self._connection, None, None, None
         if connection is not None and connection.is_open:
             with contextlib.suppress(pika.exceptions.AMQPError):
                 connection.close()
 
-    def _confirming(self) -> BlockingChannel:
+    def _confirming(self) -> Confirms:
         """A second channel for retries and parking, in confirm mode: a broker that refuses a copy (or a
-        404 on a missing exchange) closes only this channel, never the consumer's."""
+        404 on a missing exchange) closes only this channel, never the consumer's. A closed one is settled
+        (its copies in flight refused) before a new one replaces it."""
         assert self._connection is not None
-        if self._confirm_channel is None or not self._confirm_channel.is_open:
-            self._confirm_channel = self._connection.channel()
-            self._confirm_channel.confirm_delivery()
-        return self._confirm_channel
+        if self._confirms is None or not self._confirms.is_open:
+            if self._confirms is not None:
+                self._settle()
+            self._confirms = Confirms(self._connection.channel())
+        return self._confirms
+
+    def in_flight(self) -> int:
+        """Copies published whose originals wait for the broker's answer."""
+        return len(self._confirms.pending) if self._confirms is not None else 0
+
+    def _settle(self) -> None:
+        """Settle the originals of the copies the broker answered for (see `_publish_then_ack`); after any
+        refusal, pause once for `publish_failure_pause` (no hot loop on a broken topology)."""
+        if self._confirms is None:
+            return
+        refused = False
+        for copy, error in self._confirms.answers():
+            copy.answer(error)
+            refused = refused or error is not None
+        if refused and self.publish_failure_pause > 0 and self._connection is not None:
+            self._connection.sleep(self.publish_failure_pause)
+
+    def _await_answers(self) -> None:
+        """Wait (briefly) for the broker to answer for a copy in flight, then settle what it answered."""
+        if self._confirms is not None and self._connection is not None:
+            self._confirms.wait(self._connection, 0.2)
+        self._settle()
+
+    def _settle_all(self) -> None:
+        """Return only once every copy in flight is answered and its original settled."""
+        while self.in_flight():
+            self._await_answers()
 
     def stop(self) -> None:
         """Ask `run` to return, from any thread or a signal handler: the delivery being handled is finished
@@ -161,17 +199,20 @@ class RetryingConsumer:
                 try:
                     channel = self._connect()
                     for method, properties, body in channel.consume(self.queue, inactivity_timeout=poll):
+                        self._settle()
                         if method is not None:
                             self._handle(channel, method, properties, body)
                             handled += 1
                             last_activity = time.monotonic()
-                        if done():
-                            return handled
-                        if idle_timeout is not None and time.monotonic() - last_activity >= idle_timeout:
-                            return handled
-                    # The generator ends when the broker cancels the consumer (queue deleted, leader moved).
-                    LOG.warning("consumer on %s cancelled by the broker; consuming again", self.queue)
-                    time.sleep(0.5)
+                        if done() or (idle_timeout is not None and time.monotonic() - last_activity >= idle_timeout):
+                            break
+                    else:
+                        # The generator ends when the broker cancels the consumer (queue deleted, leader moved).
+                        LOG.warning("consumer on %s cancelled by the broker; consuming again", self.queue)
+                        time.sleep(0.5)
+                        continue
+                    self._settle_all()
+                    return handled
                 except (pika.exceptions.AMQPConnectionError, pika.exceptions.ChannelWrongStateError) as error:
                     connection_lost = self._connection is None or not self._connection.is_open
                     if not self.reconnect or not connection_lost:
@@ -180,8 +221,13 @@ class RetryingConsumer:
                     self._drop()
                     self.reconnects += 1
                     last_activity = time.monotonic()
+            self._settle_all()
             return handled
         finally:
+            if self.in_flight():
+                # Leaving on an error with copies unanswered: closing the connection puts their originals
+                # back in the queue (a duplicate at worst) and no late confirm can settle them wrongly.
+                self._drop()
             self._stop_consuming()
 
     def _stop_consuming(self) -> None:
@@ -215,6 +261,7 @@ class RetryingConsumer:
         while not finished.wait(wait):
             if self._connection is not None:
                 self._connection.process_data_events(time_limit=0)  # heartbeats during a long handler
+                self._settle()  # and confirms of earlier copies
             if self.handler_timeout is not None and time.monotonic() - started >= self.handler_timeout:
                 self.timed_out += 1
                 return DeadlineExceededError(f"handler still running after its deadline of {self.handler_timeout:g} s")
@@ -278,9 +325,8 @@ class RetryingConsumer:
             first_failure_at = h.text(headers[h.FIRST_FAILURE_AT])
         else:
             first_failure_at = h.utc_iso(first)
-        if self._park(channel, method, properties, body, reason, attempts=attempt, exchange=exchange,
-                      routing_key=routing_key, first_failure_at=first_failure_at, permanent=True):
-            self.permanent += 1
+        self._park(channel, method, properties, body, reason, attempts=attempt, exchange=exchange,
+                   routing_key=routing_key, first_failure_at=first_failure_at, permanent=True)
 
     def _fail_reject(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
                      body: bytes, reason: str) -> None:
@@ -344,15 +390,18 @@ class RetryingConsumer:
             return
         retry_exchange, retry_key, wait_ms = self.retry_route(attempt)
         copy_headers = {**h.without_broker_headers(headers), **origin, attempt_header: attempt}
-        if self._publish_then_ack(channel, method, retry_exchange, retry_key, body,
-                                  h.copy_properties(properties, copy_headers)):
+
+        def retried() -> None:
             self.retried += 1
             LOG.info("retry %s: attempt %d/%d failed, next in %d ms via %s (%s)", properties.message_id,
                      attempt, self.contract["max_retries"], wait_ms, retry_key, reason[:200])
 
+        self._publish_then_ack(channel, method, retry_exchange, retry_key, body,
+                               h.copy_properties(properties, copy_headers), retried)
+
     def _park(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties, body: bytes,
               reason: str, *, attempts: int, exchange: str, routing_key: str, first_failure_at: str,
-              permanent: bool = False) -> bool:
+              permanent: bool = False) -> None:
         # The attempt counter is left out so that a parked message replayed to its exchange gets a full budget.
         headers = h.without_broker_headers(properties.headers)
         headers.pop(self.contract["attempt_header"], None)
@@ -362,27 +411,37 @@ class RetryingConsumer:
         })
         if permanent:
             headers[h.PERMANENT] = True
-        if not self._publish_then_ack(channel, method, self.contract["error_exchange"], routing_key, body,
-                                      h.copy_properties(properties, headers)):
-            return False
-        self.parked += 1
-        LOG.info("park %s after %d attempts%s in %s (%s)", properties.message_id, attempts,
-                 " (permanent failure)" if permanent else "", self.contract["error_queue"], reason[:200])
-        return True
+
+        def parked() -> None:
+            self.parked += 1
+            self.permanent += 1 if permanent else 0
+            LOG.info("park %s after %d attempts%s in %s (%s)", properties.message_id, attempts,
+                     " (permanent failure)" if permanent else "", self.contract["error_queue"], reason[:200])
+
+        self._publish_then_ack(channel, method, self.contract["error_exchange"], routing_key, body,
+                               h.copy_properties(properties, headers), parked)
 
     def _publish_then_ack(self, channel: BlockingChannel, method: Basic.Deliver, exchange: str,
-                          routing_key: str, body: bytes, properties: BasicProperties) -> bool:
-        """Ack the original only once the copy is confirmed: a crash in between duplicates, never loses."""
-        try:
-            self._confirming().basic_publish(exchange, routing_key, body, properties, mandatory=True)
-        except (pika.exceptions.UnroutableError, pika.exceptions.NackError,
-                pika.exceptions.ChannelClosedByBroker) as error:
+                          routing_key: str, body: bytes, properties: BasicProperties,
+                          confirmed: Callable[[], None]) -> None:
+        """Publish the copy and settle the original once the broker answered for it: ack it (then count,
+        `confirmed()`) after the confirm; nack it back to the queue after a nack, a return (unroutable) or the
+        confirm channel closing. A crash in between duplicates, never loses. Returns without waiting for the
+        confirm unless `max_in_flight` copies are unanswered."""
+
+        def answer(error: BaseException | None) -> None:
+            if not channel.is_open:
+                return  # the broker put the original back in the queue with its channel
+            if error is None:
+                channel.basic_ack(method.delivery_tag)
+                confirmed()
+                return
             channel.basic_nack(method.delivery_tag, requeue=True)
             self.requeued += 1
             LOG.error("could not publish %s to %r (%s: %s); original requeued", properties.message_id, exchange,
                       type(error).__name__, error)
-            if self.publish_failure_pause > 0 and self._connection is not None:
-                self._connection.sleep(self.publish_failure_pause)  # no hot loop on a broken topology
-            return False
-        channel.basic_ack(method.delivery_tag)
-        return True
+
+        self._confirming().publish(exchange, routing_key, body, properties, answer)
+        self._settle()
+        while self.in_flight() >= self.max_in_flight:
+            self._await_answers()

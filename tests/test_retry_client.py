@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -769,17 +770,60 @@ def test_a_huge_attempt_is_the_maximum_and_attempt_zero_is_refused() -> None:
 # --- strategy levels: the consumer ----------------------------------------------------------------
 
 class RecordingChannel:
-    """Both of a consumer's channels, recording every call in order (publish, ack, nack, reject)."""
+    """One of a consumer's channels, recording every call in order (publish, ack, nack, reject) in `calls`, which
+    the consuming and the confirm channel of a test share (pass the other's). As the confirm channel it plays
+    the broker the way pika delivers its answers: to the callbacks the consumer registered on `_impl`
+    (confirm_delivery, add_on_return_callback, add_on_close_callback), with a frame per basic.ack or basic.nack.
+    `outcome` answers each publish at once ("ack", "nack", "return": a basic.return then its ack, "close": the
+    broker closes the channel with a 404); None leaves the answers to the test (`confirm`, `refuse`,
+    `give_back`, `close_by_broker`), and `on_flush` runs while the consumer waits for them."""
 
-    def __init__(self, refuse: Exception | None = None) -> None:
-        self.calls: list[tuple[Any, ...]] = []
-        self.refuse = refuse
+    def __init__(self, outcome: str | None = "ack", calls: list[tuple[Any, ...]] | None = None) -> None:
+        self.calls: list[tuple[Any, ...]] = [] if calls is None else calls
+        self.outcome = outcome
+        self.is_open = True
+        self.published: list[tuple[str, str, bytes, BasicProperties]] = []
+        """Publish sequence number n is published[n - 1]."""
+        self.on_flush: Callable[[], None] | None = None
+        self._impl = self
+        self._ack_nack: Callable[[Any], None] | None = None
+        self._returns: list[Callable[..., None]] = []
+        self._closes: list[Callable[..., None]] = []
+
+    # pika's Channel, as `_impl`
+    def confirm_delivery(self, ack_nack_callback: Callable[[Any], None],
+                         callback: Callable[[Any], None] | None = None) -> None:
+        self._ack_nack = ack_nack_callback
+        if callback is not None:
+            callback(pika.frame.Method(1, pika.spec.Confirm.SelectOk()))
+
+    def add_on_return_callback(self, callback: Callable[..., None]) -> None:
+        self._returns.append(callback)
+
+    def add_on_close_callback(self, callback: Callable[..., None]) -> None:
+        self._closes.append(callback)
+
+    # pika's BlockingChannel
+    def _flush_output(self, *waiters: Callable[[], bool]) -> None:
+        if self.on_flush is not None:
+            self.on_flush()
 
     def basic_publish(self, exchange: str, routing_key: str, body: bytes, properties: BasicProperties,
                       mandatory: bool = False) -> None:
+        if not self.is_open:
+            raise pika.exceptions.ChannelWrongStateError("Channel is closed.")
         self.calls.append(("publish", exchange, routing_key, body, properties.headers, mandatory))
-        if self.refuse is not None:
-            raise self.refuse
+        self.published.append((exchange, routing_key, body, properties))
+        number = len(self.published)
+        if self.outcome == "ack":
+            self.confirm(number)
+        elif self.outcome == "nack":
+            self.refuse(number)
+        elif self.outcome == "return":
+            self.give_back(number)
+            self.confirm(number)
+        elif self.outcome == "close":
+            self.close_by_broker(404, f"NOT_FOUND - no exchange '{exchange}' in vhost 'shop'")
 
     def basic_ack(self, delivery_tag: int) -> None:
         self.calls.append(("ack", delivery_tag))
@@ -790,17 +834,80 @@ class RecordingChannel:
     def basic_reject(self, delivery_tag: int, requeue: bool) -> None:
         self.calls.append(("reject", delivery_tag, requeue))
 
+    # the broker's answers
+    def confirm(self, number: int, multiple: bool = False) -> None:
+        assert self._ack_nack is not None, "confirms were never enabled"
+        self._ack_nack(pika.frame.Method(1, pika.spec.Basic.Ack(delivery_tag=number, multiple=multiple)))
+
+    def refuse(self, number: int, multiple: bool = False) -> None:
+        assert self._ack_nack is not None, "confirms were never enabled"
+        self._ack_nack(pika.frame.Method(1, pika.spec.Basic.Nack(delivery_tag=number, multiple=multiple)))
+
+    def give_back(self, number: int) -> None:
+        """A basic.return of publish `number` (no queue bound for its key): it names the message, not the number."""
+        exchange, routing_key, body, properties = self.published[number - 1]
+        returned = pika.spec.Basic.Return(reply_code=312, reply_text="NO_ROUTE", exchange=exchange,
+                                          routing_key=routing_key)
+        wire = BasicProperties(message_id=properties.message_id, headers=copy.deepcopy(properties.headers))
+        for callback in self._returns:
+            callback(self, returned, wire, body)
+
+    def close_by_broker(self, code: int, text: str) -> None:
+        self.is_open = False
+        for callback in self._closes:
+            callback(self, pika.exceptions.ChannelClosedByBroker(code, text))
+
+
+class FakeConnection:
+    """The consumer's connection around a RecordingChannel: every channel it opens is that channel (a closed
+    one is opened again); pauses and I/O are recorded or run the channel's `on_flush`."""
+
+    def __init__(self, channel: RecordingChannel) -> None:
+        self.channel_ = channel
+        self.is_open = True
+        self.slept: list[float] = []
+
+    def channel(self) -> RecordingChannel:
+        self.channel_.is_open = True
+        return self.channel_
+
+    def process_data_events(self, time_limit: float | None = 0) -> None:
+        if self.channel_.on_flush is not None:
+            self.channel_.on_flush()
+
+    def sleep(self, duration: float) -> None:
+        self.slept.append(duration)
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> int:
+        return 1
+
+    def remove_timeout(self, timeout_id: int) -> None:
+        pass
+
+
+def _consumer(contract: dict[str, Any], handler: Any, channel: RecordingChannel, mode: str = "reject",
+              prefetch: int = 10) -> RetryingConsumer:
+    """A consumer whose connection is a FakeConnection around the confirm channel `channel` (no pause after a
+    refused copy)."""
+    consumer = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract, handler, mode,  # type: ignore[arg-type]
+                                prefetch, publish_failure_pause=0)
+    consumer._connection = FakeConnection(channel)  # type: ignore[assignment]
+    return consumer
+
+
+def _method(tag: int = 7) -> pika.spec.Basic.Deliver:
+    return pika.spec.Basic.Deliver(delivery_tag=tag, exchange="billing", routing_key="order.created")
+
 
 def _deliver(contract: dict[str, Any], handler: Any, headers: dict[str, Any] | None = None, mode: str = "reject",
              channel: RecordingChannel | None = None) -> tuple[RetryingConsumer, list[tuple[Any, ...]]]:
     """One delivery of message m-1 (first published to `billing` with key `order.created` unless its headers
-    say otherwise) through the consumer's handling, on a recording channel instead of a broker."""
+    say otherwise) through the consumer's handling, on recording channels instead of a broker: `channel`
+    confirms the copies (by default at once), a second one consumes; both record in one list."""
     channel = channel or RecordingChannel()
-    consumer = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract, handler, mode,  # type: ignore[arg-type]
-                                publish_failure_pause=0)
-    consumer._confirming = lambda: channel  # type: ignore[assignment,method-assign,return-value]
-    method = pika.spec.Basic.Deliver(delivery_tag=7, exchange="billing", routing_key="order.created")
-    consumer._handle(channel, method, BasicProperties(message_id="m-1", headers=headers),  # type: ignore[arg-type]
+    consumer = _consumer(contract, handler, channel, mode)
+    consuming = RecordingChannel(calls=channel.calls)
+    consumer._handle(consuming, _method(), BasicProperties(message_id="m-1", headers=headers),  # type: ignore[arg-type]
                      b"body")
     return consumer, channel.calls
 
@@ -885,11 +992,12 @@ def test_a_permanent_failure_of_a_levels_message_is_parked_at_once() -> None:
     assert (consumer.permanent, consumer.parked, consumer.retried) == (1, 1, 0)
 
 
-def test_an_unroutable_retry_copy_requeues_the_original_instead_of_acking_it() -> None:
-    refused = RecordingChannel(refuse=pika.exceptions.UnroutableError([]))
-    consumer, calls = _deliver(STEADY, _fails, channel=refused)
+@pytest.mark.parametrize("outcome", ["return", "nack", "close"])
+def test_a_refused_retry_copy_requeues_the_original_instead_of_acking_it(outcome: str) -> None:
+    """Unroutable (a basic.return, then the ack), nacked, or its channel closed (404): nack with requeue."""
+    consumer, calls = _deliver(STEADY, _fails, channel=RecordingChannel(outcome))
     assert [c[0] for c in calls] == ["publish", "nack"] and calls[1] == ("nack", 7, True)
-    assert (consumer.retried, consumer.requeued) == (0, 1)
+    assert (consumer.retried, consumer.requeued, consumer.in_flight()) == (0, 1, 0)
 
 
 def test_a_success_is_acked_and_nothing_is_published() -> None:

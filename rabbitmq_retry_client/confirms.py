@@ -1,0 +1,155 @@
+"""Publisher confirms without waiting for each one: several copies in flight on one confirm-mode channel, each
+answered when the broker's basic.ack, basic.nack or basic.return for it arrives, or when the channel closes.
+
+pika's `BlockingChannel.confirm_delivery()` makes every `basic_publish` wait for its own confirm (one round
+trip per copy). Here the underlying channel gets our own callbacks instead (`channel._impl.confirm_delivery`,
+pika 1.x). They only record what arrived, in arrival order; `answers()` turns that into outcomes in the
+caller's thread, outside pika's I/O loop, so settling an original never re-enters pika.
+
+The broker numbers the publishes of a confirm-mode channel 1, 2, 3…; a basic.ack or basic.nack names one of
+them, or with `multiple` every one up to it. A basic.return names none: it carries the message, and comes
+before the ack of that message (RabbitMQ sends the return when routing finds no queue, the ack after), so it
+is matched to the earliest copy in flight with the same exchange, routing key, message id and body (and the
+same headers when one has them). A channel that closes (404 missing exchange, 403 refused) refuses every copy
+still in flight: none of them can be confirmed any more.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pika.exceptions
+from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection, ReturnedMessage
+from pika.channel import Channel
+from pika.frame import Method
+from pika.spec import Basic, BasicProperties
+
+LOG = logging.getLogger("rabbitmq_retry_client")
+
+Answer = Callable[[BaseException | None], None]
+"""Called once per copy: None once the broker confirmed it, else why it did not (NackError, UnroutableError,
+the channel's closing reason)."""
+_Event = Method | ReturnedMessage | BaseException
+
+
+@dataclass(eq=False)
+class InFlight:
+    """A copy published and not answered yet, with what to call once it is."""
+
+    exchange: str
+    routing_key: str
+    body: bytes
+    properties: BasicProperties
+    answer: Answer
+    returned: ReturnedMessage | None = None
+
+
+def _nothing() -> None:
+    """A timer callback: the timer only wakes pika's I/O loop."""
+
+
+class Confirms:
+    """One confirm-mode channel on which `publish` does not wait: `pending` maps each publish sequence number
+    to its copy until `answers()` hands the copy back with its outcome."""
+
+    def __init__(self, channel: BlockingChannel) -> None:
+        self.channel = channel
+        self.pending: dict[int, InFlight] = {}
+        """In publish order (dicts keep insertion order): a `multiple` ack covers a prefix."""
+        self._events: deque[_Event] = deque()
+        self._published = 0
+        selected: list[Method] = []
+        impl = channel._impl
+        impl.add_on_return_callback(self._on_return)
+        impl.add_on_close_callback(self._on_close)
+        impl.confirm_delivery(ack_nack_callback=self._events.append, callback=selected.append)
+        channel._flush_output(lambda: bool(selected))
+
+    @property
+    def is_open(self) -> bool:
+        return bool(self.channel.is_open)
+
+    def _on_return(self, channel: Channel, method: Basic.Return, properties: BasicProperties, body: bytes) -> None:
+        self._events.append(ReturnedMessage(method, properties, body))
+
+    def _on_close(self, channel: Channel, reason: BaseException) -> None:
+        self._events.append(reason)
+
+    def publish(self, exchange: str, routing_key: str, body: bytes, properties: BasicProperties,
+                answer: Answer) -> None:
+        """Publish a mandatory copy and return once it is written, not confirmed: `answer` is called later,
+        from `answers()`. A channel that is closed or closes meanwhile refuses the copy (and any in flight)."""
+        self._published += 1
+        self.pending[self._published] = InFlight(exchange, routing_key, body, properties, answer)
+        try:
+            self.channel.basic_publish(exchange, routing_key, body, properties, mandatory=True)
+        except (pika.exceptions.ChannelClosedByBroker, pika.exceptions.ChannelWrongStateError) as error:
+            self._events.append(error)
+
+    def wait(self, connection: BlockingConnection, timeout: float) -> None:
+        """Process I/O until the broker answers for a copy, the channel closes or `timeout` seconds passed."""
+        if self._events or not self.is_open:
+            return
+        deadline = time.monotonic() + timeout
+        timer = connection.call_later(timeout, _nothing)
+        try:
+            self.channel._flush_output(lambda: bool(self._events) or time.monotonic() >= deadline)
+        except pika.exceptions.ChannelClosedByBroker:
+            pass  # recorded by _on_close: answers() refuses what was in flight
+        finally:
+            connection.remove_timeout(timer)
+
+    def answers(self) -> list[tuple[InFlight, BaseException | None]]:
+        """The copies answered for since the last call, each with None (confirmed) or why not, in the order
+        the broker answered; they leave `pending`. The caller settles them (`InFlight.answer`)."""
+        answered: list[tuple[InFlight, BaseException | None]] = []
+        while self._events:
+            event = self._events.popleft()
+            if isinstance(event, ReturnedMessage):
+                self._match(event)
+            elif isinstance(event, BaseException):
+                answered += [(copy, event) for copy in self.pending.values()]
+                self.pending.clear()
+            else:
+                answered += self._confirmed(event.method)
+        if self.pending and not self.is_open:  # closed without a reason recorded: nothing can confirm them now
+            closed = pika.exceptions.ChannelWrongStateError("the confirm channel closed")
+            answered += [(copy, closed) for copy in self.pending.values()]
+            self.pending.clear()
+        return answered
+
+    def _confirmed(self, method: Basic.Ack | Basic.Nack) -> list[tuple[InFlight, BaseException | None]]:
+        tag = method.delivery_tag
+        covered = [n for n in self.pending if n <= tag] if method.multiple else [tag] if tag in self.pending else []
+        answered: list[tuple[InFlight, BaseException | None]] = []
+        for number in covered:
+            copy = self.pending.pop(number)
+            returned = [copy.returned] if copy.returned is not None else []
+            if isinstance(method, Basic.Nack):
+                answered.append((copy, pika.exceptions.NackError(returned)))
+            elif returned:
+                answered.append((copy, pika.exceptions.UnroutableError(returned)))
+            else:
+                answered.append((copy, None))
+        return answered
+
+    def _match(self, returned: ReturnedMessage) -> None:
+        """Mark the copy a basic.return is about (see the module docstring). Should none match, every copy in
+        flight is marked: their originals are requeued, a duplicate at worst, never a loss."""
+        method, properties = returned.method, returned.properties
+        candidates = [c for c in self.pending.values() if c.returned is None and c.exchange == method.exchange
+                      and c.routing_key == method.routing_key and c.body == returned.body
+                      and c.properties.message_id == properties.message_id]
+        same = [c for c in candidates if (c.properties.headers or {}) == (properties.headers or {})]
+        chosen = (same or candidates)[:1]
+        if not chosen:
+            LOG.warning("a copy to %r (%s) was returned (%s %s) but matches none in flight; requeueing the "
+                        "originals of all %d", method.exchange, method.routing_key, method.reply_code,
+                        method.reply_text, len(self.pending))
+            chosen = [c for c in self.pending.values() if c.returned is None]
+        for copy in chosen:
+            copy.returned = returned
