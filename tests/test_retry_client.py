@@ -11,7 +11,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -785,6 +785,8 @@ class RecordingChannel:
         self.published: list[tuple[str, str, bytes, BasicProperties]] = []
         """Publish sequence number n is published[n - 1]."""
         self.on_flush: Callable[[], None] | None = None
+        self.deliveries: list[tuple[Any, BasicProperties, bytes]] = []
+        """What `consume` yields, as the consuming channel; then nothing (None) until the consumer stops."""
         self._impl = self
         self._ack_nack: Callable[[Any], None] | None = None
         self._returns: list[Callable[..., None]] = []
@@ -803,7 +805,20 @@ class RecordingChannel:
     def add_on_close_callback(self, callback: Callable[..., None]) -> None:
         self._closes.append(callback)
 
+    def reopen(self) -> None:
+        """A new channel: open, no callbacks, publish numbers from 1 again."""
+        self.is_open, self.published, self._ack_nack, self._returns, self._closes = True, [], None, [], []
+
     # pika's BlockingChannel
+    def consume(self, queue: str, inactivity_timeout: float | None = None) -> Iterator[tuple[Any, Any, Any]]:
+        while self.deliveries:
+            yield self.deliveries.pop(0)
+        while True:
+            yield None, None, None
+
+    def cancel(self) -> None:
+        self.calls.append(("cancel",))
+
     def _flush_output(self, *waiters: Callable[[], bool]) -> None:
         if self.on_flush is not None:
             self.on_flush()
@@ -868,7 +883,7 @@ class FakeConnection:
         self.slept: list[float] = []
 
     def channel(self) -> RecordingChannel:
-        self.channel_.is_open = True
+        self.channel_.reopen()
         return self.channel_
 
     def process_data_events(self, time_limit: float | None = 0) -> None:
@@ -1042,3 +1057,148 @@ def test_redrive_to_queue_of_a_queue_without_requeue_is_refused_before_connectin
     assert capsys.readouterr().err == (
         f"rabbitmq-retry: error: 'orders.billing' uses strategy {strategy}, which has no 'orders.billing.requeue' "
         "exchange; redrive to the original exchange (without --to-queue)\n")
+
+
+# --- confirms in flight: several copies unanswered at once ---------------------------------------------
+
+def _fail_each(consumer: RetryingConsumer, consuming: RecordingChannel, tags: list[int],
+               headers: dict[str, Any] | None = None) -> None:
+    """A failing delivery per tag (message m-<tag>, unless all share `headers`' message), handled in order."""
+    for tag in tags:
+        properties = BasicProperties(message_id="m-1" if headers else f"m-{tag}", headers=dict(headers or {}))
+        consumer._handle(consuming, _method(tag), properties, b"body")  # type: ignore[arg-type]
+
+
+def _in_flight(outcome: str | None = None, prefetch: int = 10, contract: dict[str, Any] | None = None,
+               mode: str = "republish") -> tuple[RetryingConsumer, RecordingChannel, RecordingChannel]:
+    """A consumer whose confirm channel answers only when the test says so, and its consuming channel."""
+    confirming = RecordingChannel(outcome)
+    consumer = _consumer(contract or STEADY, _fails, confirming, mode, prefetch)
+    return consumer, confirming, RecordingChannel(calls=confirming.calls)
+
+
+def _settlements(calls: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    return [c for c in calls if c[0] in ("ack", "nack")]
+
+
+def test_copies_in_flight_are_not_waited_for_and_a_return_in_the_middle_requeues_only_its_original() -> None:
+    consumer, broker, consuming = _in_flight()
+    _fail_each(consumer, consuming, [1, 2, 3, 4])
+    assert [c[0] for c in broker.calls] == ["publish"] * 4, "nothing settled before the broker answered"
+    assert (consumer.in_flight(), consumer.retried) == (4, 0)
+    broker.give_back(2)  # a basic.return names the message, not its number; then one ack covers 1 and 2
+    broker.confirm(2, multiple=True)
+    broker.confirm(4)  # out of order: 3 is still unanswered
+    consumer._settle()
+    assert _settlements(broker.calls) == [("ack", 1), ("nack", 2, True), ("ack", 4)]
+    assert (consumer.retried, consumer.requeued, consumer.in_flight()) == (2, 1, 1)
+    broker.confirm(3)
+    consumer._settle()
+    assert _settlements(broker.calls)[3:] == [("ack", 3)]
+    assert (consumer.retried, consumer.requeued, consumer.in_flight()) == (3, 1, 0)
+
+
+def test_a_nack_in_the_middle_requeues_only_its_original_and_a_multiple_nack_all_it_covers() -> None:
+    consumer, broker, consuming = _in_flight()
+    _fail_each(consumer, consuming, [1, 2, 3, 4, 5])
+    broker.refuse(2)
+    broker.confirm(3, multiple=True)  # 1 and 3; 2 was answered already
+    broker.refuse(5, multiple=True)  # 4 and 5
+    consumer._settle()
+    assert _settlements(broker.calls) == [("nack", 2, True), ("ack", 1), ("ack", 3), ("nack", 4, True),
+                                          ("nack", 5, True)]
+    assert (consumer.retried, consumer.requeued, consumer.in_flight()) == (2, 3, 0)
+
+
+def test_a_return_is_matched_to_its_copy_by_content_when_copies_share_the_message_id() -> None:
+    """Attempts 3 and 4 of one message both go to tier 2's key: the returned copy is told apart by its headers."""
+    consumer, broker, consuming = _in_flight(contract=contract())
+    origin = {"original-exchange": "billing", "original-routing-key": "order.created",
+              "first-failure-at": "2026-01-01T00:00:00.000Z"}
+    _fail_each(consumer, consuming, [1], {**origin, "retry-count": 2})
+    _fail_each(consumer, consuming, [2], {**origin, "retry-count": 3})
+    assert [c[2] for c in broker.calls] == ["wait.2", "wait.2"]
+    broker.give_back(2)
+    broker.confirm(2, multiple=True)
+    consumer._settle()
+    assert _settlements(broker.calls) == [("ack", 1), ("nack", 2, True)]
+
+
+def test_a_return_that_matches_no_copy_in_flight_requeues_every_original_in_flight() -> None:
+    """Never acked on a guess: a duplicate at worst."""
+    consumer, broker, consuming = _in_flight()
+    _fail_each(consumer, consuming, [1, 2])
+    broker.published[0] = ("elsewhere", "x", b"other", BasicProperties(message_id="m-9"))
+    broker.give_back(1)
+    broker.confirm(2, multiple=True)
+    consumer._settle()
+    assert _settlements(broker.calls) == [("nack", 1, True), ("nack", 2, True)]
+
+
+def test_a_confirm_channel_closed_mid_flight_requeues_every_original_in_flight_and_pauses_once() -> None:
+    consumer, broker, consuming = _in_flight()
+    consumer.publish_failure_pause = 1.0
+    _fail_each(consumer, consuming, [1, 2, 3])
+    broker.confirm(1)
+    broker.close_by_broker(404, "NOT_FOUND - no exchange 'rabbitmq-retry.delay.16' in vhost 'shop'")
+    consumer._settle()
+    assert _settlements(broker.calls) == [("ack", 1), ("nack", 2, True), ("nack", 3, True)]
+    assert (consumer.retried, consumer.requeued, consumer.in_flight()) == (1, 2, 0)
+    assert consumer._connection.slept == [1.0]  # type: ignore[union-attr]
+    # The next copy goes out on a new confirm channel, numbered from 1 again; the consuming one never closed.
+    _fail_each(consumer, consuming, [4])
+    broker.confirm(1)
+    consumer._settle()
+    assert _settlements(broker.calls)[3:] == [("ack", 4)] and consumer.retried == 2
+
+
+def test_the_copies_in_flight_are_bounded_by_the_prefetch_and_the_consumer_waits_for_confirms_at_the_bound() -> None:
+    consumer, broker, consuming = _in_flight(prefetch=2)
+    assert consumer.max_in_flight == 2
+    seen: list[int] = []
+
+    def broker_answers_the_oldest() -> None:
+        seen.append(consumer.in_flight())
+        answered = {c[1] for c in _settlements(broker.calls)}
+        unanswered = [n for n in range(1, len(broker.published) + 1) if n not in answered]
+        if unanswered:
+            broker.confirm(unanswered[0])
+
+    broker.on_flush = broker_answers_the_oldest
+    _fail_each(consumer, consuming, [1])
+    _fail_each(consumer, consuming, [2])
+    assert [c[0] for c in broker.calls] == ["publish", "publish", "ack"], "waited at 2 in flight, until 1 was acked"
+    _fail_each(consumer, consuming, [3])
+    assert [c[0] for c in broker.calls][3:] == ["publish", "ack"] and consumer.in_flight() == 1
+    assert max(seen) == 2 and consumer.retried == 2
+
+
+@pytest.mark.parametrize("stop", ["max_messages", "idle_timeout", "until", "stop"])
+def test_run_returns_only_after_every_copy_in_flight_is_settled(stop: str) -> None:
+    """Then the consumer is cancelled: the acks come before it, so no original is left unsettled."""
+    consumer, broker, consuming = _in_flight(prefetch=10)
+    consumer._channel = consuming  # type: ignore[assignment]
+    consuming.deliveries = [(_method(tag), BasicProperties(message_id=f"m-{tag}", headers={}), b"body")
+                            for tag in (1, 2, 3)]
+    answered: list[int] = []
+
+    def broker_answers_one_by_one() -> None:
+        if len(answered) < len(broker.published):
+            answered.append(len(answered) + 1)
+            broker.confirm(answered[-1])
+
+    broker.on_flush = broker_answers_one_by_one
+    handled = len(consuming.deliveries)
+    if stop == "stop":
+        def stops_at_the_third(body: bytes, properties: BasicProperties) -> None:
+            if properties.message_id == "m-3":
+                consumer.stop()
+            raise RuntimeError("boom")
+
+        consumer.handler = stops_at_the_third
+    arguments = {"max_messages": {"max_messages": 3}, "idle_timeout": {"idle_timeout": 0.05},
+                 "until": {"until": lambda: len([c for c in broker.calls if c[0] == "publish"]) >= 3},
+                 "stop": {}}[stop]
+    assert consumer.run(**arguments) == handled
+    assert [c[0] for c in broker.calls] == ["publish"] * 3 + ["ack"] * 3 + ["cancel"]
+    assert (consumer.retried, consumer.in_flight()) == (3, 0)
