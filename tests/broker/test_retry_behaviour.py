@@ -15,6 +15,7 @@ each broker's run short; the run timeouts are generous bounds for an eventual co
 from __future__ import annotations
 
 import json
+import logging
 import random
 import signal
 import subprocess
@@ -291,6 +292,70 @@ def test_no_message_is_lost(broker: Broker, deploy: Deployer, queue_type: str, m
     else:
         assert duplicates == 0 and not both
         assert parked == {i for i, failures in plan.items() if failures > max_retries}
+
+
+# --- copies in flight when the confirm channel dies ----------------------------------------------------
+
+POISONED = {"f05", "f17", "f18"}
+"""Their first copy goes to an exchange that does not exist: the broker closes the confirm channel (404)."""
+
+
+@pytest.mark.parametrize("queue_type", ["classic", "quorum"])
+def test_a_confirm_channel_killed_mid_flight_loses_nothing_and_acks_nothing_early(
+        broker: Broker, deploy: Deployer, queue_type: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Copies go out without waiting for their confirms; among them some to a missing exchange. Every copy in
+    flight on the closed channel has its original requeued (never acked: the poisoned ones had no copy at all),
+    the consuming channel stays open, and every message still reaches its handler through a confirmed retry:
+    the handler fails every delivery without `retry-count`, so a success proves the copy existed."""
+    deployment = deploy({"exchanges": [{"name": "in", "type": "fanout"}],
+                         "queues": [retryable_queue("flight", queue_type, ["200ms"], 3)]})
+    ids = [f"f{i:02d}" for i in range(40)]
+    deliveries: dict[str, list[Any]] = {i: [] for i in ids}
+    succeeded: list[str] = []
+    handling: list[str] = []
+
+    def handler(body: bytes, properties: BasicProperties) -> None:
+        message_id, attempt = str(properties.message_id), (properties.headers or {}).get("retry-count")
+        handling.append(message_id)
+        deliveries[message_id].append(attempt)
+        if not attempt:
+            raise RuntimeError(f"first attempt of {message_id}")
+        succeeded.append(message_id)
+
+    consumer = RetryingConsumer(parameters(broker, deployment.vhost), deployment.contracts["flight"], handler,
+                                "republish", prefetch=10, publish_failure_pause=0.05)
+    route = consumer.retry_route
+    poisoned: list[str] = []
+
+    def poisoning_route(attempt: int) -> tuple[str, str, int]:
+        message_id = handling[-1]  # the delivery whose handler just failed
+        if message_id in POISONED and message_id not in poisoned:
+            poisoned.append(message_id)
+            return "no-such-exchange", "wait.1", 200
+        return route(attempt)
+
+    consumer.retry_route = poisoning_route  # type: ignore[method-assign]
+    publish_ids(broker, deployment.vhost, "in", ids)
+    with caplog.at_level(logging.ERROR, logger="rabbitmq_retry_client"):
+        run_consumers([consumer], lambda: set(succeeded) >= set(ids), timeout=60)
+        consumer.run(idle_timeout=0.7)  # the duplicates of copies confirmed too late, if any
+    consumer.close()
+
+    requeued = [str(r.args[0]) for r in caplog.records if str(r.msg).startswith("could not publish")]
+    print(f"\n[{broker.name} {queue_type}] requeued {len(requeued)} originals: {requeued}; retried "
+          f"{consumer.retried}, processed {consumer.processed}")
+    assert sorted(poisoned) == sorted(POISONED)
+    assert set(succeeded) == set(ids), f"lost: {sorted(set(ids) - set(succeeded))}"
+    assert set(requeued) >= POISONED and consumer.requeued == len(requeued)
+    for message_id in POISONED:  # requeued as it was, failed again, then retried through a real copy
+        assert deliveries[message_id][:2] == [None, None] and deliveries[message_id][-1] == 1, deliveries[message_id]
+    # Only an original requeued while its copy was in flight may succeed twice (a duplicate, never a loss).
+    twice = {i for i in ids if succeeded.count(i) > 1}
+    assert twice <= set(requeued), twice
+    assert consumer.retried == len(ids), "one confirmed retry per message: a refused one is not counted"
+    assert consumer.processed == len(succeeded) and consumer.reconnects == 0
+    leftovers = message_counts(broker, deployment.vhost, ["flight", "flight.wait.1", "flight.error"])
+    assert leftovers == dict.fromkeys(leftovers, 0)
 
 
 # --- delivery limit ---------------------------------------------------------------------------------
