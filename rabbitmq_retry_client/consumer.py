@@ -164,7 +164,8 @@ class RetryingConsumer:
 
     def stop(self) -> None:
         """Ask `run` to return, from any thread or a signal handler: the delivery being handled is finished
-        and settled first; prefetched ones not yet handled go back to the queue (nack, requeue)."""
+        and settled first, and every copy in flight answered and its original settled; prefetched ones not yet
+        handled go back to the queue (nack, requeue)."""
         self._stopping.set()
 
     def close(self) -> None:
