@@ -297,16 +297,20 @@ def test_no_message_is_lost(broker: Broker, deploy: Deployer, queue_type: str, m
 # --- copies in flight when the confirm channel dies ----------------------------------------------------
 
 POISONED = {"f05", "f17", "f18"}
-"""Their first copy goes to an exchange that does not exist: the broker closes the confirm channel (404)."""
+"""Their first copy goes to an exchange that does not exist (the broker closes the confirm channel: 404), or
+with a routing key nothing is bound to (a basic.return, then its ack)."""
 
 
+@pytest.mark.parametrize("poison", ["missing-exchange", "unroutable"])
 @pytest.mark.parametrize("queue_type", ["classic", "quorum"])
-def test_a_confirm_channel_killed_mid_flight_loses_nothing_and_acks_nothing_early(
-        broker: Broker, deploy: Deployer, queue_type: str, caplog: pytest.LogCaptureFixture) -> None:
-    """Copies go out without waiting for their confirms; among them some to a missing exchange. Every copy in
-    flight on the closed channel has its original requeued (never acked: the poisoned ones had no copy at all),
-    the consuming channel stays open, and every message still reaches its handler through a confirmed retry:
-    the handler fails every delivery without `retry-count`, so a success proves the copy existed."""
+def test_copies_refused_mid_flight_requeue_their_originals_lose_nothing_and_ack_nothing_early(
+        broker: Broker, deploy: Deployer, queue_type: str, poison: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Copies go out without waiting for their confirms; among them a few the broker refuses. A missing exchange
+    kills the confirm channel: every copy in flight on it has its original requeued (the poisoned ones had no
+    copy at all: never acked). An unroutable copy is returned: exactly its original is requeued, the others
+    in flight around it are acked. The consuming channel stays open, and every message still reaches its handler
+    through a confirmed retry: the handler fails every delivery without `retry-count`, so a success proves the
+    copy existed."""
     deployment = deploy({"exchanges": [{"name": "in", "type": "fanout"}],
                          "queues": [retryable_queue("flight", queue_type, ["200ms"], 3)]})
     ids = [f"f{i:02d}" for i in range(40)]
@@ -331,7 +335,8 @@ def test_a_confirm_channel_killed_mid_flight_loses_nothing_and_acks_nothing_earl
         message_id = handling[-1]  # the delivery whose handler just failed
         if message_id in POISONED and message_id not in poisoned:
             poisoned.append(message_id)
-            return "no-such-exchange", "wait.1", 200
+            return ("no-such-exchange", "wait.1", 200) if poison == "missing-exchange" else (
+                "flight.retry", "nowhere", 200)
         return route(attempt)
 
     consumer.retry_route = poisoning_route  # type: ignore[method-assign]
@@ -354,6 +359,8 @@ def test_a_confirm_channel_killed_mid_flight_loses_nothing_and_acks_nothing_earl
     assert twice <= set(requeued), twice
     assert consumer.retried == len(ids), "one confirmed retry per message: a refused one is not counted"
     assert consumer.processed == len(succeeded) and consumer.reconnects == 0
+    if poison == "unroutable":  # the channel stayed open: only the returned copies' originals were requeued
+        assert sorted(requeued) == sorted(POISONED) and not twice
     leftovers = message_counts(broker, deployment.vhost, ["flight", "flight.wait.1", "flight.error"])
     assert leftovers == dict.fromkeys(leftovers, 0)
 
