@@ -2,7 +2,8 @@
 what it refuses (an unknown strategy included), how it cuts an error reason, what a retried, parked or
 redriven copy carries over, which parked messages a filter selects, what the command refuses before
 connecting, and strategy `levels` (its contract, back-off, routing key, and the consumer's retries and
-parking through a recording channel) (README: Writing a consumer, Parked messages)."""
+parking through a recording channel), and copies in flight: settled on the broker's answers in any order, the
+in-flight bound, `run()` settling them all (README: Writing a consumer, Parked messages)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ Issue behaviours: (1) a rejected message comes back through tier 1, never before
 reaches only the queue that failed, not the other queues bound to the same exchange; (3) republish mode
 steps through the tiers and parks after max_retries, exactly once, with its headers; (4) reject mode
 counts attempts from the broker's x-death on every broker and parks after max_retries; (6) nothing is
-lost under volume, with random failures, tiers and parking, and (quorum, 4.3) across a broker restart.
+lost under volume, with random failures, tiers and parking, and (quorum, 4.3) across a broker restart; copies
+refused while others are in flight (a missing exchange, an unroutable key) requeue their originals, never ack them.
 
 These tests assert what is always true: never early, which tier (from the broker's x-death), order,
 counts, nothing lost, nothing doubled. How late a message comes back depends on the machine's load and
