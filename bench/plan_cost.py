@@ -77,20 +77,33 @@ class _Process:
     stdout: str
 
 
+LAUNCHER = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as out:
+    out.write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+"""Runs a command from a small process, so that its peak RSS (ru_maxrss, KiB on Linux, which a fork inherits from
+its parent's high-water mark) is the command's own and not this process's."""
+
+
 def _run(command: Sequence[str], cwd: Path, ok: tuple[int, ...] = (0,)) -> _Process:
-    """Run `command`; its wall time and the peak RSS of its process tree (ru_maxrss of wait4, KiB on Linux)."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+    """Run `command`; its wall time and the peak RSS of its process tree."""
+    with tempfile.TemporaryDirectory(prefix="plan-cost-run-") as tmp:
+        out, err, rss = Path(tmp) / "out", Path(tmp) / "err", Path(tmp) / "rss"
         start = time.perf_counter()
-        process = subprocess.Popen(list(command), cwd=cwd, stdout=out, stderr=err,
-                                   env={**os.environ, "ALLOW_DATA_LOSS": "", "PYTHONPATH": str(ROOT)})
-        _, status, usage = os.wait4(process.pid, 0)
+        with out.open("w") as stdout, err.open("w") as stderr:
+            status = subprocess.run([sys.executable, "-S", "-c", LAUNCHER, str(rss), *command], cwd=cwd,
+                                    stdout=stdout, stderr=stderr, check=False,
+                                    env={**os.environ, "ALLOW_DATA_LOSS": "", "PYTHONPATH": str(ROOT)}).returncode
         wall = time.perf_counter() - start
-        process.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        if process.returncode not in ok:
-            raise RuntimeError(f"{' '.join(command)} exited {process.returncode}:\n{err.read()[-3000:]}")
-        return _Process(wall, usage.ru_maxrss / 1024, out.read())
+        if status not in ok:
+            raise RuntimeError(f"{' '.join(command)} exited {status}:\n{err.read_text()[-3000:]}")
+        return _Process(wall, int(rss.read_text()) / 1024, out.read_text())
 
 
 def _git(repo: Path, *args: str) -> None:
