@@ -34,7 +34,7 @@ DELAYS_MS: dict[str, tuple[int, ...]] = {"tiers": (10, 20, 40), "levels": (10, 2
 """tiers: the tiers (reject mode waits in the first only); levels: backoff 10 ms × 2 up to 40 ms, levels of
 10 ms; native: min 10 ms, max 30 ms (10, 20, 30 ms)."""
 PLAIN = "plain"
-PLAIN_RUNS = 3
+PLAIN_RUNS = 5
 
 
 @dataclass(frozen=True)
