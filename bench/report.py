@@ -55,9 +55,12 @@ def machine() -> str:
 
 
 def commit() -> str:
-    run = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True,
-                         check=False)
-    return run.stdout.strip() or "unknown"
+    """The commit measured; `-dirty` when files other than bench/results/ (what the run writes) differ from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
+
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)bench/results")
+    return (git("describe", "--always") or "unknown") + ("-dirty" if changed else "")
 
 
 def load() -> str:
