@@ -9,7 +9,9 @@ process of its own (peak memory = that process tree's peak resident set, from `w
 - `SDK floor`: a bare function that registers the same resources again, with the same types, names,
   inputs, parents and dependencies, and none of our config, plan or check code (the SDK's own cost);
 - `check_vhost`: the preview-time topology checks of every vhost (planned beforehand, not timed);
-- `make plan` and `make review` (BASE=HEAD: the delay change of every queue), as commands.
+- `make plan` and `make review` (BASE=HEAD: the delay change of every queue), as commands;
+- `program, GC off`: the program under mocks again with Python's cyclic garbage collector disabled, to tell the
+  collector's share of the growth from the SDK's and ours.
 
 Seconds are the work itself for the first three (after imports) and the command's wall time for the two
 `make` targets.
@@ -39,7 +41,10 @@ ROOT = Path(__file__).resolve().parent.parent
 STACK = "bench"
 SPREAD = 10
 """Vhosts of the spread layout."""
-KINDS = ("program under mocks", "SDK floor", "check_vhost", "make plan", "make review")
+KINDS = ("program under mocks", "SDK floor", "check_vhost", "make plan", "make review", "program, GC off")
+GC_OFF = KINDS[-1]
+"""A diagnostic row: the program under mocks with Python's cyclic garbage collector disabled (`gc.disable()`),
+which tells the collector's passes over the SDK's growing heap from the work itself."""
 LAYOUTS = ("one", "spread")
 
 
@@ -124,14 +129,21 @@ def project_copy(into: Path, project: Path = ROOT) -> Path:
 # --- what runs in the child processes ------------------------------------------------------------------------
 
 
-def _child_program(root: Path, recording: Path) -> dict[str, Any]:
+def _child_program(root: Path, recording: Path | None) -> dict[str, Any]:
+    """Record the program (and write the recording for the floor), or with `recording` None, time it with the
+    cyclic garbage collector off."""
+    import gc
+
     from tools.mockrun import close_event_loop, record_program
 
+    if recording is None:
+        gc.disable()
     start = time.perf_counter()
     registered = record_program(STACK, root)
     seconds = time.perf_counter() - start
     close_event_loop()
-    recording.write_bytes(pickle.dumps(registered))
+    if recording is not None:
+        recording.write_bytes(pickle.dumps(registered))
     return {"seconds": seconds, "resources": sum(1 for r in registered if r.custom)}
 
 
@@ -183,6 +195,7 @@ def _child_check(root: Path) -> dict[str, Any]:
 def _child(argv: Sequence[str]) -> int:
     kind, root, recording = argv[0], Path(argv[1]), Path(argv[2])
     result = {"program": lambda: _child_program(root, recording), "floor": lambda: _child_floor(recording),
+              "program-gc-off": lambda: _child_program(root, None),
               "check": lambda: _child_check(root)}[kind]()
     print(json.dumps(result))
     return 0
@@ -222,6 +235,7 @@ def measure(queues: int, layout: str, progress: Callable[[str], None] = print) -
         child("check", KINDS[2])
         make("plan")
         make("review", "BASE=HEAD")
+        child("program-gc-off", GC_OFF)
     return costs
 
 
