@@ -12,7 +12,7 @@ PULUMI_ENV := PULUMI_BACKEND_URL=$${PULUMI_BACKEND_URL:-file://$(CURDIR)/.pulumi
 tool_status = || { status=$$?; case $$status in 1) why=error;; 2) why="data loss not acknowledged";; *) why=failed;; \
 	esac; echo "make $@: $(1) exit status $$status ($$why); make itself exits 2 on any failure" >&2; exit $$status; }
 
-.PHONY: setup test test-fast lint plan preview up brokers review mutate adopt drift contracts doctor
+.PHONY: setup test test-fast lint plan preview up brokers review mutate adopt drift contracts doctor bench
 
 setup:
 	scripts/setup.sh
@@ -37,6 +37,12 @@ contracts:
 
 brokers:
 	scripts/brokers.sh status
+
+# Benchmarks on both local brokers and broker-free plan cost, about 10 min (BENCH_QUICK=1: under 2 min, written to
+# bench/results/quick/); results and plots in bench/results/ (README: Benchmarks).
+bench:
+	scripts/brokers.sh ensure all
+	$(PY) -m bench
 
 preview:
 	mkdir -p .pulumi-state && $(PULUMI_ENV) pulumi preview --stack $(STACK) --diff

@@ -11,7 +11,7 @@ Pure. They catch what RabbitMQ would otherwise do silently:
   TTL other than its delay, a length limit that dead-letters instead of refusing publishes.
 
 Every pattern is compiled once and exact-name patterns are looked up by name, so the checks grow
-linearly with the number of queues (bench/check_cost.py measures it).
+linearly with the number of queues (P3 of `make bench`, bench/plan_cost.py, measures it).
 """
 
 from __future__ import annotations

@@ -317,11 +317,3 @@ def test_the_component_shows_stale_policies_as_warnings(monkeypatch):
              'or exchange this stack plans in vhost "shop"; if a queue was renamed, update the pattern, otherwise '
              "ignore this")
     assert warned == [f"Vhost(shop).vhost.{stale}", f"vhosts[3].{stale}"]
-
-
-def test_the_check_cost_bench_runs(capsys):
-    from bench.check_cost import main
-
-    lines = main(["--check-sizes", "3", "--program-sizes", "2"])
-    assert [line.split()[0] for line in lines] == ["what", "check_vhost", "Vhost", "the"]
-    assert lines[2].split()[5] == lines[3].split()[5]  # the floor replays exactly as many resources

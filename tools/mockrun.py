@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import runpy
 import sys
@@ -268,10 +269,13 @@ def record_program(stack: str, root: Path = ROOT, preview: bool = True,
     for name in saved:
         del sys.modules[name]
     sys.path.insert(0, str(root))
+    collecting = gc.isenabled()  # the program turns the cyclic collector off for its own short life
     try:
         return record(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__"),
                       config, secret_keys, stack, preview, reveal_secrets)
     finally:
+        if collecting:
+            gc.enable()
         sys.path.remove(str(root))
         for name in [name for name in sys.modules if name.split(".")[0] == "components"]:
             del sys.modules[name]

@@ -1,0 +1,151 @@
+"""`make bench`: which strategy to pick and what it costs, measured in one run on each local broker.
+
+    .venv/bin/python -m bench [--quick] [--brokers 3.10 4.3] [--parts p1 p2 p3] [--out DIR]
+
+- P1 delay accuracy (bench/accuracy.py): lateness per strategy and delay, seed 003's anchor beside ours;
+- P2 retry throughput (bench/throughput.py): deliveries/s through the retry loop against plain consume;
+- P3 plan cost (bench/plan_cost.py, broker-free): program under mocks, SDK floor, check_vhost, make plan and
+  make review at 100 and 1,000 retryable queues.
+
+Writes `<out>/<date>-rabbitmq-<version>.md` per broker (P1, P2) and `<out>/<date>-plan-cost.md` (P3), each with
+its PNG plots beside it. `--quick` (or BENCH_QUICK=1): fewer messages, shorter delays, 10 and 100 queues, written
+to bench/results/quick/ (not kept in git) unless --out says otherwise. Brokers come from RABBITMQ_BROKERS as for
+the tests (tests/support/deploy.py); each strategy runs in a throw-away vhost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench import accuracy, plan_cost, report, throughput
+from bench.strategies import P1_STRATEGIES
+from tests.support.admin import parse_version
+from tests.support.deploy import configured_brokers, unreachable
+from tests.support.mirror import Broker, call
+
+RESULTS = Path(__file__).resolve().parent / "results"
+P1_QUEUE_TYPE = "quorum"
+QUEUE_TYPES = ("classic", "quorum")
+
+
+class Progress:
+    """Timestamped progress lines on stdout, as the run goes."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+
+    def __call__(self, line: str) -> None:
+        print(f"[{time.monotonic() - self.start:6.1f} s] {line}", flush=True)
+
+
+def broker_file(broker: Broker, context: report.Context, out: Path, plan: accuracy.Delays, p2_messages: int,
+                parts: Sequence[str], progress: Progress) -> Path | None:
+    """P1 and P2 on one broker; the results file and its plots. None when the broker does not answer."""
+    if problem := unreachable(broker):
+        progress(f"skipped: {problem} (start it with `scripts/brokers.sh ensure all`)")
+        return None
+    overview = call(broker, "GET", "overview")[1]
+    version = parse_version(overview["rabbitmq_version"])
+    name = f"rabbitmq-{overview['rabbitmq_version']}"
+    stem = f"{context.date}-{name}"
+    started = time.monotonic()
+    outcomes: list[accuracy.Outcome] = []
+    if "p1" in parts:
+        for strategy in P1_STRATEGIES:
+            progress(f"{name} P1 {strategy.name} ({P1_QUEUE_TYPE}, {plan.messages} messages) …")
+            outcome = accuracy.measure(broker, version, strategy, P1_QUEUE_TYPE, plan)
+            outcomes.append(outcome)
+            if outcome.skipped:
+                progress(f"{name} P1 {strategy.name} skipped: {outcome.skipped}")
+            else:
+                progress(f"{name} P1 {strategy.name}: p99 " + ", ".join(
+                    f"{s.delay_ms} ms {s.percentile(99):.1f}" for s in outcome.stats) + f" ({outcome.seconds:.0f} s)")
+    runs: list[throughput.Run] = []
+    if "p2" in parts:
+        for queue_type in QUEUE_TYPES:
+            for strategy, mode in throughput.ROWS:
+                row = throughput.PLAIN if strategy is None else strategy.row(mode)
+                progress(f"{name} P2 {queue_type} {row} ({p2_messages} messages) …")
+                run = throughput.measure(broker, version, queue_type, strategy, mode, p2_messages)
+                runs.append(run)
+                progress(f"{name} P2 {queue_type} {row} " + (f"skipped: {run.skipped}" if run.skipped else
+                                                             f"{run.rate:,.0f} deliveries/s ({run.seconds:.1f} s)"))
+    lines = [f"| broker | RabbitMQ {overview['rabbitmq_version']}, Erlang {overview.get('erlang_version', '?')}, "
+             f"AMQP {broker.host}:{broker.amqp_port} (`{broker.name}` in RABBITMQ_BROKERS) |",
+             f"| queue types | P1 {P1_QUEUE_TYPE}; P2 {' and '.join(QUEUE_TYPES)} |",
+             f"| load average | {report.load()} (1, 5, 15 min) at the end; shared machine |",
+             f"| duration | {time.monotonic() - started:.0f} s for this broker |"]
+    text = report.header(f"Benchmark: RabbitMQ {overview['rabbitmq_version']}, {context.date}", context, lines)
+    if outcomes:
+        report.p1_plot(outcomes, f"P1 delay accuracy, RabbitMQ {overview['rabbitmq_version']}, {P1_QUEUE_TYPE}, "
+                       f"{plan.messages} messages in flight", out / f"{stem}-p1.png")
+        text += report.p1_section(outcomes, plan, P1_QUEUE_TYPE, f"{stem}-p1.png")
+    if runs:
+        report.p2_plot(runs, f"P2 retry throughput, RabbitMQ {overview['rabbitmq_version']}, {p2_messages} messages, "
+                       f"{throughput.FAILURES} failures each", out / f"{stem}-p2.png")
+        text += report.p2_section(runs, p2_messages, f"{stem}-p2.png")
+    text += [f"P3 (plan cost, broker-free) is in [{context.date}-plan-cost.md]({context.date}-plan-cost.md).", ""]
+    path = out / f"{stem}.md"
+    path.write_text("\n".join(text))
+    progress(f"wrote {path}")
+    return path
+
+
+def plan_cost_file(context: report.Context, out: Path, sizes: Sequence[int], progress: Progress) -> Path:
+    started = time.monotonic()
+    costs = [c for queues in sizes for layout in plan_cost.LAYOUTS
+             for c in plan_cost.measure(queues, layout, progress)]
+    stem = f"{context.date}-plan-cost"
+    report.p3_plot(costs, f"P3 plan cost at {' and '.join(f'{s:,}' for s in sizes)} retryable queues × 3 tiers",
+                   out / f"{stem}.png")
+    lines = [f"| load average | {report.load()} (1, 5, 15 min) at the end; shared machine |",
+             f"| duration | {time.monotonic() - started:.0f} s |"]
+    text = report.header(f"Benchmark: plan cost (broker-free), {context.date}", context, lines)
+    text += report.p3_section(costs, sizes, f"{stem}.png")
+    path = out / f"{stem}.md"
+    path.write_text("\n".join(text))
+    progress(f"wrote {path}")
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", default=os.environ.get("BENCH_QUICK", "") not in ("", "0"),
+                        help="CI smoke: fewer messages, shorter delays, smaller stacks (default: BENCH_QUICK)")
+    parser.add_argument("--brokers", nargs="+", help="names from RABBITMQ_BROKERS (default: all)")
+    parser.add_argument("--parts", nargs="+", choices=("p1", "p2", "p3"), default=["p1", "p2", "p3"])
+    parser.add_argument("--out", type=Path, help="directory for results (default bench/results, quick: …/quick)")
+    args = parser.parse_args(argv)
+    out: Path = args.out or (RESULTS / "quick" if args.quick else RESULTS)
+    out.mkdir(parents=True, exist_ok=True)
+    now = datetime.now(UTC)
+    context = report.Context(now.strftime("%Y-%m-%d"), now.strftime("%Y-%m-%d %H:%M UTC"),
+                             "BENCH_QUICK=1 make bench" if args.quick else "make bench", args.quick,
+                             report.machine(), report.commit())
+    plan = accuracy.QUICK if args.quick else accuracy.FULL
+    p2_messages = 300 if args.quick else 2000
+    sizes = (10, 100) if args.quick else (100, 1000)
+    progress = Progress()
+    progress(f"{'quick' if args.quick else 'full'} run: {context.machine}; load {report.load()}; writing to {out}")
+    written: list[Path] = []
+    for broker in configured_brokers():
+        if args.brokers and broker.name not in args.brokers:
+            continue
+        if {"p1", "p2"} & set(args.parts):
+            path = broker_file(broker, context, out, plan, p2_messages, args.parts, progress)
+            written += [path] if path else []
+    if "p3" in args.parts:
+        written.append(plan_cost_file(context, out, sizes, progress))
+    progress(f"done: {', '.join(str(p) for p in written)}")
+    return 0 if written else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

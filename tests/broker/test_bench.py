@@ -1,0 +1,45 @@
+"""`make bench`'s P1 and P2 on tiny inputs against each broker, so they cannot rot: the results file for the
+broker has every section, a row per strategy and delay that ran, a reason for every one skipped, and its
+plots. How late or how fast is never asserted (bench/results/ has the figures)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from bench import accuracy, report, throughput
+from bench.__main__ import QUEUE_TYPES, Progress, broker_file
+from bench.strategies import P1_STRATEGIES
+from tests.support.admin import version
+from tests.support.mirror import Broker
+
+TINY = accuracy.Delays(8, (50, 100), (50, 100), 2, 10)
+
+
+def test_p1_and_p2_on_tiny_inputs_write_the_broker_s_results_file(broker: Broker, tmp_path: Path) -> None:
+    context = report.Context("2026-01-02", "2026-01-02 03:04 UTC", "make bench", True, report.machine(), "test")
+    path = broker_file(broker, context, tmp_path, TINY, 10, ["p1", "p2"], Progress())
+    assert path is not None
+    live = ".".join(map(str, version(broker)))
+    assert path.name == f"2026-01-02-rabbitmq-{live}.md"
+    text = path.read_text()
+    assert f"| broker | RabbitMQ {live}, Erlang " in text and "## P1: delay accuracy" in text
+    assert "## P2: retry throughput" in text
+    for plot in ("p1", "p2"):
+        assert f"![P{plot[1]}" in text and (tmp_path / f"2026-01-02-rabbitmq-{live}-{plot}.png").stat().st_size > 0
+
+    p1 = text.split("## P1", 1)[1].split("## P2", 1)[0]
+    skipped = set(re.findall(r"^- `([\w-]+)` skipped: \S", p1, re.MULTILINE))
+    measured = set(re.findall(r"^\| `([\w-]+)` \| [\d,]+ \| [\d,]+ \|", p1, re.MULTILINE))
+    assert skipped | measured == {s.name for s in P1_STRATEGIES} and not skipped & measured
+    assert {"tiers", "seed-003"} <= measured, "tiers and the anchor run on every broker"
+    assert ("native" in skipped) == (version(broker) < (4, 3, 1))
+    assert "Seed 003's anchor: worst p99" in p1
+
+    p2 = text.split("## P2", 1)[1]
+    rows = re.findall(r"^\| (classic|quorum) \| `([^`]+)` \| ([\d,]+) \|", p2, re.MULTILINE)
+    skipped_p2 = re.findall(r"^- (classic|quorum) `([^`]+)` skipped: \S", p2, re.MULTILINE)
+    expected = {(t, "plain" if s is None else s.row(m)) for t in QUEUE_TYPES for s, m in throughput.ROWS}
+    assert {(t, r) for t, r, _ in rows} | set(skipped_p2) == expected
+    for _, row, deliveries in rows:
+        assert int(deliveries.replace(",", "")) == (10 if row == "plain" else 10 * (throughput.FAILURES + 1)), row

@@ -1,0 +1,145 @@
+"""`make bench` cannot rot: its broker-free part (P3) runs on a tiny stack, and the results files and plots are
+rendered from known inputs and checked for their structure and verdicts. Figures are never asserted (they
+depend on the machine); tests/broker/test_bench.py runs P1 and P2 on tiny inputs against both brokers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench import accuracy, plan_cost, report, strategies, throughput
+from bench.accuracy import Outcome, Stat
+from bench.plan_cost import KINDS, Cost
+
+CONTEXT = report.Context("2026-01-02", "2026-01-02 03:04 UTC", "make bench", False, "2 cores", "abc1234")
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def table_rows(text: str, heading: str) -> list[list[str]]:
+    """The cells of every row of the tables in the section `heading` (header and separator rows left out)."""
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("|")]
+    return [r for r in rows if not set("".join(r)) <= set("-:") and r[0] not in ("strategy", "queue type", "what")]
+
+
+def test_p3_measures_a_tiny_stack_in_processes_of_its_own() -> None:
+    costs = plan_cost.measure(2, "one", progress=lambda _: None)
+    assert [c.kind for c in costs] == list(KINDS)
+    by_kind = {c.kind: c for c in costs}
+    # The floor registers exactly what the program registered: 2 × (5 queues, 3 exchanges, ...) + the vhost's own.
+    assert by_kind["program under mocks"].resources == by_kind["SDK floor"].resources > 2 * 5
+    assert all(c.seconds >= 0 and c.peak_mb > 5 for c in costs)
+    # A fresh Python process stays far below this process (pytest, pulumi, matplotlib): peaks are the child's own.
+    assert by_kind["check_vhost"].peak_mb < 200
+
+
+def test_the_spread_layout_shares_the_queues_among_its_vhosts() -> None:
+    import yaml
+
+    stack = yaml.safe_load(plan_cost.stack_file(25, plan_cost.SPREAD, "1m"))["config"]
+    vhosts = stack["rabbitmq-retry:vhosts"]
+    assert len(vhosts) == plan_cost.SPREAD and sum(len(v["queues"]) for v in vhosts) == 25
+    assert {len(q["retry"]["delays"]) for v in vhosts for q in v["queues"]} == {3}
+
+
+def _costs(sizes: tuple[int, int], growth: float) -> list[Cost]:
+    return [Cost(kind, queues, layout, plan_cost.layout_vhosts(layout), seconds, 100.0, 10 * queues)
+            for queues in sizes for layout in plan_cost.LAYOUTS for kind in KINDS
+            for seconds in [(1.0 if queues == sizes[0] else growth) * (2.0 if kind == "make review" else 1.0)]]
+
+
+@pytest.mark.parametrize(("growth", "verdict"), [(9.5, "yes"), (12.5, "**no**")])
+def test_the_plan_cost_file_states_the_growth_ratio_against_the_target(tmp_path: Path, growth: float,
+                                                                       verdict: str) -> None:
+    costs = _costs((100, 1000), growth)
+    text = "\n".join(report.header("P3", CONTEXT, []) + report.p3_section(costs, (100, 1000), "p3.png"))
+    rows = table_rows(text, "## P3")
+    assert len(rows) == len(costs) + len(KINDS) * len(plan_cost.LAYOUTS)
+    ratios = rows[len(costs):]
+    assert {(r[0], r[1]) for r in ratios} == {(k, w) for k in KINDS for w in ("1 vhost", "10 vhosts")}
+    assert {r[2] for r in ratios} == {f"{growth:.1f}"} and {r[-1] for r in ratios} == {verdict}
+    assert "Target: t1000/t100 ≤ 12." in text and "2 cores" in text and "`abc1234`" in text
+    assert (f"with it on (`program, GC on`, the program as it was) 1,000 queues took {growth:.1f}–{growth:.1f} s "
+            f"instead of {growth:.1f}–{growth:.1f} s") in text
+    report.p3_plot(costs, "P3", tmp_path / "p3.png")
+    assert (tmp_path / "p3.png").read_bytes().startswith(PNG)
+
+
+def test_a_quick_plan_cost_file_does_not_judge_its_ratio_by_the_1000_over_100_target() -> None:
+    text = "\n".join(report.p3_section(_costs((10, 100), 5.0), (10, 100), "p3.png"))
+    assert "not applicable to t100/t10" in text
+    assert {r[-1] for r in table_rows(text, "## P3")[-len(KINDS) * 2:]} == {"n/a"}
+
+
+def _outcomes() -> list[Outcome]:
+    return [Outcome(strategies.TIERS, "quorum", (Stat("tiers", 1000, (1.0, 2.0, 3.0)), Stat("tiers", 10000, (600.0,))),
+                    seconds=3.0),
+            Outcome(strategies.LEVELS, "quorum", skipped="the config parser refuses it: 'levels' is not one of …"),
+            Outcome(strategies.NATIVE, "quorum", (Stat("native", 1000, (-2.0, 4.0)),), seconds=4.0),
+            Outcome(strategies.SEED_003, "quorum", (Stat("seed-003", 1000, (8000.0, 9000.0)),), seconds=5.0)]
+
+
+def test_the_p1_section_judges_ours_against_the_target_and_states_the_anchor_ratio(tmp_path: Path) -> None:
+    plan = accuracy.Delays(4, (1000, 10000), (1000, 2000), 2, 100)
+    text = "\n".join(report.p1_section(_outcomes(), plan, "quorum", "p1.png"))
+    rows = {(r[0], r[1]): r for r in table_rows(text, "## P1") if r[1].replace(",", "").isdigit()}
+    assert set(rows) == {("`tiers`", "1,000"), ("`tiers`", "10,000"), ("`native`", "1,000"), ("`seed-003`", "1,000")}
+    assert rows["`tiers`", "1,000"][5:] == ["3.0", "3.0", "0", "100.0", "yes"]
+    assert rows["`tiers`", "10,000"][-2:] == ["500.0", "**no**"]  # 600 ms > 5 % of 10 s
+    assert rows["`native`", "1,000"][7] == "1"  # −2 ms is early
+    assert rows["`seed-003`", "1,000"][-1] == "(anchor)"
+    assert "Our worst p99: **600.0 ms** (tiers 10000 ms)" in text
+    assert "worst p99 **9,000.0 ms**, **15 ×** our worst p99 (600.0 ms)" in text
+    assert "`tiers`: target missed at 10000 ms" in text and "`native`: target met at every delay" in text
+    assert "`levels` skipped: the config parser refuses it" in text
+    assert "1000, 2000 ms, every message at every attempt" in text
+    report.p1_plot(_outcomes(), "P1", tmp_path / "p1.png")
+    assert (tmp_path / "p1.png").read_bytes().startswith(PNG)
+
+
+def test_the_p2_section_divides_by_plain_consume_of_the_same_queue_type(tmp_path: Path) -> None:
+    runs = [throughput.Run("classic", "plain", 100, 100, 0.1, rates=(900.0, 1000.0, 1100.0, 950.0, 1050.0)),
+            throughput.Run("classic", "tiers (reject)", 100, 400, 1.0),
+            throughput.Run("quorum", "plain", 100, 100, 0.05), throughput.Run("quorum", "native", 100, 400, 0.2),
+            throughput.Run("classic", "native", skipped="native runs on quorum queues only, not classic")]
+    text = "\n".join(report.p2_section(runs, 100, "p2.png"))
+    rows = {(r[0], r[1]): r for r in table_rows(text, "## P2")}
+    assert rows["classic", "`tiers (reject)`"][4:] == ["400", "0.40", "**no**"]
+    assert rows["quorum", "`native`"][4:] == ["2,000", "1.00", "yes"]
+    assert rows["quorum", "`plain`"][5:] == ["", ""]
+    assert "- classic `native` skipped: native runs on quorum queues only" in text
+    assert "- classic `plain`: median of 5 runs, deliveries/s 900, 1,000, 1,100, 950, 1,050." in text
+    report.p2_plot(runs, "P2", tmp_path / "p2.png")
+    assert (tmp_path / "p2.png").read_bytes().startswith(PNG)
+
+
+def test_each_strategy_entry_says_where_it_runs_and_how_a_message_is_delayed() -> None:
+    assert strategies.NATIVE.unsupported((3, 10, 8), "quorum") == (
+        "native needs RabbitMQ 4.3.1 or later; this broker is 3.10.8")
+    assert strategies.NATIVE.unsupported((4, 3, 6), "classic") == "native runs on quorum queues only, not classic"
+    assert strategies.TIERS.unsupported((3, 10, 8), "classic") is None
+    contract = {"queue": "orders.billing", "delay_exchange": "rabbitmq-retry.delay.16", "delay_unit_ms": 1000,
+                "delay_words": 28, "delay_levels": 17}
+    # The design's example (/work/coord/levels.md): unit 1000 ms, delay 5 s.
+    assert strategies.route(strategies.LEVELS, contract, 5000) == (
+        "rabbitmq-retry.delay.16", "0." * 25 + "1.0.1.orders.billing", None)
+    assert strategies.levels_routing_key(contract, 4001) == "0." * 25 + "1.0.1.orders.billing"  # rounded up
+    assert strategies.levels_routing_key(contract, 10**12) == "0." * 11 + "1." * 17 + "orders.billing"  # capped
+    assert strategies.route(strategies.SEED_003, {}, 250) == ("", strategies.ANCHOR_DELAY_QUEUE, "250")
+    tiers = {"retry_exchange": "q.retry", "tiers": [{"routing_key": "wait.2", "delay_ms": 200}]}
+    assert strategies.route(strategies.TIERS, tiers, 200) == ("q.retry", "wait.2", None)
+    with pytest.raises(ValueError, match="per attempt"):
+        strategies.route(strategies.NATIVE, {}, 200)
+
+
+def test_a_strategy_the_parser_refuses_is_skipped_with_its_reason_and_ours_are_accepted() -> None:
+    tiers = strategies.vhost_config(strategies.TIERS, "quorum", (10, 20), 3)
+    native = strategies.vhost_config(strategies.NATIVE, "quorum", (10, 30), 3)
+    assert strategies.refused(tiers) is None and strategies.refused(native) is None
+    assert "retry.strategy" in (strategies.refused({**tiers, "queues": [
+        {**tiers["queues"][0], "retry": {"strategy": "nope"}}]}) or "")
+    levels = strategies.vhost_config(strategies.LEVELS, "quorum", (1000, 10000), 3, unit_ms=100)
+    assert levels["delay_levels"] == {"unit": "100ms", "max_delay": "20000ms", "type": "quorum"}
+    assert levels["queues"][0]["retry"]["backoff"] == {"initial": "1000ms", "multiplier": 2, "max": "10000ms",
+                                                       "jitter": 0}
