@@ -160,11 +160,6 @@ class RetryablePlan:
         `max_delay` publishes to the top level of its time, which stays a level when `max_delay` grows."""
         return tuple(naming.delay_level(level) for level in range(self.levels.levels))
 
-    @property
-    def delay_topic_permission(self) -> str:
-        """`levels`: the routing keys a consumer may publish a delayed copy with: back to this queue only."""
-        return levels_write_pattern([self.config.name])
-
     def contract(self, vhost: str) -> dict[str, object]:
         """What a consumer needs to retry and park a message: the stack exports this per queue. A `tiers`
         contract names no strategy (the clients that predate strategies read it as `tiers`)."""
@@ -291,7 +286,7 @@ def exact_names(names: Iterable[str]) -> str:
 
 
 def levels_write_pattern(queues: Iterable[str]) -> str:
-    """A topic permission's write pattern on the top delay level: a delayed copy only to `queues`."""
+    """A topic permission's write pattern on each delay level: a delayed copy only to `queues`."""
     return rf"^([01]\.){{{naming.DELAY_WORDS}}}{exact_names(queues)[1:]}"
 
 

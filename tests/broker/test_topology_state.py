@@ -53,6 +53,8 @@ def _dev_vhost(queue_type: str) -> dict[str, Any]:
     vhost.pop("name")
     for queue in vhost["queues"]:
         queue["type"] = queue_type
+    if "delay_levels" in vhost:
+        vhost["delay_levels"]["type"] = queue_type
     return vhost
 
 
@@ -96,7 +98,9 @@ def test_applying_the_dev_topology_is_idempotent(broker: Broker, deploy: Deploye
     config = _dev_vhost(queue_type)
     first = deploy(config)
     queues = get(broker, f"queues/{esc(first.vhost)}")
-    assert len(queues) == 15
+    planned = sorted(r.inputs["name"] for r in first.resources if r.type == "rabbitmq:index/queue:Queue")
+    # 15 of the retryable and plain queues, then orders.refunds (levels), its error queue, 12 levels, undeliverable
+    assert sorted(q["name"] for q in queues) == planned and len(planned) == 30
     assert {q["arguments"]["x-queue-type"] for q in queues} == {queue_type}
     assert read_back(broker, first.resources) == []  # on 4.x: the injected x-queue-type matches the program's
     apply(broker, first.resources)
