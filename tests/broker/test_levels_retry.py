@@ -23,7 +23,7 @@ from rabbitmq_retry_client import Publisher, RetryingConsumer
 from rabbitmq_retry_client.levels import delay_routing_key
 from tests.support.amqp import channel, drain, message_counts, parameters
 from tests.support.mirror import Broker, call, esc, read_back
-from tests.support.retrying import Recorder, publish_ids, run_consumers
+from tests.support.retrying import Recorder, fail_every_attempt, publish_ids, run_consumers
 from tools.definitions import Endpoint, read_live
 from tools.drift import findings
 
@@ -119,12 +119,7 @@ def test_the_client_retries_through_the_levels_at_its_backoff_then_parks_each_me
     deployment = deploy(levels_config(queue_type))
     contract = deployment.contracts["billing"]
     ids = [f"c{i}" for i in range(6)]
-    recorder = Recorder(lambda _: 10**6)
-    consumer = RetryingConsumer(parameters(broker, deployment.vhost), contract, recorder)
-    publish_ids(broker, deployment.vhost, "in", ids, routing_key="billing.created")
-    run_consumers([consumer], lambda: consumer.parked >= len(ids), timeout=60)
-    consumer.run(idle_timeout=1.0)  # nothing else may come back
-    consumer.close()
+    recorder = fail_every_attempt(broker, deployment.vhost, contract, ids, "in", "billing.created")
     for message_id in ids:
         deliveries = recorder.deliveries[message_id]
         assert len(deliveries) == 1 + 3, message_id

@@ -22,12 +22,11 @@ import pytest
 import yaml
 
 from components.config import ConfigError, load_stack_config
-from rabbitmq_retry_client import RetryingConsumer
 from rabbitmq_retry_client.parked import ParkedQueue, Selection
 from tests.support.admin import version, wait_for_queue
 from tests.support.amqp import channel, drain, message_counts, parameters
 from tests.support.mirror import Broker
-from tests.support.retrying import Recorder, publish_ids, run_consumers
+from tests.support.retrying import fail_every_attempt, publish_ids
 from tools import doctor
 from tools.definitions import Endpoint
 
@@ -59,12 +58,7 @@ def test_rejected_attempts_come_back_at_the_linear_delays_then_the_client_parks_
     contract = deployment.contracts["linear"]
     assert contract["strategy"] == "native" and contract["delivery_limit"] == MAX_RETRIES
     ids = [f"n{i}" for i in range(5)]
-    recorder = Recorder(lambda _: 10**6)
-    consumer = RetryingConsumer(parameters(broker, deployment.vhost), contract, recorder)
-    publish_ids(broker, deployment.vhost, "in", ids, routing_key="order.created")
-    run_consumers([consumer], lambda: consumer.parked >= len(ids), timeout=60)
-    consumer.run(idle_timeout=1.5)  # nothing else may come back
-    consumer.close()
+    recorder = fail_every_attempt(broker, deployment.vhost, contract, ids, "in", "order.created", idle_s=1.5)
 
     for message_id in ids:
         deliveries = recorder.deliveries[message_id]

@@ -75,6 +75,19 @@ def publish_ids(broker: Broker, vhost: str, exchange: str, ids: Iterable[str], r
                               content_type=content_type)
 
 
+def fail_every_attempt(broker: Broker, vhost: str, contract: dict[str, Any], ids: list[str], exchange: str,
+                       routing_key: str, idle_s: float = 1.0) -> Recorder:
+    """Publish `ids`, let one RetryingConsumer fail every delivery until it has parked them all, then keep
+    consuming for `idle_s` (nothing else may come back); the recorder of every delivery."""
+    recorder = Recorder(lambda _: 10**6)
+    consumer = RetryingConsumer(parameters(broker, vhost), contract, recorder)
+    publish_ids(broker, vhost, exchange, ids, routing_key=routing_key)
+    run_consumers([consumer], lambda: consumer.parked >= len(ids), timeout=60)
+    consumer.run(idle_timeout=idle_s)
+    consumer.close()
+    return recorder
+
+
 def run_consumers(consumers: list[RetryingConsumer], until: Callable[[], bool], timeout: float) -> None:
     """Run every consumer in its own thread (own connection) until `until()` or the timeout (a generous
     bound for an eventual condition: the caller asserts the outcome); re-raise the first consumer error."""
