@@ -45,7 +45,7 @@ class Progress:
 
 
 def broker_file(broker: Broker, context: report.Context, out: Path, plan: accuracy.Delays, p2_messages: int,
-                parts: Sequence[str], progress: Progress) -> Path | None:
+                parts: Sequence[str], progress: Progress, p2_rounds: int = throughput.ROUNDS) -> Path | None:
     """P1 and P2 on one broker; the results file and its plots. None when the broker does not answer."""
     if problem := unreachable(broker):
         progress(f"skipped: {problem} (start it with `scripts/brokers.sh ensure all`)")
@@ -68,14 +68,10 @@ def broker_file(broker: Broker, context: report.Context, out: Path, plan: accura
                     f"{s.delay_ms} ms {s.percentile(99):.1f}" for s in outcome.stats) + f" ({outcome.seconds:.0f} s)")
     runs: list[throughput.Run] = []
     if "p2" in parts:
-        for queue_type in QUEUE_TYPES:
-            for strategy, mode in throughput.ROWS:
-                row = throughput.PLAIN if strategy is None else strategy.row(mode)
-                progress(f"{name} P2 {queue_type} {row} ({p2_messages} messages) …")
-                run = throughput.measure(broker, version, queue_type, strategy, mode, p2_messages)
-                runs.append(run)
-                progress(f"{name} P2 {queue_type} {row} " + (f"skipped: {run.skipped}" if run.skipped else
-                                                             f"{run.rate:,.0f} deliveries/s ({run.seconds:.1f} s)"))
+        for prefetch in throughput.PREFETCHES:
+            for queue_type in QUEUE_TYPES:
+                runs += throughput.measure_rounds(broker, version, queue_type, p2_messages, prefetch, p2_rounds,
+                                                  lambda line: progress(f"{name} {line}"))
     lines = [f"| broker | RabbitMQ {overview['rabbitmq_version']}, Erlang {overview.get('erlang_version', '?')}, "
              f"AMQP {broker.host}:{broker.amqp_port} (`{broker.name}` in RABBITMQ_BROKERS) |",
              f"| queue types | P1 {P1_QUEUE_TYPE}; P2 {' and '.join(QUEUE_TYPES)} |",
@@ -89,7 +85,7 @@ def broker_file(broker: Broker, context: report.Context, out: Path, plan: accura
     if runs:
         report.p2_plot(runs, f"P2 retry throughput, RabbitMQ {overview['rabbitmq_version']}, {p2_messages} messages, "
                        f"{throughput.FAILURES} failures each", out / f"{stem}-p2.png")
-        text += report.p2_section(runs, p2_messages, f"{stem}-p2.png")
+        text += report.p2_section(runs, p2_messages, p2_rounds, f"{stem}-p2.png")
     text += [f"P3 (plan cost, broker-free) is in [{context.date}-plan-cost.md]({context.date}-plan-cost.md).", ""]
     path = out / f"{stem}.md"
     path.write_text("\n".join(text))
@@ -139,7 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.brokers and broker.name not in args.brokers:
             continue
         if {"p1", "p2"} & set(args.parts):
-            path = broker_file(broker, context, out, plan, p2_messages, args.parts, progress)
+            path = broker_file(broker, context, out, plan, p2_messages, args.parts, progress,
+                               1 if args.quick else throughput.ROUNDS)
             written += [path] if path else []
     if "p3" in args.parts:
         written.append(plan_cost_file(context, out, sizes, progress))

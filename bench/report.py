@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 from bench.accuracy import Delays, Outcome
 from bench.plan_cost import GC_ON, KINDS, SPREAD, Cost, growth
 from bench.strategies import P1_STRATEGIES
-from bench.throughput import DELAYS_MS, FAILURES, PLAIN, PLAIN_RUNS, Run
+from bench.throughput import DELAYS_MS, FAILURES, Run
 
 ROOT = Path(__file__).resolve().parent.parent
 GROWTH_TARGET = 12.0
@@ -181,38 +181,42 @@ def p1_plot(outcomes: Sequence[Outcome], title: str, path: Path) -> None:
 # --- P2 --------------------------------------------------------------------------------------------------------
 
 
-def p2_ratio(runs: Sequence[Run], run: Run) -> float | None:
-    plain = next((r for r in runs if r.queue_type == run.queue_type and r.row == PLAIN and r.seconds), None)
-    return run.rate / plain.rate if plain and run.seconds and plain.rate else None
-
-
-def p2_section(runs: Sequence[Run], messages: int, plot: str) -> list[str]:
+def p2_section(runs: Sequence[Run], messages: int, rounds: int, plot: str) -> list[str]:
+    prefetches = sorted({r.prefetch for r in runs if not r.skipped})
     out = ["## P2: retry throughput", "",
-           f"{messages:,} messages published (confirmed) before one `RetryingConsumer` (prefetch 10, handler in its "
-           f"worker thread) starts; seconds = from its start to the last success. `plain`: a plain queue of the "
-           f"same type, the handler never fails ({messages:,} deliveries; {PLAIN_RUNS} runs, the median counts). "
-           f"Each strategy: every message fails "
-           f"{FAILURES} times, then succeeds ({FAILURES + 1} deliveries each). Short delays so the figure is the "
-           f"broker/client path, not the waiting: tiers {', '.join(map(str, DELAYS_MS['tiers']))} ms (reject mode "
-           f"waits in the first tier only); levels backoff {', '.join(map(str, DELAYS_MS['levels']))} ms on levels "
-           f"of {DELAYS_MS['levels'][0]} ms; native min {DELAYS_MS['native'][0]} ms, max {DELAYS_MS['native'][1]} ms "
-           "(10, 20, 30 ms). Target: at least half of plain consume.", "",
-           "| queue type | strategy | deliveries | seconds | deliveries/s | ÷ plain | met |",
-           "|---|---|---:|---:|---:|---:|---|"]
+           f"{messages:,} messages published (confirmed) before one `RetryingConsumer` (handler in its worker "
+           f"thread) starts; seconds = from its start to the last success. `plain`: a plain queue of the same type, "
+           f"the handler never fails ({messages:,} deliveries). Each strategy: every message fails {FAILURES} times, "
+           f"then succeeds ({FAILURES + 1} deliveries each). Short delays so the figure is the broker/client path, "
+           f"not the waiting: tiers {', '.join(map(str, DELAYS_MS['tiers']))} ms (reject mode waits in the first "
+           f"tier only); levels backoff {', '.join(map(str, DELAYS_MS['levels']))} ms on levels of "
+           f"{DELAYS_MS['levels'][0]} ms; native min {DELAYS_MS['native'][0]} ms, max {DELAYS_MS['native'][1]} ms "
+           f"(10, 20, 30 ms). At prefetch {' and '.join(map(str, prefetches))} (the client's default, then a larger "
+           f"one: each original holds its prefetch slot until its copy is confirmed). {rounds} round(s): each runs "
+           "every row once, plain first; deliveries/s is the median round's, ÷ plain the median of each round's "
+           "rate ÷ that round's plain rate. CPU µs per delivery: the client process and the broker's OS process, "
+           "median round; they share this machine's cores. Target: at least half of plain consume.", "",
+           "| prefetch | queue type | strategy | deliveries | deliveries/s | ÷ plain | client CPU µs | broker CPU µs "
+           "| met |",
+           "|---:|---|---|---:|---:|---:|---:|---:|---|"]
     for r in runs:
         if r.skipped:
             continue
-        ratio = p2_ratio(runs, r)
-        met = "" if r.row == PLAIN or ratio is None else ("yes" if ratio >= THROUGHPUT_TARGET else "**no**")
-        out.append(f"| {r.queue_type} | `{r.row}` | {r.deliveries:,} | {r.seconds:.2f} | {r.rate:,.0f} | "
-                   f"{'' if ratio is None or r.row == PLAIN else f'{ratio:.2f}'} | {met} |")
+        ratio = r.ratio
+        met = "" if ratio is None else ("yes" if ratio >= THROUGHPUT_TARGET else "**no**")
+        out.append(f"| {r.prefetch} | {r.queue_type} | `{r.row}` | {r.deliveries:,} | {r.rate:,.0f} | "
+                   f"{'' if ratio is None else f'{ratio:.2f}'} | {r.client_us:,.0f} | "
+                   f"{f'{r.broker_us:,.0f}' if r.broker_us else 'not local'} | {met} |")
     out.append("")
+    if rounds > 1:
+        for r in runs:
+            if not r.skipped:
+                out.append(f"- prefetch {r.prefetch}, {r.queue_type} `{r.row}`: deliveries/s by round "
+                           + ", ".join(f"{rate:,.0f}" for rate in r.rates)
+                           + (f"; ÷ plain {', '.join(f'{x:.2f}' for x in r.ratios)}" if r.ratios else "") + ".")
+    first = min((r.prefetch for r in runs), default=0)
     for r in runs:
-        if len(r.rates) > 1:
-            out.append(f"- {r.queue_type} `{r.row}`: median of {len(r.rates)} runs, deliveries/s "
-                       + ", ".join(f"{rate:,.0f}" for rate in r.rates) + ".")
-    for r in runs:
-        if r.skipped:
+        if r.skipped and r.prefetch == first:  # the same reason at every prefetch
             out.append(f"- {r.queue_type} `{r.row}` skipped: {r.skipped}")
     out += ["", f"![P2: deliveries per second]({plot})", ""]
     return out
@@ -220,25 +224,20 @@ def p2_section(runs: Sequence[Run], messages: int, plot: str) -> list[str]:
 
 def p2_plot(runs: Sequence[Run], title: str, path: Path) -> None:
     measured = [r for r in runs if not r.skipped]
-    types = sorted({r.queue_type for r in measured})
+    groups = list(dict.fromkeys((r.queue_type, r.prefetch) for r in measured))
     rows = list(dict.fromkeys(r.row for r in measured))
-    fig, ax = plt.subplots(figsize=(9, 5))
+    fig, ax = plt.subplots(figsize=(max(9, 2.6 * len(groups)), 5))
     width = 0.8 / max(1, len(rows))
     for i, row in enumerate(rows):
-        xs, ys = [], []
-        for j, queue_type in enumerate(types):
-            run = next((r for r in measured if r.row == row and r.queue_type == queue_type), None)
-            if run:
-                xs.append(j + i * width)
-                ys.append(run.rate)
-        bars = ax.bar(xs, ys, width, label=row)
-        for bar, run in zip(bars, [r for t in types for r in measured if r.row == row and r.queue_type == t],
-                            strict=True):
-            ratio = p2_ratio(measured, run)
-            label = f"{run.rate:,.0f}" + (f"\n{ratio:.2f} × plain" if ratio is not None and row != PLAIN else "")
+        placed = [(j, r) for j, group in enumerate(groups) for r in measured
+                  if r.row == row and (r.queue_type, r.prefetch) == group]
+        bars = ax.bar([j + i * width for j, _ in placed], [r.rate for _, r in placed], width, label=row)
+        for bar, (_, run) in zip(bars, placed, strict=True):
+            label = f"{run.rate:,.0f}" + (f"\n{run.ratio:.2f}×" if run.ratio is not None else "")
             ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
                         fontsize=7)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(types))], [f"{t} queues" for t in types])
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(groups))],
+                  [f"{queue_type}, prefetch {prefetch}" for queue_type, prefetch in groups])
     ax.set_ylabel("deliveries per second (ack, reject or retry)")
     ax.set_title(title)
     ax.margins(y=0.2)

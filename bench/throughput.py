@@ -1,21 +1,26 @@
 """P2, retry throughput: deliveries per second through the retry loop against plain consume, same client.
 
-For each queue type: `messages` messages are published (confirmed) before the consumer starts, then one
-rabbitmq_retry_client.RetryingConsumer (prefetch 10, the handler runs in its worker thread) consumes them:
-- plain: a plain queue of the same type, the handler never fails: `messages` deliveries, each acked; run
-  PLAIN_RUNS times (it is short), the median counts;
+For each queue type and prefetch, in ROUNDS rounds (each round runs every row once, plain first, so a ratio
+compares runs minutes apart, not a quiet minute with a busy one): `messages` messages are published (confirmed)
+before one rabbitmq_retry_client.RetryingConsumer (the handler runs in its worker thread) consumes them:
+- plain: a plain queue of the same type, the handler never fails: `messages` deliveries, each acked;
 - each strategy: its retryable queue, the handler fails every message `FAILURES` times and then succeeds:
   `messages × (FAILURES + 1)` deliveries. Delays are short (10–40 ms) so the figure is the broker/client path,
   not the waiting.
-Seconds = from the consumer's start until the last message succeeded.
+Seconds = from the consumer's start until the last message succeeded. Each run also records the CPU time the
+client process and the broker's OS process spent on it, per delivery: on a machine where both share the cores,
+their sum is what a delivery costs.
 """
 
 from __future__ import annotations
 
+import os
+import statistics
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from pika.spec import BasicProperties
@@ -24,7 +29,7 @@ from bench.strategies import EXCHANGE, LEVELS, NATIVE, QUEUE, TIERS, Strategy, c
 from rabbitmq_retry_client import RetryingConsumer
 from tests.support.amqp import parameters
 from tests.support.deploy import Deployer, throwaway_vhost
-from tests.support.mirror import Broker
+from tests.support.mirror import Broker, call
 from tests.support.retrying import publish_ids, run_consumers
 
 FAILURES = 3
@@ -34,7 +39,10 @@ DELAYS_MS: dict[str, tuple[int, ...]] = {"tiers": (10, 20, 40), "levels": (10, 2
 """tiers: the tiers (reject mode waits in the first only); levels: backoff 10 ms × 2 up to 40 ms, levels of
 10 ms; native: min 10 ms, max 30 ms (10, 20, 30 ms)."""
 PLAIN = "plain"
-PLAIN_RUNS = 5
+ROUNDS = 3
+PREFETCHES = (10, 50)
+"""The client's default prefetch, then a larger one: an original stays unacked (holding a prefetch slot) until
+the broker confirmed its copy, so the prefetch bounds how many copies are in flight."""
 
 
 @dataclass(frozen=True)
@@ -45,14 +53,25 @@ class Run:
     messages: int = 0
     deliveries: int = 0
     seconds: float = 0.0
+    """Of the median round (by rate)."""
     skipped: str = ""
+    prefetch: int = 0
     rates: tuple[float, ...] = ()
-    """Plain consume is short (under a second for 2,000 messages), so it runs PLAIN_RUNS times: every rate, the
-    row being the median run."""
+    """Deliveries per second of every round, in round order."""
+    ratios: tuple[float, ...] = ()
+    """Each round's rate ÷ that round's plain rate (strategies only)."""
+    client_us: float = 0.0
+    broker_us: float = 0.0
+    """CPU microseconds per delivery of the client process and of the broker's OS process (median round)."""
 
     @property
     def rate(self) -> float:
         return self.deliveries / self.seconds if self.seconds else 0.0
+
+    @property
+    def ratio(self) -> float | None:
+        """The median of the paired ratios; None for plain."""
+        return statistics.median(self.ratios) if self.ratios else None
 
 
 class _Handler:
@@ -81,47 +100,90 @@ def plain_contract(vhost: str, queue_type: str) -> dict[str, Any]:
             "error_exchange": "unused", "error_queue": "unused"}
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def broker_pid(broker: Broker) -> int | None:
+    """The broker node's OS process when it runs on this machine (its /proc entry exists), else None."""
+    nodes = call(broker, "GET", "nodes")[1]
+    pid = int(nodes[0].get("os_pid") or 0) if nodes else 0
+    return pid if pid and Path(f"/proc/{pid}/stat").exists() else None
+
+
 def _consume(broker: Broker, vhost: str, contract: dict[str, Any], mode: str, messages: int,
-             failures: int) -> tuple[int, float]:
+             failures: int, prefetch: int) -> tuple[int, float, float, float]:
+    """(deliveries, seconds, client CPU s, broker CPU s, the last 0 when the broker is not local)."""
     ids = [f"t{i:05d}" for i in range(messages)]
     publish_ids(broker, vhost, EXCHANGE, ids)
     handler = _Handler(failures)
-    consumer = RetryingConsumer(parameters(broker, vhost), contract, handler, mode)  # type: ignore[arg-type]
+    consumer = RetryingConsumer(parameters(broker, vhost), contract, handler, mode,  # type: ignore[arg-type]
+                                prefetch=prefetch)
+    pid = broker_pid(broker)
+    broker_before = _cpu_seconds(pid) if pid else 0.0
+    client_before = time.process_time()
     start = time.monotonic()
     run_consumers([consumer], lambda: consumer.processed >= messages, timeout=TIMEOUT_S)
     seconds = time.monotonic() - start
+    client = time.process_time() - client_before
+    broker_cpu = _cpu_seconds(pid) - broker_before if pid else 0.0
     if consumer.processed != messages or consumer.parked:
         raise RuntimeError(f"{contract['queue']}: {consumer.processed} of {messages} processed, "
                            f"{consumer.parked} parked")
-    return handler.calls, seconds
+    return handler.calls, seconds, client, broker_cpu
 
 
 def measure(broker: Broker, version: Sequence[int], queue_type: str, strategy: Strategy | None, mode: str | None,
-            messages: int) -> Run:
-    """One P2 row: plain consume (strategy None) or `strategy` in client `mode`, in a throw-away vhost."""
+            messages: int, prefetch: int = PREFETCHES[0]) -> Run:
+    """One P2 run: plain consume (strategy None) or `strategy` in client `mode`, in a throw-away vhost."""
     row = PLAIN if strategy is None else strategy.row(mode)
     if strategy is None:
         config: dict[str, Any] = {"exchanges": [{"name": EXCHANGE, "type": "fanout"}],
                                   "queues": [{"name": QUEUE, "type": queue_type, "bindings": [{"exchange": EXCHANGE}]}]}
     else:
         if why := strategy.unsupported(version, queue_type):
-            return Run(queue_type, row, skipped=why)
+            return Run(queue_type, row, skipped=why, prefetch=prefetch)
         delays = DELAYS_MS[strategy.name]
         config = vhost_config(strategy, queue_type, delays, FAILURES, unit_ms=delays[0])
         if why := refused(config):
-            return Run(queue_type, row, skipped=f"the config parser refuses it: {why}")
+            return Run(queue_type, row, skipped=f"the config parser refuses it: {why}", prefetch=prefetch)
     with throwaway_vhost(broker) as vhost:
         deployment = Deployer(broker, vhost)(config)
         contract = plain_contract(vhost, queue_type) if strategy is None else deployment.contracts[QUEUE]
         if why := client_refusal(contract):
-            return Run(queue_type, row, skipped=f"rabbitmq_retry_client refuses its contract: {why}")
-        if strategy is None:
-            timings = [_consume(broker, vhost, contract, "reject", messages, 0) for _ in range(PLAIN_RUNS)]
-            deliveries, seconds = sorted(timings, key=lambda t: t[1])[len(timings) // 2]
-            return Run(queue_type, row, messages, deliveries, seconds, rates=tuple(d / s for d, s in timings))
+            return Run(queue_type, row, skipped=f"rabbitmq_retry_client refuses its contract: {why}",
+                       prefetch=prefetch)
         # levels and native ignore the client mode; tiers runs in both
-        deliveries, seconds = _consume(broker, vhost, contract, mode or "reject", messages, FAILURES)
-    return Run(queue_type, row, messages, deliveries, seconds)
+        deliveries, seconds, client, broker_cpu = _consume(broker, vhost, contract, mode or "reject", messages,
+                                                           0 if strategy is None else FAILURES, prefetch)
+    rate = deliveries / seconds if seconds else 0.0
+    return Run(queue_type, row, messages, deliveries, seconds, prefetch=prefetch, rates=(rate,),
+               client_us=1e6 * client / deliveries, broker_us=1e6 * broker_cpu / deliveries)
+
+
+def measure_rounds(broker: Broker, version: Sequence[int], queue_type: str, messages: int, prefetch: int,
+                   rounds: int = ROUNDS, progress: Callable[[str], None] = lambda _: None) -> list[Run]:
+    """Every row of ROWS `rounds` times, a round at a time, plain first in each: one Run per row with every
+    round's rate, the paired ratios to plain, and the median round's figures."""
+    per_row: dict[str, list[Run]] = {}
+    for number in range(1, rounds + 1):
+        for strategy, mode in ROWS:
+            run = measure(broker, version, queue_type, strategy, mode, messages, prefetch)
+            per_row.setdefault(run.row, []).append(run)
+            progress(f"P2 {queue_type} prefetch {prefetch} round {number}/{rounds} {run.row}: "
+                     + (f"skipped: {run.skipped}" if run.skipped else f"{run.rate:,.0f} deliveries/s"))
+    plain = per_row[PLAIN]
+    combined = []
+    for row, runs in per_row.items():
+        if runs[0].skipped:
+            combined.append(runs[0])
+            continue
+        median = sorted(runs, key=lambda r: r.rate)[len(runs) // 2]
+        ratios = () if row == PLAIN else tuple(r.rate / p.rate for r, p in zip(runs, plain, strict=True) if p.rate)
+        combined.append(replace(median, rates=tuple(r.rate for r in runs), ratios=ratios))
+    return combined
 
 
 ROWS: tuple[tuple[Strategy | None, str | None], ...] = (

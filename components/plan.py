@@ -463,6 +463,12 @@ def plan_delay_levels(levels: DelayLevels, imports: Iterable[str] | None = None,
     queues.append(QueuePlan("undeliverable", undeliverable, qtype, {"x-queue-type": qtype}, "error"))
     exchanges.append(ExchangePlan("undeliverable-exchange", undeliverable, "fanout"))
     bindings.append(BindingPlan("undeliverable-binding", undeliverable, undeliverable))
+    if qtype == "quorum":
+        # As for the error queues (`_error_policies`): RabbitMQ 4's default delivery limit of 20 would drop a
+        # copy that readers returned 20 times, since this queue has nowhere to dead-letter.
+        policies.append(_policy("undeliverable-policy", undeliverable, levels.policy_priority,
+                                {"delivery-limit": str(ERROR_QUEUE_DELIVERY_LIMIT)},
+                                {"delivery-limit": f"{path}.type"}))
     return DelayLevelsPlan(levels, _adopt(tuple(queues), "queue", imports),
                            _adopt(tuple(exchanges), "exchange", imports), _adopt(tuple(bindings), "binding", imports),
                            _adopt(tuple(policies), "policy", imports))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -58,6 +59,42 @@ class PermanentError(Exception):
 
 class DeadlineExceededError(Exception):
     """The handler was still running at `handler_timeout`: the attempt counts as a transient failure."""
+
+
+class _Job:
+    """One delivery for the worker thread; `outcome` is set (None or the handler's exception) before `finished`."""
+
+    def __init__(self, body: bytes, properties: BasicProperties) -> None:
+        self.body, self.properties = body, properties
+        self.outcome: BaseException | None = None
+        self.finished = threading.Event()
+
+
+class _Worker:
+    """The thread that runs the handler, one delivery at a time, for as long as the consumer lives: starting a
+    thread per delivery cost more than a fast handler. `retire()` lets it finish its current handler and exit."""
+
+    def __init__(self, handler: Handler) -> None:
+        self._handler = handler
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="rabbitmq-retry-handler", daemon=True).start()
+
+    def submit(self, body: bytes, properties: BasicProperties) -> _Job:
+        job = _Job(body, properties)
+        self._jobs.put(job)
+        return job
+
+    def retire(self) -> None:
+        self._jobs.put(None)
+
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                self._handler(job.body, job.properties)
+            except Exception as error:  # any failure of the handler is a failed attempt
+                job.outcome = error
+            finally:
+                job.finished.set()
 
 
 class RetryingConsumer:
@@ -99,6 +136,7 @@ class RetryingConsumer:
         self._connection: BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
         self._confirms: Confirms | None = None
+        self._worker: _Worker | None = None
         self.max_in_flight = prefetch if prefetch > 0 else 1000
         """Copies published and not yet confirmed; at the bound the consumer waits for confirms. `prefetch`
         is the natural bound: each unconfirmed copy holds its original, unacked, and so one prefetch slot."""
@@ -144,10 +182,13 @@ class RetryingConsumer:
         refusal, pause once for `publish_failure_pause` (no hot loop on a broken topology)."""
         if self._confirms is None:
             return
+        answered = self._confirms.answers()
         refused = False
-        for copy, error in self._confirms.answers():
+        for copy, error in answered:
             copy.answer(error)
             refused = refused or error is not None
+        if answered and self._connection is not None and self._connection.is_open:
+            self._connection.process_data_events(time_limit=0)  # sends the acks of the whole batch at once
         if refused and self.publish_failure_pause > 0 and self._connection is not None:
             self._connection.sleep(self.publish_failure_pause)
 
@@ -170,6 +211,9 @@ class RetryingConsumer:
 
     def close(self) -> None:
         self._drop()
+        if self._worker is not None:
+            self._worker.retire()
+            self._worker = None
 
     def __enter__(self) -> RetryingConsumer:
         return self
@@ -242,32 +286,24 @@ class RetryingConsumer:
     # one delivery -------------------------------------------------------------------------------------
 
     def _call_handler(self, body: bytes, properties: BasicProperties) -> BaseException | None:
-        """Run the handler in a worker thread while this one keeps the connection serviced; its exception,
+        """Run the handler in the worker thread while this one keeps the connection serviced; its exception,
         DeadlineExceededError at `handler_timeout`, or None on success."""
-        outcome: list[BaseException | None] = []
-        finished = threading.Event()
-
-        def work() -> None:
-            try:
-                self.handler(body, properties)
-                outcome.append(None)
-            except Exception as error:  # any failure of the handler is a failed attempt
-                outcome.append(error)
-            finally:
-                finished.set()
-
+        if self._worker is None:
+            self._worker = _Worker(self.handler)
+        job = self._worker.submit(body, properties)
         started = time.monotonic()
-        threading.Thread(target=work, name=f"handler-{properties.message_id}", daemon=True).start()
         wait = 0.02
-        while not finished.wait(wait):
+        while not job.finished.wait(wait):
             if self._connection is not None:
                 self._connection.process_data_events(time_limit=0)  # heartbeats during a long handler
                 self._settle()  # and confirms of earlier copies
             if self.handler_timeout is not None and time.monotonic() - started >= self.handler_timeout:
                 self.timed_out += 1
+                self._worker.retire()  # it finishes the abandoned handler, then exits; the next delivery gets a new one
+                self._worker = None
                 return DeadlineExceededError(f"handler still running after its deadline of {self.handler_timeout:g} s")
             wait = 0.05
-        return outcome[0]
+        return job.outcome
 
     def _handle(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
                 body: bytes) -> None:
@@ -433,11 +469,12 @@ class RetryingConsumer:
         def answer(error: BaseException | None) -> None:
             if not channel.is_open:
                 return  # the broker put the original back in the queue with its channel
+            # Queued on the channel, not sent yet: `_settle` sends a batch of answers with one I/O pass.
             if error is None:
-                channel.basic_ack(method.delivery_tag)
+                channel._impl.basic_ack(method.delivery_tag)
                 confirmed()
                 return
-            channel.basic_nack(method.delivery_tag, requeue=True)
+            channel._impl.basic_nack(method.delivery_tag, requeue=True)
             self.requeued += 1
             LOG.error("could not publish %s to %r (%s: %s); original requeued", properties.message_id, exchange,
                       type(error).__name__, error)

@@ -98,20 +98,47 @@ def test_the_p1_section_judges_ours_against_the_target_and_states_the_anchor_rat
     assert (tmp_path / "p1.png").read_bytes().startswith(PNG)
 
 
-def test_the_p2_section_divides_by_plain_consume_of_the_same_queue_type(tmp_path: Path) -> None:
-    runs = [throughput.Run("classic", "plain", 100, 100, 0.1, rates=(900.0, 1000.0, 1100.0, 950.0, 1050.0)),
-            throughput.Run("classic", "tiers (reject)", 100, 400, 1.0),
-            throughput.Run("quorum", "plain", 100, 100, 0.05), throughput.Run("quorum", "native", 100, 400, 0.2),
-            throughput.Run("classic", "native", skipped="native runs on quorum queues only, not classic")]
-    text = "\n".join(report.p2_section(runs, 100, "p2.png"))
-    rows = {(r[0], r[1]): r for r in table_rows(text, "## P2")}
-    assert rows["classic", "`tiers (reject)`"][4:] == ["400", "0.40", "**no**"]
-    assert rows["quorum", "`native`"][4:] == ["2,000", "1.00", "yes"]
-    assert rows["quorum", "`plain`"][5:] == ["", ""]
-    assert "- classic `native` skipped: native runs on quorum queues only" in text
-    assert "- classic `plain`: median of 5 runs, deliveries/s 900, 1,000, 1,100, 950, 1,050." in text
+def test_the_p2_section_gives_each_strategy_the_median_of_its_rounds_ratios_to_the_same_round_s_plain(
+        tmp_path: Path) -> None:
+    def run(queue_type: str, row: str, deliveries: int, seconds: float, rates: tuple[float, ...],
+            ratios: tuple[float, ...] = ()) -> throughput.Run:
+        return throughput.Run(queue_type, row, 100, deliveries, seconds, prefetch=10, rates=rates, ratios=ratios,
+                              client_us=250.4, broker_us=300.0)
+
+    runs = [run("classic", "plain", 100, 0.1, (900.0, 1000.0, 1100.0)),
+            # A slow second round for both: its ratio is paired with its own plain run, so 0.45 is the median.
+            run("classic", "tiers (reject)", 400, 1.0, (500.0, 400.0, 450.0), (0.55, 0.40, 0.45)),
+            run("quorum", "plain", 100, 0.05, (2000.0, 2000.0, 2000.0)),
+            run("quorum", "native", 400, 0.2, (2000.0, 2000.0, 2000.0), (1.0, 1.0, 1.0)),
+            throughput.Run("classic", "native", skipped="native runs on quorum queues only, not classic", prefetch=10),
+            throughput.Run("classic", "native", skipped="native runs on quorum queues only, not classic", prefetch=50)]
+    text = "\n".join(report.p2_section(runs, 100, 3, "p2.png"))
+    rows = {(r[1], r[2]): r for r in table_rows(text, "## P2")}
+    assert rows["classic", "`tiers (reject)`"][3:] == ["400", "400", "0.45", "250", "300", "**no**"]
+    assert rows["quorum", "`native`"][3:] == ["400", "2,000", "1.00", "250", "300", "yes"]
+    assert rows["quorum", "`plain`"][5] == rows["quorum", "`plain`"][8] == ""
+    assert text.count("- classic `native` skipped: native runs on quorum queues only") == 1
+    assert ("- prefetch 10, classic `tiers (reject)`: deliveries/s by round 500, 400, 450; ÷ plain 0.55, 0.40, "
+            "0.45.") in text
     report.p2_plot(runs, "P2", tmp_path / "p2.png")
     assert (tmp_path / "p2.png").read_bytes().startswith(PNG)
+
+
+def test_p2_rounds_pair_each_strategy_run_with_the_plain_run_of_its_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    rates = iter([1000.0, 600.0, 500.0, 250.0, 2000.0, 900.0])  # round 1: plain, tiers; round 2: … ; round 3
+    rows = ((None, None), (strategies.TIERS, "reject"))
+    monkeypatch.setattr(throughput, "ROWS", rows)
+
+    def measure(broker: object, version: object, queue_type: str, strategy: object, mode: str | None,
+                messages: int, prefetch: int) -> throughput.Run:
+        rate = next(rates)
+        row = throughput.PLAIN if strategy is None else strategies.TIERS.row(mode)
+        return throughput.Run(queue_type, row, messages, int(rate), 1.0, prefetch=prefetch, rates=(rate,))
+
+    monkeypatch.setattr(throughput, "measure", measure)
+    plain, tiers = throughput.measure_rounds(None, (4, 3, 6), "quorum", 100, 10, 3)  # type: ignore[arg-type]
+    assert tiers.ratios == (0.6, 0.5, 0.45) and tiers.ratio == 0.5
+    assert (plain.rates, plain.rate, tiers.rate) == ((1000.0, 500.0, 2000.0), 1000.0, 600.0)  # the median rounds
 
 
 def test_each_strategy_entry_says_where_it_runs_and_how_a_message_is_delayed() -> None:

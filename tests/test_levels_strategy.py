@@ -280,7 +280,7 @@ def test_classic_levels_have_no_quorum_dead_lettering():
 
 
 def test_each_level_holds_a_message_unit_times_2_to_the_k_by_an_exactly_anchored_policy():
-    plan = levels_plan("250ms", "15s")
+    plan = levels_plan("250ms", "15s", "classic")
     assert [(p.key, p.name, p.pattern, p.priority, p.apply_to, dict(p.definition), dict(p.sources))
             for p in plan.policies] == [
         (f"level-{k}-policy", f"rabbitmq-retry.delay.{k}", rf"^rabbitmq\-retry\.delay\.{k}$", 10, "queues",
@@ -289,6 +289,16 @@ def test_each_level_holds_a_message_unit_times_2_to_the_k_by_an_exactly_anchored
         assert re.search(policy.pattern, f"rabbitmq-retry.delay.{k}")
         assert not re.search(policy.pattern, f"rabbitmq-retry.delay.{k}0")
         assert not re.search(policy.pattern, f"xrabbitmq-retry.delay.{k}")
+
+
+def test_a_quorum_undeliverable_queue_never_reaches_a_delivery_limit():
+    """It dead-letters nowhere, like an error queue: RabbitMQ 4's default limit of 20 would drop a copy that
+    crashed readers returned that often. Classic queues have no delivery limit."""
+    policy = levels_plan("1s", "15s").policies[-1]
+    assert (policy.key, policy.name, policy.pattern, dict(policy.definition), dict(policy.sources)) == (
+        "undeliverable-policy", "rabbitmq-retry.delay.undeliverable", r"^rabbitmq\-retry\.delay\.undeliverable$",
+        {"delivery-limit": "1000000"}, {"delivery-limit": "delay_levels.type"})
+    assert [p.key for p in levels_plan("1s", "15s", "classic").policies] == [f"level-{k}-policy" for k in range(4)]
 
 
 def test_every_level_and_the_delivery_exchange_are_topic_exchanges():
@@ -366,7 +376,7 @@ def test_lowering_max_delay_removes_top_levels_only_and_a_new_unit_changes_only_
     assert day.bindings[:24] == hour.bindings[:24] and day.bindings[-1] == hour.bindings[-1]
     slower = levels_plan("1200ms", "1d")  # 72,000 units: still 17 levels
     assert (slower.queues, slower.exchanges, slower.bindings) == (day.queues, day.exchanges, day.bindings)
-    assert [p.definition["message-ttl"] for p in slower.policies] == [str(1200 * 2**k) for k in range(17)]
+    assert [p.definition.get("message-ttl") for p in slower.policies] == [str(1200 * 2**k) for k in range(17)] + [None]
 
 
 # --- routing -------------------------------------------------------------------------------------------------
@@ -635,7 +645,7 @@ def test_a_vhost_with_a_levels_queue_registers_one_delay_levels_component_with_t
                                                                for suffix in ("", "-exchange", "-policy", "-wait",
                                                                               "-pass")),
                                *(f"shop-delay-levels-undeliverable{suffix}" for suffix in ("", "-exchange",
-                                                                                          "-binding"))])
+                                                                                          "-binding", "-policy"))])
     assert component.outputs == {"delivery_exchange": "rabbitmq-retry.delay.deliver",
                                  "delay_exchange": "rabbitmq-retry.delay.3",
                                  "queues": [*(f"rabbitmq-retry.delay.{k}" for k in range(4)),

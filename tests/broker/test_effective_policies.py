@@ -19,7 +19,7 @@ from components.effective import merge, winners
 from components.plan import plan_vhost
 from tests.broker.test_delivery_limit import EMPTY, STATS_S, _jammed, _settles
 from tests.support.amqp import channel as _channel
-from tests.support.amqp import message_count, next_message
+from tests.support.amqp import message_count, returned_by_crashed_readers
 from tests.support.mirror import Broker, esc, get
 
 if TYPE_CHECKING:
@@ -209,17 +209,6 @@ def test_an_operator_max_length_on_quorum_queues_refuses_publishes_and_loses_not
 
 # --- the quorum error queue's delivery limit -------------------------------------------------------------
 
-def _returned_by_crashed_readers(broker: Broker, vhost: str, queue: str, times: int) -> bool:
-    """Take the queue's one message `times` times without acking it (each time the reader's connection
-    closes, as a crash would), then say whether the message is still there."""
-    for _ in range(times):
-        with _channel(broker, vhost, confirms=False) as reader:
-            if next_message(reader, queue, timeout=QUIET_S) is None:
-                return False
-    with _channel(broker, vhost, confirms=False) as reader:
-        return next_message(reader, queue, timeout=QUIET_S) is not None
-
-
 def test_a_parked_message_survives_any_number_of_crashed_readers(broker: Broker, deploy: Deployer) -> None:
     """A quorum error queue has nowhere to dead-letter: RabbitMQ 4's default delivery limit (20) drops a
     message returned that often (shown on a queue without our policy); ours sets it out of reach."""
@@ -232,5 +221,5 @@ def test_a_parked_message_survives_any_number_of_crashed_readers(broker: Broker,
     with _channel(broker, vhost) as publisher:
         _publish(publisher, "q.error", "", b"parked")
         _publish(publisher, "", "bare", b"plain")
-    assert _returned_by_crashed_readers(broker, vhost, "q.error", 25)
-    assert not _returned_by_crashed_readers(broker, vhost, "bare", 25), "the limit of 20 did not drop it"
+    assert returned_by_crashed_readers(broker, vhost, "q.error", 25)
+    assert not returned_by_crashed_readers(broker, vhost, "bare", 25), "the limit of 20 did not drop it"

@@ -21,7 +21,7 @@ import pytest
 
 from rabbitmq_retry_client import Publisher, RetryingConsumer
 from rabbitmq_retry_client.levels import delay_routing_key
-from tests.support.amqp import channel, drain, message_counts, parameters
+from tests.support.amqp import channel, drain, message_counts, parameters, returned_by_crashed_readers
 from tests.support.mirror import Broker, call, esc, read_back
 from tests.support.retrying import Recorder, fail_every_attempt, publish_ids, run_consumers
 from tools.definitions import Endpoint, read_live
@@ -215,6 +215,16 @@ def test_a_copy_whose_queue_is_gone_when_its_delay_is_over_is_kept_as_undelivera
     arrived = receive(broker, deployment.vhost, undeliverable, len(sent), timeout=20)
     assert sorted(message_id for message_id, _ in arrived) == sorted(sent)
     assert message_counts(broker, deployment.vhost, level_queues(contract)) == dict.fromkeys(level_queues(contract), 0)
+
+
+def test_a_quorum_undeliverable_copy_survives_any_number_of_crashed_readers(broker: Broker, deploy: Deployer) -> None:
+    """The undeliverable queue has nowhere to dead-letter, like an error queue: its policy puts RabbitMQ 4's
+    default delivery limit (20, which would drop the copy) out of reach."""
+    deployment = deploy(levels_config("quorum"))
+    undeliverable = "rabbitmq-retry.delay.undeliverable"
+    with channel(broker, deployment.vhost) as publisher:
+        publisher.basic_publish(undeliverable, "billing", b"kept", pika.BasicProperties(message_id="kept"))
+    assert returned_by_crashed_readers(broker, deployment.vhost, undeliverable, 25)
 
 
 def test_the_levels_topology_reads_back_as_applied_and_shows_no_drift(broker: Broker, deploy: Deployer) -> None:

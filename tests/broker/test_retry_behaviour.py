@@ -436,15 +436,37 @@ def test_a_permanent_failure_is_parked_at_once_without_a_retry(broker: Broker, d
     assert message_counts(broker, deployment.vhost, ["strict", "strict.wait.1"]) == {"strict": 0, "strict.wait.1": 0}
 
 
+def test_the_handler_runs_in_one_worker_thread_for_every_delivery(broker: Broker, deploy: Deployer) -> None:
+    """Not a thread per delivery: a handler may keep per-thread state (a database connection) across deliveries."""
+    deployment = deploy({"exchanges": [{"name": "in", "type": "fanout"}],
+                         "queues": [retryable_queue("steady", "classic", ["50ms"], 2)]})
+    recorder = Recorder(lambda _: 1)
+    threads: set[int] = set()
+
+    def handler(body: bytes, properties: BasicProperties) -> None:
+        threads.add(threading.get_ident())
+        recorder(body, properties)
+
+    consumer = RetryingConsumer(parameters(broker, deployment.vhost), deployment.contracts["steady"], handler,
+                                "republish")
+    publish_ids(broker, deployment.vhost, "in", [f"s{i}" for i in range(5)])
+    run_consumers([consumer], lambda: consumer.processed >= 5, timeout=30)
+    assert (consumer.retried, consumer.processed) == (5, 5)
+    assert len(threads) == 1 and threading.get_ident() not in threads
+
+
 def test_a_handler_past_its_deadline_fails_the_attempt_and_the_message_is_retried(
         broker: Broker, deploy: Deployer) -> None:
+    """The abandoned handler keeps its thread; the retry runs in a new worker thread."""
     deployment = deploy({"exchanges": [{"name": "in", "type": "fanout"}],
                          "queues": [retryable_queue("slow", "classic", ["200ms"], 2)]})
     recorder = Recorder(lambda _: 0)
     release = threading.Event()
+    threads: list[int] = []
 
     def slow_first_time(body: bytes, properties: BasicProperties) -> None:
         first = not recorder.deliveries.get(str(properties.message_id))
+        threads.append(threading.get_ident())
         recorder(body, properties)
         if first:
             release.wait(30)  # far past the deadline; released at the end of the test
@@ -459,6 +481,7 @@ def test_a_handler_past_its_deadline_fails_the_attempt_and_the_message_is_retrie
     assert (consumer.timed_out, consumer.retried, consumer.processed, consumer.parked) == (1, 1, 1, 0)
     second = recorder.deliveries["late"][1]
     assert second.headers["retry-count"] == 1
+    assert len(threads) == 2 and threads[0] != threads[1]
 
 
 def test_a_handler_longer_than_the_heartbeat_keeps_its_connection(broker: Broker, deploy: Deployer) -> None:

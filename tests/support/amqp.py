@@ -60,6 +60,17 @@ def next_message(opened: BlockingChannel, queue: str, timeout: float,
         time.sleep(POLL_S)
 
 
+def returned_by_crashed_readers(broker: Broker, vhost: str, queue: str, times: int, timeout: float = 2.5) -> bool:
+    """Take the queue's one message `times` times without acking it (each time the reader's connection
+    closes, as a crash would), then say whether the message is still there."""
+    for _ in range(times):
+        with channel(broker, vhost, confirms=False) as reader:
+            if next_message(reader, queue, timeout=timeout) is None:
+                return False
+    with channel(broker, vhost, confirms=False) as reader:
+        return next_message(reader, queue, timeout=timeout) is not None
+
+
 def drain(broker: Broker, vhost: str, queue: str) -> list[tuple[pika.BasicProperties, bytes]]:
     """Every message in `queue`, removed (as the broker's admin user)."""
     messages = []
