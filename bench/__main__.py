@@ -68,10 +68,9 @@ def broker_file(broker: Broker, context: report.Context, out: Path, plan: accura
                     f"{s.delay_ms} ms {s.percentile(99):.1f}" for s in outcome.stats) + f" ({outcome.seconds:.0f} s)")
     runs: list[throughput.Run] = []
     if "p2" in parts:
-        for prefetch in throughput.PREFETCHES:
-            for queue_type in QUEUE_TYPES:
-                runs += throughput.measure_rounds(broker, version, queue_type, p2_messages, prefetch, p2_rounds,
-                                                  lambda line: progress(f"{name} {line}"))
+        for queue_type in QUEUE_TYPES:
+            runs += throughput.measure_rounds(broker, version, queue_type, p2_messages, rounds=p2_rounds,
+                                              progress=lambda line: progress(f"{name} {line}"))
     lines = [f"| broker | RabbitMQ {overview['rabbitmq_version']}, Erlang {overview.get('erlang_version', '?')}, "
              f"AMQP {broker.host}:{broker.amqp_port} (`{broker.name}` in RABBITMQ_BROKERS) |",
              f"| queue types | P1 {P1_QUEUE_TYPE}; P2 {' and '.join(QUEUE_TYPES)} |",

@@ -19,6 +19,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -135,45 +136,56 @@ def _consume(broker: Broker, vhost: str, contract: dict[str, Any], mode: str, me
     return handler.calls, seconds, client, broker_cpu
 
 
-def measure(broker: Broker, version: Sequence[int], queue_type: str, strategy: Strategy | None, mode: str | None,
-            messages: int, prefetch: int = PREFETCHES[0]) -> Run:
-    """One P2 run: plain consume (strategy None) or `strategy` in client `mode`, in a throw-away vhost."""
+@dataclass(frozen=True)
+class Target:
+    """One row, deployed in its own throw-away vhost for every round and prefetch (queues are empty after a
+    run), or the reason it cannot run here."""
+
+    row: str
+    mode: str
+    failures: int
+    vhost: str = ""
+    contract: dict[str, Any] | None = None
+    skipped: str = ""
+
+
+def prepare(stack: ExitStack, broker: Broker, version: Sequence[int], queue_type: str, strategy: Strategy | None,
+            mode: str | None) -> Target:
+    """Deploy plain consume (strategy None) or `strategy` for `queue_type` in a throw-away vhost that `stack`
+    deletes; levels and native ignore the client mode, tiers runs in both."""
     row = PLAIN if strategy is None else strategy.row(mode)
+    failures = 0 if strategy is None else FAILURES
     if strategy is None:
         config: dict[str, Any] = {"exchanges": [{"name": EXCHANGE, "type": "fanout"}],
                                   "queues": [{"name": QUEUE, "type": queue_type, "bindings": [{"exchange": EXCHANGE}]}]}
     else:
         if why := strategy.unsupported(version, queue_type):
-            return Run(queue_type, row, skipped=why, prefetch=prefetch)
+            return Target(row, "", failures, skipped=why)
         delays = DELAYS_MS[strategy.name]
         config = vhost_config(strategy, queue_type, delays, FAILURES, unit_ms=delays[0])
         if why := refused(config):
-            return Run(queue_type, row, skipped=f"the config parser refuses it: {why}", prefetch=prefetch)
-    with throwaway_vhost(broker) as vhost:
-        deployment = Deployer(broker, vhost)(config)
-        contract = plain_contract(vhost, queue_type) if strategy is None else deployment.contracts[QUEUE]
-        if why := client_refusal(contract):
-            return Run(queue_type, row, skipped=f"rabbitmq_retry_client refuses its contract: {why}",
-                       prefetch=prefetch)
-        # levels and native ignore the client mode; tiers runs in both
-        deliveries, seconds, client, broker_cpu = _consume(broker, vhost, contract, mode or "reject", messages,
-                                                           0 if strategy is None else FAILURES, prefetch)
+            return Target(row, "", failures, skipped=f"the config parser refuses it: {why}")
+    vhost = stack.enter_context(throwaway_vhost(broker))
+    deployment = Deployer(broker, vhost)(config)
+    contract = plain_contract(vhost, queue_type) if strategy is None else deployment.contracts[QUEUE]
+    if why := client_refusal(contract):
+        return Target(row, "", failures, skipped=f"rabbitmq_retry_client refuses its contract: {why}")
+    return Target(row, mode or "reject", failures, vhost, contract)
+
+
+def measure(broker: Broker, queue_type: str, target: Target, messages: int, prefetch: int) -> Run:
+    """One P2 run of a prepared target."""
+    if target.skipped or target.contract is None:
+        return Run(queue_type, target.row, skipped=target.skipped, prefetch=prefetch)
+    deliveries, seconds, client, broker_cpu = _consume(broker, target.vhost, target.contract, target.mode, messages,
+                                                       target.failures, prefetch)
     rate = deliveries / seconds if seconds else 0.0
-    return Run(queue_type, row, messages, deliveries, seconds, prefetch=prefetch, rates=(rate,),
+    return Run(queue_type, target.row, messages, deliveries, seconds, prefetch=prefetch, rates=(rate,),
                client_us=1e6 * client / deliveries, broker_us=1e6 * broker_cpu / deliveries)
 
 
-def measure_rounds(broker: Broker, version: Sequence[int], queue_type: str, messages: int, prefetch: int,
-                   rounds: int = ROUNDS, progress: Callable[[str], None] = lambda _: None) -> list[Run]:
-    """Every row of ROWS `rounds` times, a round at a time, plain first in each: one Run per row with every
-    round's rate, the paired ratios to plain, and the median round's figures."""
-    per_row: dict[str, list[Run]] = {}
-    for number in range(1, rounds + 1):
-        for strategy, mode in ROWS:
-            run = measure(broker, version, queue_type, strategy, mode, messages, prefetch)
-            per_row.setdefault(run.row, []).append(run)
-            progress(f"P2 {queue_type} prefetch {prefetch} round {number}/{rounds} {run.row}: "
-                     + (f"skipped: {run.skipped}" if run.skipped else f"{run.rate:,.0f} deliveries/s"))
+def combine(per_row: dict[str, list[Run]]) -> list[Run]:
+    """One Run per row: every round's rate, the ratios to the same round's plain run, the median round's figures."""
     plain = per_row[PLAIN]
     combined = []
     for row, runs in per_row.items():
@@ -183,6 +195,25 @@ def measure_rounds(broker: Broker, version: Sequence[int], queue_type: str, mess
         median = sorted(runs, key=lambda r: r.rate)[len(runs) // 2]
         ratios = () if row == PLAIN else tuple(r.rate / p.rate for r, p in zip(runs, plain, strict=True) if p.rate)
         combined.append(replace(median, rates=tuple(r.rate for r in runs), ratios=ratios))
+    return combined
+
+
+def measure_rounds(broker: Broker, version: Sequence[int], queue_type: str, messages: int,
+                   prefetches: Sequence[int] = PREFETCHES, rounds: int = ROUNDS,
+                   progress: Callable[[str], None] = lambda _: None) -> list[Run]:
+    """Every row of ROWS at each prefetch `rounds` times, a round at a time, plain first in each (combine)."""
+    combined: list[Run] = []
+    with ExitStack() as stack:
+        targets = [prepare(stack, broker, version, queue_type, strategy, mode) for strategy, mode in ROWS]
+        for prefetch in prefetches:
+            per_row: dict[str, list[Run]] = {}
+            for number in range(1, rounds + 1):
+                for target in targets:
+                    run = measure(broker, queue_type, target, messages, prefetch)
+                    per_row.setdefault(run.row, []).append(run)
+                    progress(f"P2 {queue_type} prefetch {prefetch} round {number}/{rounds} {run.row}: "
+                             + (f"skipped: {run.skipped}" if run.skipped else f"{run.rate:,.0f} deliveries/s"))
+            combined += combine(per_row)
     return combined
 
 

@@ -124,21 +124,17 @@ def test_the_p2_section_gives_each_strategy_the_median_of_its_rounds_ratios_to_t
     assert (tmp_path / "p2.png").read_bytes().startswith(PNG)
 
 
-def test_p2_rounds_pair_each_strategy_run_with_the_plain_run_of_its_round(monkeypatch: pytest.MonkeyPatch) -> None:
-    rates = iter([1000.0, 600.0, 500.0, 250.0, 2000.0, 900.0])  # round 1: plain, tiers; round 2: … ; round 3
-    rows = ((None, None), (strategies.TIERS, "reject"))
-    monkeypatch.setattr(throughput, "ROWS", rows)
+def test_p2_rounds_pair_each_strategy_run_with_the_plain_run_of_its_round() -> None:
+    def runs(row: str, rates: list[float]) -> list[throughput.Run]:
+        return [throughput.Run("quorum", row, 100, int(rate), 1.0, prefetch=10, rates=(rate,)) for rate in rates]
 
-    def measure(broker: object, version: object, queue_type: str, strategy: object, mode: str | None,
-                messages: int, prefetch: int) -> throughput.Run:
-        rate = next(rates)
-        row = throughput.PLAIN if strategy is None else strategies.TIERS.row(mode)
-        return throughput.Run(queue_type, row, messages, int(rate), 1.0, prefetch=prefetch, rates=(rate,))
-
-    monkeypatch.setattr(throughput, "measure", measure)
-    plain, tiers = throughput.measure_rounds(None, (4, 3, 6), "quorum", 100, 10, 3)  # type: ignore[arg-type]
+    plain, tiers, native = throughput.combine({
+        "plain": runs("plain", [1000.0, 500.0, 2000.0]),
+        "tiers (reject)": runs("tiers (reject)", [600.0, 250.0, 900.0]),
+        "native": [throughput.Run("quorum", "native", skipped="needs 4.3.1", prefetch=10)] * 3})
     assert tiers.ratios == (0.6, 0.5, 0.45) and tiers.ratio == 0.5
     assert (plain.rates, plain.rate, tiers.rate) == ((1000.0, 500.0, 2000.0), 1000.0, 600.0)  # the median rounds
+    assert plain.ratio is None and native.skipped == "needs 4.3.1"
 
 
 def test_each_strategy_entry_says_where_it_runs_and_how_a_message_is_delayed() -> None:
