@@ -3,8 +3,9 @@ delay, and which brokers and queue types run it.
 
 - `tiers`: one wait queue per delay; a message is given delay d by publishing it to the queue's retry exchange
   with the routing key of the tier whose delay is d (the republish path of the contract).
-- `levels` (design: /work/coord/levels.md, issue 11): shared binary delay levels per vhost; a message is given
-  delay d by publishing it to the top level's exchange with `ceil(d / unit)` as 28 binary words, then the queue.
+- `levels` (README: Choosing a strategy): shared binary delay levels per vhost; a message is given
+  delay d by publishing it to the exchange of the level of its highest 1 bit (the top level for older
+  contracts) with `ceil(d / unit)` as 28 binary words, then the queue.
 - `native`: RabbitMQ 4.3's delayed retry of quorum queues; the delay is the broker's, `min(n × min, max)` after
   the n-th `basic.reject(requeue=true)`: it cannot be chosen per message, only per attempt.
 - `seed-003` (the anchor, not ours): ONE delay queue without consumers; each message carries its own
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components.config import ConfigError, load_vhost
+from rabbitmq_retry_client.levels import delay_exchange
 
 EXCHANGE = "in"
 """Every benchmark vhost has one fanout exchange, `in`, that the measured queue is bound to."""
@@ -64,9 +66,9 @@ class Strategy:
 TIERS = Strategy("tiers", "published to the queue's retry exchange with the routing key of the tier of that delay "
                  "(the contract's republish path), wait queue TTL = the tier's delay",
                  p2_modes=("reject", "republish"))
-LEVELS = Strategy("levels", "published to the top delay level's exchange with ceil(delay / unit) as 28 binary "
-                  "words, then the queue name (the contract's routing_key_format); it passes the levels of its "
-                  "1 bits, each a queue with TTL unit × 2^k")
+LEVELS = Strategy("levels", "published to the exchange of the delay level of its highest 1 bit (as the client "
+                  "does) with ceil(delay / unit) as 28 binary words, then the queue name (the contract's "
+                  "routing_key_format); it passes the levels of its 1 bits, each a queue with TTL unit × 2^k")
 NATIVE = Strategy("native", "consumed and rejected with basic.reject(requeue=true); RabbitMQ delivers it again after "
                   "min(n × min_delay, max_delay) for the n-th rejection: the delay is the attempt's, so each "
                   "message is measured at every attempt", queue_types=("quorum",), min_version=(4, 3, 1),
@@ -145,7 +147,7 @@ def route(strategy: Strategy, contract: Mapping[str, Any], delay_ms: int) -> tup
             raise ValueError(f"no tier of {delay_ms} ms in {[t['delay_ms'] for t in contract['tiers']]}")
         return contract["retry_exchange"], tier["routing_key"], None
     if strategy is LEVELS:
-        return contract["delay_exchange"], levels_routing_key(contract, delay_ms), None
+        return delay_exchange(contract, delay_ms), levels_routing_key(contract, delay_ms), None
     if strategy is SEED_003:
         return "", ANCHOR_DELAY_QUEUE, str(delay_ms)
     raise ValueError(f"{strategy.name}: the delay is the broker's, per attempt, not chosen per message")

@@ -174,6 +174,7 @@ class RetryablePlan:
                 "queue": self.config.name,
                 "queue_type": self.config.queue_type,
                 "delay_exchange": self.delay_exchange,
+                "delay_exchanges": list(self.delay_exchanges),
                 "delay_unit_ms": levels.unit_ms,
                 "delay_words": naming.DELAY_WORDS,
                 "delay_levels": levels.levels,

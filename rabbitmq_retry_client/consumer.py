@@ -10,7 +10,7 @@ A contract of strategy `native` (RabbitMQ 4.3's delayed retry) takes neither mod
 rejected with `basic.reject(requeue=true)`, the one call the broker delays and counts (`basic.nack` with
 requeue neither waits nor counts: a nack loop never ends); the broker's `x-delivery-count` is the attempt.
 A contract of strategy `levels` takes neither mode either: a failed message is republished (as in
-"republish") to the contract's `delay_exchange` with a routing key that spells its back-off delay
+"republish") to the delay level of its back-off delay's highest bit, with a routing key that spells the delay
 (`levels.py`), counted in the contract's own `attempt_header`.
 
 The handler runs in a worker thread while this thread keeps the connection serviced (heartbeats, other
@@ -42,7 +42,7 @@ from . import headers as h
 from .confirms import Confirms
 from .connection import ConnectionParams, connect, parameters, quiet_pika
 from .contract import strategy_of, validate
-from .levels import delay_routing_key, delay_units, retry_delay_ms
+from .levels import delay_exchange, delay_routing_key, delay_units, retry_delay_ms
 
 LOG = logging.getLogger("rabbitmq_retry_client")
 
@@ -402,7 +402,7 @@ class RetryingConsumer:
         strategy `levels` the delay levels holding it for the attempt's back-off, rounded up to whole units."""
         if self.strategy == "levels":
             delay = retry_delay_ms(self.contract, attempt)
-            return (self.contract["delay_exchange"], delay_routing_key(self.contract, delay),
+            return (delay_exchange(self.contract, delay), delay_routing_key(self.contract, delay),
                     delay_units(self.contract, delay) * self.contract["delay_unit_ms"])
         tiers = self.contract["tiers"]
         tier = tiers[min(attempt, len(tiers)) - 1]

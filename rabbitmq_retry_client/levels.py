@@ -1,10 +1,13 @@
 """Strategy `levels`, from the contract alone: how long retry n waits, and the routing key that makes the
 shared delay levels hold a copy that long.
 
-A copy published to `delay_exchange` (the top level) passes level k (`delay_levels - 1` down to 0) through
-its TTL queue (`delay_unit_ms × 2^k`) when bit k of its delay is 1, past it when 0, and finally reaches the
-queue named after the bits. The key always has `delay_words` bit words (more than there are levels), so a
-stack that adds or removes top levels never moves the bit a waiting copy is routed by.
+A copy published to level k's exchange passes level k, then each level below it, through its TTL queue
+(`delay_unit_ms × 2^k`) when bit k of its delay is 1, past it when 0, and finally reaches the queue named
+after the bits. It is published to the highest level whose bit is 1 (`delay_exchanges[k]`): the levels above
+would only pass it down, one topic routing step each (a 1 s retry in levels up to a day skips 16 of them).
+A contract without `delay_exchanges` names only the top level, `delay_exchange`, which also works. The key
+always has `delay_words` bit words (more than there are levels), so a stack that adds or removes top levels
+never moves the bit a waiting copy is routed by.
 """
 
 from __future__ import annotations
@@ -40,6 +43,15 @@ def delay_units(contract: Mapping[str, Any], delay_ms: float) -> int:
     units = math.ceil(delay_ms / contract["delay_unit_ms"]) if isinstance(delay_ms, float) \
         else -(-delay_ms // contract["delay_unit_ms"])  # exact for any int
     return min(units, 2 ** contract["delay_levels"] - 1)
+
+
+def delay_exchange(contract: Mapping[str, Any], delay_ms: float) -> str:
+    """The exchange to publish a copy that should wait `delay_ms` to: the level of its highest 1 bit (level 0
+    for a delay of 0 units), or the top level when the contract lists no `delay_exchanges`."""
+    exchanges = contract.get("delay_exchanges")
+    if not exchanges:
+        return str(contract["delay_exchange"])
+    return str(exchanges[max(delay_units(contract, delay_ms).bit_length() - 1, 0)])
 
 
 def delay_routing_key(contract: Mapping[str, Any], delay_ms: float) -> str:

@@ -144,9 +144,12 @@ def test_each_strategy_entry_says_where_it_runs_and_how_a_message_is_delayed() -
     assert strategies.TIERS.unsupported((3, 10, 8), "classic") is None
     contract = {"queue": "orders.billing", "delay_exchange": "rabbitmq-retry.delay.16", "delay_unit_ms": 1000,
                 "delay_words": 28, "delay_levels": 17}
-    # The design's example (/work/coord/levels.md): unit 1000 ms, delay 5 s.
+    # The design's example: unit 1000 ms, delay 5 s (101: levels 2 and 0), published to level 2 as the client
+    # does, or to the top level for a contract that lists no delay_exchanges.
     assert strategies.route(strategies.LEVELS, contract, 5000) == (
         "rabbitmq-retry.delay.16", "0." * 25 + "1.0.1.orders.billing", None)
+    listed = {**contract, "delay_exchanges": [f"rabbitmq-retry.delay.{k}" for k in range(17)]}
+    assert strategies.route(strategies.LEVELS, listed, 5000)[0] == "rabbitmq-retry.delay.2"
     assert strategies.levels_routing_key(contract, 4001) == "0." * 25 + "1.0.1.orders.billing"  # rounded up
     assert strategies.levels_routing_key(contract, 10**12) == "0." * 11 + "1." * 17 + "orders.billing"  # capped
     assert strategies.route(strategies.SEED_003, {}, 250) == ("", strategies.ANCHOR_DELAY_QUEUE, "250")

@@ -30,7 +30,7 @@ from components.config import (
 from components.config.model import MAX_MESSAGE_TTL_MS
 from components.plan import DelayLevelsPlan, VhostPlan, exact_names, plan_delay_levels, plan_retryable, plan_vhost
 from rabbitmq_retry_client import levels as client_levels
-from rabbitmq_retry_client.contract import load_contract, validate
+from rabbitmq_retry_client.contract import ContractError, load_contract, validate
 from tests.conftest import vhost_config
 
 LEVELS_RETRY: dict[str, Any] = {"strategy": "levels", "max_retries": 6, "backoff": {"initial": "1s", "max": "10s"}}
@@ -390,13 +390,14 @@ def routed_plan(delay_levels: dict[str, Any] | None = None) -> VhostPlan:
     return planned(levels_vhost(queues, SMALL if delay_levels is None else delay_levels))
 
 
-def trip(plan: VhostPlan, units: int, queue: str) -> tuple[str, int, list[int]]:
-    """A delayed copy's whole way as the broker moves it: published to the top level, routed to one queue,
+def trip(plan: VhostPlan, units: int, queue: str, start: str | None = None) -> tuple[str, int, list[int]]:
+    """A delayed copy's whole way as the broker moves it: published to `start` (default: the top level), routed
+    to one queue,
     held there for that queue's TTL, dead-lettered (same key) to the exchange its arguments name, and so on
     until it reaches a queue without a TTL. (destination, total wait in ms, the levels it waited in)."""
     graph = _graph(plan, ())
     assert plan.delay_levels is not None
-    exchange, key = plan.delay_levels.top_exchange, naming.delay_routing_key(units, queue)
+    exchange, key = start or plan.delay_levels.top_exchange, naming.delay_routing_key(units, queue)
     waited, levels = 0, []
     for _ in range(naming.DELAY_WORDS + 1):
         reached = route(graph, exchange, key)
@@ -583,8 +584,9 @@ def default_contract(**vhost: Any) -> dict[str, Any]:
 def test_the_levels_contract_is_exactly_what_a_consumer_needs():
     assert default_contract() == {
         "strategy": "levels", "vhost": "shop", "queue": "orders.billing", "queue_type": "quorum",
-        "delay_exchange": "rabbitmq-retry.delay.16", "delay_unit_ms": 1000, "delay_words": 28, "delay_levels": 17,
-        "max_delay_ms": 86_400_000,
+        "delay_exchange": "rabbitmq-retry.delay.16",
+        "delay_exchanges": [f"rabbitmq-retry.delay.{k}" for k in range(17)],
+        "delay_unit_ms": 1000, "delay_words": 28, "delay_levels": 17, "max_delay_ms": 86_400_000,
         "routing_key_format": "the delay in units, ceil(delay_ms / delay_unit_ms) capped at 2^delay_levels - 1, as "
                               "delay_words binary digits, most significant first, each followed by '.', then the "
                               "queue name",
@@ -621,9 +623,31 @@ def test_a_copy_the_client_addresses_lands_in_the_planned_queue_after_at_least_i
     for delay_ms in (0, 1, 999, 1000, 1001, 7_500, 14_999, 15_000, 60_000):
         key = client_levels.delay_routing_key(contract, delay_ms)
         units = int("".join(key.split(".")[:28]), 2)
-        destination, waited, _ = trip(plan, units, contract["queue"])
+        start = client_levels.delay_exchange(contract, delay_ms)
+        destination, waited, levels = trip(plan, units, contract["queue"], start)
         assert destination == contract["queue"]
         assert waited >= min(delay_ms, 15_000) and waited - delay_ms < 1000  # late by less than a unit, never early
+        # The same way as from the top, minus the levels above the highest 1 bit, which only pass a copy down.
+        assert (destination, waited, levels) == trip(plan, units, contract["queue"])
+        assert start == f"rabbitmq-retry.delay.{max(units.bit_length() - 1, 0)}"
+
+
+def test_a_contract_without_delay_exchanges_is_followed_through_the_top_level():
+    contract = default_contract()
+    del contract["delay_exchanges"]
+    assert validate(contract) == contract
+    assert client_levels.delay_exchange(contract, 1000) == "rabbitmq-retry.delay.16"
+    assert client_levels.delay_exchange(default_contract(), 1000) == "rabbitmq-retry.delay.0"
+    assert client_levels.delay_exchange(default_contract(), 5000) == "rabbitmq-retry.delay.2"
+    assert client_levels.delay_exchange(default_contract(), 10**12) == "rabbitmq-retry.delay.16"  # capped
+
+
+@pytest.mark.parametrize("exchanges", [["rabbitmq-retry.delay.0"], "rabbitmq-retry.delay.16",
+                                       [f"rabbitmq-retry.delay.{k}" for k in range(1, 18)]])
+def test_the_client_refuses_delay_exchanges_that_are_not_one_per_level_up_to_delay_exchange(exchanges):
+    with pytest.raises(ContractError, match=r"delay_exchanges: expected one exchange name per level \(17\), level 0 "
+                                            r"first, the last being delay_exchange \(rabbitmq-retry\.delay\.16\)"):
+        validate({**default_contract(), "delay_exchanges": exchanges})
 
 
 # --- components under mocks ----------------------------------------------------------------------------------

@@ -579,11 +579,12 @@ def test_without_the_pulumi_cli_the_error_says_to_pass_a_file(monkeypatch: pytes
 # --- strategy levels: the contract ------------------------------------------------------------------
 
 def levels_contract(**changes: Any) -> dict[str, Any]:
-    """A valid `strategy: levels` contract, the example of /work/coord/levels.md (docs: The retry contract)."""
+    """A valid `strategy: levels` contract, the example in README.md (The retry contract)."""
     value: dict[str, Any] = {
         "strategy": "levels", "vhost": "shop", "queue": "orders.billing", "queue_type": "quorum",
-        "delay_exchange": "rabbitmq-retry.delay.16", "delay_unit_ms": 1000, "delay_words": 28, "delay_levels": 17,
-        "max_delay_ms": 86400000,
+        "delay_exchange": "rabbitmq-retry.delay.16",
+        "delay_exchanges": [f"rabbitmq-retry.delay.{k}" for k in range(17)],
+        "delay_unit_ms": 1000, "delay_words": 28, "delay_levels": 17, "max_delay_ms": 86400000,
         "routing_key_format": "delay in units (ceil(delay_ms / delay_unit_ms)) as delay_words binary digits, most "
                               "significant first, each followed by '.', then the queue name",
         "backoff": {"initial_ms": 1000, "multiplier": 2.0, "max_ms": 3600000, "jitter": 0.2},
@@ -664,7 +665,9 @@ def test_the_backoff_bounds_themselves_are_accepted(changes: dict[str, Any]) -> 
 
 
 def test_the_levels_may_fill_every_word() -> None:
-    assert load_contract(levels_contract(delay_levels=28))["delay_levels"] == 28
+    every = [f"rabbitmq-retry.delay.{k}" for k in range(28)]
+    assert load_contract(levels_contract(delay_levels=28, delay_exchange=every[-1],
+                                         delay_exchanges=every))["delay_levels"] == 28
 
 
 def test_every_levels_problem_is_reported_at_once() -> None:
@@ -936,12 +939,19 @@ STEADY = levels_backoff(initial_ms=1000, multiplier=2, max_ms=3600000, jitter=0)
 """A levels contract without jitter: retry n waits exactly 2^(n-1) s."""
 
 
-def test_the_retry_route_of_a_levels_queue_is_the_delay_exchange_with_the_backoffs_key() -> None:
+def test_the_retry_route_of_a_levels_queue_is_the_level_of_the_delay_s_highest_bit_with_the_backoffs_key() -> None:
     consumer = RetryingConsumer("amqp://127.0.0.1:1/%2F", STEADY, _fails)
     assert [consumer.retry_route(n) for n in (1, 3)] == [
+        ("rabbitmq-retry.delay.0", _key(1), 1000), ("rabbitmq-retry.delay.2", _key(4), 4000)]
+    three = [f"rabbitmq-retry.delay.{k}" for k in range(3)]
+    capped = RetryingConsumer("amqp://127.0.0.1:1/%2F", levels_contract(
+        delay_levels=3, delay_exchange=three[-1], delay_exchanges=three), _fails)
+    assert capped.retry_route(8) == ("rabbitmq-retry.delay.2", _key(7), 7000)  # waits 7 s, not 128 s
+    # A contract from before `delay_exchanges` names the top level only: every copy starts there.
+    older = RetryingConsumer("amqp://127.0.0.1:1/%2F", {k: v for k, v in STEADY.items() if k != "delay_exchanges"},
+                             _fails)
+    assert [older.retry_route(n) for n in (1, 3)] == [
         ("rabbitmq-retry.delay.16", _key(1), 1000), ("rabbitmq-retry.delay.16", _key(4), 4000)]
-    capped = RetryingConsumer("amqp://127.0.0.1:1/%2F", levels_contract(delay_levels=3), _fails)
-    assert capped.retry_route(8) == ("rabbitmq-retry.delay.16", _key(7), 7000)  # waits 7 s, not 128 s
     tiers = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(), _fails, "republish")
     assert [tiers.retry_route(n) for n in (1, 2, 9)] == [
         ("orders.retry", "wait.1", 1000), ("orders.retry", "wait.2", 10000), ("orders.retry", "wait.2", 10000)]
@@ -963,7 +973,7 @@ def test_a_first_failure_is_published_to_the_levels_confirmed_then_acked() -> No
     consumer, calls = _deliver(STEADY, _fails, {"app": "shop", "x-delivery-count": 0})
     assert [c[0] for c in calls] == ["publish", "ack"] and calls[1] == ("ack", 7)
     _, exchange, key, body, headers, mandatory = calls[0]
-    assert (exchange, key, body, mandatory) == ("rabbitmq-retry.delay.16", _key(1), b"body", True)
+    assert (exchange, key, body, mandatory) == ("rabbitmq-retry.delay.0", _key(1), b"body", True)
     assert {k: v for k, v in headers.items() if k != "first-failure-at"} == {
         "app": "shop", "original-exchange": "billing", "original-routing-key": "order.created", "retry-count": 1}
     assert headers["first-failure-at"].endswith("Z")
@@ -976,7 +986,7 @@ def test_a_later_failure_counts_its_own_header_and_keeps_the_recorded_origin() -
                "first-failure-at": "2026-01-01T00:00:00.000Z",
                "x-death": [{"queue": "rabbitmq-retry.delay.2", "reason": "expired", "count": 1}]}
     _, calls = _deliver(levels_backoff(jitter=0), _fails, earlier)
-    assert calls[0][1:3] == ("rabbitmq-retry.delay.16", _key(8))  # retry 4 waits 8 s
+    assert calls[0][1:3] == ("rabbitmq-retry.delay.3", _key(8))  # retry 4 waits 8 s: level 3 only
     assert calls[0][4] == {"retry-count": 4, "original-exchange": "billing", "original-routing-key": "order.created",
                            "first-failure-at": "2026-01-01T00:00:00.000Z"}
     assert calls[1] == ("ack", 7)

@@ -47,12 +47,12 @@ def _fmt_ms(value: Any) -> str:
 
 NOT_CONSUMER_FACING = frozenset({"vhost", "queue", "queue_type", "tiers", "reject_routes_to", "max_retries",
                                  "delivery_limit", "min_delay_ms", "max_delay_ms", "backoff", "delay_levels",
-                                 "routing_key_format"})
+                                 "routing_key_format", "delay_exchanges"})
 """Contract fields handled above, or that a consumer does not act on: the broker dead-letters a reject to
 the first tier itself, and a delivery limit counts redeliveries, which retrying through tiers never makes;
 `native` delays are the broker's; a `levels` consumer keeps its own back-off (any delay reaches its queue),
 caps a delay at its old `delay_levels` (they still exist when there are more) and reads `max_delay_ms` and the
-key's description nowhere."""
+key's description nowhere; `delay_exchanges` are the levels up to `delay_exchange`, whose move is compared above."""
 NAMES = {"retry_exchange": "retry exchange", "error_exchange": "error exchange", "error_queue": "error queue",
          "attempt_header": "attempt header", "delay_exchange": "delay exchange", "delay_unit_ms": "delay unit"}
 SHARED_KEYS = frozenset({"error_exchange", "error_queue", "attempt_header"})
