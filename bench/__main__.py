@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "BENCH_QUICK=1 make bench" if args.quick else "make bench", args.quick,
                              report.machine(), report.commit())
     plan = accuracy.QUICK if args.quick else accuracy.FULL
-    p2_messages = 300 if args.quick else 2000
+    p2_messages = 300 if args.quick else 1500
     sizes = (10, 100) if args.quick else (100, 1000)
     progress = Progress()
     progress(f"{'quick' if args.quick else 'full'} run: {context.machine}; load {report.load()}; writing to {out}")
