@@ -19,7 +19,7 @@ setup:
 
 test: lint
 	scripts/brokers.sh ensure all
-	$(PY) -m pytest
+	scripts/test.sh
 
 test-fast:
 	$(PY) -m pytest -m "not broker"
