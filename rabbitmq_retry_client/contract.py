@@ -121,14 +121,15 @@ def _levels_problems(contract: Contract) -> list[str]:
         problems.append(f"delay_unit_ms: {unit} is below 1")
     if _whole(words) and _whole(levels) and not 1 <= levels <= words:
         problems.append(f"delay_levels: {levels} is not between 1 and delay_words ({words})")
-    # Optional: contracts written before it name the top level only. Checked against its partners when they are.
+    # Optional: contracts written before it name the top level only. Its length and last name are checked only
+    # when delay_levels and delay_exchange are themselves valid (their own problems are reported above).
     exchanges, top = contract.get("delay_exchanges"), contract.get("delay_exchange")
-    consistent = not (_whole(words) and _whole(levels) and 1 <= levels <= words and isinstance(top, str)) or (
-        len(exchanges) == levels and exchanges[-1] == top) if isinstance(exchanges, list) else False
-    if exchanges is not None and not (isinstance(exchanges, list) and all(isinstance(e, str) for e in exchanges)
-                                      and consistent):
-        problems.append(f"delay_exchanges: expected one exchange name per level ({levels}), level 0 first, the last "
-                        f"being delay_exchange ({top})")
+    if exchanges is not None:
+        names = isinstance(exchanges, list) and all(isinstance(e, str) for e in exchanges)
+        checkable = _whole(words) and _whole(levels) and 1 <= levels <= words and isinstance(top, str)
+        if not names or (checkable and (len(exchanges) != levels or exchanges[-1] != top)):
+            problems.append(f"delay_exchanges: expected one exchange name per level ({levels}), level 0 first, the "
+                            f"last being delay_exchange ({top})")
     return problems
 
 
