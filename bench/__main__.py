@@ -109,6 +109,14 @@ def plan_cost_file(context: report.Context, out: Path, sizes: Sequence[int], pro
     return path
 
 
+def command(quick: bool, parts: Sequence[str], brokers: Sequence[str] | None) -> str:
+    """How this run was started, as its results files name it."""
+    if set(parts) == {"p1", "p2", "p3"} and not brokers:
+        return "BENCH_QUICK=1 make bench" if quick else "make bench"
+    return (f"{'BENCH_QUICK=1 ' if quick else ''}.venv/bin/python -m bench --parts {' '.join(parts)}"
+            + (f" --brokers {' '.join(brokers)}" if brokers else ""))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -122,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     now = datetime.now(UTC)
     context = report.Context(now.strftime("%Y-%m-%d"), now.strftime("%Y-%m-%d %H:%M UTC"),
-                             "BENCH_QUICK=1 make bench" if args.quick else "make bench", args.quick,
+                             command(args.quick, args.parts, args.brokers), args.quick,
                              report.machine(), report.commit())
     plan = accuracy.QUICK if args.quick else accuracy.FULL
     p2_messages = 300 if args.quick else 1500
