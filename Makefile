@@ -38,7 +38,7 @@ contracts:
 brokers:
 	scripts/brokers.sh status
 
-# Benchmarks on both local brokers and broker-free plan cost, 10–23 min (BENCH_QUICK=1: a few min, written to
+# Benchmarks on both local brokers and broker-free plan cost, 10–23 min (BENCH_QUICK=1: about 2.5 min, written to
 # bench/results/quick/); results and plots in bench/results/ (README: Benchmarks).
 bench:
 	scripts/brokers.sh ensure all
