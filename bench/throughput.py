@@ -1,8 +1,9 @@
 """P2, retry throughput: deliveries per second through the retry loop against plain consume, same client.
 
-For each queue type and prefetch, in ROUNDS rounds (each round runs every row once, plain first, so a ratio
-compares runs minutes apart, not a quiet minute with a busy one): `messages` messages are published (confirmed)
-before one rabbitmq_retry_client.RetryingConsumer (the handler runs in its worker thread) consumes them:
+For each queue type and prefetch, in ROUNDS rounds (each round runs every row once, plain first, and a ratio
+divides a strategy's run by the plain run of its own round, seconds apart, so a busy minute hits both sides):
+`messages` messages are published (confirmed) before one rabbitmq_retry_client.RetryingConsumer (the handler
+runs in its worker thread) consumes them:
 - plain: a plain queue of the same type, the handler never fails: `messages` deliveries, each acked;
 - each strategy: its retryable queue, the handler fails every message `FAILURES` times and then succeeds:
   `messages × (FAILURES + 1)` deliveries. Delays are short (10–40 ms) so the figure is the broker/client path,

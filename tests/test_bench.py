@@ -112,11 +112,16 @@ def test_the_p2_section_gives_each_strategy_the_median_of_its_rounds_ratios_to_t
             run("quorum", "native", 400, 0.2, (2000.0, 2000.0, 2000.0), (1.0, 1.0, 1.0)),
             throughput.Run("classic", "native", skipped="native runs on quorum queues only, not classic", prefetch=10),
             throughput.Run("classic", "native", skipped="native runs on quorum queues only, not classic", prefetch=50)]
-    text = "\n".join(report.p2_section(runs, 100, 3, "p2.png"))
+    def text_of(runs: list[throughput.Run]) -> str:
+        return "\n".join(report.p2_section(runs, 100, 3, "p2.png"))
+
+    text = text_of(runs)
     rows = {(r[1], r[2]): r for r in table_rows(text, "## P2")}
     assert rows["classic", "`tiers (reject)`"][3:] == ["400", "400", "0.45", "250", "300", "**no**"]
     assert rows["quorum", "`native`"][3:] == ["400", "2,000", "1.00", "250", "300", "yes"]
     assert rows["quorum", "`plain`"][5] == rows["quorum", "`plain`"][8] == ""
+    edge = text_of([run("quorum", "levels", 400, 1.0, (497.0,), (0.497,))])
+    assert table_rows(edge, "## P2")[-1][5:] == ["0.497", "250", "300", "**no**"]  # not "0.50 … no"
     assert text.count("- classic `native` skipped: native runs on quorum queues only") == 1
     assert ("- prefetch 10, classic `tiers (reject)`: deliveries/s by round 500, 400, 450; ÷ plain 0.55, 0.40, "
             "0.45.") in text
