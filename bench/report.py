@@ -185,17 +185,20 @@ def p2_section(runs: Sequence[Run], messages: int, rounds: int, plot: str) -> li
     prefetches = sorted({r.prefetch for r in runs if not r.skipped})
     out = ["## P2: retry throughput", "",
            f"{messages:,} messages published (confirmed) before one `RetryingConsumer` (handler in its worker "
-           f"thread) starts; seconds = from its start to the last success. `plain`: a plain queue of the same type, "
-           f"the handler never fails ({messages:,} deliveries). Each strategy: every message fails {FAILURES} times, "
-           f"then succeeds ({FAILURES + 1} deliveries each). Short delays so the figure is the broker/client path, "
+           f"thread) starts; seconds = from the handler's first call to its last (the last message's success), so "
+           f"connection set-up is in neither. Each strategy: every message fails {FAILURES} times, then succeeds "
+           f"({FAILURES + 1} deliveries each). `plain`: a plain queue of the same type, {messages * (FAILURES + 1):,} "
+           f"messages whose handler never fails: as many deliveries as a strategy's run, so both last about as long. "
+           f"Short delays so the figure is the broker/client path, "
            f"not the waiting: tiers {', '.join(map(str, DELAYS_MS['tiers']))} ms (reject mode waits in the first "
            f"tier only); levels backoff {', '.join(map(str, DELAYS_MS['levels']))} ms on levels of "
            f"{DELAYS_MS['levels'][0]} ms; native min {DELAYS_MS['native'][0]} ms, max {DELAYS_MS['native'][1]} ms "
            f"(10, 20, 30 ms). At prefetch {' and '.join(map(str, prefetches))} (the client's default, then a larger "
            f"one: each original holds its prefetch slot until its copy is confirmed). {rounds} round(s): each runs "
            "every row once, plain first; deliveries/s is the median round's, ÷ plain the median of each round's "
-           "rate ÷ that round's plain rate. CPU µs per delivery: the client process and the broker's OS process, "
-           "median round; they share this machine's cores. Target: at least half of plain consume.", "",
+           "rate ÷ that round's plain rate. The client's threads run on one core (`throughput.client_core`), the "
+           "broker's on every core. CPU µs per delivery: the client process and the broker's OS process, median "
+           "round. Target: at least half of plain consume.", "",
            "| prefetch | queue type | strategy | deliveries | deliveries/s | ÷ plain | client CPU µs | broker CPU µs "
            "| met |",
            "|---:|---|---|---:|---:|---:|---:|---:|---|"]

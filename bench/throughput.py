@@ -4,13 +4,17 @@ For each queue type and prefetch, in ROUNDS rounds (each round runs every row on
 divides a strategy's run by the plain run of its own round, seconds apart, so a busy minute hits both sides):
 `messages` messages are published (confirmed) before one rabbitmq_retry_client.RetryingConsumer (the handler
 runs in its worker thread) consumes them:
-- plain: a plain queue of the same type, the handler never fails: `messages` deliveries, each acked;
 - each strategy: its retryable queue, the handler fails every message `FAILURES` times and then succeeds:
   `messages × (FAILURES + 1)` deliveries. Delays are short (10–40 ms) so the figure is the broker/client path,
-  not the waiting.
-Seconds = from the consumer's start until the last message succeeded. Each run also records the CPU time the
-client process and the broker's OS process spent on it, per delivery: on a machine where both share the cores,
-their sum is what a delivery costs.
+  not the waiting;
+- plain: a plain queue of the same type, `messages × (FAILURES + 1)` messages whose handler never fails, each
+  acked: as many deliveries as a strategy's run, so both runs last about as long and a scheduling hiccup weighs
+  as much in either.
+The client (this process: its consumer, handler and bench threads) runs on one core for the whole of P2
+(`client_core`), the broker on every core: threads that hop between cores made plain consume alone vary 4×
+from run to run on a 2-core machine. Seconds = from the handler's first call until its last (the success of
+the last message): the consumer's connection set-up is in neither. Each run also records the CPU time the
+client process and the broker's OS process spent on it, per delivery.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -77,17 +81,21 @@ class Run:
 
 
 class _Handler:
-    """Fails each message `failures` times, then succeeds; thread-safe."""
+    """Fails each message `failures` times, then succeeds; thread-safe. `first` and `last`: the monotonic times
+    of its first and its latest call."""
 
     def __init__(self, failures: int) -> None:
         self.failures = failures
         self.lock = threading.Lock()
         self.seen: dict[str, int] = {}
         self.calls = 0
+        self.first = self.last = 0.0
 
     def __call__(self, body: bytes, properties: BasicProperties) -> None:
         message_id = str(properties.message_id)
         with self.lock:
+            self.last = time.monotonic()
+            self.first = self.first or self.last
             self.calls += 1
             attempt = self.seen[message_id] = self.seen.get(message_id, 0) + 1
         if attempt <= self.failures:
@@ -126,9 +134,8 @@ def _consume(broker: Broker, vhost: str, contract: dict[str, Any], mode: str, me
     pid = broker_pid(broker)
     broker_before = _cpu_seconds(pid) if pid else 0.0
     client_before = time.process_time()
-    start = time.monotonic()
     run_consumers([consumer], lambda: consumer.processed >= messages, timeout=TIMEOUT_S)
-    seconds = time.monotonic() - start
+    seconds = handler.last - handler.first
     client = time.process_time() - client_before
     broker_cpu = _cpu_seconds(pid) - broker_before if pid else 0.0
     if consumer.processed != messages or consumer.parked:
@@ -178,10 +185,11 @@ def measure(broker: Broker, queue_type: str, target: Target, messages: int, pref
     """One P2 run of a prepared target."""
     if target.skipped or target.contract is None:
         return Run(queue_type, target.row, skipped=target.skipped, prefetch=prefetch)
-    deliveries, seconds, client, broker_cpu = _consume(broker, target.vhost, target.contract, target.mode, messages,
+    published = messages if target.failures else messages * (FAILURES + 1)
+    deliveries, seconds, client, broker_cpu = _consume(broker, target.vhost, target.contract, target.mode, published,
                                                        target.failures, prefetch)
     rate = deliveries / seconds if seconds else 0.0
-    return Run(queue_type, target.row, messages, deliveries, seconds, prefetch=prefetch, rates=(rate,),
+    return Run(queue_type, target.row, published, deliveries, seconds, prefetch=prefetch, rates=(rate,),
                client_us=1e6 * client / deliveries, broker_us=1e6 * broker_cpu / deliveries)
 
 
@@ -199,12 +207,30 @@ def combine(per_row: dict[str, list[Run]]) -> list[Run]:
     return combined
 
 
+@contextmanager
+def client_core() -> Iterator[int | None]:
+    """Keep this thread, and the threads it starts meanwhile, on the lowest core it may use; yields that core, or
+    None on a single-core machine (nothing to separate). The previous affinity is restored on exit."""
+    allowed = os.sched_getaffinity(0)
+    if len(allowed) < 2:
+        yield None
+        return
+    core = min(allowed)
+    os.sched_setaffinity(0, {core})
+    try:
+        yield core
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
 def measure_rounds(broker: Broker, version: Sequence[int], queue_type: str, messages: int,
                    prefetches: Sequence[int] = PREFETCHES, rounds: int = ROUNDS,
                    progress: Callable[[str], None] = lambda _: None) -> list[Run]:
-    """Every row of ROWS at each prefetch `rounds` times, a round at a time, plain first in each (combine)."""
+    """Every row of ROWS at each prefetch `rounds` times, a round at a time, plain first in each (combine), with
+    the client on one core (`client_core`)."""
     combined: list[Run] = []
     with ExitStack() as stack:
+        stack.enter_context(client_core())
         targets = [prepare(stack, broker, version, queue_type, strategy, mode) for strategy, mode in ROWS]
         for prefetch in prefetches:
             per_row: dict[str, list[Run]] = {}

@@ -4,6 +4,8 @@ depend on the machine); tests/broker/test_bench.py runs P1 and P2 on tiny inputs
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -183,3 +185,16 @@ def test_a_results_file_names_the_command_that_made_it() -> None:
     assert command(True, ["p3", "p1", "p2"], None) == "BENCH_QUICK=1 make bench"
     assert command(False, ["p1", "p2"], None) == ".venv/bin/python -m bench --parts p1 p2"
     assert command(True, ["p2"], ["4.3"]) == "BENCH_QUICK=1 .venv/bin/python -m bench --parts p2 --brokers 4.3"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: there is nothing to keep the client off")
+def test_p2_keeps_the_client_and_the_threads_it_starts_on_one_core_and_gives_the_others_back_after() -> None:
+    allowed = os.sched_getaffinity(0)
+    seen: list[set[int]] = []
+    with throughput.client_core() as core:
+        worker = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))
+        worker.start()
+        worker.join()
+        assert os.sched_getaffinity(0) == {core} and core in allowed
+    assert seen == [{core}], "a consumer thread started during P2 inherits the core"
+    assert os.sched_getaffinity(0) == allowed
