@@ -138,7 +138,7 @@ def _child_program(root: Path, recording: Path | None) -> dict[str, Any]:
     if recording is None:
         gc.disable = lambda: None
     start = time.perf_counter()
-    registered = record_program(STACK, root)
+    registered = record_program(STACK, root, exiting=recording is not None)
     seconds = time.perf_counter() - start
     close_event_loop()
     if recording is not None:

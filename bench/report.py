@@ -292,7 +292,7 @@ def p3_section(costs: Sequence[Cost], sizes: Sequence[int], plot: str) -> list[s
             if ratio is None:
                 continue
             where = _layout(next(c for c in costs if c.layout == layout))
-            met = ("yes" if ratio <= GROWTH_TARGET else "**no**") if judged else "n/a"
+            met = "(anchor)" if kind == GC_ON else ("yes" if ratio <= GROWTH_TARGET else "**no**") if judged else "n/a"
             out.append(f"| {kind} | {where} | {ratio:.1f} | {over_floor(kind, layout, small)} | "
                        f"{over_floor(kind, layout, big)} | {met} |")
     floors = [r for layout in dict.fromkeys(c.layout for c in costs)
