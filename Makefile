@@ -38,8 +38,8 @@ contracts:
 brokers:
 	scripts/brokers.sh status
 
-# Benchmarks on both local brokers and broker-free plan cost, 10–23 min (BENCH_QUICK=1: about 2.5 min, written to
-# bench/results/quick/); results and plots in bench/results/ (README: Benchmarks).
+# Benchmarks on both local brokers and broker-free plan cost, about 11 min (23 on a slower machine; BENCH_QUICK=1:
+# 1–2.5 min, written to bench/results/quick/); results and plots in bench/results/ (README: Benchmarks).
 bench:
 	scripts/brokers.sh ensure all
 	$(PY) -m bench

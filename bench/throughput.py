@@ -11,7 +11,7 @@ runs in its worker thread) consumes them:
   acked: as many deliveries as a strategy's run, so both runs last about as long and a scheduling hiccup weighs
   as much in either.
 The client (this process: its consumer, handler and bench threads) runs on one core for the whole of P2
-(`client_core`), the broker on every core: threads that hop between cores made plain consume alone vary 4×
+(`client_core`), the broker on every core: threads that hop between cores made plain consume alone vary 2.4×
 from run to run on a 2-core machine. Seconds = from the handler's first call until its last (the success of
 the last message): the consumer's connection set-up is in neither. Each run also records the CPU time the
 client process and the broker's OS process spent on it, per delivery.

@@ -263,7 +263,7 @@ def record_program(stack: str, root: Path = ROOT, preview: bool = True,
     """Run `<root>/__main__.py` with `Pulumi.<stack>.yaml`, as `pulumi preview` (or, with `preview=False`,
     `pulumi up`) would, under mocks. `exiting`: the caller is a command that ends soon after, like the program's
     own process, so the cyclic collector the program turned off stays off; turned back on, its first pass
-    walks every object the program made (5 of 45 s at 1,000 queues)."""
+    walks every object the program made (about 5 s at 1,000 queues)."""
     config, secret_keys = stack_config(stack, root)
     # Evaluate `root`'s own components (a review evaluates an older checkout), then put back
     # whatever the caller had imported.
