@@ -82,9 +82,9 @@ def broker_file(broker: Broker, context: report.Context, out: Path, plan: accura
                        f"{plan.messages} messages in flight", out / f"{stem}-p1.png")
         text += report.p1_section(outcomes, plan, P1_QUEUE_TYPE, f"{stem}-p1.png")
     if runs:
-        deliveries = p2_messages * (throughput.FAILURES + 1)
         report.p2_plot(runs, f"P2 retry throughput, RabbitMQ {overview['rabbitmq_version']}: {p2_messages} messages, "
-                       f"{throughput.FAILURES} failures each; plain {deliveries} messages", out / f"{stem}-p2.png")
+                       f"{throughput.FAILURES} failures each; plain {throughput.plain_messages(p2_messages)} messages",
+                       out / f"{stem}-p2.png")
         text += report.p2_section(runs, p2_messages, p2_rounds, f"{stem}-p2.png")
     text += [f"P3 (plan cost, broker-free) is in [{context.date}-plan-cost.md]({context.date}-plan-cost.md).", ""]
     path = out / f"{stem}.md"

@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 from bench.accuracy import Delays, Outcome
 from bench.plan_cost import GC_ON, KINDS, SPREAD, Cost, growth
 from bench.strategies import P1_STRATEGIES
-from bench.throughput import DELAYS_MS, FAILURES, Run
+from bench.throughput import DELAYS_MS, FAILURES, Run, plain_messages
 
 ROOT = Path(__file__).resolve().parent.parent
 GROWTH_TARGET = 12.0
@@ -187,7 +187,7 @@ def p2_section(runs: Sequence[Run], messages: int, rounds: int, plot: str) -> li
            f"{messages:,} messages published (confirmed) before one `RetryingConsumer` (handler in its worker "
            f"thread) starts; seconds = from the handler's first call to its last (the last message's success), so "
            f"connection set-up is in neither. Each strategy: every message fails {FAILURES} times, then succeeds "
-           f"({FAILURES + 1} deliveries each). `plain`: a plain queue of the same type, {messages * (FAILURES + 1):,} "
+           f"({FAILURES + 1} deliveries each). `plain`: a plain queue of the same type, {plain_messages(messages):,} "
            f"messages whose handler never fails: as many deliveries as a strategy's run, so both last about as long. "
            f"Short delays so the figure is the broker/client path, "
            f"not the waiting: tiers {', '.join(map(str, DELAYS_MS['tiers']))} ms (reject mode waits in the first "

@@ -110,6 +110,11 @@ def plain_contract(vhost: str, queue_type: str) -> dict[str, Any]:
             "error_exchange": "unused", "error_queue": "unused"}
 
 
+def plain_messages(messages: int) -> int:
+    """Plain consume's messages for a P2 run of `messages`: as many as a strategy's run delivers."""
+    return messages * (FAILURES + 1)
+
+
 def _cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process `pid` (all its threads), from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -185,7 +190,7 @@ def measure(broker: Broker, queue_type: str, target: Target, messages: int, pref
     """One P2 run of a prepared target."""
     if target.skipped or target.contract is None:
         return Run(queue_type, target.row, skipped=target.skipped, prefetch=prefetch)
-    published = messages if target.failures else messages * (FAILURES + 1)
+    published = messages if target.failures else plain_messages(messages)
     deliveries, seconds, client, broker_cpu = _consume(broker, target.vhost, target.contract, target.mode, published,
                                                        target.failures, prefetch)
     rate = deliveries / seconds if seconds else 0.0

@@ -135,9 +135,9 @@ class RetryablePlan:
 
     @property
     def delay_exchange(self) -> str:
-        """`levels`: the top level's exchange, where a consumer publishes a delayed copy."""
-        levels = self.levels
-        return naming.delay_level(levels.levels - 1)
+        """`levels`: the top level's exchange; a consumer publishes a delayed copy to the level of its delay's
+        highest bit (`delay_exchanges`), at most this one."""
+        return self.delay_exchanges[-1]
 
     @property
     def levels(self) -> DelayLevels:
