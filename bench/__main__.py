@@ -127,6 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--parts", nargs="+", choices=("p1", "p2", "p3"), default=["p1", "p2", "p3"])
     parser.add_argument("--out", type=Path, help="directory for results (default bench/results, quick: …/quick)")
     args = parser.parse_args(argv)
+    known = [broker.name for broker in configured_brokers()]
+    if unknown := [name for name in args.brokers or [] if name not in known]:
+        parser.error(f"--brokers: no broker named {', '.join(unknown)} in RABBITMQ_BROKERS; its brokers are "
+                     f"{', '.join(known)}")
     out: Path = args.out or (RESULTS / "quick" if args.quick else RESULTS)
     out.mkdir(parents=True, exist_ok=True)
     now = datetime.now(UTC)

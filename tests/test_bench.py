@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench import accuracy, plan_cost, report, strategies, throughput
+from bench.__main__ import main as bench_main
 from bench.accuracy import Outcome, Stat
 from bench.plan_cost import KINDS, Cost
 
@@ -200,3 +201,14 @@ def test_p2_keeps_the_client_and_the_threads_it_starts_on_one_core_and_gives_the
         assert os.sched_getaffinity(0) == {core} and core in allowed
     assert seen == [{core}], "a consumer thread started during P2 inherits the core"
     assert os.sched_getaffinity(0) == allowed
+
+
+def test_a_broker_name_rabbitmq_brokers_does_not_know_is_refused_before_anything_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RABBITMQ_BROKERS", "3.10=127.0.0.1:5672:15672,4.3=127.0.0.1:5673:15673")
+    with pytest.raises(SystemExit) as exit_status:
+        bench_main(["--brokers", "4.3", "9.9", "--parts", "p1", "--out", str(tmp_path)])
+    assert exit_status.value.code == 2
+    assert ("--brokers: no broker named 9.9 in RABBITMQ_BROKERS; its brokers are 3.10, 4.3"
+            in capsys.readouterr().err)
+    assert not any(tmp_path.iterdir())
