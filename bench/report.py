@@ -181,6 +181,12 @@ def p1_plot(outcomes: Sequence[Outcome], title: str, path: Path) -> None:
 # --- P2 --------------------------------------------------------------------------------------------------------
 
 
+def ratio_text(ratio: float) -> str:
+    """Two decimals, or three where two would round across the target (0.497 would read as a met 0.50)."""
+    shown = f"{ratio:.2f}"
+    return shown if (float(shown) >= THROUGHPUT_TARGET) == (ratio >= THROUGHPUT_TARGET) else f"{ratio:.3f}"
+
+
 def p2_section(runs: Sequence[Run], messages: int, rounds: int, plot: str) -> list[str]:
     prefetches = sorted({r.prefetch for r in runs if not r.skipped})
     out = ["## P2: retry throughput", "",
@@ -208,9 +214,7 @@ def p2_section(runs: Sequence[Run], messages: int, rounds: int, plot: str) -> li
             continue
         ratio = r.ratio
         met = "" if ratio is None else ("yes" if ratio >= THROUGHPUT_TARGET else "**no**")
-        shown = "" if ratio is None else f"{ratio:.2f}"
-        if ratio is not None and (float(shown) >= THROUGHPUT_TARGET) != (ratio >= THROUGHPUT_TARGET):
-            shown = f"{ratio:.3f}"  # 0.497 is under the target; rounded to 0.50 it would read as met
+        shown = "" if ratio is None else ratio_text(ratio)
         out.append(f"| {r.prefetch} | {r.queue_type} | `{r.row}` | {r.deliveries:,} | {r.rate:,.0f} | "
                    f"{shown} | {r.client_us:,.0f} | "
                    f"{f'{r.broker_us:,.0f}' if r.broker_us else 'not local'} | {met} |")
@@ -240,7 +244,7 @@ def p2_plot(runs: Sequence[Run], title: str, path: Path) -> None:
                   if r.row == row and (r.queue_type, r.prefetch) == group]
         bars = ax.bar([j + i * width for j, _ in placed], [r.rate for _, r in placed], width, label=row)
         for bar, (_, run) in zip(bars, placed, strict=True):
-            label = f"{run.rate:,.0f}" + (f"\n{run.ratio:.2f}×" if run.ratio is not None else "")
+            label = f"{run.rate:,.0f}" + (f"\n{ratio_text(run.ratio)}×" if run.ratio is not None else "")
             ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
                         fontsize=7)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(groups))],

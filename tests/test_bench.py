@@ -127,6 +127,9 @@ def test_the_p2_section_gives_each_strategy_the_median_of_its_rounds_ratios_to_t
     assert rows["quorum", "`plain`"][5] == rows["quorum", "`plain`"][8] == ""
     edge = text_of([run("quorum", "levels", 400, 1.0, (497.0,), (0.497,))])
     assert table_rows(edge, "## P2")[-1][5:] == ["0.497", "250", "300", "**no**"]  # not "0.50 … no"
+    # The plot's bar labels say the same.
+    assert [report.ratio_text(x) for x in (0.497, 0.4949, 0.5, 0.504, 0.456)] == ["0.497", "0.49", "0.50", "0.50",
+                                                                                  "0.46"]
     assert text.count("- classic `native` skipped: native runs on quorum queues only") == 1
     assert ("- prefetch 10, classic `tiers (reject)`: deliveries/s by round 500, 400, 450; ÷ plain 0.55, 0.40, "
             "0.45.") in text
