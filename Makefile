@@ -38,7 +38,7 @@ contracts:
 brokers:
 	scripts/brokers.sh status
 
-# Benchmarks on both local brokers and broker-free plan cost, about 11 min (23 on a slower machine; BENCH_QUICK=1:
+# Benchmarks on both local brokers and broker-free plan cost, 11–18 min on 2 cores (BENCH_QUICK=1:
 # 1–2.5 min, written to bench/results/quick/); results and plots in bench/results/ (README: Benchmarks).
 bench:
 	scripts/brokers.sh ensure all
