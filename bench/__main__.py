@@ -138,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              command(args.quick, args.parts, args.brokers), args.quick,
                              report.machine(), report.commit())
     plan = accuracy.QUICK if args.quick else accuracy.FULL
-    p2_messages = 300 if args.quick else 1500
+    p2_messages = 300 if args.quick else 3000
     sizes = (10, 100) if args.quick else (100, 1000)
     progress = Progress()
     progress(f"{'quick' if args.quick else 'full'} run: {context.machine}; load {report.load()}; writing to {out}")

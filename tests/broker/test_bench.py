@@ -7,10 +7,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+from pika.exceptions import ChannelClosedByBroker, UnroutableError
+
 from bench import accuracy, report, throughput
 from bench.__main__ import QUEUE_TYPES, Progress, broker_file
 from bench.strategies import P1_STRATEGIES
+from tests.support import retrying
 from tests.support.admin import version
+from tests.support.amqp import drain
+from tests.support.deploy import Deployer
 from tests.support.mirror import Broker
 
 TINY = accuracy.Delays(8, (50, 100), (50, 100), 2, 10)
@@ -44,3 +50,17 @@ def test_p1_and_p2_on_tiny_inputs_write_the_broker_s_results_file(broker: Broker
         assert {(t, r) for p, t, r, _ in rows if p == str(prefetch)} | set(skipped_p2) == expected, prefetch
     for _, _, row, deliveries in rows:
         assert int(deliveries.replace(",", "")) == 10 * (throughput.FAILURES + 1), f"{row}: plain delivers as often"
+
+
+def test_publish_ids_confirms_every_message_in_order_and_raises_for_one_the_broker_refuses(
+        broker: Broker, deploy: Deployer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(retrying, "PUBLISH_WINDOW", 7)  # several windows, the last one partial
+    deployment = deploy({"exchanges": [{"name": "in", "type": "direct"}], "queues": [
+        {"name": "q", "type": "quorum", "bindings": [{"exchange": "in", "routing_key": "q"}]}]})
+    ids = [f"m{i:03d}" for i in range(30)]
+    retrying.publish_ids(broker, deployment.vhost, "in", ids, routing_key="q")
+    assert [body.decode() for _, body in drain(broker, deployment.vhost, "q")] == ids
+    with pytest.raises(UnroutableError):
+        retrying.publish_ids(broker, deployment.vhost, "in", ["x1", "x2"], routing_key="no-queue")
+    with pytest.raises(ChannelClosedByBroker, match="NOT_FOUND"):
+        retrying.publish_ids(broker, deployment.vhost, "missing", ids)

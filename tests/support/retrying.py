@@ -13,9 +13,11 @@ from datetime import UTC, datetime
 from itertools import pairwise
 from typing import Any
 
+import pika
 from pika.spec import BasicProperties
 
-from rabbitmq_retry_client import Publisher, RetryingConsumer
+from rabbitmq_retry_client import RetryingConsumer
+from rabbitmq_retry_client.confirms import Confirms
 from tests.support.amqp import parameters
 from tests.support.mirror import Broker
 
@@ -66,13 +68,43 @@ class Recorder:
         return [(b - a) * 1000 for a, b in pairwise(times)]
 
 
+PUBLISH_WINDOW = 500
+"""publish_ids: messages published and not yet confirmed at most; one confirm at a time took the benchmark's
+P2 longer to publish its messages than to consume them."""
+
+
 def publish_ids(broker: Broker, vhost: str, exchange: str, ids: Iterable[str], routing_key: str = "",
-                content_type: str | None = None) -> None:
-    """One confirmed, mandatory, persistent message per id: body and message_id are the id, header app=test."""
-    with Publisher(parameters(broker, vhost)) as publisher:
+                content_type: str | None = None, timeout: float = 60.0) -> None:
+    """One mandatory, persistent message per id, in order: body and message_id are the id, header app=test.
+    Up to PUBLISH_WINDOW at a time await their confirms (rabbitmq_retry_client's `Confirms`); returns once the
+    broker confirmed every one, and raises why the first it did not confirm was refused (NackError,
+    UnroutableError, the channel's closing reason), or TimeoutError when a window is not confirmed in `timeout` s."""
+    refusals: list[BaseException] = []
+
+    def answer(error: BaseException | None) -> None:
+        if error is not None:
+            refusals.append(error)
+
+    with pika.BlockingConnection(parameters(broker, vhost)) as connection:
+        confirms = Confirms(connection.channel())
+
+        def settle(window: int) -> None:
+            deadline = time.monotonic() + timeout
+            while len(confirms.pending) > window and not refusals:
+                if (left := deadline - time.monotonic()) <= 0:
+                    raise TimeoutError(f"{len(confirms.pending)} messages unconfirmed after {timeout:g} s")
+                confirms.wait(connection, left)
+                for copy, error in confirms.answers():
+                    copy.answer(error)
+
         for message_id in ids:
-            publisher.publish(exchange, routing_key, message_id.encode(), message_id, {"app": "test"},
-                              content_type=content_type)
+            properties = BasicProperties(delivery_mode=2, message_id=message_id, headers={"app": "test"},
+                                         content_type=content_type, timestamp=int(time.time()))
+            confirms.publish(exchange, routing_key, message_id.encode(), properties, answer)
+            settle(PUBLISH_WINDOW - 1)
+        settle(0)
+    if refusals:
+        raise refusals[0]
 
 
 def fail_every_attempt(broker: Broker, vhost: str, contract: dict[str, Any], ids: list[str], exchange: str,
