@@ -102,6 +102,8 @@ def publish_ids(broker: Broker, vhost: str, exchange: str, ids: Iterable[str], r
                                          content_type=content_type, timestamp=int(time.time()))
             confirms.publish(exchange, routing_key, message_id.encode(), properties, answer)
             settle(PUBLISH_WINDOW - 1)
+            if refusals:
+                break
         settle(0)
     if refusals:
         raise refusals[0]
