@@ -14,6 +14,14 @@ from pika.spec import BasicProperties
 from .connection import ConnectionParams, parameters
 
 
+def message_properties(message_id: str | None = None, headers: Mapping[str, Any] | None = None,
+                       content_type: str | None = None) -> BasicProperties:
+    """A persistent message's properties as `Publisher.publish` sends them: the message id (a new one if None),
+    the headers, the content type and the current time."""
+    return BasicProperties(delivery_mode=2, message_id=message_id or uuid.uuid4().hex, headers=dict(headers or {}),
+                           content_type=content_type, timestamp=int(time.time()))
+
+
 class Publisher:
     """One connection with a confirm-mode channel: `publish` returns only once the broker owns the message,
     and raises pika's `UnroutableError` / `NackError` when it does not."""
@@ -25,11 +33,8 @@ class Publisher:
 
     def publish(self, exchange: str, routing_key: str, body: bytes | str, message_id: str | None = None,
                 headers: Mapping[str, Any] | None = None, content_type: str | None = None) -> None:
-        properties = BasicProperties(delivery_mode=2, message_id=message_id or uuid.uuid4().hex,
-                                     headers=dict(headers or {}), content_type=content_type,
-                                     timestamp=int(time.time()))
         self._channel.basic_publish(exchange, routing_key, body.encode() if isinstance(body, str) else body,
-                                    properties, mandatory=True)
+                                    message_properties(message_id, headers, content_type), mandatory=True)
 
     def close(self) -> None:
         if self._connection.is_open:

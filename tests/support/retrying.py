@@ -18,6 +18,7 @@ from pika.spec import BasicProperties
 
 from rabbitmq_retry_client import RetryingConsumer
 from rabbitmq_retry_client.confirms import Confirms
+from rabbitmq_retry_client.publisher import message_properties
 from tests.support.amqp import parameters
 from tests.support.mirror import Broker
 
@@ -98,9 +99,8 @@ def publish_ids(broker: Broker, vhost: str, exchange: str, ids: Iterable[str], r
                     copy.answer(error)
 
         for message_id in ids:
-            properties = BasicProperties(delivery_mode=2, message_id=message_id, headers={"app": "test"},
-                                         content_type=content_type, timestamp=int(time.time()))
-            confirms.publish(exchange, routing_key, message_id.encode(), properties, answer)
+            confirms.publish(exchange, routing_key, message_id.encode(),
+                             message_properties(message_id, {"app": "test"}, content_type), answer)
             settle(PUBLISH_WINDOW - 1)
             if refusals:
                 break
