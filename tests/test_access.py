@@ -14,7 +14,7 @@ import pytest
 
 from components import Vhost
 from components.config import ConfigError, load_stack_config, password_problems
-from tools.mockrun import Registered, record, record_program
+from tools.lib.mockrun import Registered, record, record_program
 
 USER = "rabbitmq:index/user:User"
 PERMISSIONS = "rabbitmq:index/permissions:Permissions"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.mockrun import ROOT
+from tools.lib.mockrun import ROOT
 
 pytestmark = pytest.mark.cli
 

@@ -11,7 +11,7 @@ from components.config import load_vhost
 from components.plan import plan_vhost
 from components.resources import BUILDERS
 from tests.conftest import RETRYABLE, vhost_config
-from tools.mockrun import Registered, record
+from tools.lib.mockrun import Registered, record
 
 QUEUE = "rabbitmq:index/queue:Queue"
 EXCHANGE = "rabbitmq:index/exchange:Exchange"

@@ -970,7 +970,7 @@ def test_the_urn_model_matches_the_program() -> None:
     import json
     import runpy
 
-    from tools.mockrun import ROOT, record
+    from tools.lib.mockrun import ROOT, record
 
     raw: Tree = {"vhosts": [
         {"name": "/", "exchanges": EVENTS, "policies": [POLICY], "operator_policies": [{**POLICY, "name": "op"}],

@@ -28,7 +28,7 @@ RUN_EXAMPLE = """
 import json, runpy, sys
 
 sys.path.append(sys.argv[1])  # a copy of this repository's tools/ alone, without its components/
-from tools import mockrun
+from tools.lib import mockrun
 
 import components  # the user's own folder, imported by their program before ours
 

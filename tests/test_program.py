@@ -9,7 +9,7 @@ from pathlib import Path
 import pulumi
 import pytest
 
-from tools.mockrun import ROOT, Registered, record_program
+from tools.lib.mockrun import ROOT, Registered, record_program
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 STACKS = ["dev", "prod"]

@@ -25,7 +25,7 @@ from tests.support.amqp import Delivery, next_message
 from tests.support.amqp import channel as _channel
 from tests.support.amqp import message_count as _count
 from tests.support.mirror import Broker, apply, esc, get, read_back
-from tools.mockrun import record, record_program
+from tools.lib.mockrun import record, record_program
 
 if TYPE_CHECKING:
     from tests.support.deploy import Deployer

@@ -19,8 +19,8 @@ from components import Vhost
 from components.config import load_vhost
 from components.plan import plan_vhost
 from tests.support.mirror import Broker, MirrorError, apply, apply_update, call, esc
-from tools.engine import Step
-from tools.mockrun import Registered, record
+from tools.lib.engine import Step
+from tools.lib.mockrun import Registered, record
 
 DEFAULT_BROKERS = "3.10=127.0.0.1:5672:15672,4.3=127.0.0.1:5673:15673"
 

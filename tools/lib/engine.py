@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tools.mockrun import Registered
+from tools.lib.mockrun import Registered
 
 Op = Literal["create", "update", "replace", "delete", "same"]
 
@@ -34,6 +34,12 @@ VHOST = "rabbitmq:index/vHost:VHost"
 SHOVEL = "rabbitmq:index/shovel:Shovel"
 FEDERATION_UPSTREAM = "rabbitmq:index/federationUpstream:FederationUpstream"
 STACK = "pulumi:pulumi:Stack"
+
+
+def short_type(resource_type: str) -> str:
+    """`rabbitmq:index/queue:Queue` → `Queue`: a type as the tables of plans, reviews and reports name it."""
+    return resource_type.rsplit(":", 1)[-1]
+
 
 EVERYTHING = "*"
 REPLACE_ON_CHANGES: dict[str, frozenset[str]] = {

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components import naming
-from tools.definitions import Snapshot
+from tools.lib.definitions import Snapshot
 
 SNEAKERS_MAX_RETRIES = 5
 """Sneakers' default `retry_max_times`."""
