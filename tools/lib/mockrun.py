@@ -208,6 +208,14 @@ def mocked_runtime(config: Mapping[str, str] | None = None, secret_keys: list[st
     from pulumi.runtime import settings
 
     saved = deepcopy(settings.SETTINGS)
+    # set_mocks registers the root Stack only when no earlier run left one in this context: without this
+    # reset, a second recording in a process lacks its Stack and parents its components to nothing.
+    saved_root = settings.ROOT.set(None)
+    policy = asyncio.get_event_loop_policy()
+    try:
+        policy.get_event_loop()
+    except RuntimeError:  # closed by close_event_loop: registering the Stack needs one
+        policy.set_event_loop(policy.new_event_loop())
     monitor = RecordingMonitor(reveal_secrets)
     mocks.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor)
     set_all_config(dict(config or {}), list(secret_keys or []))
@@ -218,6 +226,7 @@ def mocked_runtime(config: Mapping[str, str] | None = None, secret_keys: list[st
         _worker_event_loop.close_all()
         set_all_config({}, [])
         settings.configure(saved)
+        settings.ROOT.reset(saved_root)
 
 
 def record(register: Callable[[], Any], config: Mapping[str, str] | None = None,
