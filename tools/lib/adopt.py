@@ -190,9 +190,9 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
             adoption.decide(RETIRE, "Queue", queue, f"{topology.kind}: " + _messages(snapshot, queue))
         for i in topology.bindings:
             adoption.decide(RETIRE, "Binding", binding_label(snapshot.bindings[i]), f"{topology.kind} wiring")
-        for policy in topology.policies:
-            adoption.decide(RETIRE, "Policy", policy, f"sets the dead-lettering of {topology.kind} queues; delete "
-                            "it once they are gone")
+        for policy_name in topology.policies:
+            adoption.decide(RETIRE, "Policy", policy_name, f"sets the dead-lettering of {topology.kind} queues; "
+                            "delete it once they are gone")
 
     for name, info in sorted(snapshot.queues.items()):
         if name in owned_queues:
@@ -239,18 +239,19 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
             adoption.decide(ALONE, "Policy", name, f"its pattern also matches the new queue {hits[0]}: narrow it "
                             "(e.g. `^name$`), then add it to the stack's policies")
             continue
-        entry = _policy_entry(policy)
-        if isinstance(entry, str):
-            adoption.decide(ALONE, "Policy", name, entry)
+        policy_entry = _policy_entry(policy)
+        if isinstance(policy_entry, str):
+            adoption.decide(ALONE, "Policy", name, policy_entry)
         else:
-            vhost["policies"].append(entry)
+            vhost["policies"].append(policy_entry)
     for name, policy in sorted(snapshot.operator_policies.items()):
-        entry = _policy_entry(policy)
-        if isinstance(entry, str) or set(entry["definition"]) - set(OPERATOR_POLICY_KEYS):
-            why = entry if isinstance(entry, str) else "keys an operator policy of the config may not hold"
+        policy_entry = _policy_entry(policy)
+        if isinstance(policy_entry, str) or set(policy_entry["definition"]) - set(OPERATOR_POLICY_KEYS):
+            why = (policy_entry if isinstance(policy_entry, str)
+                   else "keys an operator policy of the config may not hold")
             adoption.decide(ALONE, "OperatorPolicy", name, why)
         else:
-            vhost["operator_policies"].append(entry)
+            vhost["operator_policies"].append(policy_entry)
     _drop_refused(adoption)
     return adoption
 

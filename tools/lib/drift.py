@@ -113,8 +113,8 @@ def read_state(record: Registered, snapshot: Snapshot) -> tuple[dict[str, Any] |
         b = find_binding(snapshot, i)
         if b is None:
             return None, None
-        state = {k: i[k] for k in ("vhost", "source", "destination", "destinationType", "routingKey",
-                                   "arguments", "argumentsJson") if k in i}
+        state: dict[str, Any] = {k: i[k] for k in ("vhost", "source", "destination", "destinationType",
+                                                   "routingKey", "arguments", "argumentsJson") if k in i}
         return state, b.get("properties_key")
     if t in (engine.POLICY, engine.OPERATOR_POLICY):
         policies = snapshot.policies if t == engine.POLICY else snapshot.operator_policies

@@ -156,7 +156,8 @@ def input_changes(type_: str, old: Mapping[str, Any], new: Mapping[str, Any], pa
     changes: list[str] = []
     for key in sorted(set(old) | set(new), key=str):
         where = f"{path}.{key}" if path else str(key)
-        a, b = old.get(key), new.get(key)
+        a: Any = old.get(key)  # inputs are JSON-shaped data: what a key holds depends on the key
+        b: Any = new.get(key)
         if free and (key in old) != (key in new):
             changes.append(where)
         elif key in ("argumentsJson", "arguments_json"):

@@ -62,8 +62,9 @@ def _lookup(inputs: Mapping[str, Any] | None, path: str) -> Any:
 
 def what_changed(step: Step, names: Mapping[str, str]) -> str:
     """`message-ttl 1000 → 2000` per changed path; a dragged replacement names its cause. Markdown."""
-    parts = [f"replaced with {markdown.code(names.get(step.replaced_dependency, step.replaced_dependency))}"] * bool(
-        step.replaced_dependency)
+    parts = []
+    if step.replaced_dependency:
+        parts.append(f"replaced with {markdown.code(names.get(step.replaced_dependency, step.replaced_dependency))}")
     if step.op == "create":
         parts += [markdown.text(part) for part in _created(step)]
     for path in step.changed:
