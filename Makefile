@@ -24,8 +24,10 @@ test: lint
 test-fast:
 	$(PY) -m pytest -m "not broker"
 
+# mypy checks the packages listed in pyproject.toml's [tool.mypy] files.
 lint:
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 plan:
 	@$(PY) -m tools.plan_report --stack $(STACK) $(call tool_status,tools.plan_report)

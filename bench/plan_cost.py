@@ -133,7 +133,7 @@ def _child_program(root: Path, recording: Path | None) -> dict[str, Any]:
     cyclic garbage collector left on (the program's own `gc.disable()` made a no-op)."""
     import gc
 
-    from tools.mockrun import close_event_loop, record_program
+    from tools.lib.mockrun import close_event_loop, record_program
 
     if recording is None:
         gc.disable = lambda: None
@@ -167,7 +167,7 @@ def replay(registered: Sequence[Any]) -> None:
 def _child_floor(recording: Path) -> dict[str, Any]:
     import gc
 
-    from tools.mockrun import close_event_loop, record
+    from tools.lib.mockrun import close_event_loop, record
 
     registered = pickle.loads(recording.read_bytes())
     gc.disable()  # on the program's footing

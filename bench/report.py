@@ -303,7 +303,7 @@ def p3_section(costs: Sequence[Cost], sizes: Sequence[int], plot: str) -> list[s
     floors = [r for layout in dict.fromkeys(c.layout for c in costs)
               if (r := growth(costs, KINDS[1], layout, small, big)) is not None]
     if floors:
-        out += ["", f"The SDK floor (no code of ours but the recording mock monitor of tools/mockrun.py, constant "
+        out += ["", f"The SDK floor (no code of ours but the recording mock monitor of tools/lib/mockrun.py, constant "
                 f"work per registration) itself grows {min(floors):.1f}–{max(floors):.1f}× from {small:,} to "
                 f"{big:,} queues for 10× the resources: a ratio above 10 that is the same over the floor at both "
                 "sizes is the SDK's, not ours."]

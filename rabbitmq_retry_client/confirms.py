@@ -21,6 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection, ReturnedMessage
@@ -33,7 +34,7 @@ LOG = logging.getLogger("rabbitmq_retry_client")
 Answer = Callable[[BaseException | None], None]
 """Called once per copy: None once the broker confirmed it, else why it did not (NackError, UnroutableError,
 the channel's closing reason)."""
-_Event = Method | ReturnedMessage | BaseException
+_Event: TypeAlias = Method | ReturnedMessage | BaseException
 
 
 @dataclass(eq=False)

@@ -7,6 +7,7 @@ import copy
 import logging
 import time
 from collections.abc import Callable
+from typing import TypeAlias
 
 import pika
 import pika.exceptions
@@ -15,7 +16,7 @@ from pika.connection import Parameters
 
 LOG = logging.getLogger("rabbitmq_retry_client")
 
-ConnectionParams = Parameters | str
+ConnectionParams: TypeAlias = Parameters | str
 """pika parameters, or an AMQP URL."""
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"

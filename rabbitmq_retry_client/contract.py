@@ -19,7 +19,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 Contract = dict[str, Any]
 
@@ -44,14 +44,14 @@ class ContractError(ValueError):
     """The contract is missing, ambiguous, malformed or of a strategy this client cannot follow."""
 
 
-def _is_contract(value: object) -> bool:
+def _is_contract(value: object) -> TypeGuard[Mapping[str, Any]]:
     return isinstance(value, Mapping) and "queue" in value and ("retry_exchange" in value or "strategy" in value)
 
 
 def contracts_in(data: object) -> Iterator[Mapping[str, Any]]:
     """A single contract, or every contract nested in `retry_contracts` ({vhost: {queue: contract}})."""
     if _is_contract(data):
-        yield data  # type: ignore[misc]
+        yield data
     elif isinstance(data, Mapping):
         for value in data.values():
             yield from contracts_in(value)
@@ -73,11 +73,11 @@ def strategy_of(contract: Mapping[str, Any]) -> str:
     return str(contract.get("strategy", DEFAULT_STRATEGY))
 
 
-def _whole(value: object) -> bool:
+def _whole(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _number(value: object) -> bool:
+def _number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make setup`: everything a fresh Debian machine needs, then the main job on the local default stack.
-#   1. a virtualenv (.venv) with requirements.txt (actionlint comes from there too);
+#   1. a virtualenv (.venv) with requirements.txt (actionlint comes from there too) and this project,
+#      editable, with its `rabbitmq-retry` command;
 #   2. the Mermaid renderer the tests draw the review's diagrams with: npm's @mermaid-js/mermaid-cli,
 #      pinned, in .tools/mermaid/, driving the system's Chromium (Debian's `chromium` when none is there);
 #   3. the local brokers the tests use (scripts/brokers.sh ensure all);
@@ -20,6 +21,10 @@ if [ ! -x .venv/bin/python ]; then
     fi
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt
+# This project itself, editable: the `rabbitmq-retry` command the README runs, and `rabbitmq_retry` /
+# `rabbitmq_retry_client` importable from anywhere, always as the code in this checkout is (an edit needs no
+# reinstall). --no-deps and --no-build-isolation: requirements.txt above pins every dependency and setuptools.
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 
 # Puppeteer's own browser download is skipped (it needs a host outside the package registries); the
 # system's Chromium is used instead. Node 18 (Debian 12's) is the oldest these versions support.

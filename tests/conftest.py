@@ -6,9 +6,13 @@ import copy
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+import yaml
+
+if TYPE_CHECKING:
+    from tools.lib.mockrun import Registered
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -31,6 +35,39 @@ def vhost_config(**overrides: Any) -> dict[str, Any]:
     }
     config.update(overrides)
     return config
+
+
+def record_vhost(config: dict[str, Any] | None = None, *, name: str = "shop", reveal_secrets: bool = False,
+                 **vhost_args: Any) -> list[Registered]:
+    """What a `Vhost` component registers under mocks, for `config` (default: `vhost_config()`); secrets are
+    masked as plans show them unless `reveal_secrets` (what the provider gets)."""
+    from components import Vhost  # here, not above: ROOT is on sys.path only once this module has run
+    from tools.lib.mockrun import record
+
+    return record(lambda: Vhost(name, {"vhost": config or vhost_config(), **vhost_args}),
+                  reveal_secrets=reveal_secrets)
+
+
+def of_type(resources: list[Registered], resource_type: str) -> dict[str, Registered]:
+    """The resources of one type, by logical name."""
+    return {r.name: r for r in resources if r.type == resource_type}
+
+
+def dev_vhost_config(queue_type: str) -> dict[str, Any]:
+    """The vhost of Pulumi.dev.yaml without its name, with every queue of `queue_type`."""
+    document = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    [vhost] = document["config"]["rabbitmq-retry:vhosts"]
+    vhost.pop("name")
+    for queue in vhost["queues"]:
+        queue["type"] = queue_type
+    if "delay_levels" in vhost:
+        vhost["delay_levels"]["type"] = queue_type
+    return vhost
+
+
+def work_queue_config(queue_type: str, delays: list[str], **extra: Any) -> dict[str, Any]:
+    """A vhost without its name holding one retryable queue, `work`, retried after `delays`."""
+    return {"queues": [{"name": "work", "type": queue_type, "retry": {"delays": delays}, **extra}]}
 
 
 @pytest.fixture

@@ -14,7 +14,8 @@ import pytest
 
 from components import Vhost
 from components.config import ConfigError, load_stack_config, password_problems
-from tools.mockrun import Registered, record, record_program
+from tests.conftest import of_type
+from tools.lib.mockrun import Registered, record, record_program
 
 USER = "rabbitmq:index/user:User"
 PERMISSIONS = "rabbitmq:index/permissions:Permissions"
@@ -52,10 +53,6 @@ def record_shop(config: dict[str, Any] | None = None, passwords: dict[str, str] 
     raw = config or shop()
     secrets = {user: pulumi.Output.secret(pw) for user, pw in (passwords or PASSWORDS).items()}
     return record(lambda: Vhost("shop", {"vhost": raw, "passwords": secrets}))
-
-
-def of_type(resources: list[Registered], resource_type: str) -> dict[str, Registered]:
-    return {r.name: r for r in resources if r.type == resource_type}
 
 
 def problems_of(raw: dict[str, Any]) -> list[tuple[str, str]]:

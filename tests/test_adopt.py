@@ -19,11 +19,11 @@ from components.config import ConfigError, load_vhost
 from components.naming import vhost_key
 from components.plan import plan_vhost
 from tools import adopt as adopt_tool
-from tools import engine
-from tools.adopt import ALONE, BESIDE, IMPORT, RETIRE, adopt, summary
-from tools.definitions import Snapshot, read_file
-from tools.mockrun import Registered, record
-from tools.recognise import dead_letter, recognise
+from tools.lib import engine
+from tools.lib.adopt import ALONE, BESIDE, IMPORT, RETIRE, adopt, summary
+from tools.lib.definitions import Snapshot, read_file
+from tools.lib.mockrun import Registered, record
+from tools.lib.recognise import dead_letter, recognise
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -257,7 +257,7 @@ def test_the_command_writes_a_stack_file_that_loads_and_a_report(tmp_path: Path)
 
 def test_the_written_stack_runs_as_a_program(tmp_path: Path) -> None:
     """The stack file is in the project's own schema: the program plans it under mocks."""
-    from tools.mockrun import record_program
+    from tools.lib.mockrun import record_program
 
     for name in ("__main__.py", "Pulumi.yaml"):
         shutil.copy(ROOT / name, tmp_path / name)

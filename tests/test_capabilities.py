@@ -74,14 +74,14 @@ def test_series_out_of_community_support_are_warned_about():
 # --- make doctor, on facts as the management API reports them ----------------------------------------------
 
 def facts(version: str = "4.3.6", tags: tuple[str, ...] = ("administrator",), **flags: str):
-    from tools.doctor import LiveFacts
+    from tools.lib.doctor import LiveFacts
 
     return LiveFacts(version, ("rabbitmq_management",), {"quorum_queue": "enabled", "rabbitmq_4.3.0": "enabled",
                                                          **flags}, "deployer", tags)
 
 
 def diagnosis(raw: dict[str, Any], live):
-    from tools import doctor
+    from tools.lib import doctor
 
     config = load_stack_config(raw)
     return doctor.diagnose(config, doctor.planned_objects(config), live)

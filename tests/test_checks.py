@@ -14,7 +14,7 @@ from components.checks import TopologyError, check_logical_names, check_vhost, s
 from components.config import load_vhost
 from components.plan import PolicyPlan, logical_names, plan_vhost
 from tests.conftest import vhost_config
-from tools.mockrun import mocked_runtime
+from tools.lib.mockrun import mocked_runtime
 
 
 def plan(raw):
@@ -104,7 +104,7 @@ def test_logical_names_joined_with_dashes_that_meet_are_refused():
 
 
 def test_the_program_refuses_clashing_logical_names_before_registering(program_copy):
-    from tools.mockrun import record_program
+    from tools.lib.mockrun import record_program
 
     tmp_path = program_copy
     (tmp_path / "Pulumi.clash.yaml").write_text(
@@ -116,7 +116,7 @@ def test_the_program_refuses_clashing_logical_names_before_registering(program_c
 
 
 def test_the_program_checks_every_vhost_before_registering_and_names_stack_file_paths(program_copy):
-    from tools.mockrun import record_program
+    from tools.lib.mockrun import record_program
 
     (program_copy / "Pulumi.ops.yaml").write_text(
         "config:\n  rabbitmq-retry:vhosts:\n"
@@ -135,7 +135,7 @@ def test_the_program_checks_every_vhost_before_registering_and_names_stack_file_
 def test_logical_names_predict_exactly_what_the_components_register(stack):
     from components.config import Defaults
     from components.naming import vhost_key
-    from tools.mockrun import record_program, stack_config
+    from tools.lib.mockrun import record_program, stack_config
 
     registered = sorted((r.type.rsplit(":", 1)[-1], r.name) for r in record_program(stack)
                         if r.type != "pulumi:pulumi:Stack")

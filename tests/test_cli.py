@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.mockrun import ROOT
+from tests.support.environment import missing
+from tools.lib.mockrun import ROOT
 
 pytestmark = pytest.mark.cli
 
@@ -24,9 +25,7 @@ def pulumi_cli() -> None:
     if shutil.which("pulumi") is not None:
         return
     reason = "Pulumi CLI not installed (https://www.pulumi.com/docs/install/); the up/preview path is unverified here"
-    if os.environ.get("REQUIRE_PULUMI_CLI") == "1":
-        pytest.fail(f"REQUIRE_PULUMI_CLI=1 but {reason}")
-    pytest.skip(reason)
+    missing(reason, required=os.environ.get("REQUIRE_PULUMI_CLI") == "1", because="REQUIRE_PULUMI_CLI=1")
 
 
 def pulumi(*args: str, state: Path) -> subprocess.CompletedProcess[str]:

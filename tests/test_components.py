@@ -10,22 +10,14 @@ from components import ConfigError, RetryableQueue, Vhost, layout
 from components.config import load_vhost
 from components.plan import plan_vhost
 from components.resources import BUILDERS
-from tests.conftest import RETRYABLE, vhost_config
-from tools.mockrun import Registered, record
+from tests.conftest import RETRYABLE, of_type, record_vhost, vhost_config
+from tools.lib.mockrun import Registered, record
 
 QUEUE = "rabbitmq:index/queue:Queue"
 EXCHANGE = "rabbitmq:index/exchange:Exchange"
 BINDING = "rabbitmq:index/binding:Binding"
 POLICY = "rabbitmq:index/policy:Policy"
 VHOST = "rabbitmq:index/vHost:VHost"
-
-
-def of_type(resources: list[Registered], resource_type: str) -> dict[str, Registered]:
-    return {r.name: r for r in resources if r.type == resource_type}
-
-
-def record_vhost(raw=None, **args) -> list[Registered]:
-    return record(lambda: Vhost("shop", {"vhost": raw or vhost_config(), **args}))
 
 
 def test_every_plan_entry_is_registered_once_with_exact_inputs():
@@ -91,9 +83,12 @@ def test_children_are_parented_and_named_after_their_component():
 def test_wait_queues_are_created_after_their_ttl_policy():
     resources = record_vhost()
     policies = {r.inputs["name"]: r.urn for r in of_type(resources, POLICY).values()}
-    for queue in of_type(resources, QUEUE).values():
-        if ".wait." in queue.inputs["name"]:
-            assert policies[queue.inputs["name"]] in queue.dependencies
+    queues = {r.inputs["name"]: r for r in of_type(resources, QUEUE).values()}
+    # One wait queue per delay of RETRYABLE, named: a renamed or missing wait queue fails here instead of
+    # leaving nothing to check.
+    assert len(RETRYABLE["retry"]["delays"]) == 3
+    for wait in ("orders.wait.1", "orders.wait.2", "orders.wait.3"):
+        assert policies[wait] in queues[wait].dependencies, wait
 
 
 def test_protect_reaches_every_queue_and_the_vhost_only():

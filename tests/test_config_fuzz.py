@@ -48,9 +48,9 @@ from components.config import (
 )
 from components.durations import MAX_MS, DurationError, format_duration, parse_duration
 from components.plan import VhostPlan, plan_vhost
+from tests.support.environment import IN_CI
 
 FUZZ_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "1000"))
-IN_CI = os.environ.get("CI", "").lower() == "true"
 
 Tree = dict[str, Any]
 Path = tuple[str | int, ...]
@@ -970,7 +970,7 @@ def test_the_urn_model_matches_the_program() -> None:
     import json
     import runpy
 
-    from tools.mockrun import ROOT, record
+    from tools.lib.mockrun import ROOT, record
 
     raw: Tree = {"vhosts": [
         {"name": "/", "exchanges": EVENTS, "policies": [POLICY], "operator_policies": [{**POLICY, "name": "op"}],

@@ -1,5 +1,5 @@
 """`make drift` without a broker: the program's recorded inputs against a vhost snapshot, compared as the
-provider's Read fills its state (docs/provider.md §7) under the diff rules of `tools/engine.py`.
+provider's Read fills its state (docs/provider.md §7) under the diff rules of `tools/lib/engine.py`.
 
 Against real 3.10 and 4.3 brokers: tests/broker/test_adoption.py.
 """
@@ -15,10 +15,11 @@ import pytest
 import yaml
 
 from components import Vhost
-from tools import drift
-from tools.definitions import Snapshot
-from tools.drift import findings, render
-from tools.mockrun import Registered, record
+from tools import drift as drift_command
+from tools.lib import engine
+from tools.lib.definitions import Snapshot
+from tools.lib.drift import findings, render
+from tools.lib.mockrun import Registered, record
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = {"name": "shop", "existing": True, "exchanges": [{"name": "orders", "type": "topic"}],
@@ -88,7 +89,7 @@ def test_permissions_are_compared_and_undeclared_grants_are_extra() -> None:
     provider's own user (the one reading the vhost) holds the grants it created the vhost with."""
     config = {**CONFIG, "applications": [{"user": "audit-app", "consumes": ["audit"]}]}
     records = record(lambda: Vhost("shop", {"vhost": config, "passwords": {"audit-app": "x"}}))
-    (grant,) = [r.inputs["permissions"] for r in records if r.type == drift.engine.PERMISSIONS]
+    (grant,) = [r.inputs["permissions"] for r in records if r.type == engine.PERMISSIONS]
     as_declared = {"audit-app": dict(grant)}
     everyone = {**as_declared, "deployer": {"configure": ".*", "write": ".*", "read": ".*"},
                 "legacy-app": {"configure": ".*", "write": ".*", "read": ".*"}}
@@ -130,7 +131,7 @@ def _export(path: Path, snapshot: Snapshot) -> Path:
 
 def test_exit_status_0_in_sync_2_drift_1_error(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     def run(*extra: str) -> int:
-        return drift.main(["--stack", "s", "--root", str(project), *extra])
+        return drift_command.main(["--stack", "s", "--root", str(project), *extra])
 
     assert run("--definitions", str(_export(project / "same.json", _in_sync()))) == 0
     edited = _in_sync(policies={})

@@ -1,4 +1,4 @@
-"""tools/engine.py: what `pulumi up` would plan between two recordings, per resource (no broker)."""
+"""tools/lib/engine.py: what `pulumi up` would plan between two recordings, per resource (no broker)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from components import Vhost
-from tools import engine
-from tools.engine import Step, creation_order, deletion_order, diff
-from tools.mockrun import Registered, record
+from tools.lib import engine
+from tools.lib.engine import Step, creation_order, deletion_order, diff
+from tools.lib.mockrun import Registered, record
 
 CONFIG: dict[str, Any] = {
     "name": "shop",

@@ -658,7 +658,7 @@ DELAY_LEVELS_TYPE = "rabbitmq-retry:index:DelayLevels"
 
 def test_a_vhost_with_a_levels_queue_registers_one_delay_levels_component_with_the_level_children():
     from components import Vhost, layout
-    from tools.mockrun import record
+    from tools.lib.mockrun import record
 
     raw = levels_vhost(delay_levels=SMALL, applications=[{"user": "app", "consumes": ["orders"]}])
     resources = record(lambda: Vhost("shop", {"vhost": raw, "passwords": {"app": "pw"}}))
@@ -705,7 +705,7 @@ def test_a_vhost_with_a_levels_queue_registers_one_delay_levels_component_with_t
 
 def test_a_vhost_without_a_levels_queue_registers_no_delay_levels():
     from components import Vhost
-    from tools.mockrun import record
+    from tools.lib.mockrun import record
 
     assert not [r for r in record(lambda: Vhost("shop", {"vhost": vhost_config()})) if r.type == DELAY_LEVELS_TYPE]
 
@@ -713,7 +713,7 @@ def test_a_vhost_without_a_levels_queue_registers_no_delay_levels():
 def test_a_standalone_delay_levels_and_retryable_queue_wire_together():
     from components import RetryableQueue
     from components.delay_levels import DelayLevels as DelayLevelsComponent
-    from tools.mockrun import record
+    from tools.lib.mockrun import record
 
     def program() -> None:
         levels = DelayLevelsComponent("levels", {"vhost": "payments", "delay_levels": SMALL})
@@ -735,7 +735,7 @@ def test_a_standalone_delay_levels_and_retryable_queue_wire_together():
 
 def test_a_standalone_levels_queue_without_the_component_binds_to_the_delivery_exchange_by_name():
     from components import RetryableQueue
-    from tools.mockrun import record
+    from tools.lib.mockrun import record
 
     resources = record(lambda: RetryableQueue("billing", {"vhost": "payments", "queue": levels_queue("billing")}))
     (delivery,) = [r for r in resources if r.name == "billing-delivery-binding"]
@@ -777,7 +777,7 @@ def test_delay_levels_beside_a_parsed_queue_or_a_tiers_queue_and_a_tiers_deliver
 def test_an_imported_level_is_adopted_by_the_resource_the_delay_levels_component_registers():
     """`vhosts[].import` entries reach the levels' resources as they reach a retryable queue's."""
     from components import Vhost
-    from tools.mockrun import record
+    from tools.lib.mockrun import record
 
     raw = levels_vhost(delay_levels=SMALL, existing=True, name="shop")
     raw["import"] = ["queue rabbitmq-retry.delay.0@shop", "exchange rabbitmq-retry.delay.deliver@shop",
@@ -795,7 +795,7 @@ def test_an_imported_level_is_adopted_by_the_resource_the_delay_levels_component
 
 def test_protect_reaches_every_level_queue_and_nothing_else_of_the_levels():
     from components import Vhost
-    from tools.mockrun import record
+    from tools.lib.mockrun import record
 
     resources = record(lambda: Vhost("shop", {"vhost": levels_vhost(delay_levels=SMALL), "protect_queues": True}))
     levels = [r for r in resources if "$rabbitmq-retry:index:DelayLevels$" in r.urn]

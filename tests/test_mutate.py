@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import mutate
+from tools.lib import mutate
 
 
 def test_every_mutation_fits_the_code():

@@ -12,7 +12,7 @@ from components.plan import plan_retryable, plan_vhost
 from rabbitmq_retry_client.contract import ContractError, load_contract
 from tests.conftest import RETRYABLE, vhost_config
 from tests.test_review import changed, orders, review_of  # noqa: F401  # review_of: a fixture
-from tools import engine
+from tools.lib import engine
 
 NATIVE_RETRY = {"strategy": "native", "min_delay": "1s", "max_delay": "30s", "max_retries": 5}
 
@@ -142,7 +142,7 @@ def test_a_stack_with_a_native_queue_loads():
 
 def test_the_native_components_register_exactly_the_layout_with_integer_delays():
     from components import RetryableQueue, Vhost, layout
-    from tools.mockrun import record
+    from tools.lib.mockrun import record
 
     resources = record(lambda: RetryableQueue("billing", {"vhost": "payments",
                                                           "queue": {**native(), "name": "billing"}}))

@@ -13,8 +13,9 @@ import pytest
 from components import Vhost
 from components.config import ConfigError, load_stack_config, password_problems
 from components.plan import plan_vhost
-from tests.test_access import PASSWORDS, PERMISSIONS, USER, of_type, shop
-from tools.mockrun import Registered, record
+from tests.conftest import of_type
+from tests.test_access import PASSWORDS, PERMISSIONS, USER, shop
+from tools.lib.mockrun import Registered, record
 
 OPERATOR = {"user": "ops-oncall"}
 

@@ -1,6 +1,8 @@
 """The installed package: `pip install` of this repository gives `rabbitmq_retry`, typed and whole, and the
 README's reuse example runs as written in a project that has a `components/` folder of its own; it also
-gives the client package `rabbitmq_retry_client`, typed, and its `rabbitmq-retry` command.
+gives the client package `rabbitmq_retry_client`, typed, and its `rabbitmq-retry` command. An application
+that only consumes needs pika alone: Pulumi comes with the `components` extra, and the client imports
+nothing of Pulumi's, the components' or the tools'.
 
 Built offline from the working tree (`--no-index --no-build-isolation`: the setuptools of requirements.txt).
 """
@@ -28,7 +30,7 @@ RUN_EXAMPLE = """
 import json, runpy, sys
 
 sys.path.append(sys.argv[1])  # a copy of this repository's tools/ alone, without its components/
-from tools import mockrun
+from tools.lib import mockrun
 
 import components  # the user's own folder, imported by their program before ours
 
@@ -144,3 +146,65 @@ def test_the_console_script_runs_from_the_installed_package(installed: Path, tmp
     probe = subprocess.run([sys.executable, "-c", "import rabbitmq_retry_client as c; print(c.__file__)"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
     assert Path(probe.stdout.strip()).is_relative_to(installed)
+
+
+def requirements(installed: Path) -> dict[str | None, list[str]]:
+    """The installed distribution's Requires-Dist, by extra (None: what `pip install rabbitmq-retry` pulls in)."""
+    (metadata,) = installed.glob("rabbitmq_retry-*.dist-info/METADATA")
+    found: dict[str | None, list[str]] = {}
+    for line in metadata.read_text().splitlines():
+        if line.startswith("Requires-Dist: "):
+            requirement, _, marker = line.removeprefix("Requires-Dist: ").partition(";")
+            extra = re.fullmatch(r'\s*extra == "([^"]+)"\s*', marker) if marker else None
+            assert not marker or extra, f"unexpected marker in {line!r}"
+            found.setdefault(extra.group(1) if extra else None, []).append(re.split(r"[<>=~!; ]", requirement)[0])
+    return found
+
+
+def test_the_client_installs_with_pika_alone_and_the_components_ask_for_pulumi(installed: Path):
+    assert requirements(installed) == {None: ["pika"], "components": ["pulumi", "pulumi-rabbitmq", "PyYAML"]}
+
+
+# Every module of the installed client imported, and its command run, in an interpreter that refuses to
+# import Pulumi, the provider, the components (under either name), the tools and PyYAML; an attempt is
+# recorded even when the client would catch the ImportError.
+IMPORT_CLIENT_WITHOUT_PULUMI = """
+import importlib, json, pkgutil, sys
+
+BLOCKED = {"pulumi", "pulumi_rabbitmq", "components", "rabbitmq_retry", "tools", "yaml"}
+attempts = []
+
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            attempts.append(name)
+            raise ImportError(f"blocked: {name}")
+        return None
+
+sys.meta_path.insert(0, Refuse())
+import rabbitmq_retry_client
+modules = {"rabbitmq_retry_client": rabbitmq_retry_client.__file__}
+for info in pkgutil.walk_packages(rabbitmq_retry_client.__path__, "rabbitmq_retry_client."):
+    if info.name != "rabbitmq_retry_client.__main__":  # it runs the command: below
+        modules[info.name] = importlib.import_module(info.name).__file__
+from rabbitmq_retry_client.cli import main
+try:
+    main(["--help"])
+except SystemExit as done:
+    status = done.code
+json.dump({"modules": modules, "attempts": attempts, "status": status}, sys.stderr)
+"""
+
+
+def test_the_client_and_its_command_import_nothing_of_pulumi(installed: Path, tmp_path: Path):
+    env = {**os.environ, "PYTHONPATH": str(installed)}
+    run = subprocess.run([sys.executable, "-c", IMPORT_CLIENT_WITHOUT_PULUMI], cwd=tmp_path, env=env,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stderr)
+    assert result["attempts"] == []
+    assert result["status"] == 0 and "usage: rabbitmq-retry" in run.stdout
+    shipped = {p.stem for p in (ROOT / "rabbitmq_retry_client").glob("*.py")} - {"__init__", "__main__"}
+    assert {name.removeprefix("rabbitmq_retry_client.") for name in result["modules"]} - {"rabbitmq_retry_client"} \
+        == shipped
+    assert all(Path(path).is_relative_to(installed) for path in result["modules"].values())

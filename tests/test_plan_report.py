@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tools.inventory import contracts, physical_name
-from tools.mockrun import ROOT, Registered, record_program
-from tools.plan_report import COLUMNS, render
+from tools.lib.inventory import contracts, physical_name
+from tools.lib.mockrun import ROOT, Registered, record_program
+from tools.lib.plan_report import COLUMNS, render
 
 MERMAID_NODE = re.compile(r'  (\w+)(\[\[|\{\{|\[\()"([^"]*)"(\]\]|\}\}|\)\])')
 """A node line of our diagrams: id, opening bracket, quoted label (no raw quote inside), closing bracket."""

@@ -3,13 +3,15 @@ that make a rename (a replacement that loses messages) show up as a failing test
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pulumi
 import pytest
 
-from tools.mockrun import ROOT, Registered, record_program
+from tests.conftest import dev_vhost_config, record_vhost, work_queue_config
+from tools.lib.mockrun import ROOT, Registered, record_program
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 STACKS = ["dev", "prod"]
@@ -82,3 +84,18 @@ def test_a_secret_password_is_accepted(program_copy: Path):
     (program_copy / "Pulumi.ok.yaml").write_text((ROOT / "Pulumi.dev.yaml").read_text().replace(
         "config:\n", "config:\n  rabbitmq:password:\n    secure: AAABADxlbmNyeXB0ZWQ+\n", 1))
     assert any(r.type == "rabbitmq:index/queue:Queue" for r in record_program("ok", program_copy))
+
+
+def test_program_uses_no_4x_only_setting() -> None:
+    """Issue behaviour (9): nothing only RabbitMQ 4.x accepts, and delivery-limit as an explicit policy that 3.10
+    and 4.x both enforce (tests/broker/test_topology_state.py shows them enforcing it)."""
+    configs = [work_queue_config("quorum", ["1s"], delivery_limit=3), dev_vhost_config("quorum"),
+               dev_vhost_config("classic")]
+    recordings = [record_program("dev"), record_program("prod")]
+    recordings += [record_vhost({"name": "v", **config}, name="t") for config in configs]
+    for resources in recordings:
+        text = json.dumps([r.inputs for r in resources])
+        assert "delayed-retry" not in text and "x-delayed" not in text
+    prod_policies = [r.inputs["policy"]["definition"] for r in recordings[1] if r.type.endswith(":Policy")]
+    # Explicit on both brokers: 20 (4.x's default) plus orders.shipping's 3 retries.
+    assert {"delivery-limit": "23"} in prod_policies

@@ -527,7 +527,7 @@ def test_the_command_prints_one_line_for_an_unreachable_broker(tmp_path: Path,
 def test_make_contracts_writes_the_plans_contracts_in_the_stack_outputs_shape(stack: str, tmp_path: Path) -> None:
     from components.config import load_stack_config
     from tools import contracts as make_contracts
-    from tools.stack_file import load
+    from tools.lib.stack_file import load
 
     output = tmp_path / f"contracts.{stack}.json"
     assert make_contracts.main(["--stack", stack, "--output", str(output)]) == 0

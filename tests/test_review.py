@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tools import engine, review, risk
-from tools.diagram import CHANGED_STYLE, REMOVED_STYLE
-from tools.inventory import VHOST_COMPONENT
-from tools.mockrun import ROOT, Registered, record_program
+from tools.lib import engine, review, risk
+from tools.lib.diagram import CHANGED_STYLE, REMOVED_STYLE
+from tools.lib.inventory import VHOST_COMPONENT
+from tools.lib.mockrun import ROOT, Registered, record_program
 
 STACK = "review"
 BASE: dict[str, Any] = {

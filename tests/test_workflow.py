@@ -12,8 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
+
+from tests.support.environment import missing
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "topology.yml"
@@ -41,10 +42,7 @@ def required_tool(path: Path | None, what: str) -> Path:
     """`path`, or skip saying why (fail under CI=true, where `make setup` installs it)."""
     if path is not None and path.exists():
         return path
-    message = f"{what} is not installed; `make setup` installs it"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message + " (CI=true: make setup should have)")
-    pytest.skip(message)
+    missing(f"{what} is not installed; `make setup` installs it")
 
 
 def actionlint(workflow: Path) -> subprocess.CompletedProcess[str]:

@@ -1,6 +1,6 @@
 """`make contracts STACK=<stack>`: the stack's retry contracts as `pulumi stack output retry_contracts --json`
 prints them (`{vhost: {queue: contract}}`), written without the Pulumi CLI, a backend or secrets: the program
-runs under Pulumi's mocks (tools/mockrun.py) and the Vhost components' `retry_contracts` outputs are read.
+runs under Pulumi's mocks (tools/lib/mockrun.py) and the Vhost components' `retry_contracts` outputs are read.
 
     python -m tools.contracts --stack dev [--output contracts.dev.json]
 
@@ -12,26 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pulumi
 
-from rabbitmq_retry_client.contract import whole_numbers
-from tools.inventory import VHOST_COMPONENT, contracts
-from tools.mockrun import ROOT, Registered, close_event_loop, record_program
-from tools.stack_file import StackFileError
-
-
-def stack_contracts(recording: Sequence[Registered]) -> dict[str, dict[str, Any]]:
-    """`{vhost: {queue: contract}}` as the program exports it: every vhost, even one without a retryable queue."""
-    result: dict[str, dict[str, Any]] = {str(r.outputs["vhost_name"]): {} for r in recording
-                                         if r.type == VHOST_COMPONENT and "vhost_name" in r.outputs}
-    for (vhost, queue), contract in contracts(recording).items():
-        # The mocks drop null outputs; the export has `delivery_limit: null` for a classic queue.
-        result.setdefault(vhost, {})[queue] = {"delivery_limit": None, **whole_numbers(contract)}
-    return result
+from tools.lib.contracts import stack_contracts
+from tools.lib.mockrun import ROOT, close_event_loop, record_program
+from tools.lib.stack_file import StackFileError
 
 
 def main(argv: list[str] | None = None) -> int:

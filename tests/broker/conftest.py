@@ -8,13 +8,13 @@ run must have touched both brokers.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.deploy import Deployer, configured_brokers, throwaway_vhost, unreachable
+from tests.support.environment import missing
 from tests.support.mirror import Broker
 
 HERE = Path(__file__).resolve().parent
@@ -37,9 +37,7 @@ def broker(request: pytest.FixtureRequest) -> Broker:
         _problems[candidate.name] = unreachable(candidate)
     problem = _problems[candidate.name]
     if problem is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{problem}; start the brokers with `scripts/brokers.sh ensure`", pytrace=False)
-        pytest.skip(problem)
+        missing(problem, because="CI=true: start the brokers with `scripts/brokers.sh ensure`")
     return candidate
 
 

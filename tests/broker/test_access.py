@@ -34,7 +34,7 @@ from rabbitmq_retry_client import Publisher, RetryingConsumer
 from tests.support.admin import STATS_S, version, wait_for_queue
 from tests.support.amqp import drain, message_counts, parameters
 from tests.support.mirror import Broker, MirrorError, apply, call, destroy, esc, get, read_back
-from tools.mockrun import record
+from tools.lib.mockrun import record
 
 if TYPE_CHECKING:
     from tests.support.deploy import Deployer, Deployment

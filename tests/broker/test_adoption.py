@@ -21,11 +21,11 @@ from components import Vhost, naming
 from tests.support.admin import version
 from tests.support.amqp import channel, message_counts, next_message
 from tests.support.mirror import Broker, ImportRefusedError, MirrorError, apply, call, esc, read_back
-from tools import engine
-from tools.adopt import BESIDE, IMPORT, RETIRE, adopt, summary
-from tools.definitions import Endpoint, Snapshot, read_live
-from tools.drift import findings
-from tools.mockrun import record
+from tools.lib import engine
+from tools.lib.adopt import BESIDE, IMPORT, RETIRE, adopt, summary
+from tools.lib.definitions import Endpoint, Snapshot, read_live
+from tools.lib.drift import findings
+from tools.lib.mockrun import record
 
 SNEAKERS_TTL_MS = 600_000
 """Long enough that the messages waiting in `mailer-retry` stay there for the whole test."""

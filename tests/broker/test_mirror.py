@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.amqp import channel, message_count
 from tests.support.mirror import Broker, MirrorError, apply, apply_update, call, destroy, esc, get, read_back
-from tools.mockrun import Registered, record
+from tools.lib.mockrun import Registered, record
 
 if TYPE_CHECKING:
     from tests.support.deploy import Deployer

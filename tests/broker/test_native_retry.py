@@ -27,8 +27,8 @@ from tests.support.admin import version, wait_for_queue
 from tests.support.amqp import channel, drain, message_counts, parameters
 from tests.support.mirror import Broker
 from tests.support.retrying import fail_every_attempt, publish_ids
-from tools import doctor
-from tools.definitions import Endpoint
+from tools.lib import doctor
+from tools.lib.definitions import Endpoint
 
 if TYPE_CHECKING:
     from tests.support.deploy import Deployer

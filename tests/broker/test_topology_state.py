@@ -3,29 +3,27 @@
 Issue behaviours: (5) quorum queues dead-letter at-least-once and carry the configured policy;
 (7) applying is idempotent (a refresh finds nothing, RabbitMQ 4's x-queue-type trap included);
 (8) delays change in place, nothing is lost, and the transition is measured; (9) no 4.x-only
-setting is used, and delivery-limit is an explicit integer policy that works on 3.10 and 4.x (with
-one version difference and one loss, pinned by the last two tests).
+setting is used (tests/test_program.py, which needs no broker), and delivery-limit is an explicit integer
+policy that works on 3.10 and 4.x (with one version difference and one loss, pinned by the last two tests).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pulumi_rabbitmq as rabbitmq
 import pytest
-import yaml
 from pika.adapters.blocking_connection import BlockingChannel
 
-from components import Vhost
+from tests.conftest import dev_vhost_config, work_queue_config
 from tests.support.admin import STATS_S, version, wait_for
 from tests.support.amqp import Delivery, next_message
 from tests.support.amqp import channel as _channel
 from tests.support.amqp import message_count as _count
 from tests.support.mirror import Broker, apply, esc, get, read_back
-from tools.mockrun import record, record_program
+from tools.lib.mockrun import record
 
 if TYPE_CHECKING:
     from tests.support.deploy import Deployer
@@ -46,26 +44,10 @@ def _next(channel: BlockingChannel, queue: str, or_in: str | None = None) -> Del
     return delivery
 
 
-def _dev_vhost(queue_type: str) -> dict[str, Any]:
-    """The vhost of Pulumi.dev.yaml with every queue of `queue_type` (name from the `vhost` fixture)."""
-    document = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
-    [vhost] = document["config"]["rabbitmq-retry:vhosts"]
-    vhost.pop("name")
-    for queue in vhost["queues"]:
-        queue["type"] = queue_type
-    if "delay_levels" in vhost:
-        vhost["delay_levels"]["type"] = queue_type
-    return vhost
-
-
-def _retryable(queue_type: str, delays: list[str], **extra: Any) -> dict[str, Any]:
-    return {"queues": [{"name": "work", "type": queue_type, "retry": {"delays": delays}, **extra}]}
-
-
 # (5) --------------------------------------------------------------------------------------------
 
 def test_quorum_dead_lettering_is_at_least_once_with_the_configured_policy(broker: Broker, deploy: Deployer) -> None:
-    deployment = deploy(_retryable("quorum", ["1s", "5s"], delivery_limit=7))
+    deployment = deploy(work_queue_config("quorum", ["1s", "5s"], delivery_limit=7))
     v = esc(deployment.vhost)
     wanted_dlx = {"work": "work.retry", "work.wait.1": "work.requeue", "work.wait.2": "work.requeue"}
     for queue, dlx in wanted_dlx.items():
@@ -95,7 +77,7 @@ def test_quorum_dead_lettering_is_at_least_once_with_the_configured_policy(broke
 
 @pytest.mark.parametrize("queue_type", ["classic", "quorum"])
 def test_applying_the_dev_topology_is_idempotent(broker: Broker, deploy: Deployer, queue_type: str) -> None:
-    config = _dev_vhost(queue_type)
+    config = dev_vhost_config(queue_type)
     first = deploy(config)
     queues = get(broker, f"queues/{esc(first.vhost)}")
     planned = sorted(r.inputs["name"] for r in first.resources if r.type == "rabbitmq:index/queue:Queue")
@@ -159,7 +141,7 @@ EARLY_S = 0.05
 @pytest.mark.parametrize("queue_type", ["classic", "quorum"])
 def test_delay_change_is_in_place_and_loses_nothing(broker: Broker, deploy: Deployer, queue_type: str) -> None:
     old_delays, new_delays = (6.0, 8.0), (1.0, 3.0)
-    before = deploy(_retryable(queue_type, ["6s", "8s"]))
+    before = deploy(work_queue_config(queue_type, ["6s", "8s"]))
     contract = before.contracts["work"]
     assert [t["delay_ms"] for t in contract["tiers"]] == [6000, 8000]
     with _channel(broker, before.vhost) as channel:
@@ -170,7 +152,7 @@ def test_delay_change_is_in_place_and_loses_nothing(broker: Broker, deploy: Depl
         wait_for(lambda: _count(channel, "work.wait.1") == 4 and _count(channel, "work.wait.2") == 3, ARRIVAL_S,
                  "4 messages in wait.1 and 3 in wait.2")
 
-        after = deploy.update(before, _retryable(queue_type, ["1s", "3s"]))
+        after = deploy.update(before, work_queue_config(queue_type, ["1s", "3s"]))
         moved = sorted((s.name, s.op, tuple(s.changed)) for s in after.steps if s.op != "same")
         assert moved == [("t-work-wait-1-policy", "update", ("policy.definition.message-ttl",)),
                          ("t-work-wait-2-policy", "update", ("policy.definition.message-ttl",))]
@@ -198,22 +180,10 @@ def test_delay_change_is_in_place_and_loses_nothing(broker: Broker, deploy: Depl
 
 # (9) --------------------------------------------------------------------------------------------
 
-def test_program_uses_no_4x_only_setting() -> None:
-    configs = [_retryable("quorum", ["1s"], delivery_limit=3), _dev_vhost("quorum"), _dev_vhost("classic")]
-    recordings = [record_program("dev"), record_program("prod")]
-    recordings += [record(lambda c=config: Vhost("t", {"vhost": {"name": "v", **c}})) for config in configs]
-    for resources in recordings:
-        text = json.dumps([r.inputs for r in resources])
-        assert "delayed-retry" not in text and "x-delayed" not in text
-    prod_policies = [r.inputs["policy"]["definition"] for r in recordings[1] if r.type.endswith(":Policy")]
-    # Explicit on both brokers: 20 (4.x's default) plus orders.shipping's 3 retries.
-    assert {"delivery-limit": "23"} in prod_policies
-
-
 def test_delivery_limit_is_enforced_on_every_broker(broker: Broker, deploy: Deployer) -> None:
     """A consumer that dies holding the message (channel closed, no ack) uses up a delivery; after
     `delivery-limit` returns the message dead-letters to tier 1 on 3.10 as on 4.x."""
-    deployment = deploy(_retryable("quorum", ["60s"], delivery_limit=3))  # the lowest the config allows here
+    deployment = deploy(work_queue_config("quorum", ["60s"], delivery_limit=3))  # the lowest the config allows here
     assert get(broker, f"policies/{esc(deployment.vhost)}/work")["definition"] == {"delivery-limit": 3}
     with _channel(broker, deployment.vhost) as publisher:
         publisher.basic_publish("", "work", b"poison")
@@ -234,7 +204,7 @@ def test_delivery_limit_is_enforced_on_every_broker(broker: Broker, deploy: Depl
 def test_requeue_by_nack_counts_towards_delivery_limit_only_before_4x(broker: Broker, deploy: Deployer) -> None:
     """Explicit version difference: 4.x counts `basic.nack(requeue=True)` in x-acquired-count, not in
     the delivery count, so only a reject without requeue (the retry contract) leaves the loop there."""
-    deployment = deploy(_retryable("quorum", ["60s"], delivery_limit=3))
+    deployment = deploy(work_queue_config("quorum", ["60s"], delivery_limit=3))
     with _channel(broker, deployment.vhost) as channel:
         channel.basic_publish("", "work", b"requeued")
         for _ in range(4):

@@ -15,12 +15,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from components import Vhost
 from components.config import load_vhost
 from components.plan import plan_vhost
+from tests.conftest import record_vhost
 from tests.support.mirror import Broker, MirrorError, apply, apply_update, call, esc
-from tools.engine import Step
-from tools.mockrun import Registered, record
+from tools.lib.engine import Step
+from tools.lib.mockrun import Registered
 
 DEFAULT_BROKERS = "3.10=127.0.0.1:5672:15672,4.3=127.0.0.1:5673:15673"
 
@@ -73,11 +73,11 @@ class Deployment:
     """For an update: the plan that was applied."""
 
 
-def record_vhost(vhost_config: Mapping[str, Any], **vhost_args: Any) -> tuple[list[Registered], dict[str, Any]]:
+def _recorded(vhost_config: Mapping[str, Any], **vhost_args: Any) -> tuple[list[Registered], dict[str, Any]]:
     """Record `Vhost(...)` under mocks; the contracts come from its registered outputs, or the plan."""
     config = copy.deepcopy(dict(vhost_config))
     # The broker gets what the provider gets: secrets as they are, not masked as plans show them.
-    resources = record(lambda: Vhost("t", {"vhost": config, **vhost_args}), reveal_secrets=True)
+    resources = record_vhost(config, name="t", reveal_secrets=True, **vhost_args)
     component = next(r for r in resources if r.type == "rabbitmq-retry:index:Vhost")
     contracts = component.outputs.get("retry_contracts")
     if not contracts:
@@ -106,12 +106,12 @@ class Deployer:
 
     def __call__(self, vhost_config: Mapping[str, Any], **vhost_args: Any) -> Deployment:
         config = self._config(vhost_config)
-        resources, contracts = record_vhost(config, **vhost_args)
+        resources, contracts = _recorded(config, **vhost_args)
         apply(self.broker, resources)
         return Deployment(self.vhost, config, resources, contracts)
 
     def update(self, before: Deployment, vhost_config: Mapping[str, Any], **vhost_args: Any) -> Deployment:
         config = self._config(vhost_config)
-        resources, contracts = record_vhost(config, **vhost_args)
+        resources, contracts = _recorded(config, **vhost_args)
         steps = apply_update(self.broker, before.resources, resources)
         return Deployment(self.vhost, config, resources, contracts, steps)

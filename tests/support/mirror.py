@@ -1,6 +1,6 @@
 """Apply recorded Pulumi resources to a real RabbitMQ the way pulumi-rabbitmq 3.5.3 would.
 
-Test support, not product: the mock recording (tools/mockrun.py) says what the program declares;
+Test support, not product: the mock recording (tools/lib/mockrun.py) says what the program declares;
 this module sends exactly what the provider (terraform-provider-rabbitmq v1.10.1 over rabbit-hole
 v3.2.0) sends for it, so the broker's answer is the answer `pulumi up` would get. It mirrors, from
 docs/provider.md:
@@ -11,7 +11,7 @@ docs/provider.md:
   `resource_permissions.go`, `resource_topic_permissions.go`): paths and exact JSON bodies, string-only
   `arguments` vs typed `argumentsJson` (§3.2), binding `properties_key` from the Location header (§5);
 - §4 the policy definition ParseInt conversion on write and FormatFloat on read;
-- §2 and tools/engine.py for the plan: delete-before-replace for named resources, so a replaced
+- §2 and tools/lib/engine.py for the plan: delete-before-replace for named resources, so a replaced
   queue loses its messages here as in real life;
 - §7 the Read functions for `read_back`: what a `pulumi refresh` / next `pulumi up` would see differ
   (e.g. RabbitMQ 4's injected `x-queue-type`, §3.3).
@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
 
-from tools import engine
-from tools.drift import read_policy_value
-from tools.engine import Step, tf_string
-from tools.mockrun import Registered
+from tools.lib import engine
+from tools.lib.drift import read_policy_value
+from tools.lib.engine import Step, tf_string
+from tools.lib.mockrun import Registered
 
 TIMEOUT_S = 30
 LIMITS = {"maxConnections": "max-connections", "maxQueues": "max-queues"}

@@ -80,7 +80,7 @@ def program_copy() -> Path:
 
 def current() -> dict[str, str]:
     """File name → what the code registers now, for every recording."""
-    from tools.mockrun import record, record_program
+    from tools.lib.mockrun import record, record_program
 
     root = program_copy()
     try:
@@ -96,7 +96,7 @@ def current() -> dict[str, str]:
 
 
 def main() -> int:
-    from tools.mockrun import close_event_loop
+    from tools.lib.mockrun import close_event_loop
 
     try:
         for name, text in current().items():

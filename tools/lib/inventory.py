@@ -11,29 +11,18 @@ from typing import Any
 
 from components.effective import PolicyIndex
 from components.plan import PolicyPlan, QueuePlan
-from tools.mockrun import Registered
-from tools.stack_file import SECRET_MARKER, is_secret_placeholder
+from tools.lib.engine import short_type
+from tools.lib.mockrun import Registered
+from tools.lib.stack_file import SECRET_MARKER, is_secret_placeholder
 
 RETRYABLE_COMPONENT = "rabbitmq-retry:index:RetryableQueue"
 VHOST_COMPONENT = "rabbitmq-retry:index:Vhost"
 QueueKey = tuple[str, str]
 """(vhost, queue) of a retryable queue."""
 
-SHORT_TYPES = {
-    "rabbitmq:index/vHost:VHost": "VHost",
-    "rabbitmq:index/queue:Queue": "Queue",
-    "rabbitmq:index/exchange:Exchange": "Exchange",
-    "rabbitmq:index/binding:Binding": "Binding",
-    "rabbitmq:index/policy:Policy": "Policy",
-    "rabbitmq:index/operatorPolicy:OperatorPolicy": "OperatorPolicy",
-    "rabbitmq:index/user:User": "User",
-    "rabbitmq:index/permissions:Permissions": "Permissions",
-    "rabbitmq:index/topicPermissions:TopicPermissions": "TopicPermissions",
-}
-
-
-def short_type(resource_type: str) -> str:
-    return SHORT_TYPES.get(resource_type, resource_type.rsplit(":", 1)[-1])
+def natural(name: str) -> list[Any]:
+    """Numbers in a name compared as numbers: `rabbitmq-retry.delay.2` before `rabbitmq-retry.delay.10`."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"([0-9]+)", name)]
 
 
 def physical_name(resource: Registered) -> str:

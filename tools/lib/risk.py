@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tools import engine
-from tools.engine import Step
-from tools.permissions import widens
+from tools.lib import engine
+from tools.lib.engine import Step
+from tools.lib.permissions import widens
 
 DATA_LOSS, ACCESS, CONTRACT, PROTECTION, SAFE = "data loss", "access", "contract", "protection", "safe"
 ORDER = {DATA_LOSS: 0, ACCESS: 1, CONTRACT: 2, PROTECTION: 3, SAFE: 4}

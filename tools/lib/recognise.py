@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components import naming
-from tools.definitions import Snapshot
+from tools.lib.definitions import Snapshot
 
 SNEAKERS_MAX_RETRIES = 5
 """Sneakers' default `retry_max_times`."""
@@ -106,7 +106,7 @@ def _ours(snapshot: Snapshot, q: str) -> Topology | None:
     retry_x, requeue_x, error_x = naming.derived_exchange_names(q)
     if dead_letter(snapshot, q).exchange != retry_x or not {retry_x, requeue_x} <= snapshot.exchanges.keys():
         return None
-    tiers = []
+    tiers: list[str] = []
     while naming.wait_queue(q, len(tiers) + 1) in snapshot.queues:
         tiers.append(naming.wait_queue(q, len(tiers) + 1))
     if not tiers:

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tools.mockrun import Registered
+from tools.lib.mockrun import Registered
 
 Op = Literal["create", "update", "replace", "delete", "same"]
 
@@ -34,6 +34,12 @@ VHOST = "rabbitmq:index/vHost:VHost"
 SHOVEL = "rabbitmq:index/shovel:Shovel"
 FEDERATION_UPSTREAM = "rabbitmq:index/federationUpstream:FederationUpstream"
 STACK = "pulumi:pulumi:Stack"
+
+
+def short_type(resource_type: str) -> str:
+    """`rabbitmq:index/queue:Queue` → `Queue`: a type as the tables of plans, reviews and reports name it."""
+    return resource_type.rsplit(":", 1)[-1]
+
 
 EVERYTHING = "*"
 REPLACE_ON_CHANGES: dict[str, frozenset[str]] = {
@@ -150,7 +156,8 @@ def input_changes(type_: str, old: Mapping[str, Any], new: Mapping[str, Any], pa
     changes: list[str] = []
     for key in sorted(set(old) | set(new), key=str):
         where = f"{path}.{key}" if path else str(key)
-        a, b = old.get(key), new.get(key)
+        a: Any = old.get(key)  # inputs are JSON-shaped data: what a key holds depends on the key
+        b: Any = new.get(key)
         if free and (key in old) != (key in new):
             changes.append(where)
         elif key in ("argumentsJson", "arguments_json"):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from tools import engine
-from tools.engine import Step
+from tools.lib import engine
+from tools.lib.engine import Step
 
 LITERAL = re.compile(r"(?:[^\\.^$*+?{}\[\]|()]|\\[^A-Za-z0-9])*")
 

@@ -1,0 +1,458 @@
+"""Take over a vhost whose topology applications declare at runtime, with nothing lost (`make adopt`,
+tools/adopt.py): a fate for every object of a vhost snapshot (import, create beside, retire later, left alone),
+the stack file in this project's config schema, and the Markdown report."""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote_plus
+
+import yaml
+
+from components import Vhost, naming
+from components.checks import check_vhost
+from components.config import (
+    EXCHANGE_TYPES,
+    OPERATOR_POLICY_KEYS,
+    QUEUE_TYPES,
+    ConfigError,
+    load_vhost,
+)
+from components.durations import format_duration
+from components.plan import plan_vhost
+from tools.lib import engine
+from tools.lib.definitions import DefinitionsError, Snapshot, binding_id, escape
+from tools.lib.drift import COMPARED, binding_label, compare, import_id, markdown_table
+from tools.lib.markdown import code
+from tools.lib.mockrun import Registered, close_event_loop, record
+from tools.lib.recognise import Topology, recognise
+
+DEFAULT_SUFFIX = ".v2"
+PLAIN_ARGUMENTS = frozenset({"x-queue-type"})
+"""The only argument a plain queue of ours carries."""
+
+Action = str
+IMPORT, BESIDE, RETIRE, ALONE = "import", "create beside", "retire later", "left alone"
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    type: str
+    name: str
+    detail: str = ""
+
+
+@dataclass
+class Adoption:
+    """The adopted vhost: its config entry (the `vhosts[]` shape), and the fate of every object."""
+
+    snapshot: Snapshot
+    vhost: dict[str, Any]
+    topologies: list[Topology] = field(default_factory=list)
+    beside: dict[str, str] = field(default_factory=dict)
+    """Old queue → the new queue created beside it."""
+    decisions: list[Decision] = field(default_factory=list)
+    records: list[Registered] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def decide(self, action: Action, type_: str, name: str, detail: str = "") -> None:
+        self.decisions.append(Decision(action, type_, name, detail))
+
+
+def _valid_name(name: str) -> bool:
+    return bool(name) and "@" not in name and "/" not in name and not name.startswith(naming.RESERVED_PREFIX) \
+        and name == name.strip()
+
+
+def _free_name(snapshot: Snapshot, queue: str, suffix: str, taken: set[str]) -> str:
+    """`queue + suffix` (then `.v3`, `.v4`, … for the default suffix), unused by the broker and by this plan,
+    derived names included."""
+    candidates = [f"{queue}{suffix}"] + ([f"{queue}.v{n}" for n in range(3, 100)] if suffix == DEFAULT_SUFFIX else [])
+    for name in candidates:
+        derived = {name, *naming.derived_queue_names(name, 9), *naming.derived_exchange_names(name)}
+        if not derived & (snapshot.queues.keys() | snapshot.exchanges.keys() | taken):
+            taken.add(name)
+            return name
+    raise DefinitionsError(f"no free name beside queue {queue!r}; pass another --suffix")
+
+
+def _manageable_exchange(info: dict[str, Any]) -> str | None:
+    """Why the stack cannot declare this exchange as it is, or None."""
+    if info.get("type") not in EXCHANGE_TYPES:
+        return f"type {info.get('type')} (this project declares {', '.join(EXCHANGE_TYPES)})"
+    if not info.get("durable") or info.get("auto_delete") or info.get("internal"):
+        return "not durable, auto-delete or internal: this project declares durable exchanges only"
+    if info.get("arguments"):
+        return f"arguments {info['arguments']} (this project declares none)"
+    if not _valid_name(info["name"]):
+        return "a name the provider cannot manage (`@`, `/`, `amq.`)"
+    return None
+
+
+def _binding_entry(b: dict[str, Any], managed_exchanges: set[str]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"exchange": b["source"]}
+    if b.get("routing_key"):
+        entry["routing_key"] = b["routing_key"]
+    if b.get("arguments"):
+        entry["arguments"] = dict(b["arguments"])
+    if b["source"] not in managed_exchanges:
+        entry["external"] = True
+    return entry
+
+
+def _retry_block(topology: Topology) -> dict[str, Any]:
+    retry: dict[str, Any] = {"delays": [format_duration(d) for d in topology.delays_ms],
+                             "max_retries": topology.max_retries}
+    if "error_retention" in topology.limits:
+        retry["error_retention"] = format_duration(topology.limits["error_retention"])
+    if "error_max_length" in topology.limits:
+        retry["error_max_length"] = topology.limits["error_max_length"]
+    return retry
+
+
+def _policy_entry(policy: dict[str, Any]) -> dict[str, Any] | str:
+    """The policy in the config's shape, or why it cannot be written there."""
+    definition = {}
+    for key, value in (policy.get("definition") or {}).items():
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            return f"definition.{key} is {value!r}: the provider's definition holds strings and integers only"
+        definition[key] = value
+    return {"name": policy["name"], "pattern": policy.get("pattern", ""), "priority": int(policy.get("priority", 0)),
+            "apply_to": policy.get("apply-to", "all"), "definition": definition}
+
+
+def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
+    """The config entry of the vhost and the decisions that do not need the plan (retire, left alone)."""
+    vhost: dict[str, Any] = {"name": snapshot.vhost, "existing": True, "exchanges": [], "queues": [],
+                             "policies": [], "operator_policies": []}
+    adoption = Adoption(snapshot, vhost, recognise(snapshot))
+    taken: set[str] = set()
+    owned_queues = {q for t in adoption.topologies for q in t.queues}
+    retired_exchanges = {x for t in adoption.topologies if t.kind != "ours" for x in t.exchanges}
+    owned_bindings = {i for t in adoption.topologies for i in t.bindings}
+    owned_policies = {p for t in adoption.topologies for p in t.policies}
+
+    managed_exchanges: set[str] = set()
+    for name, info in sorted(snapshot.exchanges.items()):
+        if name.startswith(naming.RESERVED_PREFIX):
+            continue
+        if name in retired_exchanges:
+            adoption.decide(RETIRE, "Exchange", name, "part of a runtime retry topology; delete it once its queues "
+                            "are drained and deleted")
+        elif any(name in naming.derived_exchange_names(t.queue) for t in adoption.topologies if t.kind == "ours"):
+            managed_exchanges.add(name)  # declared by the retryable queue that owns it
+        elif (why := _manageable_exchange(info)) is not None:
+            adoption.decide(ALONE, "Exchange", name, why)
+        else:
+            managed_exchanges.add(name)
+            vhost["exchanges"].append({"name": name, "type": info["type"]})
+
+    def work_bindings(queue: str) -> list[tuple[int, dict[str, Any]]]:
+        return [(i, b) for i, b in enumerate(snapshot.bindings) if b["destination"] == queue
+                and b["destination_type"] == "queue" and i not in owned_bindings]
+
+    bound: set[int] = set()
+
+    def queue_entry(name: str, queue_type: str, old: str, retry: dict[str, Any] | None = None) -> dict[str, Any]:
+        entry: dict[str, Any] = {"name": name, "type": queue_type}
+        bindings = []
+        for i, b in work_bindings(old):
+            bound.add(i)
+            if b["source"] in retired_exchanges:
+                continue
+            bindings.append(_binding_entry(b, managed_exchanges))
+            if name != old:
+                adoption.decide(RETIRE, "Binding", binding_label(b), "unbind right after the first `pulumi up` "
+                                "(below): the new queue receives these messages from then on")
+        if bindings:
+            entry["bindings"] = bindings
+        if retry is not None:
+            entry["retry"] = retry
+        return entry
+
+    for topology in adoption.topologies:
+        if topology.kind == "ours":
+            entry = queue_entry(topology.queue, topology.queue_type, topology.queue, _retry_block(topology))
+            for key in ("max_length", "delivery_limit"):
+                if key in topology.limits:
+                    entry[key] = topology.limits[key]
+            vhost["queues"].append(entry)
+            continue
+        new = _free_name(snapshot, topology.queue, suffix, taken)
+        adoption.beside[topology.queue] = new
+        vhost["queues"].append(queue_entry(new, topology.queue_type, topology.queue, _retry_block(topology)))
+        for queue in topology.queues:
+            adoption.decide(RETIRE, "Queue", queue, f"{topology.kind}: " + _messages(snapshot, queue))
+        for i in topology.bindings:
+            adoption.decide(RETIRE, "Binding", binding_label(snapshot.bindings[i]), f"{topology.kind} wiring")
+        for policy_name in topology.policies:
+            adoption.decide(RETIRE, "Policy", policy_name, f"sets the dead-lettering of {topology.kind} queues; "
+                            "delete it once they are gone")
+
+    for name, info in sorted(snapshot.queues.items()):
+        if name in owned_queues:
+            continue
+        arguments = dict(info.get("arguments") or {})
+        queue_type = str(arguments.get("x-queue-type") or info.get("type") or "classic")
+        if info.get("auto_delete") or not info.get("durable") or name.startswith(naming.RESERVED_PREFIX):
+            adoption.decide(ALONE, "Queue", name, "transient (auto-delete, non-durable or server-named)")
+            continue
+        if queue_type not in QUEUE_TYPES or not _valid_name(name):
+            adoption.decide(ALONE, "Queue", name, f"a {queue_type} queue or a name the provider cannot manage")
+            continue
+        if set(arguments) <= PLAIN_ARGUMENTS and "x-queue-type" in arguments:
+            vhost["queues"].append(queue_entry(name, queue_type, name))
+            if queue_type == "quorum":
+                adoption.warnings.append(f"quorum queue {name}: the stack gives it a `delivery-limit` policy "
+                                         "(`defaults.delivery_limit`, 20; RabbitMQ 4's default, unlimited on 3.x): "
+                                         "set `delivery_limit` on the queue if it needs another")
+            continue
+        new = _free_name(snapshot, name, suffix, taken)
+        adoption.beside[name] = new
+        entry = queue_entry(new, queue_type, name)
+        if isinstance(arguments.get("x-max-length"), int):
+            entry["max_length"] = arguments["x-max-length"]
+        vhost["queues"].append(entry)
+        why = ("no x-queue-type argument: RabbitMQ before 4.0 stores none, our queues always send one, so an "
+               "import would need a replace (refused) and a create would silently take it over and replace it on "
+               "the next `pulumi up`" if "x-queue-type" not in arguments else
+               f"arguments this project does not declare: {sorted(set(arguments) - PLAIN_ARGUMENTS)}")
+        adoption.decide(RETIRE, "Queue", name, f"{why}; " + _messages(snapshot, name))
+
+    for i, b in enumerate(snapshot.bindings):
+        if i in owned_bindings or i in bound:
+            continue
+        adoption.decide(ALONE, "Binding", binding_label(b),
+                        "to an exchange (not declared by this project)" if b["destination_type"] == "exchange"
+                        else "its queue is not managed by the stack")
+
+    new_queues = [n for q in adoption.beside.values() for n in naming.derived_queue_names(q, 9)]
+    for name, policy in sorted(snapshot.policies.items()):
+        if name in owned_policies:  # retired with its topology, or (ours) derived by the plan again
+            continue
+        if hits := [q for q in new_queues if re.search(str(policy.get("pattern", "")), q)]:
+            adoption.decide(ALONE, "Policy", name, f"its pattern also matches the new queue {hits[0]}: narrow it "
+                            "(e.g. `^name$`), then add it to the stack's policies")
+            continue
+        policy_entry = _policy_entry(policy)
+        if isinstance(policy_entry, str):
+            adoption.decide(ALONE, "Policy", name, policy_entry)
+        else:
+            vhost["policies"].append(policy_entry)
+    for name, policy in sorted(snapshot.operator_policies.items()):
+        policy_entry = _policy_entry(policy)
+        if isinstance(policy_entry, str) or set(policy_entry["definition"]) - set(OPERATOR_POLICY_KEYS):
+            why = (policy_entry if isinstance(policy_entry, str)
+                   else "keys an operator policy of the config may not hold")
+            adoption.decide(ALONE, "OperatorPolicy", name, why)
+        else:
+            vhost["operator_policies"].append(policy_entry)
+    _drop_refused(adoption)
+    return adoption
+
+
+def _messages(snapshot: Snapshot, queue: str) -> str:
+    count = snapshot.messages(queue)
+    return "message count unknown (read from a file)" if count is None else f"{count} messages now"
+
+
+ENTRY_PATH = re.compile(r"vhost\.(policies|operator_policies|queues|exchanges)\[(\d+)\]")
+
+
+def _drop_refused(adoption: Adoption) -> None:
+    """Entries the config or the preview checks refuse (e.g. a policy that overlaps one of ours, a retired
+    3.10 mirroring key) are left alone, with the reason; what remains must plan cleanly."""
+    for _ in range(100):
+        try:
+            plan = plan_vhost(load_vhost(copy.deepcopy(adoption.vhost), "vhost"), "vhost")
+            problems = [(m.group(1), int(m.group(2)), text) for text in check_vhost(plan)
+                        if (m := ENTRY_PATH.search(text))]
+            unplaced = [text for text in check_vhost(plan) if not ENTRY_PATH.search(text)]
+        except ConfigError as error:
+            problems = [(m.group(1), int(m.group(2)), f"{path}: {message}") for path, message in error.problems
+                        if (m := ENTRY_PATH.search(path))]
+            unplaced = [f"{path}: {message}" for path, message in error.problems if not ENTRY_PATH.search(path)]
+        for text in list(unplaced):
+            overlapping = set(re.findall(r"'([^']*)'", text.split("RabbitMQ applies only one")[0]))
+            user = [i for i, p in enumerate(adoption.vhost["policies"]) if p["name"] in overlapping]
+            if "matched by policies" in text and user:
+                problems.append(("policies", user[0], f"{text}. Left alone it no longer applies there once our "
+                                 "policy exists (ours has a higher priority): move its settings into the queue's "
+                                 "config (e.g. max_length) or narrow its pattern"))
+                unplaced.remove(text)
+        if unplaced:
+            raise DefinitionsError("the adopted config does not plan: " + "; ".join(unplaced))
+        if not problems:
+            return
+        section, index, text = problems[0]
+        entry = adoption.vhost[section].pop(index)
+        kind = {"policies": "Policy", "operator_policies": "OperatorPolicy", "queues": "Queue",
+                "exchanges": "Exchange"}[section]
+        adoption.decide(ALONE, kind, entry["name"], f"refused by the config or the preview checks: {text}")
+    raise DefinitionsError("the adopted config does not plan")
+
+
+def _properties_key(routing_key: str) -> str:
+    """RabbitMQ's key of a binding without arguments (measured on 3.10.8 and 4.3.6)."""
+    return "~" if routing_key == "" else quote_plus(routing_key).replace("~", "%7E")
+
+
+def _record(vhost: dict[str, Any]) -> list[Registered]:
+    config = copy.deepcopy(vhost)
+    try:
+        return record(lambda: Vhost(naming.vhost_key(config["name"]), {"vhost": config}))
+    finally:
+        close_event_loop()
+
+
+def finish(adoption: Adoption) -> Adoption:
+    """Compare every object the config declares with the broker: import what is equal, create the rest."""
+    snapshot = adoption.snapshot
+    records = [r for r in _record(adoption.vhost) if r.custom and r.type in COMPARED]
+    imports: list[str] = []
+    created: list[Registered] = []
+    for r in records:
+        result = compare(r, snapshot)
+        kind = engine.short_type(r.type)
+        label = binding_label({"source": r.inputs["source"], "destination": r.inputs["destination"],
+                               "routing_key": r.inputs.get("routingKey"), "arguments": {}}) \
+            if r.type == engine.BINDING else str(r.inputs["name"])
+        if not result.present:
+            created.append(r)
+            adoption.decide(BESIDE, kind, label, "new")
+            continue
+        object_id = import_id(result, snapshot)
+        if r.type == engine.BINDING and object_id is None and not result.changed and not snapshot.live:
+            if r.inputs.get("argumentsJson"):
+                adoption.warnings.append(f"binding {label}: its properties_key is only in the live API (a "
+                                         "definitions file lacks it); run `make adopt` with ENDPOINT to import it, or "
+                                         "`pulumi up` takes it over silently")
+                adoption.decide(BESIDE, kind, label, "created over the identical broker binding (see warnings)")
+                continue
+            object_id = binding_id(snapshot.vhost, r.inputs["source"], r.inputs["destination"], "queue",
+                                   _properties_key(r.inputs.get("routingKey") or ""))
+        if object_id is None and r.type in (engine.POLICY, engine.OPERATOR_POLICY) and not result.immutable:
+            object_id = f"{r.inputs['name']}@{snapshot.vhost}"
+            adoption.decide(IMPORT, kind, label, f"`{object_id}`, then updated in place: "
+                            + "; ".join(result.changed))
+        elif object_id is None:
+            raise DefinitionsError(f"{kind} {label} exists with other inputs ({', '.join(result.changed)}): "
+                                   "this is a bug of make adopt, which must plan it beside")
+        else:
+            adoption.decide(IMPORT, kind, label, f"`{object_id}`")
+        imports.append(f"{_IMPORT_KIND[r.type]} {object_id}")
+    adoption.vhost["import"] = imports
+    adoption.records = _record(adoption.vhost)  # the plan refuses an import ID that matches nothing
+    return adoption
+
+
+_IMPORT_KIND = {engine.QUEUE: "queue", engine.EXCHANGE: "exchange", engine.BINDING: "binding",
+                engine.POLICY: "policy", engine.OPERATOR_POLICY: "operator_policy"}
+
+
+def stack_file(adoption: Adoption, endpoint: str | None) -> str:
+    vhost = {k: v for k, v in adoption.vhost.items() if v not in ([], None)}
+    config: dict[str, Any] = {}
+    if endpoint:
+        config["rabbitmq:endpoint"] = endpoint
+    config["rabbitmq-retry:vhosts"] = [vhost]
+    header = (f"# Written by `make adopt` from {adoption.snapshot.source}. Review it with `make plan`, apply it, then\n"
+              f"# remove `import:` (after the first `pulumi up` it changes nothing). See the adoption report.\n")
+    return header + yaml.safe_dump({"config": config}, sort_keys=False, allow_unicode=True, width=120)
+
+
+def _retire_steps(adoption: Adoption, stack: str) -> list[str]:
+    s, v = adoption.snapshot, adoption.snapshot.vhost
+    lines = []
+    for old, new in adoption.beside.items():
+        topology = next((t for t in adoption.topologies if t.queue == old), None)
+        queues = topology.queues if topology else (old,)
+        own = set(topology.bindings) if topology else set()
+        unbind = [b for i, b in enumerate(s.bindings) if b["destination"] == old and b["destination_type"] == "queue"
+                  and i not in own and b["source"] not in (topology.exchanges if topology else ())]
+        waiting = [q for q in queues if not topology or q != topology.error_queue]
+        steps = [f"`pulumi up --stack {stack}` creates {code(new)}" + (" with its retry machinery" if topology else "")
+                 + " and binds it like the old queue: from then on both queues receive each message."]
+        if unbind:
+            paths = ", ".join(code(f"DELETE /api/bindings/{escape(v)}/e/{escape(b['source'])}/q/{escape(old)}/"
+                                   f"{escape(b.get('properties_key') or _properties_key(b.get('routing_key') or ''))}")
+                              for b in unbind)
+            steps.append(f"Right away, unbind {code(old)} from the exchanges the new queue took over ({paths}): "
+                         "messages published in between reach both queues, so handlers must be idempotent (the "
+                         "retry contract requires it anyway). Nothing is lost: the old queue keeps what it holds.")
+        steps.append(f"Start consumers of {code(new)} that follow its retry contract "
+                     "(`pulumi stack output retry_contracts`), and turn off runtime declarations in the applications "
+                     "(they would declare the old objects again; application users get `configure: ^$`).")
+        comes_back = {"dlx-ttl-loop": ": a message still waiting in the old wait queue comes back through the "
+                                      "work exchange, now to the new queue (and to any other queue bound there).",
+                      "sneakers": ": a message still waiting in the old retry queue comes back to the old queue "
+                                  "through its private requeue exchange and is handled there."}
+        steps.append(f"Keep the old consumers running until {', '.join(code(q) for q in waiting)} "
+                     + ("are" if len(waiting) > 1 else "is") + " empty (`GET /api/queues/<vhost>/<queue>`: "
+                     "`messages` 0)" + comes_back.get(topology.kind if topology else "", "."))
+        if topology and topology.error_queue:
+            steps.append(f"Parked messages in {code(topology.error_queue)} are moved by nobody: inspect them, shovel "
+                         f"them to the exchange {code(naming.error_exchange(new))} (the new error queue), or replay "
+                         "them to their original exchange.")
+        steps.append(f"Stop the old consumers, then delete the old queues with `DELETE /api/queues/{escape(v)}/"
+                     "<queue>?if-empty=true` (the broker refuses to delete a queue that still holds a message), then "
+                     "the old exchanges and policies listed under *retire later*.")
+        title = f"### {code(old)} → {code(new)}" + (f" ({topology.kind})" if topology else "")
+        lines += [title, "", *(f"{n}. {step}" for n, step in enumerate(steps, start=1)), ""]
+    return lines
+
+
+def report(adoption: Adoption, stack: str) -> str:
+    s = adoption.snapshot
+    counts = {a: sum(d.action == a for d in adoption.decisions) for a in (IMPORT, BESIDE, RETIRE, ALONE)}
+    lines = [f"# Adopting vhost `{s.vhost}` into stack `{stack}`", "",
+             f"Read from {code(s.source)}" + (f" (RabbitMQ {s.broker_version})" if s.broker_version else "") + ". "
+             + ", ".join(f"**{n} {a}**" for a, n in counts.items()) + ".", ""]
+    if adoption.topologies:
+        lines += ["## Retry topologies recognised", "", *markdown_table(
+            ("kind", "work queue", "taken over by", "delays", "max retries", "notes"),
+            [(t.kind, t.queue, adoption.beside.get(t.queue, t.queue + " (imported)"),
+              ", ".join(format_duration(d) for d in t.delays_ms), str(t.max_retries), "; ".join(t.notes))
+             for t in adoption.topologies]), ""]
+    meaning = {IMPORT: "declared exactly as the broker holds it: Pulumi adopts it (`import_`), nothing is written",
+               BESIDE: "created by `pulumi up` under a new name; the old object is left alone",
+               RETIRE: "the old objects: drain, then delete them (steps below); until then `make drift` lists "
+                       "them as extra",
+               ALONE: "not declared by the stack, left as it is"}
+    for action in (IMPORT, BESIDE, RETIRE, ALONE):
+        rows = [(d.type, d.name, d.detail) for d in adoption.decisions if d.action == action]
+        if rows:
+            lines += [f"## {action.capitalize()}", "", meaning[action] + ".", "",
+                      *markdown_table(("type", "object", "detail"), rows), ""]
+    if adoption.beside:
+        lines += ["## Moving consumers and retiring the old objects", "", *_retire_steps(adoption, stack)]
+    lines += ["## Before and after the first `pulumi up`", "",
+              "- Never `pulumi up` a config that declares an existing queue, exchange or binding without importing "
+              "it: with other arguments the broker answers HTTP 400 \"inequivalent arg\"; with equal ones the "
+              "stack silently takes it over, and a later destroy deletes it.",
+              f"- Review: `make plan STACK={stack}`. Apply: `pulumi up --stack {stack}` (imports, then creates).",
+              "- Then delete the `import:` list from the stack file: imported objects are in the stack's state, "
+              "so removing it plans no change. `make drift STACK=" + stack + "` then lists only the old objects "
+              "still to retire, as extra.", ""]
+    if adoption.warnings:
+        lines += ["## Warnings", "", *(f"- {w}" for w in adoption.warnings), ""]
+    return "\n".join(lines)
+
+
+def adopt(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
+    if not snapshot.exists:
+        raise DefinitionsError(f"vhost {snapshot.vhost!r} is not in {snapshot.source}")
+    return finish(build(snapshot, suffix))
+
+
+def summary(decisions: Iterable[Decision]) -> dict[str, list[tuple[str, str]]]:
+    """(type, name) of every decision, by action: what the tests compare."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for d in decisions:
+        out.setdefault(d.action, []).append((d.type, d.name))
+    return out

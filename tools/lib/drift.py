@@ -1,0 +1,270 @@
+"""The live vhosts against what the stack declares (`make drift`, tools/drift.py): each declared object read
+back the way pulumi-rabbitmq's Read fills its state and compared with the program's inputs under the provider's
+diff rules (tools/lib/engine.py). `make adopt` and `make doctor` compare the same way."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tools.lib import engine
+from tools.lib.definitions import Snapshot, binding_id
+from tools.lib.markdown import code, row
+from tools.lib.mockrun import Registered
+
+COMPARED = (engine.QUEUE, engine.EXCHANGE, engine.BINDING, engine.POLICY, engine.OPERATOR_POLICY)
+"""What `make adopt` can import from a vhost snapshot."""
+DRIFT_COMPARED = (*COMPARED, engine.PERMISSIONS, engine.TOPIC_PERMISSIONS)
+"""What `make drift` compares: also who may do what in the vhost. Users themselves are broker-wide and their
+passwords unreadable, so they are not compared."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    """"missing", "immutable", "mutable" or "extra"."""
+    vhost: str
+    type: str
+    """Short type: Queue, Exchange, Binding, Policy, OperatorPolicy."""
+    name: str
+    detail: str = ""
+
+
+@dataclass
+class Comparison:
+    """One recorded resource against the broker: absent, or the changed input paths."""
+
+    record: Registered
+    present: bool
+    changed: list[str] = field(default_factory=list)
+    state: dict[str, Any] | None = None
+    properties_key: str | None = None
+    """The broker's key of a matching binding (live snapshots only)."""
+
+    @property
+    def immutable(self) -> list[str]:
+        return [p for p in self.changed if engine.forces_replace(self.record.type, p)]
+
+    @property
+    def importable(self) -> bool:
+        """Pulumi imports it without a replace: present and equal as Read would see it."""
+        return self.present and not self.changed
+
+
+def read_policy_value(value: Any) -> Any:
+    """resource_policy.go Read: numbers formatted as strings, lists joined with ","."""
+    if isinstance(value, (bool, dict)):
+        return value
+    if isinstance(value, (int, float)):
+        return engine.tf_string(float(value))
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return value
+
+
+def _queue_arguments_state(inputs: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
+    """Read puts the broker's arguments in `argumentsJson` when the program used it or any value is not a
+    string, else in `arguments`."""
+    settings = inputs.get("settings") or {}
+    if settings.get("argumentsJson") or any(not isinstance(v, str) for v in arguments.values()):
+        return {"argumentsJson": json.dumps(arguments, sort_keys=True)}
+    return {"arguments": arguments}
+
+
+def _binding_arguments(inputs: dict[str, Any]) -> dict[str, Any]:
+    if inputs.get("argumentsJson"):
+        return dict(json.loads(inputs["argumentsJson"]))
+    return {k: engine.tf_string(v) for k, v in (inputs.get("arguments") or {}).items()}
+
+
+def find_binding(snapshot: Snapshot, inputs: dict[str, Any]) -> dict[str, Any] | None:
+    """The broker binding with the same ends, routing key and arguments (Read matches by properties_key,
+    which a binding keeps exactly as long as those stay the same)."""
+    wanted = _binding_arguments(inputs)
+    return next((b for b in snapshot.bindings
+                 if (b.get("source"), b.get("destination"), b.get("destination_type"), b.get("routing_key") or "")
+                 == (inputs.get("source"), inputs.get("destination"), inputs.get("destinationType") or "queue",
+                     inputs.get("routingKey") or "")
+                 and (b.get("arguments") or {}) == wanted), None)
+
+
+def read_state(record: Registered, snapshot: Snapshot) -> tuple[dict[str, Any] | None, str | None]:
+    """The inputs as the provider's Read would store them, or None when the object is absent; and a binding's
+    properties_key."""
+    i, t = record.inputs, record.type
+    base = {"vhost": snapshot.vhost}
+    if t == engine.QUEUE:
+        q = snapshot.queues.get(i.get("name", ""))
+        if q is None:
+            return None, None
+        return {**base, "name": q["name"], "settings": {
+            "durable": bool(q.get("durable")), "autoDelete": bool(q.get("auto_delete")),
+            **_queue_arguments_state(i, dict(q.get("arguments") or {}))}}, None
+    if t == engine.EXCHANGE:
+        x = snapshot.exchanges.get(i.get("name", ""))
+        if x is None:
+            return None, None
+        return {**base, "name": x["name"], "settings": {
+            "type": x.get("type"), "durable": bool(x.get("durable")), "autoDelete": bool(x.get("auto_delete")),
+            "arguments": dict(x.get("arguments") or {})}}, None
+    if t == engine.BINDING:
+        b = find_binding(snapshot, i)
+        if b is None:
+            return None, None
+        state: dict[str, Any] = {k: i[k] for k in ("vhost", "source", "destination", "destinationType",
+                                                   "routingKey", "arguments", "argumentsJson") if k in i}
+        return state, b.get("properties_key")
+    if t in (engine.POLICY, engine.OPERATOR_POLICY):
+        policies = snapshot.policies if t == engine.POLICY else snapshot.operator_policies
+        p = policies.get(i.get("name", ""))
+        if p is None:
+            return None, None
+        return {**base, "name": p["name"], "policy": {
+            "pattern": p.get("pattern"), "priority": p.get("priority"), "applyTo": p.get("apply-to"),
+            "definition": {k: read_policy_value(v) for k, v in (p.get("definition") or {}).items()}}}, None
+    if t == engine.PERMISSIONS:
+        p = snapshot.permissions.get(str(i.get("user")))
+        return (None if p is None else {**base, "user": i.get("user"), "permissions": dict(p)}), None
+    if t == engine.TOPIC_PERMISSIONS:
+        entries = snapshot.topic_permissions.get(str(i.get("user")))
+        return (None if not entries else {**base, "user": i.get("user"), "permissions": list(entries)}), None
+    raise ValueError(f"{t} is not compared")
+
+
+def compare(record: Registered, snapshot: Snapshot) -> Comparison:
+    state, key = read_state(record, snapshot)
+    if state is None:
+        return Comparison(record, False)
+    planned = {**engine.SCHEMA_DEFAULTS.get(record.type, {}),
+               **{k: v for k, v in record.inputs.items() if v is not None}}
+    return Comparison(record, True, engine.input_changes(record.type, planned, state), state, key)
+
+
+def import_id(comparison: Comparison, snapshot: Snapshot) -> str | None:
+    """The provider's ID for importing this object, or None when it cannot be imported as planned."""
+    if not comparison.importable:
+        return None
+    i = comparison.record.inputs
+    if comparison.record.type == engine.BINDING:
+        if comparison.properties_key is None:
+            return None
+        return binding_id(snapshot.vhost, i["source"], i["destination"], i.get("destinationType") or "queue",
+                          comparison.properties_key)
+    return f"{i['name']}@{snapshot.vhost}"
+
+
+def extras(snapshot: Snapshot, records: Iterable[Registered], own_user: str = "") -> list[Finding]:
+    """Objects of the vhost that no record declares (amq.* exchanges and their bindings are the broker's; the
+    permissions of `own_user`, the provider's user reading the vhost, are its own)."""
+    declared = {(r.type, r.inputs.get("name")) for r in records}
+    bound = [find_binding(snapshot, r.inputs) for r in records if r.type == engine.BINDING]
+    found = [Finding("extra", snapshot.vhost, "Queue", n, _queue_detail(snapshot, n))
+             for n in sorted(snapshot.queues) if (engine.QUEUE, n) not in declared]
+    found += [Finding("extra", snapshot.vhost, "Exchange", n, f"type {x.get('type')}")
+              for n, x in sorted(snapshot.exchanges.items())
+              if (engine.EXCHANGE, n) not in declared and not n.startswith("amq.")]
+    found += [Finding("extra", snapshot.vhost, "Binding", binding_label(b), "")
+              for b in snapshot.bindings if not any(b is x for x in bound) and not b["source"].startswith("amq.")]
+    found += [Finding("extra", snapshot.vhost, "Policy", n, f"pattern {p.get('pattern')}")
+              for n, p in sorted(snapshot.policies.items()) if (engine.POLICY, n) not in declared]
+    found += [Finding("extra", snapshot.vhost, "OperatorPolicy", n, f"pattern {p.get('pattern')}")
+              for n, p in sorted(snapshot.operator_policies.items()) if (engine.OPERATOR_POLICY, n) not in declared]
+    granted = {str(r.inputs.get("user")) for r in records if r.type == engine.PERMISSIONS}
+    found += [Finding("extra", snapshot.vhost, "Permissions", user,
+                      f"configure {p.get('configure')!r}, write {p.get('write')!r}, read {p.get('read')!r}")
+              for user, p in sorted(snapshot.permissions.items()) if user not in granted and user != own_user]
+    topics = {str(r.inputs.get("user")) for r in records if r.type == engine.TOPIC_PERMISSIONS}
+    found += [Finding("extra", snapshot.vhost, "TopicPermissions", user,
+                      ", ".join(str(e.get("exchange", "")) for e in entries))
+              for user, entries in sorted(snapshot.topic_permissions.items())
+              if user not in topics and user != own_user]
+    return found
+
+
+def binding_label(b: dict[str, Any]) -> str:
+    key = b.get("routing_key") or ""
+    arguments = f" {json.dumps(b['arguments'], sort_keys=True)}" if b.get("arguments") else ""
+    return f"{b['source']} → {b['destination']} ({key!r}{arguments})"
+
+
+def _queue_detail(snapshot: Snapshot, name: str) -> str:
+    messages = snapshot.messages(name)
+    consumers = snapshot.queues[name].get("consumers")
+    return ", ".join(part for part in (
+        f"{messages} messages" if messages is not None else "",
+        f"{consumers} consumers" if isinstance(consumers, int) else "") if part)
+
+
+def _record_label(record: Registered) -> str:
+    i = record.inputs
+    if record.type == engine.BINDING:
+        return binding_label({"source": i.get("source"), "destination": i.get("destination"),
+                              "routing_key": i.get("routingKey"), "arguments": _binding_arguments(i)})
+    return str(i.get("name") or i.get("user"))
+
+
+def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_user: str = "") -> list[Finding]:
+    """Missing, different and extra objects of every vhost in `snapshots`; `own_user`: see `extras`."""
+    found: list[Finding] = []
+    for vhost, snapshot in snapshots.items():
+        if not snapshot.exists:
+            found.append(Finding("missing", vhost, "VHost", vhost, "the vhost itself, with everything in it"))
+        mine = [r for r in records if r.custom and r.type in DRIFT_COMPARED and r.inputs.get("vhost") == vhost]
+        for record in mine:
+            result = compare(record, snapshot)
+            label, kind = _record_label(record), engine.short_type(record.type)
+            if not result.present:
+                found.append(Finding("missing", vhost, kind, label, f"`pulumi up` creates it ({record.name})"))
+            elif result.immutable:
+                found.append(Finding("immutable", vhost, kind, label, _changes(result, result.immutable)))
+            elif result.changed:
+                found.append(Finding("mutable", vhost, kind, label, _changes(result, result.changed)))
+        found += extras(snapshot, mine, own_user)
+    return found
+
+
+def _changes(result: Comparison, paths: list[str]) -> str:
+    def at(tree: Any, path: str) -> Any:
+        for part in path.split("."):
+            if isinstance(tree, str) and part and tree.startswith("{"):
+                tree = json.loads(tree)
+            if not isinstance(tree, dict) or part not in tree:
+                return "<absent>"
+            tree = tree[part]
+        return tree
+
+    return "; ".join(f"{p}: stack {at(result.record.inputs, p)!r}, broker {at(result.state, p)!r}" for p in paths)
+
+
+HEADINGS = {
+    "missing": ("Missing", "declared by the stack, not on the broker: `pulumi up` creates it"),
+    "immutable": ("Different, immutable", "an input that forces a replacement: `pulumi up` would replace it "
+                  "(a queue loses its messages) or fail, and an import fails"),
+    "mutable": ("Different, mutable", "`pulumi up` overwrites it in place"),
+    "extra": ("Extra", "on the broker, declared by nothing in the stack (e.g. still declared at runtime by an "
+              "application)"),
+}
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    return [row(header), row("---" for _ in header), *(row(r) for r in rows)]
+
+
+def render(stack: str, found: Sequence[Finding], snapshots: dict[str, Snapshot]) -> str:
+    sources = ", ".join(f"{code(v)} at {code(s.source)}" + (f" (RabbitMQ {s.broker_version})" if s.broker_version
+                                                              else "") for v, s in snapshots.items())
+    lines = [f"# Drift: stack `{stack}`", "", f"Read {sources}.", ""]
+    if not found:
+        return "\n".join([*lines, "**In sync**: every declared object is on the broker as the stack declares it, "
+                          "and nothing else is.", ""])
+    counts = ", ".join(f"{sum(f.kind == k for f in found)} {HEADINGS[k][0].lower()}" for k in HEADINGS
+                       if any(f.kind == k for f in found))
+    lines += [f"**Drift**: {counts}.", ""]
+    for kind, (title, meaning) in HEADINGS.items():
+        rows = [(f.vhost, f.type, f.name, f.detail) for f in found if f.kind == kind]
+        if rows:
+            header = ("vhost", "type", "object", "detail")
+            lines += [f"## {title}", "", meaning + ".", "", *markdown_table(header, rows), ""]
+    return "\n".join(lines)

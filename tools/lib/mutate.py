@@ -1,0 +1,97 @@
+"""The mutations `make mutate` applies (tools/mutate.py), each to a throw-away copy of the working tree, and
+the tests that should catch each one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    """What the breakage would do to a user, in a few words."""
+    path: str
+    original: str
+    mutated: str
+    tests: tuple[str, ...]
+    """The test files expected to catch it."""
+
+
+MUTATIONS = (
+    Mutation("the requeue exchange is no longer bound to its queue (retries vanish)",
+             "components/plan.py", 'BindingPlan("requeue-binding", requeue_x, name),', "",
+             ("tests/test_plan.py", "tests/test_components.py")),
+    Mutation("the input queue dead-letters to the requeue exchange instead of the retry exchange (hot loop)",
+             "components/plan.py", '"x-dead-letter-exchange": retry_x,', '"x-dead-letter-exchange": requeue_x,',
+             ("tests/test_plan.py", "tests/test_components.py")),
+    Mutation("queues are declared non-durable (lost on restart; refused by 4.3)",
+             "components/resources.py", "durable=True,  # the provider defaults to false",
+             "durable=False,  # the provider defaults to false", ("tests/test_components.py",)),
+    Mutation("the preview-time checks are skipped",
+             "components/vhost.py", "raise TopologyError(", "print(",
+             ("tests/test_checks.py",)),
+    Mutation("a wait tier's delay policy loses its TTL",
+             "components/plan.py", '{"message-ttl": str(t.delay_ms)}', "{}",
+             ("tests/test_plan.py", "tests/test_components.py")),
+    Mutation("unknown config keys are accepted silently",
+             "components/config/fields.py", "        if key not in allowed:\n", "        if False:\n",
+             ("tests/test_config.py",)),
+    Mutation("a secret's ciphertext is shown in plans and reviews",
+             "tools/lib/stack_file.py", 'return f"{SECRET_MARKER} {digest}"',
+             'return f"{SECRET_MARKER} {json.dumps(ciphertext)}"', ("tests/test_review.py",)),
+)
+
+
+def _copy_tree(destination: Path) -> None:
+    """The working tree as git sees it (tracked and untracked, not ignored), plus the shared venv."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            check=True, capture_output=True, text=True).stdout.split("\0")
+    for relative in filter(None, listed):
+        source = ROOT / relative
+        if source.is_file():
+            target = destination / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    (destination / ".venv").symlink_to(ROOT / ".venv")
+
+
+def apply(mutation: Mutation, tree: Path) -> None:
+    path = tree / mutation.path
+    source = path.read_text()
+    count = source.count(mutation.original)
+    if count != 1:
+        raise SystemExit(f"error: mutation {mutation.name!r}: {mutation.path} contains its original text "
+                         f"{count} times, not once; update tools/lib/mutate.py to the code")
+    path.write_text(source.replace(mutation.original, mutation.mutated))
+
+
+def check_fits(tree: Path = ROOT) -> list[str]:
+    """Mutations whose original text is not exactly once in its file (they would test nothing)."""
+    return [f"{m.name}: {m.path}" for m in MUTATIONS
+            if not (tree / m.path).exists() or (tree / m.path).read_text().count(m.original) != 1]
+
+
+def run(mutation: Mutation, all_tests: bool) -> tuple[bool, float, str]:
+    """(caught, seconds, last line of pytest's output) for one mutation, in its own copy of the tree."""
+    with tempfile.TemporaryDirectory(prefix="mutate-") as directory:
+        tree = Path(directory)
+        _copy_tree(tree)
+        apply(mutation, tree)
+        targets = ["-m", "not broker"] if all_tests else list(mutation.tests)
+        started = time.monotonic()
+        result = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-rf", "-p", "no:cacheprovider", *targets],
+                                cwd=tree, capture_output=True, text=True,
+                                env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+        failed = [line.removeprefix("FAILED ") for line in result.stdout.splitlines() if line.startswith("FAILED ")]
+        summary = failed[0] if failed else (result.stdout.strip().splitlines() or [result.stderr.strip()])[-1]
+        # Exit 1 means a test failed; anything else (no tests collected, usage error) proves nothing.
+        return result.returncode == 1, time.monotonic() - started, summary

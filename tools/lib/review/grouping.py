@@ -1,0 +1,90 @@
+"""Identical changes as one row: sibling resources of many retryable queues (`*.wait.3 of every retryable
+queue in vhost shop`), risky rows with every name, safe ones with the first few."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tools.lib import markdown
+from tools.lib.inventory import (
+    QueueKey,
+    natural,
+)
+from tools.lib.review.rows import RETRYABLE, Model, Row
+from tools.lib.risk import (
+    MUST_SEE,
+    SAFE,
+)
+
+NAMES_SHOWN = 10
+"""Names a group of safe changes lists before `and N more`; a group of risky ones lists every name."""
+PLURALS = {"Policy": "policies", "OperatorPolicy": "operator policies", "VHost": "vhosts",
+           "Permissions": "permissions", "TopicPermissions": "topic permissions"}
+
+
+def _plural(kind: str, count: int) -> str:
+    if count == 1:
+        return kind
+    return PLURALS.get(kind, kind.lower() + ("es" if kind.endswith("x") else "s"))
+
+
+def listed(names: Sequence[str], limit: int | None) -> str:
+    shown = names if limit is None else names[:limit]
+    more = len(names) - len(shown)
+    return ", ".join(markdown.code(n) for n in shown) + (f" and {more:,} more" if more else "")
+
+
+def _every_name(rows: Sequence[Row]) -> str:
+    """Every name of a group of risky rows, compactly: the resources of retryable queues by role, once for
+    all the queues that share them (`` `*`, `*.wait.1` of 1,000 retryable queues: `q0000`, … ``), then the rest."""
+    roles: dict[QueueKey, set[str]] = {}
+    for r in rows:
+        if r.family is not None:
+            roles.setdefault(r.family, set()).add(r.role)
+    alike: dict[tuple[str, ...], list[str]] = {}
+    for family, own in roles.items():
+        alike.setdefault(tuple(sorted(own)), []).append(family[1])
+    parts = [f"{', '.join(markdown.code(role) for role in shared)} of {len(queues):,} retryable "
+             f"queue{'s' * (len(queues) != 1)}: {listed(sorted(queues), None)}"
+             for shared, queues in sorted(alike.items())]
+    rest = sorted(r.physical for r in rows if r.family is None)
+    return "; ".join([*parts, *([listed(rest, None)] if rest else [])])
+
+
+def _described(m: Model, rows: Sequence[Row]) -> str:
+    """What a group of safe rows covers: `*.wait.3 of every retryable queue in vhost shop`, or names."""
+    first = rows[0]
+    vhost = markdown.code(first.vhost)
+    if first.family is not None and all(r.family is not None for r in rows):
+        queues = sorted({r.family[1] for r in rows if r.family})
+        every = (m.families_before if first.op == "delete" else m.families).get(first.vhost, set())
+        if {r.family for r in rows} == every and len(queues) > 1:
+            return f"{markdown.code(first.role)} of every retryable queue in vhost {vhost}"
+        return f"{markdown.code(first.role)} of {len(queues):,} retryable queues in vhost {vhost}: " + listed(
+            queues, NAMES_SHOWN)
+    return f"in vhost {vhost}: " + listed(sorted((r.physical for r in rows), key=natural), NAMES_SHOWN)
+
+
+def _group_key(r: Row) -> tuple[Any, ...]:
+    """Risky rows group by change alone (their names are all listed); safe ones by role too."""
+    return (r.order()[:2], r.type, r.vhost, r.what_alike, r.notes, None if r.risk in MUST_SEE else r.role)
+
+
+def grouped_rows(m: Model, rows: Sequence[Row]) -> list[str]:
+    groups: dict[tuple[Any, ...], list[Row]] = {}
+    for r in rows:
+        groups.setdefault(_group_key(r), []).append(r)
+    lines = []
+    for group in groups.values():
+        if len(group) == 1:
+            lines.append(markdown.row(group[0].cells()))
+            continue
+        first = group[0]
+        label = f"**{first.risk}**" if first.risk != SAFE else SAFE
+        kind = "retryable queues" if first.type == RETRYABLE else _plural(first.type, len(group))
+        names = (f"in vhost {markdown.code(first.vhost)}: " + _every_name(group) if first.risk in MUST_SEE
+                 else _described(m, group))
+        lines.append(markdown.row([first.op, first.type, f"{len(group):,} {kind}", names, first.what_alike,
+                                   label + first.notes]))
+    return lines

@@ -1,0 +1,284 @@
+"""The review's row model: one row per step of `pulumi up`, per protect/retain toggle and per break of a
+retry contract, each with its risk, its retryable queue and its role in it (`*.wait.3`)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from components.naming import DELAY_PREFIX
+from tools.lib import engine, markdown
+from tools.lib.engine import Step, short_type
+from tools.lib.inventory import (
+    RETRYABLE_COMPONENT,
+    QueueKey,
+    config_policies,
+    contracts,
+    natural,
+    physical_name,
+    retryable_queue_of,
+)
+from tools.lib.mockrun import Registered
+from tools.lib.risk import (
+    CONTRACT,
+    ORDER,
+    PROTECTION,
+    SAFE,
+    contract_breaks,
+    option_risk,
+    risk,
+)
+from tools.lib.stack_file import is_secret_placeholder
+
+COLUMNS = ("op", "type", "logical name", "physical name", "what changed", "risk")
+
+
+def formatted(value: Any) -> str:
+    if value is None:
+        return "(unset)"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _lookup(inputs: Mapping[str, Any] | None, path: str) -> Any:
+    """An input by engine path; JSON text (argumentsJson) is looked into."""
+    value: Any = inputs
+    for part in path.split("."):
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                return None
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def what_changed(step: Step, names: Mapping[str, str]) -> str:
+    """`message-ttl 1000 → 2000` per changed path; a dragged replacement names its cause. Markdown."""
+    parts = []
+    if step.replaced_dependency:
+        parts.append(f"replaced with {markdown.code(names.get(step.replaced_dependency, step.replaced_dependency))}")
+    if step.op == "create":
+        parts += [markdown.text(part) for part in _created(step)]
+    for path in step.changed:
+        label = re.sub(r"^(policy\.definition|settings\.argumentsJson|settings)\.", "", path)
+        before, after = _lookup(step.old, path), _lookup(step.new, path)
+        if is_secret_placeholder(before) or is_secret_placeholder(after):
+            parts.append(markdown.text(f"{label} changed (secret)"))
+        else:
+            parts.append(markdown.text(f"{label} {formatted(before)} → {formatted(after)}"))
+    return "; ".join(parts)
+
+
+def _created(step: Step) -> list[str]:
+    """What a new policy sets and what a new user, permission or topic permission grants."""
+    new = step.new or {}
+    if step.type in (engine.POLICY, engine.OPERATOR_POLICY):
+        return [f"{k} {formatted(v)}" for k, v in sorted((_lookup(new, "policy.definition") or {}).items())]
+    if step.type == engine.PERMISSIONS:
+        grants = new.get("permissions") or {}
+        return [f"{k} {formatted(grants.get(k, ''))}" for k in ("configure", "write", "read")]
+    if step.type == engine.TOPIC_PERMISSIONS:
+        return [f"topic {p.get('exchange')}: write {formatted(p.get('write', ''))} read {formatted(p.get('read', ''))}"
+                for p in sorted(new.get("permissions") or [], key=lambda p: str(p.get("exchange")))]
+    if step.type == engine.USER:
+        return [f"tags {', '.join(new.get('tags') or []) or '(none)'}"]
+    return []
+
+
+def _notes(step: Step) -> str:
+    notes = []
+    if step.protect and step.op in ("delete", "replace"):
+        notes.append("🔒 protected: `pulumi up` will refuse until unprotected")
+    if step.retain_on_delete and step.op == "delete":
+        notes.append("retained on the broker with its messages (retain_on_delete), no longer managed")
+    return "".join(f" — {note}" for note in notes)
+OP_ORDER = {"replace": 0, "delete": 1, "update": 2, "create": 3, "options": 4}
+RETRYABLE = "RetryableQueue"
+
+
+DELAY_LEVEL = re.compile(rf"{re.escape(DELAY_PREFIX)}\.[0-9]+")
+
+
+def any_level(text: str) -> str:
+    """`text` with each delay level `rabbitmq-retry.delay.<k>` as `rabbitmq-retry.delay.*`, so that the same change
+    to every level of a vhost's shared delay levels reads alike (and is one row)."""
+    return DELAY_LEVEL.sub(f"{DELAY_PREFIX}.*", text)
+
+
+def relative(name: str, queue: str) -> str:
+    """`name` with the retryable queue's own name as `*` (`orders.wait.3` → `*.wait.3`, a binding
+    `orders.retry → orders.wait.3` → `*.retry → *.wait.3`), so that its siblings in other queues read alike."""
+    return " → ".join("*" + part[len(queue):] if part == queue or part.startswith(queue + ".") else part
+                      for part in name.split(" → "))
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the changes table: a step, a protect/retain toggle, or a break of a retry contract."""
+
+    risk: str
+    op: str
+    type: str
+    logical: str
+    physical: str
+    what: str
+    """Markdown."""
+    notes: str
+    vhost: str
+    family: QueueKey | None
+    """The retryable queue the resource belongs to."""
+    role: str
+    """The physical name relative to `family` (`*.wait.3`), or the physical name."""
+    what_alike: str
+    """`what` with names relative to their retryable queue: equal for the same change in sibling queues."""
+
+    def cells(self) -> list[str]:
+        label = f"**{self.risk}**" if self.risk != SAFE else SAFE
+        return [self.op, self.type, markdown.code(self.logical), markdown.code(self.physical), self.what,
+                label + self.notes]
+
+    def order(self) -> tuple[int, int, str, str, list[Any], str, str]:
+        return (ORDER[self.risk], OP_ORDER.get(self.op, 9), self.type, self.vhost, natural(self.physical),
+                self.logical, self.what)
+
+
+def _vhost(record: Registered) -> str:
+    return str(record.inputs.get("name" if record.type == engine.VHOST else "vhost", "/"))
+
+
+def relative_contract(contract: Mapping[str, Any]) -> dict[str, Any]:
+    queue = contract["queue"]
+
+    def rel(value: Any) -> Any:
+        if isinstance(value, str):
+            return relative(value, queue)
+        if isinstance(value, list):
+            return [rel(v) for v in value]
+        return {k: rel(v) for k, v in value.items()} if isinstance(value, dict) else value
+    return {k: v if k in ("queue", "vhost") else rel(v) for k, v in contract.items()}
+
+
+@dataclass
+class Model:
+    """Everything a review shows, before it is grouped for a comment or listed in full."""
+
+    rows: list[Row]
+    counts: Counter[str]
+    contracts: tuple[dict[QueueKey, dict[str, Any]], dict[QueueKey, dict[str, Any]]]
+    touched: dict[QueueKey, list[Step]]
+    physical: dict[str, str]
+    families: dict[str, set[QueueKey]]
+    """Retryable queues per vhost, after the change (before it for what is deleted: `families_before`)."""
+    families_before: dict[str, set[QueueKey]]
+    stale: list[str]
+
+
+def _step_rows(steps: Sequence[Step], old_by: Mapping[str, Registered], new_by: Mapping[str, Registered]) -> list[Row]:
+    names = {urn: r.name for by in (old_by, new_by) for urn, r in by.items()}
+    alike_names = dict(names)
+    for by in (old_by, new_by):
+        for urn, record in by.items():
+            if (family := retryable_queue_of(record, by)) is not None:
+                alike_names[urn] = relative(physical_name(record), family[1])
+    retryables = {key for by in (old_by, new_by) for key in contracts(list(by.values()))}
+    rows = []
+    for s in (s for s in steps if s.custom and s.op != "same"):
+        by_urn = old_by if s.op == "delete" else new_by
+        record = by_urn[s.urn]
+        physical = physical_name(record)
+        family = retryable_queue_of(record, by_urn) or _bound_to(physical, _vhost(record), retryables)
+        rows.append(Row(risk(s), s.op, short_type(s.type), s.name, physical, what_changed(s, names), _notes(s),
+                        _vhost(record), family, relative(physical, family[1]) if family else any_level(physical),
+                        any_level(what_changed(s, alike_names))))
+    return rows
+
+
+def _bound_to(physical: str, vhost: str, retryables: set[QueueKey]) -> QueueKey | None:
+    """The retryable queue a config binding of the vhost leads to (`events → orders`)."""
+    return next(((vhost, part) for part in physical.split(" → ") if (vhost, part) in retryables), None)
+
+
+def _option_rows(old: Sequence[Registered], new_by: Mapping[str, Registered]) -> list[Row]:
+    """`protect` and `retain_on_delete` turned on or off: `pulumi up` changes no object for it (and
+    `pulumi preview` shows no step), but what a later deletion does changes."""
+    rows = []
+    for before in (r for r in old if r.custom and r.urn in new_by):
+        after = new_by[before.urn]
+        for option, was, now in (("protect", before.protect, after.protect),
+                                 ("retain_on_delete", before.retain_on_delete, after.retain_on_delete)):
+            if was == now:
+                continue
+            level = option_risk(after.type, now)
+            note = ""
+            if level == PROTECTION:
+                note = (" — `pulumi up` no longer refuses to delete or replace it" if option == "protect"
+                        else " — deleting it now deletes its messages on the broker")
+            what = markdown.text(f"{option} {'on' if was else 'off'} → {'on' if now else 'off'}")
+            family = retryable_queue_of(after, new_by)
+            physical = physical_name(after)
+            rows.append(Row(level, "options", short_type(after.type), after.name, physical, what, note,
+                            _vhost(after), family, relative(physical, family[1]) if family else physical, what))
+    return rows
+
+
+def _contract_rows(old_contracts: Mapping[QueueKey, dict[str, Any]], new_contracts: Mapping[QueueKey, dict[str, Any]],
+                   components: Mapping[QueueKey, str]) -> list[Row]:
+    rows = []
+    for key in sorted(set(old_contracts) & set(new_contracts)):
+        before, after = old_contracts[key], new_contracts[key]
+        if before == after:
+            continue
+        alike = contract_breaks(relative_contract(before), relative_contract(after))
+        for text, text_alike in zip(contract_breaks(before, after), alike, strict=True):
+            rows.append(Row(CONTRACT, "contract", RETRYABLE, components.get(key, ""), key[1], markdown.text(text),
+                            "", key[0], key, "*", markdown.text(text_alike)))
+    return rows
+
+
+def _stale_policies(old: Sequence[Registered], new: Sequence[Registered]) -> list[str]:
+    """User and operator policies of the config that match nothing after the change."""
+    before = config_policies(old)
+    lines = []
+    for key, policy in sorted(config_policies(new).items()):
+        if policy.matches:
+            continue
+        was = before.get(key)
+        since = ("it matched nothing before either" if was is not None and not was.matches
+                 else f"it matched {was.matches:,} before" if was is not None else "it is new")
+        lines.append(f"- {policy.kind} {markdown.code(policy.name)} in vhost {markdown.code(policy.vhost)} (pattern "
+                     f"{markdown.code(policy.pattern)}, apply-to {policy.apply_to}) matches no queue or exchange "
+                     f"after this change ({since}): if a queue was renamed, update the pattern")
+    return lines
+
+
+def model(steps: Sequence[Step], old: Sequence[Registered], new: Sequence[Registered]) -> Model:
+    old_by, new_by = {r.urn: r for r in old}, {r.urn: r for r in new}
+    old_contracts, new_contracts = contracts(old), contracts(new)
+    touched: dict[QueueKey, list[Step]] = {k: [] for k in set(old_contracts) | set(new_contracts)
+                                           if old_contracts.get(k) != new_contracts.get(k)}
+    for s in (s for s in steps if s.op != "same"):
+        by_urn = old_by if s.op == "delete" else new_by
+        key = retryable_queue_of(by_urn[s.urn], by_urn)
+        if key is not None:
+            touched.setdefault(key, []).append(s)
+    components = {(c["vhost"], c["queue"]): r.name for r in [*old, *new] if r.type == RETRYABLE_COMPONENT
+                  for c in [r.outputs.get("contract")] if c}
+    rows = [*_step_rows(steps, old_by, new_by), *_option_rows(old, new_by),
+            *_contract_rows(old_contracts, new_contracts, components)]
+    families: dict[str, set[QueueKey]] = {}
+    families_before: dict[str, set[QueueKey]] = {}
+    for found, by_vhost in ((new_contracts, families), (old_contracts, families_before)):
+        for key in found:
+            by_vhost.setdefault(key[0], set()).add(key)
+    physical = {urn: physical_name(r) for by in (old_by, new_by) for urn, r in by.items()}
+    return Model(sorted(rows, key=Row.order), Counter(s.op for s in steps if s.custom), (old_contracts, new_contracts),
+                 touched, physical, families, families_before,
+                 _stale_policies(old, new) if rows or touched else [])
