@@ -26,7 +26,14 @@ import pulumi
 
 from components import Vhost
 from components.config import StackConfig, load_stack_config
-from components.config.capabilities import Version, end_of_support, parse_version, shown, version_problems
+from components.config.capabilities import (
+    Version,
+    end_of_support,
+    parse_version,
+    shown,
+    version_problems,
+    version_warnings,
+)
 from components.config.model import Limits
 from components.naming import vhost_key
 from tools import drift
@@ -88,6 +95,7 @@ def diagnose(config: StackConfig, records: Sequence[Registered], facts: LiveFact
         found.warnings.append(f"the broker reports version {facts.version!r}, which is not X.Y.Z: versions not checked")
     else:
         found.blocking += [f"{path}: {problem}" for path, problem in version_problems(config, version, "the broker")]
+        found.warnings += version_warnings(config, version, "the broker")
         if warning := end_of_support(version):
             found.warnings.append(warning)
         if config.broker_version is not None and config.broker_version != version:
