@@ -5,7 +5,7 @@ the provider connects as, and the objects already in the stack's vhosts, and rep
 - **blocking**: what makes `pulumi up` fail or the topology misbehave: a feature the version lacks (strategy
   `native` below 4.3.1, …), a disabled feature flag the stack needs, a provider user without the tags the
   stack needs, an existing queue or exchange declared with other settings (`pulumi up` fails with 400
-  "inequivalent arg", and replacing it would lose its messages);
+  "inequivalent arg", and replacing it would lose its messages), an `existing: true` vhost the broker lacks;
 - **warnings**: a series out of community support, a `broker.version` other than the live one;
 - **facts**: version, plugins, feature flags, the user and its tags.
 
@@ -101,6 +101,7 @@ def diagnose(config: StackConfig, records: Sequence[Registered], facts: LiveFact
         if config.broker_version is not None and config.broker_version != version:
             found.warnings.append(f"broker.version is {shown(config.broker_version)} but the broker runs "
                                   f"{facts.version}: preview checks the wrong version; update broker.version")
+    found.blocking += _absent_existing_vhosts(config, facts)
     found.blocking += _feature_flag_problems(config, facts, version)
     found.blocking += _tag_problems(config, facts)
     for finding in drift.findings(records, dict(facts.snapshots)):
@@ -109,6 +110,16 @@ def diagnose(config: StackConfig, records: Sequence[Registered], facts: LiveFact
                                   f"with other settings ({finding.detail}): `pulumi up` fails with 400 "
                                   "\"inequivalent arg\"; drain and delete it, or declare it as it is")
     return found
+
+
+def _absent_existing_vhosts(config: StackConfig, facts: LiveFacts) -> list[str]:
+    """An `existing: true` vhost is referenced, never created: if the broker lacks it, `pulumi up` fails."""
+    return [f"vhosts[{i}].existing: vhost {vhost.name!r} is not on the broker, and an existing vhost is referenced, "
+            "never created: `pulumi up` fails with 404 vhost_not_found; create it first (`rabbitmqctl add_vhost "
+            f"{vhost.name}`), or set vhosts[{i}].existing: false so that the stack creates it (and deletes it with "
+            "the stack)"
+            for i, vhost in enumerate(config.vhosts)
+            if vhost.existing and (snapshot := facts.snapshots.get(vhost.name)) is not None and not snapshot.exists]
 
 
 def _feature_flag_problems(config: StackConfig, facts: LiveFacts, version: Version | None) -> list[str]:
