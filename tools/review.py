@@ -6,8 +6,9 @@ subprocess so that BASE's own `__main__.py` and `components/` are evaluated; `to
 The review printed (and written to --output) fits one comment: identical changes are grouped, diagrams
 are drawn for retry paths whose shape or risk changed; --output-full gets every change and diagram.
 Exit status: 0 no data loss (or acknowledged with ALLOW_DATA_LOSS=1 / --allow-data-loss), 2 a queue or
-vhost is deleted or replaced, 1 error (a config error is printed as `pulumi preview` prints it). Contract
-and protection risks are flagged, and do not change it.
+vhost is deleted or replaced, or `pulumi up` would fail halfway (a retained error queue replaced under its own
+name: no acknowledgement waives that), 1 error (a config error is printed as `pulumi preview` prints it).
+Contract and protection risks are flagged, and do not change it.
 """
 
 from __future__ import annotations
@@ -45,11 +46,13 @@ from tools.risk import (
     ACCESS,
     CONTRACT,
     DATA_LOSS,
+    FAILS,
     MUST_SEE,
     ORDER,
     PROTECTION,
     SAFE,
     contract_breaks,
+    fails_halfway,
     option_risk,
     risk,
 )
@@ -122,13 +125,25 @@ def _created(step: Step) -> list[str]:
     return []
 
 
-def _notes(step: Step) -> str:
+def _notes(step: Step, vhost_deleted: bool = False) -> str:
     notes = []
     if step.protect and step.op in ("delete", "replace"):
         notes.append("🔒 protected: `pulumi up` will refuse until unprotected")
-    if step.retain_on_delete and step.op == "delete":
+    if fails_halfway(step, vhost_deleted):
+        notes.append("⛔ retained (retain_error_queues): `pulumi up` leaves the old queue in place, then fails to "
+                     'create it again (400 "inequivalent arg") after replacing the queues before it; first move its '
+                     "parked messages elsewhere and delete it by hand (`pulumi up` then creates it), or give the "
+                     "queue another name")
+    elif step.retain_on_delete and step.op == "delete" and vhost_deleted:
+        notes.append(f"retain_on_delete cannot keep it: deleting vhost {markdown.code(_vhost_of(step))} deletes it "
+                     "with its messages")
+    elif step.retain_on_delete and step.op == "delete":
         notes.append("retained on the broker with its messages (retain_on_delete), no longer managed")
     return "".join(f" — {note}" for note in notes)
+
+
+def _vhost_of(step: Step) -> str:
+    return str((step.old or step.new or {}).get("vhost", "/"))
 
 
 def _contract_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[str]:
@@ -248,13 +263,17 @@ def _step_rows(steps: Sequence[Step], old_by: Mapping[str, Registered], new_by: 
             if (family := retryable_queue_of(record, by)) is not None:
                 alike_names[urn] = relative(physical_name(record), family[1])
     retryables = {key for by in (old_by, new_by) for key in contracts(list(by.values()))}
+    deleted_vhosts = {str((s.old or {}).get("name")) for s in steps
+                      if s.type == engine.VHOST and s.op in ("delete", "replace") and not s.retain_on_delete}
     rows = []
     for s in (s for s in steps if s.custom and s.op != "same"):
         by_urn = old_by if s.op == "delete" else new_by
         record = by_urn[s.urn]
         physical = physical_name(record)
         family = retryable_queue_of(record, by_urn) or _bound_to(physical, _vhost(record), retryables)
-        rows.append(Row(risk(s), s.op, short_type(s.type), s.name, physical, what_changed(s, names), _notes(s),
+        vhost_deleted = s.type != engine.VHOST and _vhost_of(s) in deleted_vhosts
+        rows.append(Row(risk(s, vhost_deleted), s.op, short_type(s.type), s.name, physical, what_changed(s, names),
+                        _notes(s, vhost_deleted),
                         _vhost(record), family, relative(physical, family[1]) if family else any_level(physical),
                         any_level(what_changed(s, alike_names))))
     return rows
@@ -349,10 +368,13 @@ def _summary(m: Model, allow_data_loss: bool) -> list[str]:
     summary = [f"{counts[op]:,} to {op}" for op in ("replace", "delete", "update", "create") if counts[op]]
     options = sum(r.op == "options" for r in m.rows)
     summary += [f"{options} protect/retain change{'s' * (options != 1)}"] * bool(options)
-    flags = [("⚠️ data loss", DATA_LOSS), ("🔑 access", ACCESS), ("💥 contract", CONTRACT),
+    flags = [("⛔ fails", FAILS), ("⚠️ data loss", DATA_LOSS), ("🔑 access", ACCESS), ("💥 contract", CONTRACT),
              ("🔓 protection", PROTECTION)]
     out = ["**" + ", ".join([*summary, f"{counts['same']:,} unchanged"]) + "**"
            + "".join(f" — {label}: {by_risk[level]:,}" for label, level in flags if by_risk[level])]
+    if by_risk[FAILS]:
+        out += ["", "> ⛔ `pulumi up` would stop halfway, after replacing (and emptying) other queues: resolve the "
+                "rows marked **fails** before applying this change; ALLOW_DATA_LOSS does not waive them."]
     if by_risk[DATA_LOSS] and allow_data_loss:
         out += ["", "> ⚠️ Data loss acknowledged (ALLOW_DATA_LOSS=1 or --allow-data-loss): the queues below still "
                 "lose their messages."]
@@ -577,7 +599,9 @@ def render(steps: Sequence[Step], old: Sequence[Registered], new: Sequence[Regis
     """The review's Markdown (grouped for a comment, and in full) and the exit status."""
     m = model(steps, old, new)
     lost = any(r.risk == DATA_LOSS for r in m.rows)
-    return Review(compact(m, allow_data_loss), full(m, allow_data_loss), 2 if lost and not allow_data_loss else 0)
+    fails = any(r.risk == FAILS for r in m.rows)
+    return Review(compact(m, allow_data_loss), full(m, allow_data_loss),
+                  2 if fails or (lost and not allow_data_loss) else 0)
 
 
 def _start(stack: str, root: Path, output: IO[str]) -> subprocess.Popen[str]:
