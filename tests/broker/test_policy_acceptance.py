@@ -91,3 +91,21 @@ def test_retired_keys_are_refused_by_4_3_6_and_taken_by_3_10_8(broker: Broker) -
     by_key, _ = _probe(broker, "policies", ("ha-mode", "queue-master-locator"))
     assert all(by_key.values()) if version(broker) >= NEWEST_MEASURED else not any(by_key.values()), by_key
     assert set(by_key) <= set(RETIRED_POLICY_KEYS)
+
+
+REFUSED_TOGETHER = ({"delayed-retry-type": "all"}, {"delayed-retry-type": "failed"},
+                    {"delayed-retry-type": "returned"}, {"delayed-retry-min": 200, "delayed-retry-max": 100})
+"""Combinations the config refuses (parsers.check_delayed_retry) although each key alone is taken."""
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=KINDS.values())
+def test_delayed_retry_keys_are_refused_in_the_combinations_the_config_refuses(broker: Broker, kind: str) -> None:
+    if version(broker) < NATIVE_MIN_VERSION:
+        return  # every delayed-retry-* key is refused there (the test above)
+    with throwaway_vhost(broker) as vhost:
+        call(broker, "PUT", f"vhosts/{esc(vhost)}", {})
+        refused = [_refusal(broker, vhost, kind, "queues", d) for d in REFUSED_TOGETHER]
+        taken = [_refusal(broker, vhost, kind, "queues", d) for d in (
+            {"delayed-retry-type": "disabled"}, {"delayed-retry-type": "failed", "delayed-retry-min": 100},
+            {"delayed-retry-min": 100, "delayed-retry-max": 100})]
+    assert all(refused) and not any(taken), (refused, taken)
