@@ -187,6 +187,20 @@ def _fix(setting: Setting, queue: str) -> str:
     return f'narrow {whose} pattern so that it does not match "{queue}"'
 
 
+def _overflow_fix(length: Setting, overflow: Setting | None, role: str, retryable: str, queue: str) -> str:
+    """A fix the broker takes: RabbitMQ 3.10.8 refuses `overflow` in an operator policy (4.3.6 takes it;
+    tests/broker/test_policy_acceptance.py), but applies a user policy's overflow with an operator's lower
+    length limit (tests/broker/test_effective_policies.py)."""
+    if overflow is not None and overflow.operator:
+        return f"set the operator policy's overflow to reject-publish, or {_fix(length, queue)}"
+    if not length.operator:
+        return f"add overflow: reject-publish to that policy, or {_fix(length, queue)}"
+    ours = (f'set max_length on queue "{retryable}" (its policy then carries overflow: reject-publish, which '
+            "RabbitMQ applies with the operator's lower limit), " if role == "input" else "")
+    return (f"{ours}{_fix(length, queue)}, or add overflow: reject-publish to the operator policy (RabbitMQ 4.3.6 "
+            "takes it there, 3.10.8 refuses it)")
+
+
 WHEN_FULL = {
     "input": "dead-letters the oldest message into the retry loop before any consumer saw it, and drops it when "
              "it comes round",
@@ -247,8 +261,8 @@ def _effective_problems(retryable: RetryablePlan, settings: Mapping[str, list[Ef
                 problems.append(f'{_cause(length, effective)}: {key} {length.value} on {role} queue "{queue.name}", '
                                 "which dead-letters, without overflow reject-publish (effective: "
                                 f'{overflow.value if overflow else "drop-head"}): when full, RabbitMQ '
-                                f"{WHEN_FULL[role].format(queue=retryable.config.name)}; add overflow: "
-                                f"reject-publish to that policy, or {_fix(length, queue.name)}")
+                                f"{WHEN_FULL[role].format(queue=retryable.config.name)}; "
+                                f"{_overflow_fix(length, overflow, role, retryable.config.name, queue.name)}")
     return list(dict.fromkeys(problems))
 
 

@@ -15,7 +15,7 @@ from pulumi.runtime import config as runtime_config
 
 from .checks import TopologyError, check_logical_names, check_vhost
 from .config import ConfigError, StackConfig, load_stack_config, password_command, password_problems
-from .config.capabilities import end_of_support
+from .config.capabilities import end_of_support, version_warnings
 from .config.crosschecks import LOCK_OUT
 from .config.passwords import plain_password_problems
 from .naming import vhost_key
@@ -120,6 +120,8 @@ def read_stack_config() -> StackConfig:
         raise ConfigError(problems)
     if config.broker_version is not None and (warning := end_of_support(config.broker_version)):
         pulumi.log.warn(f"broker.version: {warning}")
+    for warning in version_warnings(config, config.broker_version):
+        pulumi.log.warn(warning)
     plans = [(vhost_key(v.name), plan_vhost(v, f"vhosts[{i}]")) for i, v in enumerate(config.vhosts)]
     # Checked here too, before any component exists, so that problems carry the stack file's key paths.
     topology = [problem for _, plan in plans for problem in check_vhost(plan)]

@@ -116,3 +116,74 @@ def test_doctor_warns_when_broker_version_is_not_the_live_one():
     raw = {"broker": {"version": "4.3.1"}, "vhosts": [vhost_config()]}
     assert diagnosis(raw, facts()).warnings == ["broker.version is 4.3.1 but the broker runs 4.3.6: preview checks "
                                                 "the wrong version; update broker.version"]
+
+
+# --- policy keys and apply-to values the broker version refuses (measured: tests/broker/test_policy_acceptance.py)
+
+OPERATOR_OVERFLOW = {"name": "ops", "pattern": "^orders", "definition": {"max-length": 1000,
+                                                                          "overflow": "reject-publish"}}
+QUORUM_ONLY = {"name": "team", "pattern": "^x$", "apply_to": "quorum_queues", "definition": {"max-length": 5}}
+TIMEOUT = {"name": "slow", "pattern": "^x$", "definition": {"consumer-timeout": 60000}}
+
+
+def with_policies(version: object = None, **policies: list[dict[str, Any]]) -> dict[str, Any]:
+    raw = {"vhosts": [vhost_config(**policies)]}
+    return raw if version is None else {"broker": {"version": version}, **raw}
+
+
+def test_3_10_refuses_operator_overflow_quorum_only_apply_to_and_newer_user_policy_keys_at_their_key_paths():
+    assert problems_of(with_policies("3.10.8", operator_policies=[OPERATOR_OVERFLOW],
+                                     policies=[QUORUM_ONLY, TIMEOUT])) == [
+        ("vhosts[0].policies[0].apply_to",
+         "apply_to: quorum_queues: RabbitMQ 3.10.8 refuses it (HTTP 400, measured), and broker.version is 3.10.8; "
+         "write apply_to: queues (RabbitMQ 3.10.8 takes queues, exchanges or all) with a pattern that matches only "
+         "the queues of that type, or upgrade the broker first (4.3.6 takes it)"),
+        ("vhosts[0].policies[1].definition.consumer-timeout",
+         "the key consumer-timeout in a policy: RabbitMQ 3.10.8 refuses it (HTTP 400, measured), and broker.version "
+         "is 3.10.8; remove it, or upgrade the broker first (4.3.6 takes it)"),
+        ("vhosts[0].operator_policies[0].definition.overflow",
+         "the key overflow in an operator policy: RabbitMQ 3.10.8 refuses it (HTTP 400, measured), and "
+         "broker.version is 3.10.8; remove it (an operator policy there takes expires, message-ttl, max-length, "
+         "max-length-bytes, max-in-memory-length, max-in-memory-bytes, delivery-limit), or upgrade the broker first "
+         "(4.3.6 takes it)")]
+
+
+def test_4_3_6_takes_them_and_nothing_is_warned():
+    from components.config.capabilities import version_warnings
+
+    config = load_stack_config(with_policies("4.3.6", operator_policies=[OPERATOR_OVERFLOW],
+                                             policies=[QUORUM_ONLY, TIMEOUT]))
+    assert version_warnings(config, config.broker_version) == []
+
+
+def test_a_version_between_the_measured_ones_is_taken_with_a_warning():
+    from components.config.capabilities import version_warnings
+
+    config = load_stack_config(with_policies("4.0.9", operator_policies=[OPERATOR_OVERFLOW]))
+    assert version_warnings(config, config.broker_version) == [
+        "vhosts[0].operator_policies[0].definition.overflow: the key overflow in an operator policy: RabbitMQ 3.10.8 "
+        "refuses it and 4.3.6 takes it; 4.0.9 was not measured: try it on a broker of that version before "
+        "`pulumi up`"]
+
+
+def test_without_a_broker_version_preview_checks_for_the_newest_broker_and_says_what_needs_which_version():
+    from components.config.capabilities import version_warnings
+
+    config = load_stack_config({"vhosts": [vhost_config(queues=[NATIVE_QUEUE], operator_policies=[
+        {**OPERATOR_OVERFLOW, "pattern": "^nothing$"}])]})
+    assert version_warnings(config, None) == [
+        "vhosts[0].queues[0].retry.strategy: strategy native (the delayed-retry-* policy keys): needs RabbitMQ 4.3.1 "
+        "or later; broker.version is not set, so preview checked it for the newest broker: set broker.version to "
+        "have it checked for yours",
+        "vhosts[0].operator_policies[0].definition.overflow: the key overflow in an operator policy: RabbitMQ 3.10.8 "
+        "refuses it, 4.3.6 takes it; broker.version is not set, so preview checked it for the newest broker: set "
+        "broker.version to have it checked for yours"]
+
+
+def test_doctor_blocks_what_the_live_broker_version_refuses():
+    found = diagnosis(with_policies(operator_policies=[OPERATOR_OVERFLOW]), facts("3.10.8"))
+    assert found.status == 2
+    assert found.blocking[0].startswith("vhosts[0].operator_policies[0].definition.overflow: the key overflow in an "
+                                        "operator policy: RabbitMQ 3.10.8 refuses it (HTTP 400, measured), and the "
+                                        "broker is 3.10.8")
+    assert diagnosis(with_policies(operator_policies=[OPERATOR_OVERFLOW]), facts()).status == 0

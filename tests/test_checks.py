@@ -214,17 +214,24 @@ def test_an_unlimited_operator_delivery_limit_does_not_lift_ours():
     assert problems(vhost_config(**operator({"delivery-limit": -1}, "^orders$"))) == []
 
 
+OPERATOR_OVERFLOW = (", or add overflow: reject-publish to the operator policy (RabbitMQ 4.3.6 takes it there, "
+                     "3.10.8 refuses it)")
+"""Every fix offered must be one the broker takes: an operator policy takes overflow on 4.3.6 only."""
+
+
 def test_a_length_limit_that_dead_letters_instead_of_refusing_publishes_is_refused():
+    # The first fix offered works on every broker: the queue's own max_length policy carries overflow.
     raw = vhost_config(queues=[{"name": "q", "type": "classic", "retry": {"delays": ["1s"]}}],
                        **operator({"max-length": 100}, "^q"))
     assert problems(raw) == [
         f'{OPS}.definition.max-length: max-length 100 on input queue "q", which dead-letters, without overflow '
         "reject-publish (effective: drop-head): when full, RabbitMQ dead-letters the oldest message into the retry "
-        "loop before any consumer saw it, and drops it when it comes round; add overflow: reject-publish to that "
-        'policy, or ' + narrow("q"),
+        "loop before any consumer saw it, and drops it when it comes round; set max_length on queue \"q\" (its "
+        "policy then carries overflow: reject-publish, which RabbitMQ applies with the operator's lower limit), "
+        + narrow("q") + OPERATOR_OVERFLOW,
         f'{OPS}.definition.max-length: max-length 100 on wait queue "q.wait.1", which dead-letters, without '
         'overflow reject-publish (effective: drop-head): when full, RabbitMQ sends the oldest message back to "q" '
-        "before its delay is over; add overflow: reject-publish to that policy, or " + narrow("q.wait.1"),
+        "before its delay is over; " + narrow("q.wait.1") + OPERATOR_OVERFLOW,
         "dead-letter cycle with no rejection in it: q → q.wait.1 → q; RabbitMQ drops such messages (remove the TTL "
         "or length limit that moves them)"]
 
@@ -244,8 +251,8 @@ def test_an_operator_overflow_other_than_reject_publish_wins_on_a_quorum_queue()
     assert problems(vhost_config(**operator({"max-length": 100, "overflow": "drop-head"}, "^orders$")))[0] == (
         f'{OPS}.definition.max-length: max-length 100 on input queue "orders", which dead-letters, without '
         "overflow reject-publish (effective: drop-head): when full, RabbitMQ dead-letters the oldest message into "
-        "the retry loop before any consumer saw it, and drops it when it comes round; add overflow: "
-        'reject-publish to that policy, or ' + narrow("orders"))
+        "the retry loop before any consumer saw it, and drops it when it comes round; set the operator policy's "
+        "overflow to reject-publish, or " + narrow("orders"))
 
 
 @pytest.mark.parametrize(("apply_to", "matched"), [

@@ -588,6 +588,17 @@ def test_every_policy_key_rabbitmq_knows_is_accepted_with_a_value_it_takes():
     assert policy.definition == {key: str(value) for key, value in definition.items()}
 
 
+def test_delayed_retry_keys_in_combinations_rabbitmq_refuses_are_refused():
+    # Measured on 4.3.6: tests/broker/test_policy_acceptance.py.
+    assert problems_of(with_policy({"delayed-retry-type": "all"})) == [
+        ("vhosts[0].policies[0].definition.delayed-retry-type", "'all' needs delayed-retry-min beside it (RabbitMQ "
+         "refuses the policy without it); add delayed-retry-min, in ms")]
+    assert problems_of(with_policy({"delayed-retry-min": 200, "delayed-retry-max": 100})) == [
+        ("vhosts[0].policies[0].definition.delayed-retry-max", "100 is below delayed-retry-min (200): RabbitMQ "
+         "refuses the policy; raise it to 200 or more")]
+    assert load_stack_config(with_policy({"delayed-retry-type": "disabled"}))
+
+
 def test_a_policy_key_rabbitmq_does_not_know_is_refused_with_the_keys_it_knows():
     assert problems_of(with_policy({"x": "true", "max-length": 1})) == [
         ("vhosts[0].policies[0].definition.x", f"not a policy key RabbitMQ knows (allowed: "

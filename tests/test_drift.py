@@ -106,8 +106,15 @@ def test_permissions_are_compared_and_undeclared_grants_are_extra() -> None:
                                             ("extra", "Permissions", "deployer")}
 
 
-def test_a_missing_vhost_is_drift() -> None:
-    assert ("missing", "VHost", "shop") in _kinds(Snapshot("shop", "test", exists=False))
+def test_a_missing_vhost_is_drift_and_pulumi_up_creates_it_only_when_the_stack_does() -> None:
+    absent = Snapshot("shop", "test", exists=False)
+    created = {(f.kind, f.type, f.name) for f in findings(
+        record(lambda: Vhost("shop", {"vhost": {**CONFIG, "existing": False}})), {"shop": absent})}
+    assert ("missing", "VHost", "shop") in created and {kind for kind, _, _ in created} == {"missing"}
+    # `existing: true` is referenced, never created: `pulumi up` fails with 404 instead (tests/broker/
+    # test_existing_vhost.py shows it on both brokers).
+    referenced = _kinds(absent)
+    assert ("uncreatable", "VHost", "shop") in referenced and {kind for kind, _, _ in referenced} == {"uncreatable"}
 
 
 @pytest.fixture

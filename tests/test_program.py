@@ -99,3 +99,26 @@ def test_program_uses_no_4x_only_setting() -> None:
     prod_policies = [r.inputs["policy"]["definition"] for r in recordings[1] if r.type.endswith(":Policy")]
     # Explicit on both brokers: 20 (4.x's default) plus orders.shipping's 3 retries.
     assert {"delivery-limit": "23"} in prod_policies
+
+
+def test_preview_refuses_what_broker_version_refuses_and_without_one_says_which_keys_need_which_version(
+        program_copy: Path, caplog: pytest.LogCaptureFixture):
+    stack_file = """
+config:
+  rabbitmq:endpoint: http://127.0.0.1:15672
+  rabbitmq-retry:%s
+  rabbitmq-retry:vhosts:
+    - name: shop
+      queues: [{name: orders, retry: {delays: [1s]}}]
+      policies: [{name: team, pattern: "^team$", apply_to: quorum_queues, definition: {max-length: 5}}]
+"""
+    (program_copy / "Pulumi.old.yaml").write_text(stack_file % 'broker: {version: "3.10.8"}')
+    with pytest.raises(pulumi.RunError) as error:
+        record_program("old", program_copy)
+    assert [path for path, _ in error.value.problems] == ["vhosts[0].policies[0].apply_to"]
+    (program_copy / "Pulumi.unset.yaml").write_text(stack_file % "protect: false")
+    with caplog.at_level("WARNING"):
+        assert record_program("unset", program_copy)
+    assert ("vhosts[0].policies[0].apply_to: apply_to: quorum_queues: RabbitMQ 3.10.8 refuses it, 4.3.6 takes it; "
+            "broker.version is not set, so preview checked it for the newest broker: set broker.version to have it "
+            "checked for yours") in [r.getMessage() for r in caplog.records]

@@ -129,6 +129,36 @@ def test_a_retained_error_queue_is_not_lost(review_of):
     assert "data loss: 4" in markdown
 
 
+def test_a_type_switch_with_retained_error_queues_is_refused_because_pulumi_up_would_stop_halfway(review_of):
+    """A retained queue is not deleted on replace: the same-name quorum create fails with 400 "inequivalent arg"
+    after the other queues were replaced (tests/broker/test_retained_error_queues.py)."""
+    old = changed(lambda c: c.update(retain_error_queues=True))
+    new = changed(lambda c: (c.update(retain_error_queues=True), c["defaults"].update(queue_type="quorum")))
+    steps, markdown, status = review_of(old, new, allow_data_loss=True)
+    error_queue = next(s for s in steps if s.name == "shop-orders-error")
+    assert error_queue.op == "replace" and risk.risk(error_queue) == risk.FAILS
+    assert status == 2, "ALLOW_DATA_LOSS must not waive a change that cannot complete"
+    assert "⛔ fails: 1" in markdown and "`pulumi up` would stop halfway" in markdown
+    assert ('| replace | Queue | `shop-orders-error` | `orders.error` | x-queue-type classic → quorum | **fails** — ⛔ '
+            "retained (retain_error_queues): `pulumi up` leaves the old queue in place, then fails to create it again "
+            '(400 "inequivalent arg") after replacing the queues before it; first move its parked messages elsewhere '
+            "and delete it by hand (`pulumi up` then creates it), or give the queue another name |") in markdown
+    _, _, without_retention = review_of(BASE, changed(lambda c: c["defaults"].update(queue_type="quorum")),
+                                        allow_data_loss=True)
+    assert without_retention == 0
+
+
+def test_removing_a_vhost_deletes_its_retained_error_queues_with_it(review_of):
+    old = changed(lambda c: c.update(retain_error_queues=True))
+    new = changed(lambda c: (c.update(retain_error_queues=True), c.update(vhosts=[])))
+    steps, markdown, _ = review_of(old, new)
+    error_queue = next(s for s in steps if s.name == "shop-orders-error")
+    assert error_queue.op == "delete" and risk.risk(error_queue, vhost_deleted=True) == risk.DATA_LOSS
+    assert "retained on the broker" not in markdown
+    assert ("**data loss** — retain_on_delete cannot keep it: deleting vhost `shop` deletes it with its messages"
+            in review_of.full)
+
+
 def test_switching_to_quorum_replaces_every_queue(review_of):
     steps, markdown, status = review_of(BASE, changed(lambda c: c["defaults"].update(queue_type="quorum")))
     replaced = {s.new["name"] for s in steps if s.type == engine.QUEUE and s.op == "replace"}

@@ -5,7 +5,7 @@ the provider connects as, and the objects already in the stack's vhosts, and rep
 - **blocking**: what makes `pulumi up` fail or the topology misbehave: a feature the version lacks (strategy
   `native` below 4.3.1, …), a disabled feature flag the stack needs, a provider user without the tags the
   stack needs, an existing queue or exchange declared with other settings (`pulumi up` fails with 400
-  "inequivalent arg", and replacing it would lose its messages);
+  "inequivalent arg", and replacing it would lose its messages), an `existing: true` vhost the broker lacks;
 - **warnings**: a series out of community support, a `broker.version` other than the live one;
 - **facts**: version, plugins, feature flags, the user and its tags.
 

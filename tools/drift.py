@@ -2,7 +2,9 @@
 
 Each declared object is read back the way pulumi-rabbitmq's Read fills its state (docs/provider.md §7) and
 compared with the program's inputs under the provider's diff rules (`tools/lib/engine.py`), so:
-- **missing**: not on the broker; `pulumi up` creates it (or fails if the stack believes it exists);
+- **missing, not created**: a vhost marked `existing: true` (referenced, never created) that is not on the
+  broker, and everything in it: `pulumi up` fails with 404 vhost_not_found;
+- **missing**: not on the broker; `pulumi up` creates it;
 - **different, immutable**: an input that forces a replacement; `pulumi up` replaces it (a queue loses its
   messages), and an import of it fails;
 - **different, mutable**: `pulumi up` overwrites it in place (policies, permissions);

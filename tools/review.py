@@ -6,8 +6,9 @@ subprocess so that BASE's own `__main__.py` and `components/` are evaluated; `to
 The review printed (and written to --output) fits one comment: identical changes are grouped, diagrams
 are drawn for retry paths whose shape or risk changed; --output-full gets every change and diagram.
 Exit status: 0 no data loss (or acknowledged with ALLOW_DATA_LOSS=1 / --allow-data-loss), 2 a queue or
-vhost is deleted or replaced, 1 error (a config error is printed as `pulumi preview` prints it). Contract
-and protection risks are flagged, and do not change it.
+vhost is deleted or replaced, or `pulumi up` would fail halfway (a retained error queue replaced under its own
+name: no acknowledgement waives that), 1 error (a config error is printed as `pulumi preview` prints it).
+Contract and protection risks are flagged, and do not change it.
 """
 
 from __future__ import annotations

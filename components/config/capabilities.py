@@ -7,10 +7,11 @@ table serves `make doctor`, which reads the version from the live broker instead
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from .model import NATIVE_MIN_VERSION, StackConfig
+from .keys import OPERATOR_POLICY_KEYS
+from .model import NATIVE_MIN_VERSION, Policy, StackConfig
 
 Version = tuple[int, int, int]
 VERSION = re.compile(r"([0-9]+)\.([0-9]+)\.([0-9]+)")
@@ -26,6 +27,25 @@ COMMUNITY_SUPPORT_ENDED: dict[tuple[int, int], str] = {
 read in 2026: RabbitMQ gives community support to the latest minor series only, so mostly the day the next
 series came out; some series' own release notes had promised later dates, e.g. 3.10's July 31st, 2023). A
 series older than these ended earlier still."""
+OLDEST_MEASURED: Version = (3, 10, 8)
+NEWEST_MEASURED: Version = (4, 3, 6)
+"""The two brokers every policy key and `apply-to` value was PUT to (tests/broker/test_policy_acceptance.py);
+versions between them were not measured."""
+NOT_ON_3_10 = (OLDEST_MEASURED, NEWEST_MEASURED)
+"""(refused by, accepted by): 3.10.8 answers 400, 4.3.6 accepts."""
+USER_POLICY_KEY_VERSIONS: dict[str, tuple[Version, Version]] = {
+    key: NOT_ON_3_10 for key in ("consumer-timeout", "target-group-size", "stream-filter-size-bytes")}
+"""User policy keys not every measured broker takes (`delayed-retry-*`, also refused by 3.10.8, are strategy
+native's keys and need `NATIVE_MIN_VERSION`). 3.10.8 still takes the `ha-*` and `queue-master-locator` keys
+that 4.3.6 refuses; the config refuses those on every version (keys.RETIRED_POLICY_KEYS)."""
+OPERATOR_POLICY_KEY_VERSIONS: dict[str, tuple[Version, Version]] = {
+    key: NOT_ON_3_10 for key in ("overflow", "queue-version")}
+"""Operator policy keys (of keys.OPERATOR_POLICY_KEYS) not every measured broker takes."""
+OPERATOR_POLICY_KEYS_ON_3_10 = tuple(k for k in OPERATOR_POLICY_KEYS if k not in OPERATOR_POLICY_KEY_VERSIONS)
+APPLY_TO_VERSIONS: dict[str, tuple[Version, Version]] = {
+    value: NOT_ON_3_10 for value in ("classic_queues", "quorum_queues", "streams")}
+"""`apply-to` values not every measured broker takes, for user and operator policies alike: 3.10.8 takes
+only queues, exchanges and all."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +54,11 @@ class Requirement:
     """Config key path that needs the feature."""
     minimum: Version
     feature: str
+    refused_by: Version | None = None
+    """The newest measured version that refuses the feature (then `minimum` is the oldest measured version that
+    takes it, and the versions between were not measured); None when `minimum` itself is known."""
+    fix: str = ""
+    """What the target version takes instead, when `refused_by` is set."""
 
 
 def parse_version(text: str) -> Version | None:
@@ -69,12 +94,68 @@ def requirements(config: StackConfig) -> Iterator[Requirement]:
                     if key.startswith("delayed-retry-"):
                         yield Requirement(f"vhosts[{i}].{kind}[{j}].definition.{key}", NATIVE_MIN_VERSION,
                                           f"the policy key {key}")
+        yield from _measured_policy_requirements(i, vhost.policies, vhost.operator_policies)
+
+
+def _measured_policy_requirements(i: int, policies: Sequence[Policy],
+                                  operator_policies: Sequence[Policy]) -> Iterator[Requirement]:
+    for kind, kind_policies, keys in (("policies", policies, USER_POLICY_KEY_VERSIONS),
+                                      ("operator_policies", operator_policies, OPERATOR_POLICY_KEY_VERSIONS)):
+        what = "an operator policy" if kind == "operator_policies" else "a policy"
+        for j, policy in enumerate(kind_policies):
+            path = f"vhosts[{i}].{kind}[{j}]"
+            if policy.apply_to in APPLY_TO_VERSIONS:
+                refused_by, accepted_by = APPLY_TO_VERSIONS[policy.apply_to]
+                yield Requirement(f"{path}.apply_to", accepted_by, f"apply_to: {policy.apply_to}", refused_by,
+                                  f"write apply_to: queues (RabbitMQ {shown(refused_by)} takes queues, exchanges or "
+                                  "all) with a pattern that matches only the queues of that type")
+            for key in policy.definition:
+                if key in keys:
+                    refused_by, accepted_by = keys[key]
+                    allowed = (f" ({what} there takes {', '.join(OPERATOR_POLICY_KEYS_ON_3_10)})"
+                               if kind == "operator_policies" else "")
+                    yield Requirement(f"{path}.definition.{key}", accepted_by, f"the key {key} in {what}",
+                                      refused_by, f"remove it{allowed}")
+
+
+def _refuses(requirement: Requirement, version: Version) -> bool:
+    """`version` lacks the feature; an unmeasured version between refusal and acceptance is not refused."""
+    if requirement.refused_by is None:
+        return version < requirement.minimum
+    return version <= requirement.refused_by
 
 
 def version_problems(config: StackConfig, version: Version, source: str = "broker.version") -> list[tuple[str, str]]:
     """(key path, problem) for each feature `version` lacks; `source` says where the version came from."""
-    return [(r.path, f"{r.feature}: needs RabbitMQ {shown(r.minimum)} or later, and {source} is {shown(version)}; "
-             f"upgrade the broker first, or change {r.path}") for r in requirements(config) if version < r.minimum]
+    problems = []
+    for r in requirements(config):
+        if not _refuses(r, version):
+            continue
+        if r.refused_by is None:
+            problems.append((r.path, f"{r.feature}: needs RabbitMQ {shown(r.minimum)} or later, and {source} is "
+                             f"{shown(version)}; upgrade the broker first, or change {r.path}"))
+        else:
+            problems.append((r.path, f"{r.feature}: RabbitMQ {shown(r.refused_by)} refuses it (HTTP 400, measured), "
+                             f"and {source} is {shown(version)}; {r.fix}, or upgrade the broker first "
+                             f"({shown(r.minimum)} takes it)"))
+    return problems
+
+
+def version_warnings(config: StackConfig, version: Version | None, source: str = "broker.version") -> list[str]:
+    """What preview cannot vouch for: without a version, every feature the oldest measured broker lacks (the
+    stack is checked for the newest broker); with one, a feature it was not measured on."""
+    warnings = []
+    for r in requirements(config):
+        if version is None and r.minimum > OLDEST_MEASURED:
+            measured = (f"RabbitMQ {shown(r.refused_by)} refuses it, {shown(r.minimum)} takes it" if r.refused_by
+                        else f"needs RabbitMQ {shown(r.minimum)} or later")
+            warnings.append(f"{r.path}: {r.feature}: {measured}; {source} is not set, so preview checked it for the "
+                            "newest broker: set broker.version to have it checked for yours")
+        elif (version is not None and r.refused_by is not None and r.refused_by < version < r.minimum):
+            warnings.append(f"{r.path}: {r.feature}: RabbitMQ {shown(r.refused_by)} refuses it and "
+                            f"{shown(r.minimum)} takes it; {shown(version)} was not measured: try it on a broker of "
+                            "that version before `pulumi up`")
+    return warnings
 
 
 def end_of_support(version: Version) -> str | None:

@@ -573,7 +573,20 @@ def parse_definition(p: Problems, path: str, raw: object,
             definition = INVALID
         elif definition is not INVALID:
             definition[str(key)] = text
+    if definition is not INVALID:
+        check_delayed_retry(p, path, definition)
     return definition
+
+
+def check_delayed_retry(p: Problems, path: str, definition: Mapping[str, str]) -> None:
+    """RabbitMQ 4.3.6 answers 400 to these combinations (tests/broker/test_policy_acceptance.py)."""
+    kind, low, high = (definition.get(f"delayed-retry-{k}") for k in ("type", "min", "max"))
+    if kind not in (None, "disabled") and low is None:
+        p.add(f"{path}.delayed-retry-type", f"{kind!r} needs delayed-retry-min beside it (RabbitMQ refuses the policy "
+              "without it); add delayed-retry-min, in ms")
+    if low is not None and high is not None and int(high) < int(low):
+        p.add(f"{path}.delayed-retry-max", f"{high} is below delayed-retry-min ({low}): RabbitMQ refuses the policy; "
+              f"raise it to {low} or more")
 
 
 def parse_policy(p: Problems, path: str, index: int, raw: object,

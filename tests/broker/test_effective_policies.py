@@ -56,6 +56,20 @@ def _publish(channel: BlockingChannel, exchange: str, routing_key: str, body: by
     channel.basic_publish(exchange, routing_key, body, pika.BasicProperties(delivery_mode=2), mandatory=True)
 
 
+def _publish_confirmed(channel: BlockingChannel, queue: str, count: int) -> tuple[list[bytes], list[bytes]]:
+    """Publish `count` messages to `queue` with confirms: (confirmed bodies, bodies the broker nacked)."""
+    confirmed, refused = [], []
+    for n in range(count):
+        body = f"m{n}".encode()
+        try:
+            _publish(channel, "", queue, body)
+        except NackError:
+            refused.append(body)
+        else:
+            confirmed.append(body)
+    return confirmed, refused
+
+
 def _take(channel: BlockingChannel, queue: str) -> int:
     """The delivery tag of the next message `queue` delivers (within QUIET_S)."""
     deadline = time.monotonic() + QUIET_S
@@ -192,20 +206,32 @@ def test_an_operator_max_length_on_quorum_queues_refuses_publishes_and_loses_not
     deployment = deploy(config)
     _in_force(broker, deployment.vhost, "q", "max-length", 1)
     with _channel(broker, deployment.vhost) as channel:
-        confirmed, refused = [], []
-        for n in range(5):
-            body = f"m{n}".encode()
-            try:
-                _publish(channel, "", "q", body)
-            except NackError:
-                refused.append(body)        # reject-publish: the publisher knows (quorum queues refuse once over)
-            else:
-                confirmed.append(body)
-        assert refused
+        confirmed, refused = _publish_confirmed(channel, "q", 5)
+        assert refused                      # reject-publish: the publisher knows (quorum queues refuse once over)
         for _ in confirmed:                 # every confirmed message retried once, through the limited wait tier
             channel.basic_reject(_take(channel, "q"), requeue=False)
         assert sorted(_drain(channel, "q")) == confirmed
 
+
+
+def test_an_operator_max_length_on_a_classic_queue_with_its_own_max_length_refuses_publishes_and_loses_nothing(
+        broker: Broker, deploy: Deployer) -> None:
+    """The fix preview offers on every broker (3.10.8 refuses overflow in an operator policy): the queue's own
+    max_length, whose policy carries overflow reject-publish, which the broker keeps under the operator's lower
+    max-length."""
+    config = {"queues": [{"name": "q", "type": "classic", "max_length": 1000, "retry": {"delays": [f"{TTL_MS}ms"]}}],
+              "operator_policies": [{"name": "length", "pattern": "^q$", "definition": {"max-length": 2}}]}
+    unfixed = {**config, "queues": [{k: v for k, v in config["queues"][0].items() if k != "max_length"}]}
+    assert any('set max_length on queue "q"' in problem for problem in _problems(deploy.vhost, unfixed))
+    assert _problems(deploy.vhost, config) == []
+    deployment = deploy(config)
+    _in_force(broker, deployment.vhost, "q", "max-length", 2)
+    _in_force(broker, deployment.vhost, "q", "overflow", "reject-publish")
+    with _channel(broker, deployment.vhost) as channel:
+        confirmed, refused = _publish_confirmed(channel, "q", 4)
+        assert refused, "the operator's max-length refused nothing"
+        assert sorted(_drain(channel, "q")) == confirmed, "a confirmed message left the queue unseen"
+        assert _drain(channel, "q.wait.1", quiet_s=0.5) == []
 
 # --- the quorum error queue's delivery limit -------------------------------------------------------------
 

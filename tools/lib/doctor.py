@@ -12,7 +12,14 @@ from typing import Any
 
 from components import Vhost
 from components.config import StackConfig, load_stack_config
-from components.config.capabilities import Version, end_of_support, parse_version, shown, version_problems
+from components.config.capabilities import (
+    Version,
+    end_of_support,
+    parse_version,
+    shown,
+    version_problems,
+    version_warnings,
+)
 from components.config.model import Limits
 from components.naming import vhost_key
 from tools.lib import drift
@@ -73,11 +80,13 @@ def diagnose(config: StackConfig, records: Sequence[Registered], facts: LiveFact
         found.warnings.append(f"the broker reports version {facts.version!r}, which is not X.Y.Z: versions not checked")
     else:
         found.blocking += [f"{path}: {problem}" for path, problem in version_problems(config, version, "the broker")]
+        found.warnings += version_warnings(config, version, "the broker")
         if warning := end_of_support(version):
             found.warnings.append(warning)
         if config.broker_version is not None and config.broker_version != version:
             found.warnings.append(f"broker.version is {shown(config.broker_version)} but the broker runs "
                                   f"{facts.version}: preview checks the wrong version; update broker.version")
+    found.blocking += _absent_existing_vhosts(config, facts)
     found.blocking += _feature_flag_problems(config, facts, version)
     found.blocking += _tag_problems(config, facts)
     for finding in drift.findings(records, dict(facts.snapshots)):
@@ -86,6 +95,16 @@ def diagnose(config: StackConfig, records: Sequence[Registered], facts: LiveFact
                                   f"with other settings ({finding.detail}): `pulumi up` fails with 400 "
                                   "\"inequivalent arg\"; drain and delete it, or declare it as it is")
     return found
+
+
+def _absent_existing_vhosts(config: StackConfig, facts: LiveFacts) -> list[str]:
+    """An `existing: true` vhost is referenced, never created: if the broker lacks it, `pulumi up` fails."""
+    return [f"vhosts[{i}].existing: vhost {vhost.name!r} is not on the broker, and an existing vhost is referenced, "
+            "never created: `pulumi up` fails with 404 vhost_not_found; create it first (`rabbitmqctl add_vhost "
+            f"{vhost.name}`), or set vhosts[{i}].existing: false so that the stack creates it (and deletes it with "
+            "the stack)"
+            for i, vhost in enumerate(config.vhosts)
+            if vhost.existing and (snapshot := facts.snapshots.get(vhost.name)) is not None and not snapshot.exists]
 
 
 def _feature_flag_problems(config: StackConfig, facts: LiveFacts, version: Version | None) -> list[str]:

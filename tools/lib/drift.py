@@ -24,7 +24,8 @@ passwords unreadable, so they are not compared."""
 @dataclass(frozen=True)
 class Finding:
     kind: str
-    """"missing", "immutable", "mutable" or "extra"."""
+    """"uncreatable" (in an `existing: true` vhost that is not on the broker), "missing", "immutable", "mutable"
+    or "extra"."""
     vhost: str
     type: str
     """Short type: Queue, Exchange, Binding, Policy, OperatorPolicy."""
@@ -208,15 +209,20 @@ def _record_label(record: Registered) -> str:
 def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_user: str = "") -> list[Finding]:
     """Missing, different and extra objects of every vhost in `snapshots`; `own_user`: see `extras`."""
     found: list[Finding] = []
+    created = {r.inputs.get("name") for r in records if r.type == engine.VHOST}
     for vhost, snapshot in snapshots.items():
+        # An `existing: true` vhost is referenced, never created: without it `pulumi up` fails with 404.
+        absent = "missing" if snapshot.exists or vhost in created else "uncreatable"
         if not snapshot.exists:
-            found.append(Finding("missing", vhost, "VHost", vhost, "the vhost itself, with everything in it"))
+            found.append(Finding(absent, vhost, "VHost", vhost, "the vhost itself, with everything in it"
+                                 if absent == "missing" else "declared `existing: true`, so never created"))
         mine = [r for r in records if r.custom and r.type in DRIFT_COMPARED and r.inputs.get("vhost") == vhost]
         for record in mine:
             result = compare(record, snapshot)
             label, kind = _record_label(record), engine.short_type(record.type)
             if not result.present:
-                found.append(Finding("missing", vhost, kind, label, f"`pulumi up` creates it ({record.name})"))
+                found.append(Finding(absent, vhost, kind, label, f"`pulumi up` creates it ({record.name})"
+                                     if absent == "missing" else f"its vhost does not exist ({record.name})"))
             elif result.immutable:
                 found.append(Finding("immutable", vhost, kind, label, _changes(result, result.immutable)))
             elif result.changed:
@@ -239,6 +245,9 @@ def _changes(result: Comparison, paths: list[str]) -> str:
 
 
 HEADINGS = {
+    "uncreatable": ("Missing, not created by `pulumi up`", "the stack references the vhost (`existing: true`) and "
+                    "never creates it, and it is not on the broker: `pulumi up` fails with 404 vhost_not_found; "
+                    "create the vhost first, or set the vhost's `existing: false` so that the stack creates it"),
     "missing": ("Missing", "declared by the stack, not on the broker: `pulumi up` creates it"),
     "immutable": ("Different, immutable", "an input that forces a replacement: `pulumi up` would replace it "
                   "(a queue loses its messages) or fail, and an import fails"),

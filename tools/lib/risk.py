@@ -1,5 +1,6 @@
-"""The risk of each change a review lists, most serious first: data loss, access, contract (running
-consumers of the old retry contract break), protection (a safeguard turned off), or safe."""
+"""The risk of each change a review lists, most serious first: fails (`pulumi up` stops halfway), data loss,
+access, contract (running consumers of the old retry contract break), protection (a safeguard turned off), or
+safe."""
 
 from __future__ import annotations
 
@@ -10,20 +11,33 @@ from tools.lib import engine
 from tools.lib.engine import Step
 from tools.lib.permissions import widens
 
-DATA_LOSS, ACCESS, CONTRACT, PROTECTION, SAFE = "data loss", "access", "contract", "protection", "safe"
-ORDER = {DATA_LOSS: 0, ACCESS: 1, CONTRACT: 2, PROTECTION: 3, SAFE: 4}
+FAILS, DATA_LOSS, ACCESS, CONTRACT, PROTECTION, SAFE = "fails", "data loss", "access", "contract", "protection", "safe"
+ORDER = {FAILS: 0, DATA_LOSS: 1, ACCESS: 2, CONTRACT: 3, PROTECTION: 4, SAFE: 5}
 """Most serious first."""
-MUST_SEE = frozenset({DATA_LOSS, ACCESS, CONTRACT, PROTECTION})
+MUST_SEE = frozenset({FAILS, DATA_LOSS, ACCESS, CONTRACT, PROTECTION})
 """Rows a review never groups into a count or drops, whatever its length."""
 HOLDS_MESSAGES = frozenset({engine.QUEUE, engine.VHOST})
 """Every queue we declare can hold messages (input, wait tier, error, plain); a vhost holds its queues."""
 GRANTS = frozenset({engine.PERMISSIONS, engine.TOPIC_PERMISSIONS, engine.USER})
 
 
-def risk(step: Step) -> str:
-    """data loss: a queue or vhost deleted (unless retained on the broker) or replaced; access: a grant
-    created, moved or widened; safe: everything else (policies, exchanges, bindings, revocations)."""
-    if step.type in HOLDS_MESSAGES and (step.op == "replace" or (step.op == "delete" and not step.retain_on_delete)):
+def fails_halfway(step: Step, vhost_deleted: bool = False) -> bool:
+    """A retained (retain_on_delete) queue replaced under its own name in a vhost that stays: `pulumi up` does not
+    delete it, so creating it again with other settings fails with 400 "inequivalent arg" after the replacements
+    before it (tests/broker/test_retained_error_queues.py)."""
+    old, new = step.old or {}, step.new or {}
+    return (step.op == "replace" and step.type == engine.QUEUE and step.retain_on_delete and not vhost_deleted
+            and (old.get("name"), old.get("vhost")) == (new.get("name"), new.get("vhost")))
+
+
+def risk(step: Step, vhost_deleted: bool = False) -> str:
+    """fails: see `fails_halfway`; data loss: a queue or vhost deleted or replaced (a deleted queue retained on
+    the broker is not lost, unless `vhost_deleted`: deleting its vhost deletes it); access: a grant created,
+    moved or widened; safe: everything else (policies, exchanges, bindings, revocations)."""
+    if fails_halfway(step, vhost_deleted):
+        return FAILS
+    if step.type in HOLDS_MESSAGES and (step.op == "replace" or (
+            step.op == "delete" and (not step.retain_on_delete or vhost_deleted))):
         return DATA_LOSS
     if step.type in GRANTS and (step.op in ("create", "replace") or (step.op == "update" and widens(step))):
         return ACCESS

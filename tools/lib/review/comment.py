@@ -22,6 +22,7 @@ from tools.lib.risk import (
     ACCESS,
     CONTRACT,
     DATA_LOSS,
+    FAILS,
     MUST_SEE,
     PROTECTION,
 )
@@ -59,10 +60,13 @@ def _summary(m: Model, allow_data_loss: bool) -> list[str]:
     summary = [f"{counts[op]:,} to {op}" for op in ("replace", "delete", "update", "create") if counts[op]]
     options = sum(r.op == "options" for r in m.rows)
     summary += [f"{options} protect/retain change{'s' * (options != 1)}"] * bool(options)
-    flags = [("⚠️ data loss", DATA_LOSS), ("🔑 access", ACCESS), ("💥 contract", CONTRACT),
+    flags = [("⛔ fails", FAILS), ("⚠️ data loss", DATA_LOSS), ("🔑 access", ACCESS), ("💥 contract", CONTRACT),
              ("🔓 protection", PROTECTION)]
     out = ["**" + ", ".join([*summary, f"{counts['same']:,} unchanged"]) + "**"
            + "".join(f" — {label}: {by_risk[level]:,}" for label, level in flags if by_risk[level])]
+    if by_risk[FAILS]:
+        out += ["", "> ⛔ `pulumi up` would stop halfway, after replacing (and emptying) other queues: resolve the "
+                "rows marked **fails** before applying this change; ALLOW_DATA_LOSS does not waive them."]
     if by_risk[DATA_LOSS] and allow_data_loss:
         out += ["", "> ⚠️ Data loss acknowledged (ALLOW_DATA_LOSS=1 or --allow-data-loss): the queues below still "
                 "lose their messages."]
@@ -215,4 +219,6 @@ def render(steps: Sequence[Step], old: Sequence[Registered], new: Sequence[Regis
     """The review's Markdown (grouped for a comment, and in full) and the exit status."""
     m = model(steps, old, new)
     lost = any(r.risk == DATA_LOSS for r in m.rows)
-    return Review(compact(m, allow_data_loss), full(m, allow_data_loss), 2 if lost and not allow_data_loss else 0)
+    fails = any(r.risk == FAILS for r in m.rows)
+    return Review(compact(m, allow_data_loss), full(m, allow_data_loss),
+                  2 if fails or (lost and not allow_data_loss) else 0)

@@ -29,6 +29,7 @@ from tools.lib.risk import (
     PROTECTION,
     SAFE,
     contract_breaks,
+    fails_halfway,
     option_risk,
     risk,
 )
@@ -93,13 +94,25 @@ def _created(step: Step) -> list[str]:
     return []
 
 
-def _notes(step: Step) -> str:
+def _notes(step: Step, vhost_deleted: bool = False) -> str:
     notes = []
     if step.protect and step.op in ("delete", "replace"):
         notes.append("🔒 protected: `pulumi up` will refuse until unprotected")
-    if step.retain_on_delete and step.op == "delete":
+    if fails_halfway(step, vhost_deleted):
+        notes.append("⛔ retained (retain_error_queues): `pulumi up` leaves the old queue in place, then fails to "
+                     'create it again (400 "inequivalent arg") after replacing the queues before it; first move its '
+                     "parked messages elsewhere and delete it by hand (`pulumi up` then creates it), or give the "
+                     "queue another name")
+    elif step.retain_on_delete and step.op == "delete" and vhost_deleted:
+        notes.append(f"retain_on_delete cannot keep it: deleting vhost {markdown.code(_vhost_of(step))} deletes it "
+                     "with its messages")
+    elif step.retain_on_delete and step.op == "delete":
         notes.append("retained on the broker with its messages (retain_on_delete), no longer managed")
     return "".join(f" — {note}" for note in notes)
+
+
+def _vhost_of(step: Step) -> str:
+    return str((step.old or step.new or {}).get("vhost", "/"))
 OP_ORDER = {"replace": 0, "delete": 1, "update": 2, "create": 3, "options": 4}
 RETRYABLE = "RetryableQueue"
 
@@ -189,14 +202,18 @@ def _step_rows(steps: Sequence[Step], old_by: Mapping[str, Registered], new_by: 
             if (family := retryable_queue_of(record, by)) is not None:
                 alike_names[urn] = relative(physical_name(record), family[1])
     retryables = {key for by in (old_by, new_by) for key in contracts(list(by.values()))}
+    deleted_vhosts = {str((s.old or {}).get("name")) for s in steps
+                      if s.type == engine.VHOST and s.op in ("delete", "replace") and not s.retain_on_delete}
     rows = []
     for s in (s for s in steps if s.custom and s.op != "same"):
         by_urn = old_by if s.op == "delete" else new_by
         record = by_urn[s.urn]
         physical = physical_name(record)
         family = retryable_queue_of(record, by_urn) or _bound_to(physical, _vhost(record), retryables)
-        rows.append(Row(risk(s), s.op, short_type(s.type), s.name, physical, what_changed(s, names), _notes(s),
-                        _vhost(record), family, relative(physical, family[1]) if family else any_level(physical),
+        vhost_deleted = s.type != engine.VHOST and _vhost_of(s) in deleted_vhosts
+        rows.append(Row(risk(s, vhost_deleted), s.op, short_type(s.type), s.name, physical, what_changed(s, names),
+                        _notes(s, vhost_deleted), _vhost(record), family,
+                        relative(physical, family[1]) if family else any_level(physical),
                         any_level(what_changed(s, alike_names))))
     return rows
 
