@@ -91,3 +91,12 @@ def check_args(component: str, args: object, options: tuple[Option, ...]) -> Map
     if problems:
         raise ConfigError(problems)
     return args
+
+
+def instance_of(kind: type, what: str) -> Callable[[object], str | None]:
+    """An object of `kind` (a plan, a component), described as `what` when it is not."""
+
+    def check(value: object) -> str | None:
+        return None if isinstance(value, kind) else f"expected {what}, got {type(value).__name__}"
+
+    return check

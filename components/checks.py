@@ -22,10 +22,9 @@ from dataclasses import dataclass
 
 from pulumi.errors import RunError
 
-from . import naming
 from .config import DEFAULT_DELIVERY_LIMIT
 from .effective import Effective, PolicyIndex, Setting, effective_settings, winners
-from .plan import (
+from .entries import (
     BindingPlan,
     DelayLevelsPlan,
     ExchangePlan,
@@ -34,8 +33,8 @@ from .plan import (
     RetryablePlan,
     Tier,
     VhostPlan,
-    logical_names,
 )
+from .layout import logical_names
 
 
 class TopologyError(RunError):
@@ -211,8 +210,7 @@ WHEN_FULL = {
 def _effective_problems(retryable: RetryablePlan, settings: Mapping[str, list[Effective]]) -> list[str]:
     """What the merged policies do to one retryable queue's input, wait and error queues."""
     problems: list[str] = []
-    retry = retryable.config.retry
-    assert retry is not None
+    retry = retryable.retry
     tiers: dict[str, Tier] = {t.queue: t for t in retryable.tiers}
     for queue in retryable.queues:
         for effective in settings[queue.name]:
@@ -240,7 +238,7 @@ def _effective_problems(retryable: RetryablePlan, settings: Mapping[str, list[Ef
                     problems.append(f'{_cause(ttl, effective)}: message-ttl {ttl.value} on wait queue '
                                     f'"{queue.name}" is not the tier\'s delay ({delay} ms): RabbitMQ retries '
                                     f"after {ttl.value} ms instead; {_fix(ttl, queue.name)}")
-            if role == "input" and retry.strategy == "native":
+            if role == "input" and retryable.strategy_module.DELIVERY_LIMIT_IS_MAX_RETRIES:
                 limit = effective.get("delivery-limit") or Setting(DEFAULT_DELIVERY_LIMIT, "")
                 if limit.value != retry.max_retries:
                     problems.append(f'{_cause(limit, effective)}: delivery-limit {limit.value} on quorum queue '
@@ -273,21 +271,8 @@ def check_vhost(plan: VhostPlan, extra_policies: Iterable[PolicyPlan] = ()) -> l
                 for name, queue in graph.queues.items()}
     problems = _overlaps(graph)
     for retryable in plan.retryables:
-        queue = retryable.config.name
-        if retryable.strategy == "native":
-            continue  # the message waits in its own queue: no retry path to check
-        if retryable.strategy == "levels":
-            problems += _levels_paths(graph, retryable)
-            continue
-        requeue = route(graph, f"{queue}.requeue", None)
-        if requeue != {queue}:
-            problems.append(f'retry path of "{queue}" returns to {sorted(requeue or [])} instead of exactly '
-                            f'"{queue}"; remove other bindings from "{queue}.requeue"')
-        for tier in retryable.tiers:
-            reached = route(graph, retryable.retry_exchange, tier.routing_key)
-            if reached != {tier.queue}:
-                problems.append(f'"{retryable.retry_exchange}" routes {tier.routing_key} to {sorted(reached or [])} '
-                                f'instead of exactly "{tier.queue}"')
+        problems += retryable.strategy_module.path_problems(
+            retryable, lambda exchange, key: route(graph, exchange, key))
     for name, queue in sorted(graph.queues.items()):
         dlx = queue.arguments.get("x-dead-letter-exchange")
         if not isinstance(dlx, str):
@@ -302,22 +287,6 @@ def check_vhost(plan: VhostPlan, extra_policies: Iterable[PolicyPlan] = ()) -> l
     if plan.delay_levels is not None:
         problems += _delay_level_problems(plan.delay_levels, settings)
     return problems + _automatic_cycles(graph, settings)
-
-
-def _levels_paths(graph: _Graph, retryable: RetryablePlan) -> list[str]:
-    """A delayed copy of `Q` published to the top level goes first to the highest level its delay has a bit
-    for, and with no bit left, back to exactly `Q`."""
-    queue, levels = retryable.config.name, retryable.levels
-    problems = []
-    expected = {level: {naming.delay_level(level)} for level in range(levels.levels)}
-    for level, units in ((None, 0), *((level, 2**level) for level in range(levels.levels))):
-        key = naming.delay_routing_key(units, queue)
-        reached = route(graph, retryable.delay_exchange, key)
-        want = {queue} if level is None else expected[level]
-        if reached != want:
-            problems.append(f'"{retryable.delay_exchange}" routes a delay of {units} units for "{queue}" to '
-                            f"{sorted(reached or [])} instead of exactly {sorted(want)}")
-    return problems
 
 
 def _delay_level_problems(levels: DelayLevelsPlan, settings: Mapping[str, list[Effective]]) -> list[str]:
@@ -353,10 +322,10 @@ def stale_policies(plan: VhostPlan) -> list[str]:
                for queue in graph.queues.values() for p in index.matching_queue(queue)}
     matched |= {id(p) for index in (graph.policies, graph.operator_policies)
                 for exchange in graph.exchanges for p in index.matching_exchange(exchange)}
-    return [f'{p.source}: {"operator " if p in plan.operator_policies else ""}policy "{p.name}" (pattern '
+    return [f'{p.source}: {"operator " if p.role == "operator" else ""}policy "{p.name}" (pattern '
             f'{p.pattern!r}, apply-to {p.apply_to}) matches no queue or exchange this stack plans in vhost '
             f'"{plan.config.name}"; if a queue was renamed, update the pattern, otherwise ignore this'
-            for p in (*plan.policies, *plan.operator_policies) if p.source and id(p) not in matched]
+            for p in (*plan.policies, *plan.operator_policies) if p.role != "queue" and id(p) not in matched]
 
 
 def check_logical_names(components: Iterable[tuple[str, VhostPlan]]) -> list[str]:

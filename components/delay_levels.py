@@ -8,11 +8,12 @@ from typing import Any, NotRequired, TypedDict
 import pulumi
 
 from . import layout, naming
-from .arguments import PROTECT_QUEUES, Option, check_args, input_string, mapping_or
+from .arguments import PROTECT_QUEUES, Option, check_args, input_string, instance_of, mapping_or
 from .config import ConfigError, load_delay_levels
 from .config import DelayLevels as DelayLevelsConfig
-from .plan import DelayLevelsPlan, plan_delay_levels
+from .entries import DelayLevelsPlan
 from .resources import Scope, declare_children
+from .strategies.levels import plan_delay_levels
 
 TYPE_TOKEN = "rabbitmq-retry:index:DelayLevels"
 
@@ -24,6 +25,9 @@ class DelayLevelsArgs(TypedDict):
     """Vhost of every object. Immutable: changing it replaces them all (waiting messages are lost)."""
     delay_levels: NotRequired[DelayLevelsConfig | Mapping[str, Any]]
     """In the stack config's `delay_levels` shape (`unit`, `max_delay`, `type`); default 1s up to 1d, quorum."""
+    plan: NotRequired[DelayLevelsPlan]
+    """Instead of `delay_levels`: the levels as a vhost's plan has them (`VhostPlan.delay_levels`), as the Vhost
+    component passes them, so that they are planned once."""
     protect_queues: NotRequired[bool]
     """`protect` every level queue: Pulumi refuses to delete or replace them."""
 
@@ -31,6 +35,7 @@ class DelayLevelsArgs(TypedDict):
 OPTIONS = (
     Option("vhost", input_string, missing='the vhost of every object, e.g. "payments"'),
     Option("delay_levels", mapping_or(DelayLevelsConfig, "delay_levels")),
+    Option("plan", instance_of(DelayLevelsPlan, "a DelayLevelsPlan (VhostPlan.delay_levels)")),
     PROTECT_QUEUES,
 )
 
@@ -39,11 +44,15 @@ class DelayLevels(pulumi.ComponentResource):
     """Level k (0 ≤ k < levels): topic exchange and queue `rabbitmq-retry.delay.<k>`, holding a message
     `unit × 2^k` (TTL by policy), then passing it one level down; after level 0, topic exchange
     `rabbitmq-retry.delay.deliver` routes it to the queue its routing key names. A Vhost component declares one
-    when a queue has strategy `levels`; declare one yourself only beside RetryableQueues of your own."""
+    when a queue has strategy `levels`; declare one yourself only beside RetryableQueues of your own, and hand
+    it to each of them (RetryableQueue's `delay_levels`)."""
 
+    plan: DelayLevelsPlan
+    """What it registers; a `levels` RetryableQueue computes its contract from these levels."""
+    vhost: pulumi.Input[str]
+    """The vhost it was given."""
     delivery_exchange: pulumi.Output[str]
-    """Where a message whose delay is over goes; each `levels` queue is bound to it (RetryableQueue's
-    `delivery_exchange`)."""
+    """Where a message whose delay is over goes; each `levels` queue is bound to it."""
     delay_exchange: pulumi.Output[str]
     """The top level: where a consumer publishes a delayed copy (the contract's `delay_exchange`)."""
     queues: pulumi.Output[list[str]]
@@ -55,13 +64,21 @@ class DelayLevels(pulumi.ComponentResource):
     def __init__(self, name: str, args: DelayLevelsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         where = f"DelayLevels({name})"
         checked = check_args(where, args, OPTIONS)
-        config = checked.get("delay_levels", {})
-        if not isinstance(config, DelayLevelsConfig):
-            config = load_delay_levels(config, f"{where}.delay_levels")
-        if config.levels < 1:
-            raise ConfigError([(f"{where}.delay_levels", "no level: max_delay must be at least unit")])
+        if "plan" in checked:
+            if "delay_levels" in checked:
+                raise ConfigError([(f"{where}.delay_levels", "the plan holds the levels; pass one of plan and "
+                                    "delay_levels")])
+            plan: DelayLevelsPlan = checked["plan"]
+        else:
+            config = checked.get("delay_levels", {})
+            if not isinstance(config, DelayLevelsConfig):
+                config = load_delay_levels(config, f"{where}.delay_levels")
+            if config.levels < 1:
+                raise ConfigError([(f"{where}.delay_levels", "no level: max_delay must be at least unit")])
+            plan = plan_delay_levels(config)
         super().__init__(TYPE_TOKEN, name, None, opts)
-        self.plan: DelayLevelsPlan = plan_delay_levels(config)
+        self.plan = plan
+        self.vhost = checked["vhost"]
         scope = Scope(self, checked["vhost"], protect_queues=checked.get("protect_queues", False))
         declare_children(scope, name, layout.DELAY_LEVELS, self.plan)
         self.delivery_exchange = scope.names[("Exchange", naming.DELIVERY_EXCHANGE)]

@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .naming import VHOST_KEY
+from .naming import DELAY_LEVELS_KEY, VHOST_KEY, logical_name, retryable_key
 
 if TYPE_CHECKING:
-    from .plan import DelayLevelsPlan, PermissionPlan, RetryablePlan, VhostPlan
+    from .entries import DelayLevelsPlan, PermissionPlan, RetryablePlan, VhostPlan
 
 PlanT = TypeVar("PlanT")
 
@@ -69,7 +69,6 @@ DELAY_LEVELS: tuple[Slot[DelayLevelsPlan], ...] = (
     Slot("Binding", lambda plan: plan.bindings, _key),
 )
 """Children of a DelayLevels component (a vhost's shared delay levels), whose plan is a `DelayLevelsPlan`."""
-DELAY_LEVELS_KEY = "delay-levels"
 
 VHOST: tuple[Slot[VhostPlan], ...] = (
     Slot("VHost", _created_vhost, lambda _: VHOST_KEY),
@@ -78,7 +77,7 @@ VHOST: tuple[Slot[VhostPlan], ...] = (
     Slot("Queue", lambda plan: plan.queues, _key),
     # Before the retryable queues: a `levels` queue is bound to the delivery exchange.
     Slot("DelayLevels", _delay_levels, lambda _: DELAY_LEVELS_KEY),
-    Slot("RetryableQueue", lambda plan: plan.retryables, lambda retryable: retryable.config.name),
+    Slot("RetryableQueue", lambda plan: plan.retryables, lambda retryable: retryable_key(retryable.config.name)),
     # After every exchange and queue: a binding refers to both by their resources' outputs.
     Slot("Binding", lambda plan: plan.bindings, _key),
     Slot("OperatorPolicy", lambda plan: plan.operator_policies, _key),
@@ -90,11 +89,6 @@ VHOST: tuple[Slot[VhostPlan], ...] = (
 
 NESTED: dict[str, tuple[Slot[Any], ...]] = {"RetryableQueue": RETRYABLE_QUEUE, "DelayLevels": DELAY_LEVELS}
 """Child kinds that are components themselves, with their layout; the entry is their plan."""
-
-
-def logical_name(component: str, key: str) -> str:
-    """A child's Pulumi name. Joined with "-", so distinct keys can meet: see `checks.check_logical_names`."""
-    return f"{component}-{key}"
 
 
 def children(component: str, layout: Iterable[Slot[PlanT]], plan: PlanT) -> Iterator[tuple[Slot[PlanT], str, Any]]:

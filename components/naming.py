@@ -1,8 +1,8 @@
-"""Physical RabbitMQ names, Pulumi logical keys and policy patterns.
+"""Physical RabbitMQ names, Pulumi logical keys and policy patterns: every name this project mints.
 
 Every name here is part of the deployed contract: changing a physical name, or a logical key
 (which is part of a resource's URN), replaces the resource and loses the messages of a queue.
-`tests/snapshots/` pins them.
+`tests/snapshots/` and `tests/recordings/` pin them. The planners take every name from here.
 """
 
 from __future__ import annotations
@@ -49,11 +49,9 @@ def derived_queue_names(queue: str, tiers: int) -> list[str]:
     return [queue, *(wait_queue(queue, n) for n in range(1, tiers + 1)), error_queue(queue)]
 
 
-def derived_exchange_names(queue: str, strategy: str = "tiers") -> list[str]:
-    """`native` retries inside the queue itself, `levels` through the vhost's delay levels: only the error
-    exchange remains."""
-    if strategy in ("native", "levels"):
-        return [error_exchange(queue)]
+def derived_exchange_names(queue: str) -> list[str]:
+    """Every exchange a retryable queue `queue` of strategy `tiers` owns (the other strategies keep only the
+    error exchange: `strategies.<name>.owned_names`)."""
     return [retry_exchange(queue), requeue_exchange(queue), error_exchange(queue)]
 
 
@@ -102,13 +100,54 @@ def exact_pattern(name: str) -> str:
     return f"^{re.escape(name)}$"
 
 
-VHOST_KEY = "vhost"
-"""Logical key of the VHost resource a Vhost component creates."""
+# --- Logical keys ---------------------------------------------------------------------------------------------
+# A component's child is registered as `logical_name(component, key)`; the key is part of its URN.
+
+
+def logical_name(component: str, key: str) -> str:
+    """A child's Pulumi name. Joined with "-", so distinct keys can meet: see `checks.check_logical_names`."""
+    return f"{component}-{key}"
 
 
 def vhost_key(vhost: str) -> str:
     """Logical name of a vhost component: the vhost name, path-escaped so `/` cannot appear."""
     return quote(vhost, safe="")
+
+
+VHOST_KEY = "vhost"
+"""The VHost resource a Vhost component creates."""
+DELAY_LEVELS_KEY = "delay-levels"
+"""The DelayLevels component of a Vhost component."""
+
+
+def retryable_key(queue: str) -> str:
+    """A RetryableQueue component of a Vhost component: the queue's name."""
+    return queue
+
+
+def exchange_key(exchange: str) -> str:
+    """A config exchange of a vhost."""
+    return f"exchange-{exchange}"
+
+
+def plain_queue_key(queue: str) -> str:
+    """A queue without retries."""
+    return f"queue-{queue}"
+
+
+def plain_queue_policy_key(queue: str) -> str:
+    """The limits policy of a queue without retries."""
+    return f"queue-{queue}-policy"
+
+
+def config_policy_key(policy: str) -> str:
+    """A vhost's `policies[]` entry."""
+    return f"policy-{policy}"
+
+
+def operator_policy_key(policy: str) -> str:
+    """A vhost's `operator_policies[]` entry."""
+    return f"operator-policy-{policy}"
 
 
 def binding_key(queue: str, exchange: str, routing_key: str, arguments: Mapping[str, object]) -> str:
@@ -118,6 +157,76 @@ def binding_key(queue: str, exchange: str, routing_key: str, arguments: Mapping[
         digest = hashlib.sha256(json.dumps(arguments, sort_keys=True).encode()).hexdigest()[:8]
         key = f"{key}-{digest}"
     return key
+
+
+def permissions_key(user: str) -> str:
+    return f"permissions-{user}"
+
+
+def user_key(user: str) -> str:
+    return f"user-{user}"
+
+
+def topic_permissions_key(user: str) -> str:
+    return f"topic-{permissions_key(user)}"
+
+
+# Children of a RetryableQueue component.
+INPUT_KEY = "input"
+ERROR_KEY = "error"
+QUEUE_POLICY_KEY = "policy"
+"""The input queue's policy (limits; `native`: its delays too)."""
+ERROR_POLICY_KEY = "error-policy"
+RETRY_EXCHANGE_KEY = "retry-exchange"
+REQUEUE_EXCHANGE_KEY = "requeue-exchange"
+ERROR_EXCHANGE_KEY = "error-exchange"
+REQUEUE_BINDING_KEY = "requeue-binding"
+ERROR_BINDING_KEY = "error-binding"
+DELIVERY_BINDING_KEY = "delivery-binding"
+"""`levels`: the input queue's binding to the delay levels' delivery exchange."""
+
+
+def wait_key(tier: int) -> str:
+    return f"wait-{tier}"
+
+
+def wait_binding_key(tier: int) -> str:
+    return f"{wait_key(tier)}-binding"
+
+
+def wait_policy_key(tier: int) -> str:
+    return f"{wait_key(tier)}-policy"
+
+
+# Children of a DelayLevels component.
+DELIVER_KEY = "deliver"
+UNDELIVERABLE_KEY = "undeliverable"
+UNDELIVERABLE_EXCHANGE_KEY = f"{UNDELIVERABLE_KEY}-exchange"
+UNDELIVERABLE_BINDING_KEY = f"{UNDELIVERABLE_KEY}-binding"
+UNDELIVERABLE_POLICY_KEY = f"{UNDELIVERABLE_KEY}-policy"
+
+
+def level_key(level: int) -> str:
+    """Level k's queue; its exchange, bindings and policy add a suffix."""
+    return f"level-{level}"
+
+
+def level_exchange_key(level: int) -> str:
+    return f"{level_key(level)}-exchange"
+
+
+def level_wait_key(level: int) -> str:
+    """Level k's binding of a 1 bit to its own queue."""
+    return f"{level_key(level)}-wait"
+
+
+def level_pass_key(level: int) -> str:
+    """Level k's binding of a 0 bit on to the level below."""
+    return f"{level_key(level)}-pass"
+
+
+def level_policy_key(level: int) -> str:
+    return f"{level_key(level)}-policy"
 
 
 def byte_length(name: str) -> int:

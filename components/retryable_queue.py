@@ -1,4 +1,4 @@
-"""RetryableQueue: one queue with delayed retries through TTL wait tiers and an error (parking) queue."""
+"""RetryableQueue: one queue with delayed retries and an error (parking) queue, as its strategy plans them."""
 
 from __future__ import annotations
 
@@ -8,10 +8,21 @@ from typing import Any, NotRequired, TypedDict
 import pulumi
 
 from . import layout, naming
-from .arguments import PROTECT_QUEUES, RETAIN_ERROR_QUEUES, Option, check_args, input_string, mapping_or
-from .config import ConfigError, Queue, load_queue
-from .plan import RetryablePlan, plan_retryable
+from .arguments import (
+    PROTECT_QUEUES,
+    RETAIN_ERROR_QUEUES,
+    Option,
+    check_args,
+    input_string,
+    instance_of,
+    mapping_or,
+)
+from .config import ConfigError, Queue, check_queue_levels, load_queue
+from .delay_levels import DelayLevels
+from .entries import RetryablePlan
+from .plan import plan_retryable
 from .resources import Scope, declare_children
+from .strategies import strategy_of
 
 TYPE_TOKEN = "rabbitmq-retry:index:RetryableQueue"
 
@@ -21,38 +32,76 @@ class RetryableQueueArgs(TypedDict):
 
     vhost: pulumi.Input[str]
     """Vhost of every object. Immutable: changing it replaces them all (queued messages are lost)."""
-    queue: Queue | Mapping[str, Any]
+    queue: NotRequired[Queue | Mapping[str, Any]]
     """The queue, parsed or in the stack config's `queues[]` shape, with a `retry` block.
     Plain: it decides names and how many resources exist."""
+    plan: NotRequired[RetryablePlan]
+    """Instead of `queue`: the queue as a vhost's plan has it (`VhostPlan.retryables`), as the Vhost component
+    passes it, so that it is planned once."""
     protect_queues: NotRequired[bool]
     """`protect` every queue: Pulumi refuses to delete or replace them."""
     retain_error_queues: NotRequired[bool]
     """`retain_on_delete` on the error queue: removing the component leaves parked messages on the broker."""
-    delay_levels: NotRequired[Mapping[str, Any]]
-    """Strategy `levels` only, when `queue` is a mapping: the vhost's `delay_levels` (default 1s up to 1d)."""
-    delivery_exchange: NotRequired[pulumi.Input[str]]
-    """Strategy `levels` only: the DelayLevels component's `delivery_exchange` output, so that the queue's
-    delivery binding waits for it (a plain name binds to an exchange declared elsewhere)."""
+    delay_levels: NotRequired[DelayLevels]
+    """Strategy `levels` only, and required for it: the DelayLevels component of the vhost. The queue retries
+    through its levels, computes its contract from them, and its delivery binding waits for their delivery
+    exchange."""
 
 
 OPTIONS = (
     Option("vhost", input_string, missing='the vhost of every object, e.g. "payments"'),
-    Option("queue", mapping_or(Queue, "queues[]"),
-           missing='the queue in the stack config\'s queues[] shape, e.g. {"name": "billing", '
-                   '"retry": {"delays": ["5s", "1m"]}}'),
+    Option("queue", mapping_or(Queue, "queues[]")),
+    Option("plan", instance_of(RetryablePlan, "a RetryablePlan (VhostPlan.retryables)")),
     PROTECT_QUEUES,
     RETAIN_ERROR_QUEUES,
-    Option("delay_levels", mapping_or(dict, "delay_levels")),
-    Option("delivery_exchange", input_string),
+    Option("delay_levels", instance_of(DelayLevels, "the DelayLevels component of the queue's vhost")),
 )
+QUEUE_EXAMPLE = '{"name": "billing", "retry": {"delays": ["5s", "1m"]}}'
+
+
+def _plan(where: str, checked: Mapping[str, Any]) -> RetryablePlan:
+    """The plan given, or the queue's own, planned once with the levels of the DelayLevels component given."""
+    levels: DelayLevels | None = checked.get("delay_levels")
+    if "plan" not in checked and "queue" not in checked:
+        raise ConfigError([(f"{where}.queue", f"missing; the queue in the stack config's queues[] shape, e.g. "
+                            f"{QUEUE_EXAMPLE}")])
+    if "plan" in checked and "queue" in checked:
+        raise ConfigError([(f"{where}.plan", "the plan holds the queue; pass one of queue and plan")])
+    if "plan" in checked:
+        plan: RetryablePlan = checked["plan"]
+        queue = plan.config
+    else:
+        queue = checked["queue"]
+        config = levels.plan.config if levels is not None else None
+        if not isinstance(queue, Queue):
+            queue = load_queue(queue, f"{where}.queue", delay_levels=config, levels_path=f"{where}.delay_levels")
+        elif config is not None:
+            check_queue_levels(queue, f"{where}.queue", config, f"{where}.delay_levels")
+    if queue.retry is None:
+        raise ConfigError([(f"{where}.queue.retry", "missing; a retryable queue needs retry.delays, e.g. [1s, 10s]")])
+    uses_levels = strategy_of(queue.retry).USES_DELAY_LEVELS
+    if uses_levels and levels is None:
+        raise ConfigError([(f"{where}.delay_levels", f"missing; retry.strategy {queue.retry.strategy} retries through "
+                            "the vhost's delay levels: pass its DelayLevels component")])
+    if not uses_levels and levels is not None:
+        raise ConfigError([(f"{where}.delay_levels", f"the queue's retry.strategy is {queue.retry.strategy}, which "
+                            "has no delay levels; remove delay_levels")])
+    if "plan" in checked:
+        if levels is not None and plan.delay_levels != levels.plan.config:
+            raise ConfigError([(f"{where}.delay_levels", "not the levels the plan was made with; pass the DelayLevels "
+                                "component of the plan's vhost")])
+        return plan
+    return plan_retryable(queue, f"{where}.queue", None if levels is None else levels.plan.config)
 
 
 class RetryableQueue(pulumi.ComponentResource):
     """Input queue `Q`, direct exchange `Q.retry`, wait queues `Q.wait.<n>` (TTL by policy),
     fanout `Q.requeue` bound only to `Q`, and `Q.error` exchange and queue for parked messages. With
     `retry.strategy: native` only `Q` (its delays in its policy) and `Q.error`: the message waits in `Q`.
-    With `levels` `Q`, `Q.error` and `Q`'s binding to the vhost's delivery exchange (see DelayLevels)."""
+    With `levels` `Q`, `Q.error` and `Q`'s binding to the delivery exchange of its `delay_levels`."""
 
+    plan: RetryablePlan
+    """What it registers."""
     queue_name: pulumi.Output[str]
     """The input queue consumers read from."""
     retry_exchange: pulumi.Output[str | None]
@@ -71,34 +120,28 @@ class RetryableQueue(pulumi.ComponentResource):
     def __init__(self, name: str, args: RetryableQueueArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         where = f"RetryableQueue({name})"
         checked = check_args(where, args, OPTIONS)
-        queue = checked["queue"]
-        if not isinstance(queue, Queue):
-            queue = load_queue(queue, f"{where}.queue", delay_levels=checked.get("delay_levels"))
-        elif "delay_levels" in checked:
-            raise ConfigError([(f"{where}.delay_levels", "a parsed queue carries its delay levels; remove it")])
-        if queue.retry is None:
-            raise ConfigError([(f"{where}.queue.retry",
-                                "missing; a retryable queue needs retry.delays, e.g. [1s, 10s]")])
-        if "delivery_exchange" in checked and queue.retry.strategy != "levels":
-            raise ConfigError([(f"{where}.delivery_exchange", "the queue's retry.strategy is not levels; remove "
-                                "delivery_exchange")])
-        super().__init__(TYPE_TOKEN, name, None, opts)
-        self.plan: RetryablePlan = plan_retryable(queue)
+        plan = _plan(where, checked)
         vhost = checked["vhost"]
+        levels: DelayLevels | None = checked.get("delay_levels")
+        if levels is not None and isinstance(vhost, str) and isinstance(levels.vhost, str) and vhost != levels.vhost:
+            raise ConfigError([(f"{where}.delay_levels", f'the DelayLevels component is in vhost "{levels.vhost}", '
+                                f'not "{vhost}"; pass the one of vhost "{vhost}"')])
+        super().__init__(TYPE_TOKEN, name, None, opts)
+        self.plan = plan
         scope = Scope(self, vhost, protect_queues=checked.get("protect_queues", False),
                       retain_error_queues=checked.get("retain_error_queues", False))
-        if self.plan.strategy == "levels":
-            scope.names[("Exchange", naming.DELIVERY_EXCHANGE)] = pulumi.Output.from_input(
-                checked.get("delivery_exchange", naming.DELIVERY_EXCHANGE))
-        declare_children(scope, name, layout.RETRYABLE_QUEUE, self.plan)
+        if levels is not None:
+            scope.names[("Exchange", naming.DELIVERY_EXCHANGE)] = levels.delivery_exchange
+        declare_children(scope, name, layout.RETRYABLE_QUEUE, plan)
 
-        self.queue_name = scope.names[("Queue", queue.name)]
-        self.retry_exchange = (scope.names[("Exchange", self.plan.retry_exchange)] if self.plan.strategy == "tiers"
+        retry_exchange = plan.strategy_module.retry_exchange(plan)
+        self.queue_name = scope.names[("Queue", plan.config.name)]
+        self.retry_exchange = (scope.names[("Exchange", retry_exchange)] if retry_exchange is not None
                                else pulumi.Output.from_input(None))
-        self.wait_queues = pulumi.Output.all(*(scope.names[("Queue", t.queue)] for t in self.plan.tiers))
-        self.error_exchange = scope.names[("Exchange", self.plan.error_exchange)]
-        self.error_queue = scope.names[("Queue", self.plan.error_queue)]
-        self.contract = pulumi.Output.from_input(vhost).apply(self.plan.contract)
+        self.wait_queues = pulumi.Output.all(*(scope.names[("Queue", t.queue)] for t in plan.tiers))
+        self.error_exchange = scope.names[("Exchange", plan.error_exchange)]
+        self.error_queue = scope.names[("Queue", plan.error_queue)]
+        self.contract = pulumi.Output.from_input(vhost).apply(plan.contract)
         self.register_outputs({
             "queue_name": self.queue_name,
             "retry_exchange": self.retry_exchange,

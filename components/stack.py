@@ -18,6 +18,7 @@ from .config import ConfigError, StackConfig, load_stack_config, password_comman
 from .config.capabilities import end_of_support, version_warnings
 from .config.crosschecks import LOCK_OUT
 from .config.passwords import plain_password_problems
+from .entries import VhostPlan
 from .naming import vhost_key
 from .plan import plan_vhost
 
@@ -122,12 +123,18 @@ def read_stack_config() -> StackConfig:
         pulumi.log.warn(f"broker.version: {warning}")
     for warning in version_warnings(config, config.broker_version):
         pulumi.log.warn(warning)
+    return config
+
+
+def plan_stack(config: StackConfig) -> list[tuple[str, VhostPlan]]:
+    """(Vhost component name, plan) of every vhost, planned and checked once, before any component exists, so
+    that problems carry the stack file's key paths and two vhosts' URNs cannot clash. The Vhost components
+    register these plans as they are."""
     plans = [(vhost_key(v.name), plan_vhost(v, f"vhosts[{i}]")) for i, v in enumerate(config.vhosts)]
-    # Checked here too, before any component exists, so that problems carry the stack file's key paths.
     topology = [problem for _, plan in plans for problem in check_vhost(plan)]
     if problems := topology + check_logical_names(plans):
         raise TopologyError("the stack", problems)
-    return config
+    return plans
 
 
 def application_passwords(config: StackConfig) -> dict[str, pulumi.Output[str]]:

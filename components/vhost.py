@@ -13,6 +13,7 @@ from .arguments import (
     RETAIN_ERROR_QUEUES,
     Option,
     check_args,
+    instance_of,
     mapping_or,
     non_empty_string,
     passwords,
@@ -21,9 +22,10 @@ from .checks import TopologyError, check_logical_names, check_vhost, stale_polic
 from .config import ConfigError, load_vhost
 from .config import Vhost as VhostConfig
 from .delay_levels import DelayLevels
-from .plan import DelayLevelsPlan, RetryablePlan, VhostPlan, plan_vhost
+from .entries import DelayLevelsPlan, RetryablePlan, VhostPlan
+from .plan import plan_vhost
 from .resources import BUILDERS, Scope, declare_children
-from .retryable_queue import RetryableQueue
+from .retryable_queue import RetryableQueue, RetryableQueueArgs
 
 TYPE_TOKEN = "rabbitmq-retry:index:Vhost"
 
@@ -31,8 +33,11 @@ TYPE_TOKEN = "rabbitmq-retry:index:Vhost"
 class VhostArgs(TypedDict):
     """Checked at run time too: an unknown, missing or mistyped key is a ConfigError naming it."""
 
-    vhost: VhostConfig | Mapping[str, Any]
+    vhost: NotRequired[VhostConfig | Mapping[str, Any]]
     """The vhost, parsed or in the stack config's `vhosts[]` shape. Plain: it decides every name."""
+    plan: NotRequired[VhostPlan]
+    """Instead of `vhost`: its plan, already checked with the rest of the stack (`stack.plan_stack`), so that
+    a program plans and checks every vhost once."""
     protect_queues: NotRequired[bool]
     """`protect` every queue (and the vhost itself when this stack creates it)."""
     retain_error_queues: NotRequired[bool]
@@ -45,8 +50,8 @@ class VhostArgs(TypedDict):
 
 
 OPTIONS = (
-    Option("vhost", mapping_or(VhostConfig, "vhosts[]"),
-           missing='the vhost in the stack config\'s vhosts[] shape, e.g. {"name": "shop", "queues": [...]}'),
+    Option("vhost", mapping_or(VhostConfig, "vhosts[]")),
+    Option("plan", instance_of(VhostPlan, "a VhostPlan (stack.plan_stack)")),
     PROTECT_QUEUES,
     RETAIN_ERROR_QUEUES,
     Option("passwords", passwords),
@@ -68,12 +73,8 @@ class Vhost(pulumi.ComponentResource):
     def __init__(self, name: str, args: VhostArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         where = f"Vhost({name})"
         checked = check_args(where, args, OPTIONS)
-        config = checked["vhost"]
-        if not isinstance(config, VhostConfig):
-            config = load_vhost(config, f"{where}.vhost")
-        self.plan: VhostPlan = plan_vhost(config, checked.get("config_path", f"{where}.vhost"))
-        if problems := check_vhost(self.plan) + check_logical_names([(name, self.plan)]):
-            raise TopologyError(f'vhost "{config.name}"', problems)
+        self.plan: VhostPlan = _plan(where, name, checked)
+        config = self.plan.config
         passwords = checked.get("passwords") or {}
         if missing := [g.user for g in self.plan.permissions if g.user not in passwords]:
             raise ConfigError([(f"{where}.passwords", f"no password for {', '.join(missing)}; pass a secret "
@@ -89,7 +90,7 @@ class Vhost(pulumi.ComponentResource):
         def declare_delay_levels(scope: Scope, logical_name: str, plan: DelayLevelsPlan) -> None:
             """The shared delay levels: a component of their own, whose exchanges the `levels` queues are bound
             from and the applications' topic permissions name."""
-            component = DelayLevels(logical_name, {"vhost": scope.vhost, "delay_levels": plan.config,
+            component = DelayLevels(logical_name, {"vhost": scope.vhost, "plan": plan,
                                                    "protect_queues": scope.protect_queues}, opts=scope.options())
             delay_levels.append(component)
             for exchange in plan.exchanges:
@@ -97,17 +98,14 @@ class Vhost(pulumi.ComponentResource):
             scope.add("Exchange", naming.DELIVERY_EXCHANGE, component, component.delivery_exchange)
 
         def declare_retryable(scope: Scope, logical_name: str, plan: RetryablePlan) -> None:
-            """Retryable queues are components of their own; their input queues are bound here, to the
-            vhost's exchanges, like plain queues, and topic permissions wait for their exchanges."""
-            levels = {"delivery_exchange": scope.names[("Exchange", naming.DELIVERY_EXCHANGE)]} \
-                if plan.strategy == "levels" else {}
-            component = RetryableQueue(logical_name, {
-                "vhost": scope.vhost,
-                "queue": plan.config,
-                "protect_queues": scope.protect_queues,
-                "retain_error_queues": scope.retain_error_queues,
-                **levels,  # type: ignore[typeddict-item]
-            }, opts=scope.options())
+            """Retryable queues are components of their own, given their plan (and the vhost's delay levels when
+            they retry through them); their input queues are bound here, to the vhost's exchanges, like plain
+            queues, and topic permissions wait for their exchanges."""
+            args: RetryableQueueArgs = {"vhost": scope.vhost, "plan": plan, "protect_queues": scope.protect_queues,
+                                        "retain_error_queues": scope.retain_error_queues}
+            if plan.delay_levels is not None:
+                args["delay_levels"] = delay_levels[0]
+            component = RetryableQueue(logical_name, args, opts=scope.options())
             retryables[plan.config.name] = component
             scope.add("Queue", plan.config.name, component, component.queue_name)
             for exchange in plan.exchanges:
@@ -129,6 +127,27 @@ class Vhost(pulumi.ComponentResource):
             "queues": self.queues,
             "retry_contracts": self.retry_contracts,
         })
+
+
+def _plan(where: str, name: str, checked: Mapping[str, Any]) -> VhostPlan:
+    """The plan given, or the vhost's own, planned and checked once."""
+    if "plan" not in checked and "vhost" not in checked:
+        raise ConfigError([(f"{where}.vhost", "missing; the vhost in the stack config's vhosts[] shape, e.g. "
+                            '{"name": "shop", "queues": [...]}')])
+    if "plan" in checked and "vhost" in checked:
+        raise ConfigError([(f"{where}.plan", "the plan holds the vhost; pass one of vhost and plan")])
+    if "plan" in checked:
+        if "config_path" in checked:
+            raise ConfigError([(f"{where}.config_path", "the plan carries its key paths; remove config_path")])
+        plan: VhostPlan = checked["plan"]
+        return plan
+    config = checked["vhost"]
+    if not isinstance(config, VhostConfig):
+        config = load_vhost(config, f"{where}.vhost")
+    plan = plan_vhost(config, checked.get("config_path", f"{where}.vhost"))
+    if problems := check_vhost(plan) + check_logical_names([(name, plan)]):
+        raise TopologyError(f'vhost "{config.name}"', problems)
+    return plan
 
 
 def _flatten(items: list[Any]) -> list[str]:

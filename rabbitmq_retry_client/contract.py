@@ -9,6 +9,11 @@ so no name is hard-coded in a client. `strategy` says how the contract describes
   whose shared binary delay levels hold it that long (the routing key spells the delay in `delay_unit_ms`
   units: see `levels.py`).
 A contract with any other strategy is refused rather than followed the wrong way.
+
+The contract is defined once, as a JSON Schema shipped beside this module (`contract.schema.json`, for consumers
+in any language): which keys each strategy's contract holds and of which type, the default strategy and the
+native retry call come from it. `validate` also checks the ranges the client relies on, with messages that name
+the key.
 """
 
 from __future__ import annotations
@@ -23,21 +28,59 @@ from typing import Any, TypeGuard
 
 Contract = dict[str, Any]
 
-DEFAULT_STRATEGY = "tiers"
-SUPPORTED_STRATEGIES = ("tiers", "native", "levels")
+SCHEMA_PATH = Path(__file__).with_name("contract.schema.json")
+"""The contract's JSON Schema (draft 2020-12)."""
+SCHEMA: Mapping[str, Any] = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+_STRATEGY = SCHEMA["properties"]["strategy"]
+DEFAULT_STRATEGY: str = _STRATEGY["default"]
+"""The strategy of a contract that names none (every contract exported before strategies existed)."""
+SUPPORTED_STRATEGIES: tuple[str, ...] = tuple(_STRATEGY["enum"])
 """What this client can follow; a contract naming any other strategy is refused by `load_contract`."""
+NATIVE_RETRY_CALL: str = SCHEMA["$defs"]["native"]["properties"]["retry_call"]["const"]
+_JSON_TYPES: Mapping[str, type | tuple[type, ...]] = {"string": str, "integer": int, "number": (int, float),
+                                                      "array": list, "object": Mapping, "null": type(None)}
 
-_COMMON_KEYS: dict[str, type | tuple[type, ...]] = {
-    "vhost": str, "queue": str, "queue_type": str, "max_retries": int, "attempt_header": str,
-    "error_exchange": str, "error_queue": str,
-}
-_CONTRACT_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "tiers": {**_COMMON_KEYS, "retry_exchange": str, "reject_routes_to": str, "tiers": list},
-    "native": {**_COMMON_KEYS, "retry_call": str, "min_delay_ms": int, "max_delay_ms": int, "delivery_limit": int},
-    "levels": {**_COMMON_KEYS, "delay_exchange": str, "delay_unit_ms": int, "delay_words": int, "delay_levels": int,
-               "max_delay_ms": int, "backoff": Mapping},
-}
-NATIVE_RETRY_CALL = "basic.reject(requeue=true)"
+
+def _shape(strategy: str) -> tuple[list[str], dict[str, Mapping[str, Any]]]:
+    """The keys the schema requires of a contract of `strategy` (common keys first) and every key it describes."""
+    parts = [SCHEMA["$defs"]["common"], SCHEMA["$defs"][strategy]]
+    return ([key for part in parts for key in part["required"]],
+            {key: spec for part in parts for key, spec in part["properties"].items()})
+
+
+_SHAPES = {strategy: _shape(strategy) for strategy in SUPPORTED_STRATEGIES}
+
+
+def _type_name(spec: Mapping[str, Any]) -> str:
+    kinds = spec["type"] if "type" in spec else [type(spec["const"]).__name__]
+    return " or ".join(getattr(_JSON_TYPES.get(kind), "__name__", kind)
+                       for kind in ([kinds] if isinstance(kinds, str) else kinds))
+
+
+def _fits(value: object, spec: Mapping[str, Any]) -> bool:
+    """`value` is of a type the schema allows (a boolean is never a number)."""
+    kinds = spec["type"] if "type" in spec else [{str: "string", int: "integer"}[type(spec["const"])]]
+    allowed = tuple(_JSON_TYPES[kind] for kind in ([kinds] if isinstance(kinds, str) else kinds))
+    return isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
+
+
+def _key_problems(contract: Contract, strategy: str) -> list[str]:
+    """The top-level keys against the schema: required ones present, every one of its type, enum or value
+    (`retry_call` has a message of its own); nested values are checked by the strategy's own problems."""
+    required, described = _SHAPES[strategy]
+    problems = []
+    for key in [*required, *(k for k in described if k not in required and k in contract)]:
+        spec, value = described[key], contract.get(key)
+        if key == "strategy":
+            continue
+        if key not in contract or not _fits(value, spec):
+            problems.append(f"{key}: missing or not {_type_name(spec)}" if key in required
+                            else f"{key}: not {_type_name(spec)}")
+        elif "enum" in spec and value not in spec["enum"]:
+            problems.append(f"{key}: {value!r} is not one of {', '.join(map(str, spec['enum']))}")
+        elif "const" in spec and key != "retry_call" and value != spec["const"]:
+            problems.append(f"{key}: {value!r} is not {spec['const']!r}")
+    return problems
 
 
 class ContractError(ValueError):
@@ -84,6 +127,8 @@ def _number(value: object) -> TypeGuard[int | float]:
 def _tiers_problems(contract: Contract) -> list[str]:
     tiers = contract.get("tiers") or []
     problems = [] if tiers else ["tiers: empty"]
+    if not isinstance(tiers, list):
+        return problems  # its type is reported with the other keys
     for i, tier in enumerate(tiers):
         if not (isinstance(tier, Mapping) and isinstance(tier.get("routing_key"), str)
                 and isinstance(tier.get("delay_ms"), int)):
@@ -144,10 +189,7 @@ def validate(source: Mapping[str, Any]) -> Contract:
         raise ContractError(f"retry contract for {contract.get('queue')!r} uses strategy {strategy!r}, which this "
                             f"client does not support (supported: {', '.join(SUPPORTED_STRATEGIES)}); "
                             "upgrade rabbitmq-retry or follow README: Writing a consumer by hand")
-    problems = [f"{key}: missing or not {getattr(kind, '__name__', kind)}"
-                for key, kind in _CONTRACT_KEYS[strategy].items()
-                if not isinstance(contract.get(key), kind) or isinstance(contract.get(key), bool)]
-    problems += _STRATEGY_PROBLEMS[strategy](contract)
+    problems = _key_problems(contract, strategy) + _STRATEGY_PROBLEMS[strategy](contract)
     if problems:
         raise ContractError(f"invalid retry contract for {contract.get('queue')!r}: " + "; ".join(problems))
     return json.loads(json.dumps(contract))  # plain and independent of the caller's dict

@@ -78,8 +78,9 @@ def stack_raw() -> dict[str, Any]:
 
 @pytest.fixture
 def program_copy(tmp_path: Path) -> Path:
-    """A copy of the program (`__main__.py`, `components/`) in tmp_path, to run it with stack files that
-    the test writes there."""
+    """A copy of the program (`__main__.py`, `components/`, and `rabbitmq_retry_client/`, whose contract schema
+    the components build contracts from) in tmp_path, to run it with stack files that the test writes there."""
     shutil.copy(ROOT / "__main__.py", tmp_path)
-    shutil.copytree(ROOT / "components", tmp_path / "components", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("components", "rabbitmq_retry_client"):
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path

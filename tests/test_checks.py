@@ -12,7 +12,8 @@ import pytest
 from components import Vhost
 from components.checks import TopologyError, check_logical_names, check_vhost, stale_policies
 from components.config import load_vhost
-from components.plan import PolicyPlan, logical_names, plan_vhost
+from components.layout import logical_names
+from components.plan import PolicyPlan, plan_vhost
 from tests.conftest import vhost_config
 from tools.lib.mockrun import mocked_runtime
 

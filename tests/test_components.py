@@ -199,11 +199,11 @@ def problems_of(register) -> list[tuple[str, str]]:
 def test_an_unknown_key_is_an_error_not_ignored():
     """`protect` is the stack file's key; here it would have left every queue unprotected."""
     assert problems_of(lambda: RetryableQueue("billing", {"vhost": "v", "queue": BILLING, "protect": True})) == [
-        ("RetryableQueue(billing).protect", "unknown key (allowed: delay_levels, delivery_exchange, protect_queues, "
-                                            "queue, retain_error_queues, vhost)")]
+        ("RetryableQueue(billing).protect", "unknown key (allowed: delay_levels, plan, protect_queues, queue, "
+                                            "retain_error_queues, vhost)")]
     assert problems_of(lambda: Vhost("shop", {"vhost": vhost_config(), "protect": True})) == [
         ("Vhost(shop).protect",
-         "unknown key (allowed: config_path, passwords, protect_queues, retain_error_queues, vhost)")]
+         "unknown key (allowed: config_path, passwords, plan, protect_queues, retain_error_queues, vhost)")]
 
 
 def test_the_old_option_name_is_refused_with_the_new_one():
@@ -241,8 +241,8 @@ def test_wrong_types_are_named_all_at_once():
     assert problems_of(lambda: Vhost("shop", {"vhost": vhost_config(), "passwords": ["pw"]})) == [
         ("Vhost(shop).passwords", "expected a mapping of application user to password, got list")]
     assert problems_of(lambda: RetryableQueue("billing", "billing")) == [
-        ("RetryableQueue(billing)", "args must be a mapping of vhost, queue, protect_queues, retain_error_queues, "
-                                    "delay_levels, delivery_exchange; got str")]
+        ("RetryableQueue(billing)", "args must be a mapping of vhost, queue, plan, protect_queues, "
+                                    "retain_error_queues, delay_levels; got str")]
 
 
 def test_retain_error_queues_has_one_name_on_both_components():
@@ -250,3 +250,58 @@ def test_retain_error_queues_has_one_name_on_both_components():
                                                           "retain_error_queues": True}))
     assert [r.inputs["name"] for r in resources if r.retain_on_delete] == ["billing.error"]
     assert all(r.protect for r in of_type(resources, QUEUE).values())
+
+
+def every_strategy_vhost() -> dict:
+    """The vhost of `tests/recordings/Pulumi.every.yaml`: every strategy, delay levels, users."""
+    import yaml
+
+    from tests.support.recordings import RECORDINGS
+
+    stack = yaml.safe_load((RECORDINGS / "Pulumi.every.yaml").read_text(encoding="utf-8"))
+    return stack["config"]["rabbitmq-retry:vhosts"][0]
+
+
+def comparable(resources: list[Registered]) -> list[tuple[str, str, str]]:
+    return sorted((r.urn, json.dumps(r.inputs, sort_keys=True), json.dumps(r.outputs, sort_keys=True))
+                  for r in resources)
+
+
+def test_a_vhost_given_its_plan_registers_it_without_planning_or_checking_again(monkeypatch):
+    """One plan per program run: the stack plans and checks every vhost, and the components register it."""
+    from components import checks, plan, vhost
+    from components.strategies import STRATEGIES
+
+    raw = every_strategy_vhost()
+    passwords = {"billing-app": "pw", "parked-ops": "pw"}
+    planned = plan_vhost(load_vhost(raw, "vhosts[0]"), "vhosts[0]")
+    on_its_own = record(lambda: Vhost("shop", {"vhost": raw, "config_path": "vhosts[0]", "passwords": passwords}))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("planned or checked again")
+
+    for module in (vhost, plan, checks):
+        for name in ("plan_vhost", "plan_retryable", "check_vhost", "check_logical_names"):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, refuse)
+    for strategy in STRATEGIES.values():
+        monkeypatch.setattr(strategy, "plan", refuse)
+    given = record(lambda: Vhost("shop", {"plan": planned, "passwords": passwords}))
+    assert comparable(given) == comparable(on_its_own)
+    assert {r.type for r in given} >= {"rabbitmq-retry:index:RetryableQueue", "rabbitmq-retry:index:DelayLevels"}
+
+
+def test_a_vhost_used_on_its_own_plans_each_retryable_queue_once(monkeypatch):
+    from components.strategies import STRATEGIES
+
+    planned: list[str] = []
+    for strategy in STRATEGIES.values():
+        def counting(queue, *args, _plan=strategy.plan, **kwargs):
+            planned.append(queue.name)
+            return _plan(queue, *args, **kwargs)
+
+        monkeypatch.setattr(strategy, "plan", counting)
+    raw = every_strategy_vhost()
+    record(lambda: Vhost("shop", {"vhost": raw, "passwords": {"billing-app": "pw", "parked-ops": "pw"}}))
+    retryable = [q["name"] for q in raw["queues"] if "retry" in q]
+    assert len(retryable) >= 3 and sorted(planned) == sorted(retryable)

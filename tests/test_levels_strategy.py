@@ -22,6 +22,7 @@ from components.config import (
     Backoff,
     ConfigError,
     DelayLevels,
+    LevelsRetry,
     load_delay_levels,
     load_queue,
     load_stack_config,
@@ -231,8 +232,9 @@ def test_the_defaults_are_1s_up_to_1d_in_17_quorum_levels_and_the_backoff_of_the
                                              policy_priority=10)
     assert vhost.delay_levels.levels == 17
     retry = vhost.queues[0].retry
+    assert isinstance(retry, LevelsRetry)
     assert retry.backoff == Backoff(initial_ms=1000, multiplier=2.0, max_ms=3_600_000, jitter=0.2)
-    assert retry.levels is vhost.delay_levels and retry.delays_ms == ()
+    assert plan_vhost(vhost).retryables[0].delay_levels is vhost.delay_levels
     assert vhost.queues[0].delivery_limit == 20 + 6  # as for tiers: every retry is a new message, not a redelivery
 
 
@@ -326,7 +328,7 @@ def test_level_k_reads_the_bit_at_word_27_minus_k_and_sends_1_to_its_queue_and_0
 
 
 def test_the_delivery_binding_matches_exactly_its_queue_word_for_word():
-    plan = plan_retryable(load_queue(levels_queue("orders.billing"), "q"), "q")
+    plan = plan_retryable(load_queue(levels_queue("orders.billing"), "q"), "q", DelayLevels())
     (delivery,) = [b for b in plan.bindings if b.key == "delivery-binding"]
     assert (delivery.source, delivery.destination, delivery.destination_type) == (
         "rabbitmq-retry.delay.deliver", "orders.billing", "queue")
@@ -340,7 +342,7 @@ def test_the_delivery_binding_matches_exactly_its_queue_word_for_word():
 
 
 def test_a_levels_queue_owns_its_input_and_error_queue_and_no_tiers():
-    plan = plan_retryable(load_queue({**levels_queue(), "type": "classic"}, "q"), "q")
+    plan = plan_retryable(load_queue({**levels_queue(), "type": "classic"}, "q"), "q", DelayLevels())
     assert [(q.key, q.name, dict(q.arguments)) for q in plan.queues] == [
         ("input", "orders", {"x-queue-type": "classic", "x-dead-letter-exchange": "orders.error"}),
         ("error", "orders.error", {"x-queue-type": "classic"})]
@@ -364,7 +366,8 @@ def test_raising_max_delay_keeps_every_existing_level_identical_and_only_adds_le
     assert len(month.queues) - len(day.queues) == 5 and len(month.bindings) - len(day.bindings) == 10
     # The levels queues themselves do not move either; only their contract names the new top.
     queue = levels_queue(backoff={"max": "10s"})
-    plans = [plan_retryable(load_queue(queue, "q", delay_levels={"max_delay": m}), "q") for m in ("1d", "30d")]
+    plans = [plan_retryable(load_queue(queue, "q"), "q", load_delay_levels({"max_delay": m}, "delay_levels"))
+             for m in ("1d", "30d")]
     before, after = ((p.queues, p.exchanges, p.bindings, p.policies) for p in plans)
     assert before == after
     assert [p.delay_exchange for p in plans] == ["rabbitmq-retry.delay.16", "rabbitmq-retry.delay.21"]
@@ -717,8 +720,7 @@ def test_a_standalone_delay_levels_and_retryable_queue_wire_together():
 
     def program() -> None:
         levels = DelayLevelsComponent("levels", {"vhost": "payments", "delay_levels": SMALL})
-        RetryableQueue("billing", {"vhost": "payments", "queue": levels_queue("billing"), "delay_levels": SMALL,
-                                   "delivery_exchange": levels.delivery_exchange})
+        RetryableQueue("billing", {"vhost": "payments", "queue": levels_queue("billing"), "delay_levels": levels})
 
     resources = record(program)
     by_name = {r.name: r for r in resources}
@@ -733,42 +735,74 @@ def test_a_standalone_delay_levels_and_retryable_queue_wire_together():
     assert by_name["billing"].outputs.get("retry_exchange") is None and by_name["billing"].outputs["wait_queues"] == []
 
 
-def test_a_standalone_levels_queue_without_the_component_binds_to_the_delivery_exchange_by_name():
-    from components import RetryableQueue
-    from tools.lib.mockrun import record
-
-    resources = record(lambda: RetryableQueue("billing", {"vhost": "payments", "queue": levels_queue("billing")}))
-    (delivery,) = [r for r in resources if r.name == "billing-delivery-binding"]
-    assert delivery.inputs["source"] == "rabbitmq-retry.delay.deliver" and not any(
-        "deliver" in d for d in delivery.dependencies)
-    assert next(r for r in resources if r.name == "billing").outputs["contract"]["delay_levels"] == 17
-
-
-def test_delay_levels_beside_a_parsed_queue_or_a_tiers_queue_and_a_tiers_delivery_exchange_are_refused():
+def test_a_standalone_levels_queue_cannot_disagree_with_its_levels():
+    """The queue takes the DelayLevels component itself, not a second description of its levels: its contract
+    names only levels the component declares. (Given `{unit 10s, max 1d}` beside levels of `{unit 1s, max 1h}`,
+    it once named `rabbitmq-retry.delay.13`, which did not exist: every retry unroutable.)"""
     from components import RetryableQueue
     from components.delay_levels import DelayLevels as DelayLevelsComponent
+    from tools.lib.mockrun import record
 
-    parsed = load_queue(levels_queue("billing"), "q")
+    def program() -> None:
+        levels = DelayLevelsComponent("levels", {"vhost": "payments",
+                                                 "delay_levels": {"unit": "1s", "max_delay": "1h"}})
+        RetryableQueue("refunds", {"vhost": "payments", "delay_levels": levels,
+                                   "queue": levels_queue("refunds", backoff={"max": "5m"})})
+
+    by_name = {r.name: r for r in record(program)}
+    contract = by_name["refunds"].outputs["contract"]
+    declared = {r.inputs["name"] for r in by_name.values() if r.type == "rabbitmq:index/exchange:Exchange"}
+    assert set(contract["delay_exchanges"]) <= declared and contract["delay_exchange"] in declared
+    assert (contract["delay_unit_ms"], contract["delay_levels"], contract["max_delay_ms"]) == (1000, 12, 3_600_000)
+    assert contract["delay_exchange"] == by_name["levels"].outputs["delay_exchange"] == "rabbitmq-retry.delay.11"
+
+
+def test_a_standalone_levels_queue_needs_the_delay_levels_component_and_no_second_description_of_them():
+    from components import RetryableQueue
+
+    queue = levels_queue("billing")
     with pytest.raises(ConfigError) as error:
-        RetryableQueue("billing", {"vhost": "v", "queue": parsed, "delay_levels": SMALL})
+        RetryableQueue("billing", {"vhost": "payments", "queue": queue})
+    assert error.value.problems == [("RetryableQueue(billing).delay_levels", "missing; retry.strategy levels retries "
+                                     "through the vhost's delay levels: pass its DelayLevels component")]
+    with pytest.raises(ConfigError) as error:
+        RetryableQueue("billing", {"vhost": "payments", "queue": queue,
+                                   "delay_levels": {"unit": "10s", "max_delay": "1d"}})
     assert error.value.problems == [("RetryableQueue(billing).delay_levels",
-                                     "a parsed queue carries its delay levels; remove it")]
-    with pytest.raises(ConfigError) as error:
-        RetryableQueue("billing", {"vhost": "v", "queue": {"name": "billing", "retry": {"delays": ["1s"]}},
-                                   "delay_levels": SMALL})
-    assert error.value.problems == [("RetryableQueue(billing).delay_levels",
-                                     "the queue's retry.strategy is not levels; remove delay_levels")]
-    with pytest.raises(ConfigError) as error:  # ignored, it would leave a reader thinking the queue is wired
-        RetryableQueue("billing", {"vhost": "v", "queue": {"name": "billing", "retry": {"delays": ["1s"]}},
-                                   "delivery_exchange": "rabbitmq-retry.delay.deliver"})
-    assert error.value.problems == [("RetryableQueue(billing).delivery_exchange",
-                                     "the queue's retry.strategy is not levels; remove delivery_exchange")]
-    with pytest.raises(ConfigError) as error:
-        RetryableQueue("billing", {"vhost": "v", "queue": levels_queue("billing", backoff={"max": "1m"}),
-                                   "delay_levels": SMALL})
-    assert error.value.problems == [(
-        "RetryableQueue(billing).queue.retry.backoff.max", "with jitter 0.2 a retry may wait 72000 ms, more than "
-        "RetryableQueue(billing).delay_levels.max_delay (15000 ms); lower max or jitter, or raise max_delay")]
+                                     "expected the DelayLevels component of the queue's vhost, got dict")]
+
+
+def test_the_delay_levels_of_a_tiers_queue_another_vhost_or_too_short_a_backoff_are_refused():
+    from components import RetryableQueue
+    from components.delay_levels import DelayLevels as DelayLevelsComponent
+    from tools.lib.mockrun import record
+
+    def refused(args: dict[str, Any]) -> list[tuple[str, str]]:
+        def program() -> None:
+            levels = DelayLevelsComponent("levels", {"vhost": "v", "delay_levels": SMALL})
+            RetryableQueue("billing", {"vhost": "v", **args, "delay_levels": levels})
+
+        with pytest.raises(ConfigError) as error:
+            record(program)
+        return error.value.problems
+
+    assert refused({"queue": {"name": "billing", "retry": {"delays": ["1s"]}}}) == [(
+        "RetryableQueue(billing).delay_levels", "the queue's retry.strategy is tiers, which has no delay levels; "
+        "remove delay_levels")]
+    assert refused({"vhost": "w", "queue": levels_queue("billing")}) == [(
+        "RetryableQueue(billing).delay_levels", 'the DelayLevels component is in vhost "v", not "w"; pass the one '
+        'of vhost "w"')]
+    too_long = ("with jitter 0.2 a retry may wait 72000 ms, more than RetryableQueue(billing).delay_levels.max_delay "
+                "(15000 ms); lower max or jitter, or raise max_delay")
+    assert refused({"queue": levels_queue("billing", backoff={"max": "1m"})}) == [
+        ("RetryableQueue(billing).queue.retry.backoff.max", too_long)]
+    parsed = load_queue(levels_queue("billing", backoff={"max": "1m"}), "q")
+    assert refused({"queue": parsed}) == [("RetryableQueue(billing).queue.retry.backoff.max", too_long)]
+    other_levels = plan_vhost(load_vhost(levels_vhost([levels_queue("billing")], {"unit": "1s", "max_delay": "1h"}),
+                                         "v")).retryables[0]
+    assert refused({"plan": other_levels}) == [(
+        "RetryableQueue(billing).delay_levels", "not the levels the plan was made with; pass the DelayLevels "
+        "component of the plan's vhost")]
     with pytest.raises(ConfigError) as error:
         DelayLevelsComponent("levels", {"vhost": "v", "delay_levels": {"unit": "1m", "max_delay": "1s"}})
     assert error.value.problems == [("DelayLevels(levels).delay_levels.max_delay", "'1s' is shorter than unit '1m'")]
@@ -784,7 +818,7 @@ def test_an_imported_level_is_adopted_by_the_resource_the_delay_levels_component
                      "policy rabbitmq-retry.delay.0@shop", "binding shop/rabbitmq-retry.delay.1/rabbitmq-retry.delay.0/"
                      "exchange/" + "*." * 26 + "0.%23"]
     plan = planned(raw)
-    assert plan.delay_levels is not None and plan.delay_levels.config.imports == tuple(raw["import"])
+    assert plan.delay_levels is not None and plan.delay_levels.queues[0].import_id == "rabbitmq-retry.delay.0@shop"
     resources = record(lambda: Vhost("shop", {"vhost": raw}))
     adopted = {r.name: r.import_id for r in resources if r.import_id}
     assert adopted == {"shop-delay-levels-level-0": "rabbitmq-retry.delay.0@shop",

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from components.checks import check_vhost
-from components.config import ConfigError, load_queue, load_stack_config, load_vhost
+from components.config import ConfigError, NativeRetry, load_queue, load_stack_config, load_vhost
 from components.plan import plan_retryable, plan_vhost
 from rabbitmq_retry_client.contract import ContractError, load_contract
 from tests.conftest import RETRYABLE, vhost_config
@@ -34,7 +34,7 @@ def test_tiers_stays_the_default_strategy():
 def test_a_native_retry_block_parses_its_delays_and_sets_the_delivery_limit_to_max_retries():
     queue = load_queue(native(), "q")
     assert (queue.retry.strategy, queue.retry.min_delay_ms, queue.retry.max_delay_ms) == ("native", 1000, 30000)
-    assert queue.retry.delays_ms == () and queue.delivery_limit == queue.retry.max_retries == 5
+    assert isinstance(queue.retry, NativeRetry) and queue.delivery_limit == queue.retry.max_retries == 5
 
 
 def test_max_delay_defaults_to_min_delay():

@@ -117,14 +117,14 @@ def test_the_users_components_folder_stays_theirs(example_run: dict[str, Any]):
     assert all(Path(path).is_relative_to(example_run["installed"]) for path in ours.values()), ours
 
 
-def test_the_client_package_is_installed_whole_with_py_typed(installed: Path):
+def test_the_client_package_is_installed_whole_with_py_typed_and_the_contract_schema(installed: Path):
     source = ROOT / "rabbitmq_retry_client"
     shipped = sorted(p.relative_to(source).as_posix() for p in source.rglob("*")
-                     if p.suffix == ".py" or p.name == "py.typed")
-    assert "py.typed" in shipped and "cli.py" in shipped
+                     if p.suffix in (".py", ".json") or p.name == "py.typed")
+    assert "py.typed" in shipped and "cli.py" in shipped and "contract.schema.json" in shipped
     package = installed / "rabbitmq_retry_client"
     assert sorted(p.relative_to(package).as_posix() for p in package.rglob("*")
-                  if p.suffix == ".py" or p.name == "py.typed") == shipped
+                  if p.suffix in (".py", ".json") or p.name == "py.typed") == shipped
 
 
 def test_the_console_script_runs_from_the_installed_package(installed: Path, tmp_path: Path):

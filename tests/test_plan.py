@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 from components.config import load_queue, load_vhost
-from components.plan import logical_names, plan_retryable, plan_vhost
+from components.layout import logical_names
+from components.plan import plan_retryable, plan_vhost
 from tests.conftest import RETRYABLE, vhost_config
 
 

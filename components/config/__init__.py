@@ -5,6 +5,9 @@ takes, `fields` checks single values, `parsers` one entity each, `crosschecks` w
 `passwords` which application users still need one, and `load` puts them together.
 """
 
+from ..strategies.levels import Backoff, LevelsRetry
+from ..strategies.native import NativeRetry
+from ..strategies.tiers import TiersRetry
 from .keys import (
     APPLICATION_KEYS,
     BINDING_KEYS,
@@ -22,7 +25,7 @@ from .keys import (
     TOPIC_PERMISSION_KEYS,
     VHOST_KEYS,
 )
-from .load import load_delay_levels, load_queue, load_stack_config, load_vhost
+from .load import check_queue_levels, load_delay_levels, load_queue, load_stack_config, load_vhost
 from .model import (
     APPLY_TO,
     DEFAULT_DELIVERY_LIMIT,
@@ -34,7 +37,6 @@ from .model import (
     STRING_POLICY_KEYS,
     X_MATCH,
     Application,
-    Backoff,
     Binding,
     ConfigError,
     Defaults,
@@ -89,14 +91,18 @@ __all__ = [
     "Defaults",
     "DelayLevels",
     "Exchange",
+    "LevelsRetry",
     "Limits",
+    "NativeRetry",
     "Operator",
     "Policy",
     "Queue",
     "Retry",
     "StackConfig",
+    "TiersRetry",
     "TopicPermission",
     "Vhost",
+    "check_queue_levels",
     "load_delay_levels",
     "load_queue",
     "load_stack_config",

@@ -10,8 +10,9 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from ..strategies import native, strategy_of
 from .keys import OPERATOR_POLICY_KEYS
-from .model import NATIVE_MIN_VERSION, Policy, StackConfig
+from .model import Policy, StackConfig
 
 Version = tuple[int, int, int]
 VERSION = re.compile(r"([0-9]+)\.([0-9]+)\.([0-9]+)")
@@ -36,8 +37,8 @@ NOT_ON_3_10 = (OLDEST_MEASURED, NEWEST_MEASURED)
 USER_POLICY_KEY_VERSIONS: dict[str, tuple[Version, Version]] = {
     key: NOT_ON_3_10 for key in ("consumer-timeout", "target-group-size", "stream-filter-size-bytes")}
 """User policy keys not every measured broker takes (`delayed-retry-*`, also refused by 3.10.8, are strategy
-native's keys and need `NATIVE_MIN_VERSION`). 3.10.8 still takes the `ha-*` and `queue-master-locator` keys
-that 4.3.6 refuses; the config refuses those on every version (keys.RETIRED_POLICY_KEYS)."""
+native's keys and need `strategies.native.MIN_BROKER_VERSION`). 3.10.8 still takes the `ha-*` and
+`queue-master-locator` keys that 4.3.6 refuses; the config refuses those on every version (keys.RETIRED_POLICY_KEYS)."""
 OPERATOR_POLICY_KEY_VERSIONS: dict[str, tuple[Version, Version]] = {
     key: NOT_ON_3_10 for key in ("overflow", "queue-version")}
 """Operator policy keys (of keys.OPERATOR_POLICY_KEYS) not every measured broker takes."""
@@ -81,9 +82,8 @@ def requirements(config: StackConfig) -> Iterator[Requirement]:
                 if queue.retry is not None:
                     yield Requirement(f"{path}.retry", AT_LEAST_ONCE_MIN_VERSION,
                                       "at-least-once dead-lettering of quorum queues")
-            if queue.retry is not None and queue.retry.strategy == "native":
-                yield Requirement(f"{path}.retry.strategy", NATIVE_MIN_VERSION,
-                                  "strategy native (the delayed-retry-* policy keys)")
+            if queue.retry is not None and (needs := strategy_of(queue.retry).MIN_BROKER_VERSION) is not None:
+                yield Requirement(f"{path}.retry.strategy", *needs)
         if vhost.delay_levels is not None and vhost.delay_levels.queue_type == "quorum":
             yield Requirement(f"vhosts[{i}].delay_levels.type", QUORUM_MIN_VERSION, "quorum queues")
             yield Requirement(f"vhosts[{i}].delay_levels.type", AT_LEAST_ONCE_MIN_VERSION,
@@ -92,7 +92,7 @@ def requirements(config: StackConfig) -> Iterator[Requirement]:
             for j, policy in enumerate(policies):
                 for key in policy.definition:
                     if key.startswith("delayed-retry-"):
-                        yield Requirement(f"vhosts[{i}].{kind}[{j}].definition.{key}", NATIVE_MIN_VERSION,
+                        yield Requirement(f"vhosts[{i}].{kind}[{j}].definition.{key}", native.MIN_BROKER_VERSION[0],
                                           f"the policy key {key}")
         yield from _measured_policy_requirements(i, vhost.policies, vhost.operator_policies)
 

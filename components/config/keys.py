@@ -22,13 +22,9 @@ QUEUE_KEYS = ("name", "type", "bindings", "max_length", "delivery_limit", "retry
 BINDING_KEYS = ("exchange", "routing_key", "arguments", "external")
 RETRY_KEYS = ("strategy", "delays", "backoff", "min_delay", "max_delay", "max_retries", "error_retention",
               "error_max_length")
-STRATEGY_RETRY_KEYS: Mapping[str, tuple[str, ...]] = {
-    "tiers": ("delays",),
-    "levels": ("backoff",),
-    "native": ("min_delay", "max_delay"),
-}
+"""`strategy`, `max_retries` and `error_*` belong to every strategy; each strategy module says which of the
+others are its own (`RETRY_KEYS`)."""
 BACKOFF_KEYS = ("initial", "multiplier", "max", "jitter")
-"""The `retry` keys only one strategy takes; the others (`max_retries`, `error_*`) belong to every strategy."""
 POLICY_KEYS = ("name", "pattern", "priority", "apply_to", "definition")
 OPERATOR_POLICY_KEYS = ("expires", "message-ttl", "max-length", "max-length-bytes", "max-in-memory-length",
                         "max-in-memory-bytes", "delivery-limit", "queue-version", "overflow")

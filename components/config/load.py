@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
+from ..strategies.levels import LevelsRetry, check_backoff_fits
 from .capabilities import Version, parse_version, version_problems
 from .crosschecks import check_users, check_vhost, check_vhost_names
 from .fields import ABSENT, INVALID, Problems, boolean, describe, items, mapping, optional
 from .keys import BROKER_KEYS, TOP_LEVEL_KEYS
 from .model import Defaults, DelayLevels, Queue, StackConfig, Vhost
-from .parsers import VhostEntry, check_backoff_fits, parse_defaults, parse_delay_levels, parse_queue, parse_vhost
+from .parsers import VhostEntry, parse_defaults, parse_delay_levels, parse_queue, parse_vhost
 from .passwords import NOT_A_MAPPING, key_path, password_command
 
 BUILT_IN_DEFAULTS = Defaults()
@@ -86,24 +86,25 @@ def load_stack_config(raw: Mapping[str, Any]) -> StackConfig:
 
 
 def load_queue(raw: Mapping[str, Any], path: str, defaults: Defaults = BUILT_IN_DEFAULTS,
-               delay_levels: Mapping[str, Any] | None = None) -> Queue:
+               delay_levels: DelayLevels | None = None, levels_path: str = "delay_levels") -> Queue:
     """Parse one queue entry (the shape of a `queues[]` item), for components used outside a stack config.
-    `delay_levels` (a vhost's `delay_levels` shape) are the levels a queue of strategy `levels` uses."""
+    `delay_levels`: the levels a queue of strategy `levels` retries through (its backoff must fit in them);
+    `levels_path` names where they come from in the problems."""
     p = Problems()
-    entry = parse_queue(p, path, 0, raw, defaults)
-    queue = entry.value
-    if isinstance(queue, Queue) and queue.retry is not None and queue.retry.strategy == "levels":
-        levels_path = f"{path.rpartition('.')[0] or path}.delay_levels"
-        levels = parse_delay_levels(p, levels_path, {} if delay_levels is None else delay_levels, defaults)
-        if isinstance(levels, DelayLevels) and check_backoff_fits(p, f"{path}.retry", queue.retry, levels,
-                                                                  levels_path):
-            queue = replace(queue, retry=replace(queue.retry, levels=levels))
-    elif delay_levels is not None:
-        p.add(f"{path.rpartition('.')[0] or path}.delay_levels", "the queue's retry.strategy is not levels; remove "
-              "delay_levels")
+    queue = parse_queue(p, path, 0, raw, defaults).value
     p.raise_if_any()
     assert isinstance(queue, Queue)
+    if delay_levels is not None:
+        check_queue_levels(queue, path, delay_levels, levels_path)
     return queue
+
+
+def check_queue_levels(queue: Queue, path: str, delay_levels: DelayLevels, levels_path: str) -> None:
+    """A `levels` queue's backoff must fit in the delay levels it retries through; ConfigError otherwise."""
+    p = Problems()
+    if isinstance(queue.retry, LevelsRetry):
+        check_backoff_fits(p, f"{path}.retry", queue.retry, delay_levels, levels_path)
+    p.raise_if_any()
 
 
 def load_delay_levels(raw: Mapping[str, Any], path: str, defaults: Defaults = BUILT_IN_DEFAULTS) -> DelayLevels:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from pulumi.errors import RunError
 
@@ -38,13 +39,8 @@ DEFAULT_POLICY_PRIORITY = 10
 DEFAULT_DELIVERY_LIMIT = 20
 """RabbitMQ 4's default, set explicitly so that 3.10 and 4.x behave alike."""
 MAX_RETRIES_CEILING = 10_000
-STRATEGIES = ("tiers", "levels", "native")
-"""`retry.strategy`: `tiers` (fixed TTL wait queues, the default), `levels` (a delay per message through the
-vhost's shared binary delay levels) or `native` (RabbitMQ 4.3's delayed retry of quorum queues)."""
 MAX_MESSAGE_TTL_MS = 2**32 - 1
 """The longest `message-ttl` RabbitMQ takes."""
-NATIVE_MIN_VERSION = (4, 3, 1)
-"""RabbitMQ 4.3.0 refuses the `delayed-retry-*` policy keys; 4.3.1 is the first version that takes them."""
 
 
 class ConfigError(RunError):
@@ -67,17 +63,6 @@ class Binding:
 
 
 @dataclass(frozen=True)
-class Backoff:
-    """`levels` only: retry n waits `min(max, initial × multiplier^(n-1))`, scaled by a random factor in
-    `[1 - jitter, 1 + jitter]`, rounded up to whole delay units."""
-
-    initial_ms: int = 1000
-    multiplier: float = 2.0
-    max_ms: int = 3_600_000
-    jitter: float = 0.2
-
-
-@dataclass(frozen=True)
 class DelayLevels:
     """A vhost's shared delay levels (`delay_levels`): level k holds a message `unit × 2^k`."""
 
@@ -85,9 +70,6 @@ class DelayLevels:
     max_delay_ms: int = 86_400_000
     queue_type: str = DEFAULT_QUEUE_TYPE
     policy_priority: int = DEFAULT_POLICY_PRIORITY
-    imports: tuple[str, ...] = ()
-    """The vhost's `import` entries, so that the DelayLevels component adopts the levels' objects too; set by
-    the vhost's parser."""
 
     @property
     def levels(self) -> int:
@@ -97,22 +79,15 @@ class DelayLevels:
         return (-(-self.max_delay_ms // self.unit_ms)).bit_length()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Retry:
-    delays_ms: tuple[int, ...]
-    """`tiers` only: one wait queue per delay; empty for `native`."""
+    """What the `retry` block of every strategy holds. Each strategy has its own subclass, in its module
+    (`components/strategies/`), with the fields only it takes; `strategy` names it."""
+
+    strategy: ClassVar[str]
     max_retries: int
     error_retention_ms: int | None = None
     error_max_length: int | None = None
-    strategy: str = "tiers"
-    min_delay_ms: int | None = None
-    """`native` only: the delay after the first failure; the n-th waits `min(n × min, max)`."""
-    max_delay_ms: int | None = None
-    """`native` only: the cap of the linear delay (default: `min_delay`)."""
-    backoff: Backoff | None = None
-    """`levels` only."""
-    levels: DelayLevels | None = None
-    """`levels` only: the vhost's delay levels this queue's retries go through; set by the vhost's parser."""
 
 
 @dataclass(frozen=True)
@@ -126,9 +101,6 @@ class Queue:
     """Quorum only; always set for quorum queues: default 20, plus max_retries for a retryable queue.
     A backstop that must never fire (README: Delivery limit)."""
     retry: Retry | None = None
-    imports: tuple[str, ...] = ()
-    """The vhost's `import` entries (`<kind> <provider ID>`), so that a retryable queue planned on its own
-    adopts its objects too; set by the vhost's parser."""
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from .. import naming
+from ..strategies import DEFAULT, STRATEGIES, strategy_of
+from ..strategies.common import positive_duration
+from ..strategies.levels import LevelsRetry, check_backoff_fits
 from .fields import (
     ABSENT,
     INVALID,
@@ -22,19 +25,16 @@ from .fields import (
     boolean,
     choice,
     describe,
-    duration,
     entity_name,
     integer,
     items,
     mapping,
-    number,
     optional,
     regex,
     written_name,
 )
 from .keys import (
     APPLICATION_KEYS,
-    BACKOFF_KEYS,
     BINDING_KEYS,
     DEFAULTS_KEYS,
     DELAY_LEVELS_KEYS,
@@ -48,7 +48,6 @@ from .keys import (
     QUEUE_KEYS,
     RETIRED_POLICY_KEYS,
     RETRY_KEYS,
-    STRATEGY_RETRY_KEYS,
     TOPIC_PERMISSION_KEYS,
     VHOST_KEYS,
 )
@@ -58,14 +57,11 @@ from .model import (
     INTEGER_POLICY_KEYS,
     MAX_AGE,
     MAX_MESSAGE_TTL_MS,
-    MAX_RETRIES_CEILING,
     POLICY_VALUE_CHOICES,
     QUEUE_TYPES,
-    STRATEGIES,
     STRING_POLICY_KEYS,
     X_MATCH,
     Application,
-    Backoff,
     Binding,
     Defaults,
     DelayLevels,
@@ -237,137 +233,20 @@ def check_duplicate_bindings(p: Problems, path: str, bindings: Sequence[BindingE
 # --- queues ---------------------------------------------------------------------------------------------------
 
 
-def parse_delays(p: Problems, path: str, raw: object) -> tuple[int, ...] | Invalid:
-    """Strictly increasing durations, one per wait tier."""
-    if raw is ABSENT:
-        p.add(path, "missing; list one delay per wait tier, e.g. [1s, 10s, 1m]")
-        return INVALID
-    if raw is None:
-        p.add(path, "null; list one delay per wait tier, e.g. [1s, 10s, 1m]")
-        return INVALID
-    written = items(p, path, raw)
-    if not written and isinstance(raw, Sequence) and not isinstance(raw, str):
-        p.add(path, "empty; list at least one delay, e.g. [10s]")
-    delays = [duration(p, f"{path}[{i}]", value) for i, value in enumerate(written)]
-    for i in range(1, len(delays)):
-        before, after = delays[i - 1], delays[i]
-        if before is not INVALID and after is not INVALID and after <= before:
-            p.add(f"{path}[{i}]", f'"{written[i]}" is not longer than the delay before it; '
-                  "delays must be strictly increasing")
-    if not delays or INVALID in delays:
-        return INVALID
-    return tuple(d for d in delays if d is not INVALID)
-
-
 def parse_retry(p: Problems, path: str, raw: object) -> Retry | Invalid:
+    """The block of the strategy it names (default `tiers`); keys of another strategy are refused."""
     data = mapping(p, path, raw, RETRY_KEYS)
     if data is INVALID:
         return INVALID
-    strategy = optional(data, "strategy", lambda v: choice(p, f"{path}.strategy", v, STRATEGIES), "tiers")
-    if strategy is INVALID:
+    name = optional(data, "strategy", lambda v: choice(p, f"{path}.strategy", v, tuple(STRATEGIES)), DEFAULT)
+    if name is INVALID:
         return INVALID
-    for other, keys in STRATEGY_RETRY_KEYS.items():
-        for key in keys:
-            if other != strategy and key in data:
-                p.add(f"{path}.{key}", f"belongs to strategy {other}, not {strategy}; remove it or set "
-                      f"{path}.strategy: {other}")
-    if strategy == "native":
-        return parse_native_retry(p, path, data)
-    if strategy == "levels":
-        return parse_levels_retry(p, path, data)
-    written = data.get("delays", ABSENT)
-    delays = parse_delays(p, f"{path}.delays", written)
-    if written is ABSENT or written is None:
-        return INVALID
-    tiers = len(written) if isinstance(written, Sequence) and not isinstance(written, (str, bytes)) else 0
-    max_retries = optional(data, "max_retries",
-                           lambda v: integer(p, f"{path}.max_retries", v, 1, MAX_RETRIES_CEILING), tiers)
-    retention, error_max_length = parse_error_queue(p, path, data)
-    if delays is INVALID or max_retries is INVALID or retention is INVALID or error_max_length is INVALID:
-        return INVALID
-    return Retry(delays, max_retries, retention, error_max_length)
-
-
-def parse_error_queue(p: Problems, path: str, data: Mapping[str, Any]) -> tuple[int | Invalid | None,
-                                                                              int | Invalid | None]:
-    """`error_retention` and `error_max_length`, which every strategy takes."""
-    retention = optional(data, "error_retention", lambda v: duration(p, f"{path}.error_retention", v), None)
-    error_max_length = optional(data, "error_max_length", lambda v: integer(p, f"{path}.error_max_length", v, 1),
-                                None)
-    return retention, error_max_length
-
-
-def parse_native_retry(p: Problems, path: str, data: Mapping[str, Any]) -> Retry | Invalid:
-    """RabbitMQ 4.3's delayed retry: the broker waits `min(min_delay × n, max_delay)` before the n-th
-    redelivery and dead-letters past `max_retries`, the input queue's delivery limit."""
-    if "min_delay" not in data:
-        p.add(f"{path}.min_delay", "missing; strategy native needs the delay after the first failure, e.g. 1s")
-    if "max_retries" not in data:
-        p.add(f"{path}.max_retries", "missing; strategy native needs it (it is the input queue's delivery limit)")
-    min_delay = optional(data, "min_delay", lambda v: positive_duration(p, f"{path}.min_delay", v), INVALID)
-    max_delay = optional(data, "max_delay", lambda v: positive_duration(p, f"{path}.max_delay", v), min_delay)
-    max_retries = optional(data, "max_retries",
-                           lambda v: integer(p, f"{path}.max_retries", v, 1, MAX_RETRIES_CEILING), INVALID)
-    retention, error_max_length = parse_error_queue(p, path, data)
-    if isinstance(min_delay, int) and isinstance(max_delay, int) and max_delay < min_delay:
-        p.add(f"{path}.max_delay", f"{data.get('max_delay')!r} is shorter than min_delay {data.get('min_delay')!r}; "
-              "the delay grows from min_delay up to max_delay")
-        return INVALID
-    if INVALID in (min_delay, max_delay, max_retries, retention, error_max_length):
-        return INVALID
-    assert isinstance(min_delay, int) and isinstance(max_delay, int) and isinstance(max_retries, int)
-    return Retry((), max_retries, retention, error_max_length,
-                 strategy="native", min_delay_ms=min_delay, max_delay_ms=max_delay)
-
-
-def parse_backoff(p: Problems, path: str, raw: object) -> Backoff | Invalid:
-    """`levels`: the delay of retry n, `min(max, initial × multiplier^(n-1))` with ± `jitter`."""
-    data = mapping(p, path, raw, BACKOFF_KEYS)
-    if data is INVALID:
-        return INVALID
-    default = Backoff()
-    initial = optional(data, "initial", lambda v: positive_duration(p, f"{path}.initial", v), default.initial_ms)
-    multiplier = optional(data, "multiplier", lambda v: number(p, f"{path}.multiplier", v, 1), default.multiplier)
-    longest = optional(data, "max", lambda v: positive_duration(p, f"{path}.max", v), default.max_ms)
-    jitter = optional(data, "jitter", lambda v: number(p, f"{path}.jitter", v, 0, 1), default.jitter)
-    if isinstance(initial, int) and isinstance(longest, int) and longest < initial:
-        p.add(f"{path}.max", f"{data.get('max', '1h')!r} is shorter than initial {data.get('initial', '1s')!r}; "
-              "the delay grows from initial up to max")
-        return INVALID
-    if INVALID in (initial, multiplier, longest, jitter):
-        return INVALID
-    assert isinstance(initial, int) and isinstance(longest, int)
-    assert isinstance(multiplier, float) and isinstance(jitter, float)
-    return Backoff(initial, multiplier, longest, jitter)
-
-
-def parse_levels_retry(p: Problems, path: str, data: Mapping[str, Any]) -> Retry | Invalid:
-    """A delay per message through the vhost's delay levels; the vhost's parser checks the backoff against
-    them and attaches them (`Retry.levels`)."""
-    if "max_retries" not in data:
-        p.add(f"{path}.max_retries", "missing; strategy levels needs it (the retries before a message is parked)")
-    backoff = optional(data, "backoff", lambda v: parse_backoff(p, f"{path}.backoff", v), Backoff())
-    max_retries = optional(data, "max_retries",
-                           lambda v: integer(p, f"{path}.max_retries", v, 1, MAX_RETRIES_CEILING), INVALID)
-    retention, error_max_length = parse_error_queue(p, path, data)
-    if INVALID in (backoff, max_retries, retention, error_max_length):
-        return INVALID
-    assert isinstance(backoff, Backoff) and isinstance(max_retries, int)
-    return Retry((), max_retries, retention, error_max_length, strategy="levels", backoff=backoff)
-
-
-def check_levels_queue_name(p: Problems, path: str, name: str) -> bool:
-    """A `levels` queue's name ends its routing key and its delivery binding's topic pattern."""
-    if any(word in naming.TOPIC_WILDCARDS for word in name.split(".")):
-        p.add(path, f'"{name}": a word "*" or "#" would be a wildcard in the delivery binding of strategy levels, '
-              "which must match this queue only; rename the queue")
-        return False
-    longest = naming.MAX_NAME_BYTES - 2 * naming.DELAY_WORDS
-    if naming.byte_length(name) > longest:
-        p.add(path, f"{naming.byte_length(name)} bytes: with strategy levels the queue's name ends a routing key "
-              f"after {naming.DELAY_WORDS} delay bits, which leaves {longest} bytes; shorten the queue name")
-        return False
-    return True
+    for other in STRATEGIES.values():
+        for key in other.RETRY_KEYS:
+            if name != other.NAME and key in data:
+                p.add(f"{path}.{key}", f"belongs to strategy {other.NAME}, not {name}; remove it or set "
+                      f"{path}.strategy: {other.NAME}")
+    return STRATEGIES[name].parse_retry(p, path, data)
 
 
 def parse_delay_levels(p: Problems, path: str, raw: object, defaults: Defaults) -> DelayLevels | Invalid:
@@ -397,36 +276,9 @@ def parse_delay_levels(p: Problems, path: str, raw: object, defaults: Defaults) 
     return INVALID
 
 
-def check_backoff_fits(p: Problems, path: str, retry: Retry, levels: DelayLevels, levels_path: str) -> bool:
-    """The longest delay a retry can ask for must fit in the vhost's levels; a shorter one than a unit is a unit."""
-    backoff = retry.backoff
-    assert backoff is not None
-    ok = True
-    if backoff.initial_ms < levels.unit_ms:
-        p.add(f"{path}.backoff.initial", f"{backoff.initial_ms} ms is shorter than {levels_path}.unit "
-              f"({levels.unit_ms} ms), the shortest delay the levels make; raise initial or lower the unit")
-        ok = False
-    # Rounded to a nanosecond: 3000 ms × 1.1 is 3300.0000000000005 in floating point, and an exact fit is a fit.
-    longest = round(backoff.max_ms * (1 + backoff.jitter), 6)
-    if longest > levels.max_delay_ms:
-        p.add(f"{path}.backoff.max", f"with jitter {backoff.jitter:g} a retry may wait {longest:.0f} ms, more than "
-              f"{levels_path}.max_delay ({levels.max_delay_ms} ms); lower max or jitter, or raise max_delay")
-        ok = False
-    return ok
-
-
-def positive_duration(p: Problems, path: str, value: object) -> int | Invalid:
-    """A delay RabbitMQ takes as `delayed-retry-min`/`-max`: a whole, positive number of milliseconds."""
-    parsed = duration(p, path, value)
-    if parsed is not INVALID and parsed < 1:
-        p.add(path, f"{value!r} is not positive; RabbitMQ needs at least 1ms")
-        return INVALID
-    return parsed
-
-
 def check_derived_name_lengths(p: Problems, path: str, name: str, retry: Retry) -> bool:
-    for derived in naming.derived_queue_names(name, len(retry.delays_ms)) + naming.derived_exchange_names(
-            name, retry.strategy):
+    queues, exchanges = strategy_of(retry).owned_names(name, retry)
+    for derived in queues + exchanges:
         if naming.byte_length(derived) > naming.MAX_NAME_BYTES:
             p.add(path, f'derived name "{derived[:40]}…" is over 255 bytes; shorten the queue name')
             return False
@@ -441,9 +293,9 @@ def resolve_delivery_limit(p: Problems, path: str, written: int | None, queue_ty
         return None
     if retry is None:
         return written or defaults.delivery_limit
-    if retry.strategy == "native":
+    if strategy_of(retry).DELIVERY_LIMIT_IS_MAX_RETRIES:
         if written is not None:
-            p.add(path, "strategy native sets the delivery limit to retry.max_retries (the broker parks a "
+            p.add(path, f"strategy {retry.strategy} sets the delivery limit to retry.max_retries (the broker parks a "
                   "message past it); remove delivery_limit and set retry.max_retries instead")
             return INVALID
         return retry.max_retries
@@ -484,16 +336,10 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
                        bindings=bindings)
     if name is INVALID:
         return entry
-    if isinstance(retry, Retry) and retry.strategy == "levels" and not check_levels_queue_name(
-            p, f"{path}.name", name):
+    if isinstance(retry, Retry) and isinstance(queue_type, str) and not strategy_of(retry).check_queue(
+            p, path, name, queue_type):
         retry = INVALID
-    if isinstance(retry, Retry) and retry.strategy == "native" and queue_type == "classic":
-        p.add(f"{path}.retry.strategy", "native is RabbitMQ's delayed retry of quorum queues; set type: quorum "
-              "or use strategy tiers for a classic queue")
-        retry = INVALID
-    owned = ((naming.derived_queue_names(name, len(retry.delays_ms)),
-              naming.derived_exchange_names(name, retry.strategy))
-             if isinstance(retry, Retry) else ([name], []))
+    owned = strategy_of(retry).owned_names(name, retry) if isinstance(retry, Retry) else ([name], [])
     entry = QueueEntry(index, name, name, INVALID, bindings, tuple(owned[0]), tuple(owned[1]))
     if not lengths_ok or INVALID in (queue_type, priority, max_length, delivery_limit, retry) or any(
             b.value is INVALID for b in bindings):
@@ -733,7 +579,7 @@ def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defau
     default_queue_type = optional(data, "default_queue_type",
                                   lambda v: choice(p, f"{path}.default_queue_type", v, QUEUE_TYPES), None)
     imports = optional(data, "import", lambda v: parse_import(p, f"{path}.import", v, name, existing), ())
-    delay_levels, queues = attach_delay_levels(p, path, data, queues, defaults)
+    delay_levels = vhost_delay_levels(p, path, data, queues, defaults)
     check_created_only_options(p, path, data, existing)
     entries = dict(path=path, exchanges=exchanges, queues=queues, policies=policies,
                    operator_policies=operator_policies, applications=applications, operators=operators)
@@ -744,50 +590,42 @@ def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defau
         return VhostEntry(index, valid_name, written_name(data.get("name")), INVALID, **entries)
     apps = [a for a in applications if a.value is not INVALID]
     vhost = Vhost(name=name, existing=existing, exchanges=tuple(e.value for e in exchanges),
-                  queues=tuple(replace(q.value, imports=imports) if imports else q.value for q in queues),
+                  queues=tuple(q.value for q in queues),
                   policies=tuple(pol.value for pol in policies),
                   operator_policies=tuple(pol.value for pol in operator_policies),
                   applications=tuple(a.value for a in apps), application_indexes=tuple(a.index for a in apps),
                   operators=tuple(o.value for o in operators), operator_indexes=tuple(o.index for o in operators),
                   limits=limits, default_queue_type=default_queue_type, imports=imports,
-                  delay_levels=(replace(delay_levels, imports=imports) if isinstance(delay_levels, DelayLevels)
-                                and imports else delay_levels if isinstance(delay_levels, DelayLevels) else None))
+                  delay_levels=delay_levels if isinstance(delay_levels, DelayLevels) else None)
     return VhostEntry(index, name, name, vhost, **entries)
 
 
-def _uses_levels(entry: QueueEntry) -> bool:
-    return isinstance(entry.value, Queue) and entry.value.retry is not None and entry.value.retry.strategy == "levels"
-
-
 def _written_levels(data: Mapping[str, Any]) -> bool:
-    """A queue asks for strategy levels, valid or not: its own problems are reported where they are."""
+    """A queue asks for a strategy that uses delay levels, valid or not: its own problems are reported where
+    they are."""
     queues = data.get("queues")
     return isinstance(queues, Sequence) and any(
-        isinstance(q, Mapping) and isinstance(q.get("retry"), Mapping) and q["retry"].get("strategy") == "levels"
-        for q in queues)
+        isinstance(q, Mapping) and isinstance(q.get("retry"), Mapping)
+        and isinstance(name := q["retry"].get("strategy"), str) and name in STRATEGIES
+        and STRATEGIES[name].USES_DELAY_LEVELS for q in queues)
 
 
-def attach_delay_levels(p: Problems, path: str, data: Mapping[str, Any], queues: tuple[QueueEntry, ...],
-                        defaults: Defaults) -> tuple[DelayLevels | Invalid | None, tuple[QueueEntry, ...]]:
-    """The vhost's delay levels when a queue uses strategy `levels`, else None (`delay_levels` without such a
-    queue is refused), and the queues with the levels set in the `retry` of each queue that uses them."""
+def vhost_delay_levels(p: Problems, path: str, data: Mapping[str, Any], queues: tuple[QueueEntry, ...],
+                       defaults: Defaults) -> DelayLevels | Invalid | None:
+    """The vhost's delay levels when a queue uses a strategy that retries through them, else None
+    (`delay_levels` without such a queue is refused); the backoff of each such queue must fit in them."""
     levels_path = f"{path}.delay_levels"
     if not _written_levels(data):
         if "delay_levels" in data:
             p.add(levels_path, "no queue of this vhost has retry.strategy: levels; remove delay_levels")
-            return INVALID, queues
-        return None, queues
+            return INVALID
+        return None
     levels = optional(data, "delay_levels", lambda v: parse_delay_levels(p, levels_path, v, defaults),
                       DelayLevels(queue_type=defaults.queue_type, policy_priority=defaults.policy_priority))
     if not isinstance(levels, DelayLevels):
-        return INVALID, queues
-    attached = []
+        return INVALID
     fits = True
     for entry in queues:
-        if _uses_levels(entry):
-            queue = entry.value
-            assert isinstance(queue, Queue) and queue.retry is not None
-            fits &= check_backoff_fits(p, f"{path}.queues[{entry.index}].retry", queue.retry, levels, levels_path)
-            entry = replace(entry, value=replace(queue, retry=replace(queue.retry, levels=levels)))
-        attached.append(entry)
-    return (levels if fits else INVALID), tuple(attached)
+        if isinstance(entry.value, Queue) and isinstance(retry := entry.value.retry, LevelsRetry):
+            fits &= check_backoff_fits(p, f"{path}.queues[{entry.index}].retry", retry, levels, levels_path)
+    return levels if fits else INVALID

@@ -17,7 +17,8 @@ from components.config.capabilities import (
     Version,
 )
 from components.config.keys import OPERATOR_POLICY_KEYS, POLICY_DEFINITION_KEYS, RETIRED_POLICY_KEYS
-from components.config.model import APPLY_TO, NATIVE_MIN_VERSION
+from components.config.model import APPLY_TO
+from components.strategies import native
 from tests.support.admin import version
 from tests.support.deploy import throwaway_vhost
 from tests.support.mirror import Broker, MirrorError, call, esc
@@ -52,7 +53,7 @@ def _refusal(broker: Broker, vhost: str, kind: str, apply_to: str, definition: M
 def _refused_by_table(key: str, table: Mapping[str, tuple[Version, Version]], version: Version) -> bool | None:
     """What preview says of `key` on `version`: refused, taken, or None between the measured versions."""
     if key.startswith("delayed-retry-"):
-        return version < NATIVE_MIN_VERSION
+        return version < native.MIN_BROKER_VERSION[0]
     if key not in table:
         return False
     refused_by, accepted_by = table[key]
@@ -100,7 +101,7 @@ REFUSED_TOGETHER = ({"delayed-retry-type": "all"}, {"delayed-retry-type": "faile
 
 @pytest.mark.parametrize("kind", KINDS, ids=KINDS.values())
 def test_delayed_retry_keys_are_refused_in_the_combinations_the_config_refuses(broker: Broker, kind: str) -> None:
-    if version(broker) < NATIVE_MIN_VERSION:
+    if version(broker) < native.MIN_BROKER_VERSION[0]:
         return  # every delayed-retry-* key is refused there (the test above)
     with throwaway_vhost(broker) as vhost:
         call(broker, "PUT", f"vhosts/{esc(vhost)}", {})

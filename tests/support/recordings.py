@@ -50,10 +50,22 @@ def _standalone_levels() -> Any:
     return DelayLevels("payments-levels", {"vhost": "payments", "delay_levels": {"unit": "1s", "max_delay": "1h"}})
 
 
+def _standalone_levels_queue() -> Any:
+    from components import DelayLevels, RetryableQueue
+
+    levels = DelayLevels("payments-levels", {"vhost": "payments", "delay_levels": {"unit": "1s", "max_delay": "1h"}})
+    return RetryableQueue("refunds", {
+        "vhost": "payments",
+        "queue": {"name": "refunds", "retry": {"strategy": "levels", "backoff": {"max": "5m"}, "max_retries": 6}},
+        "delay_levels": levels,
+    })
+
+
 STANDALONE: dict[str, Callable[[], Any]] = {
     "standalone-tiers": _standalone_tiers,
     "standalone-native": _standalone_native,
     "standalone-levels": _standalone_levels,
+    "standalone-levels-queue": _standalone_levels_queue,
 }
 """Components used on their own, as from another stack (README: Using the components from another stack)."""
 

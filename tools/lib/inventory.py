@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from components import naming
 from components.effective import PolicyIndex
 from components.plan import PolicyPlan, QueuePlan
 from tools.lib.engine import short_type
@@ -92,10 +93,11 @@ def retryable_queue_of(record: Registered, by_urn: Mapping[str, Registered]) -> 
     return (contract["vhost"], contract["queue"]) if contract else None
 
 
-CONFIG_POLICY_KEYS = {"rabbitmq:index/policy:Policy": "policy", "rabbitmq:index/operatorPolicy:OperatorPolicy":
-                      "operator-policy"}
-"""Logical keys of the policies a stack config declares (`policies[]`, `operator_policies[]`) under its Vhost
-component, `<vhost component>-<key>-<name>`; the per-queue policies have other keys."""
+CONFIG_POLICY_KEYS = {"rabbitmq:index/policy:Policy": ("policy", naming.config_policy_key),
+                      "rabbitmq:index/operatorPolicy:OperatorPolicy": ("operator policy", naming.operator_policy_key)}
+"""The kind and the logical key (`components.naming`, which the planner mints them with) of the policies a stack
+config declares (`policies[]`, `operator_policies[]`) under its Vhost component; the per-queue policies have
+other keys."""
 
 
 @dataclass(frozen=True)
@@ -127,11 +129,12 @@ def config_policies(recording: Sequence[Registered]) -> dict[tuple[str, str, str
             exchanges.setdefault(vhost, []).append(str(r.inputs["name"]))
     found = {}
     for r in recording:
-        key = CONFIG_POLICY_KEYS.get(r.type)
+        config_policy = CONFIG_POLICY_KEYS.get(r.type)
         parent = by_urn.get(r.parent or "")
-        if key is None or parent is None or parent.type != VHOST_COMPONENT:
+        if config_policy is None or parent is None or parent.type != VHOST_COMPONENT:
             continue
-        if r.name != f"{parent.name}-{key}-{r.inputs.get('name')}":
+        kind, key = config_policy
+        if r.name != naming.logical_name(parent.name, key(str(r.inputs.get("name")))):
             continue
         vhost, policy = str(r.inputs.get("vhost", "/")), r.inputs["policy"]
         planned = PolicyPlan("", str(r.inputs["name"]), str(policy["pattern"]), int(policy.get("priority") or 0),
@@ -142,6 +145,6 @@ def config_policies(recording: Sequence[Registered]) -> dict[tuple[str, str, str
             continue
         matches = (sum(1 for queue in queues.get(vhost, []) if index.matching_queue(queue))
                    + sum(1 for exchange in exchanges.get(vhost, []) if index.matching_exchange(exchange)))
-        found[(vhost, key.replace("-", " "), planned.name)] = ConfigPolicy(
-            vhost, key.replace("-", " "), planned.name, planned.pattern, planned.apply_to, matches)
+        found[(vhost, kind, planned.name)] = ConfigPolicy(vhost, kind, planned.name, planned.pattern, planned.apply_to,
+                                                          matches)
     return found

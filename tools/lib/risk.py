@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rabbitmq_retry_client.contract import strategy_of
 from tools.lib import engine
 from tools.lib.engine import Step
 from tools.lib.permissions import widens
@@ -73,10 +74,6 @@ SHARED_KEYS = frozenset({"error_exchange", "error_queue", "attempt_header"})
 """Contract fields of every strategy: still compared when the strategy changes."""
 
 
-def _strategy(contract: Mapping[str, Any]) -> str:
-    return str(contract.get("strategy", "tiers"))
-
-
 def _level(exchange: Any) -> int | None:
     """k of a delay level's exchange `rabbitmq-retry.delay.<k>`."""
     number = str(exchange).rsplit(".", 1)[-1]
@@ -99,9 +96,9 @@ def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]
     sentence each ([] when they don't). Consumers read the contract when they start: until every one is
     redeployed, old and new run side by side."""
     breaks = []
-    if _strategy(old) != _strategy(new):
-        breaks.append(f"strategy {_strategy(old)} → {_strategy(new)}: consumers on the old contract keep retrying "
-                      f"the {_strategy(old)} way, which this queue no longer supports (their retries fail, skip the "
+    if strategy_of(old) != strategy_of(new):
+        breaks.append(f"strategy {strategy_of(old)} → {strategy_of(new)}: consumers on the old contract keep retrying "
+                      f"the {strategy_of(old)} way, which this queue no longer supports (their retries fail, skip the "
                       "wait or are parked at once)")
         old = {k: v for k, v in old.items() if k in SHARED_KEYS}
         new = {k: v for k, v in new.items() if k in SHARED_KEYS}

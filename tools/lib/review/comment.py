@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.durations import format_duration
+from rabbitmq_retry_client.contract import strategy_of
 from tools.lib import markdown
 from tools.lib.diagram import retry_path
 from tools.lib.engine import Step
@@ -31,8 +32,8 @@ from tools.lib.risk import (
 def _contract_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[str]:
     if old is None or new is None:
         return ["new retryable queue" if old is None else "retryable queue removed"]
-    # A contract without `strategy` is a tiers contract: a switch reads `strategy tiers → native`.
-    old, new = {"strategy": "tiers", **old}, {"strategy": "tiers", **new}
+    # A contract without `strategy` is of the schema's default strategy: a switch reads `strategy tiers → native`.
+    old, new = {"strategy": strategy_of(old), **old}, {"strategy": strategy_of(new), **new}
     changes = [f"{k} {formatted(old.get(k))} → {formatted(new.get(k))}" for k in sorted(set(old) | set(new))
                if k != "tiers" and old.get(k) != new.get(k)]
     delays = [", ".join(format_duration(int(t["delay_ms"])) for t in c.get("tiers", [])) or "(none)"

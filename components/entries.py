@@ -1,0 +1,341 @@
+"""What a plan is made of: the entries the components register one to one, and the builders every strategy
+shares (error queue, limits, policies, adoption of existing objects).
+
+Pure and Pulumi-free. `plan.py` puts a vhost's plan together; each strategy module (`strategies/`) plans its
+retryable queues from these parts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Generic, Literal, TypeVar
+from urllib.parse import unquote_plus
+
+from . import naming
+from .config.model import DelayLevels, Queue, Retry, TopicPermission, Vhost
+
+if TYPE_CHECKING:
+    from .strategies.base import Strategy
+
+QueueRole = Literal["input", "wait", "error", "plain", "delay"]
+"""A queue's part: a retryable queue's input, wait tier or error queue (the delay levels' undeliverable queue is an
+error queue too), a queue without retries, or a delay level."""
+PolicyRole = Literal["queue", "config", "operator"]
+"""Derived for one planned queue (its limits, TTL or delays), a vhost's `policies[]` entry, or its
+`operator_policies[]` entry."""
+ERROR_QUEUE_DELIVERY_LIMIT = 1_000_000
+"""Quorum error queues: high enough that no parked message ever reaches it (see error_policies)."""
+
+
+@dataclass(frozen=True)
+class QueuePlan:
+    key: str
+    """Logical key: the child's Pulumi name is f"{component}-{key}"."""
+    name: str
+    queue_type: str
+    arguments: Mapping[str, str | int]
+    role: QueueRole
+    import_id: str | None = None
+    """The provider ID Pulumi adopts it under (`import_`), from the vhost's `import` config."""
+
+    @property
+    def arguments_json(self) -> str:
+        """Typed arguments as the provider must receive them (sorted keys, integers as numbers)."""
+        return json.dumps(dict(self.arguments), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class ExchangePlan:
+    key: str
+    name: str
+    type: str
+    import_id: str | None = None
+    arguments: Mapping[str, str] = field(default_factory=dict)
+    """String arguments (`alternate-exchange`), fixed at creation: changing one replaces the exchange."""
+
+
+@dataclass(frozen=True)
+class BindingPlan:
+    key: str
+    source: str
+    destination: str
+    routing_key: str = ""
+    arguments: Mapping[str, str | int | bool] = field(default_factory=dict)
+    source_external: bool = False
+    import_id: str | None = None
+    destination_type: Literal["queue", "exchange"] = "queue"
+
+    @property
+    def arguments_json(self) -> str | None:
+        return json.dumps(dict(self.arguments), sort_keys=True) if self.arguments else None
+
+
+@dataclass(frozen=True)
+class PolicyPlan:
+    key: str
+    name: str
+    pattern: str
+    priority: int
+    definition: Mapping[str, str]
+    """String values, as the provider's schema wants; it sends digit strings as JSON integers."""
+    apply_to: str = "queues"
+    sources: Mapping[str, str] = field(default_factory=dict)
+    """Config key path that sets each definition key, e.g. "vhosts[0].queues[2].delivery_limit"."""
+    source: str = ""
+    """Config key path of the policy entry ("" for the policies the plan derives for a queue)."""
+    import_id: str | None = None
+    role: PolicyRole = "queue"
+
+
+@dataclass(frozen=True)
+class Tier:
+    number: int
+    delay_ms: int
+    queue: str
+    routing_key: str
+
+
+
+R = TypeVar("R", bound=Retry)
+
+
+@dataclass(frozen=True)
+class RetryablePlan(Generic[R]):
+    """Everything one retryable queue owns, planned by its strategy's module (`strategy_module`)."""
+
+    config: Queue
+    retry: R
+    """`config.retry`, typed as its strategy's retry block."""
+    tiers: tuple[Tier, ...]
+    queues: tuple[QueuePlan, ...]
+    exchanges: tuple[ExchangePlan, ...]
+    bindings: tuple[BindingPlan, ...]
+    policies: tuple[PolicyPlan, ...]
+    delay_levels: DelayLevels | None = None
+    """The vhost's shared delay levels this queue's retries go through (strategies that use them)."""
+
+    @property
+    def strategy(self) -> str:
+        return self.retry.strategy
+
+    @property
+    def strategy_module(self) -> Strategy:
+        """The module that planned this and knows what its entries mean. Looked up when asked: the strategy
+        modules import this one."""
+        from .strategies import strategy_named
+
+        return strategy_named(self.retry.strategy)
+
+    @property
+    def retry_exchange(self) -> str:
+        return naming.retry_exchange(self.config.name)
+
+    @property
+    def requeue_exchange(self) -> str:
+        return naming.requeue_exchange(self.config.name)
+
+    @property
+    def error_exchange(self) -> str:
+        return naming.error_exchange(self.config.name)
+
+    @property
+    def error_queue(self) -> str:
+        return naming.error_queue(self.config.name)
+
+    @property
+    def delay_exchanges(self) -> tuple[str, ...]:
+        """Every level's exchange of the delay levels it retries through, level 0 first (none without)."""
+        return () if self.delay_levels is None else tuple(naming.delay_level(level)
+                                                          for level in range(self.delay_levels.levels))
+
+    @property
+    def delay_exchange(self) -> str:
+        """The top level's exchange: a consumer publishes a delayed copy to the level of its delay's highest bit
+        (`delay_exchanges`), at most this one."""
+        return self.delay_exchanges[-1]
+
+    @property
+    def consumer_exchanges(self) -> tuple[str, ...]:
+        """Exchanges a consumer of the queue publishes to: its retries' and the error exchange."""
+        return self.strategy_module.consumer_exchanges(self)
+
+    def contract(self, vhost: str) -> dict[str, object]:
+        """What a consumer needs to retry and park a message: the stack exports this per queue."""
+        return self.strategy_module.contract(self, vhost)
+
+
+@dataclass(frozen=True)
+class DelayLevelsPlan:
+    """A vhost's shared delay levels (strategy `levels`): level k is a topic exchange and a queue that holds a
+    message `unit × 2^k`. The exchange of level k sends a message whose bit k is 1 to its queue and one whose bit
+    is 0 on to level k-1; the queue dead-letters to level k-1 with the same key; after level 0 the delivery
+    exchange routes the message to its queue."""
+
+    config: DelayLevels
+    queues: tuple[QueuePlan, ...]
+    """Level 0 first, then the undeliverable queue."""
+    exchanges: tuple[ExchangePlan, ...]
+    """The delivery exchange, the levels (level 0 first), then the undeliverable exchange."""
+    bindings: tuple[BindingPlan, ...]
+    policies: tuple[PolicyPlan, ...]
+
+    @property
+    def top_exchange(self) -> str:
+        return naming.delay_level(self.config.levels - 1)
+
+    @property
+    def level_queues(self) -> tuple[QueuePlan, ...]:
+        """The level queues, level 0 first (without the undeliverable queue)."""
+        return tuple(q for q in self.queues if q.role == "delay")
+
+
+@dataclass(frozen=True)
+class PermissionPlan:
+    """An application's or operator's derived permissions: it declares nothing, writes and reads exactly
+    what its job needs."""
+
+    key: str
+    user: str
+    configure: str
+    write: str
+    read: str
+    topic: tuple[TopicPermission, ...] = ()
+
+    @property
+    def user_key(self) -> str:
+        return naming.user_key(self.user)
+
+    @property
+    def topic_key(self) -> str:
+        return naming.topic_permissions_key(self.user)
+
+
+@dataclass(frozen=True)
+class VhostPlan:
+    config: Vhost
+    exchanges: tuple[ExchangePlan, ...]
+    queues: tuple[QueuePlan, ...]
+    """Plain queues only; retryable queues are in `retryables`."""
+    policies: tuple[PolicyPlan, ...]
+    bindings: tuple[BindingPlan, ...]
+    """Config bindings of every queue, plain and retryable, to the vhost's or external exchanges."""
+    retryables: tuple[RetryablePlan, ...]
+    operator_policies: tuple[PolicyPlan, ...] = ()
+    permissions: tuple[PermissionPlan, ...] = ()
+    delay_levels: DelayLevelsPlan | None = None
+    """The shared delay levels, when a queue has strategy `levels`."""
+
+
+def exact_names(names: Iterable[str]) -> str:
+    """A permission regex that matches exactly `names` (`^$`, nothing, when empty)."""
+    unique = sorted(set(names))
+    return f"^({'|'.join(re.escape(n) for n in unique)})$" if unique else "^$"
+
+
+
+def quorum_dead_lettering(queue_type: str) -> dict[str, str]:
+    """Without both keys a quorum queue silently dead-letters at-most-once."""
+    if queue_type != "quorum":
+        return {}
+    return {"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
+
+
+def limit_sources(path: str) -> dict[str, str]:
+    return {"max-length": f"{path}.max_length", "overflow": f"{path}.max_length",
+            "delivery-limit": f"{path}.delivery_limit"}
+
+
+def queue_limits(queue: Queue) -> dict[str, str]:
+    definition: dict[str, str] = {}
+    if queue.max_length is not None:
+        definition["max-length"] = str(queue.max_length)
+        # The default, drop-head, would silently drop (or dead-letter into the retry loop) the oldest
+        # message; reject-publish nacks the publisher instead.
+        definition["overflow"] = "reject-publish"
+    if queue.delivery_limit is not None:
+        definition["delivery-limit"] = str(queue.delivery_limit)
+    return definition
+
+
+def queue_policy(key: str, queue_name: str, priority: int, definition: dict[str, str],
+            sources: Mapping[str, str]) -> PolicyPlan:
+    return PolicyPlan(key=key, name=queue_name, pattern=naming.exact_pattern(queue_name), priority=priority,
+                      definition=definition, sources={k: sources[k] for k in definition})
+
+
+
+def parking_input_queue(queue: Queue) -> QueuePlan:
+    """The input queue of a strategy whose retries never go through dead-lettering (`native`, `levels`): what it
+    dead-letters, a message rejected for good or past the delivery limit, is parked in the error queue."""
+    return QueuePlan(naming.INPUT_KEY, queue.name, queue.queue_type, {
+        "x-queue-type": queue.queue_type,
+        "x-dead-letter-exchange": naming.error_exchange(queue.name),
+        **quorum_dead_lettering(queue.queue_type),
+    }, "input")
+
+
+def error_queue_plans(queue: Queue) -> tuple[QueuePlan, ExchangePlan, BindingPlan]:
+    """The error queue, its fanout exchange and their binding: the same for every strategy."""
+    error = QueuePlan(naming.ERROR_KEY, naming.error_queue(queue.name), queue.queue_type,
+                      {"x-queue-type": queue.queue_type}, "error")
+    error_x = naming.error_exchange(queue.name)
+    return (error, ExchangePlan(naming.ERROR_EXCHANGE_KEY, error_x, "fanout"),
+            BindingPlan(naming.ERROR_BINDING_KEY, error_x, error.name))
+
+
+
+def error_policies(queue: Queue, retry: Retry, path: str) -> list[PolicyPlan]:
+    """The error queue's retention and length limit, when the retry block sets them."""
+    error_definition = {}
+    if retry.error_retention_ms is not None:
+        error_definition["message-ttl"] = str(retry.error_retention_ms)
+    if retry.error_max_length is not None:
+        error_definition["max-length"] = str(retry.error_max_length)
+        # A full error queue nacks the parking publish (the client then keeps the message in Q); the
+        # default, drop-head, would silently drop the oldest parked message.
+        error_definition["overflow"] = "reject-publish"
+    if queue.queue_type == "quorum":
+        # RabbitMQ 4 gives a quorum queue a delivery limit of 20 and the error queue has nowhere to
+        # dead-letter: a parked message returned 20 times by crashed readers would be dropped. 3.10
+        # refuses -1 (unlimited), so the limit is set out of reach instead.
+        error_definition["delivery-limit"] = str(ERROR_QUEUE_DELIVERY_LIMIT)
+    if not error_definition:
+        return []
+    return [queue_policy(naming.ERROR_POLICY_KEY, naming.error_queue(queue.name), queue.policy_priority,
+                         error_definition, {
+        "message-ttl": f"{path}.retry.error_retention", "max-length": f"{path}.retry.error_max_length",
+        "delivery-limit": f"{path}.type", "overflow": f"{path}.retry.error_max_length"})]
+
+
+Importable = QueuePlan | ExchangePlan | BindingPlan | PolicyPlan
+E = TypeVar("E", QueuePlan, ExchangePlan, BindingPlan, PolicyPlan)
+
+
+def _binding_id_matches(object_id: str, binding: BindingPlan) -> bool:
+    """`vhost/source/destination/queue/properties_key` (the vhost part is checked by the caller): the
+    properties key is the URL-encoded routing key, then `~` and a hash of the arguments when there are any
+    (`~` alone for an empty key without arguments)."""
+    parts = object_id.split("/")
+    if len(parts) != 5 or parts[1:4] != [binding.source, binding.destination, binding.destination_type]:
+        return False
+    key, tilde, arguments_hash = parts[4].partition("~")
+    if binding.arguments:
+        return bool(tilde and arguments_hash) and unquote_plus(key) == binding.routing_key
+    return (parts[4] == "~") if binding.routing_key == "" else (not tilde and unquote_plus(key) == binding.routing_key)
+
+
+def _matches(kind: str, object_id: str, entry: Importable) -> bool:
+    if isinstance(entry, BindingPlan):
+        return kind == "binding" and _binding_id_matches(object_id, entry)
+    return object_id.rsplit("@", 1)[0] == entry.name
+
+
+def adopt(entries: tuple[E, ...], kind: str, imports: Iterable[str]) -> tuple[E, ...]:
+    """`entries` with the import ID of each one that an `import` entry (`<kind> <ID>`) names."""
+    wanted = [tuple(entry.split(" ", 1)) for entry in imports]
+    return tuple(next((replace(entry, import_id=object_id) for k, object_id in wanted
+                       if k == kind and _matches(kind, object_id, entry)), entry) for entry in entries)
+

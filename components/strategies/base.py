@@ -1,0 +1,61 @@
+"""What a retry strategy is: the one interface every module of `strategies/` implements.
+
+A strategy owns everything that differs between strategies: its `retry` block (config type and parser), the
+objects it plans for a retryable queue, the contract a consumer follows and the paths the preview checks.
+Everything else (the vhost, plain queues, policies, permissions, the components) is strategy-free and asks the
+strategy through this interface; `strategies/__init__.py` maps names to modules.
+
+Pure and Pulumi-free, like the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from ..config.fields import Invalid, Problems
+from ..config.model import DelayLevels, Queue, Retry, TopicPermission
+from ..entries import RetryablePlan
+
+Route = Callable[[str, str | None], set[str] | None]
+"""Queues a message published to an exchange with a routing key reaches in the planned topology (None when
+it cannot be known); `checks.route` bound to one vhost's graph."""
+Version = tuple[int, int, int]
+
+
+class Strategy(Protocol):
+    """A module of `strategies/`; its functions are documented there."""
+
+    NAME: str
+    """`retry.strategy` in the config and `strategy` in the contract."""
+    RETRY_KEYS: tuple[str, ...]
+    """The `retry` keys only this strategy takes (`max_retries`, `error_*` belong to every strategy)."""
+    USES_DELAY_LEVELS: bool
+    """Its queues retry through the vhost's shared delay levels (a DelayLevels component)."""
+    DELIVERY_LIMIT_IS_MAX_RETRIES: bool
+    """The quorum queue's delivery limit is `max_retries` (the broker parks past it); otherwise the limit is a
+    backstop above `max_retries + 1`."""
+    MIN_BROKER_VERSION: tuple[Version, str] | None
+    """The first RabbitMQ version that runs it, and what it needs from that version (None: every version the
+    project supports)."""
+
+    def parse_retry(self, p: Problems, path: str, data: Mapping[str, Any]) -> Retry | Invalid: ...
+
+    def check_queue(self, p: Problems, path: str, name: str, queue_type: str) -> bool: ...
+
+    def owned_names(self, queue: str, retry: Retry) -> tuple[list[str], list[str]]: ...
+
+    def plan(self, queue: Queue, retry: Any, path: str, levels: DelayLevels | None,
+             imports: tuple[str, ...]) -> RetryablePlan[Any]: ...
+
+    def consumer_exchanges(self, plan: RetryablePlan[Any]) -> tuple[str, ...]: ...
+
+    def redrive_exchanges(self, plan: RetryablePlan[Any]) -> tuple[str, ...]: ...
+
+    def topic_permissions(self, own: Iterable[RetryablePlan[Any]]) -> tuple[TopicPermission, ...]: ...
+
+    def retry_exchange(self, plan: RetryablePlan[Any]) -> str | None: ...
+
+    def contract(self, plan: RetryablePlan[Any], vhost: str) -> dict[str, object]: ...
+
+    def path_problems(self, plan: RetryablePlan[Any], route: Route) -> list[str]: ...
