@@ -29,13 +29,11 @@ from pika.spec import BasicProperties
 from . import headers as h
 from .connection import ConnectionParams, connect, parameters, quiet_pika
 from .contract import strategy_of, validate
+from .strategies import behaviour_of
 
 LIMIT_REASON = "delivery_limit"
 REQUEUE_SUFFIX = ".requeue"
 """`Q.requeue`, the fanout exchange bound only to `Q` (README: Topology of a retryable queue)."""
-REQUEUE_STRATEGIES = ("tiers",)
-"""The strategies whose queues have `Q.requeue`; a queue of any other (`native`, `levels`) is redriven to the
-original exchange only."""
 
 
 @dataclass(frozen=True)
@@ -270,9 +268,9 @@ class ParkedQueue:
     def check_to_queue(self) -> None:
         """ValueError unless the queue has `Q.requeue` to redrive to (strategy `tiers`); called before anything
         is read, so an empty error queue is refused too."""
-        strategy = strategy_of(self.contract)
-        if strategy not in REQUEUE_STRATEGIES:
-            raise ValueError(f"{self.input_queue!r} uses strategy {strategy}, which has no {self.requeue_exchange!r} "
+        if not behaviour_of(self.contract).has_requeue_exchange:
+            raise ValueError(f"{self.input_queue!r} uses strategy {strategy_of(self.contract)}, which has no "
+                             f"{self.requeue_exchange!r} "
                              "exchange; redrive to the original exchange (without --to-queue)")
 
     def destination(self, message: Parked, to_queue: bool) -> tuple[str, str]:

@@ -51,3 +51,19 @@ def test_nothing_outside_the_strategies_chooses_by_a_strategy_name():
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
              if chooses.search(line)]
     assert found == []
+
+
+def test_nothing_in_the_client_or_the_tools_compares_a_strategy_with_a_name():
+    """The client asks its `strategies` table, the tools ask the strategy modules: no strategy (`x.strategy`,
+    `strategy_of(…)`, `contract.get("strategy")`) is compared with a strategy's name. (`"tiers"` is also a key
+    of the contract, so a name alone is not looked for here.)"""
+    names = "|".join(STRATEGIES)
+    compares = re.compile(rf"strategy\S*\s*(==|!=|not in|in)\s*[(\[{{]?\s*[\"']({names})[\"']"
+                          rf"|[\"']({names})[\"']\s*(==|!=)\s*\S*strategy")
+    root = COMPONENTS.parent
+    found = [f"{path.relative_to(root)}:{number}: {line.strip()}"
+             for path in sorted([*(root / "rabbitmq_retry_client").rglob("*.py"), *(root / "tools").rglob("*.py")])
+             if path != root / "rabbitmq_retry_client" / "strategies.py"
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+             if compares.search(line)]
+    assert found == []

@@ -45,6 +45,7 @@ RETRY_KEYS = ("backoff",)
 USES_DELAY_LEVELS = True
 DELIVERY_LIMIT_IS_MAX_RETRIES = False
 MIN_BROKER_VERSION = None
+FEATURE_FLAG = None
 KEY_FORMAT = ("the delay in units, ceil(delay_ms / delay_unit_ms) capped at 2^delay_levels - 1, as "
               "delay_words binary digits, most significant first, each followed by '.', then the queue name")
 """How a `levels` contract tells a client in any language to build the routing key of a delayed copy."""

@@ -37,6 +37,7 @@ RETRY_KEYS = ("delays",)
 USES_DELAY_LEVELS = False
 DELIVERY_LIMIT_IS_MAX_RETRIES = False
 MIN_BROKER_VERSION = None
+FEATURE_FLAG = None
 
 
 @dataclass(frozen=True, kw_only=True)
