@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tools.lib import engine
 from tools.lib.checkout import CheckoutError, checkout
-from tools.lib.review import BaseProgramError, ReviewError, evaluate_both, render
+from tools.lib.review import BaseProgramError, ReviewError, evaluate_both, plans_of, render
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,13 +43,14 @@ def main(argv: list[str] | None = None) -> int:
             at_base = (Path(tmp) / stack_file).exists()
             try:
                 old, new = evaluate_both(args.stack, project, Path(tmp) if at_base else None)
+                plans = plans_of(args.stack, project, Path(tmp) if at_base else None, (old, new))
             except BaseProgramError as error:
                 raise ReviewError(f"the program at BASE={args.base} ({commit}) fails:\n{error}") from None
         steps = engine.diff(old, new)
     except (ReviewError, CheckoutError) as error:
         print(error, file=sys.stderr)
         return 1
-    review = render(steps, old, new, allow_data_loss=allow)
+    review = render(steps, old, new, plans, allow_data_loss=allow)
     heading = f"## RabbitMQ review: stack `{args.stack}`, `{args.base}` ({commit}) → working tree"
     note = "" if at_base else f"\n\n`{stack_file}` does not exist at `{args.base}`: every resource is created."
     compact, complete = (f"{heading}{note}\n\n{body}\n" for body in (review.compact, review.full))

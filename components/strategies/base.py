@@ -74,3 +74,12 @@ class Strategy(Protocol):
     def contract(self, plan: RetryablePlan[Any], vhost: str) -> dict[str, object]: ...
 
     def path_problems(self, plan: RetryablePlan[Any], route: Route) -> list[str]: ...
+
+    REVIEWED_CONTRACT_KEYS: frozenset[str]
+    """The keys of its contract that `contract_breaks` judges, or that its consumers do not act on; the review
+    judges the keys every strategy shares."""
+
+    def contract_breaks(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+        """What a change of its contract (`old` → `new`, same strategy) means to a reviewer: how consumers still
+        running on `old` break under `new`, one sentence each, for `REVIEWED_CONTRACT_KEYS` only."""
+        ...

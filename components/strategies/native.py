@@ -146,6 +146,15 @@ def contract(plan: RetryablePlan[NativeRetry], vhost: str) -> dict[str, object]:
     }
 
 
+REVIEWED_CONTRACT_KEYS = frozenset({"min_delay_ms", "max_delay_ms"})
+"""The delays are the broker's: a consumer only makes the retry call."""
+
+
+def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """Nothing of its own breaks a running consumer."""
+    return []
+
+
 def path_problems(plan: RetryablePlan[Any], route: Route) -> list[str]:
     """The message waits in its own queue: no retry path to check."""
     return []
