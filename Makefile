@@ -1,4 +1,4 @@
-# Every target works on a fresh Debian machine after `make setup`; see README.md.
+# Every target works on a fresh Debian machine after `make setup`; see README.md and docs/.
 STACK ?= dev
 BASE ?= HEAD
 PY := .venv/bin/python
@@ -40,8 +40,8 @@ contracts:
 brokers:
 	scripts/brokers.sh status
 
-# Benchmarks on both local brokers and broker-free plan cost, 11–18 min on 2 cores (BENCH_QUICK=1:
-# 1–2.5 min, written to bench/results/quick/); results and plots in bench/results/ (README: Benchmarks).
+# Benchmarks on both local brokers and broker-free plan cost (BENCH_QUICK=1: a short smoke run, written to
+# bench/results/quick/); results and plots in bench/results/, durations and figures in bench/README.md.
 bench:
 	scripts/brokers.sh ensure all
 	$(PY) -m bench

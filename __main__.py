@@ -8,7 +8,8 @@ from components import Vhost
 from components.stack import application_passwords, plan_stack, read_stack_config
 
 # A short-lived process whose SDK object graph only grows: the cyclic collector's repeated passes over it were
-# most of the cost of a big stack (bench/results, P3: 1,000 queues 45.3 s with it, 16.8 s without, 11 % more memory).
+# most of the cost of a big stack (bench/results/2026-11-23-plan-cost.md, P3: 1,000 queues 71.9–72.1 s with it,
+# 25.9–30.0 s without, 7–9 % more peak memory).
 gc.disable()
 config = read_stack_config()
 passwords = application_passwords(config)

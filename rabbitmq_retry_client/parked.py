@@ -32,7 +32,7 @@ from .contract import strategy_of, validate
 
 LIMIT_REASON = "delivery_limit"
 REQUEUE_SUFFIX = ".requeue"
-"""`Q.requeue`, the fanout exchange bound only to `Q` (README: Topology of a retryable queue)."""
+"""`Q.requeue`, the fanout exchange bound only to `Q` (docs/strategies.md: Strategy `tiers`)."""
 REQUEUE_STRATEGIES = ("tiers",)
 """The strategies whose queues have `Q.requeue`; a queue of any other (`native`, `levels`) is redriven to the
 original exchange only."""

@@ -318,7 +318,7 @@ BAD_CONFIGS = [
     ),
     pytest.param({"vhosts": "shop"}, [("vhosts", "expected a list, got str")], id="vhosts-not-a-list"),
     pytest.param(
-        {}, [("vhosts", "missing; set rabbitmq-retry:vhosts to a list of vhosts (see README)")], id="no-vhosts"
+        {}, [("vhosts", "missing; set rabbitmq-retry:vhosts to a list of vhosts (see docs/config.md)")], id="no-vhosts"
     ),
     pytest.param(
         {"vhosts": [vhost_config()], "protect": "yes"},

@@ -1,6 +1,6 @@
 """Strategy `levels`: a delay per message through a vhost's shared binary delay levels, from config to plan,
-routing, checks, permissions, contract and the components under mocks (README: "Choosing a strategy", "Config
-reference" and "The retry contract").
+routing, checks, permissions, contract and the components under mocks (docs/strategies.md, docs/config.md and
+docs/contract.md).
 
 Level k is a topic exchange and a queue `rabbitmq-retry.delay.<k>` holding a message `unit × 2^k`; the routing
 key always carries 28 bit words, so raising `max_delay` only adds levels on top and never moves the bit a

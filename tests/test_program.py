@@ -72,7 +72,7 @@ config:
     assert type(error.value).__name__ == "ConfigError"
     assert error.value.problems == [
         ("vhost", "unknown key (allowed: protect, retain_error_queues, defaults, vhosts, passwords, broker)"),
-        ("vhosts", "missing; set rabbitmq-retry:vhosts to a list of vhosts (see README)"),
+        ("vhosts", "missing; set rabbitmq-retry:vhosts to a list of vhosts (see docs/config.md)"),
         ("rabbitmq:endpoint", '"http://127.0.0.1:15672/" ends with "/": the management API answers 405; '
                               "remove the trailing slash"),
         ("rabbitmq:password", "stored in plain text; use `pulumi config set --secret rabbitmq:password` "

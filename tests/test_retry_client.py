@@ -3,7 +3,7 @@ what it refuses (an unknown strategy included), how it cuts an error reason, wha
 redriven copy carries over, which parked messages a filter selects, what the command refuses before
 connecting, and strategy `levels` (its contract, back-off, routing key, and the consumer's retries and
 parking through a recording channel), and copies in flight: settled on the broker's answers in any order, the
-in-flight bound, `run()` settling them all (README: Writing a consumer, Parked messages)."""
+in-flight bound, `run()` settling them all (docs/contract.md; docs/operations.md: Parked messages)."""
 
 from __future__ import annotations
 
@@ -363,7 +363,7 @@ def test_an_unknown_strategy_is_refused_by_name_before_anything_else() -> None:
         load_contract(contract(strategy="exponential", tiers=[]))
     assert str(error.value) == (
         "retry contract for 'orders' uses strategy 'exponential', which this client does not support "
-        "(supported: tiers, native, levels); upgrade rabbitmq-retry or follow README: Writing a consumer by hand")
+        "(supported: tiers, native, levels); upgrade rabbitmq-retry or follow docs/contract.md by hand")
 
 
 def test_the_consumer_refuses_an_unknown_strategy_before_connecting() -> None:
@@ -579,7 +579,7 @@ def test_without_the_pulumi_cli_the_error_says_to_pass_a_file(monkeypatch: pytes
 # --- strategy levels: the contract ------------------------------------------------------------------
 
 def levels_contract(**changes: Any) -> dict[str, Any]:
-    """A valid `strategy: levels` contract, the example in README.md (The retry contract)."""
+    """A valid `strategy: levels` contract, the example in docs/contract.md (The retry contract)."""
     value: dict[str, Any] = {
         "strategy": "levels", "vhost": "shop", "queue": "orders.billing", "queue_type": "quorum",
         "delay_exchange": "rabbitmq-retry.delay.16",

@@ -1,8 +1,8 @@
 """The keys each mapping of the stack config may hold, written once.
 
 The parser refuses any other key, the fuzz test builds and misspells configs from these tables, and
-`tests/test_readme_reference.py` keeps the README's "Config reference" tables equal to them. The order is
-the order of the README and of "unknown key (allowed: …)" messages.
+`tests/test_config_reference.py` keeps the tables of docs/config.md ("Stack-file keys") equal to them. The
+order is the order of those tables and of "unknown key (allowed: …)" messages.
 """
 
 from __future__ import annotations

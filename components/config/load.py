@@ -32,7 +32,7 @@ def check_passwords_shape(p: Problems, raw: object) -> None:
 
 def parse_vhosts(p: Problems, top: Mapping[str, Any], defaults: Defaults) -> list[VhostEntry]:
     if "vhosts" not in top:
-        p.add("vhosts", "missing; set rabbitmq-retry:vhosts to a list of vhosts (see README)")
+        p.add("vhosts", "missing; set rabbitmq-retry:vhosts to a list of vhosts (see docs/config.md)")
         return []
     if top["vhosts"] is None:
         p.add("vhosts", "null; list the vhosts, or write [] to manage none (that deletes what this stack created)")

@@ -99,7 +99,7 @@ class Queue:
     max_length: int | None = None
     delivery_limit: int | None = None
     """Quorum only; always set for quorum queues: default 20, plus max_retries for a retryable queue.
-    A backstop that must never fire (README: Delivery limit)."""
+    A backstop that must never fire (docs/strategies.md: Delivery limit)."""
     retry: Retry | None = None
 
 

@@ -137,7 +137,7 @@ def test_list_counts_what_was_parked_and_a_filtered_redrive_moves_exactly_that_s
     remaining = _order(broker, deployment)
     assert sorted(remaining) == sorted(set(expected) - timeouts), "the rest stayed parked, each once"
     in_order = remaining == [i for i in before if i not in timeouts]
-    if queue_type == "classic":  # a quorum queue may return nacked messages in another order (README)
+    if queue_type == "classic":  # a quorum queue may return nacked messages in another order (docs/operations.md)
         assert in_order, "and in the order they were parked"
     print(f"\n[{broker.name} {queue_type}] order kept after the redrive: {in_order}")
 

@@ -72,8 +72,8 @@ def _summary(m: Model, allow_data_loss: bool) -> list[str]:
         out += ["", "> ⚠️ Data loss acknowledged (ALLOW_DATA_LOSS=1 or --allow-data-loss): the queues below still "
                 "lose their messages."]
     elif by_risk[DATA_LOSS]:
-        out += ["", "> ⚠️ The queues below lose their messages. Drain them first (README: Changing topology "
-                "safely), then acknowledge with ALLOW_DATA_LOSS=1 or --allow-data-loss."]
+        out += ["", "> ⚠️ The queues below lose their messages. Drain them first (docs/operations.md: Changing "
+                "topology safely), then acknowledge with ALLOW_DATA_LOSS=1 or --allow-data-loss."]
     if by_risk[CONTRACT]:
         out += ["", "> 💥 Consumers of the old retry contract break as said below: redeploy them with the new "
                 "contract before, or together with, `pulumi up`."]
