@@ -358,7 +358,10 @@ class RetryingConsumer:
         headers = properties.headers or {}
         exchange, routing_key, first = self._origin(method, headers)
         attempt = self._attempt(headers)
-        if self.counts_in_header and attempt > 1 and h.FIRST_FAILURE_AT in headers:
+        first_failure_at: str | None
+        if self.native:
+            first_failure_at = None
+        elif self.counts_in_header and attempt > 1 and h.FIRST_FAILURE_AT in headers:
             first_failure_at = h.text(headers[h.FIRST_FAILURE_AT])
         else:
             first_failure_at = h.utc_iso(first)
@@ -395,7 +398,7 @@ class RetryingConsumer:
             return
         exchange, routing_key, _ = self._origin(method, properties.headers or {})
         self._park(channel, method, properties, body, reason, attempts=attempt, exchange=exchange,
-                   routing_key=routing_key, first_failure_at=h.utc_iso())
+                   routing_key=routing_key, first_failure_at=None)
 
     def retry_route(self, attempt: int) -> tuple[str, str, int]:
         """(exchange, routing key, wait in ms) of the copy that retries `attempt`: the attempt's tier, or with
@@ -437,15 +440,22 @@ class RetryingConsumer:
                                h.copy_properties(properties, copy_headers), retried)
 
     def _park(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties, body: bytes,
-              reason: str, *, attempts: int, exchange: str, routing_key: str, first_failure_at: str,
+              reason: str, *, attempts: int, exchange: str, routing_key: str, first_failure_at: str | None,
               permanent: bool = False) -> None:
+        """Publish the parking copy (then ack). `first_failure_at` None (strategy native): the copy carries
+        `last-failure-at`, now, instead: a native retry is the same message redelivered unchanged, so no time
+        recorded at the first failure can reach the last one."""
         # The attempt counter is left out so that a parked message replayed to its exchange gets a full budget.
         headers = h.without_broker_headers(properties.headers)
         headers.pop(self.contract["attempt_header"], None)
         headers.update({
             h.ERROR_REASON: reason, h.ERROR_QUEUE: self.queue, h.ORIGINAL_EXCHANGE: exchange,
-            h.ORIGINAL_ROUTING_KEY: routing_key, h.ATTEMPTS: attempts, h.FIRST_FAILURE_AT: first_failure_at,
+            h.ORIGINAL_ROUTING_KEY: routing_key, h.ATTEMPTS: attempts,
         })
+        if first_failure_at is None:
+            headers[h.LAST_FAILURE_AT] = h.utc_iso()
+        else:
+            headers[h.FIRST_FAILURE_AT] = first_failure_at
         if permanent:
             headers[h.PERMANENT] = True
 

@@ -33,6 +33,7 @@ from rabbitmq_retry_client.headers import (
     MAX_REASON_BYTES,
     copy_properties,
     deaths,
+    parse_utc,
     redriven_headers,
     rejected_attempts,
     truncate,
@@ -438,6 +439,15 @@ def test_age_is_measured_from_the_first_failure(age: timedelta | None, older: ti
     assert Selection(older_than=older, newer_than=newer).matches(parked(age=age), NOW) is selected
 
 
+def test_a_native_message_s_age_is_measured_from_its_last_failure() -> None:
+    """Strategy native parks with `last-failure-at` (no consumer can know its first failure): `--older-than` and
+    `--newer-than` select it by that."""
+    native = Parked(1, BasicProperties(headers={"last-failure-at": utc_iso(NOW - timedelta(hours=3))}), b"")
+    assert native.first_failure_at == NOW - timedelta(hours=3)
+    assert Selection(older_than=timedelta(hours=2)).matches(native, NOW)
+    assert not Selection(newer_than=timedelta(hours=2)).matches(native, NOW)
+
+
 def test_a_limit_alone_is_a_filter() -> None:
     assert Selection(limit=10).filtered
 
@@ -748,7 +758,8 @@ def test_jitter_draws_a_factor_around_one_and_rounds_up() -> None:
 
     assert [retry_delay_ms(contract, n, random=low) for n in (1, 2, 5)] == [800, 1600, 8000]
     assert draws == [(0.8, 1.2)] * 3
-    assert [retry_delay_ms(contract, n, random=lambda a, b: b) for n in (1, 2, 5)] == [1200, 2400, 12000]
+    # Never above max_ms: at the cap the jitter only shortens a delay.
+    assert [retry_delay_ms(contract, n, random=lambda a, b: b) for n in (1, 2, 4, 5)] == [1200, 2400, 9600, 10000]
     assert retry_delay_ms(contract, 1, random=lambda a, b: 0.9001) == 901  # 900.1 ms: never earlier
 
 
@@ -760,7 +771,7 @@ def test_jittered_delays_stay_within_their_bounds() -> None:
     for attempt in range(1, 9):
         base = min(60000, 1000 * 3 ** (attempt - 1))
         delays = {retry_delay_ms(contract, attempt, random=rng.uniform) for _ in range(200)}
-        assert min(delays) >= base * 0.75 and max(delays) <= math.ceil(base * 1.25)
+        assert min(delays) >= base * 0.75 and max(delays) <= min(60000, math.ceil(base * 1.25))
         assert len(delays) > 20, "the factor is drawn, not fixed"
 
 
@@ -1213,3 +1224,35 @@ def test_run_returns_only_after_every_copy_in_flight_is_settled(stop: str) -> No
     assert consumer.run(**arguments) == handled
     assert [c[0] for c in broker.calls] == ["publish"] * 3 + ["ack"] * 3 + ["cancel"]
     assert (consumer.retried, consumer.in_flight()) == (3, 0)
+
+
+# --- strategy native: the consumer ----------------------------------------------------------------
+
+NATIVE = contract(queue="orders.billing", strategy="native", retry_call="basic.reject(requeue=true)",
+                  min_delay_ms=1000, max_delay_ms=5000, delivery_limit=5)
+"""max_retries 5 = delivery_limit: 1 + 5 attempts, the broker parks only past them."""
+
+
+def test_a_native_failure_with_retries_left_is_rejected_with_requeue_even_at_the_delivery_limit() -> None:
+    """x-delivery-count 4 is attempt 5; x-delivery-count 5 (= delivery_limit) is attempt 6, the last one: it
+    runs, it is not parked before the handler."""
+    for deliveries in (None, 4):
+        _, calls = _deliver(NATIVE, _fails, None if deliveries is None else {"x-delivery-count": deliveries})
+        assert calls == [("reject", 7, True)]
+    handled: list[int] = []
+    _, calls = _deliver(NATIVE, lambda body, props: handled.append(1), {"x-delivery-count": 5})
+    assert handled == [1] and calls == [("ack", 7)]
+
+
+def test_a_native_message_out_of_retries_is_parked_with_last_failure_at_not_first_failure_at() -> None:
+    """Nothing written at the first failure survives a native retry (the broker redelivers the message unchanged):
+    the parking copy says when the last failure was, and says it under its own name."""
+    consumer, calls = _deliver(NATIVE, _fails, {"app": "shop", "x-delivery-count": 5, "x-acquired-count": 6})
+    assert [c[0] for c in calls] == ["publish", "ack"]
+    _, exchange, key, _, headers, mandatory = calls[0]
+    assert (exchange, key, mandatory) == ("orders.billing.error", "order.created", True)
+    assert {k: v for k, v in headers.items() if k != "last-failure-at"} == {
+        "app": "shop", "original-exchange": "billing", "original-routing-key": "order.created",
+        "error-reason": "RuntimeError: boom", "error-queue": "orders.billing", "attempts": 6}
+    assert headers["last-failure-at"].endswith("Z") and parse_utc(headers["last-failure-at"]) is not None
+    assert (consumer.retried, consumer.parked) == (0, 1)

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,7 @@ class NodeConsumer:
 
     def gaps_ms(self, message_id: str) -> list[float]:
         times = [e["ms"] for e in self.deliveries(message_id)]
-        return [b - a for a, b in zip(times, times[1:], strict=False)]
+        return [b - a for a, b in pairwise(times)]
 
 
 @contextmanager
