@@ -6,6 +6,8 @@ Modes:
   the attempts in `x-death`. Fixed delay (tier 1's), no publish by the client.
 - "republish": a failed message is copied to the tier of its attempt (stepped back-off) with the attempt
   in the contract's own header, because RabbitMQ 3.13+/4.x ignores an `x-death` set by a client.
+Republish mode is the one that follows every tier; reject mode waits the same only when the contract has a
+single tier, so that is the default then (`contract_mode`; docs/contract.md, "Which mode").
 A contract of strategy `native` (RabbitMQ 4.3's delayed retry) takes neither mode: a failed message is
 rejected with `basic.reject(requeue=true)`, the one call the broker delays and counts (`basic.nack` with
 requeue neither waits nor counts: a nack loop never ends); the broker's `x-delivery-count` is the attempt.
@@ -50,6 +52,13 @@ Handler = Callable[[bytes, BasicProperties], None]
 """`handler(body, properties)`: returns on success; raises on failure (PermanentError: park at once)."""
 Mode = Literal["reject", "republish"]
 MODES: tuple[Mode, ...] = ("reject", "republish")
+
+
+def contract_mode(contract: Mapping[str, Any]) -> Mode:
+    """The mode a `tiers` contract prescribes: "republish" (attempt n waits in tier min(n, len(tiers))), or
+    "reject" when it has a single tier, where both wait the same and reject mode publishes nothing. A reject-mode
+    consumer of a contract with more tiers would wait tier 1's delay every time."""
+    return "reject" if len(contract.get("tiers") or []) == 1 else "republish"
 
 
 class PermanentError(Exception):
@@ -103,18 +112,20 @@ class RetryingConsumer:
     Counters: `processed` (handler succeeded, acked), `retried` (left to wait for a retry), `parked` (sent to
     the error exchange, `permanent` of them at once), `requeued` (a retry or parking publish failed: the original
     was nacked back to the queue), `reconnects`, `timed_out` (handlers abandoned at their deadline). The
-    connection's vhost is the contract's. `mode` applies to `tiers` contracts only (see the module docstring).
+    connection's vhost is the contract's. `mode` applies to `tiers` contracts only (see the module docstring);
+    None (the default) is the contract's own, `contract_mode`.
     """
 
     def __init__(self, connection_params: ConnectionParams, contract: Mapping[str, Any], handler: Handler,
-                 mode: Mode = "reject", prefetch: int = 10, *, reconnect: bool = True,
+                 mode: Mode | None = None, prefetch: int = 10, *, reconnect: bool = True,
                  reconnect_timeout: float = 60.0, publish_failure_pause: float = 1.0,
                  handler_timeout: float | None = None) -> None:
-        if mode not in MODES:
+        if mode is not None and mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if handler_timeout is not None and handler_timeout <= 0:
             raise ValueError(f"handler_timeout must be positive seconds or None, got {handler_timeout!r}")
         self.contract = validate(contract)
+        mode = contract_mode(self.contract) if mode is None else mode
         self.strategy = strategy_of(self.contract)
         self.native = self.strategy == "native"
         self.counts_in_header = self.strategy == "levels" or (self.strategy == "tiers" and mode == "republish")

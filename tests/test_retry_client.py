@@ -980,6 +980,19 @@ def test_levels_like_native_ignores_the_mode(strategy: str, mode: str, counts: b
     assert consumer.counts_in_header is counts
 
 
+def test_without_a_mode_a_tiers_consumer_takes_the_contract_s_republish_or_reject_for_a_single_tier() -> None:
+    """docs/contract.md, "Which mode": republish follows every tier; reject would wait tier 1's delay each time,
+    which is the same only with one tier."""
+    stepped = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(), _fails)
+    assert (stepped.mode, stepped.counts_in_header) == ("republish", True)
+    single = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(tiers=contract()["tiers"][:1]), _fails)
+    assert (single.mode, single.counts_in_header) == ("reject", False)
+    chosen = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(), _fails, "reject")
+    assert (chosen.mode, chosen.counts_in_header) == ("reject", False)
+    _, calls = _deliver(contract(), _fails, mode=None)  # type: ignore[arg-type]
+    assert [c[0] for c in calls] == ["publish", "ack"] and calls[0][1:3] == ("orders.retry", "wait.1")
+
+
 def test_a_first_failure_is_published_to_the_levels_confirmed_then_acked() -> None:
     consumer, calls = _deliver(STEADY, _fails, {"app": "shop", "x-delivery-count": 0})
     assert [c[0] for c in calls] == ["publish", "ack"] and calls[1] == ("ack", 7)
