@@ -31,6 +31,7 @@ import pytest
 
 from tests.broker.test_levels_retry import levels_config
 from tests.broker.test_native_retry import MAX_MS, MAX_RETRIES, MIN_MS, native_queue, needs_native
+from tests.support.admin import wait_for
 from tests.support.amqp import channel, message_counts
 from tests.support.deploy import Deployer, Deployment
 from tests.support.environment import missing
@@ -302,3 +303,42 @@ def test_native(broker: Broker, contract_deploy: Deployer, node: str) -> None:
                       routing_key="order.created", strategy="native")
         assert "x-death" not in properties.headers, "parked by the consumer, not by the broker's delivery limit"
     assert message_counts(broker, deployment.vhost, ["linear", "linear.error"]) == {"linear": 0, "linear.error": 0}
+
+
+NACK_LOOP = """
+const amqp = require('amqplib');
+(async () => {
+  const [url, vhost, queue, times] = process.argv.slice(1);
+  const u = new URL(url);
+  const connection = await amqp.connect({hostname: u.hostname, port: Number(u.port), username: u.username,
+    password: u.password, vhost});
+  const channel = await connection.createChannel();
+  const counts = [];
+  while (counts.length < Number(times)) {
+    const message = await channel.get(queue, {noAck: false});
+    if (message === false) { await new Promise((r) => setTimeout(r, 20)); continue; }
+    counts.push(message.properties.headers['x-delivery-count'] ?? null);
+    channel.nack(message);  // amqplib's defaults: requeue=true
+  }
+  await connection.close();
+  process.stdout.write(JSON.stringify(counts));
+})();
+"""
+
+
+def test_native_amqplib_s_default_nack_never_counts_so_it_never_waits_nor_parks(
+        broker: Broker, contract_deploy: Deployer, node: str) -> None:
+    """docs/contract.md, strategy native: amqplib's `nack(message)` requeues by default, and RabbitMQ 4.3 neither
+    delays nor counts a basic.nack: 3 × delivery_limit nacks later the message is still delivered as a first
+    delivery (no `x-delivery-count`), still in the queue, never parked."""
+    needs_native(broker)
+    deployment = contract_deploy(native_queue("looping"))
+    publish_ids(broker, deployment.vhost, "in", ["loop"], routing_key="order.created")
+    url = f"amqp://{broker.username}:{broker.password}@{broker.host}:{broker.amqp_port}"
+    times = 3 * MAX_RETRIES
+    run = subprocess.run([node, "-e", NACK_LOOP, url, deployment.vhost, "looping", str(times)], cwd=EXAMPLE,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == [None] * times
+    wait_for(lambda: message_counts(broker, deployment.vhost, ["looping", "looping.error"]) == {
+        "looping": 1, "looping.error": 0}, 10, "the message back in the queue, not parked")
