@@ -20,6 +20,7 @@ from typing import Any
 import pika
 import pika.exceptions
 import pytest
+from jsonschema import Draft202012Validator
 from pika.spec import BasicProperties
 
 from components.config import load_vhost
@@ -29,6 +30,7 @@ from rabbitmq_retry_client import stack_output as stack_output_of
 from rabbitmq_retry_client.cli import duration, main
 from rabbitmq_retry_client.connection import BrokerUnreachableError, connect
 from rabbitmq_retry_client.connection import parameters as _parameters
+from rabbitmq_retry_client.contract import SCHEMA
 from rabbitmq_retry_client.headers import (
     MAX_REASON_BYTES,
     copy_properties,
@@ -1269,3 +1271,32 @@ def test_a_native_message_out_of_retries_is_parked_with_last_failure_at_not_firs
         "error-reason": "RuntimeError: boom", "error-queue": "orders.billing", "attempts": 6}
     assert headers["last-failure-at"].endswith("Z") and parse_utc(headers["last-failure-at"]) is not None
     assert (consumer.retried, consumer.parked) == (0, 1)
+
+
+# --- the copies' headers against the contract's schema ---------------------------------------------
+
+def _headers_schema(name: str) -> Draft202012Validator:
+    return Draft202012Validator({**SCHEMA["$defs"][name], "$defs": SCHEMA["$defs"]})
+
+
+@pytest.mark.parametrize("source", [contract(), STEADY, NATIVE], ids=["tiers", "levels", "native"])
+def test_every_parking_copy_has_the_headers_the_schema_defines(source: dict[str, Any]) -> None:
+    """Out of retries, and a permanent failure at once: contract.schema.json's `parking_headers` (first-failure-at
+    for tiers and levels, last-failure-at for native) describe what the reference client writes."""
+    def permanent(body: bytes, properties: BasicProperties) -> None:
+        raise PermanentError("x" * 2000)
+
+    counter = "x-delivery-count" if source is NATIVE else "retry-count"
+    for handler, headers in ((_fails, {counter: source["max_retries"]}), (permanent, None)):
+        _, calls = _deliver(source, handler, headers, mode="republish")
+        assert calls[0][1] == source["error_exchange"]
+        parked_headers = calls[0][4]
+        assert list(_headers_schema("parking_headers").iter_errors(parked_headers)) == [], parked_headers
+        assert len(parked_headers["error-reason"].encode()) <= MAX_REASON_BYTES
+
+
+@pytest.mark.parametrize("source", [contract(), STEADY], ids=["tiers", "levels"])
+def test_every_retry_copy_has_the_headers_the_schema_defines(source: dict[str, Any]) -> None:
+    _, calls = _deliver(source, _fails, {"retry-count": 1, "first-failure-at": "2026-01-01T00:00:00.000Z"},
+                        mode="republish")
+    assert list(_headers_schema("retry_headers").iter_errors(calls[0][4])) == [], calls[0][4]

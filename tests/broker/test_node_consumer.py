@@ -28,7 +28,9 @@ from typing import Any
 import pika
 import pika.data
 import pytest
+from jsonschema import Draft202012Validator
 
+from rabbitmq_retry_client.contract import SCHEMA
 from tests.broker.test_levels_retry import levels_config
 from tests.broker.test_native_retry import MAX_MS, MAX_RETRIES, MIN_MS, native_queue, needs_native
 from tests.support.admin import wait_for
@@ -45,6 +47,8 @@ EARLY_MS = 5
 QUIET_S = 1.5
 """How long nothing may come back after the last message settled (longer than any delay below)."""
 ISO_UTC = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
+PARKING_HEADERS = Draft202012Validator({**SCHEMA["$defs"]["parking_headers"], "$defs": SCHEMA["$defs"]})
+"""The parking headers as rabbitmq_retry_client/contract.schema.json defines them."""
 SIGNED_32 = b"I"
 """The AMQP field type of the counters we write (docs/contract.md, Header types)."""
 
@@ -173,6 +177,7 @@ def assert_parked(properties: pika.BasicProperties, kinds: dict[str, bytes], *, 
                   reason: str, exchange: str, routing_key: str, strategy: str, permanent: bool = False) -> None:
     """The parking headers of docs/contract.md, each of its type; the message's own headers kept; no counter."""
     headers = properties.headers or {}
+    assert list(PARKING_HEADERS.iter_errors(headers)) == [], headers
     assert (headers["attempts"], kinds["attempts"]) == (attempts, SIGNED_32), headers
     assert (headers["error-reason"], kinds["error-reason"]) == (reason, b"S")
     assert len(headers["error-reason"].encode()) <= 1024
