@@ -1,5 +1,6 @@
 """rabbitmq-retry's consumer side: follow a stack's retry contract in an application, and operate parked
-messages (`rabbitmq-retry parked …`). See README: Writing a consumer, Parked messages."""
+messages (`rabbitmq-retry parked …`). See docs/contract.md (the contract a consumer
+follows) and README: Parked messages."""
 
 from .connection import DEFAULT_URL, BrokerUnreachableError, ConnectionParams
 from .consumer import MODES, DeadlineExceededError, Handler, Mode, PermanentError, RetryingConsumer, contract_mode

@@ -324,7 +324,7 @@ class RetryingConsumer:
         # Native retries count toward the limit by design: past it the broker itself parks the message.
         if limit and deliveries >= limit and not self.native:
             # Park before the broker's delivery-limit fires: its dead-letter would jam in a cycle
-            # (README: Delivery limit). This catches a message that keeps crashing consumers.
+            # (docs/contract.md, "Before the handler"). This catches a message that keeps crashing consumers.
             exchange, routing_key, _ = self._origin(method, headers)
             self._park(channel, method, properties, body, f"x-delivery-count {deliveries} reached the "
                        f"delivery limit {limit}", attempts=deliveries, exchange=exchange, routing_key=routing_key,

@@ -366,7 +366,7 @@ def test_an_unknown_strategy_is_refused_by_name_before_anything_else() -> None:
         load_contract(contract(strategy="exponential", tiers=[]))
     assert str(error.value) == (
         "retry contract for 'orders' uses strategy 'exponential', which this client does not support "
-        "(supported: tiers, native, levels); upgrade rabbitmq-retry or follow README: Writing a consumer by hand")
+        "(supported: tiers, native, levels); upgrade rabbitmq-retry or follow docs/contract.md by hand")
 
 
 def test_the_consumer_refuses_an_unknown_strategy_before_connecting() -> None:
