@@ -197,6 +197,23 @@ def assert_parked(properties: pika.BasicProperties, kinds: dict[str, bytes], *, 
     assert not {k for k in headers if k.startswith("x-")} - {"x-delivery-count", "x-acquired-count"}, headers
 
 
+def assert_each_parked_once(broker: Broker, vhost: str, contract: dict[str, Any], failing: list[str], *,
+                             attempts: int, routing_key: str) -> dict[str, pika.BasicProperties]:
+    """`failing` parked out of retries and "bad" parked as a permanent failure at its first attempt, each exactly
+    once with every parking header; the parked messages (removed from the error queue) by message id."""
+    parked = parked_messages(broker, vhost, contract["error_queue"])
+    assert sorted(p.message_id for p, _ in parked) == sorted([*failing, "bad"]), "each parked exactly once"
+    strategy = contract.get("strategy", "tiers")
+    for properties, kinds in parked:
+        message_id = properties.message_id
+        permanent = message_id == "bad"
+        assert_parked(properties, kinds, queue=contract["queue"], attempts=1 if permanent else attempts,
+                      reason=f"PermanentError: malformed {message_id}" if permanent
+                      else f"Error: planned failure {attempts} of {message_id}",
+                      exchange="in", routing_key=routing_key, strategy=strategy, permanent=permanent)
+    return {p.message_id: p for p, _ in parked}
+
+
 def utc(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
@@ -212,10 +229,10 @@ def test_tiers_in_republish_mode(broker: Broker, contract_deploy: Deployer, node
                                   "queues": [retryable_queue("stepped", queue_type, [f"{d}ms" for d in delays],
                                                              max_retries, routing_key="order.*")]})
     contract = deployment.contracts["stepped"]
-    failing, fine, permanent = [f"s{i}" for i in range(4)], ["ok0", "ok1", "ok2"], ["bad"]
+    failing, fine = [f"s{i}" for i in range(4)], ["ok0", "ok1", "ok2"]
     plan = {"ok0": 0, "ok1": 1, "ok2": max_retries, "bad": "permanent"}
     consumer = NodeConsumer(node, broker, deployment, "stepped", "--fail", "always", "--fail-plan", json.dumps(plan))
-    ids = failing + fine + permanent
+    ids = [*failing, *fine, "bad"]
     publish_ids(broker, deployment.vhost, "in", ids, routing_key="order.created")
     consumer.settle(ids)
 
@@ -230,19 +247,11 @@ def test_tiers_in_republish_mode(broker: Broker, contract_deploy: Deployer, node
     assert sorted(e["id"] for e in consumer.of("acked")) == fine, "each success acked once"
     assert [len(consumer.deliveries("bad"))] == [1]
 
-    parked = parked_messages(broker, deployment.vhost, contract["error_queue"])
-    assert sorted(p.message_id for p, _ in parked) == sorted(failing + permanent), "each parked exactly once"
-    for properties, kinds in parked:
-        message_id = properties.message_id
-        if message_id == "bad":
-            assert_parked(properties, kinds, queue="stepped", attempts=1, reason="PermanentError: malformed bad",
-                          exchange="in", routing_key="order.created", strategy="tiers", permanent=True)
-            continue
-        assert_parked(properties, kinds, queue="stepped", attempts=max_retries + 1,
-                      reason=f"Error: planned failure {max_retries + 1} of {message_id}", exchange="in",
-                      routing_key="order.created", strategy="tiers")
+    parked = assert_each_parked_once(broker, deployment.vhost, contract, failing, attempts=max_retries + 1,
+                                     routing_key="order.created")
+    for message_id in failing:  # recorded at the first failure: after the first delivery began, before the second
         first, second = consumer.deliveries(message_id)[:2]
-        assert wall(first) - timedelta(milliseconds=EARLY_MS) <= utc(properties.headers["first-failure-at"]) \
+        assert wall(first) - timedelta(milliseconds=EARLY_MS) <= utc(parked[message_id].headers["first-failure-at"]) \
             <= wall(second)
     queues = ["stepped", "stepped.error", *(t["queue"] for t in contract["tiers"])]
     assert message_counts(broker, deployment.vhost, queues) == dict.fromkeys(queues, 0), "nothing left anywhere"
@@ -255,9 +264,9 @@ def test_levels(broker: Broker, contract_deploy: Deployer, node: str, queue_type
     contract = deployment.contracts["billing"]
     failing, fine = [f"c{i}" for i in range(4)], ["ok1", "ok3"]
     consumer = NodeConsumer(node, broker, deployment, "billing", "--fail", "always",
-                            "--fail-plan", json.dumps({"ok1": 1, "ok3": 3}))
-    publish_ids(broker, deployment.vhost, "in", failing + fine, routing_key="billing.created")
-    consumer.settle(failing + fine)
+                            "--fail-plan", json.dumps({"ok1": 1, "ok3": 3, "bad": "permanent"}))
+    publish_ids(broker, deployment.vhost, "in", [*failing, *fine, "bad"], routing_key="billing.created")
+    consumer.settle([*failing, *fine, "bad"])
 
     for message_id in failing + fine:
         deliveries = consumer.deliveries(message_id)
@@ -265,13 +274,8 @@ def test_levels(broker: Broker, contract_deploy: Deployer, node: str, queue_type
         assert [d["headers"].get("retry-count") for d in deliveries] == [None, *range(1, runs)], message_id
         for n, (gap, backoff) in enumerate(zip(consumer.gaps_ms(message_id), (200, 400, 800), strict=False), 1):
             assert gap >= backoff - EARLY_MS, f"retry {n} of {message_id} came after {gap:.0f} ms, before {backoff}"
-    assert sorted(e["id"] for e in consumer.of("acked")) == fine
-    parked = parked_messages(broker, deployment.vhost, "billing.error")
-    assert sorted(p.message_id for p, _ in parked) == failing, "each parked exactly once"
-    for properties, kinds in parked:
-        assert_parked(properties, kinds, queue="billing", attempts=4,
-                      reason=f"Error: planned failure 4 of {properties.message_id}", exchange="in",
-                      routing_key="billing.created", strategy="levels")
+    assert sorted(e["id"] for e in consumer.of("acked")) == fine and len(consumer.deliveries("bad")) == 1
+    assert_each_parked_once(broker, deployment.vhost, contract, failing, attempts=4, routing_key="billing.created")
     left = ["billing", "shipping", "shipping.error", *(f"rabbitmq-retry.delay.{k}"
                                                       for k in range(contract["delay_levels"]))]
     assert message_counts(broker, deployment.vhost, left) == dict.fromkeys(left, 0)
@@ -296,17 +300,9 @@ def test_native(broker: Broker, contract_deploy: Deployer, node: str) -> None:
             delay = min(MIN_MS * n, MAX_MS)
             assert gap >= delay - EARLY_MS, f"retry {n} of {message_id} came after {gap:.0f} ms, before {delay} ms"
     assert len(consumer.deliveries("ok2")) == 3 and [e["id"] for e in consumer.of("acked")] == fine
-    parked = parked_messages(broker, deployment.vhost, contract["error_queue"])
-    assert sorted(p.message_id for p, _ in parked) == sorted([*failing, "bad"]), "each parked exactly once"
-    for properties, kinds in parked:
-        if properties.message_id == "bad":
-            assert_parked(properties, kinds, queue="linear", attempts=1, reason="PermanentError: malformed bad",
-                          exchange="in", routing_key="order.created", strategy="native", permanent=True)
-            continue
-        assert_parked(properties, kinds, queue="linear", attempts=MAX_RETRIES + 1,
-                      reason=f"Error: planned failure {MAX_RETRIES + 1} of {properties.message_id}", exchange="in",
-                      routing_key="order.created", strategy="native")
-        assert "x-death" not in properties.headers, "parked by the consumer, not by the broker's delivery limit"
+    # Parked by the consumer, with its headers: not by the broker's delivery limit (assert_parked: no x-death).
+    assert_each_parked_once(broker, deployment.vhost, contract, failing, attempts=MAX_RETRIES + 1,
+                            routing_key="order.created")
     assert message_counts(broker, deployment.vhost, ["linear", "linear.error"]) == {"linear": 0, "linear.error": 0}
 
 
