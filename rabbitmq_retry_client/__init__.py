@@ -2,7 +2,7 @@
 messages (`rabbitmq-retry parked …`). See docs/contract.md, and docs/operations.md: Parked messages."""
 
 from .connection import DEFAULT_URL, BrokerUnreachableError, ConnectionParams
-from .consumer import MODES, DeadlineExceededError, Handler, Mode, PermanentError, RetryingConsumer
+from .consumer import MODES, DeadlineExceededError, Handler, Mode, PermanentError, RetryingConsumer, contract_mode
 from .contract import SUPPORTED_STRATEGIES, Contract, ContractError, load_contract, stack_output
 from .parked import Outcome, Parked, ParkedQueue, Selection
 from .publisher import Publisher, publish
@@ -25,6 +25,7 @@ __all__ = [
     "Publisher",
     "RetryingConsumer",
     "Selection",
+    "contract_mode",
     "load_contract",
     "publish",
     "stack_output",

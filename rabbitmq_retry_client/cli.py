@@ -32,7 +32,7 @@ from pika.spec import BasicProperties
 
 from . import headers as h
 from .connection import DEFAULT_URL, BrokerUnreachableError, parameters
-from .consumer import MODES, Handler, RetryingConsumer
+from .consumer import MODES, Handler, RetryingConsumer, contract_mode
 from .contract import Contract, ContractError, load_contract, stack_output, strategy_of
 from .parked import Parked, ParkedQueue, Selection
 from .publisher import Publisher
@@ -104,7 +104,7 @@ def _consume(args: argparse.Namespace) -> int:
                f"{backoff['multiplier']}^(attempt-1), at most {backoff['max_ms']} ms, jitter {backoff['jitter']})")
     else:
         tiers = ", ".join(f"{t['routing_key']}={t['delay_ms']}ms" for t in contract["tiers"])
-        how = f"{args.mode} mode; tiers {tiers}"
+        how = f"{args.mode or contract_mode(contract)} mode; tiers {tiers}"
     print(f"consuming {contract['vhost']}/{contract['queue']} in {how}; "
           f"max_retries {contract['max_retries']}; parking in {contract['error_queue']}", flush=True)
     consumer = RetryingConsumer(args.url, contract, _flaky_handler(args.fail_rate, args.seed), args.mode,
@@ -245,9 +245,9 @@ def parser() -> argparse.ArgumentParser:
 
     consume = commands.add_parser("consume", help="consume a retryable queue with a demo handler that fails at random")
     _contract_options(consume)
-    consume.add_argument("--mode", choices=MODES, default="reject",
-                         help="how a tiers contract retries (default %(default)s); a native or levels contract "
-                         "retries its own way and ignores it")
+    consume.add_argument("--mode", choices=MODES,
+                         help="how a tiers contract retries (default: the contract's, republish, or reject for a "
+                         "single tier); a native or levels contract retries its own way and ignores it")
     consume.add_argument("--fail-rate", type=float, default=0.3, help="probability that one attempt fails")
     consume.add_argument("--seed", type=int, help="seed of the simulated failures")
     consume.add_argument("--prefetch", type=int, default=10)

@@ -75,7 +75,8 @@ class Parked:
 
     @property
     def first_failure_at(self) -> datetime | None:
-        return h.parse_utc(self.headers.get(h.FIRST_FAILURE_AT))
+        """`first-failure-at`; for strategy `native`, which cannot record it, `last-failure-at` (docs/contract.md)."""
+        return h.parse_utc(self.headers.get(h.FIRST_FAILURE_AT, self.headers.get(h.LAST_FAILURE_AT)))
 
     @property
     def redriven_count(self) -> int:

@@ -95,14 +95,14 @@ def with_backoff(**backoff: Any) -> dict[str, Any]:
                  [(f"{Q}.retry.backoff.initial", "500 ms is shorter than vhosts[0].delay_levels.unit (1000 ms), the "
                                                  "shortest delay the levels make; raise initial or lower the unit")],
                  id="initial-below-unit"),
-    pytest.param(stack(levels_vhost([levels_queue(backoff={"max": "21h"})])),
-                 [(f"{Q}.retry.backoff.max", "with jitter 0.2 a retry may wait 90720000 ms, more than "
-                                             "vhosts[0].delay_levels.max_delay (86400000 ms); lower max or jitter, "
-                                             "or raise max_delay")], id="max-times-jitter-over-max-delay"),
-    pytest.param(stack(levels_vhost([levels_queue(backoff={"max": "11s", "jitter": 0.5})], SMALL)),
-                 [(f"{Q}.retry.backoff.max", "with jitter 0.5 a retry may wait 16500 ms, more than "
-                                             "vhosts[0].delay_levels.max_delay (15000 ms); lower max or jitter, or "
-                                             "raise max_delay")], id="jitter-over-small-levels"),
+    pytest.param(stack(levels_vhost([levels_queue(backoff={"max": "25h"})])),
+                 [(f"{Q}.retry.backoff.max", "90000000 ms is longer than vhosts[0].delay_levels.max_delay (86400000 "
+                                             "ms), the longest delay the levels hold; lower max or raise max_delay")],
+                 id="max-over-max-delay"),
+    pytest.param(stack(levels_vhost([levels_queue(backoff={"max": "16s", "jitter": 0.5})], SMALL)),
+                 [(f"{Q}.retry.backoff.max", "16000 ms is longer than vhosts[0].delay_levels.max_delay (15000 ms), "
+                                             "the longest delay the levels hold; lower max or raise max_delay")],
+                 id="max-over-small-levels"),
     pytest.param(with_backoff(multiplier=0.5),
                  [(f"{Q}.retry.backoff.multiplier", "0.5 is out of range (use >= 1)")], id="multiplier-below-1"),
     pytest.param(with_backoff(jitter=1), [(f"{Q}.retry.backoff.jitter", "1 is out of range (use 0 ≤ value < 1)")],
@@ -792,8 +792,8 @@ def test_the_delay_levels_of_a_tiers_queue_another_vhost_or_too_short_a_backoff_
     assert refused({"vhost": "w", "queue": levels_queue("billing")}) == [(
         "RetryableQueue(billing).delay_levels", 'the DelayLevels component is in vhost "v", not "w"; pass the one '
         'of vhost "w"')]
-    too_long = ("with jitter 0.2 a retry may wait 72000 ms, more than RetryableQueue(billing).delay_levels.max_delay "
-                "(15000 ms); lower max or jitter, or raise max_delay")
+    too_long = ("60000 ms is longer than RetryableQueue(billing).delay_levels.max_delay (15000 ms), the longest delay "
+                "the levels hold; lower max or raise max_delay")
     assert refused({"queue": levels_queue("billing", backoff={"max": "1m"})}) == [
         ("RetryableQueue(billing).queue.retry.backoff.max", too_long)]
     parsed = load_queue(levels_queue("billing", backoff={"max": "1m"}), "q")

@@ -20,6 +20,7 @@ from typing import Any
 import pika
 import pika.exceptions
 import pytest
+from jsonschema import Draft202012Validator
 from pika.spec import BasicProperties
 
 from components.config import load_vhost
@@ -29,10 +30,12 @@ from rabbitmq_retry_client import stack_output as stack_output_of
 from rabbitmq_retry_client.cli import duration, main
 from rabbitmq_retry_client.connection import BrokerUnreachableError, connect
 from rabbitmq_retry_client.connection import parameters as _parameters
+from rabbitmq_retry_client.contract import SCHEMA
 from rabbitmq_retry_client.headers import (
     MAX_REASON_BYTES,
     copy_properties,
     deaths,
+    parse_utc,
     redriven_headers,
     rejected_attempts,
     truncate,
@@ -438,6 +441,15 @@ def test_age_is_measured_from_the_first_failure(age: timedelta | None, older: ti
     assert Selection(older_than=older, newer_than=newer).matches(parked(age=age), NOW) is selected
 
 
+def test_a_native_message_s_age_is_measured_from_its_last_failure() -> None:
+    """Strategy native parks with `last-failure-at` (no consumer can know its first failure): `--older-than` and
+    `--newer-than` select it by that."""
+    native = Parked(1, BasicProperties(headers={"last-failure-at": utc_iso(NOW - timedelta(hours=3))}), b"")
+    assert native.first_failure_at == NOW - timedelta(hours=3)
+    assert Selection(older_than=timedelta(hours=2)).matches(native, NOW)
+    assert not Selection(newer_than=timedelta(hours=2)).matches(native, NOW)
+
+
 def test_a_limit_alone_is_a_filter() -> None:
     assert Selection(limit=10).filtered
 
@@ -748,7 +760,8 @@ def test_jitter_draws_a_factor_around_one_and_rounds_up() -> None:
 
     assert [retry_delay_ms(contract, n, random=low) for n in (1, 2, 5)] == [800, 1600, 8000]
     assert draws == [(0.8, 1.2)] * 3
-    assert [retry_delay_ms(contract, n, random=lambda a, b: b) for n in (1, 2, 5)] == [1200, 2400, 12000]
+    # Never above max_ms: at the cap the jitter only shortens a delay.
+    assert [retry_delay_ms(contract, n, random=lambda a, b: b) for n in (1, 2, 4, 5)] == [1200, 2400, 9600, 10000]
     assert retry_delay_ms(contract, 1, random=lambda a, b: 0.9001) == 901  # 900.1 ms: never earlier
 
 
@@ -760,7 +773,7 @@ def test_jittered_delays_stay_within_their_bounds() -> None:
     for attempt in range(1, 9):
         base = min(60000, 1000 * 3 ** (attempt - 1))
         delays = {retry_delay_ms(contract, attempt, random=rng.uniform) for _ in range(200)}
-        assert min(delays) >= base * 0.75 and max(delays) <= math.ceil(base * 1.25)
+        assert min(delays) >= base * 0.75 and max(delays) <= min(60000, math.ceil(base * 1.25))
         assert len(delays) > 20, "the factor is drawn, not fixed"
 
 
@@ -967,6 +980,19 @@ def test_levels_like_native_ignores_the_mode(strategy: str, mode: str, counts: b
                          "min_delay_ms": 1000, "max_delay_ms": 5000}}[strategy]
     consumer = RetryingConsumer("amqp://127.0.0.1:1/%2F", source, _fails, mode)  # type: ignore[arg-type]
     assert consumer.counts_in_header is counts
+
+
+def test_without_a_mode_a_tiers_consumer_takes_the_contract_s_republish_or_reject_for_a_single_tier() -> None:
+    """docs/contract.md, "Which mode": republish follows every tier; reject would wait tier 1's delay each time,
+    which is the same only with one tier."""
+    stepped = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(), _fails)
+    assert (stepped.mode, stepped.counts_in_header) == ("republish", True)
+    single = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(tiers=contract()["tiers"][:1]), _fails)
+    assert (single.mode, single.counts_in_header) == ("reject", False)
+    chosen = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(), _fails, "reject")
+    assert (chosen.mode, chosen.counts_in_header) == ("reject", False)
+    _, calls = _deliver(contract(), _fails, mode=None)  # type: ignore[arg-type]
+    assert [c[0] for c in calls] == ["publish", "ack"] and calls[0][1:3] == ("orders.retry", "wait.1")
 
 
 def test_a_first_failure_is_published_to_the_levels_confirmed_then_acked() -> None:
@@ -1213,3 +1239,64 @@ def test_run_returns_only_after_every_copy_in_flight_is_settled(stop: str) -> No
     assert consumer.run(**arguments) == handled
     assert [c[0] for c in broker.calls] == ["publish"] * 3 + ["ack"] * 3 + ["cancel"]
     assert (consumer.retried, consumer.in_flight()) == (3, 0)
+
+
+# --- strategy native: the consumer ----------------------------------------------------------------
+
+NATIVE = contract(queue="orders.billing", strategy="native", retry_call="basic.reject(requeue=true)",
+                  min_delay_ms=1000, max_delay_ms=5000, delivery_limit=5)
+"""max_retries 5 = delivery_limit: 1 + 5 attempts, the broker parks only past them."""
+
+
+def test_a_native_failure_with_retries_left_is_rejected_with_requeue_even_at_the_delivery_limit() -> None:
+    """x-delivery-count 4 is attempt 5; x-delivery-count 5 (= delivery_limit) is attempt 6, the last one: it
+    runs, it is not parked before the handler."""
+    for deliveries in (None, 4):
+        _, calls = _deliver(NATIVE, _fails, None if deliveries is None else {"x-delivery-count": deliveries})
+        assert calls == [("reject", 7, True)]
+    handled: list[int] = []
+    _, calls = _deliver(NATIVE, lambda body, props: handled.append(1), {"x-delivery-count": 5})
+    assert handled == [1] and calls == [("ack", 7)]
+
+
+def test_a_native_message_out_of_retries_is_parked_with_last_failure_at_not_first_failure_at() -> None:
+    """Nothing written at the first failure survives a native retry (the broker redelivers the message unchanged):
+    the parking copy says when the last failure was, and says it under its own name."""
+    consumer, calls = _deliver(NATIVE, _fails, {"app": "shop", "x-delivery-count": 5, "x-acquired-count": 6})
+    assert [c[0] for c in calls] == ["publish", "ack"]
+    _, exchange, key, _, headers, mandatory = calls[0]
+    assert (exchange, key, mandatory) == ("orders.billing.error", "order.created", True)
+    assert {k: v for k, v in headers.items() if k != "last-failure-at"} == {
+        "app": "shop", "original-exchange": "billing", "original-routing-key": "order.created",
+        "error-reason": "RuntimeError: boom", "error-queue": "orders.billing", "attempts": 6}
+    assert headers["last-failure-at"].endswith("Z") and parse_utc(headers["last-failure-at"]) is not None
+    assert (consumer.retried, consumer.parked) == (0, 1)
+
+
+# --- the copies' headers against the contract's schema ---------------------------------------------
+
+def _headers_schema(name: str) -> Draft202012Validator:
+    return Draft202012Validator({**SCHEMA["$defs"][name], "$defs": SCHEMA["$defs"]})
+
+
+@pytest.mark.parametrize("source", [contract(), STEADY, NATIVE], ids=["tiers", "levels", "native"])
+def test_every_parking_copy_has_the_headers_the_schema_defines(source: dict[str, Any]) -> None:
+    """Out of retries, and a permanent failure at once: contract.schema.json's `parking_headers` (first-failure-at
+    for tiers and levels, last-failure-at for native) describe what the reference client writes."""
+    def permanent(body: bytes, properties: BasicProperties) -> None:
+        raise PermanentError("x" * 2000)
+
+    counter = "x-delivery-count" if source is NATIVE else "retry-count"
+    for handler, headers in ((_fails, {counter: source["max_retries"]}), (permanent, None)):
+        _, calls = _deliver(source, handler, headers, mode="republish")
+        assert calls[0][1] == source["error_exchange"]
+        parked_headers = calls[0][4]
+        assert list(_headers_schema("parking_headers").iter_errors(parked_headers)) == [], parked_headers
+        assert len(parked_headers["error-reason"].encode()) <= MAX_REASON_BYTES
+
+
+@pytest.mark.parametrize("source", [contract(), STEADY], ids=["tiers", "levels"])
+def test_every_retry_copy_has_the_headers_the_schema_defines(source: dict[str, Any]) -> None:
+    _, calls = _deliver(source, _fails, {"retry-count": 1, "first-failure-at": "2026-01-01T00:00:00.000Z"},
+                        mode="republish")
+    assert list(_headers_schema("retry_headers").iter_errors(calls[0][4])) == [], calls[0][4]

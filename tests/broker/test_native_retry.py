@@ -73,6 +73,8 @@ def test_rejected_attempts_come_back_at_the_linear_delays_then_the_client_parks_
         headers = properties.headers or {}
         assert headers["attempts"] == MAX_RETRIES + 1 and headers["error-queue"] == "linear"
         assert headers["original-exchange"] == "in" and headers["original-routing-key"] == "order.created"
+        # Nothing written at the first failure survives a native retry: the time is the last failure's.
+        assert "first-failure-at" not in headers and str(headers["last-failure-at"]).endswith("Z")
     assert message_counts(broker, deployment.vhost, ["linear"]) == {"linear": 0}
 
 
