@@ -126,8 +126,8 @@ def test_the_escape_hatch_lets_a_listed_queue_go_with_its_messages_and_only_that
 def test_an_unreachable_broker_is_refused_unless_the_queue_is_listed(broker: Broker):
     for access in (BrokerAccess("http://127.0.0.1:1", broker.username, broker.password),  # management down
                    BrokerAccess(broker.management_url, broker.username, broker.password, amqp_port=1)):  # AMQP down
-        with pytest.raises(GuardError, match='refusing to delete queue "orders" in vhost "shop": cannot prove it is '
-                                             "empty .*Connection refused"):
+        with pytest.raises(GuardError, match=r'refusing to delete queue "orders" in vhost "shop": cannot prove it is '
+                                             r"empty .*Connection refused"):
             check_queue_delete("shop", "orders", DepthReader(access).read, frozenset(), warn=lambda _: None)
         warnings: list[str] = []
         check_queue_delete("shop", "orders", DepthReader(access).read, frozenset({"shop/orders"}), warn=warnings.append)
