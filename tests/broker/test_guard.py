@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pika
 import pytest
@@ -164,3 +165,24 @@ def test_the_hook_reads_the_queue_the_engine_names_and_the_stack_config_waives_i
     set_all_config({"rabbitmq-retry:delete_with_messages": json.dumps(f"{guard_vhost}/orders")}, [])
     with pytest.raises(GuardError, match="expected a list"):
         guard_queue_delete(args)
+
+
+def test_the_review_reads_what_each_deleted_or_replaced_queue_holds_now_and_creates_nothing(
+        broker: Broker, guard_vhost: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from tools.lib import engine
+    from tools.lib.queue_guard import review_section
+
+    declare(broker, guard_vhost, "orders", messages=3)
+    declare(broker, guard_vhost, "orders.wait.1")
+    steps = [engine.Step(op, f"urn:{name}", engine.QUEUE, name, {"name": name, "vhost": guard_vhost},
+                         None if op == "delete" else {"name": name, "vhost": guard_vhost})
+             for op, name in (("replace", "orders"), ("replace", "orders.wait.1"), ("delete", "never-declared"))]
+    (tmp_path / "Pulumi.guard.yaml").write_text(f"config:\n  rabbitmq:username: {broker.username}\n")
+    monkeypatch.delenv("RABBITMQ_USERNAME", raising=False)
+    monkeypatch.setenv("RABBITMQ_PASSWORD", broker.password)
+    section = review_section(steps, "guard", tmp_path, broker.management_url)
+    lines = [line for line in section.markdown.splitlines() if line.startswith("- ")]
+    assert lines == [f"- `{guard_vhost}` / `orders` (replace): holds **3** messages now (3 ready, 0 unacknowledged)",
+                     "- 1 other queue holds no message now", "- 1 is not on the broker"]
+    assert get(broker, f"queues/{esc(guard_vhost)}/never-declared") is None
+    assert review_section(steps, "guard", tmp_path, None).markdown == ""
