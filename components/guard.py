@@ -15,7 +15,6 @@ here: docs/guard.md.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -138,14 +137,10 @@ def check_queue_delete(vhost: str, queue: str, read: Callable[[str, str], QueueD
 
 
 def _config(key: str) -> Any:
-    """A config value as the engine hands it to the program: structured values arrive as JSON text."""
-    value = runtime_config.get_config(key)
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
+    """A config value, decoded as the program decodes its own (structured values arrive as JSON text)."""
+    from .stack import _decode  # stack.py imports this module
+
+    return _decode(runtime_config.get_config(key))
 
 
 def provider_access() -> BrokerAccess:

@@ -11,7 +11,6 @@ Without an endpoint and without entries the review is exactly what it was.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from components.guard import (
 from rabbitmq_retry_client.depth import BrokerAccess, DepthError, DepthReader, QueueDepth
 from tools.lib import engine, markdown
 from tools.lib.definitions import Endpoint
+from tools.lib.doctor import stack_file_value
 from tools.lib.engine import Step
 from tools.lib.mockrun import stack_config
 
@@ -59,24 +59,14 @@ def lost_queues(steps: Sequence[Step]) -> list[Lost]:
 
 def waivers(config: Mapping[str, str]) -> frozenset[str]:
     """The stack's `delete_with_messages` entries, from its config as the engine hands it over (JSON text)."""
-    raw = config.get(f"{NAMESPACE}:{DELETE_WITH_MESSAGES}")
-    if raw is None:
-        return frozenset()
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        value = raw
-    entries, _ = parse_delete_with_messages(value)  # the program refuses bad entries before this runs
+    entries, _ = parse_delete_with_messages(  # the program refuses bad entries before this runs
+        stack_file_value(config.get(f"{NAMESPACE}:{DELETE_WITH_MESSAGES}")))
     return entries
 
 
 def stack_amqp_port(config: Mapping[str, str]) -> object:
     """The stack's `amqp_port` as written (parsed by `components.guard.parse_amqp_port`)."""
-    raw = config.get(f"{NAMESPACE}:{AMQP_PORT}")
-    try:
-        return None if raw is None else json.loads(raw)
-    except ValueError:
-        return raw
+    return stack_file_value(config.get(f"{NAMESPACE}:{AMQP_PORT}"))
 
 
 def _where(vhost: str, queue: str) -> str:
