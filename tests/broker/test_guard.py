@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pika
 import pytest
 from pulumi.runtime.config import set_all_config
 
-from components.guard import GuardError, check_queue_delete, guard_queue_delete, queue_key
+from components.guard import QUEUE_GUARD, GuardError, check_queue_delete, guard_queue_delete, queue_key
 from rabbitmq_retry_client.depth import BrokerAccess, DepthReader, QueueDepth
 from tests.support.admin import STATS_S, wait_for
 from tests.support.amqp import channel, parameters
+from tests.support.deploy import Deployer
 from tests.support.mirror import Broker, call, esc, get
+from tools.lib.mockrun import Registered
 
 QUORUM_JAMMED = {"x-queue-type": "quorum", "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish",
                  "x-dead-letter-exchange": "guard-missing-exchange"}
@@ -186,3 +188,35 @@ def test_the_review_reads_what_each_deleted_or_replaced_queue_holds_now_and_crea
                      "- 1 other queue holds no message now", "- 1 is not on the broker"]
     assert get(broker, f"queues/{esc(guard_vhost)}/never-declared") is None
     assert review_section(steps, "guard", tmp_path, None).markdown == ""
+
+
+def test_a_replacement_applied_the_providers_way_stops_at_the_guard_and_goes_through_once_waived(
+        broker: Broker, guard_vhost: str):
+    """classic → quorum of a retryable queue holding 5 messages, applied as `pulumi up` would (tests/support/mirror.py),
+    with the engine's part, running each deleted queue's before-delete hooks, done here: the guard stops the
+    replacement before the queue is deleted, and the messages stay; listed in delete_with_messages, it goes through
+    and they are lost."""
+    deploy = Deployer(broker, guard_vhost)
+    before = deploy({"queues": [{"name": "orders", "type": "classic", "retry": {"delays": ["1s"]}}]})
+    with channel(broker, guard_vhost) as opened:
+        for i in range(5):
+            opened.basic_publish("", "orders", f"m{i}".encode(), pika.BasicProperties(delivery_mode=2), mandatory=True)
+    quorum = {"queues": [{"name": "orders", "type": "quorum", "retry": {"delays": ["1s"]}}]}
+
+    def guard(allowed: frozenset[str]) -> Callable[[Registered], None]:
+        def before_delete(record: Registered) -> None:
+            assert record.hooks["before_delete"] == [QUEUE_GUARD]
+            check_queue_delete(record.inputs["vhost"], record.inputs["name"], reader(broker).read, allowed,
+                               warn=lambda _: None)
+        return before_delete
+
+    with pytest.raises(GuardError, match=r'queue "orders" in vhost "guard-\w+": it holds 5 messages'):
+        deploy.update(before, quorum, before_delete=guard(frozenset()))
+    assert get(broker, f"queues/{esc(guard_vhost)}/orders")["type"] == "classic"
+    with channel(broker, guard_vhost, confirms=False) as opened:
+        assert opened.queue_declare("orders", passive=True).method.message_count == 5
+
+    deploy.update(before, quorum, before_delete=guard(frozenset({f"{guard_vhost}/orders"})))
+    assert get(broker, f"queues/{esc(guard_vhost)}/orders")["type"] == "quorum"
+    with channel(broker, guard_vhost, confirms=False) as opened:
+        assert opened.queue_declare("orders", passive=True).method.message_count == 0
