@@ -154,3 +154,32 @@ def test_an_entry_naming_no_queue_of_the_stack_is_warned_about(program_copy: Pat
     assert any(r.type == QUEUE and r.inputs["name"] == "orders.billing" for r in registered)
     listed = [w for w in warnings if "delete_with_messages" in w]
     assert len(listed) == 1 and '"shop/gone"' in listed[0]
+
+
+def test_the_registered_hook_reads_the_queue_the_engine_names_and_refuses_when_the_broker_is_down(
+        monkeypatch: pytest.MonkeyPatch):
+    """What the engine's callback runs (the hook's coroutine), with the provider's settings from the environment
+    and only the provider's ID to name the queue (`name@vhost`)."""
+    import asyncio
+
+    from pulumi.runtime.config import set_all_config
+
+    from components.guard import _guard_queue_delete
+
+    monkeypatch.setenv("RABBITMQ_ENDPOINT", "http://127.0.0.1:1")
+    monkeypatch.setenv("RABBITMQ_USERNAME", "deployer")
+    monkeypatch.setenv("RABBITMQ_PASSWORD", "secret")
+    set_all_config({}, [])
+    args = pulumi.ResourceHookArgs(urn="urn:pulumi:dev::p::rabbitmq:index/queue:Queue::q", id="orders.billing@shop",
+                                   name="q", type=QUEUE)
+    with pytest.raises(GuardError, match=r'^refusing to delete queue "orders.billing" in vhost "shop": cannot prove '
+                                         r"it is empty \(management API at http://127.0.0.1:1 unreachable"):
+        asyncio.run(_guard_queue_delete(args))
+    monkeypatch.delenv("RABBITMQ_ENDPOINT")
+    with pytest.raises(GuardError, match=r"cannot prove it is empty \(no management endpoint: set rabbitmq:endpoint"):
+        asyncio.run(_guard_queue_delete(args))
+    set_all_config({"rabbitmq-retry:delete_with_messages": json.dumps(["shop/orders.billing"])}, [])
+    try:
+        asyncio.run(_guard_queue_delete(args))  # listed: allowed unread, with a warning
+    finally:
+        set_all_config({}, [])
