@@ -54,7 +54,7 @@ def test_live_depths_of_every_deleted_or_replaced_queue_fullest_first(program_co
         "- `shop` / `orders` (replace): holds **1,234** messages now (1,200 ready, 34 unacknowledged (2 consumers))",
         "- `shop` / `orders.wait.2` (replace): holds **5** messages now (5 ready, 0 unacknowledged)",
         "- 2 other queues hold no message now",
-        "- 1 is not on the broker",
+        "- 1 queue is not on the broker",
         "- could not read `shop` / `orders.error`: management API at http://rabbit:15672 unreachable: timed out",
     ]
     assert "### What the deleted or replaced queues hold now (http://rabbit:15672)" in lines

@@ -185,7 +185,7 @@ def test_the_review_reads_what_each_deleted_or_replaced_queue_holds_now_and_crea
     section = review_section(steps, "guard", tmp_path, broker.management_url)
     lines = [line for line in section.markdown.splitlines() if line.startswith("- ")]
     assert lines == [f"- `{guard_vhost}` / `orders` (replace): holds **3** messages now (3 ready, 0 unacknowledged)",
-                     "- 1 other queue holds no message now", "- 1 is not on the broker"]
+                     "- 1 other queue holds no message now", "- 1 queue is not on the broker"]
     assert get(broker, f"queues/{esc(guard_vhost)}/never-declared") is None
     assert review_section(steps, "guard", tmp_path, None).markdown == ""
 

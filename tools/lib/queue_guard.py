@@ -110,7 +110,7 @@ def depth_lines(lost: Sequence[Lost], read: Reader) -> list[str]:
     if empty:
         lines.append(f"- {empty:,} other queue{'s' * (empty != 1)} hold{'s' * (empty == 1)} no message now")
     if missing:
-        lines.append(f"- {missing:,} {'are' if missing != 1 else 'is'} not on the broker")
+        lines.append(f"- {missing:,} {'queues are' if missing != 1 else 'queue is'} not on the broker")
     for why, queues in unread.items():
         lines.append(f"- could not read {', '.join(_where(q.vhost, q.queue) for q in queues[:5])}"
                      f"{f' and {len(queues) - 5:,} more' if len(queues) > 5 else ''}: {markdown.text(why)}")
@@ -131,8 +131,9 @@ def guard_section(steps: Sequence[Step], config: Mapping[str, str], read: Reader
         out += ["", f"### What the deleted or replaced queues hold now{f' ({markdown.text(where)})' if where else ''}",
                 "", "Read now, read-only (ready messages by passive declare; unacknowledged ones and a quorum queue's "
                 "pending dead letters from the management API, a few seconds old). `pulumi up` refuses to delete a "
-                "queue that holds messages unless it is listed above (docs/guard.md).", "", *depth_lines(lost, read)]
-    return GuardSection("\n".join(out), bool(entries))
+                f"queue that holds messages unless `{NAMESPACE}:{DELETE_WITH_MESSAGES}` lists it (docs/guard.md).", "",
+                *depth_lines(lost, read)]
+    return GuardSection("\n" + "\n".join(out) if out else "", bool(entries))
 
 
 def review_section(steps: Sequence[Step], stack: str, project: Path, endpoint: str | None) -> GuardSection:
