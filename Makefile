@@ -52,9 +52,11 @@ preview:
 up:
 	mkdir -p .pulumi-state && $(PULUMI_ENV) pulumi up --stack $(STACK)
 
+# ENDPOINT=http://host:15672: also what each deleted or replaced queue holds now (read-only, credentials as drift's).
 review:
-	@$(PY) -m tools.review --base $(BASE) --stack $(STACK)$(if $(OUTPUT), --output $(OUTPUT))$(if \
-		$(OUTPUT_FULL), --output-full $(OUTPUT_FULL)) $(call tool_status,tools.review)
+	@$(PULUMI_ENV) $(PY) -m tools.review --base $(BASE) --stack $(STACK)$(if $(OUTPUT), --output $(OUTPUT))$(if \
+		$(OUTPUT_FULL), --output-full $(OUTPUT_FULL))$(if $(ENDPOINT), --endpoint $(ENDPOINT)) \
+		$(call tool_status,tools.review)
 
 mutate:
 	$(PY) -m tools.mutate

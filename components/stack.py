@@ -19,6 +19,14 @@ from .config.capabilities import end_of_support, version_warnings
 from .config.crosschecks import LOCK_OUT
 from .config.passwords import plain_password_problems
 from .entries import VhostPlan
+from .guard import (
+    DELETE_WITH_MESSAGES,
+    GUARD_KEYS,
+    check_guard_config,
+    parse_delete_with_messages,
+    queue_guard,
+    unplanned_entries,
+)
 from .naming import vhost_key
 from .plan import plan_vhost
 
@@ -109,7 +117,9 @@ def read_stack_config() -> StackConfig:
     problems only in a real update: a preview gets placeholders (`application_passwords`)."""
     raw = {key.partition(":")[2]: _decode(runtime_config.get_config(key))
            for key in _all_keys() if key.partition(":")[0] == NAMESPACE}
-    problems = password_storage_problems() + provider_problems()
+    # The guard's keys are the guard's to parse (`guard.py`); the hook reads them when it runs.
+    problems = password_storage_problems() + provider_problems() + check_guard_config(raw)
+    raw = {key: value for key, value in raw.items() if key not in GUARD_KEYS}
     try:
         config = load_stack_config(raw)
     except ConfigError as error:
@@ -135,6 +145,19 @@ def plan_stack(config: StackConfig) -> list[tuple[str, VhostPlan]]:
     if problems := topology + check_logical_names(plans):
         raise TopologyError("the stack", problems)
     return plans
+
+
+def register_guard(plans: list[tuple[str, VhostPlan]]) -> None:
+    """Register the queue guard's hook whatever the stack declares: queues deleted by this update (their vhost
+    removed from the config included) are bound to it in the state, and the engine cannot delete them without it.
+    Warn about each `delete_with_messages` entry that names no queue of the stack: right only for a queue this
+    update removes, and a forgotten waiver otherwise."""
+    queue_guard()
+    allowed, _ = parse_delete_with_messages(_decode(runtime_config.get_config(f"{NAMESPACE}:{DELETE_WITH_MESSAGES}")))
+    for entry in unplanned_entries(allowed, [plan for _, plan in plans]):
+        pulumi.log.warn(f'{NAMESPACE}:{DELETE_WITH_MESSAGES} lists "{entry}", which this stack does not declare: it '
+                        "lets `pulumi up` delete that queue with its messages only if this update removes it; remove "
+                        "the entry once that is done")
 
 
 def application_passwords(config: StackConfig) -> dict[str, pulumi.Output[str]]:
