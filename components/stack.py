@@ -21,7 +21,6 @@ from .config.passwords import plain_password_problems
 from .entries import VhostPlan
 from .guard import (
     DELETE_WITH_MESSAGES,
-    GUARD_KEYS,
     check_guard_config,
     parse_delete_with_messages,
     queue_guard,
@@ -119,7 +118,6 @@ def read_stack_config() -> StackConfig:
            for key in _all_keys() if key.partition(":")[0] == NAMESPACE}
     # The guard's keys are the guard's to parse (`guard.py`); the hook reads them when it runs.
     problems = password_storage_problems() + provider_problems() + check_guard_config(raw)
-    raw = {key: value for key, value in raw.items() if key not in GUARD_KEYS}
     try:
         config = load_stack_config(raw)
     except ConfigError as error:

@@ -142,7 +142,8 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         {"vhosts": [vhost_config()], "protekt": True},
-        [("protekt", "unknown key (allowed: protect, retain_error_queues, defaults, vhosts, passwords, broker)")],
+        [("protekt", "unknown key (allowed: protect, retain_error_queues, defaults, vhosts, passwords, broker, "
+                                "delete_with_messages, amqp_port)")],
         id="unknown-top-level-key",
     ),
     pytest.param(

@@ -752,7 +752,9 @@ def property_path(path: str) -> list[str | int]:
 
 def password_key(message: str) -> list[str | int]:
     """The config path the command in a password problem sets, as the shell and then Pulumi read it."""
-    argv = shlex.split(message.split("`")[1])
+    # Between the command's own backticks: a user name may hold a backtick too, before or inside the command.
+    start = message.index("`pulumi config set ") + 1
+    argv = shlex.split(message[start:message.index(" <password>`", start) + len(" <password>")])
     assert argv[:5] == ["pulumi", "config", "set", "--secret", "--path"] and argv[6:] == ["<password>"], argv
     namespace, _, name = argv[5].partition(":")
     assert namespace == "rabbitmq-retry", argv

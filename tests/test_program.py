@@ -71,7 +71,8 @@ config:
         record_program("broken", program_copy)
     assert type(error.value).__name__ == "ConfigError"
     assert error.value.problems == [
-        ("vhost", "unknown key (allowed: protect, retain_error_queues, defaults, vhosts, passwords, broker)"),
+        ("vhost", "unknown key (allowed: protect, retain_error_queues, defaults, vhosts, passwords, broker, "
+                   "delete_with_messages, amqp_port)"),
         ("vhosts", "missing; set rabbitmq-retry:vhosts to a list of vhosts (see docs/config.md)"),
         ("rabbitmq:endpoint", '"http://127.0.0.1:15672/" ends with "/": the management API answers 405; '
                               "remove the trailing slash"),

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-TOP_LEVEL_KEYS = ("protect", "retain_error_queues", "defaults", "vhosts", "passwords", "broker")
+TOP_LEVEL_KEYS = ("protect", "retain_error_queues", "defaults", "vhosts", "passwords", "broker", "delete_with_messages",
+                  "amqp_port")
+"""`delete_with_messages` and `amqp_port` belong to the queue guard, which parses them (components/guard.py);
+the topology parser only accepts them."""
 BROKER_KEYS = ("version",)
 DEFAULTS_KEYS = ("queue_type", "policy_priority", "delivery_limit")
 VHOST_KEYS = ("name", "existing", "exchanges", "queues", "policies", "operator_policies", "applications", "operators",
