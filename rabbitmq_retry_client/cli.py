@@ -6,8 +6,11 @@ one contract; `make contracts STACK=<stack>` writes it without the Pulumi CLI) o
 (runs `pulumi stack output retry_contracts --json --stack STACK`). The broker is `--url` or $RABBITMQ_URL;
 the vhost is always the contract's.
 
-Exit status: 0 done; 1 error (one `error: …` line); 2 usage, including a purge without a filter or --all
-and `redrive --to-queue` of a queue without `Q.requeue` (strategies native and levels).
+`parked redrive` sends each copy to the failing queue alone (`Q.requeue` for strategies tiers and native, the
+delay levels with a zero delay for levels) and says so; `--to-original-exchange` republishes where the message
+was first published, which reaches every queue bound there.
+
+Exit status: 0 done; 1 error (one `error: …` line); 2 usage, including a purge without a filter or --all.
 """
 
 from __future__ import annotations
@@ -183,16 +186,11 @@ def _redrive(args: argparse.Namespace) -> int:
         if args.verbose:
             print(f"moved {message.properties.message_id} to {exchange!r} {routing_key!r}", flush=True)
 
-    parked = _parked_queue(args)
-    if args.to_queue:
-        try:
-            parked.check_to_queue()  # refused before connecting
-        except ValueError as error:
-            raise UsageError(str(error)) from None
-    with parked:
-        outcome = parked.redrive(_selection(args), to_queue=args.to_queue, dry_run=args.dry_run,
+    with _parked_queue(args) as parked:
+        outcome = parked.redrive(_selection(args), to_original=args.to_original_exchange, dry_run=args.dry_run,
                                  rate=args.rate, progress=progress)
-    where = ", ".join(f"{n} to exchange {x!r} key {k!r}" for (x, k), n in sorted(outcome.destinations.items()))
+    where = "; ".join(f"{n} to exchange {x!r} key {k!r}, reaching {parked.reaches(x, k, args.to_original_exchange)}"
+                      for (x, k), n in sorted(outcome.destinations.items()))
     verb = "would move" if args.dry_run else "moved"
     print(f"read {outcome.seen}, selected {outcome.selected}, {verb} "
           f"{outcome.selected if args.dry_run else outcome.moved}"
@@ -281,9 +279,13 @@ def parser() -> argparse.ArgumentParser:
     redrive = actions.add_parser("redrive", help="send parked messages back with a full retry budget")
     _contract_options(redrive)
     _filter_options(redrive)
-    redrive.add_argument("--to-queue", action="store_true",
-                         help="publish to Q.requeue (reaches the input queue only) instead of the original exchange; "
-                         "strategy tiers only (native and levels queues have no Q.requeue)")
+    route = redrive.add_mutually_exclusive_group()
+    route.add_argument("--to-queue", action="store_true",
+                       help="the default: each copy reaches the input queue alone (Q.requeue for tiers and native, "
+                       "level 0 with a zero delay for levels)")
+    route.add_argument("--to-original-exchange", action="store_true",
+                       help="publish each copy to the exchange and routing key it was first published with: it "
+                       "reaches every queue bound there, not only this one")
     redrive.add_argument("--rate", type=positive(float), default=100.0, help="messages a second (default %(default)s)")
     redrive.add_argument("--dry-run", action="store_true", help="count what would move; move nothing")
     redrive.add_argument("--verbose", action="store_true", help="one line per moved message")

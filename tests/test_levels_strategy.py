@@ -567,12 +567,14 @@ def test_the_topic_permission_lets_a_consumer_delay_copies_only_to_its_own_level
         assert not re.search(own.write, forged), forged
 
 
-def test_an_application_that_consumes_no_levels_queue_gets_no_topic_permission_and_operators_no_delay_level():
+def test_an_application_that_consumes_no_levels_queue_gets_no_topic_permission_and_operators_only_level_0():
     plan = planned(levels_vhost(applications=[{"user": "publisher", "publishes": ["events"], "consumes": ["audit"]}],
                                 operators=[{"user": "ops"}]))
     publisher, operator = plan.permissions
     assert publisher.topic == () and "delay" not in publisher.write
-    assert (operator.configure, operator.write, operator.read) == ("^$", "^(events)$", r"^(orders\.error)$")
+    # Level 0 alone: a redrive with a zero delay, which the delivery exchange routes to exactly its queue.
+    assert (operator.configure, operator.write, operator.read) == (
+        "^$", r"^(events|rabbitmq\-retry\.delay\.0)$", r"^(orders\.error)$")
     assert operator.topic == ()
 
 

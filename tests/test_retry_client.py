@@ -1038,36 +1038,41 @@ def test_tiers_republish_still_publishes_to_the_attempts_tier() -> None:
     assert calls == [("reject", 7, False)]
 
 
-# --- strategy levels: redrive -------------------------------------------------------------------------
+# --- redrive: to the failing queue alone, every strategy -----------------------------------------------
 
-def test_a_levels_queue_is_redriven_to_the_original_exchange_only(tmp_path: Path) -> None:
-    queue = ParkedQueue("amqp://127.0.0.1:1/%2F", levels_contract())
+def native_contract() -> dict[str, Any]:
+    return {**contract(queue="orders.billing"), "strategy": "native", "retry_call": "basic.reject(requeue=true)",
+            "min_delay_ms": 1000, "max_delay_ms": 5000}
+
+
+def test_a_redrive_reaches_the_failing_queue_alone_by_default_whatever_the_strategy() -> None:
     message = parked(**{"original-exchange": "billing", "original-routing-key": "order.created"})
-    assert queue.destination(message, to_queue=False) == ("billing", "order.created")
-    refusal = ("'orders.billing' uses strategy levels, which has no 'orders.billing.requeue' exchange; "
-               "redrive to the original exchange (without --to-queue)")
-    with pytest.raises(ValueError) as error:
-        queue.destination(message, to_queue=True)
-    assert str(error.value) == refusal
-    tiers = ParkedQueue("amqp://127.0.0.1:1/%2F", contract())
-    tiers.check_to_queue()
-    assert tiers.destination(message, to_queue=True) == ("orders.requeue", "order.created")
+    levels_queue = ParkedQueue("amqp://127.0.0.1:1/%2F", levels_contract())
+    # Level 0 with a zero delay: the delivery exchange routes it to exactly orders.billing.
+    assert levels_queue.destination(message) == ("rabbitmq-retry.delay.0", "0." * 28 + "orders.billing")
+    for source in (contract(queue="orders.billing"), native_contract()):
+        assert ParkedQueue("amqp://127.0.0.1:1/%2F", source).destination(message) == \
+            ("orders.billing.requeue", "order.created")
+    for queue in (levels_queue, ParkedQueue("amqp://127.0.0.1:1/%2F", native_contract())):
+        assert queue.reaches(*queue.destination(message), to_original=False) == "queue 'orders.billing' only"
+        assert queue.destination(message, to_original=True) == ("billing", "order.created")
+        assert queue.reaches("billing", "order.created", to_original=True) == (
+            "every queue bound to exchange 'billing' for routing key 'order.created', not only 'orders.billing'")
 
 
-@pytest.mark.parametrize("strategy", ["levels", "native"])
-def test_redrive_to_queue_of_a_queue_without_requeue_is_refused_before_connecting(
-        strategy: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    source = levels_contract() if strategy == "levels" else {
-        **contract(queue="orders.billing"), "strategy": "native", "retry_call": "basic.reject(requeue=true)",
-        "min_delay_ms": 1000, "max_delay_ms": 5000}
-    path = tmp_path / "contracts.json"
-    path.write_text(json.dumps({"shop": {"orders.billing": source}}))
-    argv = ["--url", "amqp://guest:guest@127.0.0.1:1/%2F", "parked", "redrive", "--contract", str(path),
-            "--to-queue", "--connect-timeout", "0"]
-    assert main(argv) == 2
-    assert capsys.readouterr().err == (
-        f"rabbitmq-retry: error: 'orders.billing' uses strategy {strategy}, which has no 'orders.billing.requeue' "
-        "exchange; redrive to the original exchange (without --to-queue)\n")
+def test_a_message_without_its_original_exchange_can_still_be_redriven_to_its_queue() -> None:
+    queue = ParkedQueue("amqp://127.0.0.1:1/%2F", native_contract())
+    message = parked()
+    assert queue.destination(message) == ("orders.billing.requeue", "")
+    with pytest.raises(ValueError, match="has no original-exchange header; redrive it without --to-original-exchange"):
+        queue.destination(message, to_original=True)
+
+
+def test_redrive_takes_either_route_but_not_both(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_status:
+        main(["parked", "redrive", "--contract", "x.json", "--to-queue", "--to-original-exchange"])
+    assert exit_status.value.code == 2
+    assert "not allowed with argument --to-queue" in capsys.readouterr().err
 
 
 # --- confirms in flight: several copies unanswered at once ---------------------------------------------

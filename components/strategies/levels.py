@@ -225,7 +225,9 @@ def consumer_exchanges(plan: RetryablePlan[Any]) -> tuple[str, ...]:
 
 
 def redrive_exchanges(plan: RetryablePlan[Any]) -> tuple[str, ...]:
-    return ()
+    """An operator redrives a parked message to level 0 with a zero delay, which the delivery exchange routes to
+    exactly `Q` (no other queue bound to the exchange it was first published to)."""
+    return (plan.delay_exchanges[0],)
 
 
 def retry_exchange(plan: RetryablePlan[Any]) -> str | None:
