@@ -286,8 +286,8 @@ class ParkedQueue:
         `to_original` the exchange and routing key the message was first published with, which reach every
         queue bound there."""
         if not to_original:
-            exchange, routing_key = self.queue_route()
-            return exchange, message.original_routing_key if routing_key is None else routing_key
+            queue_exchange, routing_key = self.queue_route()
+            return queue_exchange, message.original_routing_key if routing_key is None else routing_key
         exchange = message.original_exchange
         if exchange is None:
             raise ValueError(f"parked message {message.properties.message_id!r} has no {h.ORIGINAL_EXCHANGE} "
