@@ -229,6 +229,26 @@ def test_new_grants_are_access_and_revocations_are_safe():
     assert [risk.risk(s) for s in revoked] == [risk.SAFE]
 
 
+def user(password: str, tags: list[str] | None = None) -> Registered:
+    return Registered(
+        urn="urn:pulumi:dev::rabbitmq-retry::rabbitmq:index/user:User::billing-app-user", type=engine.USER,
+        name="billing-app-user", custom=True, parent=None,
+        inputs={"name": "billing-app", "password": password, "tags": tags or []})
+
+
+def test_a_password_change_is_an_access_risk_that_says_who_is_locked_out():
+    old, new = [user("[secret] aaaa")], [user("[secret] bbbb")]
+    (step,) = engine.diff(old, new)
+    assert (step.op, step.changed, risk.risk(step)) == ("update", ["password"], risk.ACCESS)
+    compact = review.render([step], old, new).compact
+    (row,) = [line for line in compact.splitlines() if line.startswith("| update | User |")]
+    assert row.endswith("| password changed (secret) | **access** — every client using the old password of "
+                        "`billing-app` is locked out at its next reconnect (open connections stay until then): give "
+                        "them the new one as this is applied |"), row
+    (same,) = engine.diff(old, old)
+    assert risk.risk(same) == risk.SAFE
+
+
 # End to end: the CLI in a git repository of its own, BASE evaluated from a commit.
 
 def git(repo: Path, *args: str) -> None:
@@ -349,7 +369,7 @@ def test_cli_a_password_change_reviews_as_secret_and_no_ciphertext_is_printed(re
     review_run = cli(repo, "--base", "HEAD", "--stack", "dev")
     assert review_run.returncode == 0, review_run.stderr
     (row,) = [line for line in review_run.stdout.splitlines() if line.startswith("| update | User |")]
-    assert row.endswith("| `billing-app` | password changed (secret) | safe |")
+    assert "| `billing-app` | password changed (secret) | **access** — every client using the old password" in row
     assert "**1 to update," in review_run.stdout
     outputs.append(review_run)
     for tool in ("tools.plan_report", "tools.mockrun"):

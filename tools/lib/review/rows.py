@@ -31,6 +31,7 @@ from tools.lib.risk import (
     contract_breaks,
     fails_halfway,
     option_risk,
+    password_changed,
     risk,
 )
 from tools.lib.stack_file import is_secret_placeholder
@@ -108,6 +109,10 @@ def _notes(step: Step, vhost_deleted: bool = False) -> str:
                      "with its messages")
     elif step.retain_on_delete and step.op == "delete":
         notes.append("retained on the broker with its messages (retain_on_delete), no longer managed")
+    if password_changed(step):
+        notes.append(f"every client using the old password of {markdown.code(str((step.new or {}).get('name')))} is "
+                     "locked out at its next reconnect (open connections stay until then): give them the new one "
+                     "as this is applied")
     return "".join(f" — {note}" for note in notes)
 
 
