@@ -249,6 +249,21 @@ def test_a_password_change_is_an_access_risk_that_says_who_is_locked_out():
     assert risk.risk(same) == risk.SAFE
 
 
+def test_an_imported_queue_reviews_as_import_not_create():
+    audit = Registered(urn="urn:pulumi:dev::rabbitmq-retry::rabbitmq:index/queue:Queue::jobs-jobs.audit",
+                       type=engine.QUEUE, name="jobs-jobs.audit", custom=True, parent=None,
+                       inputs={"name": "jobs.audit", "vhost": "jobs", "settings": {"durable": True}},
+                       import_id="jobs.audit@jobs")
+    (step,) = engine.diff([], [audit])
+    assert (step.op, risk.risk(step)) == ("import", risk.SAFE)
+    compact = review.render([step], [], [audit]).compact
+    assert compact.startswith("**1 to import, 0 unchanged**")
+    assert ("| import | Queue | `jobs-jobs.audit` | `jobs.audit` | adopted as the broker holds it, with its messages "
+            "(nothing is created) | safe |") in compact
+    (same,) = engine.diff([audit], [audit])
+    assert same.op == "same", "once imported, the next review has nothing to do"
+
+
 # End to end: the CLI in a git repository of its own, BASE evaluated from a commit.
 
 def git(repo: Path, *args: str) -> None:

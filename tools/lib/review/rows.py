@@ -69,6 +69,8 @@ def what_changed(step: Step, names: Mapping[str, str]) -> str:
         parts.append(f"replaced with {markdown.code(names.get(step.replaced_dependency, step.replaced_dependency))}")
     if step.op == "create":
         parts += [markdown.text(part) for part in _created(step)]
+    elif step.op == "import":
+        parts.append(markdown.text("adopted as the broker holds it, with its messages (nothing is created)"))
     for path in step.changed:
         label = re.sub(r"^(policy\.definition|settings\.argumentsJson|settings)\.", "", path)
         before, after = _lookup(step.old, path), _lookup(step.new, path)
@@ -118,7 +120,7 @@ def _notes(step: Step, vhost_deleted: bool = False) -> str:
 
 def _vhost_of(step: Step) -> str:
     return str((step.old or step.new or {}).get("vhost", "/"))
-OP_ORDER = {"replace": 0, "delete": 1, "update": 2, "create": 3, "options": 4}
+OP_ORDER = {"replace": 0, "delete": 1, "update": 2, "create": 3, "import": 4, "options": 5}
 RETRYABLE = "RetryableQueue"
 
 
