@@ -26,8 +26,8 @@ from components.config import load_vhost
 from components.plan import plan_vhost
 from rabbitmq_retry_client import ContractError, PermanentError, RetryingConsumer, load_contract
 from rabbitmq_retry_client import stack_output as stack_output_of
-from rabbitmq_retry_client.cli import duration, main
-from rabbitmq_retry_client.connection import BrokerUnreachableError, connect
+from rabbitmq_retry_client.cli import duration, main, parser
+from rabbitmq_retry_client.connection import BrokerRefusedError, BrokerUnreachableError, connect
 from rabbitmq_retry_client.connection import parameters as _parameters
 from rabbitmq_retry_client.headers import (
     MAX_REASON_BYTES,
@@ -519,6 +519,48 @@ def test_the_command_prints_one_line_for_an_unreachable_broker(tmp_path: Path,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: broker unreachable at 127.0.0.1:1 vhost 'shop' as guest: "
                                                    "Connection refused")
+
+
+@pytest.mark.parametrize(("error", "expected"), [
+    (pika.exceptions.ProbableAuthenticationError(
+        "ConnectionClosedByBroker: (403) 'ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN'"),
+     "login refused by 127.0.0.1:5672 for user 'guest' (403 ACCESS_REFUSED): check the user and password in --url "
+     "or $RABBITMQ_URL"),
+    (pika.exceptions.ProbableAccessDeniedError("ConnectionClosedByBroker: (530) 'NOT_ALLOWED - vhost shop not found'"),
+     "vhost 'shop' refused by 127.0.0.1:5672 for user 'guest' (530 NOT_ALLOWED - vhost shop not found): check that "
+     "the vhost exists and that the user has permissions on it"),
+])
+def test_a_refused_login_or_vhost_fails_at_once_with_what_to_check(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, error: Exception, expected: str) -> None:
+    """403 and 530 are permanent: no "broker unreachable … retrying every 1 s", no second attempt."""
+    attempts: list[object] = []
+
+    def refused(params: object) -> None:
+        attempts.append(params)
+        raise error
+
+    monkeypatch.setattr("rabbitmq_retry_client.connection.BlockingConnection", refused)
+    naps: list[float] = []
+    with pytest.raises(BrokerRefusedError) as raised:
+        connect(_parameters("amqp://guest:guest@127.0.0.1:5672/shop"), timeout=30, sleep=naps.append)
+    assert str(raised.value) == expected
+    assert len(attempts) == 1 and naps == [] and not caplog.records
+
+
+def test_url_works_before_or_after_the_command() -> None:
+    after = ["parked", "list", "--contract", "c.json", "--url", "amqp://after/%2F"]
+    assert parser().parse_args(after).url == "amqp://after/%2F"
+    assert parser().parse_args(["--url", "amqp://before/%2F", *after[:-2]]).url == "amqp://before/%2F"
+    assert parser().parse_args(["--url", "amqp://before/%2F", *after]).url == "amqp://after/%2F", "the later wins"
+    assert parser().parse_args(["publish", "--exchange", "x", "--url", "amqp://after/%2F"]).url == "amqp://after/%2F"
+
+
+def test_publish_takes_its_vhost_from_the_url_unless_vhost_is_given() -> None:
+    """No silent default vhost: the one the URL names (`%2F` is `/`), or --vhost."""
+    args = parser().parse_args(["publish", "--exchange", "orders", "--url", "amqp://127.0.0.1:1/sales"])
+    assert args.vhost is None and _parameters(args.url, args.vhost).virtual_host == "sales"
+    args = parser().parse_args(["publish", "--exchange", "orders", "--vhost", "shop"])
+    assert _parameters(args.url, args.vhost).virtual_host == "shop"
 
 
 # --- make contracts -----------------------------------------------------------------------------------

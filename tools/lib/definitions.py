@@ -90,6 +90,9 @@ class Endpoint:
         except urllib.error.HTTPError as error:
             if error.code == 404:
                 return None
+            if error.code == 401:
+                raise DefinitionsError(f"GET {self.url}/api/{path}: HTTP 401, the management API refused user "
+                                       f"{self.username!r}: check RABBITMQ_USERNAME and RABBITMQ_PASSWORD") from None
             raise DefinitionsError(f"GET {self.url}/api/{path}: HTTP {error.code} {error.read()[:200]!r}") from None
         except (OSError, ValueError) as error:
             raise DefinitionsError(f"GET {self.url}/api/{path}: {error}") from None
