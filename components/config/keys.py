@@ -48,6 +48,9 @@ APPLICATION_KEYS = ("user", "publishes", "consumes", "topic_permissions")
 TOPIC_PERMISSION_KEYS = ("exchange", "write", "read")
 OPERATOR_KEYS = ("user",)
 LIMITS_KEYS = ("max_connections", "max_queues")
+PROVIDER_KEYS = ("endpoint", "username", "password", "insecure", "cacertFile", "clientcertFile", "clientkeyFile",
+                 "proxy")
+"""The `rabbitmq:` keys the pulumi-rabbitmq provider reads; it ignores any other, so a misspelt one is refused."""
 
 KEY_TABLES: Mapping[str, tuple[str, ...]] = {
     "rabbitmq-retry": TOP_LEVEL_KEYS,

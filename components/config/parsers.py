@@ -140,6 +140,8 @@ class VhostEntry(Entry[Vhost]):
     operator_policies: tuple[Entry[Policy], ...] = ()
     applications: tuple[ApplicationEntry, ...] = ()
     operators: tuple[OperatorEntry, ...] = ()
+    unreadable: frozenset[str] = frozenset()
+    """Its list keys written as something other than a list (already reported)."""
 
 
 def refused(index: int, written: object = None) -> Entry[Any]:
@@ -581,8 +583,12 @@ def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defau
     imports = optional(data, "import", lambda v: parse_import(p, f"{path}.import", v, name, existing), ())
     delay_levels = vhost_delay_levels(p, path, data, queues, defaults)
     check_created_only_options(p, path, data, existing)
+    unreadable = frozenset(key for key in ("exchanges", "queues", "policies", "operator_policies", "applications",
+                                           "operators") if data.get(key) is not None and (
+                               isinstance(data[key], (str, bytes)) or not isinstance(data[key], Sequence)))
     entries = dict(path=path, exchanges=exchanges, queues=queues, policies=policies,
-                   operator_policies=operator_policies, applications=applications, operators=operators)
+                   operator_policies=operator_policies, applications=applications, operators=operators,
+                   unreadable=unreadable)
     valid_name = None if name is INVALID else name
     parts: Sequence[Entry[Any]] = (*exchanges, *queues, *policies, *operator_policies, *applications, *operators)
     if INVALID in (name, existing, limits, default_queue_type, imports, delay_levels) or any(
@@ -600,14 +606,18 @@ def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defau
     return VhostEntry(index, name, name, vhost, **entries)
 
 
+def _written_strategies(data: Mapping[str, Any]) -> list[object]:
+    """The `retry.strategy` each queue writes (absent ones left out), valid or not."""
+    queues = data.get("queues")
+    return [q["retry"]["strategy"] for q in (queues if isinstance(queues, Sequence) else ())
+            if isinstance(q, Mapping) and isinstance(q.get("retry"), Mapping) and "strategy" in q["retry"]]
+
+
 def _written_levels(data: Mapping[str, Any]) -> bool:
     """A queue asks for a strategy that uses delay levels, valid or not: its own problems are reported where
     they are."""
-    queues = data.get("queues")
-    return isinstance(queues, Sequence) and any(
-        isinstance(q, Mapping) and isinstance(q.get("retry"), Mapping)
-        and isinstance(name := q["retry"].get("strategy"), str) and name in STRATEGIES
-        and STRATEGIES[name].USES_DELAY_LEVELS for q in queues)
+    return any(isinstance(name, str) and name in STRATEGIES and STRATEGIES[name].USES_DELAY_LEVELS
+               for name in _written_strategies(data))
 
 
 def vhost_delay_levels(p: Problems, path: str, data: Mapping[str, Any], queues: tuple[QueueEntry, ...],
@@ -616,7 +626,9 @@ def vhost_delay_levels(p: Problems, path: str, data: Mapping[str, Any], queues: 
     (`delay_levels` without such a queue is refused); the backoff of each such queue must fit in them."""
     levels_path = f"{path}.delay_levels"
     if not _written_levels(data):
-        if "delay_levels" in data:
+        # A misspelt strategy (`level`) is its own problem: delay_levels may well be what it asks for.
+        misspelt = any(not (isinstance(name, str) and name in STRATEGIES) for name in _written_strategies(data))
+        if "delay_levels" in data and not misspelt:
             p.add(levels_path, "no queue of this vhost has retry.strategy: levels; remove delay_levels")
             return INVALID
         return None
