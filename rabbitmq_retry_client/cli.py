@@ -39,13 +39,11 @@ from . import headers as h
 from .connection import DEFAULT_URL, BrokerRefusedError, BrokerUnreachableError, parameters, quiet_pika
 from .consumer import MODES, Handler, RetryingConsumer
 from .contract import Contract, ContractError, load_contract, stack_output, strategy_of
+from .durations import duration_ms
 from .parked import Parked, ParkedQueue, Selection
 from .publisher import Publisher
 
 PROG = "rabbitmq-retry"
-_DURATION = re.compile(r"(\d+)(ms|s|m|h|d)")
-_UNITS = {"ms": timedelta(milliseconds=1), "s": timedelta(seconds=1), "m": timedelta(minutes=1),
-          "h": timedelta(hours=1), "d": timedelta(days=1)}
 
 
 class UsageError(Exception):
@@ -53,11 +51,11 @@ class UsageError(Exception):
 
 
 def duration(value: str) -> timedelta:
-    """`90s`, `15m`, `2h`, `7d`, `1h30m` → timedelta (argparse type)."""
-    parts = _DURATION.findall(value)
-    if not parts or "".join(n + u for n, u in parts) != value:
+    """`90s`, `15m`, `2h`, `7d`, `1h30m` → timedelta (argparse type); the stack config's grammar."""
+    ms = duration_ms(value)
+    if ms is None:
         raise argparse.ArgumentTypeError(f"{value!r} is not a duration (use 90s, 15m, 2h, 7d or 1h30m)")
-    return sum((int(n) * _UNITS[u] for n, u in parts), timedelta())
+    return timedelta(milliseconds=ms)
 
 
 def regex(value: str) -> re.Pattern[str]:

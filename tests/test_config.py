@@ -92,7 +92,7 @@ def test_external_exchanges_may_be_reserved_amq_exchanges():
 BAD_CONFIGS = [
     pytest.param(
         with_queue(retryable(delays=["1s", "10x"])),
-        [("vhosts[0].queues[0].retry.delays[1]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d)')],
+        [("vhosts[0].queues[0].retry.delays[1]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)')],
         id="not-a-duration",
     ),
     pytest.param(
@@ -335,7 +335,7 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         with_queue(retryable(delays=["٣s"])),
-        [("vhosts[0].queues[0].retry.delays[0]", '"٣s" is not a duration (use 500ms, 10s, 5m, 1h, 1d)')],
+        [("vhosts[0].queues[0].retry.delays[0]", '"٣s" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)')],
         id="non-ascii-digits",
     ),
     pytest.param({"vhosts": "shop"}, [("vhosts", "expected a list, got str")], id="vhosts-not-a-list"),
@@ -377,7 +377,7 @@ def test_the_error_message_lists_each_problem_on_its_own_line():
         load_stack_config(with_queue(retryable(delays=["1s", "10x"])))
     assert str(error.value) == (
         "invalid rabbitmq-retry config (1 problem):\n"
-        '  vhosts[0].queues[0].retry.delays[1]: "10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d)'
+        '  vhosts[0].queues[0].retry.delays[1]: "10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)'
     )
 
 
@@ -412,7 +412,7 @@ def bad_orders(**change: Any) -> list[dict[str, Any]]:
 FOLLOW_ON_FREE = [
     pytest.param(
         with_billing(queues=bad_orders(retry={"delays": ["1s", "10x"]})),
-        [("vhosts[0].queues[0].retry.delays[1]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d)')],
+        [("vhosts[0].queues[0].retry.delays[1]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)')],
         id="consumed-queue-with-a-bad-delay",
     ),
     pytest.param(
@@ -460,7 +460,7 @@ def test_a_refused_entry_still_takes_part_in_duplicate_checks():
     orders, _ = bad_orders(retry={"delays": ["10x"]})
     raw = {"vhosts": [vhost_config(queues=[orders, {"name": "orders"}])]}
     assert problems_of(raw) == [
-        ("vhosts[0].queues[0].retry.delays[0]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d)'),
+        ("vhosts[0].queues[0].retry.delays[0]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)'),
         ("vhosts[0].queues[1].name", 'duplicate queue "orders" (also vhosts[0].queues[0].name); keep one'),
     ]
 
