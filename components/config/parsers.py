@@ -25,6 +25,7 @@ from .fields import (
     boolean,
     choice,
     describe,
+    duration,
     entity_name,
     integer,
     items,
@@ -312,6 +313,13 @@ def resolve_delivery_limit(p: Problems, path: str, written: int | None, queue_ty
     return written
 
 
+PLAIN_QUEUE_ONLY = {
+    "message_ttl": "on a retryable queue an expired message would enter the retry path (or be parked) unhandled",
+    "single_active_consumer": "a retryable queue's consumers are not limited to one here",
+}
+"""Queue keys a retryable queue refuses, and why."""
+
+
 def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defaults) -> QueueEntry:
     data = mapping(p, path, raw, QUEUE_KEYS)
     if data is INVALID:
@@ -325,6 +333,14 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
     priority = optional(data, "policy_priority", lambda v: integer(p, f"{path}.policy_priority", v, 0),
                         defaults.policy_priority)
     max_length = optional(data, "max_length", lambda v: integer(p, f"{path}.max_length", v, 0), None)
+    max_length_bytes = optional(data, "max_length_bytes", lambda v: integer(p, f"{path}.max_length_bytes", v, 0), None)
+    message_ttl = optional(data, "message_ttl", lambda v: duration(p, f"{path}.message_ttl", v), None)
+    single_active = optional(data, "single_active_consumer",
+                             lambda v: boolean(p, f"{path}.single_active_consumer", v), False)
+    if "retry" in data:
+        for key, why in PLAIN_QUEUE_ONLY.items():
+            if key in data:
+                p.add(f"{path}.{key}", f"a plain queue's key: {why}; remove it (or remove retry)")
     delivery_limit = optional(data, "delivery_limit", lambda v: integer(p, f"{path}.delivery_limit", v, 1), None)
     if queue_type == "classic" and "delivery_limit" in data:
         p.add(f"{path}.delivery_limit", "delivery-limit is quorum-only; remove it or set type: quorum")
@@ -343,15 +359,16 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
         retry = INVALID
     owned = strategy_of(retry).owned_names(name, retry) if isinstance(retry, Retry) else ([name], [])
     entry = QueueEntry(index, name, name, INVALID, bindings, tuple(owned[0]), tuple(owned[1]))
-    if not lengths_ok or INVALID in (queue_type, priority, max_length, delivery_limit, retry) or any(
-            b.value is INVALID for b in bindings):
+    if not lengths_ok or INVALID in (queue_type, priority, max_length, delivery_limit, retry, max_length_bytes,
+                                     message_ttl, single_active) or any(b.value is INVALID for b in bindings):
         return entry
     limit = resolve_delivery_limit(p, f"{path}.delivery_limit", delivery_limit, queue_type, retry, defaults)
     if limit is INVALID:
         return entry
     queue = Queue(name=name, queue_type=queue_type, policy_priority=priority,
                   bindings=tuple(b.value for b in bindings if b.value is not INVALID), max_length=max_length,
-                  delivery_limit=limit, retry=retry)
+                  delivery_limit=limit, retry=retry, max_length_bytes=max_length_bytes, message_ttl_ms=message_ttl,
+                  single_active_consumer=single_active is True)
     return QueueEntry(index, name, name, queue, bindings, entry.owned_queues, entry.owned_exchanges)
 
 

@@ -153,7 +153,7 @@ def plan(queue: Queue, retry: LevelsRetry, path: str, levels: DelayLevels | None
                            naming.delivery_pattern(queue.name))
     limits = queue_limits(queue)
     policies = [*([queue_policy(naming.QUEUE_POLICY_KEY, queue.name, queue.policy_priority, limits,
-                                limit_sources(path))] if limits else []),
+                                limit_sources(path, queue))] if limits else []),
                 *error_policies(queue, retry, path)]
     return RetryablePlan(config=queue, retry=retry, tiers=(), queues=adopt((input_queue, error), "queue", imports),
                          exchanges=adopt((error_exchange,), "exchange", imports),

@@ -105,7 +105,7 @@ def plan(queue: Queue, retry: NativeRetry, path: str, levels: DelayLevels | None
     requeue_binding = BindingPlan(naming.REQUEUE_BINDING_KEY, requeue_x, queue.name)
     definition = {**queue_limits(queue), "delayed-retry-type": "failed", "delayed-retry-min": str(retry.min_delay_ms),
                   "delayed-retry-max": str(retry.max_delay_ms)}
-    sources = {**limit_sources(path), "delivery-limit": f"{path}.retry.max_retries",
+    sources = {**limit_sources(path, queue), "delivery-limit": f"{path}.retry.max_retries",
                "delayed-retry-type": f"{path}.retry.strategy", "delayed-retry-min": f"{path}.retry.min_delay",
                "delayed-retry-max": f"{path}.retry.max_delay"}
     policies = (queue_policy(naming.QUEUE_POLICY_KEY, queue.name, queue.policy_priority, definition, sources),
