@@ -115,7 +115,7 @@ def test_removing_a_protected_tier_says_pulumi_will_refuse(review_of):
     _, markdown, status = review_of(old, changed(lambda c: (c.update(protect=True),
                                                              orders(c)["retry"].update(delays=["1s"]))))
     assert status == 2 and review_of.full.count("🔒 protected: `pulumi up` will refuse until unprotected") == 2
-    assert ("| delete | Queue | 2 queues | in vhost `shop`: `*.wait.2`, `*.wait.3` of 1 retryable queue: `orders` |  | "
+    assert ("| delete | Queue | 2 queues | in vhost `shop`: `orders.wait.2`, `orders.wait.3` |  | "
             "**data loss** — 🔒 protected: `pulumi up` will refuse until unprotected |") in markdown
 
 
@@ -227,6 +227,36 @@ def test_new_grants_are_access_and_revocations_are_safe():
     assert [risk.risk(s) for s in created] == [risk.ACCESS]
     assert sorted(risk.risk(s) for s in moved) == [risk.ACCESS, risk.SAFE]  # new user's grant; old one revoked
     assert [risk.risk(s) for s in revoked] == [risk.SAFE]
+
+
+def test_a_permission_update_shows_the_names_added_and_removed_not_both_regexes():
+    old = Registered(urn="urn:pulumi:dev::rabbitmq-retry::rabbitmq:index/permissions:Permissions::ops-shop",
+                     type=engine.PERMISSIONS, name="ops-shop", custom=True, parent=None,
+                     inputs={"user": "ops", "vhost": "shop", "permissions": {
+                         "configure": "^$", "write": r"^(orders|orders\.billing\.requeue)$", "read": "^(a)$"}})
+    new = copy.deepcopy(old)
+    new.inputs["permissions"]["write"] = r"^(notify\.push\.requeue|orders|rabbitmq\-retry\.delay\.0)$"
+    compact = review.render(engine.diff([old], [new]), [old], [new]).compact
+    (row,) = [line for line in compact.splitlines() if line.startswith("| update | Permissions |")]
+    assert ("| write + `notify.push.requeue`, + `rabbitmq-retry.delay.0`, − `orders.billing.requeue` | **access** |"
+            in row), row
+    assert "^(" not in row
+
+
+def test_a_topic_permission_update_is_shown_per_exchange_without_json_escapes():
+    def topic(write: str, exchanges: tuple[str, ...] = ("orders",)) -> Registered:
+        return Registered(
+            urn="urn:pulumi:dev::rabbitmq-retry::rabbitmq:index/topicPermissions:TopicPermissions::app-shop",
+            type=engine.TOPIC_PERMISSIONS, name="app-shop", custom=True, parent=None,
+            inputs={"user": "app", "vhost": "shop",
+                    "permissions": [{"exchange": x, "write": write, "read": "^$"} for x in exchanges]})
+
+    old, new = [topic(r"^order\.")], [topic(r"^order\.(created|paid)$", ("orders", "rabbitmq-retry.delay.0"))]
+    compact = review.render(engine.diff(old, new), old, new).compact
+    (row,) = [line for line in compact.splitlines() if line.startswith("| update | TopicPermissions |")]
+    assert (r"topic `orders` write `^order\.` → `^order\.(created\|paid)$`; + topic `rabbitmq-retry.delay.0`: "
+            r"write `^order\.(created\|paid)$` read `^$`") in row, row
+    assert "\\\\" not in row and '{"exchange"' not in row
 
 
 def user(password: str, tags: list[str] | None = None) -> Registered:
@@ -444,9 +474,9 @@ def test_turning_protect_off_is_flagged_and_turning_it_on_is_safe(review_of):
     assert markdown.startswith("**7 protect/retain changes, 21 unchanged** — 🔓 protection: 7")
     assert ("| options | Queue | `shop-orders-input` | `orders` | protect on → off | **protection** — `pulumi up` no "
             "longer refuses to delete or replace it |") in review_of.full
-    assert ("| options | Queue | 6 queues | in vhost `shop`: `*`, `*.error`, `*.wait.1`, `*.wait.2`, `*.wait.3` of 1 "
-            "retryable queue: `orders`; `audit` | protect on → off | **protection** — `pulumi up` no longer refuses "
-            "to delete or replace it |") in markdown
+    assert ("| options | Queue | 6 queues | in vhost `shop`: `orders`, `orders.error`, `orders.wait.1`, "
+            "`orders.wait.2`, `orders.wait.3`; `audit` | protect on → off | **protection** — `pulumi up` no longer "
+            "refuses to delete or replace it |") in markdown
     assert ("| options | VHost | `shop-vhost` | `shop` | protect on → off | **protection** — `pulumi up` no longer "
             "refuses to delete or replace it |") in markdown
 
@@ -554,8 +584,8 @@ def test_deleting_1000_queues_fits_a_comment_and_names_every_queue(record_stack)
     new = [r for r in old if "q0" not in json.dumps(asdict(r))]
     result = reviewed(old, new)
     assert result.status == 2 and len(result.compact) <= review.LIMIT
-    assert ("| delete | Queue | 5,000 queues | in vhost `shop`: `*`, `*.error`, `*.wait.1`, `*.wait.2`, `*.wait.3` of "
-            "1,000 retryable queues: `q0000`, `q0001`, ") in result.compact
+    assert ("| delete | Queue | 5,000 queues | in vhost `shop`: the queue, `*.error`, `*.wait.1`, `*.wait.2`, "
+            "`*.wait.3` of 1,000 retryable queues: `q0000`, `q0001`, ") in result.compact
     assert all(f"`q{i:04d}`" in result.compact for i in range(1000))
     for i in range(1000):
         assert all(f"| `q{i:04d}{suffix}` |" in result.full for suffix in ("", ".wait.1", ".wait.3", ".error"))
@@ -651,7 +681,7 @@ def test_raising_max_delay_only_adds_levels_on_top_and_widens_the_consumers_gran
     assert status == 0 and "data loss" not in markdown
     # The application may write the new levels too (shown as access); it keeps the old top, a lower level now,
     # so consumers on the old contract keep working: no contract row.
-    assert "rabbitmq\\\\-retry\\\\.delay\\\\.5)$ | **access** |" in markdown
+    assert "write + `rabbitmq-retry.delay.4`, + `rabbitmq-retry.delay.5` | **access** |" in markdown
     assert "| contract |" not in markdown
 
 

@@ -23,6 +23,7 @@ from tools.lib.inventory import (
     retryable_queue_of,
 )
 from tools.lib.mockrun import Registered
+from tools.lib.permissions import literals
 from tools.lib.risk import (
     CONTRACT,
     ORDER,
@@ -62,11 +63,51 @@ def _lookup(inputs: Mapping[str, Any] | None, path: str) -> Any:
     return value
 
 
+def _regex_change(kind: str, before: str, after: str) -> str:
+    """One permission regex's change: the names added and removed when both are lists of names (`+ a, − b`),
+    else both regexes as code (no JSON escaping). Markdown."""
+    old, new = literals(before), literals(after)
+    if old is None or new is None:
+        return f"{kind} {markdown.code(before) or '(none)'} → {markdown.code(after) or '(none)'}"
+    changes = [f"+ {markdown.code(name)}" for name in sorted(new - old)]
+    changes += [f"− {markdown.code(name)}" for name in sorted(old - new)]
+    return f"{kind} {', '.join(changes)}"
+
+
+def _grant_changes(step: Step) -> list[str] | None:
+    """What an update of Permissions or TopicPermissions adds and removes, per permission (and per exchange of
+    topic permissions), instead of both whole regexes; None for any other step. Markdown."""
+    old, new = step.old or {}, step.new or {}
+    if step.op != "update" or step.type not in (engine.PERMISSIONS, engine.TOPIC_PERMISSIONS):
+        return None
+    if step.type == engine.PERMISSIONS:
+        before, after = old.get("permissions") or {}, new.get("permissions") or {}
+        return [_regex_change(kind, str(before.get(kind, "")), str(after.get(kind, "")))
+                for kind in ("configure", "write", "read") if before.get(kind, "") != after.get(kind, "")]
+    before_by = {str(p.get("exchange")): p for p in old.get("permissions") or []}
+    after_by = {str(p.get("exchange")): p for p in new.get("permissions") or []}
+    parts = []
+    for exchange in sorted(set(before_by) | set(after_by), key=natural):
+        was, now = before_by.get(exchange), after_by.get(exchange)
+        if now is None:
+            parts.append(f"− topic {markdown.code(exchange)}")
+        elif was is None:
+            parts.append(f"+ topic {markdown.code(exchange)}: write {markdown.code(str(now.get('write', '')))} read "
+                         f"{markdown.code(str(now.get('read', '')))}")
+        else:
+            parts += [f"topic {markdown.code(exchange)} " + _regex_change(kind, str(was.get(kind, "")),
+                                                                          str(now.get(kind, "")))
+                      for kind in ("write", "read") if was.get(kind, "") != now.get(kind, "")]
+    return parts
+
+
 def what_changed(step: Step, names: Mapping[str, str]) -> str:
     """`message-ttl 1000 → 2000` per changed path; a dragged replacement names its cause. Markdown."""
     parts = []
     if step.replaced_dependency:
         parts.append(f"replaced with {markdown.code(names.get(step.replaced_dependency, step.replaced_dependency))}")
+    if (grants := _grant_changes(step)) is not None:
+        return "; ".join([*parts, *grants])
     if step.op == "create":
         parts += [markdown.text(part) for part in _created(step)]
     elif step.op == "import":
