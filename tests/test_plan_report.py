@@ -76,7 +76,9 @@ def test_every_retry_path_has_a_mermaid_diagram_with_its_tiers(stack: str):
         assert source.startswith("flowchart LR\n") and f'input[["{queue}"]]' in source
         if contract.get("strategy") == "levels":
             levels = int(contract["delay_levels"])
-            assert f'top{{{{"{contract["delay_exchange"]}<br/>topic, top level"}}}}' in source
+            # A copy goes to the level of its delay's highest 1 bit, never through a "top level" node.
+            assert "top" not in re.findall(r"^  (\w+)", source, flags=re.MULTILINE)
+            assert 'level of its delay\'s highest 1 bit' in source and "--> levels" in source
             assert f'levels[("rabbitmq-retry.delay.0 … rabbitmq-retry.delay.{levels - 1}<br/>{levels} levels' in source
             assert 'deliver -- "only this queue" --> input' in source
             continue

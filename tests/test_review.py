@@ -669,7 +669,7 @@ def test_switching_a_queue_from_tiers_to_levels_replaces_its_input_and_deletes_i
     assert ("| create | Queue | 17 queues | in vhost `shop`: `rabbitmq-retry.delay.0`, `rabbitmq-retry.delay.1`, "
             "`rabbitmq-retry.delay.2`, ") in markdown
     assert "| create | Binding | `shop-orders-delivery-binding` | `rabbitmq-retry.delay.deliver → orders` |" in markdown
-    assert 'top{{"rabbitmq-retry.delay.16<br/>topic, top level"}}' in markdown  # the new path is drawn
+    assert 'levels[("rabbitmq-retry.delay.0 … rabbitmq-retry.delay.16<br/>17 levels' in markdown  # the new path
 
 
 def test_raising_max_delay_only_adds_levels_on_top_and_widens_the_consumers_grant(review_of):
