@@ -110,6 +110,17 @@ def test_removing_a_tier_deletes_its_queue_binding_and_policy(review_of):
     assert status == 0 and "data loss: 1" in markdown and "Data loss acknowledged" in markdown
 
 
+def test_renaming_a_retryable_queue_is_a_contract_risk(review_of):
+    def renamed(config: dict[str, Any]) -> None:
+        orders(config)["name"] = "orders.v2"
+
+    _, markdown, _ = review_of(BASE, changed(renamed))
+    assert ("| contract | RetryableQueue | `shop-orders` | `orders` | retryable queue orders removed (renamed to "
+            "orders.v2? its contract is gone): consumers still running on it consume a queue that no longer exists "
+            "(channel error 404 NOT\\_FOUND) and cannot park to orders.error; move them to the new contract before "
+            "this is applied | **contract** |") in markdown, markdown
+
+
 def test_removing_a_protected_tier_says_pulumi_will_refuse(review_of):
     old = changed(lambda c: c.update(protect=True))
     _, markdown, status = review_of(old, changed(lambda c: (c.update(protect=True),

@@ -305,6 +305,16 @@ def _contract_rows(old_contracts: Mapping[QueueKey, dict[str, Any]], new_contrac
         for text, text_alike in zip(contract_breaks(before, after), alike, strict=True):
             rows.append(Row(CONTRACT, "contract", RETRYABLE, components.get(key, ""), key[1], markdown.text(text),
                             "", key[0], key, "*", markdown.text(text_alike)))
+    added = [key for key in new_contracts if key not in old_contracts]
+    for key in sorted(set(old_contracts) - set(new_contracts)):
+        vhost, queue = key
+        successors = [name for other_vhost, name in added if other_vhost == vhost]
+        renamed = f"renamed to {successors[0]}? " if len(successors) == 1 else ""
+        text = (f"retryable queue {queue} removed ({renamed}its contract is gone): consumers still running on it "
+                f"consume a queue that no longer exists (channel error 404 NOT_FOUND) and cannot park to "
+                f"{old_contracts[key].get('error_exchange')}; move them to the new contract before this is applied")
+        rows.append(Row(CONTRACT, "contract", RETRYABLE, components.get(key, ""), queue, markdown.text(text), "",
+                        vhost, key, "*", markdown.text(text)))
     return rows
 
 
