@@ -309,12 +309,17 @@ def _contract_rows(old_contracts: Mapping[QueueKey, dict[str, Any]], new_contrac
     for key in sorted(set(old_contracts) - set(new_contracts)):
         vhost, queue = key
         successors = [name for other_vhost, name in added if other_vhost == vhost]
+        error_exchange = str(old_contracts[key].get("error_exchange"))
+
+        def removed(name: str, renamed: str, error: str) -> str:
+            return (f"retryable queue {name} removed ({renamed}its contract is gone): consumers still running on it "
+                    f"consume a queue that no longer exists (channel error 404 NOT_FOUND) and cannot park to "
+                    f"{error}; move them to the new contract before this is applied")
+
         renamed = f"renamed to {successors[0]}? " if len(successors) == 1 else ""
-        text = (f"retryable queue {queue} removed ({renamed}its contract is gone): consumers still running on it "
-                f"consume a queue that no longer exists (channel error 404 NOT_FOUND) and cannot park to "
-                f"{old_contracts[key].get('error_exchange')}; move them to the new contract before this is applied")
-        rows.append(Row(CONTRACT, "contract", RETRYABLE, components.get(key, ""), queue, markdown.text(text), "",
-                        vhost, key, "*", markdown.text(text)))
+        rows.append(Row(CONTRACT, "contract", RETRYABLE, components.get(key, ""), queue,
+                        markdown.text(removed(queue, renamed, error_exchange)), "", vhost, key, "*",
+                        markdown.text(removed("*", "renamed? " * bool(renamed), relative(error_exchange, queue)))))
     return rows
 
 
