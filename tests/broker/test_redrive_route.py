@@ -10,7 +10,6 @@ copy reaches every queue bound there. Strategy native runs on RabbitMQ 4.3.1 and
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +21,8 @@ from rabbitmq_retry_client import PermanentError, RetryingConsumer
 from rabbitmq_retry_client.cli import main
 from tests.support.admin import version
 from tests.support.amqp import message_counts, parameters
-from tests.support.mirror import Broker, call, esc
+from tests.support.deploy import throwaway_vhost
+from tests.support.mirror import Broker
 from tests.support.retrying import publish_ids, run_consumers
 
 if TYPE_CHECKING:
@@ -40,11 +40,8 @@ PARKED = 6
 @pytest.fixture
 def vhost(broker: Broker) -> Iterator[str]:
     """This branch's own throw-away vhost (the Deployer creates it; teardown deletes it with its queues)."""
-    name = f"newuser-{uuid.uuid4().hex[:12]}"
-    try:
+    with throwaway_vhost(broker, prefix="newuser") as name:
         yield name
-    finally:
-        call(broker, "DELETE", f"vhosts/{esc(name)}")
 
 
 def _fails_for_good(body: bytes, properties: BasicProperties) -> None:
