@@ -27,6 +27,10 @@ class BrokerUnreachableError(ConnectionError):
     """The broker did not accept a connection within the time allowed; the message says why."""
 
 
+VHOST_STARTING = re.compile(r"\bis down\b|not (yet )?(running|started)", re.IGNORECASE)
+"""What RabbitMQ says (530 NOT_ALLOWED) of a vhost that exists but is not running yet, e.g. while it restarts."""
+
+
 class BrokerRefusedError(ConnectionError):
     """The broker answered and refused the connection for good (403 login refused, 530 vhost not found or not
     allowed): retrying cannot help, so it is raised at once; the message says what to check."""
@@ -42,6 +46,8 @@ def refusal(error: BaseException, params: Parameters) -> str | None:
                 "--url or $RABBITMQ_URL")
     if isinstance(error, pika.exceptions.ProbableAccessDeniedError):
         said = re.search(r"\((\d+)\) '([^']*)'", str(error.args[0]) if error.args else "")
+        if said and VHOST_STARTING.search(said[2]):
+            return None  # a vhost still starting (a broker restart) answers 530 too: worth waiting for
         return (f"vhost {params.virtual_host!r} refused by {at} for user {user!r}"
                 + (f" ({said[1]} {said[2]})" if said else "")
                 + ": check that the vhost exists and that the user has permissions on it")

@@ -547,6 +547,23 @@ def test_a_refused_login_or_vhost_fails_at_once_with_what_to_check(
     assert len(attempts) == 1 and naps == [] and not caplog.records
 
 
+def test_a_vhost_that_is_down_while_the_broker_restarts_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    attempts: list[object] = []
+
+    def down_then_up(params: object) -> str:
+        attempts.append(params)
+        if len(attempts) == 1:
+            raise pika.exceptions.ProbableAccessDeniedError(
+                "ConnectionClosedByBroker: (530) 'NOT_ALLOWED - vhost shop is down'")
+        return "connected"
+
+    monkeypatch.setattr("rabbitmq_retry_client.connection.BlockingConnection", down_then_up)
+    naps: list[float] = []
+    assert connect(_parameters("amqp://guest:guest@127.0.0.1:5672/shop"), timeout=30, sleep=naps.append) == \
+        "connected"  # type: ignore[comparison-overlap]
+    assert len(attempts) == 2 and len(naps) == 1
+
+
 def test_url_works_before_or_after_the_command() -> None:
     after = ["parked", "list", "--contract", "c.json", "--url", "amqp://after/%2F"]
     assert parser().parse_args(after).url == "amqp://after/%2F"
