@@ -8,6 +8,7 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pulumi
 import yaml
@@ -17,6 +18,8 @@ from .checks import TopologyError, check_logical_names, check_vhost
 from .config import ConfigError, StackConfig, load_stack_config, password_command, password_problems
 from .config.capabilities import end_of_support, version_warnings
 from .config.crosschecks import LOCK_OUT
+from .config.fields import did_you_mean
+from .config.keys import PROVIDER_KEYS
 from .config.passwords import plain_password_problems
 from .entries import VhostPlan
 from .guard import (
@@ -80,11 +83,20 @@ def password_storage_problems() -> list[tuple[str, str]]:
 
 
 def provider_problems() -> list[tuple[str, str]]:
-    """Provider settings that would fail `pulumi up`: an endpoint ending in "/" (the API answers 405), and a
-    provider password in plain text."""
+    """Provider settings that would fail `pulumi up`: a key the provider does not read (misspelt, so its setting
+    is silently not used), an endpoint that is not the management API's http(s) URL or ends in "/" (the API
+    answers 405), and a provider password in plain text."""
     problems = []
+    for key in sorted(k for k in _all_keys() if k.partition(":")[0] == "rabbitmq"):
+        if key.partition(":")[2] not in PROVIDER_KEYS:
+            guess = did_you_mean(key, [f"rabbitmq:{k}" for k in PROVIDER_KEYS])
+            problems.append((key, f"unknown key of the RabbitMQ provider, which ignores it;{guess or ''} (allowed: "
+                             + ", ".join(f"rabbitmq:{k}" for k in PROVIDER_KEYS) + ")"))
     endpoint = pulumi.Config("rabbitmq").get("endpoint")
-    if endpoint and endpoint.endswith("/"):
+    if endpoint and urlsplit(endpoint).scheme not in ("http", "https"):
+        problems.append(("rabbitmq:endpoint", f'"{endpoint}" is not an http(s) URL: the provider talks to the '
+                         "management API, e.g. http://127.0.0.1:15672 (not the AMQP port)"))
+    elif endpoint and endpoint.endswith("/"):
         problems.append(("rabbitmq:endpoint", f'"{endpoint}" ends with "/": the management API answers 405; '
                          "remove the trailing slash"))
     if "rabbitmq:password" in _all_keys() and not runtime_config.is_config_secret("rabbitmq:password"):

@@ -1,7 +1,7 @@
 """rabbitmq-retry's consumer side: follow a stack's retry contract in an application, and operate parked
 messages (`rabbitmq-retry parked …`). See docs/contract.md, and docs/operations.md: Parked messages."""
 
-from .connection import DEFAULT_URL, BrokerUnreachableError, ConnectionParams
+from .connection import DEFAULT_URL, BrokerRefusedError, BrokerUnreachableError, ConnectionParams
 from .consumer import MODES, DeadlineExceededError, Handler, Mode, PermanentError, RetryingConsumer, contract_mode
 from .contract import SUPPORTED_STRATEGIES, Contract, ContractError, load_contract, stack_output
 from .parked import Outcome, Parked, ParkedQueue, Selection
@@ -11,6 +11,7 @@ __all__ = [
     "DEFAULT_URL",
     "MODES",
     "SUPPORTED_STRATEGIES",
+    "BrokerRefusedError",
     "BrokerUnreachableError",
     "ConnectionParams",
     "Contract",

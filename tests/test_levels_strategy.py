@@ -115,7 +115,8 @@ def with_backoff(**backoff: Any) -> dict[str, Any]:
                  [(f"{Q}.retry.backoff.max", "'5s' is shorter than initial '10s'; the delay grows from initial up to "
                                              "max")], id="max-below-initial"),
     pytest.param(with_backoff(maximum="5s"),
-                 [(f"{Q}.retry.backoff.maximum", "unknown key (allowed: initial, multiplier, max, jitter)")],
+                 [(f"{Q}.retry.backoff.maximum", 'unknown key; did you mean "max"? (allowed: initial, multiplier, max, '
+                                                 "jitter)")],
                  id="unknown-backoff-key"),
     pytest.param(stack(vhost_config(delay_levels={"unit": "1s"})),
                  [("vhosts[0].delay_levels", "no queue of this vhost has retry.strategy: levels; remove "
@@ -511,8 +512,10 @@ def test_a_user_policy_on_a_level_overlaps_the_levels_own_policy():
     plan = planned(levels_vhost(delay_levels=SMALL, policies=[
         {"name": "lazy", "pattern": r"^rabbitmq-retry\.delay\.0$", "priority": 99, "definition": {"max-length": 5}}]))
     assert check_vhost(plan) == [
-        'queue "rabbitmq-retry.delay.0" is matched by policies \'lazy\', \'rabbitmq-retry.delay.0\': RabbitMQ applies '
-        'only one; narrow the patterns so that each queue has one policy',
+        "vhosts[0].policies[0] (policy 'lazy') matches 1 queue that has a policy of this stack "
+        '("rabbitmq-retry.delay.0"): RabbitMQ applies only one policy per queue; narrow the pattern to leave them '
+        "out, and set what it sets through the queue's own keys (max_length, delivery_limit; message_ttl, "
+        "max_length_bytes on a plain queue)",
         # The higher priority wins, and it sets no TTL: the level would hold its messages for ever.
         'vhosts[0].policies[0]: message-ttl none on delay level "rabbitmq-retry.delay.0" is not its 1000 ms: '
         'messages would never come back; narrow its pattern so that it does not match "rabbitmq-retry.delay.0"']
@@ -567,12 +570,14 @@ def test_the_topic_permission_lets_a_consumer_delay_copies_only_to_its_own_level
         assert not re.search(own.write, forged), forged
 
 
-def test_an_application_that_consumes_no_levels_queue_gets_no_topic_permission_and_operators_no_delay_level():
+def test_an_application_that_consumes_no_levels_queue_gets_no_topic_permission_and_operators_only_level_0():
     plan = planned(levels_vhost(applications=[{"user": "publisher", "publishes": ["events"], "consumes": ["audit"]}],
                                 operators=[{"user": "ops"}]))
     publisher, operator = plan.permissions
     assert publisher.topic == () and "delay" not in publisher.write
-    assert (operator.configure, operator.write, operator.read) == ("^$", "^(events)$", r"^(orders\.error)$")
+    # Level 0 alone: a redrive with a zero delay, which the delivery exchange routes to exactly its queue.
+    assert (operator.configure, operator.write, operator.read) == (
+        "^$", r"^(events|rabbitmq\-retry\.delay\.0)$", r"^(orders\.error)$")
     assert operator.topic == ()
 
 

@@ -27,8 +27,8 @@ from components.config import load_vhost
 from components.plan import plan_vhost
 from rabbitmq_retry_client import ContractError, PermanentError, RetryingConsumer, load_contract
 from rabbitmq_retry_client import stack_output as stack_output_of
-from rabbitmq_retry_client.cli import duration, main
-from rabbitmq_retry_client.connection import BrokerUnreachableError, connect
+from rabbitmq_retry_client.cli import duration, main, parser
+from rabbitmq_retry_client.connection import BrokerRefusedError, BrokerUnreachableError, connect
 from rabbitmq_retry_client.connection import parameters as _parameters
 from rabbitmq_retry_client.contract import SCHEMA
 from rabbitmq_retry_client.headers import (
@@ -531,6 +531,65 @@ def test_the_command_prints_one_line_for_an_unreachable_broker(tmp_path: Path,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: broker unreachable at 127.0.0.1:1 vhost 'shop' as guest: "
                                                    "Connection refused")
+
+
+@pytest.mark.parametrize(("error", "expected"), [
+    (pika.exceptions.ProbableAuthenticationError(
+        "ConnectionClosedByBroker: (403) 'ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN'"),
+     "login refused by 127.0.0.1:5672 for user 'guest' (403 ACCESS_REFUSED): check the user and password in --url "
+     "or $RABBITMQ_URL"),
+    (pika.exceptions.ProbableAccessDeniedError("ConnectionClosedByBroker: (530) 'NOT_ALLOWED - vhost shop not found'"),
+     "vhost 'shop' refused by 127.0.0.1:5672 for user 'guest' (530 NOT_ALLOWED - vhost shop not found): check that "
+     "the vhost exists and that the user has permissions on it"),
+])
+def test_a_refused_login_or_vhost_fails_at_once_with_what_to_check(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, error: Exception, expected: str) -> None:
+    """403 and 530 are permanent: no "broker unreachable … retrying every 1 s", no second attempt."""
+    attempts: list[object] = []
+
+    def refused(params: object) -> None:
+        attempts.append(params)
+        raise error
+
+    monkeypatch.setattr("rabbitmq_retry_client.connection.BlockingConnection", refused)
+    naps: list[float] = []
+    with pytest.raises(BrokerRefusedError) as raised:
+        connect(_parameters("amqp://guest:guest@127.0.0.1:5672/shop"), timeout=30, sleep=naps.append)
+    assert str(raised.value) == expected
+    assert len(attempts) == 1 and naps == [] and not caplog.records
+
+
+def test_a_vhost_that_is_down_while_the_broker_restarts_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    attempts: list[object] = []
+
+    def down_then_up(params: object) -> str:
+        attempts.append(params)
+        if len(attempts) == 1:
+            raise pika.exceptions.ProbableAccessDeniedError(
+                "ConnectionClosedByBroker: (530) 'NOT_ALLOWED - vhost shop is down'")
+        return "connected"
+
+    monkeypatch.setattr("rabbitmq_retry_client.connection.BlockingConnection", down_then_up)
+    naps: list[float] = []
+    assert connect(_parameters("amqp://guest:guest@127.0.0.1:5672/shop"), timeout=30, sleep=naps.append) == \
+        "connected"  # type: ignore[comparison-overlap]
+    assert len(attempts) == 2 and len(naps) == 1
+
+
+def test_url_works_before_or_after_the_command() -> None:
+    after = ["parked", "list", "--contract", "c.json", "--url", "amqp://after/%2F"]
+    assert parser().parse_args(after).url == "amqp://after/%2F"
+    assert parser().parse_args(["--url", "amqp://before/%2F", *after[:-2]]).url == "amqp://before/%2F"
+    assert parser().parse_args(["--url", "amqp://before/%2F", *after]).url == "amqp://after/%2F", "the later wins"
+    assert parser().parse_args(["publish", "--exchange", "x", "--url", "amqp://after/%2F"]).url == "amqp://after/%2F"
+
+
+def test_publish_takes_its_vhost_from_the_url_unless_vhost_is_given() -> None:
+    """No silent default vhost: the one the URL names (`%2F` is `/`), or --vhost."""
+    args = parser().parse_args(["publish", "--exchange", "orders", "--url", "amqp://127.0.0.1:1/sales"])
+    assert args.vhost is None and _parameters(args.url, args.vhost).virtual_host == "sales"
+    args = parser().parse_args(["publish", "--exchange", "orders", "--vhost", "shop"])
+    assert _parameters(args.url, args.vhost).virtual_host == "shop"
 
 
 # --- make contracts -----------------------------------------------------------------------------------
@@ -1064,36 +1123,41 @@ def test_tiers_republish_still_publishes_to_the_attempts_tier() -> None:
     assert calls == [("reject", 7, False)]
 
 
-# --- strategy levels: redrive -------------------------------------------------------------------------
+# --- redrive: to the failing queue alone, every strategy -----------------------------------------------
 
-def test_a_levels_queue_is_redriven_to_the_original_exchange_only(tmp_path: Path) -> None:
-    queue = ParkedQueue("amqp://127.0.0.1:1/%2F", levels_contract())
+def native_contract() -> dict[str, Any]:
+    return {**contract(queue="orders.billing"), "strategy": "native", "retry_call": "basic.reject(requeue=true)",
+            "min_delay_ms": 1000, "max_delay_ms": 5000}
+
+
+def test_a_redrive_reaches_the_failing_queue_alone_by_default_whatever_the_strategy() -> None:
     message = parked(**{"original-exchange": "billing", "original-routing-key": "order.created"})
-    assert queue.destination(message, to_queue=False) == ("billing", "order.created")
-    refusal = ("'orders.billing' uses strategy levels, which has no 'orders.billing.requeue' exchange; "
-               "redrive to the original exchange (without --to-queue)")
-    with pytest.raises(ValueError) as error:
-        queue.destination(message, to_queue=True)
-    assert str(error.value) == refusal
-    tiers = ParkedQueue("amqp://127.0.0.1:1/%2F", contract())
-    tiers.check_to_queue()
-    assert tiers.destination(message, to_queue=True) == ("orders.requeue", "order.created")
+    levels_queue = ParkedQueue("amqp://127.0.0.1:1/%2F", levels_contract())
+    # Level 0 with a zero delay: the delivery exchange routes it to exactly orders.billing.
+    assert levels_queue.destination(message) == ("rabbitmq-retry.delay.0", "0." * 28 + "orders.billing")
+    for source in (contract(queue="orders.billing"), native_contract()):
+        assert ParkedQueue("amqp://127.0.0.1:1/%2F", source).destination(message) == \
+            ("orders.billing.requeue", "order.created")
+    for queue in (levels_queue, ParkedQueue("amqp://127.0.0.1:1/%2F", native_contract())):
+        assert queue.reaches(*queue.destination(message), to_original=False) == "queue 'orders.billing' only"
+        assert queue.destination(message, to_original=True) == ("billing", "order.created")
+        assert queue.reaches("billing", "order.created", to_original=True) == (
+            "every queue bound to exchange 'billing' for routing key 'order.created', not only 'orders.billing'")
 
 
-@pytest.mark.parametrize("strategy", ["levels", "native"])
-def test_redrive_to_queue_of_a_queue_without_requeue_is_refused_before_connecting(
-        strategy: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    source = levels_contract() if strategy == "levels" else {
-        **contract(queue="orders.billing"), "strategy": "native", "retry_call": "basic.reject(requeue=true)",
-        "min_delay_ms": 1000, "max_delay_ms": 5000}
-    path = tmp_path / "contracts.json"
-    path.write_text(json.dumps({"shop": {"orders.billing": source}}))
-    argv = ["--url", "amqp://guest:guest@127.0.0.1:1/%2F", "parked", "redrive", "--contract", str(path),
-            "--to-queue", "--connect-timeout", "0"]
-    assert main(argv) == 2
-    assert capsys.readouterr().err == (
-        f"rabbitmq-retry: error: 'orders.billing' uses strategy {strategy}, which has no 'orders.billing.requeue' "
-        "exchange; redrive to the original exchange (without --to-queue)\n")
+def test_a_message_without_its_original_exchange_can_still_be_redriven_to_its_queue() -> None:
+    queue = ParkedQueue("amqp://127.0.0.1:1/%2F", native_contract())
+    message = parked()
+    assert queue.destination(message) == ("orders.billing.requeue", "")
+    with pytest.raises(ValueError, match="has no original-exchange header; redrive it without --to-original-exchange"):
+        queue.destination(message, to_original=True)
+
+
+def test_redrive_takes_either_route_but_not_both(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_status:
+        main(["parked", "redrive", "--contract", "x.json", "--to-queue", "--to-original-exchange"])
+    assert exit_status.value.code == 2
+    assert "not allowed with argument --to-queue" in capsys.readouterr().err
 
 
 # --- confirms in flight: several copies unanswered at once ---------------------------------------------

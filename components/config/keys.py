@@ -21,7 +21,8 @@ DELAY_LEVELS_KEYS = ("unit", "max_delay", "type")
 IMPORT_KINDS = ("queue", "exchange", "binding", "policy", "operator_policy")
 """What a `vhosts[].import` entry may adopt, written `<kind> <provider ID>`."""
 EXCHANGE_KEYS = ("name", "type")
-QUEUE_KEYS = ("name", "type", "bindings", "max_length", "delivery_limit", "retry", "policy_priority")
+QUEUE_KEYS = ("name", "type", "bindings", "max_length", "delivery_limit", "retry", "policy_priority",
+              "max_length_bytes", "message_ttl", "single_active_consumer")
 BINDING_KEYS = ("exchange", "routing_key", "arguments", "external")
 RETRY_KEYS = ("strategy", "delays", "backoff", "min_delay", "max_delay", "max_retries", "error_retention",
               "error_max_length")
@@ -51,6 +52,9 @@ APPLICATION_KEYS = ("user", "publishes", "consumes", "topic_permissions")
 TOPIC_PERMISSION_KEYS = ("exchange", "write", "read")
 OPERATOR_KEYS = ("user",)
 LIMITS_KEYS = ("max_connections", "max_queues")
+PROVIDER_KEYS = ("endpoint", "username", "password", "insecure", "cacertFile", "clientcertFile", "clientkeyFile",
+                 "proxy")
+"""The `rabbitmq:` keys the pulumi-rabbitmq provider reads; it ignores any other, so a misspelt one is refused."""
 
 KEY_TABLES: Mapping[str, tuple[str, ...]] = {
     "rabbitmq-retry": TOP_LEVEL_KEYS,

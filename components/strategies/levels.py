@@ -152,7 +152,7 @@ def plan(queue: Queue, retry: LevelsRetry, path: str, levels: DelayLevels | None
                            naming.delivery_pattern(queue.name))
     limits = queue_limits(queue)
     policies = [*([queue_policy(naming.QUEUE_POLICY_KEY, queue.name, queue.policy_priority, limits,
-                                limit_sources(path))] if limits else []),
+                                limit_sources(path, queue))] if limits else []),
                 *error_policies(queue, retry, path)]
     return RetryablePlan(config=queue, retry=retry, tiers=(), queues=adopt((input_queue, error), "queue", imports),
                          exchanges=adopt((error_exchange,), "exchange", imports),
@@ -224,7 +224,9 @@ def consumer_exchanges(plan: RetryablePlan[Any]) -> tuple[str, ...]:
 
 
 def redrive_exchanges(plan: RetryablePlan[Any]) -> tuple[str, ...]:
-    return ()
+    """An operator redrives a parked message to level 0 with a zero delay, which the delivery exchange routes to
+    exactly `Q` (no other queue bound to the exchange it was first published to)."""
+    return (plan.delay_exchanges[0],)
 
 
 def retry_exchange(plan: RetryablePlan[Any]) -> str | None:

@@ -229,8 +229,8 @@ def test_an_operator_user_operates_parked_messages_with_its_derived_permissions_
 
         assert as_operator("list") == 0 and "20 parked in" in capsys.readouterr().out
         assert as_operator("show", "--limit", "1") == 0
-        assert as_operator("redrive", "--reason", "bad payload") == 0  # to exchange `in`
-        assert as_operator("redrive", "--reason", "KeyError", "--to-queue") == 0  # to work.requeue
+        assert as_operator("redrive", "--reason", "bad payload", "--to-original-exchange") == 0  # to exchange `in`
+        assert as_operator("redrive", "--reason", "KeyError") == 0  # to work.requeue
         assert as_operator("purge", "--reason", "PermissionError", "--yes") == 0
         capsys.readouterr()
         counts = message_counts(broker, deployment.vhost, ["work", "work.error"])

@@ -52,9 +52,10 @@ def unreachable(broker: Broker) -> str | None:
 
 
 @contextmanager
-def throwaway_vhost(broker: Broker) -> Iterator[str]:
-    """A fresh vhost name; the program creates the vhost, and it is deleted afterwards with everything in it."""
-    name = f"test-{uuid.uuid4().hex[:12]}"
+def throwaway_vhost(broker: Broker, prefix: str = "test") -> Iterator[str]:
+    """A fresh vhost name starting with `prefix`; the program creates the vhost, and it is deleted afterwards with
+    everything in it."""
+    name = f"{prefix}-{uuid.uuid4().hex[:12]}"
     try:
         yield name
     finally:

@@ -58,7 +58,8 @@ RETRY_PATHS_ROOM = 8_000
 def _summary(m: Model, allow_data_loss: bool) -> list[str]:
     by_risk = Counter(r.risk for r in m.rows)
     counts = m.counts
-    summary = [f"{counts[op]:,} to {op}" for op in ("replace", "delete", "update", "create") if counts[op]]
+    summary = [f"{counts[op]:,} to {op}" for op in ("replace", "delete", "update", "create", "import")
+               if counts[op]]
     options = sum(r.op == "options" for r in m.rows)
     summary += [f"{options} protect/retain change{'s' * (options != 1)}"] * bool(options)
     flags = [("⛔ fails", FAILS), ("⚠️ data loss", DATA_LOSS), ("🔑 access", ACCESS), ("💥 contract", CONTRACT),
