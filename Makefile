@@ -1,4 +1,4 @@
-# Every target works on a fresh Debian machine after `make setup`; see README.md.
+# Every target works on a fresh Debian machine after `make setup`; see README.md and docs/.
 STACK ?= dev
 BASE ?= HEAD
 PY := .venv/bin/python
@@ -40,8 +40,8 @@ contracts:
 brokers:
 	scripts/brokers.sh status
 
-# Benchmarks on both local brokers and broker-free plan cost, 11–18 min on 2 cores (BENCH_QUICK=1:
-# 1–2.5 min, written to bench/results/quick/); results and plots in bench/results/ (README: Benchmarks).
+# Benchmarks on both local brokers and broker-free plan cost (BENCH_QUICK=1: a short smoke run, written to
+# bench/results/quick/); results and plots in bench/results/, durations and figures in bench/README.md.
 bench:
 	scripts/brokers.sh ensure all
 	$(PY) -m bench
@@ -52,9 +52,11 @@ preview:
 up:
 	mkdir -p .pulumi-state && $(PULUMI_ENV) pulumi up --stack $(STACK)
 
+# ENDPOINT=http://host:15672: also what each deleted or replaced queue holds now (read-only, credentials as drift's).
 review:
-	@$(PY) -m tools.review --base $(BASE) --stack $(STACK)$(if $(OUTPUT), --output $(OUTPUT))$(if \
-		$(OUTPUT_FULL), --output-full $(OUTPUT_FULL)) $(call tool_status,tools.review)
+	@$(PULUMI_ENV) $(PY) -m tools.review --base $(BASE) --stack $(STACK)$(if $(OUTPUT), --output $(OUTPUT))$(if \
+		$(OUTPUT_FULL), --output-full $(OUTPUT_FULL))$(if $(ENDPOINT), --endpoint $(ENDPOINT)) \
+		$(call tool_status,tools.review)
 
 mutate:
 	$(PY) -m tools.mutate

@@ -5,15 +5,18 @@ import gc
 import pulumi
 
 from components import Vhost
-from components.stack import application_passwords, plan_stack, read_stack_config
+from components.stack import application_passwords, plan_stack, read_stack_config, register_guard
 
 # A short-lived process whose SDK object graph only grows: the cyclic collector's repeated passes over it were
-# most of the cost of a big stack (bench/results, P3: 1,000 queues 45.3 s with it, 16.8 s without, 11 % more memory).
+# most of the cost of a big stack (bench/results/2026-11-23-plan-cost.md, P3: 1,000 queues 71.9–72.1 s with it,
+# 25.9–30.0 s without, 7–9 % more peak memory).
 gc.disable()
 config = read_stack_config()
 passwords = application_passwords(config)
 retry_contracts = {}
-for name, plan in plan_stack(config):  # planned and checked once; each component registers its part
+plans = plan_stack(config)  # planned and checked once; each component registers its part
+register_guard(plans)  # the queues' before-delete hook (components/guard.py), whatever the stack still declares
+for name, plan in plans:
     component = Vhost(name, {
         "plan": plan,
         "protect_queues": config.protect,

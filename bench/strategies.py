@@ -3,7 +3,7 @@ delay, and which brokers and queue types run it.
 
 - `tiers`: one wait queue per delay; a message is given delay d by publishing it to the queue's retry exchange
   with the routing key of the tier whose delay is d (the republish path of the contract).
-- `levels` (README: Choosing a strategy): shared binary delay levels per vhost; a message is given
+- `levels` (docs/strategies.md): shared binary delay levels per vhost; a message is given
   delay d by publishing it to the exchange of the level of its highest 1 bit (the top level for older
   contracts) with `ceil(d / unit)` as 28 binary words, then the queue.
 - `native`: RabbitMQ 4.3's delayed retry of quorum queues; the delay is the broker's, `min(n × min, max)` after

@@ -114,13 +114,35 @@ def _policy_of(graph: _Graph, queue: str) -> PolicyPlan | None:
     return winners(graph.policies.matching_queue(graph.queues[queue]))[0]
 
 
+def _named(policy: PolicyPlan) -> str:
+    """A config policy by its key path and name; one this stack derives for a queue by its name."""
+    return f"{policy.source} (policy {policy.name!r})" if policy.source else f"this stack's policy {policy.name!r}"
+
+
 def _overlaps(graph: _Graph) -> list[str]:
-    problems = []
+    """One problem per set of config policies that share queues with another policy, naming their key paths
+    and a few of the queues (a `.*` policy over a retryable queue hits its input, wait and error queues)."""
+    clashes: dict[tuple[str, ...], tuple[list[PolicyPlan], list[str], bool]] = {}
     for queue in sorted(graph.queues):
-        matching = sorted(p.name for p in graph.policies.matching_queue(graph.queues[queue]))
+        matching = sorted(graph.policies.matching_queue(graph.queues[queue]), key=lambda p: (p.source or "~", p.name))
         if len(matching) > 1:
-            problems.append(f'queue "{queue}" is matched by policies {", ".join(map(repr, matching))}: RabbitMQ '
-                            "applies only one; narrow the patterns so that each queue has one policy")
+            config = [p for p in matching if p.source] or matching[:1]
+            derived = any(not p.source for p in matching)
+            key = (*(p.name for p in config), "+ours" * derived)
+            clashes.setdefault(key, (config, [], derived))[1].append(queue)
+    problems = []
+    for config, queues, derived in clashes.values():
+        shown = ", ".join(f'"{q}"' for q in queues[:3]) + (f" and {len(queues) - 3} more" if len(queues) > 3 else "")
+        who = " and ".join(_named(p) for p in config)
+        if derived:
+            problems.append(f"{who} {'matches' if len(config) == 1 else 'match'} {len(queues)} "
+                            f"queue{'s' * (len(queues) != 1)} that {'have' if len(queues) != 1 else 'has'} a policy "
+                            f"of this stack ({shown}): RabbitMQ applies only one policy per queue; narrow the pattern "
+                            "to leave them out, and set what it sets through the queue's own keys (max_length, "
+                            "delivery_limit; message_ttl, max_length_bytes on a plain queue)")
+        else:
+            problems.append(f"{who} both match {shown}: RabbitMQ applies only one policy per queue; narrow the "
+                            "patterns so that each queue has one policy")
     return problems
 
 

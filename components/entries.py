@@ -36,7 +36,7 @@ class QueuePlan:
     """Logical key: the child's Pulumi name is f"{component}-{key}"."""
     name: str
     queue_type: str
-    arguments: Mapping[str, str | int]
+    arguments: Mapping[str, str | int | bool]
     role: QueueRole
     import_id: str | None = None
     """The provider ID Pulumi adopts it under (`import_`), from the vhost's `import` config."""
@@ -243,20 +243,29 @@ def quorum_dead_lettering(queue_type: str) -> dict[str, str]:
     return {"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
 
 
-def limit_sources(path: str) -> dict[str, str]:
-    return {"max-length": f"{path}.max_length", "overflow": f"{path}.max_length",
-            "delivery-limit": f"{path}.delivery_limit"}
+def limit_sources(path: str, queue: Queue | None = None) -> dict[str, str]:
+    """The config key path of each key `queue_limits` sets (`overflow` comes with a length limit)."""
+    by_bytes = queue is not None and queue.max_length is None and queue.max_length_bytes is not None
+    return {"max-length": f"{path}.max_length", "overflow": f"{path}.max_length{'_bytes' * by_bytes}",
+            "delivery-limit": f"{path}.delivery_limit", "max-length-bytes": f"{path}.max_length_bytes",
+            "message-ttl": f"{path}.message_ttl"}
 
 
 def queue_limits(queue: Queue) -> dict[str, str]:
+    """A queue's tunables, for its policy: changing them updates the policy in place, never the queue."""
     definition: dict[str, str] = {}
     if queue.max_length is not None:
         definition["max-length"] = str(queue.max_length)
+    if queue.max_length is not None or queue.max_length_bytes is not None:
         # The default, drop-head, would silently drop (or dead-letter into the retry loop) the oldest
         # message; reject-publish nacks the publisher instead.
         definition["overflow"] = "reject-publish"
     if queue.delivery_limit is not None:
         definition["delivery-limit"] = str(queue.delivery_limit)
+    if queue.max_length_bytes is not None:
+        definition["max-length-bytes"] = str(queue.max_length_bytes)
+    if queue.message_ttl_ms is not None:
+        definition["message-ttl"] = str(queue.message_ttl_ms)
     return definition
 
 

@@ -121,10 +121,11 @@ def plan_vhost(vhost: Vhost, path: str = "vhost") -> VhostPlan:
     """`path`: the vhost's config key path, e.g. "vhosts[0]", named by the checks."""
     exchanges = tuple(ExchangePlan(naming.exchange_key(e.name), e.name, e.type) for e in vhost.exchanges)
     plain = [(i, q) for i, q in enumerate(vhost.queues) if q.retry is None]
-    queues = tuple(QueuePlan(naming.plain_queue_key(q.name), q.name, q.queue_type, {"x-queue-type": q.queue_type},
+    queues = tuple(QueuePlan(naming.plain_queue_key(q.name), q.name, q.queue_type, {
+        "x-queue-type": q.queue_type, **({"x-single-active-consumer": True} if q.single_active_consumer else {})},
                              "plain") for _, q in plain)
     policies = (*(queue_policy(naming.plain_queue_policy_key(q.name), q.name, q.policy_priority, limits,
-                               limit_sources(f"{path}.queues[{i}]"))
+                               limit_sources(f"{path}.queues[{i}]", q))
                   for i, q in plain if (limits := queue_limits(q))),
                 *(_config_policy(naming.config_policy_key(p.name), p, f"{path}.policies[{j}]", "config")
                   for j, p in enumerate(vhost.policies)))

@@ -14,6 +14,7 @@ import pulumi
 import pulumi_rabbitmq as rabbitmq
 
 from .config import Vhost as VhostConfig
+from .guard import guarded
 from .layout import Slot, children
 from .plan import BindingPlan, ExchangePlan, PermissionPlan, PolicyPlan, QueuePlan
 
@@ -53,6 +54,14 @@ class Scope:
             parent=self.component, depends_on=depends_on, protect=True if self.protect_queues else None,
             retain_on_delete=True if error_queue and self.retain_error_queues else None, import_=import_id)
 
+    def guarded_queue_options(self, *, error_queue: bool = False, depends_on: list[pulumi.Resource] | None = None,
+                              import_id: str | None = None) -> pulumi.ResourceOptions:
+        """`queue_options`, and the guard (`guard.py`): the engine's delete of the queue (alone, or as the first
+        step of its replacement) fails while the queue holds messages."""
+        return pulumi.ResourceOptions.merge(
+            self.queue_options(error_queue=error_queue, depends_on=depends_on, import_id=import_id),
+            pulumi.ResourceOptions(hooks=guarded()))
+
 
 Builder = Callable[[Scope, str, Any], None]
 """Declares the child `logical name` of one plan entry in a scope, and records it there."""
@@ -84,8 +93,8 @@ def declare_queue(scope: Scope, logical_name: str, queue: QueuePlan) -> None:
             # that RabbitMQ 4 reading it back does not plan a replacement on every `pulumi up`.
             arguments_json=queue.arguments_json,
         ),
-        opts=scope.queue_options(error_queue=queue.role == "error", depends_on=[policy] if policy else None,
-                                 import_id=queue.import_id),
+        opts=scope.guarded_queue_options(error_queue=queue.role == "error", depends_on=[policy] if policy else None,
+                                         import_id=queue.import_id),
     )
     scope.add("Queue", queue.name, resource, resource.name)
 

@@ -8,6 +8,7 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pulumi
 import yaml
@@ -17,8 +18,17 @@ from .checks import TopologyError, check_logical_names, check_vhost
 from .config import ConfigError, StackConfig, load_stack_config, password_command, password_problems
 from .config.capabilities import end_of_support, version_warnings
 from .config.crosschecks import LOCK_OUT
+from .config.fields import did_you_mean
+from .config.keys import PROVIDER_KEYS
 from .config.passwords import plain_password_problems
 from .entries import VhostPlan
+from .guard import (
+    DELETE_WITH_MESSAGES,
+    check_guard_config,
+    parse_delete_with_messages,
+    queue_guard,
+    unplanned_entries,
+)
 from .naming import vhost_key
 from .plan import plan_vhost
 
@@ -73,11 +83,20 @@ def password_storage_problems() -> list[tuple[str, str]]:
 
 
 def provider_problems() -> list[tuple[str, str]]:
-    """Provider settings that would fail `pulumi up`: an endpoint ending in "/" (the API answers 405), and a
-    provider password in plain text."""
+    """Provider settings that would fail `pulumi up`: a key the provider does not read (misspelt, so its setting
+    is silently not used), an endpoint that is not the management API's http(s) URL or ends in "/" (the API
+    answers 405), and a provider password in plain text."""
     problems = []
+    for key in sorted(k for k in _all_keys() if k.partition(":")[0] == "rabbitmq"):
+        if key.partition(":")[2] not in PROVIDER_KEYS:
+            guess = did_you_mean(key, [f"rabbitmq:{k}" for k in PROVIDER_KEYS])
+            problems.append((key, f"unknown key of the RabbitMQ provider, which ignores it;{guess or ''} (allowed: "
+                             + ", ".join(f"rabbitmq:{k}" for k in PROVIDER_KEYS) + ")"))
     endpoint = pulumi.Config("rabbitmq").get("endpoint")
-    if endpoint and endpoint.endswith("/"):
+    if endpoint and urlsplit(endpoint).scheme not in ("http", "https"):
+        problems.append(("rabbitmq:endpoint", f'"{endpoint}" is not an http(s) URL: the provider talks to the '
+                         "management API, e.g. http://127.0.0.1:15672 (not the AMQP port)"))
+    elif endpoint and endpoint.endswith("/"):
         problems.append(("rabbitmq:endpoint", f'"{endpoint}" ends with "/": the management API answers 405; '
                          "remove the trailing slash"))
     if "rabbitmq:password" in _all_keys() and not runtime_config.is_config_secret("rabbitmq:password"):
@@ -109,7 +128,8 @@ def read_stack_config() -> StackConfig:
     problems only in a real update: a preview gets placeholders (`application_passwords`)."""
     raw = {key.partition(":")[2]: _decode(runtime_config.get_config(key))
            for key in _all_keys() if key.partition(":")[0] == NAMESPACE}
-    problems = password_storage_problems() + provider_problems()
+    # The guard's keys are the guard's to parse (`guard.py`); the hook reads them when it runs.
+    problems = password_storage_problems() + provider_problems() + check_guard_config(raw)
     try:
         config = load_stack_config(raw)
     except ConfigError as error:
@@ -135,6 +155,19 @@ def plan_stack(config: StackConfig) -> list[tuple[str, VhostPlan]]:
     if problems := topology + check_logical_names(plans):
         raise TopologyError("the stack", problems)
     return plans
+
+
+def register_guard(plans: list[tuple[str, VhostPlan]]) -> None:
+    """Register the queue guard's hook whatever the stack declares: queues deleted by this update (their vhost
+    removed from the config included) are bound to it in the state, and the engine cannot delete them without it.
+    Warn about each `delete_with_messages` entry that names no queue of the stack: right only for a queue this
+    update removes, and a forgotten waiver otherwise."""
+    queue_guard()
+    allowed, _ = parse_delete_with_messages(_decode(runtime_config.get_config(f"{NAMESPACE}:{DELETE_WITH_MESSAGES}")))
+    for entry in unplanned_entries(allowed, [plan for _, plan in plans]):
+        pulumi.log.warn(f'{NAMESPACE}:{DELETE_WITH_MESSAGES} lists "{entry}", which this stack does not declare: it '
+                        "lets `pulumi up` delete that queue with its messages only if this update removes it; remove "
+                        "the entry once that is done")
 
 
 def application_passwords(config: StackConfig) -> dict[str, pulumi.Output[str]]:

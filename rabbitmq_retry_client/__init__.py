@@ -1,8 +1,8 @@
 """rabbitmq-retry's consumer side: follow a stack's retry contract in an application, and operate parked
-messages (`rabbitmq-retry parked …`). See README: Writing a consumer, Parked messages."""
+messages (`rabbitmq-retry parked …`). See docs/contract.md, and docs/operations.md: Parked messages."""
 
-from .connection import DEFAULT_URL, BrokerUnreachableError, ConnectionParams
-from .consumer import DeadlineExceededError, Handler, PermanentError, RetryingConsumer
+from .connection import DEFAULT_URL, BrokerRefusedError, BrokerUnreachableError, ConnectionParams
+from .consumer import DeadlineExceededError, Handler, PermanentError, RetryingConsumer, contract_mode
 from .contract import SUPPORTED_STRATEGIES, Contract, ContractError, load_contract, stack_output
 from .parked import Outcome, Parked, ParkedQueue, Selection
 from .publisher import Publisher, publish
@@ -12,6 +12,7 @@ __all__ = [
     "DEFAULT_URL",
     "MODES",
     "SUPPORTED_STRATEGIES",
+    "BrokerRefusedError",
     "BrokerUnreachableError",
     "ConnectionParams",
     "Contract",
@@ -26,6 +27,7 @@ __all__ = [
     "Publisher",
     "RetryingConsumer",
     "Selection",
+    "contract_mode",
     "load_contract",
     "publish",
     "stack_output",

@@ -3,11 +3,16 @@ parked messages (`parked list | show | redrive | purge`).
 
 The contract comes from `--contract FILE` (the JSON of `pulumi stack output retry_contracts --json`, or
 one contract; `make contracts STACK=<stack>` writes it without the Pulumi CLI) or from `--stack STACK`
-(runs `pulumi stack output retry_contracts --json --stack STACK`). The broker is `--url` or $RABBITMQ_URL;
-the vhost is always the contract's.
+(runs `pulumi stack output retry_contracts --json --stack STACK`). The broker is `--url` (before or after
+the command) or $RABBITMQ_URL; the vhost is the contract's, and for `publish` the one `--vhost` or the URL
+names (`…/%2F` is `/`). Only warnings are logged unless `-v`. A refused login or vhost fails at once with
+what to check; only an unreachable broker is waited for.
 
-Exit status: 0 done; 1 error (one `error: …` line); 2 usage, including a purge without a filter or --all
-and `redrive --to-queue` of a queue without `Q.requeue` (strategies native and levels).
+`parked redrive` sends each copy to the failing queue alone (`Q.requeue` for strategies tiers and native, the
+delay levels with a zero delay for levels) and says so; `--to-original-exchange` republishes where the message
+was first published, which reaches every queue bound there.
+
+Exit status: 0 done; 1 error (one `error: …` line); 2 usage, including a purge without a filter or --all.
 """
 
 from __future__ import annotations
@@ -31,17 +36,15 @@ import pika.exceptions
 from pika.spec import BasicProperties
 
 from . import headers as h
-from .connection import DEFAULT_URL, BrokerUnreachableError, parameters
-from .consumer import Handler, RetryingConsumer
+from .connection import DEFAULT_URL, BrokerRefusedError, BrokerUnreachableError, parameters, quiet_pika
+from .consumer import Handler, RetryingConsumer, contract_mode
 from .contract import Contract, ContractError, load_contract, stack_output
+from .durations import duration_ms
 from .parked import Parked, ParkedQueue, Selection
 from .publisher import Publisher
 from .strategies import MODES, behaviour_of
 
 PROG = "rabbitmq-retry"
-_DURATION = re.compile(r"(\d+)(ms|s|m|h|d)")
-_UNITS = {"ms": timedelta(milliseconds=1), "s": timedelta(seconds=1), "m": timedelta(minutes=1),
-          "h": timedelta(hours=1), "d": timedelta(days=1)}
 
 
 class UsageError(Exception):
@@ -49,11 +52,11 @@ class UsageError(Exception):
 
 
 def duration(value: str) -> timedelta:
-    """`90s`, `15m`, `2h`, `7d`, `1h30m` → timedelta (argparse type)."""
-    parts = _DURATION.findall(value)
-    if not parts or "".join(n + u for n, u in parts) != value:
+    """`90s`, `15m`, `2h`, `7d`, `1h30m` → timedelta (argparse type); the stack config's grammar."""
+    ms = duration_ms(value)
+    if ms is None:
         raise argparse.ArgumentTypeError(f"{value!r} is not a duration (use 90s, 15m, 2h, 7d or 1h30m)")
-    return sum((int(n) * _UNITS[u] for n, u in parts), timedelta())
+    return timedelta(milliseconds=ms)
 
 
 def regex(value: str) -> re.Pattern[str]:
@@ -96,7 +99,7 @@ def _flaky_handler(fail_rate: float, seed: int | None) -> Handler:
 
 def _consume(args: argparse.Namespace) -> int:
     contract = _contract(args)
-    how = behaviour_of(contract).describe(contract, args.mode)
+    how = behaviour_of(contract).describe(contract, args.mode or contract_mode(contract))
     print(f"consuming {contract['vhost']}/{contract['queue']} in {how}; "
           f"max_retries {contract['max_retries']}; parking in {contract['error_queue']}", flush=True)
     consumer = RetryingConsumer(args.url, contract, _flaky_handler(args.fail_rate, args.seed), args.mode,
@@ -118,7 +121,7 @@ def _consume(args: argparse.Namespace) -> int:
 
 
 def _publish(args: argparse.Namespace) -> int:
-    with Publisher(parameters(args.url, args.vhost)) as publisher:
+    with Publisher(parameters(args.url, args.vhost), connect_timeout=args.connect_timeout) as publisher:
         for n in range(1, args.count + 1):
             message_id = uuid.uuid4().hex
             body = json.dumps({"n": n, "published_at": h.utc_iso()})
@@ -175,16 +178,11 @@ def _redrive(args: argparse.Namespace) -> int:
         if args.verbose:
             print(f"moved {message.properties.message_id} to {exchange!r} {routing_key!r}", flush=True)
 
-    parked = _parked_queue(args)
-    if args.to_queue:
-        try:
-            parked.check_to_queue()  # refused before connecting
-        except ValueError as error:
-            raise UsageError(str(error)) from None
-    with parked:
-        outcome = parked.redrive(_selection(args), to_queue=args.to_queue, dry_run=args.dry_run,
+    with _parked_queue(args) as parked:
+        outcome = parked.redrive(_selection(args), to_original=args.to_original_exchange, dry_run=args.dry_run,
                                  rate=args.rate, progress=progress)
-    where = ", ".join(f"{n} to exchange {x!r} key {k!r}" for (x, k), n in sorted(outcome.destinations.items()))
+    where = "; ".join(f"{n} to exchange {x!r} key {k!r}, reaching {parked.reaches(x, k, args.to_original_exchange)}"
+                      for (x, k), n in sorted(outcome.destinations.items()))
     verb = "would move" if args.dry_run else "moved"
     print(f"read {outcome.seen}, selected {outcome.selected}, {verb} "
           f"{outcome.selected if args.dry_run else outcome.moved}"
@@ -229,17 +227,26 @@ def _filter_options(parser: argparse.ArgumentParser, limit: int | None = None) -
                         help="seconds to wait for an unreachable broker (default %(default)s)")
 
 
+def _url_option(parser: argparse.ArgumentParser, default: str | None = None) -> None:
+    """`--url` on the root (with the default) and again on every command, where it replaces the root's only when
+    given: it works before or after the command."""
+    parser.add_argument("--url", default=argparse.SUPPRESS if default is None else default,
+                        help="AMQP URL, before or after the command (default $RABBITMQ_URL or "
+                        + DEFAULT_URL.replace("%", "%%") + "); the vhost comes from the contract")
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    root.add_argument("--url", default=os.environ.get("RABBITMQ_URL", DEFAULT_URL),
-                      help="AMQP URL (default $RABBITMQ_URL or %(default)s); the vhost comes from the contract")
+    _url_option(root, os.environ.get("RABBITMQ_URL", DEFAULT_URL))
+    root.add_argument("-v", dest="log_info", action="store_true",
+                      help="log at INFO, pika's connection lines included (default: warnings only)")
     commands = root.add_subparsers(dest="command", required=True)
 
     consume = commands.add_parser("consume", help="consume a retryable queue with a demo handler that fails at random")
     _contract_options(consume)
-    consume.add_argument("--mode", choices=MODES, default="reject",
-                         help="how a tiers contract retries (default %(default)s); a native or levels contract "
-                         "retries its own way and ignores it")
+    consume.add_argument("--mode", choices=MODES,
+                         help="how a tiers contract retries (default: the contract's, republish, or reject for a "
+                         "single tier); a native or levels contract retries its own way and ignores it")
     consume.add_argument("--fail-rate", type=float, default=0.3, help="probability that one attempt fails")
     consume.add_argument("--seed", type=int, help="seed of the simulated failures")
     consume.add_argument("--prefetch", type=int, default=10)
@@ -247,13 +254,17 @@ def parser() -> argparse.ArgumentParser:
     consume.add_argument("--max-messages", type=int, help="stop after this many deliveries")
     consume.add_argument("--idle-timeout", type=float, help="stop after this many idle seconds")
     consume.set_defaults(run=_consume)
+    _url_option(consume)
 
     publish = commands.add_parser("publish", help="publish test messages (persistent, confirmed, mandatory)")
     publish.add_argument("--exchange", required=True)
     publish.add_argument("--routing-key", default="")
     publish.add_argument("--count", type=int, default=1)
-    publish.add_argument("--vhost", default="shop", help="vhost of the exchange (default: the dev stack's)")
+    publish.add_argument("--vhost", help="vhost of the exchange (default: the URL's; `…/%%2F` is `/`)")
+    publish.add_argument("--connect-timeout", type=float, default=10.0,
+                         help="seconds to wait for an unreachable broker (default %(default)s)")
     publish.set_defaults(run=_publish)
+    _url_option(publish)
 
     parked = commands.add_parser("parked", help="parked messages of a retryable queue's error queue")
     actions = parked.add_subparsers(dest="action", required=True)
@@ -262,23 +273,30 @@ def parser() -> argparse.ArgumentParser:
     _filter_options(listing)
     listing.add_argument("--json", action="store_true", help="the groups as JSON")
     listing.add_argument("--reason-width", type=int, default=100, help="characters of each reason shown")
+    _url_option(listing)
     listing.set_defaults(run=_list)
 
     show = actions.add_parser("show", help="a few parked messages with their headers, bodies truncated")
     _contract_options(show)
     _filter_options(show, limit=5)
     show.add_argument("--body-bytes", type=int, default=200, help="bytes of each body shown (default %(default)s)")
+    _url_option(show)
     show.set_defaults(run=_show)
 
     redrive = actions.add_parser("redrive", help="send parked messages back with a full retry budget")
     _contract_options(redrive)
     _filter_options(redrive)
-    redrive.add_argument("--to-queue", action="store_true",
-                         help="publish to Q.requeue (reaches the input queue only) instead of the original exchange; "
-                         "strategy tiers only (native and levels queues have no Q.requeue)")
+    route = redrive.add_mutually_exclusive_group()
+    route.add_argument("--to-queue", action="store_true",
+                       help="the default: each copy reaches the input queue alone (Q.requeue for tiers and native, "
+                       "level 0 with a zero delay for levels)")
+    route.add_argument("--to-original-exchange", action="store_true",
+                       help="publish each copy to the exchange and routing key it was first published with: it "
+                       "reaches every queue bound there, not only this one")
     redrive.add_argument("--rate", type=positive(float), default=100.0, help="messages a second (default %(default)s)")
     redrive.add_argument("--dry-run", action="store_true", help="count what would move; move nothing")
     redrive.add_argument("--verbose", action="store_true", help="one line per moved message")
+    _url_option(redrive)
     redrive.set_defaults(run=_redrive)
 
     purge = actions.add_parser("purge", help="delete parked messages: needs --yes, and a filter or --all")
@@ -287,19 +305,27 @@ def parser() -> argparse.ArgumentParser:
     purge.add_argument("--all", action="store_true", help="every parked message (queue.purge)")
     purge.add_argument("--yes", action="store_true", help="really delete")
     purge.add_argument("--dry-run", action="store_true", help="count what would be deleted; delete nothing")
+    _url_option(purge)
     purge.set_defaults(run=_purge)
     return root
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    # Warnings only (pika logs a line per connection step at INFO); our own lines (a broker reachable again)
+    # stay. -v: everything at INFO.
+    logging.basicConfig(level=logging.INFO if args.log_info else logging.WARNING, format="%(asctime)s %(message)s")
+    logging.getLogger("rabbitmq_retry_client").setLevel(logging.INFO)
+    if args.log_info:
+        logging.getLogger("pika").setLevel(logging.INFO)
+    else:
+        quiet_pika()  # pika logs a refused login at ERROR with a traceback; our error line says it once
     try:
         return int(args.run(args))
     except UsageError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
-    except (BrokerUnreachableError, ContractError) as error:
+    except (BrokerUnreachableError, BrokerRefusedError, ContractError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except (ValueError, OSError, pika.exceptions.AMQPError) as error:

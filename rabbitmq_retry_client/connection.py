@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import TypeAlias
@@ -24,6 +25,33 @@ DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 
 class BrokerUnreachableError(ConnectionError):
     """The broker did not accept a connection within the time allowed; the message says why."""
+
+
+VHOST_STARTING = re.compile(r"\bis down\b|not (yet )?(running|started)", re.IGNORECASE)
+"""What RabbitMQ says (530 NOT_ALLOWED) of a vhost that exists but is not running yet, e.g. while it restarts."""
+
+
+class BrokerRefusedError(ConnectionError):
+    """The broker answered and refused the connection for good (403 login refused, 530 vhost not found or not
+    allowed): retrying cannot help, so it is raised at once; the message says what to check."""
+
+
+def refusal(error: BaseException, params: Parameters) -> str | None:
+    """What to check when `error` is a permanent refusal (wrong credentials, a vhost that is missing or not
+    granted), in one line; None for anything worth retrying (connection refused, timeouts, a broker starting)."""
+    user = getattr(params.credentials, "username", "?")
+    at = f"{params.host}:{params.port}"
+    if isinstance(error, pika.exceptions.ProbableAuthenticationError):
+        return (f"login refused by {at} for user {user!r} (403 ACCESS_REFUSED): check the user and password in "
+                "--url or $RABBITMQ_URL")
+    if isinstance(error, pika.exceptions.ProbableAccessDeniedError):
+        said = re.search(r"\((\d+)\) '([^']*)'", str(error.args[0]) if error.args else "")
+        if said and VHOST_STARTING.search(said[2]):
+            return None  # a vhost still starting (a broker restart) answers 530 too: worth waiting for
+        return (f"vhost {params.virtual_host!r} refused by {at} for user {user!r}"
+                + (f" ({said[1]} {said[2]})" if said else "")
+                + ": check that the vhost exists and that the user has permissions on it")
+    return None
 
 
 def parameters(params: ConnectionParams, vhost: str | None = None) -> Parameters:
@@ -66,7 +94,8 @@ def quiet_pika() -> None:
 def connect(params: Parameters, timeout: float, interval: float = 1.0,
             sleep: Callable[[float], None] = time.sleep) -> BlockingConnection:
     """Open a connection, retrying for up to `timeout` seconds; one warning when the broker is unreachable
-    (and another only if the reason changes), one info line once it answers again. Raises BrokerUnreachableError."""
+    (and another only if the reason changes), one info line once it answers again. Raises BrokerUnreachableError,
+    or BrokerRefusedError at once when the broker refuses the login or the vhost (see `refusal`)."""
     quiet_pika()
     deadline = time.monotonic() + timeout
     last_reason: str | None = None
@@ -75,6 +104,8 @@ def connect(params: Parameters, timeout: float, interval: float = 1.0,
         try:
             connection = BlockingConnection(params)
         except pika.exceptions.AMQPConnectionError as error:
+            if (permanent := refusal(error, params)) is not None:
+                raise BrokerRefusedError(permanent) from None
             why = reason(error)
             if time.monotonic() + interval > deadline:
                 raise BrokerUnreachableError(f"broker unreachable at {where(params)}: {why} "

@@ -6,6 +6,8 @@ Modes:
   the attempts in `x-death`. Fixed delay (tier 1's), no publish by the client.
 - "republish": a failed message is copied to the tier of its attempt (stepped back-off) with the attempt
   in the contract's own header, because RabbitMQ 3.13+/4.x ignores an `x-death` set by a client.
+Republish mode is the one that follows every tier; reject mode waits the same only when the contract has a
+single tier, so that is the default then (`contract_mode`; docs/contract.md, "Which mode").
 A contract of strategy `native` (RabbitMQ 4.3's delayed retry) takes neither mode: a failed message is
 rejected with `basic.reject(requeue=true)`, the one call the broker delays and counts (`basic.nack` with
 requeue neither waits nor counts: a nack loop never ends); the broker's `x-delivery-count` is the attempt.
@@ -48,6 +50,13 @@ LOG = logging.getLogger("rabbitmq_retry_client")
 
 Handler = Callable[[bytes, BasicProperties], None]
 """`handler(body, properties)`: returns on success; raises on failure (PermanentError: park at once)."""
+
+
+def contract_mode(contract: Mapping[str, Any]) -> Mode:
+    """The mode a `tiers` contract prescribes: "republish" (attempt n waits in tier min(n, len(tiers))), or
+    "reject" when it has a single tier, where both wait the same and reject mode publishes nothing. A reject-mode
+    consumer of a contract with more tiers would wait tier 1's delay every time."""
+    return "reject" if len(contract.get("tiers") or []) == 1 else "republish"
 
 
 class PermanentError(Exception):
@@ -101,18 +110,20 @@ class RetryingConsumer:
     Counters: `processed` (handler succeeded, acked), `retried` (left to wait for a retry), `parked` (sent to
     the error exchange, `permanent` of them at once), `requeued` (a retry or parking publish failed: the original
     was nacked back to the queue), `reconnects`, `timed_out` (handlers abandoned at their deadline). The
-    connection's vhost is the contract's. `mode` applies to `tiers` contracts only (see the module docstring).
+    connection's vhost is the contract's. `mode` applies to `tiers` contracts only (see the module docstring);
+    None (the default) is the contract's own, `contract_mode`.
     """
 
     def __init__(self, connection_params: ConnectionParams, contract: Mapping[str, Any], handler: Handler,
-                 mode: Mode = "reject", prefetch: int = 10, *, reconnect: bool = True,
+                 mode: Mode | None = None, prefetch: int = 10, *, reconnect: bool = True,
                  reconnect_timeout: float = 60.0, publish_failure_pause: float = 1.0,
                  handler_timeout: float | None = None) -> None:
-        if mode not in MODES:
+        if mode is not None and mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if handler_timeout is not None and handler_timeout <= 0:
             raise ValueError(f"handler_timeout must be positive seconds or None, got {handler_timeout!r}")
         self.contract = validate(contract)
+        mode = contract_mode(self.contract) if mode is None else mode
         self.strategy = strategy_of(self.contract)
         self.behaviour = behaviour_of(self.contract)
         self.retries = self.behaviour.retries(mode)
@@ -313,7 +324,7 @@ class RetryingConsumer:
         # Retries by the broker count toward the limit by design: past it the broker itself parks the message.
         if limit and deliveries >= limit and self.retries is not Retries.BY_BROKER:
             # Park before the broker's delivery-limit fires: its dead-letter would jam in a cycle
-            # (README: Delivery limit). This catches a message that keeps crashing consumers.
+            # (docs/contract.md, "Before the handler"). This catches a message that keeps crashing consumers.
             exchange, routing_key, _ = self._origin(method, headers)
             self._park(channel, method, properties, body, f"x-delivery-count {deliveries} reached the "
                        f"delivery limit {limit}", attempts=deliveries, exchange=exchange, routing_key=routing_key,
@@ -358,7 +369,10 @@ class RetryingConsumer:
         headers = properties.headers or {}
         exchange, routing_key, first = self._origin(method, headers)
         attempt = self._attempt(headers)
-        if self.counts_in_header and attempt > 1 and h.FIRST_FAILURE_AT in headers:
+        first_failure_at: str | None
+        if self.retries is Retries.BY_BROKER:
+            first_failure_at = None
+        elif self.counts_in_header and attempt > 1 and h.FIRST_FAILURE_AT in headers:
             first_failure_at = h.text(headers[h.FIRST_FAILURE_AT])
         else:
             first_failure_at = h.utc_iso(first)
@@ -395,7 +409,7 @@ class RetryingConsumer:
             return
         exchange, routing_key, _ = self._origin(method, properties.headers or {})
         self._park(channel, method, properties, body, reason, attempts=attempt, exchange=exchange,
-                   routing_key=routing_key, first_failure_at=h.utc_iso())
+                   routing_key=routing_key, first_failure_at=None)
 
     def retry_route(self, attempt: int) -> tuple[str, str, int]:
         """(exchange, routing key, wait in ms) of the copy that retries `attempt`, as the contract's strategy
@@ -431,15 +445,22 @@ class RetryingConsumer:
                                h.copy_properties(properties, copy_headers), retried)
 
     def _park(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties, body: bytes,
-              reason: str, *, attempts: int, exchange: str, routing_key: str, first_failure_at: str,
+              reason: str, *, attempts: int, exchange: str, routing_key: str, first_failure_at: str | None,
               permanent: bool = False) -> None:
+        """Publish the parking copy (then ack). `first_failure_at` None (strategy native): the copy carries
+        `last-failure-at`, now, instead: a native retry is the same message redelivered unchanged, so no time
+        recorded at the first failure can reach the last one."""
         # The attempt counter is left out so that a parked message replayed to its exchange gets a full budget.
         headers = h.without_broker_headers(properties.headers)
         headers.pop(self.contract["attempt_header"], None)
         headers.update({
             h.ERROR_REASON: reason, h.ERROR_QUEUE: self.queue, h.ORIGINAL_EXCHANGE: exchange,
-            h.ORIGINAL_ROUTING_KEY: routing_key, h.ATTEMPTS: attempts, h.FIRST_FAILURE_AT: first_failure_at,
+            h.ORIGINAL_ROUTING_KEY: routing_key, h.ATTEMPTS: attempts,
         })
+        if first_failure_at is None:
+            headers[h.LAST_FAILURE_AT] = h.utc_iso()
+        else:
+            headers[h.FIRST_FAILURE_AT] = first_failure_at
         if permanent:
             headers[h.PERMANENT] = True
 

@@ -188,7 +188,7 @@ def validate(source: Mapping[str, Any]) -> Contract:
     if strategy not in SUPPORTED_STRATEGIES:
         raise ContractError(f"retry contract for {contract.get('queue')!r} uses strategy {strategy!r}, which this "
                             f"client does not support (supported: {', '.join(SUPPORTED_STRATEGIES)}); "
-                            "upgrade rabbitmq-retry or follow README: Writing a consumer by hand")
+                            "upgrade rabbitmq-retry or follow docs/contract.md by hand")
     problems = _key_problems(contract, strategy) + _STRATEGY_PROBLEMS[strategy](contract)
     if problems:
         raise ContractError(f"invalid retry contract for {contract.get('queue')!r}: " + "; ".join(problems))

@@ -20,13 +20,16 @@ ORIGINAL_EXCHANGE = "original-exchange"
 ORIGINAL_ROUTING_KEY = "original-routing-key"
 ATTEMPTS = "attempts"
 FIRST_FAILURE_AT = "first-failure-at"
+LAST_FAILURE_AT = "last-failure-at"
+"""Strategy `native` parks with this instead of `first-failure-at`: the broker redelivers the same message
+unchanged, so nothing a consumer wrote at the first failure survives; it is the time of the failure that parked it."""
 PERMANENT = "permanent"
 """Set (true) on a message parked at once because its handler called the failure permanent."""
 REDRIVEN_COUNT = "redriven-count"
 """How often a parked message was sent back by `rabbitmq-retry parked redrive`."""
 REDRIVEN_AT = "redriven-at"
 
-PARKING_HEADERS = (ERROR_REASON, ERROR_QUEUE, ATTEMPTS, FIRST_FAILURE_AT, PERMANENT)
+PARKING_HEADERS = (ERROR_REASON, ERROR_QUEUE, ATTEMPTS, FIRST_FAILURE_AT, LAST_FAILURE_AT, PERMANENT)
 """What parking adds and a redrive removes (the origin headers stay: they still say where it came from)."""
 
 _DEATH_PREFIXES = ("x-first-death-", "x-last-death-")

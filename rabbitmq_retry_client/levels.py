@@ -23,8 +23,9 @@ Uniform = Callable[[float, float], float]
 
 def retry_delay_ms(contract: Mapping[str, Any], attempt: int, random: Uniform = _random.uniform) -> int:
     """Milliseconds retry `attempt` (1 = the retry after the first failure) waits before the levels round it
-    up to whole units: `min(max_ms, initial_ms × multiplier^(attempt-1)) × uniform(1 - jitter, 1 + jitter)`,
-    rounded up (a retry may come late, never early)."""
+    up to whole units: `min(max_ms, ceil(min(max_ms, initial_ms × multiplier^(attempt-1)) × uniform(1 - jitter,
+    1 + jitter)))`: rounded up (a retry may come late, never early), and never above `max_ms`, which is what the
+    user set as the longest wait (at the cap the jitter only shortens)."""
     if attempt < 1:
         raise ValueError(f"attempt must be 1 or more, got {attempt}")
     backoff = contract["backoff"]
@@ -33,7 +34,7 @@ def retry_delay_ms(contract: Mapping[str, Any], attempt: int, random: Uniform = 
     except OverflowError:  # a float multiplier to a large power: long past max_ms
         base = backoff["max_ms"]
     jitter = backoff["jitter"]
-    return math.ceil(base * (random(1 - jitter, 1 + jitter) if jitter else 1))
+    return min(backoff["max_ms"], math.ceil(base * (random(1 - jitter, 1 + jitter) if jitter else 1)))
 
 
 def delay_units(contract: Mapping[str, Any], delay_ms: float) -> int:

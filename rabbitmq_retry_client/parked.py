@@ -28,12 +28,12 @@ from pika.spec import BasicProperties
 
 from . import headers as h
 from .connection import ConnectionParams, connect, parameters, quiet_pika
-from .contract import strategy_of, validate
+from .contract import validate
 from .strategies import behaviour_of
 
 LIMIT_REASON = "delivery_limit"
 REQUEUE_SUFFIX = ".requeue"
-"""`Q.requeue`, the fanout exchange bound only to `Q` (README: Topology of a retryable queue)."""
+"""`Q.requeue`, the fanout exchange bound only to `Q` (strategies `tiers` and `native`)."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,8 @@ class Parked:
 
     @property
     def first_failure_at(self) -> datetime | None:
-        return h.parse_utc(self.headers.get(h.FIRST_FAILURE_AT))
+        """`first-failure-at`; for strategy `native`, which cannot record it, `last-failure-at` (docs/contract.md)."""
+        return h.parse_utc(self.headers.get(h.FIRST_FAILURE_AT, self.headers.get(h.LAST_FAILURE_AT)))
 
     @property
     def redriven_count(self) -> int:
@@ -265,35 +266,41 @@ class ParkedQueue:
                 group.oldest = first
         return sorted(groups.values(), key=lambda g: (-g.count, g.reason, g.routing_key))
 
-    def check_to_queue(self) -> None:
-        """ValueError unless the queue has `Q.requeue` to redrive to (strategy `tiers`); called before anything
-        is read, so an empty error queue is refused too."""
-        if not behaviour_of(self.contract).has_requeue_exchange:
-            raise ValueError(f"{self.input_queue!r} uses strategy {strategy_of(self.contract)}, which has no "
-                             f"{self.requeue_exchange!r} "
-                             "exchange; redrive to the original exchange (without --to-queue)")
+    def queue_route(self) -> tuple[str, str | None]:
+        """(exchange, routing key) that reaches the input queue `Q` and no other queue; a routing key of None
+        keeps the message's original one (a fanout exchange ignores it): as the contract's strategy routes it
+        (`strategies.StrategyBehaviour.queue_route`)."""
+        return behaviour_of(self.contract).queue_route(self.contract, self.requeue_exchange)
 
-    def destination(self, message: Parked, to_queue: bool) -> tuple[str, str]:
-        """(exchange, routing key) a redrive publishes to: `Q.requeue` (reaches `Q` only), or the exchange and
-        routing key the message was first published with."""
-        if to_queue:
-            self.check_to_queue()
-            return self.requeue_exchange, message.original_routing_key
+    def reaches(self, exchange: str, routing_key: str, to_original: bool) -> str:
+        """Which queues a copy published to `exchange` with `routing_key` reaches, in words."""
+        if not to_original:
+            return f"queue {self.input_queue!r} only"
+        return (f"every queue bound to exchange {exchange!r} for routing key {routing_key!r}, "
+                f"not only {self.input_queue!r}")
+
+    def destination(self, message: Parked, to_original: bool = False) -> tuple[str, str]:
+        """(exchange, routing key) a redrive publishes to: the route to `Q` alone (`queue_route`), or with
+        `to_original` the exchange and routing key the message was first published with, which reach every
+        queue bound there."""
+        if not to_original:
+            queue_exchange, routing_key = self.queue_route()
+            return queue_exchange, message.original_routing_key if routing_key is None else routing_key
         exchange = message.original_exchange
         if exchange is None:
             raise ValueError(f"parked message {message.properties.message_id!r} has no {h.ORIGINAL_EXCHANGE} "
-                             "header; redrive it with --to-queue")
+                             "header; redrive it without --to-original-exchange")
         if exchange == "":
             raise ValueError(f"parked message {message.properties.message_id!r} was published to the default "
-                             "exchange, which no application or operator may publish to; redrive it with --to-queue")
+                             "exchange, which no application or operator may publish to; redrive it without "
+                             "--to-original-exchange")
         return exchange, message.original_routing_key
 
-    def redrive(self, selection: Selection, *, to_queue: bool = False, dry_run: bool = False,
+    def redrive(self, selection: Selection, *, to_original: bool = False, dry_run: bool = False,
                 rate: float | None = None, progress: Callable[[Parked, str, str], None] | None = None) -> Outcome:
         """Send the selected messages back with a full retry budget, at most `rate` a second: publish the
-        copy (confirmed, mandatory), then ack the parked original. `dry_run` only counts them."""
-        if to_queue:
-            self.check_to_queue()
+        copy (confirmed, mandatory), then ack the parked original. `dry_run` only counts them. The copy reaches
+        `Q` alone (`queue_route`) unless `to_original`: then every queue bound to its original exchange."""
         outcome = Outcome()
         interval = 1.0 / rate if rate else 0.0
         publisher = None if dry_run else self._channel(confirms=True)
@@ -302,7 +309,7 @@ class ParkedQueue:
             with self._reading() as reader:
                 for message in self._choose(reader, selection, outcome):
                     outcome.redriven_before += message.redriven_count > 0
-                    exchange, routing_key = self.destination(message, to_queue)
+                    exchange, routing_key = self.destination(message, to_original)
                     key = (exchange, routing_key)
                     outcome.destinations[key] = outcome.destinations.get(key, 0) + 1
                     if publisher is None:

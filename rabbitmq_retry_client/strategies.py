@@ -40,8 +40,6 @@ class StrategyBehaviour:
     """One strategy as a consumer follows it; subclasses say where a copy goes and how to describe it."""
 
     name: ClassVar[str]
-    has_requeue_exchange: ClassVar[bool] = False
-    """The queue has `Q.requeue`, the fanout exchange bound only to it, for a redrive `--to-queue`."""
 
     def retries(self, mode: Mode) -> Retries:
         """How this strategy retries in `mode`, from what its contract carries (see the module docstring)."""
@@ -61,10 +59,14 @@ class StrategyBehaviour:
         """How a consumer in `mode` retries, in a few words for a person."""
         raise NotImplementedError
 
+    def queue_route(self, contract: Mapping[str, Any], requeue_exchange: str) -> tuple[str, str | None]:
+        """(exchange, routing key) that reaches the input queue alone, for a redrive to it; None keeps the
+        message's own routing key. `Q.requeue`, the fanout exchange bound to `Q` alone."""
+        return requeue_exchange, None
+
 
 class Tiers(StrategyBehaviour):
     name = "tiers"
-    has_requeue_exchange = True
 
     def retry_route(self, contract: Mapping[str, Any], attempt: int) -> tuple[str, str, int]:
         """The attempt's tier: `tiers[min(attempt, len(tiers)) - 1]`."""
@@ -93,6 +95,11 @@ class Levels(StrategyBehaviour):
         delay = retry_delay_ms(contract, attempt)
         return (delay_exchange(contract, delay), delay_routing_key(contract, delay),
                 delay_units(contract, delay) * contract["delay_unit_ms"])
+
+    def queue_route(self, contract: Mapping[str, Any], requeue_exchange: str) -> tuple[str, str | None]:
+        """Level 0 with a zero delay: the delivery exchange routes it to exactly the contract's queue (a levels
+        queue has no `Q.requeue`)."""
+        return delay_exchange(contract, 0), delay_routing_key(contract, 0)
 
     def describe(self, contract: Mapping[str, Any], mode: Mode) -> str:
         backoff = contract["backoff"]

@@ -4,7 +4,8 @@
 #      editable, with its `rabbitmq-retry` command;
 #   2. the Mermaid renderer the tests draw the review's diagrams with: npm's @mermaid-js/mermaid-cli,
 #      pinned, in .tools/mermaid/, driving the system's Chromium (Debian's `chromium` when none is there);
-#   3. the local brokers the tests use (scripts/brokers.sh ensure all);
+#   3. the Node.js example consumer's pinned amqplib (examples/node-consumer, `npm ci`), and the local brokers
+#      the tests use (scripts/brokers.sh ensure all);
 #   4. the main job: `pulumi up --stack dev` on a local file backend when the Pulumi CLI is installed,
 #      otherwise the dev plan (every resource `pulumi up` would create) and how to get the CLI.
 # SETUP_SKIP_UP=1 stops after step 3 (CI uses it: the CLI cannot be installed there).
@@ -53,6 +54,14 @@ fi
 # Root (CI, `make setup`) needs --no-sandbox; the tests read the browser from here.
 printf '{"executablePath": "%s", "args": ["--no-sandbox", "--disable-gpu"]}\n' "$browser" \
     >"$MERMAID_DIR/puppeteer.json"
+
+# The Node.js example consumer's dependencies, exactly as its package-lock.json pins them (amqplib), into
+# examples/node-consumer/node_modules: tests/broker/test_node_consumer.py runs it.
+NODE_EXAMPLE=examples/node-consumer
+if ! cmp -s "$NODE_EXAMPLE/package-lock.json" "$NODE_EXAMPLE/node_modules/.installed-package-lock.json"; then
+    npm ci --prefix "$NODE_EXAMPLE" --no-audit --no-fund --loglevel=error >/dev/null
+    cp "$NODE_EXAMPLE/package-lock.json" "$NODE_EXAMPLE/node_modules/.installed-package-lock.json"  # last
+fi
 
 scripts/brokers.sh ensure all
 

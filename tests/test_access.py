@@ -190,7 +190,7 @@ def test_an_application_cannot_consume_an_undeclared_queue_or_publish_to_an_unde
 def test_applications_reach_the_retry_machinery_only_through_the_contract():
     config = shop(applications=[{"user": "billing-app", "consumes": ["orders.billing.wait.1"],
                                  "publishes": ["orders.shipping.requeue"]}])
-    assert problems_of({"vhosts": [config], "passwords": PASSWORDS}) == [
+    assert problems_of({"vhosts": [config], "passwords": {"billing-app": PASSWORDS["billing-app"]}}) == [
         ("vhosts[0].applications[0].publishes[0]",
          "'orders.shipping.requeue' is not an exchange of this vhost; declare it or remove it here"),
         ("vhosts[0].applications[0].consumes[0]",

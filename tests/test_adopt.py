@@ -266,3 +266,17 @@ def test_the_written_stack_runs_as_a_program(tmp_path: Path) -> None:
                             "--root", str(tmp_path)]) == 0
     records = record_program("adopted", tmp_path)
     assert {r.import_id for r in records if r.import_id} >= {"invoices@shop", "orders@shop", "archive@shop"}
+
+
+def test_a_missing_message_count_is_explained_by_where_the_snapshot_was_read():
+    from tools.lib.adopt import _messages
+    from tools.lib.definitions import Snapshot
+
+    live = Snapshot("shop", "http://127.0.0.1:15672", queues={"jobs": {"name": "jobs"}, "audit": {"messages": 5}},
+                    live=True)
+    assert _messages(live, "audit") == "5 messages now"
+    assert _messages(live, "jobs") == ("message count not reported yet by the management API (read live); check it "
+                                       "before applying")
+    assert "read from a file" not in _messages(live, "jobs")
+    exported = Snapshot("shop", "definitions.json", queues={"jobs": {"name": "jobs"}})
+    assert _messages(exported, "jobs") == "message count unknown (read from a file)"

@@ -138,7 +138,8 @@ def test_a_standalone_component_reports_config_errors_with_their_path():
     with pytest.raises(ConfigError) as error:
         RetryableQueue("billing", {"vhost": "v", "queue": {"name": "billing", "retry": {"delays": ["soon"]}}})
     assert error.value.problems == [
-        ("RetryableQueue(billing).queue.retry.delays[0]", '"soon" is not a duration (use 500ms, 10s, 5m, 1h, 1d)')]
+        ("RetryableQueue(billing).queue.retry.delays[0]",
+         '"soon" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)')]
 
 
 def test_the_retry_block_is_required_for_a_retryable_queue():

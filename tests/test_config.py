@@ -92,7 +92,7 @@ def test_external_exchanges_may_be_reserved_amq_exchanges():
 BAD_CONFIGS = [
     pytest.param(
         with_queue(retryable(delays=["1s", "10x"])),
-        [("vhosts[0].queues[0].retry.delays[1]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d)')],
+        [("vhosts[0].queues[0].retry.delays[1]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)')],
         id="not-a-duration",
     ),
     pytest.param(
@@ -135,14 +135,16 @@ BAD_CONFIGS = [
         [
             (
                 "vhosts[0].queues[0].retries",
-                "unknown key (allowed: name, type, bindings, max_length, delivery_limit, retry, policy_priority)",
+                'unknown key; did you mean "retry"? (allowed: name, type, bindings, max_length, delivery_limit, retry, '
+                "policy_priority, max_length_bytes, message_ttl, single_active_consumer)",
             )
         ],
         id="unknown-key",
     ),
     pytest.param(
         {"vhosts": [vhost_config()], "protekt": True},
-        [("protekt", "unknown key (allowed: protect, retain_error_queues, defaults, vhosts, passwords, broker)")],
+        [("protekt", 'unknown key; did you mean "protect"? (allowed: protect, retain_error_queues, defaults, vhosts, '
+                     "passwords, broker, delete_with_messages, amqp_port)")],
         id="unknown-top-level-key",
     ),
     pytest.param(
@@ -222,8 +224,28 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         {"vhosts": [vhost_config(queues=[{"name": "a"}, {"name": "a"}])]},
-        [("vhosts[0].queues[1].name", 'queue "a" is also declared by vhosts[0].queues[0].name; rename one of them')],
+        [("vhosts[0].queues[1].name", 'duplicate queue "a" (also vhosts[0].queues[0].name); keep one')],
         id="duplicate-queue",
+    ),
+    pytest.param(
+        # One problem, not one per queue and exchange the retryable queue derives.
+        {"vhosts": [vhost_config(queues=[{"name": "a", "retry": {"delays": ["1s"]}},
+                                         {"name": "a", "retry": {"delays": ["1s"]}}])]},
+        [("vhosts[0].queues[1].name", 'duplicate queue "a" (also vhosts[0].queues[0].name); keep one')],
+        id="duplicate-retryable-queue",
+    ),
+    pytest.param(
+        # One problem: the bindings to `events` are not also reported as undeclared.
+        {"vhosts": [vhost_config(exchanges={"events": {"type": "topic"}})]},
+        [("vhosts[0].exchanges", "expected a list, got dict")],
+        id="exchanges-as-a-map",
+    ),
+    pytest.param(
+        {"vhosts": [vhost_config(queues=[{"name": "a", "type": "quorum", "retry": {"strategy": "level"}}],
+                                 delay_levels={"unit": "1s", "max_delay": "1m"})]},
+        [("vhosts[0].queues[0].retry.strategy", "'level' is not one of tiers, levels, native; did you mean "
+                                                '"levels"?')],
+        id="misspelt-strategy",
     ),
     pytest.param(
         {"vhosts": [vhost_config(queues=[{"name": "a", "retry": {"delays": ["1s"]}}, {"name": "a.error"}])]},
@@ -313,12 +335,12 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         with_queue(retryable(delays=["٣s"])),
-        [("vhosts[0].queues[0].retry.delays[0]", '"٣s" is not a duration (use 500ms, 10s, 5m, 1h, 1d)')],
+        [("vhosts[0].queues[0].retry.delays[0]", '"٣s" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)')],
         id="non-ascii-digits",
     ),
     pytest.param({"vhosts": "shop"}, [("vhosts", "expected a list, got str")], id="vhosts-not-a-list"),
     pytest.param(
-        {}, [("vhosts", "missing; set rabbitmq-retry:vhosts to a list of vhosts (see README)")], id="no-vhosts"
+        {}, [("vhosts", "missing; set rabbitmq-retry:vhosts to a list of vhosts (see docs/config.md)")], id="no-vhosts"
     ),
     pytest.param(
         {"vhosts": [vhost_config()], "protect": "yes"},
@@ -355,7 +377,7 @@ def test_the_error_message_lists_each_problem_on_its_own_line():
         load_stack_config(with_queue(retryable(delays=["1s", "10x"])))
     assert str(error.value) == (
         "invalid rabbitmq-retry config (1 problem):\n"
-        '  vhosts[0].queues[0].retry.delays[1]: "10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d)'
+        '  vhosts[0].queues[0].retry.delays[1]: "10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)'
     )
 
 
@@ -390,7 +412,7 @@ def bad_orders(**change: Any) -> list[dict[str, Any]]:
 FOLLOW_ON_FREE = [
     pytest.param(
         with_billing(queues=bad_orders(retry={"delays": ["1s", "10x"]})),
-        [("vhosts[0].queues[0].retry.delays[1]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d)')],
+        [("vhosts[0].queues[0].retry.delays[1]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)')],
         id="consumed-queue-with-a-bad-delay",
     ),
     pytest.param(
@@ -438,8 +460,8 @@ def test_a_refused_entry_still_takes_part_in_duplicate_checks():
     orders, _ = bad_orders(retry={"delays": ["10x"]})
     raw = {"vhosts": [vhost_config(queues=[orders, {"name": "orders"}])]}
     assert problems_of(raw) == [
-        ("vhosts[0].queues[0].retry.delays[0]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d)'),
-        ("vhosts[0].queues[1].name", 'queue "orders" is also declared by vhosts[0].queues[0].name; rename one of them'),
+        ("vhosts[0].queues[0].retry.delays[0]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)'),
+        ("vhosts[0].queues[1].name", 'duplicate queue "orders" (also vhosts[0].queues[0].name); keep one'),
     ]
 
 
@@ -458,6 +480,17 @@ def test_the_config_loads_without_passwords_and_password_problems_names_each_mis
          "<password>`"),
     ]
     assert password_problems(config, {"billing": "s3cret", "shipping": "pw", "stale": "unused"}) == []
+
+
+def test_a_password_filed_under_a_user_nobody_declares_is_a_problem_with_the_closest_user():
+    raw = {**with_users("billing-app", "shipping"), "passwords": {"biling-app": "pw", "shipping": "pw"}}
+    with pytest.raises(ConfigError) as error:
+        load_stack_config(raw)
+    assert error.value.problems == [
+        ("passwords.biling-app", 'no application or operator declares user "biling-app"; did you mean "billing-app"? '
+                                 "file the password under the user that needs it, or remove it (users: billing-app, "
+                                 "shipping)")]
+    load_stack_config({**with_users("billing-app"), "passwords": {"billing-app": "pw"}})
 
 
 def test_an_empty_or_non_string_password_is_a_problem():

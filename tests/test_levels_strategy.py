@@ -1,6 +1,6 @@
 """Strategy `levels`: a delay per message through a vhost's shared binary delay levels, from config to plan,
-routing, checks, permissions, contract and the components under mocks (README: "Choosing a strategy", "Config
-reference" and "The retry contract").
+routing, checks, permissions, contract and the components under mocks (docs/strategies.md, docs/config.md and
+docs/contract.md).
 
 Level k is a topic exchange and a queue `rabbitmq-retry.delay.<k>` holding a message `unit × 2^k`; the routing
 key always carries 28 bit words, so raising `max_delay` only adds levels on top and never moves the bit a
@@ -95,14 +95,14 @@ def with_backoff(**backoff: Any) -> dict[str, Any]:
                  [(f"{Q}.retry.backoff.initial", "500 ms is shorter than vhosts[0].delay_levels.unit (1000 ms), the "
                                                  "shortest delay the levels make; raise initial or lower the unit")],
                  id="initial-below-unit"),
-    pytest.param(stack(levels_vhost([levels_queue(backoff={"max": "21h"})])),
-                 [(f"{Q}.retry.backoff.max", "with jitter 0.2 a retry may wait 90720000 ms, more than "
-                                             "vhosts[0].delay_levels.max_delay (86400000 ms); lower max or jitter, "
-                                             "or raise max_delay")], id="max-times-jitter-over-max-delay"),
-    pytest.param(stack(levels_vhost([levels_queue(backoff={"max": "11s", "jitter": 0.5})], SMALL)),
-                 [(f"{Q}.retry.backoff.max", "with jitter 0.5 a retry may wait 16500 ms, more than "
-                                             "vhosts[0].delay_levels.max_delay (15000 ms); lower max or jitter, or "
-                                             "raise max_delay")], id="jitter-over-small-levels"),
+    pytest.param(stack(levels_vhost([levels_queue(backoff={"max": "25h"})])),
+                 [(f"{Q}.retry.backoff.max", "90000000 ms is longer than vhosts[0].delay_levels.max_delay (86400000 "
+                                             "ms), the longest delay the levels hold; lower max or raise max_delay")],
+                 id="max-over-max-delay"),
+    pytest.param(stack(levels_vhost([levels_queue(backoff={"max": "16s", "jitter": 0.5})], SMALL)),
+                 [(f"{Q}.retry.backoff.max", "16000 ms is longer than vhosts[0].delay_levels.max_delay (15000 ms), "
+                                             "the longest delay the levels hold; lower max or raise max_delay")],
+                 id="max-over-small-levels"),
     pytest.param(with_backoff(multiplier=0.5),
                  [(f"{Q}.retry.backoff.multiplier", "0.5 is out of range (use >= 1)")], id="multiplier-below-1"),
     pytest.param(with_backoff(jitter=1), [(f"{Q}.retry.backoff.jitter", "1 is out of range (use 0 ≤ value < 1)")],
@@ -115,7 +115,8 @@ def with_backoff(**backoff: Any) -> dict[str, Any]:
                  [(f"{Q}.retry.backoff.max", "'5s' is shorter than initial '10s'; the delay grows from initial up to "
                                              "max")], id="max-below-initial"),
     pytest.param(with_backoff(maximum="5s"),
-                 [(f"{Q}.retry.backoff.maximum", "unknown key (allowed: initial, multiplier, max, jitter)")],
+                 [(f"{Q}.retry.backoff.maximum", 'unknown key; did you mean "max"? (allowed: initial, multiplier, max, '
+                                                 "jitter)")],
                  id="unknown-backoff-key"),
     pytest.param(stack(vhost_config(delay_levels={"unit": "1s"})),
                  [("vhosts[0].delay_levels", "no queue of this vhost has retry.strategy: levels; remove "
@@ -511,8 +512,10 @@ def test_a_user_policy_on_a_level_overlaps_the_levels_own_policy():
     plan = planned(levels_vhost(delay_levels=SMALL, policies=[
         {"name": "lazy", "pattern": r"^rabbitmq-retry\.delay\.0$", "priority": 99, "definition": {"max-length": 5}}]))
     assert check_vhost(plan) == [
-        'queue "rabbitmq-retry.delay.0" is matched by policies \'lazy\', \'rabbitmq-retry.delay.0\': RabbitMQ applies '
-        'only one; narrow the patterns so that each queue has one policy',
+        "vhosts[0].policies[0] (policy 'lazy') matches 1 queue that has a policy of this stack "
+        '("rabbitmq-retry.delay.0"): RabbitMQ applies only one policy per queue; narrow the pattern to leave them '
+        "out, and set what it sets through the queue's own keys (max_length, delivery_limit; message_ttl, "
+        "max_length_bytes on a plain queue)",
         # The higher priority wins, and it sets no TTL: the level would hold its messages for ever.
         'vhosts[0].policies[0]: message-ttl none on delay level "rabbitmq-retry.delay.0" is not its 1000 ms: '
         'messages would never come back; narrow its pattern so that it does not match "rabbitmq-retry.delay.0"']
@@ -567,12 +570,14 @@ def test_the_topic_permission_lets_a_consumer_delay_copies_only_to_its_own_level
         assert not re.search(own.write, forged), forged
 
 
-def test_an_application_that_consumes_no_levels_queue_gets_no_topic_permission_and_operators_no_delay_level():
+def test_an_application_that_consumes_no_levels_queue_gets_no_topic_permission_and_operators_only_level_0():
     plan = planned(levels_vhost(applications=[{"user": "publisher", "publishes": ["events"], "consumes": ["audit"]}],
                                 operators=[{"user": "ops"}]))
     publisher, operator = plan.permissions
     assert publisher.topic == () and "delay" not in publisher.write
-    assert (operator.configure, operator.write, operator.read) == ("^$", "^(events)$", r"^(orders\.error)$")
+    # Level 0 alone: a redrive with a zero delay, which the delivery exchange routes to exactly its queue.
+    assert (operator.configure, operator.write, operator.read) == (
+        "^$", r"^(events|rabbitmq\-retry\.delay\.0)$", r"^(orders\.error)$")
     assert operator.topic == ()
 
 
@@ -792,8 +797,8 @@ def test_the_delay_levels_of_a_tiers_queue_another_vhost_or_too_short_a_backoff_
     assert refused({"vhost": "w", "queue": levels_queue("billing")}) == [(
         "RetryableQueue(billing).delay_levels", 'the DelayLevels component is in vhost "v", not "w"; pass the one '
         'of vhost "w"')]
-    too_long = ("with jitter 0.2 a retry may wait 72000 ms, more than RetryableQueue(billing).delay_levels.max_delay "
-                "(15000 ms); lower max or jitter, or raise max_delay")
+    too_long = ("60000 ms is longer than RetryableQueue(billing).delay_levels.max_delay (15000 ms), the longest delay "
+                "the levels hold; lower max or raise max_delay")
     assert refused({"queue": levels_queue("billing", backoff={"max": "1m"})}) == [
         ("RetryableQueue(billing).queue.retry.backoff.max", too_long)]
     parsed = load_queue(levels_queue("billing", backoff={"max": "1m"}), "q")

@@ -109,6 +109,20 @@ def test_the_diagrams_of_plans_and_reviews_render(mmdc: Path, tmp_path: Path):
     assert all("<svg" in svg.read_text() for svg in svgs)
 
 
+def test_the_diagrams_of_the_docs_render(mmdc: Path, tmp_path: Path):
+    """The hand-written diagrams of the README, docs/ and bench/README.md."""
+    documents = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md"]
+    diagrams: dict[str, str] = {}
+    for document in documents:
+        diagrams.update(mermaid_blocks(document.read_text(encoding="utf-8"), str(document.relative_to(ROOT))))
+    assert diagrams, "no Mermaid diagram in the docs"
+
+    result = render(mmdc, diagrams, tmp_path)
+
+    assert result.returncode == 0, f"mmdc failed:\n{result.stdout}{result.stderr}"
+    assert len(sorted(tmp_path.glob("rendered-*.svg"))) == len(diagrams)
+
+
 def test_a_diagram_with_a_syntax_error_fails_to_render(mmdc: Path, tmp_path: Path):
     broken = 'flowchart LR\n  input[["orders"]] -- "reject --> retry'
 

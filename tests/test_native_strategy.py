@@ -71,9 +71,11 @@ def test_the_native_plan_keeps_the_message_in_its_queue_and_parks_it_through_the
     assert [(q.key, q.name) for q in plan.queues] == [("input", "orders"), ("error", "orders.error")]
     assert plan.queues[0].arguments == {"x-queue-type": "quorum", "x-dead-letter-exchange": "orders.error",
                                         "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
-    assert [(x.key, x.name, x.type) for x in plan.exchanges] == [("error-exchange", "orders.error", "fanout")]
-    assert [(b.key, b.source, b.destination) for b in plan.bindings] == [("error-binding", "orders.error",
-                                                                          "orders.error")]
+    # `orders.requeue`, bound to `orders` alone: a redrive reaches no other queue of the source exchange.
+    assert [(x.key, x.name, x.type) for x in plan.exchanges] == [("requeue-exchange", "orders.requeue", "fanout"),
+                                                                 ("error-exchange", "orders.error", "fanout")]
+    assert [(b.key, b.source, b.destination) for b in plan.bindings] == [
+        ("requeue-binding", "orders.requeue", "orders"), ("error-binding", "orders.error", "orders.error")]
     policy, error_policy = plan.policies
     # A quorum error queue's own limit stays out of reach of crashed readers, as for every strategy.
     assert (error_policy.key, dict(error_policy.definition)) == ("error-policy", {"delivery-limit": "1000000"})
@@ -148,7 +150,7 @@ def test_the_native_components_register_exactly_the_layout_with_integer_delays()
                                                           "queue": {**native(), "name": "billing"}}))
     assert sorted(r.name for r in resources if r.custom) == [
         "billing-error", "billing-error-binding", "billing-error-exchange", "billing-error-policy", "billing-input",
-        "billing-policy"]
+        "billing-policy", "billing-requeue-binding", "billing-requeue-exchange"]
     (policy,) = [r for r in resources if r.name == "billing-policy"]
     assert policy.inputs["policy"]["definition"]["delayed-retry-min"] == "1000"
     component = next(r for r in resources if r.type == "rabbitmq-retry:index:RetryableQueue")

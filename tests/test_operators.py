@@ -1,6 +1,6 @@
 """Operators of parked messages (`vhosts[].operators[]`) under Pulumi's mocks: a user each, with exactly the
-permissions `rabbitmq-retry parked …` needs (README: Parked messages), a password like an application's,
-and config errors with their key paths."""
+permissions `rabbitmq-retry parked …` needs (docs/operations.md: Parked messages), a password like an
+application's, and config errors with their key paths."""
 
 from __future__ import annotations
 

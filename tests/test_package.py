@@ -1,6 +1,6 @@
 """The installed package: `pip install` of this repository gives `rabbitmq_retry`, typed and whole, and the
-README's reuse example runs as written in a project that has a `components/` folder of its own; it also
-gives the client package `rabbitmq_retry_client`, typed, and its `rabbitmq-retry` command. An application
+reuse example of docs/components.md runs as written in a project that has a `components/` folder of its own;
+it also gives the client package `rabbitmq_retry_client`, typed, and its `rabbitmq-retry` command. An application
 that only consumes needs pika alone: Pulumi comes with the `components` extra, and the client imports
 nothing of Pulumi's, the components' or the tools'.
 
@@ -22,7 +22,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-README_SECTION = "## Using the components from another stack"
+REUSE_DOC = ROOT / "docs" / "components.md"
 
 # Runs in a fresh interpreter whose path is the user's project, then the installed package and the
 # venv's site-packages: never this repository, whose own `components` must not be what gets imported.
@@ -41,12 +41,10 @@ json.dump({"registered": [vars(r) for r in registered], "modules": modules}, sys
 """
 
 
-def readme_example() -> str:
-    """The first Python block of the README's reuse section, verbatim."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index(README_SECTION):]
-    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert match, f"no python block under {README_SECTION!r}"
+def reuse_example() -> str:
+    """The first Python block of docs/components.md, verbatim."""
+    match = re.search(r"```python\n(.*?)```", REUSE_DOC.read_text(), re.DOTALL)
+    assert match, f"no python block in {REUSE_DOC}"
     return match.group(1)
 
 
@@ -80,7 +78,7 @@ def example_run(installed: Path, tmp_path_factory: pytest.TempPathFactory) -> di
     project = tmp_path_factory.mktemp("user-project")
     (project / "components").mkdir()
     (project / "components" / "__init__.py").write_text('"""The user\'s own components."""\nOWNER = "user"\n')
-    (project / "__main__.py").write_text(readme_example())
+    (project / "__main__.py").write_text(reuse_example())
     (project / "run_example.py").write_text(RUN_EXAMPLE)
     tooling = tmp_path_factory.mktemp("tooling")
     shutil.copytree(ROOT / "tools", tooling / "tools", ignore=shutil.ignore_patterns("__pycache__"))
@@ -91,7 +89,7 @@ def example_run(installed: Path, tmp_path_factory: pytest.TempPathFactory) -> di
     return {**json.loads(run.stdout), "project": project, "installed": installed}
 
 
-def test_the_readme_example_runs_as_written_from_the_installed_package(example_run: dict[str, Any]):
+def test_the_reuse_example_runs_as_written_from_the_installed_package(example_run: dict[str, Any]):
     registered = [r for r in example_run["registered"] if r["type"] != "pulumi:pulumi:Stack"]
     by_type: dict[str, list[str]] = {}
     for r in registered:

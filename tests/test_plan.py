@@ -118,3 +118,37 @@ def test_logical_names_walk_each_component_and_its_nested_components():
     assert not [name for name in names if name[1] == "VHost"]  # "/" always exists: never created
     created = logical_names("shop", plan_vhost(load_vhost({"name": "shop"}, "v")))
     assert created == [("", "Vhost", "shop"), ("Vhost", "VHost", "shop-vhost")]
+
+
+def test_a_plain_queue_s_ttl_and_byte_limit_are_in_its_policy_and_single_active_consumer_is_an_argument():
+    """Tunables in our policy (a change updates it in place and leaves no room for a user policy to clash);
+    single_active_consumer is wiring, a queue argument. A TTL next to max_length needs no policy of its own."""
+    from components.checks import check_vhost
+
+    raw = vhost_config(queues=[{"name": "audit", "type": "classic", "max_length": 1000, "message_ttl": "1m30s",
+                                "max_length_bytes": 10_000_000, "single_active_consumer": True}])
+    vhost_plan = plan_vhost(load_vhost(raw, "vhosts[0]"), "vhosts[0]")
+    (queue,) = vhost_plan.queues
+    assert queue.arguments == {"x-queue-type": "classic", "x-single-active-consumer": True}
+    (policy,) = [p for p in vhost_plan.policies if p.name == "audit"]
+    assert dict(policy.definition) == {"max-length": "1000", "overflow": "reject-publish",
+                                       "max-length-bytes": "10000000", "message-ttl": "90000"}
+    assert policy.sources["message-ttl"] == "vhosts[0].queues[0].message_ttl"
+    assert check_vhost(vhost_plan) == []
+    bytes_only = plan_vhost(load_vhost(vhost_config(queues=[{"name": "audit", "type": "classic",
+                                                             "max_length_bytes": 5}]), "vhosts[0]"), "vhosts[0]")
+    (policy,) = bytes_only.policies
+    assert policy.sources == {"overflow": "vhosts[0].queues[0].max_length_bytes",
+                              "max-length-bytes": "vhosts[0].queues[0].max_length_bytes"}
+
+
+def test_a_retryable_queue_refuses_the_plain_queue_keys():
+    import pytest
+
+    from components.config import ConfigError, load_stack_config
+
+    raw = vhost_config(queues=[{**RETRYABLE, "message_ttl": "1m", "single_active_consumer": True}])
+    with pytest.raises(ConfigError) as error:
+        load_stack_config({"vhosts": [raw]})
+    assert [path for path, _ in error.value.problems] == ["vhosts[0].queues[0].message_ttl",
+                                                          "vhosts[0].queues[0].single_active_consumer"]

@@ -58,9 +58,10 @@ def test_every_resource_is_a_row_with_every_column(stack: str):
     custom = [r for r in resources if r.custom]
     rows = table(render(stack, resources))
     assert all(len(row) == len(COLUMNS) for row in rows)
-    assert sorted((row[0], code_text(row[1]), code_text(row[2])) for row in rows) == sorted(
+    assert sorted((row[1], code_text(row[2]), code_text(row[3])) for row in rows) == sorted(
         (r.type.rsplit(":", 1)[-1], r.name, physical_name(r)) for r in custom)
-    assert all(code_text(row[3]) for row in rows if row[0] != "VHost")  # key inputs are there
+    assert all(code_text(row[4]) for row in rows if row[1] != "VHost")  # key inputs are there
+    assert {row[0] for row in rows} == {"create"}, "the shipped stacks import nothing"
     assert f"{len(custom)} resources: " in render(stack, resources)
 
 
@@ -75,7 +76,9 @@ def test_every_retry_path_has_a_mermaid_diagram_with_its_tiers(stack: str):
         assert source.startswith("flowchart LR\n") and f'input[["{queue}"]]' in source
         if contract.get("strategy") == "levels":
             levels = int(contract["delay_levels"])
-            assert f'top{{{{"{contract["delay_exchange"]}<br/>topic, top level"}}}}' in source
+            # A copy goes to the level of its delay's highest 1 bit, never through a "top level" node.
+            assert "top" not in re.findall(r"^  (\w+)", source, flags=re.MULTILINE)
+            assert 'level of its delay\'s highest 1 bit' in source and "--> levels" in source
             assert f'levels[("rabbitmq-retry.delay.0 … rabbitmq-retry.delay.{levels - 1}<br/>{levels} levels' in source
             assert 'deliver -- "only this queue" --> input' in source
             continue
@@ -110,10 +113,10 @@ def awkward(program_copy: Path) -> list[Registered]:
 def test_names_with_pipes_and_quotes_keep_the_table_intact(awkward: list[Registered]):
     rows = table(render("awkward", awkward))
     assert len(rows) == sum(r.custom for r in awkward) and all(len(row) == len(COLUMNS) for row in rows)
-    assert {code_text(row[2]) for row in rows} == {physical_name(r) for r in awkward if r.custom}
-    assert AWKWARD_QUEUE in {code_text(row[2]) for row in rows}
-    binding = next(row for row in rows if code_text(row[2]) == f"{AWKWARD_EXCHANGE} → {AWKWARD_QUEUE}")
-    assert code_text(binding[3]) == "routing_key='a|b'"
+    assert {code_text(row[3]) for row in rows} == {physical_name(r) for r in awkward if r.custom}
+    assert AWKWARD_QUEUE in {code_text(row[3]) for row in rows}
+    binding = next(row for row in rows if code_text(row[3]) == f"{AWKWARD_EXCHANGE} → {AWKWARD_QUEUE}")
+    assert code_text(binding[4]) == "routing_key='a|b'"
 
 
 def test_names_with_quotes_keep_the_mermaid_labels_intact(awkward: list[Registered]):
@@ -135,3 +138,26 @@ def test_make_plan_exits_clean(program_copy: Path):
                              "--stack", "dev"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stderr == ""
     assert result.stdout.startswith("# Plan for stack `dev`\n")
+
+
+ADOPTED_STACK = """\
+config:
+  rabbitmq-retry:vhosts:
+    - name: jobs
+      existing: true
+      queues:
+        - {name: jobs.audit, type: classic}
+        - {name: jobs.new, type: classic}
+      import:
+        - queue jobs.audit@jobs
+"""
+
+
+def test_an_imported_queue_is_planned_as_import_not_create(program_copy: Path):
+    """After `make adopt`: the queue the broker already holds (with its messages) is adopted, not created."""
+    (program_copy / "Pulumi.adopted.yaml").write_text(ADOPTED_STACK)
+    resources = record_program("adopted", program_copy)
+    plan = render("adopted", resources)
+    ops = {code_text(row[3]): (row[0], row[1]) for row in table(plan)}
+    assert ops["jobs.audit"] == ("import", "Queue") and ops["jobs.new"] == ("create", "Queue")
+    assert "; 1 imported (adopted as the broker holds them, with their messages)" in plan

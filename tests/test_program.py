@@ -71,12 +71,31 @@ config:
         record_program("broken", program_copy)
     assert type(error.value).__name__ == "ConfigError"
     assert error.value.problems == [
-        ("vhost", "unknown key (allowed: protect, retain_error_queues, defaults, vhosts, passwords, broker)"),
-        ("vhosts", "missing; set rabbitmq-retry:vhosts to a list of vhosts (see README)"),
+        ("vhost", 'unknown key; did you mean "vhosts"? (allowed: protect, retain_error_queues, defaults, vhosts, '
+                  "passwords, broker, delete_with_messages, amqp_port)"),
+        ("vhosts", "missing; set rabbitmq-retry:vhosts to a list of vhosts (see docs/config.md)"),
         ("rabbitmq:endpoint", '"http://127.0.0.1:15672/" ends with "/": the management API answers 405; '
                               "remove the trailing slash"),
         ("rabbitmq:password", "stored in plain text; use `pulumi config set --secret rabbitmq:password` "
                               "or the RABBITMQ_PASSWORD environment variable"),
+    ]
+
+
+def test_provider_mistakes_are_refused_before_any_resource_is_registered(program_copy: Path):
+    """An AMQP endpoint (the provider talks to the management API) and a misspelt provider key, which the
+    provider would silently ignore, are refused at plan time with the fix."""
+    (program_copy / "Pulumi.broken.yaml").write_text((ROOT / "Pulumi.dev.yaml").read_text().replace(
+        "  rabbitmq:endpoint: http://127.0.0.1:15672\n",
+        "  rabbitmq:endpoint: amqp://127.0.0.1:5672\n  rabbitmq:endpiont: http://127.0.0.1:15672\n"))
+    with pytest.raises(pulumi.RunError) as error:
+        record_program("broken", program_copy)
+    assert error.value.problems == [
+        ("rabbitmq:endpiont", "unknown key of the RabbitMQ provider, which ignores it; did you mean "
+                              '"rabbitmq:endpoint"? (allowed: rabbitmq:endpoint, rabbitmq:username, '
+                              "rabbitmq:password, rabbitmq:insecure, rabbitmq:cacertFile, rabbitmq:clientcertFile, "
+                              "rabbitmq:clientkeyFile, rabbitmq:proxy)"),
+        ("rabbitmq:endpoint", '"amqp://127.0.0.1:5672" is not an http(s) URL: the provider talks to the management '
+                              "API, e.g. http://127.0.0.1:15672 (not the AMQP port)"),
     ]
 
 
@@ -122,3 +141,12 @@ config:
     assert ("vhosts[0].policies[0].apply_to: apply_to: quorum_queues: RabbitMQ 3.10.8 refuses it, 4.3.6 takes it; "
             "broker.version is not set, so preview checked it for the newest broker: set broker.version to have it "
             "checked for yours") in [r.getMessage() for r in caplog.records]
+
+
+def test_doctor_and_drift_refuse_an_amqp_endpoint_with_the_fix():
+    from tools.lib.definitions import DefinitionsError, Endpoint
+
+    with pytest.raises(DefinitionsError) as error:
+        Endpoint.from_environment("amqp://127.0.0.1:5672")
+    assert str(error.value) == ("endpoint 'amqp://127.0.0.1:5672' is not an http(s) URL: give the management API's, "
+                                "e.g. http://127.0.0.1:15672 (not the AMQP port)")

@@ -3,7 +3,7 @@ what it refuses (an unknown strategy included), how it cuts an error reason, wha
 redriven copy carries over, which parked messages a filter selects, what the command refuses before
 connecting, and strategy `levels` (its contract, back-off, routing key, and the consumer's retries and
 parking through a recording channel), and copies in flight: settled on the broker's answers in any order, the
-in-flight bound, `run()` settling them all (README: Writing a consumer, Parked messages)."""
+in-flight bound, `run()` settling them all (docs/contract.md; docs/operations.md: Parked messages)."""
 
 from __future__ import annotations
 
@@ -20,19 +20,22 @@ from typing import Any
 import pika
 import pika.exceptions
 import pytest
+from jsonschema import Draft202012Validator
 from pika.spec import BasicProperties
 
 from components.config import load_vhost
 from components.plan import plan_vhost
 from rabbitmq_retry_client import SUPPORTED_STRATEGIES, ContractError, PermanentError, RetryingConsumer, load_contract
 from rabbitmq_retry_client import stack_output as stack_output_of
-from rabbitmq_retry_client.cli import duration, main
-from rabbitmq_retry_client.connection import BrokerUnreachableError, connect
+from rabbitmq_retry_client.cli import duration, main, parser
+from rabbitmq_retry_client.connection import BrokerRefusedError, BrokerUnreachableError, connect
 from rabbitmq_retry_client.connection import parameters as _parameters
+from rabbitmq_retry_client.contract import SCHEMA
 from rabbitmq_retry_client.headers import (
     MAX_REASON_BYTES,
     copy_properties,
     deaths,
+    parse_utc,
     redriven_headers,
     rejected_attempts,
     truncate,
@@ -364,7 +367,7 @@ def test_an_unknown_strategy_is_refused_by_name_before_anything_else() -> None:
         load_contract(contract(strategy="exponential", tiers=[]))
     assert str(error.value) == (
         "retry contract for 'orders' uses strategy 'exponential', which this client does not support "
-        "(supported: tiers, native, levels); upgrade rabbitmq-retry or follow README: Writing a consumer by hand")
+        "(supported: tiers, native, levels); upgrade rabbitmq-retry or follow docs/contract.md by hand")
 
 
 def test_the_consumer_refuses_an_unknown_strategy_before_connecting() -> None:
@@ -437,6 +440,15 @@ def test_the_reason_is_searched_not_anchored() -> None:
 def test_age_is_measured_from_the_first_failure(age: timedelta | None, older: timedelta | None,
                                                  newer: timedelta | None, selected: bool) -> None:
     assert Selection(older_than=older, newer_than=newer).matches(parked(age=age), NOW) is selected
+
+
+def test_a_native_message_s_age_is_measured_from_its_last_failure() -> None:
+    """Strategy native parks with `last-failure-at` (no consumer can know its first failure): `--older-than` and
+    `--newer-than` select it by that."""
+    native = Parked(1, BasicProperties(headers={"last-failure-at": utc_iso(NOW - timedelta(hours=3))}), b"")
+    assert native.first_failure_at == NOW - timedelta(hours=3)
+    assert Selection(older_than=timedelta(hours=2)).matches(native, NOW)
+    assert not Selection(newer_than=timedelta(hours=2)).matches(native, NOW)
 
 
 def test_a_limit_alone_is_a_filter() -> None:
@@ -522,6 +534,65 @@ def test_the_command_prints_one_line_for_an_unreachable_broker(tmp_path: Path,
                                                    "Connection refused")
 
 
+@pytest.mark.parametrize(("error", "expected"), [
+    (pika.exceptions.ProbableAuthenticationError(
+        "ConnectionClosedByBroker: (403) 'ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN'"),
+     "login refused by 127.0.0.1:5672 for user 'guest' (403 ACCESS_REFUSED): check the user and password in --url "
+     "or $RABBITMQ_URL"),
+    (pika.exceptions.ProbableAccessDeniedError("ConnectionClosedByBroker: (530) 'NOT_ALLOWED - vhost shop not found'"),
+     "vhost 'shop' refused by 127.0.0.1:5672 for user 'guest' (530 NOT_ALLOWED - vhost shop not found): check that "
+     "the vhost exists and that the user has permissions on it"),
+])
+def test_a_refused_login_or_vhost_fails_at_once_with_what_to_check(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, error: Exception, expected: str) -> None:
+    """403 and 530 are permanent: no "broker unreachable … retrying every 1 s", no second attempt."""
+    attempts: list[object] = []
+
+    def refused(params: object) -> None:
+        attempts.append(params)
+        raise error
+
+    monkeypatch.setattr("rabbitmq_retry_client.connection.BlockingConnection", refused)
+    naps: list[float] = []
+    with pytest.raises(BrokerRefusedError) as raised:
+        connect(_parameters("amqp://guest:guest@127.0.0.1:5672/shop"), timeout=30, sleep=naps.append)
+    assert str(raised.value) == expected
+    assert len(attempts) == 1 and naps == [] and not caplog.records
+
+
+def test_a_vhost_that_is_down_while_the_broker_restarts_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    attempts: list[object] = []
+
+    def down_then_up(params: object) -> str:
+        attempts.append(params)
+        if len(attempts) == 1:
+            raise pika.exceptions.ProbableAccessDeniedError(
+                "ConnectionClosedByBroker: (530) 'NOT_ALLOWED - vhost shop is down'")
+        return "connected"
+
+    monkeypatch.setattr("rabbitmq_retry_client.connection.BlockingConnection", down_then_up)
+    naps: list[float] = []
+    assert connect(_parameters("amqp://guest:guest@127.0.0.1:5672/shop"), timeout=30, sleep=naps.append) == \
+        "connected"  # type: ignore[comparison-overlap]
+    assert len(attempts) == 2 and len(naps) == 1
+
+
+def test_url_works_before_or_after_the_command() -> None:
+    after = ["parked", "list", "--contract", "c.json", "--url", "amqp://after/%2F"]
+    assert parser().parse_args(after).url == "amqp://after/%2F"
+    assert parser().parse_args(["--url", "amqp://before/%2F", *after[:-2]]).url == "amqp://before/%2F"
+    assert parser().parse_args(["--url", "amqp://before/%2F", *after]).url == "amqp://after/%2F", "the later wins"
+    assert parser().parse_args(["publish", "--exchange", "x", "--url", "amqp://after/%2F"]).url == "amqp://after/%2F"
+
+
+def test_publish_takes_its_vhost_from_the_url_unless_vhost_is_given() -> None:
+    """No silent default vhost: the one the URL names (`%2F` is `/`), or --vhost."""
+    args = parser().parse_args(["publish", "--exchange", "orders", "--url", "amqp://127.0.0.1:1/sales"])
+    assert args.vhost is None and _parameters(args.url, args.vhost).virtual_host == "sales"
+    args = parser().parse_args(["publish", "--exchange", "orders", "--vhost", "shop"])
+    assert _parameters(args.url, args.vhost).virtual_host == "shop"
+
+
 # --- make contracts -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
@@ -580,7 +651,7 @@ def test_without_the_pulumi_cli_the_error_says_to_pass_a_file(monkeypatch: pytes
 # --- strategy levels: the contract ------------------------------------------------------------------
 
 def levels_contract(**changes: Any) -> dict[str, Any]:
-    """A valid `strategy: levels` contract, the example in README.md (The retry contract)."""
+    """A valid `strategy: levels` contract, the example in docs/contract.md (The retry contract)."""
     value: dict[str, Any] = {
         "strategy": "levels", "vhost": "shop", "queue": "orders.billing", "queue_type": "quorum",
         "delay_exchange": "rabbitmq-retry.delay.16",
@@ -749,7 +820,8 @@ def test_jitter_draws_a_factor_around_one_and_rounds_up() -> None:
 
     assert [retry_delay_ms(contract, n, random=low) for n in (1, 2, 5)] == [800, 1600, 8000]
     assert draws == [(0.8, 1.2)] * 3
-    assert [retry_delay_ms(contract, n, random=lambda a, b: b) for n in (1, 2, 5)] == [1200, 2400, 12000]
+    # Never above max_ms: at the cap the jitter only shortens a delay.
+    assert [retry_delay_ms(contract, n, random=lambda a, b: b) for n in (1, 2, 4, 5)] == [1200, 2400, 9600, 10000]
     assert retry_delay_ms(contract, 1, random=lambda a, b: 0.9001) == 901  # 900.1 ms: never earlier
 
 
@@ -761,7 +833,7 @@ def test_jittered_delays_stay_within_their_bounds() -> None:
     for attempt in range(1, 9):
         base = min(60000, 1000 * 3 ** (attempt - 1))
         delays = {retry_delay_ms(contract, attempt, random=rng.uniform) for _ in range(200)}
-        assert min(delays) >= base * 0.75 and max(delays) <= math.ceil(base * 1.25)
+        assert min(delays) >= base * 0.75 and max(delays) <= min(60000, math.ceil(base * 1.25))
         assert len(delays) > 20, "the factor is drawn, not fixed"
 
 
@@ -995,6 +1067,19 @@ def test_a_strategy_the_broker_retries_has_no_retry_copy_to_route() -> None:
         consumer.retry_route(1)
 
 
+def test_without_a_mode_a_tiers_consumer_takes_the_contract_s_republish_or_reject_for_a_single_tier() -> None:
+    """docs/contract.md, "Which mode": republish follows every tier; reject would wait tier 1's delay each time,
+    which is the same only with one tier."""
+    stepped = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(), _fails)
+    assert (stepped.mode, stepped.counts_in_header) == ("republish", True)
+    single = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(tiers=contract()["tiers"][:1]), _fails)
+    assert (single.mode, single.counts_in_header) == ("reject", False)
+    chosen = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(), _fails, "reject")
+    assert (chosen.mode, chosen.counts_in_header) == ("reject", False)
+    _, calls = _deliver(contract(), _fails, mode=None)  # type: ignore[arg-type]
+    assert [c[0] for c in calls] == ["publish", "ack"] and calls[0][1:3] == ("orders.retry", "wait.1")
+
+
 def test_a_first_failure_is_published_to_the_levels_confirmed_then_acked() -> None:
     consumer, calls = _deliver(STEADY, _fails, {"app": "shop", "x-delivery-count": 0})
     assert [c[0] for c in calls] == ["publish", "ack"] and calls[1] == ("ack", 7)
@@ -1064,36 +1149,41 @@ def test_tiers_republish_still_publishes_to_the_attempts_tier() -> None:
     assert calls == [("reject", 7, False)]
 
 
-# --- strategy levels: redrive -------------------------------------------------------------------------
+# --- redrive: to the failing queue alone, every strategy -----------------------------------------------
 
-def test_a_levels_queue_is_redriven_to_the_original_exchange_only(tmp_path: Path) -> None:
-    queue = ParkedQueue("amqp://127.0.0.1:1/%2F", levels_contract())
+def native_contract() -> dict[str, Any]:
+    return {**contract(queue="orders.billing"), "strategy": "native", "retry_call": "basic.reject(requeue=true)",
+            "min_delay_ms": 1000, "max_delay_ms": 5000}
+
+
+def test_a_redrive_reaches_the_failing_queue_alone_by_default_whatever_the_strategy() -> None:
     message = parked(**{"original-exchange": "billing", "original-routing-key": "order.created"})
-    assert queue.destination(message, to_queue=False) == ("billing", "order.created")
-    refusal = ("'orders.billing' uses strategy levels, which has no 'orders.billing.requeue' exchange; "
-               "redrive to the original exchange (without --to-queue)")
-    with pytest.raises(ValueError) as error:
-        queue.destination(message, to_queue=True)
-    assert str(error.value) == refusal
-    tiers = ParkedQueue("amqp://127.0.0.1:1/%2F", contract())
-    tiers.check_to_queue()
-    assert tiers.destination(message, to_queue=True) == ("orders.requeue", "order.created")
+    levels_queue = ParkedQueue("amqp://127.0.0.1:1/%2F", levels_contract())
+    # Level 0 with a zero delay: the delivery exchange routes it to exactly orders.billing.
+    assert levels_queue.destination(message) == ("rabbitmq-retry.delay.0", "0." * 28 + "orders.billing")
+    for source in (contract(queue="orders.billing"), native_contract()):
+        assert ParkedQueue("amqp://127.0.0.1:1/%2F", source).destination(message) == \
+            ("orders.billing.requeue", "order.created")
+    for queue in (levels_queue, ParkedQueue("amqp://127.0.0.1:1/%2F", native_contract())):
+        assert queue.reaches(*queue.destination(message), to_original=False) == "queue 'orders.billing' only"
+        assert queue.destination(message, to_original=True) == ("billing", "order.created")
+        assert queue.reaches("billing", "order.created", to_original=True) == (
+            "every queue bound to exchange 'billing' for routing key 'order.created', not only 'orders.billing'")
 
 
-@pytest.mark.parametrize("strategy", ["levels", "native"])
-def test_redrive_to_queue_of_a_queue_without_requeue_is_refused_before_connecting(
-        strategy: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    source = levels_contract() if strategy == "levels" else {
-        **contract(queue="orders.billing"), "strategy": "native", "retry_call": "basic.reject(requeue=true)",
-        "min_delay_ms": 1000, "max_delay_ms": 5000}
-    path = tmp_path / "contracts.json"
-    path.write_text(json.dumps({"shop": {"orders.billing": source}}))
-    argv = ["--url", "amqp://guest:guest@127.0.0.1:1/%2F", "parked", "redrive", "--contract", str(path),
-            "--to-queue", "--connect-timeout", "0"]
-    assert main(argv) == 2
-    assert capsys.readouterr().err == (
-        f"rabbitmq-retry: error: 'orders.billing' uses strategy {strategy}, which has no 'orders.billing.requeue' "
-        "exchange; redrive to the original exchange (without --to-queue)\n")
+def test_a_message_without_its_original_exchange_can_still_be_redriven_to_its_queue() -> None:
+    queue = ParkedQueue("amqp://127.0.0.1:1/%2F", native_contract())
+    message = parked()
+    assert queue.destination(message) == ("orders.billing.requeue", "")
+    with pytest.raises(ValueError, match="has no original-exchange header; redrive it without --to-original-exchange"):
+        queue.destination(message, to_original=True)
+
+
+def test_redrive_takes_either_route_but_not_both(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_status:
+        main(["parked", "redrive", "--contract", "x.json", "--to-queue", "--to-original-exchange"])
+    assert exit_status.value.code == 2
+    assert "not allowed with argument --to-queue" in capsys.readouterr().err
 
 
 # --- confirms in flight: several copies unanswered at once ---------------------------------------------
@@ -1239,3 +1329,64 @@ def test_run_returns_only_after_every_copy_in_flight_is_settled(stop: str) -> No
     assert consumer.run(**arguments) == handled
     assert [c[0] for c in broker.calls] == ["publish"] * 3 + ["ack"] * 3 + ["cancel"]
     assert (consumer.retried, consumer.in_flight()) == (3, 0)
+
+
+# --- strategy native: the consumer ----------------------------------------------------------------
+
+NATIVE = contract(queue="orders.billing", strategy="native", retry_call="basic.reject(requeue=true)",
+                  min_delay_ms=1000, max_delay_ms=5000, delivery_limit=5)
+"""max_retries 5 = delivery_limit: 1 + 5 attempts, the broker parks only past them."""
+
+
+def test_a_native_failure_with_retries_left_is_rejected_with_requeue_even_at_the_delivery_limit() -> None:
+    """x-delivery-count 4 is attempt 5; x-delivery-count 5 (= delivery_limit) is attempt 6, the last one: it
+    runs, it is not parked before the handler."""
+    for deliveries in (None, 4):
+        _, calls = _deliver(NATIVE, _fails, None if deliveries is None else {"x-delivery-count": deliveries})
+        assert calls == [("reject", 7, True)]
+    handled: list[int] = []
+    _, calls = _deliver(NATIVE, lambda body, props: handled.append(1), {"x-delivery-count": 5})
+    assert handled == [1] and calls == [("ack", 7)]
+
+
+def test_a_native_message_out_of_retries_is_parked_with_last_failure_at_not_first_failure_at() -> None:
+    """Nothing written at the first failure survives a native retry (the broker redelivers the message unchanged):
+    the parking copy says when the last failure was, and says it under its own name."""
+    consumer, calls = _deliver(NATIVE, _fails, {"app": "shop", "x-delivery-count": 5, "x-acquired-count": 6})
+    assert [c[0] for c in calls] == ["publish", "ack"]
+    _, exchange, key, _, headers, mandatory = calls[0]
+    assert (exchange, key, mandatory) == ("orders.billing.error", "order.created", True)
+    assert {k: v for k, v in headers.items() if k != "last-failure-at"} == {
+        "app": "shop", "original-exchange": "billing", "original-routing-key": "order.created",
+        "error-reason": "RuntimeError: boom", "error-queue": "orders.billing", "attempts": 6}
+    assert headers["last-failure-at"].endswith("Z") and parse_utc(headers["last-failure-at"]) is not None
+    assert (consumer.retried, consumer.parked) == (0, 1)
+
+
+# --- the copies' headers against the contract's schema ---------------------------------------------
+
+def _headers_schema(name: str) -> Draft202012Validator:
+    return Draft202012Validator({**SCHEMA["$defs"][name], "$defs": SCHEMA["$defs"]})
+
+
+@pytest.mark.parametrize("source", [contract(), STEADY, NATIVE], ids=["tiers", "levels", "native"])
+def test_every_parking_copy_has_the_headers_the_schema_defines(source: dict[str, Any]) -> None:
+    """Out of retries, and a permanent failure at once: contract.schema.json's `parking_headers` (first-failure-at
+    for tiers and levels, last-failure-at for native) describe what the reference client writes."""
+    def permanent(body: bytes, properties: BasicProperties) -> None:
+        raise PermanentError("x" * 2000)
+
+    counter = "x-delivery-count" if source is NATIVE else "retry-count"
+    for handler, headers in ((_fails, {counter: source["max_retries"]}), (permanent, None)):
+        _, calls = _deliver(source, handler, headers, mode="republish")
+        assert calls[0][1] == source["error_exchange"]
+        parked_headers = calls[0][4]
+        assert list(_headers_schema("parking_headers").iter_errors(parked_headers)) == [], parked_headers
+        assert len(parked_headers["error-reason"].encode()) <= MAX_REASON_BYTES
+
+
+@pytest.mark.parametrize("source", [contract(), STEADY], ids=["tiers", "levels"])
+def test_every_retry_copy_has_the_headers_the_schema_defines(source: dict[str, Any]) -> None:
+    _, calls = _deliver(source, _fails, {"retry-count": 1, "first-failure-at": "2026-01-01T00:00:00.000Z"},
+                        mode="republish")
+    assert list(_headers_schema("retry_headers").iter_errors(calls[0][4])) == [], calls[0][4]

@@ -112,12 +112,23 @@ def test_removing_a_tier_deletes_its_queue_binding_and_policy(review_of):
     assert status == 0 and "data loss: 1" in markdown and "Data loss acknowledged" in markdown
 
 
+def test_renaming_a_retryable_queue_is_a_contract_risk(review_of):
+    def renamed(config: dict[str, Any]) -> None:
+        orders(config)["name"] = "orders.v2"
+
+    _, markdown, _ = review_of(BASE, changed(renamed))
+    assert ("| contract | RetryableQueue | `shop-orders` | `orders` | retryable queue orders removed (renamed to "
+            "orders.v2? its contract is gone): consumers still running on it consume a queue that no longer exists "
+            "(channel error 404 NOT\\_FOUND) and cannot park to orders.error; move them to the new contract before "
+            "this is applied | **contract** |") in markdown, markdown
+
+
 def test_removing_a_protected_tier_says_pulumi_will_refuse(review_of):
     old = changed(lambda c: c.update(protect=True))
     _, markdown, status = review_of(old, changed(lambda c: (c.update(protect=True),
                                                              orders(c)["retry"].update(delays=["1s"]))))
     assert status == 2 and review_of.full.count("🔒 protected: `pulumi up` will refuse until unprotected") == 2
-    assert ("| delete | Queue | 2 queues | in vhost `shop`: `*.wait.2`, `*.wait.3` of 1 retryable queue: `orders` |  | "
+    assert ("| delete | Queue | 2 queues | in vhost `shop`: `orders.wait.2`, `orders.wait.3` |  | "
             "**data loss** — 🔒 protected: `pulumi up` will refuse until unprotected |") in markdown
 
 
@@ -229,6 +240,71 @@ def test_new_grants_are_access_and_revocations_are_safe():
     assert [risk.risk(s) for s in created] == [risk.ACCESS]
     assert sorted(risk.risk(s) for s in moved) == [risk.ACCESS, risk.SAFE]  # new user's grant; old one revoked
     assert [risk.risk(s) for s in revoked] == [risk.SAFE]
+
+
+def test_a_permission_update_shows_the_names_added_and_removed_not_both_regexes():
+    old = Registered(urn="urn:pulumi:dev::rabbitmq-retry::rabbitmq:index/permissions:Permissions::ops-shop",
+                     type=engine.PERMISSIONS, name="ops-shop", custom=True, parent=None,
+                     inputs={"user": "ops", "vhost": "shop", "permissions": {
+                         "configure": "^$", "write": r"^(orders|orders\.billing\.requeue)$", "read": "^(a)$"}})
+    new = copy.deepcopy(old)
+    new.inputs["permissions"]["write"] = r"^(notify\.push\.requeue|orders|rabbitmq\-retry\.delay\.0)$"
+    compact = review.render(engine.diff([old], [new]), [old], [new], ({}, {})).compact
+    (row,) = [line for line in compact.splitlines() if line.startswith("| update | Permissions |")]
+    assert ("| write + `notify.push.requeue`, + `rabbitmq-retry.delay.0`, − `orders.billing.requeue` | **access** |"
+            in row), row
+    assert "^(" not in row
+
+
+def test_a_topic_permission_update_is_shown_per_exchange_without_json_escapes():
+    def topic(write: str, exchanges: tuple[str, ...] = ("orders",)) -> Registered:
+        return Registered(
+            urn="urn:pulumi:dev::rabbitmq-retry::rabbitmq:index/topicPermissions:TopicPermissions::app-shop",
+            type=engine.TOPIC_PERMISSIONS, name="app-shop", custom=True, parent=None,
+            inputs={"user": "app", "vhost": "shop",
+                    "permissions": [{"exchange": x, "write": write, "read": "^$"} for x in exchanges]})
+
+    old, new = [topic(r"^order\.")], [topic(r"^order\.(created|paid)$", ("orders", "rabbitmq-retry.delay.0"))]
+    compact = review.render(engine.diff(old, new), old, new, ({}, {})).compact
+    (row,) = [line for line in compact.splitlines() if line.startswith("| update | TopicPermissions |")]
+    assert (r"topic `orders` write `^order\.` → `^order\.(created\|paid)$`; + topic `rabbitmq-retry.delay.0`: "
+            r"write `^order\.(created\|paid)$` read `^$`") in row, row
+    assert "\\\\" not in row and '{"exchange"' not in row
+
+
+def user(password: str, tags: list[str] | None = None) -> Registered:
+    return Registered(
+        urn="urn:pulumi:dev::rabbitmq-retry::rabbitmq:index/user:User::billing-app-user", type=engine.USER,
+        name="billing-app-user", custom=True, parent=None,
+        inputs={"name": "billing-app", "password": password, "tags": tags or []})
+
+
+def test_a_password_change_is_an_access_risk_that_says_who_is_locked_out():
+    old, new = [user("[secret] aaaa")], [user("[secret] bbbb")]
+    (step,) = engine.diff(old, new)
+    assert (step.op, step.changed, risk.risk(step)) == ("update", ["password"], risk.ACCESS)
+    compact = review.render([step], old, new, ({}, {})).compact
+    (row,) = [line for line in compact.splitlines() if line.startswith("| update | User |")]
+    assert row.endswith("| password changed (secret) | **access** — every client using the old password of "
+                        "`billing-app` is locked out at its next reconnect (open connections stay until then): give "
+                        "them the new one as this is applied |"), row
+    (same,) = engine.diff(old, old)
+    assert risk.risk(same) == risk.SAFE
+
+
+def test_an_imported_queue_reviews_as_import_not_create():
+    audit = Registered(urn="urn:pulumi:dev::rabbitmq-retry::rabbitmq:index/queue:Queue::jobs-jobs.audit",
+                       type=engine.QUEUE, name="jobs-jobs.audit", custom=True, parent=None,
+                       inputs={"name": "jobs.audit", "vhost": "jobs", "settings": {"durable": True}},
+                       import_id="jobs.audit@jobs")
+    (step,) = engine.diff([], [audit])
+    assert (step.op, risk.risk(step)) == ("import", risk.SAFE)
+    compact = review.render([step], [], [audit], ({}, {})).compact
+    assert compact.startswith("**1 to import, 0 unchanged**")
+    assert ("| import | Queue | `jobs-jobs.audit` | `jobs.audit` | adopted as the broker holds it, with its messages "
+            "(nothing is created) | safe |") in compact
+    (same,) = engine.diff([audit], [audit])
+    assert same.op == "same", "once imported, the next review has nothing to do"
 
 
 # End to end: the CLI in a git repository of its own, BASE evaluated from a commit.
@@ -351,7 +427,7 @@ def test_cli_a_password_change_reviews_as_secret_and_no_ciphertext_is_printed(re
     review_run = cli(repo, "--base", "HEAD", "--stack", "dev")
     assert review_run.returncode == 0, review_run.stderr
     (row,) = [line for line in review_run.stdout.splitlines() if line.startswith("| update | User |")]
-    assert row.endswith("| `billing-app` | password changed (secret) | safe |")
+    assert "| `billing-app` | password changed (secret) | **access** — every client using the old password" in row
     assert "**1 to update," in review_run.stdout
     outputs.append(review_run)
     for tool in ("tools.plan_report", "tools.mockrun"):
@@ -411,9 +487,9 @@ def test_turning_protect_off_is_flagged_and_turning_it_on_is_safe(review_of):
     assert markdown.startswith("**7 protect/retain changes, 21 unchanged** — 🔓 protection: 7")
     assert ("| options | Queue | `shop-orders-input` | `orders` | protect on → off | **protection** — `pulumi up` no "
             "longer refuses to delete or replace it |") in review_of.full
-    assert ("| options | Queue | 6 queues | in vhost `shop`: `*`, `*.error`, `*.wait.1`, `*.wait.2`, `*.wait.3` of 1 "
-            "retryable queue: `orders`; `audit` | protect on → off | **protection** — `pulumi up` no longer refuses "
-            "to delete or replace it |") in markdown
+    assert ("| options | Queue | 6 queues | in vhost `shop`: `orders`, `orders.error`, `orders.wait.1`, "
+            "`orders.wait.2`, `orders.wait.3`; `audit` | protect on → off | **protection** — `pulumi up` no longer "
+            "refuses to delete or replace it |") in markdown
     assert ("| options | VHost | `shop-vhost` | `shop` | protect on → off | **protection** — `pulumi up` no longer "
             "refuses to delete or replace it |") in markdown
 
@@ -556,8 +632,8 @@ def test_deleting_1000_queues_fits_a_comment_and_names_every_queue(record_stack)
     new = ([r for r in old[0] if "q0" not in json.dumps(asdict(r))], {k: v for k, v in old[1].items() if "q0" not in k})
     result = reviewed(old, new)
     assert result.status == 2 and len(result.compact) <= review.LIMIT
-    assert ("| delete | Queue | 5,000 queues | in vhost `shop`: `*`, `*.error`, `*.wait.1`, `*.wait.2`, `*.wait.3` of "
-            "1,000 retryable queues: `q0000`, `q0001`, ") in result.compact
+    assert ("| delete | Queue | 5,000 queues | in vhost `shop`: the queue, `*.error`, `*.wait.1`, `*.wait.2`, "
+            "`*.wait.3` of 1,000 retryable queues: `q0000`, `q0001`, ") in result.compact
     assert all(f"`q{i:04d}`" in result.compact for i in range(1000))
     for i in range(1000):
         assert all(f"| `q{i:04d}{suffix}` |" in result.full for suffix in ("", ".wait.1", ".wait.3", ".error"))
@@ -641,7 +717,7 @@ def test_switching_a_queue_from_tiers_to_levels_replaces_its_input_and_deletes_i
     assert ("| create | Queue | 17 queues | in vhost `shop`: `rabbitmq-retry.delay.0`, `rabbitmq-retry.delay.1`, "
             "`rabbitmq-retry.delay.2`, ") in markdown
     assert "| create | Binding | `shop-orders-delivery-binding` | `rabbitmq-retry.delay.deliver → orders` |" in markdown
-    assert 'top{{"rabbitmq-retry.delay.16<br/>topic, top level"}}' in markdown  # the new path is drawn
+    assert 'levels[("rabbitmq-retry.delay.0 … rabbitmq-retry.delay.16<br/>17 levels' in markdown  # the new path
 
 
 def test_raising_max_delay_only_adds_levels_on_top_and_widens_the_consumers_grant(review_of):
@@ -653,7 +729,7 @@ def test_raising_max_delay_only_adds_levels_on_top_and_widens_the_consumers_gran
     assert status == 0 and "data loss" not in markdown
     # The application may write the new levels too (shown as access); it keeps the old top, a lower level now,
     # so consumers on the old contract keep working: no contract row.
-    assert "rabbitmq\\\\-retry\\\\.delay\\\\.5)$ | **access** |" in markdown
+    assert "write + `rabbitmq-retry.delay.4`, + `rabbitmq-retry.delay.5` | **access** |" in markdown
     assert "| contract |" not in markdown
 
 

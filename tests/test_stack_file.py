@@ -55,10 +55,22 @@ def test_a_merge_key_may_still_be_overridden(tmp_path: Path):
 
 
 @pytest.mark.parametrize(("text", "expected"), [
-    ("config:\n  a: b\n   c: d\n", "Pulumi.broken.yaml:3:5: mapping values are not allowed here"),
-    ("config:\n\ta: b\n", "Pulumi.broken.yaml:2:1: found character '\\t' that cannot start any token"),
-    ("config:\n  rabbitmq-retry:vhosts: [\n", "Pulumi.broken.yaml:3:1: expected the node content, but found "
-                                              "'<stream end>'"),
+    ("config:\n  a: b\n   c: d\n", "Pulumi.broken.yaml:3:5: a `key:` where none can start: a line indented deeper "
+                                  "than the key above it, which already has a value (align it with that key), or a "
+                                  "second `key:` on one line (quote a value that contains `: `)"),
+    ("config:\n\ta: b\n", "Pulumi.broken.yaml:2:1: a tab character; indent with spaces"),
+    ("config:\n  rabbitmq-retry:vhosts: [\n", "Pulumi.broken.yaml:3:1: the file ends inside a value; close every "
+                                              "`[`, `{` and quote it opens"),
+    # The mistake's line (6: `]` missing), not the next one where the parser noticed it.
+    ("config:\n  v:\n    - name: q1\n      bindings: [{exchange: orders}\n    - name: q2\n",
+     "Pulumi.broken.yaml:4:17: this `[` is not closed: expected `,` or `]` before line 5, column 5"),
+    ("config:\n  a:\n    - name: q1\n      retry:\n        delays: [1s]\n       max_retries: 3\n",
+     "Pulumi.broken.yaml:6:8: this line is indented differently from the entries it follows (the block starting at "
+     "line 3); indent it like its siblings, or add the missing `- ` of a list entry"),
+    ("config:\n  a: 'abc\n  b: 1\n", "Pulumi.broken.yaml:2:6: this quoted string is not closed (no closing quote "
+                                     "before line 4, column 1)"),
+    ("rabbitmq-retry:vhosts: []\n", "Pulumi.broken.yaml: no `config:` key; rabbitmq-retry:vhosts must be indented "
+                                    "under `config:` (see Pulumi.dev.yaml)"),
     ("- config\n", "Pulumi.broken.yaml: expected a mapping with a `config:` key, got a list"),
     ("just text\n", "Pulumi.broken.yaml: expected a mapping with a `config:` key, got a string"),
     ("config: [a, b]\n", "Pulumi.broken.yaml: `config:` must be a mapping of key: value, got a list"),

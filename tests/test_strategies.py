@@ -1,5 +1,6 @@
 """Strategies are modules: the registry maps each name to the module that owns everything about it, and
-nothing else in the components chooses by a strategy's name (README: Layout says where a new one goes)."""
+nothing else in the components chooses by a strategy's name (docs/development.md, "Adding a strategy", says where
+a new one goes)."""
 
 from __future__ import annotations
 

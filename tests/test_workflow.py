@@ -1,6 +1,6 @@
 """The GitHub Actions workflow cannot run here. actionlint (with shellcheck on its `run:` scripts) checks it
 the way GitHub would read it; its stack discovery and its comment script run here on stand-ins; the rest
-asserts the steps the README promises."""
+asserts the steps docs/operations.md (GitHub Actions) promises."""
 
 from __future__ import annotations
 

@@ -6,9 +6,12 @@ subprocess so that BASE's own `__main__.py` and `components/` are evaluated; `to
 The review printed (and written to --output) fits one comment: identical changes are grouped, diagrams
 are drawn for retry paths whose shape or risk changed; --output-full gets every change and diagram.
 Exit status: 0 no data loss (or acknowledged with ALLOW_DATA_LOSS=1 / --allow-data-loss), 2 a queue or
-vhost is deleted or replaced, or `pulumi up` would fail halfway (a retained error queue replaced under its own
-name: no acknowledgement waives that), 1 error (a config error is printed as `pulumi preview` prints it).
+vhost is deleted or replaced, `rabbitmq-retry:delete_with_messages` waives the queue guard, or `pulumi up`
+would fail halfway (a retained error queue replaced under its own name: no acknowledgement waives that),
+1 error (a config error is printed as `pulumi preview` prints it).
 Contract and protection risks are flagged, and do not change it.
+With --endpoint (`make review ENDPOINT=…`) it also says what each deleted or replaced queue holds on that broker
+now, read-only (tools/lib/queue_guard.py); without it, it reads no broker.
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ from pathlib import Path
 
 from tools.lib import engine
 from tools.lib.checkout import CheckoutError, checkout
+from tools.lib.definitions import DefinitionsError
+from tools.lib.queue_guard import review_section
 from tools.lib.review import BaseProgramError, ReviewError, evaluate_both, plans_of, render
+from tools.lib.stack_file import StackFileError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, help="also write the review for a comment here (for CI to post)")
     parser.add_argument("--output-full", type=Path, help="write the full, ungrouped review here")
     parser.add_argument("--allow-data-loss", action="store_true", help="acknowledge data loss: exit 0")
+    parser.add_argument("--endpoint", help="management URL of the live broker: add what each deleted or replaced "
+                        "queue holds now (read-only; credentials as for drift); offline without it")
     args = parser.parse_args(argv)
     allow = args.allow_data_loss or os.environ.get("ALLOW_DATA_LOSS", "").lower() in ("1", "true", "yes")
     project, stack_file = args.root.resolve(), f"Pulumi.{args.stack}.yaml"
@@ -51,15 +59,20 @@ def main(argv: list[str] | None = None) -> int:
         print(error, file=sys.stderr)
         return 1
     review = render(steps, old, new, plans, allow_data_loss=allow)
+    try:
+        guard = review_section(steps, args.stack, project, args.endpoint)
+    except (DefinitionsError, StackFileError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     heading = f"## RabbitMQ review: stack `{args.stack}`, `{args.base}` ({commit}) → working tree"
     note = "" if at_base else f"\n\n`{stack_file}` does not exist at `{args.base}`: every resource is created."
-    compact, complete = (f"{heading}{note}\n\n{body}\n" for body in (review.compact, review.full))
+    compact, complete = (f"{heading}{note}\n\n{body}{guard.markdown}\n" for body in (review.compact, review.full))
     sys.stdout.write(compact)
     if args.output:
         args.output.write_text(compact)
     if args.output_full:
         args.output_full.write_text(complete)
-    return review.status
+    return 2 if guard.data_loss and not allow else review.status
 
 
 if __name__ == "__main__":

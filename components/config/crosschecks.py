@@ -41,8 +41,15 @@ def check_queue_and_exchange_names(p: Problems, path: str, exchanges: Sequence[E
         if exchange.name in exchange_owner:
             p.add(where, f'duplicate exchange "{exchange.name}" (also {exchange_owner[exchange.name]})')
         exchange_owner.setdefault(exchange.name, where)
+    declared_by: dict[str, str] = {}
     for queue in queues:
         where = f"{path}.queues[{queue.index}].name"
+        if queue.name is not None and queue.name in declared_by:
+            # One problem for a queue written twice, not one per name it derives.
+            p.add(where, f'duplicate queue "{queue.name}" (also {declared_by[queue.name]}); keep one')
+            continue
+        if queue.name is not None:
+            declared_by[queue.name] = where
         for owned, owners, kind in ((queue.owned_queues, queue_owner, "queue"),
                                     (queue.owned_exchanges, exchange_owner, "exchange")):
             for name in owned:
@@ -114,8 +121,12 @@ def check_vhost(p: Problems, vhost: VhostEntry) -> None:
     check_policy_names(p, f"{vhost.path}.policies", vhost.policies, derived_policy_names)
     check_policy_names(p, f"{vhost.path}.operator_policies", vhost.operator_policies)
     check_queue_and_exchange_names(p, vhost.path, vhost.exchanges, vhost.queues)
-    check_bindings(p, vhost.path, vhost.exchanges, vhost.queues)
-    check_applications(p, vhost)
+    # A list written as something else (exchanges as a map) is its own one problem: what refers to its names
+    # is not checked against an empty list.
+    if "exchanges" not in vhost.unreadable:
+        check_bindings(p, vhost.path, vhost.exchanges, vhost.queues)
+    if not {"exchanges", "queues"} & vhost.unreadable:
+        check_applications(p, vhost)
 
 
 LOCK_OUT = ("pulumi up would overwrite the deploying user's tags and password mid-deploy; give the application "

@@ -6,6 +6,7 @@ mistaken for an optional key left out (`ABSENT`) nor for a value that may legiti
 
 from __future__ import annotations
 
+import difflib
 import enum
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -57,13 +58,20 @@ def child(path: str, key: object) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
+def did_you_mean(value: object, known: Sequence[str]) -> str:
+    """` did you mean "x"?` for the closest of `known` to a misspelt `value`, or "" when none is close."""
+    close = difflib.get_close_matches(str(value), list(known), n=1, cutoff=0.6) if isinstance(value, str) else []
+    return f' did you mean "{close[0]}"?' if close else ""
+
+
 def mapping(p: Problems, path: str, value: object, allowed: Sequence[str]) -> Mapping[str, Any] | Invalid:
     if not isinstance(value, Mapping):
         p.add(path, f"expected a mapping, got {describe(value)}")
         return INVALID
     for key in value:
         if key not in allowed:
-            p.add(child(path, key), f"unknown key (allowed: {', '.join(allowed)})")
+            guess = did_you_mean(key, allowed)
+            p.add(child(path, key), f"unknown key{';' + guess if guess else ''} (allowed: {', '.join(allowed)})")
     return value
 
 
@@ -114,7 +122,8 @@ def boolean(p: Problems, path: str, value: object) -> bool | Invalid:
 
 def choice(p: Problems, path: str, value: object, choices: Sequence[str]) -> str | Invalid:
     if value not in choices:
-        p.add(path, f"{value!r} is not one of {', '.join(choices)}")
+        guess = did_you_mean(value, choices)
+        p.add(path, f"{value!r} is not one of {', '.join(choices)}{';' + guess if guess else ''}")
         return INVALID
     return str(value)
 

@@ -1,15 +1,18 @@
 """The keys each mapping of the stack config may hold, written once.
 
 The parser refuses any other key, the fuzz test builds and misspells configs from these tables, and
-`tests/test_readme_reference.py` keeps the README's "Config reference" tables equal to them. The order is
-the order of the README and of "unknown key (allowed: …)" messages.
+`tests/test_config_reference.py` keeps the tables of docs/config.md ("Stack-file keys") equal to them. The
+order is the order of those tables and of "unknown key (allowed: …)" messages.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-TOP_LEVEL_KEYS = ("protect", "retain_error_queues", "defaults", "vhosts", "passwords", "broker")
+TOP_LEVEL_KEYS = ("protect", "retain_error_queues", "defaults", "vhosts", "passwords", "broker", "delete_with_messages",
+                  "amqp_port")
+"""`delete_with_messages` and `amqp_port` belong to the queue guard, which parses them (components/guard.py);
+the topology parser only accepts them."""
 BROKER_KEYS = ("version",)
 DEFAULTS_KEYS = ("queue_type", "policy_priority", "delivery_limit")
 VHOST_KEYS = ("name", "existing", "exchanges", "queues", "policies", "operator_policies", "applications", "operators",
@@ -18,7 +21,8 @@ DELAY_LEVELS_KEYS = ("unit", "max_delay", "type")
 IMPORT_KINDS = ("queue", "exchange", "binding", "policy", "operator_policy")
 """What a `vhosts[].import` entry may adopt, written `<kind> <provider ID>`."""
 EXCHANGE_KEYS = ("name", "type")
-QUEUE_KEYS = ("name", "type", "bindings", "max_length", "delivery_limit", "retry", "policy_priority")
+QUEUE_KEYS = ("name", "type", "bindings", "max_length", "delivery_limit", "retry", "policy_priority",
+              "max_length_bytes", "message_ttl", "single_active_consumer")
 BINDING_KEYS = ("exchange", "routing_key", "arguments", "external")
 RETRY_KEYS = ("strategy", "delays", "backoff", "min_delay", "max_delay", "max_retries", "error_retention",
               "error_max_length")
@@ -48,6 +52,9 @@ APPLICATION_KEYS = ("user", "publishes", "consumes", "topic_permissions")
 TOPIC_PERMISSION_KEYS = ("exchange", "write", "read")
 OPERATOR_KEYS = ("user",)
 LIMITS_KEYS = ("max_connections", "max_queues")
+PROVIDER_KEYS = ("endpoint", "username", "password", "insecure", "cacertFile", "clientcertFile", "clientkeyFile",
+                 "proxy")
+"""The `rabbitmq:` keys the pulumi-rabbitmq provider reads; it ignores any other, so a misspelt one is refused."""
 
 KEY_TABLES: Mapping[str, tuple[str, ...]] = {
     "rabbitmq-retry": TOP_LEVEL_KEYS,

@@ -8,10 +8,18 @@ from typing import Any
 from ..strategies.levels import LevelsRetry, check_backoff_fits
 from .capabilities import Version, parse_version, version_problems
 from .crosschecks import check_users, check_vhost, check_vhost_names
-from .fields import ABSENT, INVALID, Problems, boolean, describe, items, mapping, optional
+from .fields import ABSENT, INVALID, Problems, boolean, describe, did_you_mean, items, mapping, optional
 from .keys import BROKER_KEYS, TOP_LEVEL_KEYS
 from .model import Defaults, DelayLevels, Queue, StackConfig, Vhost
-from .parsers import VhostEntry, parse_defaults, parse_delay_levels, parse_queue, parse_vhost
+from .parsers import (
+    ApplicationEntry,
+    OperatorEntry,
+    VhostEntry,
+    parse_defaults,
+    parse_delay_levels,
+    parse_queue,
+    parse_vhost,
+)
 from .passwords import NOT_A_MAPPING, key_path, password_command
 
 BUILT_IN_DEFAULTS = Defaults()
@@ -30,9 +38,26 @@ def check_passwords_shape(p: Problems, raw: object) -> None:
                   f"{password_command(str(user))}")
 
 
+def check_password_users(p: Problems, raw: object, vhosts: list[VhostEntry]) -> None:
+    """A password filed under a user no application or operator declares is a mistake (a misspelt user, whose
+    real one then has no password); not checked when a user entry was itself refused (its name is unknown)."""
+    if not isinstance(raw, Mapping):
+        return
+    entries: list[ApplicationEntry | OperatorEntry] = [*(a for v in vhosts for a in v.applications),
+                                                       *(o for v in vhosts for o in v.operators)]
+    if any(e.name is None for e in entries) or any({"applications", "operators"} & v.unreadable for v in vhosts):
+        return
+    declared = sorted({str(e.name) for e in entries})
+    for user in raw:
+        if user not in declared:
+            p.add(key_path("passwords", user), f'no application or operator declares user "{user}";'
+                  f"{did_you_mean(user, declared) or ''} file the password under the user that needs it, or remove it"
+                  + (f" (users: {', '.join(declared)})" if declared else " (this stack declares no user)"))
+
+
 def parse_vhosts(p: Problems, top: Mapping[str, Any], defaults: Defaults) -> list[VhostEntry]:
     if "vhosts" not in top:
-        p.add("vhosts", "missing; set rabbitmq-retry:vhosts to a list of vhosts (see README)")
+        p.add("vhosts", "missing; set rabbitmq-retry:vhosts to a list of vhosts (see docs/config.md)")
         return []
     if top["vhosts"] is None:
         p.add("vhosts", "null; list the vhosts, or write [] to manage none (that deletes what this stack created)")
@@ -72,6 +97,7 @@ def load_stack_config(raw: Mapping[str, Any]) -> StackConfig:
     defaults = parse_defaults(p, top.get("defaults", ABSENT))
     vhosts = parse_vhosts(p, top, defaults)
     check_passwords_shape(p, top.get("passwords", ABSENT))
+    check_password_users(p, top.get("passwords", ABSENT), vhosts)
     check_users(p, vhosts)
     check_vhost_names(p, vhosts)
     broker_version = parse_broker(p, top.get("broker", ABSENT))

@@ -99,8 +99,13 @@ class Queue:
     max_length: int | None = None
     delivery_limit: int | None = None
     """Quorum only; always set for quorum queues: default 20, plus max_retries for a retryable queue.
-    A backstop that must never fire (README: Delivery limit)."""
+    A backstop that must never fire (docs/strategies.md: Delivery limit)."""
     retry: Retry | None = None
+    max_length_bytes: int | None = None
+    message_ttl_ms: int | None = None
+    """Plain queues only (a retryable queue's expired message would enter its retry path)."""
+    single_active_consumer: bool = False
+    """Plain queues only: `x-single-active-consumer`, a queue argument (changing it replaces the queue)."""
 
 
 @dataclass(frozen=True)

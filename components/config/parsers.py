@@ -25,6 +25,7 @@ from .fields import (
     boolean,
     choice,
     describe,
+    duration,
     entity_name,
     integer,
     items,
@@ -141,6 +142,8 @@ class VhostEntry(Entry[Vhost]):
     operator_policies: tuple[Entry[Policy], ...] = ()
     applications: tuple[ApplicationEntry, ...] = ()
     operators: tuple[OperatorEntry, ...] = ()
+    unreadable: frozenset[str] = frozenset()
+    """Its list keys written as something other than a list (already reported)."""
 
 
 def refused(index: int, written: object = None) -> Entry[Any]:
@@ -311,6 +314,13 @@ def resolve_delivery_limit(p: Problems, path: str, written: int | None, queue_ty
     return written
 
 
+PLAIN_QUEUE_ONLY = {
+    "message_ttl": "on a retryable queue an expired message would enter the retry path (or be parked) unhandled",
+    "single_active_consumer": "a retryable queue's consumers are not limited to one here",
+}
+"""Queue keys a retryable queue refuses, and why."""
+
+
 def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defaults) -> QueueEntry:
     data = mapping(p, path, raw, QUEUE_KEYS)
     if data is INVALID:
@@ -324,6 +334,14 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
     priority = optional(data, "policy_priority", lambda v: integer(p, f"{path}.policy_priority", v, 0),
                         defaults.policy_priority)
     max_length = optional(data, "max_length", lambda v: integer(p, f"{path}.max_length", v, 0), None)
+    max_length_bytes = optional(data, "max_length_bytes", lambda v: integer(p, f"{path}.max_length_bytes", v, 0), None)
+    message_ttl = optional(data, "message_ttl", lambda v: duration(p, f"{path}.message_ttl", v), None)
+    single_active = optional(data, "single_active_consumer",
+                             lambda v: boolean(p, f"{path}.single_active_consumer", v), False)
+    if "retry" in data:
+        for key, why in PLAIN_QUEUE_ONLY.items():
+            if key in data:
+                p.add(f"{path}.{key}", f"a plain queue's key: {why}; remove it (or remove retry)")
     delivery_limit = optional(data, "delivery_limit", lambda v: integer(p, f"{path}.delivery_limit", v, 1), None)
     if queue_type == "classic" and "delivery_limit" in data:
         p.add(f"{path}.delivery_limit", "delivery-limit is quorum-only; remove it or set type: quorum")
@@ -343,14 +361,16 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
     owned = strategy_of(retry).owned_names(name, retry) if isinstance(retry, Retry) else ([name], [])
     entry = QueueEntry(index, name, name, INVALID, bindings, tuple(owned[0]), tuple(owned[1]))
     if (not lengths_ok or queue_type is INVALID or priority is INVALID or max_length is INVALID
-            or delivery_limit is INVALID or retry is INVALID or any(b.value is INVALID for b in bindings)):
+            or delivery_limit is INVALID or retry is INVALID or max_length_bytes is INVALID or message_ttl is INVALID
+            or single_active is INVALID or any(b.value is INVALID for b in bindings)):
         return entry
     limit = resolve_delivery_limit(p, f"{path}.delivery_limit", delivery_limit, queue_type, retry, defaults)
     if limit is INVALID:
         return entry
     queue = Queue(name=name, queue_type=queue_type, policy_priority=priority,
                   bindings=tuple(b.value for b in bindings if isinstance(b.value, Binding)), max_length=max_length,
-                  delivery_limit=limit, retry=retry)
+                  delivery_limit=limit, retry=retry, max_length_bytes=max_length_bytes, message_ttl_ms=message_ttl,
+                  single_active_consumer=single_active is True)
     return QueueEntry(index, name, name, queue, bindings, entry.owned_queues, entry.owned_exchanges)
 
 
@@ -591,10 +611,14 @@ def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defau
     delay_levels = vhost_delay_levels(p, path, data, queues, defaults)
     check_created_only_options(p, path, data, existing)
 
+    unreadable = frozenset(key for key in ("exchanges", "queues", "policies", "operator_policies", "applications",
+                                           "operators") if data.get(key) is not None and (
+                               isinstance(data[key], (str, bytes)) or not isinstance(data[key], Sequence)))
+
     def entry(valid_name: str | None, written: str | None, value: Vhost | Invalid) -> VhostEntry:
         return VhostEntry(index, valid_name, written, value, path=path, exchanges=exchanges, queues=queues,
                           policies=policies, operator_policies=operator_policies, applications=applications,
-                          operators=operators)
+                          operators=operators, unreadable=unreadable)
 
     exchange_values, queue_values = valid_values(exchanges), valid_values(queues)
     policy_values, operator_policy_values = valid_values(policies), valid_values(operator_policies)
@@ -612,14 +636,18 @@ def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defau
     return entry(name, name, vhost)
 
 
+def _written_strategies(data: Mapping[str, Any]) -> list[object]:
+    """The `retry.strategy` each queue writes (absent ones left out), valid or not."""
+    queues = data.get("queues")
+    return [q["retry"]["strategy"] for q in (queues if isinstance(queues, Sequence) else ())
+            if isinstance(q, Mapping) and isinstance(q.get("retry"), Mapping) and "strategy" in q["retry"]]
+
+
 def _written_levels(data: Mapping[str, Any]) -> bool:
     """A queue asks for a strategy that uses delay levels, valid or not: its own problems are reported where
     they are."""
-    queues = data.get("queues")
-    return isinstance(queues, Sequence) and any(
-        isinstance(q, Mapping) and isinstance(q.get("retry"), Mapping)
-        and isinstance(name := q["retry"].get("strategy"), str) and name in STRATEGIES
-        and STRATEGIES[name].USES_DELAY_LEVELS for q in queues)
+    return any(isinstance(name, str) and name in STRATEGIES and STRATEGIES[name].USES_DELAY_LEVELS
+               for name in _written_strategies(data))
 
 
 def vhost_delay_levels(p: Problems, path: str, data: Mapping[str, Any], queues: tuple[QueueEntry, ...],
@@ -628,7 +656,9 @@ def vhost_delay_levels(p: Problems, path: str, data: Mapping[str, Any], queues: 
     (`delay_levels` without such a queue is refused); the backoff of each such queue must fit in them."""
     levels_path = f"{path}.delay_levels"
     if not _written_levels(data):
-        if "delay_levels" in data:
+        # A misspelt strategy (`level`) is its own problem: delay_levels may well be what it asks for.
+        misspelt = any(not (isinstance(name, str) and name in STRATEGIES) for name in _written_strategies(data))
+        if "delay_levels" in data and not misspelt:
             p.add(levels_path, "no queue of this vhost has retry.strategy: levels; remove delay_levels")
             return INVALID
         return None

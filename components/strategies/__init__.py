@@ -1,7 +1,7 @@
 """The retry strategies, by name: one module each, all implementing `base.Strategy`.
 
 A new strategy is a module here, listed in `STRATEGIES`; nothing else in the components chooses between
-strategies (README: Layout).
+strategies (docs/development.md: Adding a strategy).
 """
 
 from __future__ import annotations

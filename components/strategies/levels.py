@@ -54,7 +54,7 @@ KEY_FORMAT = ("the delay in units, ceil(delay_ms / delay_unit_ms) capped at 2^de
 @dataclass(frozen=True)
 class Backoff:
     """Retry n waits `min(max, initial × multiplier^(n-1))`, scaled by a random factor in
-    `[1 - jitter, 1 + jitter]`, rounded up to whole delay units."""
+    `[1 - jitter, 1 + jitter]`, rounded up to whole delay units, never above `max`."""
 
     initial_ms: int = 1000
     multiplier: float = 2.0
@@ -112,11 +112,10 @@ def check_backoff_fits(p: Problems, path: str, retry: LevelsRetry, levels: Delay
         p.add(f"{path}.backoff.initial", f"{backoff.initial_ms} ms is shorter than {levels_path}.unit "
               f"({levels.unit_ms} ms), the shortest delay the levels make; raise initial or lower the unit")
         ok = False
-    # Rounded to a nanosecond: 3000 ms × 1.1 is 3300.0000000000005 in floating point, and an exact fit is a fit.
-    longest = round(backoff.max_ms * (1 + backoff.jitter), 6)
-    if longest > levels.max_delay_ms:
-        p.add(f"{path}.backoff.max", f"with jitter {backoff.jitter:g} a retry may wait {longest:.0f} ms, more than "
-              f"{levels_path}.max_delay ({levels.max_delay_ms} ms); lower max or jitter, or raise max_delay")
+    # A client never waits longer than backoff.max, jitter included (rabbitmq_retry_client.levels.retry_delay_ms).
+    if backoff.max_ms > levels.max_delay_ms:
+        p.add(f"{path}.backoff.max", f"{backoff.max_ms} ms is longer than {levels_path}.max_delay "
+              f"({levels.max_delay_ms} ms), the longest delay the levels hold; lower max or raise max_delay")
         ok = False
     return ok
 
@@ -154,7 +153,7 @@ def plan(queue: Queue, retry: LevelsRetry, path: str, levels: DelayLevels | None
                            naming.delivery_pattern(queue.name))
     limits = queue_limits(queue)
     policies = [*([queue_policy(naming.QUEUE_POLICY_KEY, queue.name, queue.policy_priority, limits,
-                                limit_sources(path))] if limits else []),
+                                limit_sources(path, queue))] if limits else []),
                 *error_policies(queue, retry, path)]
     return RetryablePlan(config=queue, retry=retry, tiers=(), queues=adopt((input_queue, error), "queue", imports),
                          exchanges=adopt((error_exchange,), "exchange", imports),
@@ -226,7 +225,9 @@ def consumer_exchanges(plan: RetryablePlan[Any]) -> tuple[str, ...]:
 
 
 def redrive_exchanges(plan: RetryablePlan[Any]) -> tuple[str, ...]:
-    return ()
+    """An operator redrives a parked message to level 0 with a zero delay, which the delivery exchange routes to
+    exactly `Q` (no other queue bound to the exchange it was first published to)."""
+    return (plan.delay_exchanges[0],)
 
 
 def retry_exchange(plan: RetryablePlan[Any]) -> str | None:

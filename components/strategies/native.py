@@ -2,7 +2,9 @@
 
 A rejected message (`basic.reject(requeue=true)`) waits in the input queue itself, `min(min_delay × n,
 max_delay)` before its n-th redelivery; past the delivery limit (`max_retries`) the broker dead-letters it, at
-least once, to the error exchange. Only `Q` and `Q.error` exist.
+least once, to the error exchange. Besides `Q`, only `Q.error` and `Q.requeue` exist: the fanout exchange bound to
+`Q` alone, where an operator redrives a parked message so that it reaches `Q` and no other queue bound to the
+exchange it was first published to.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from .. import naming
 from ..config.fields import INVALID, Invalid, Problems, integer, optional
 from ..config.model import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry, TopicPermission
 from ..entries import (
+    BindingPlan,
+    ExchangePlan,
     RetryablePlan,
     adopt,
     error_policies,
@@ -86,8 +90,8 @@ def check_queue(p: Problems, path: str, name: str, queue_type: str) -> bool:
 
 
 def owned_names(queue: str, retry: Retry) -> tuple[list[str], list[str]]:
-    """The message waits in `Q` itself: only the error queue and exchange besides."""
-    return naming.derived_queue_names(queue, 0), [naming.error_exchange(queue)]
+    """The message waits in `Q` itself: only the error queue and exchange, and the redrive exchange besides."""
+    return naming.derived_queue_names(queue, 0), [naming.requeue_exchange(queue), naming.error_exchange(queue)]
 
 
 def plan(queue: Queue, retry: NativeRetry, path: str, levels: DelayLevels | None,
@@ -97,16 +101,20 @@ def plan(queue: Queue, retry: NativeRetry, path: str, levels: DelayLevels | None
     integers."""
     error, error_exchange, error_binding = error_queue_plans(queue)
     input_queue = parking_input_queue(queue)
+    requeue_x = naming.requeue_exchange(queue.name)
+    # A redrive's only route to `Q` alone: `Q.requeue` is bound to nothing else.
+    requeue_exchange = ExchangePlan(naming.REQUEUE_EXCHANGE_KEY, requeue_x, "fanout")
+    requeue_binding = BindingPlan(naming.REQUEUE_BINDING_KEY, requeue_x, queue.name)
     definition = {**queue_limits(queue), "delayed-retry-type": "failed", "delayed-retry-min": str(retry.min_delay_ms),
                   "delayed-retry-max": str(retry.max_delay_ms)}
-    sources = {**limit_sources(path), "delivery-limit": f"{path}.retry.max_retries",
+    sources = {**limit_sources(path, queue), "delivery-limit": f"{path}.retry.max_retries",
                "delayed-retry-type": f"{path}.retry.strategy", "delayed-retry-min": f"{path}.retry.min_delay",
                "delayed-retry-max": f"{path}.retry.max_delay"}
     policies = (queue_policy(naming.QUEUE_POLICY_KEY, queue.name, queue.policy_priority, definition, sources),
                 *error_policies(queue, retry, path))
     return RetryablePlan(config=queue, retry=retry, tiers=(), queues=adopt((input_queue, error), "queue", imports),
-                         exchanges=adopt((error_exchange,), "exchange", imports),
-                         bindings=adopt((error_binding,), "binding", imports),
+                         exchanges=adopt((requeue_exchange, error_exchange), "exchange", imports),
+                         bindings=adopt((requeue_binding, error_binding), "binding", imports),
                          policies=adopt(policies, "policy", imports))
 
 
@@ -116,7 +124,8 @@ def consumer_exchanges(plan: RetryablePlan[Any]) -> tuple[str, ...]:
 
 
 def redrive_exchanges(plan: RetryablePlan[Any]) -> tuple[str, ...]:
-    return ()
+    """An operator redrives a parked message to `Q.requeue`, which reaches only `Q`."""
+    return (plan.requeue_exchange,)
 
 
 def topic_permissions(own: Iterable[RetryablePlan[Any]]) -> tuple[TopicPermission, ...]:
@@ -156,5 +165,9 @@ def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]
 
 
 def path_problems(plan: RetryablePlan[Any], route: Route) -> list[str]:
-    """The message waits in its own queue: no retry path to check."""
+    """The message waits in its own queue: only the redrive path to check, which reaches exactly `Q`."""
+    reached = route(plan.requeue_exchange, None)
+    if reached != {plan.config.name}:
+        return [f'redrive path of "{plan.config.name}" reaches {sorted(reached or [])} instead of exactly '
+                f'"{plan.config.name}"; remove other bindings from "{plan.requeue_exchange}"']
     return []

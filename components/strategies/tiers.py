@@ -132,7 +132,7 @@ def plan(queue: Queue, retry: TiersRetry, path: str, levels: DelayLevels | None,
                 for t in tiers]
     if limits := queue_limits(queue):
         policies.insert(0, queue_policy(naming.QUEUE_POLICY_KEY, name, queue.policy_priority, limits,
-                                        limit_sources(path)))
+                                        limit_sources(path, queue)))
     policies += error_policies(queue, retry, path)
     return RetryablePlan(config=queue, retry=retry, tiers=tiers,
                          queues=adopt((input_queue, *wait_queues, error), "queue", imports),

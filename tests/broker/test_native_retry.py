@@ -73,6 +73,8 @@ def test_rejected_attempts_come_back_at_the_linear_delays_then_the_client_parks_
         headers = properties.headers or {}
         assert headers["attempts"] == MAX_RETRIES + 1 and headers["error-queue"] == "linear"
         assert headers["original-exchange"] == "in" and headers["original-routing-key"] == "order.created"
+        # Nothing written at the first failure survives a native retry: the time is the last failure's.
+        assert "first-failure-at" not in headers and str(headers["last-failure-at"]).endswith("Z")
     assert message_counts(broker, deployment.vhost, ["linear"]) == {"linear": 0}
 
 
@@ -93,14 +95,13 @@ def test_past_max_retries_the_broker_itself_parks_a_message_nothing_lost(broker:
         opened.cancel()
     assert seen == {i: [None, *range(1, MAX_RETRIES + 1)] for i in ids}
     assert message_counts(broker, deployment.vhost, ["limited"]) == {"limited": 0}
-    # The operator's tools read the broker's x-death: a redrive goes back to the original exchange.
+    # The operator's tools read the broker's x-death; a redrive goes to `limited.requeue`, bound to `limited` alone.
     with ParkedQueue(parameters(broker, deployment.vhost), deployment.contracts["limited"]) as parked:
         (group,) = parked.summary()
         assert (group.count, group.routing_key) == (len(ids), "order.created")
         assert group.reason == "delivery_limit: parked by the broker past the delivery limit"
-        with pytest.raises(ValueError, match=r"strategy native, which has no 'limited\.requeue'"):
-            parked.redrive(Selection(), to_queue=True)
-        assert parked.redrive(Selection()).moved == len(ids)
+        outcome = parked.redrive(Selection())
+        assert outcome.moved == len(ids) and outcome.destinations == {("limited.requeue", "order.created"): len(ids)}
     back = drain(broker, deployment.vhost, "limited")
     assert sorted(p.message_id for p, _ in back) == ids
     assert message_counts(broker, deployment.vhost, ["limited.error"]) == {"limited.error": 0}

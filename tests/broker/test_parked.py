@@ -137,7 +137,7 @@ def test_list_counts_what_was_parked_and_a_filtered_redrive_moves_exactly_that_s
     remaining = _order(broker, deployment)
     assert sorted(remaining) == sorted(set(expected) - timeouts), "the rest stayed parked, each once"
     in_order = remaining == [i for i in before if i not in timeouts]
-    if queue_type == "classic":  # a quorum queue may return nacked messages in another order (README)
+    if queue_type == "classic":  # a quorum queue may return nacked messages in another order (docs/operations.md)
         assert in_order, "and in the order they were parked"
     print(f"\n[{broker.name} {queue_type}] order kept after the redrive: {in_order}")
 
@@ -229,8 +229,8 @@ def test_an_operator_user_operates_parked_messages_with_its_derived_permissions_
 
         assert as_operator("list") == 0 and "20 parked in" in capsys.readouterr().out
         assert as_operator("show", "--limit", "1") == 0
-        assert as_operator("redrive", "--reason", "bad payload") == 0  # to exchange `in`
-        assert as_operator("redrive", "--reason", "KeyError", "--to-queue") == 0  # to work.requeue
+        assert as_operator("redrive", "--reason", "bad payload", "--to-original-exchange") == 0  # to exchange `in`
+        assert as_operator("redrive", "--reason", "KeyError") == 0  # to work.requeue
         assert as_operator("purge", "--reason", "PermissionError", "--yes") == 0
         capsys.readouterr()
         counts = message_counts(broker, deployment.vhost, ["work", "work.error"])

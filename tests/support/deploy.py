@@ -18,7 +18,7 @@ from typing import Any
 from components.config import load_vhost
 from components.plan import plan_vhost
 from tests.conftest import record_vhost
-from tests.support.mirror import Broker, MirrorError, apply, apply_update, call, esc
+from tests.support.mirror import BeforeDelete, Broker, MirrorError, apply, apply_update, call, esc
 from tools.lib.engine import Step
 from tools.lib.mockrun import Registered
 
@@ -52,9 +52,10 @@ def unreachable(broker: Broker) -> str | None:
 
 
 @contextmanager
-def throwaway_vhost(broker: Broker) -> Iterator[str]:
-    """A fresh vhost name; the program creates the vhost, and it is deleted afterwards with everything in it."""
-    name = f"test-{uuid.uuid4().hex[:12]}"
+def throwaway_vhost(broker: Broker, prefix: str = "test") -> Iterator[str]:
+    """A fresh vhost name starting with `prefix`; the program creates the vhost, and it is deleted afterwards with
+    everything in it."""
+    name = f"{prefix}-{uuid.uuid4().hex[:12]}"
     try:
         yield name
     finally:
@@ -110,8 +111,10 @@ class Deployer:
         apply(self.broker, resources)
         return Deployment(self.vhost, config, resources, contracts)
 
-    def update(self, before: Deployment, vhost_config: Mapping[str, Any], **vhost_args: Any) -> Deployment:
+    def update(self, before: Deployment, vhost_config: Mapping[str, Any], *, before_delete: BeforeDelete | None = None,
+               **vhost_args: Any) -> Deployment:
+        """`before_delete`: run the resource hooks of what the update deletes (tests/support/mirror.py)."""
         config = self._config(vhost_config)
         resources, contracts = _recorded(config, **vhost_args)
-        steps = apply_update(self.broker, before.resources, resources)
+        steps = apply_update(self.broker, before.resources, resources, before_delete)
         return Deployment(self.vhost, config, resources, contracts, steps)

@@ -24,7 +24,7 @@ import json
 import re
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
@@ -248,7 +248,14 @@ def _binding_key(broker: Broker, r: Registered) -> str | None:
                  if (b.get("routing_key"), b.get("arguments") or {}) == wanted), None)
 
 
-def _delete(broker: Broker, r: Registered) -> None:
+BeforeDelete = Callable[[Registered], None]
+"""Runs a record's `before_delete` resource hooks as the engine would before deleting it; raising stops the update
+there (e.g. the queue guard: tests/broker/test_guard.py)."""
+
+
+def _delete(broker: Broker, r: Registered, before_delete: BeforeDelete | None = None) -> None:
+    if before_delete is not None and r.hooks.get("before_delete"):
+        before_delete(r)
     if r.retain_on_delete:
         return  # Pulumi drops it from state and leaves it on the broker
     if r.type == engine.BINDING:
@@ -310,9 +317,11 @@ def _check_import_target(broker: Broker, r: Registered) -> None:
         raise ImportRefusedError(f"{r.name}: import ID {r.import_id!r}: not found on the broker")
 
 
-def apply_update(broker: Broker, old: Sequence[Registered], new: Sequence[Registered]) -> list[Step]:
+def apply_update(broker: Broker, old: Sequence[Registered], new: Sequence[Registered],
+                 before_delete: BeforeDelete | None = None) -> list[Step]:
     """`pulumi up` from `old` to `new`: DBR deletions (dependents first), then creates, updates and
-    replacements in creation order, then deletions (and create-before-delete leftovers)."""
+    replacements in creation order, then deletions (and create-before-delete leftovers). `before_delete`: run
+    the resource hooks a deleted record is bound to (the engine's part, which the mirror skips without it)."""
     steps = engine.diff(old, new)
     blocked = [s.name for s in steps if s.custom and s.protect and s.op in ("replace", "delete")]
     if blocked:
@@ -321,7 +330,7 @@ def apply_update(broker: Broker, old: Sequence[Registered], new: Sequence[Regist
     custom = [s for s in steps if s.custom]
     first = [old_by[s.urn] for s in custom if s.op == "replace" and s.delete_before_replace]
     for record in engine.deletion_order(first):
-        _delete(broker, record)
+        _delete(broker, record, before_delete)
     for step in custom:
         if step.op in ("create", "replace"):
             _create(broker, new_by[step.urn])
@@ -330,7 +339,7 @@ def apply_update(broker: Broker, old: Sequence[Registered], new: Sequence[Regist
     leftovers = [old_by[s.urn] for s in custom
                  if s.op == "delete" or (s.op == "replace" and not s.delete_before_replace)]
     for record in engine.deletion_order(leftovers):
-        _delete(broker, record)
+        _delete(broker, record, before_delete)
     return steps
 
 

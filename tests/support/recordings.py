@@ -67,7 +67,7 @@ STANDALONE: dict[str, Callable[[], Any]] = {
     "standalone-levels": _standalone_levels,
     "standalone-levels-queue": _standalone_levels_queue,
 }
-"""Components used on their own, as from another stack (README: Using the components from another stack)."""
+"""Components used on their own, as from another stack (docs/components.md)."""
 
 
 def _rows(recorded: list[Any]) -> str:

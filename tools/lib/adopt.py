@@ -257,8 +257,14 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
 
 
 def _messages(snapshot: Snapshot, queue: str) -> str:
+    """The queue's message count as read; a live read can lack one (the management API reports a new queue's
+    counts only with its next statistics, every few seconds), a definitions file never has one."""
     count = snapshot.messages(queue)
-    return "message count unknown (read from a file)" if count is None else f"{count} messages now"
+    if count is not None:
+        return f"{count} messages now"
+    if snapshot.live:
+        return "message count not reported yet by the management API (read live); check it before applying"
+    return "message count unknown (read from a file)"
 
 
 ENTRY_PATH = re.compile(r"vhost\.(policies|operator_policies|queues|exchanges)\[(\d+)\]")

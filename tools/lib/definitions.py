@@ -11,6 +11,7 @@ import base64
 import json
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,9 @@ class Endpoint:
         endpoint = url or os.environ.get("RABBITMQ_ENDPOINT", "")
         if not endpoint:
             raise DefinitionsError("no endpoint: pass ENDPOINT=http://host:15672 (or set RABBITMQ_ENDPOINT)")
+        if urllib.parse.urlsplit(endpoint).scheme not in ("http", "https"):
+            raise DefinitionsError(f"endpoint {endpoint!r} is not an http(s) URL: give the management API's, e.g. "
+                                   "http://127.0.0.1:15672 (not the AMQP port)")
         return cls(endpoint.rstrip("/"), os.environ.get("RABBITMQ_USERNAME") or username or "guest",
                    os.environ.get("RABBITMQ_PASSWORD", "guest"))
 
@@ -90,6 +94,9 @@ class Endpoint:
         except urllib.error.HTTPError as error:
             if error.code == 404:
                 return None
+            if error.code == 401:
+                raise DefinitionsError(f"GET {self.url}/api/{path}: HTTP 401, the management API refused user "
+                                       f"{self.username!r}: check RABBITMQ_USERNAME and RABBITMQ_PASSWORD") from None
             raise DefinitionsError(f"GET {self.url}/api/{path}: HTTP {error.code} {error.read()[:200]!r}") from None
         except (OSError, ValueError) as error:
             raise DefinitionsError(f"GET {self.url}/api/{path}: {error}") from None

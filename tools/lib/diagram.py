@@ -76,32 +76,31 @@ def _native_path(contract: Mapping[str, Any], changed: Collection[str], removed:
 
 
 def _levels_path(contract: Mapping[str, Any], changed: Collection[str], removed: Collection[str]) -> str:
-    """Strategy levels: the consumer publishes a copy to the top level with its delay in the routing key; the
-    vhost's shared levels hold it (level k waits `unit × 2^k` when bit k is 1) and deliver it to this queue only."""
+    """Strategy levels: the consumer publishes a copy to the level of its delay's highest 1 bit (not the top one)
+    with the delay in the routing key; the vhost's shared levels hold it (level k waits `unit × 2^k` when bit k is
+    1), pass it down, and the delivery exchange routes it to this queue only."""
     queue, levels, unit = contract["queue"], int(contract["delay_levels"]), int(contract["delay_unit_ms"])
     backoff = contract["backoff"]
-    names = {"input": queue, "top": contract["delay_exchange"], "deliver": DELIVERY_EXCHANGE,
+    # The levels node stands for every level: it is marked when the top level (the contract's delay_exchange) is.
+    names = {"input": queue, "levels": contract["delay_exchange"], "deliver": DELIVERY_EXCHANGE,
              "error_x": contract["error_exchange"], "error_q": contract["error_queue"]}
     top, longest = format_duration(unit * 2 ** (levels - 1)), format_duration(unit * (2**levels - 1))
     waits = (f"{label(delay_level(0))} … {label(delay_level(levels - 1))}<br/>{levels} levels, level k holds "
              f"{format_duration(unit)} × 2^k<br/>({format_duration(unit)} … {top}, at most {longest} in all)")
-    retry = (f"retry n: publish a copy, delay min({format_duration(int(backoff['max_ms']))}, "
-             f"{format_duration(int(backoff['initial_ms']))} × {backoff['multiplier']:g}^(n-1)) "
-             f"± {backoff['jitter'] * 100:g}%<br/>key: delay in {format_duration(unit)} units as "
-             f"{int(contract['delay_words'])} bits, then {label(queue)}")
+    retry = (f"retry n: publish a copy to the level of its delay's highest 1 bit, delay "
+             f"min({format_duration(int(backoff['max_ms']))}, {format_duration(int(backoff['initial_ms']))} × "
+             f"{backoff['multiplier']:g}^(n-1)) ± {backoff['jitter'] * 100:g}%<br/>key: delay in "
+             f"{format_duration(unit)} units as {int(contract['delay_words'])} bits, then {label(queue)}")
     lines = [
         "flowchart LR",
         f'  input[["{label(queue)}"]]',
-        f'  top{{{{"{label(names["top"])}<br/>topic, top level"}}}}',
         f'  levels[("{waits}")]',
         f'  deliver{{{{"{label(DELIVERY_EXCHANGE)}<br/>topic"}}}}',
         f'  error_x{{{{"{label(names["error_x"])}<br/>fanout"}}}}',
         f'  error_q[("{label(names["error_q"])}")]',
-        f'  input -- "{retry}" --> top',
-        '  top -- "highest 1 bit: wait there" --> levels',
+        f'  input -- "{retry}" --> levels',
         '  levels -- "expired: on down, waiting again at each 1 bit" --> levels',
         '  levels -- "after level 0" --> deliver',
-        '  top -. "no bit set (delay 0)" .-> deliver',
         '  deliver -- "only this queue" --> input',
         f'  input -. "after {int(contract["max_retries"])} retries: park" .-> error_x',
         "  error_x --> error_q",

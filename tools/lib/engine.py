@@ -20,7 +20,8 @@ from typing import Any, Literal
 
 from tools.lib.mockrun import Registered
 
-Op = Literal["create", "update", "replace", "delete", "same"]
+Op = Literal["create", "import", "update", "replace", "delete", "same"]
+"""`import`: a new resource with an import ID (`import_`), which `pulumi up` adopts as the broker holds it."""
 
 QUEUE = "rabbitmq:index/queue:Queue"
 EXCHANGE = "rabbitmq:index/exchange:Exchange"
@@ -190,7 +191,7 @@ def _step(old: Registered | None, new: Registered | None) -> Step:
                             "custom": current.custom, "protect": bool(old and old.protect),
                             "retain_on_delete": bool(old and old.retain_on_delete)}
     if old is None:
-        return Step("create", **base)
+        return Step("import" if new is not None and new.import_id else "create", **base)
     if new is None:
         return Step("delete", **base)
     if not current.custom:

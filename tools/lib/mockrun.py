@@ -48,6 +48,8 @@ class Registered:
     """What a component registered with `register_outputs`, or the stack's exports."""
     import_id: str = ""
     """The `import_` option: the ID of the existing object Pulumi adopts instead of creating one."""
+    hooks: dict[str, list[str]] = field(default_factory=dict)
+    """The `hooks` option: names of the resource hooks bound to it, by kind (`{"before_delete": [...]}`)."""
 
 
 class _Mocks(pulumi.runtime.Mocks):
@@ -84,7 +86,7 @@ class RecordingMonitor(mocks.MockMonitor):
                 parent=self._urns.get(request.parent), inputs=_plain(inputs), protect=bool(request.protect),
                 retain_on_delete=bool(request.retainOnDelete),
                 dependencies=sorted(self._urns.get(d, d) for d in request.dependencies), secret=secret,
-                import_id=request.importId,
+                import_id=request.importId, hooks=_hooks(request),
             )
         self.registered.append(record)
         self._by_urn[response.urn] = record
@@ -169,6 +171,17 @@ def _without_source_positions() -> Iterator[None]:
         yield
     finally:
         resource_runtime._get_stack_trace = saved
+
+
+HOOK_KINDS = ("before_create", "after_create", "before_update", "after_update", "before_delete", "after_delete",
+              "on_error")
+
+
+def _hooks(request: Any) -> dict[str, list[str]]:
+    """The hook names a registration binds, by kind, leaving out the kinds it binds none of."""
+    if not request.HasField("hooks"):
+        return {}
+    return {kind: list(names) for kind in HOOK_KINDS if (names := getattr(request.hooks, kind))}
 
 
 def _masked(value: Any) -> tuple[Any, bool]:

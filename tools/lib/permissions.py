@@ -11,7 +11,7 @@ from tools.lib.engine import Step
 LITERAL = re.compile(r"(?:[^\\.^$*+?{}\[\]|()]|\\[^A-Za-z0-9])*")
 
 
-def _literals(regex: str) -> frozenset[str] | None:
+def literals(regex: str) -> frozenset[str] | None:
     """The names a permission regex allows when it is a finite list (`^a$`, `^(a|b)$`), else None.
     RabbitMQ treats "" as matching nothing."""
     if regex == "":
@@ -28,7 +28,7 @@ def _literals(regex: str) -> frozenset[str] | None:
 def narrows(old: str, new: str) -> bool:
     """Does `new` allow nothing that `old` did not? Exact for finite name lists; any other change of a
     regex is treated as widening (deciding regex inclusion in general is not worth the risk)."""
-    names = _literals(new)
+    names = literals(new)
     if old == new:
         return True
     try:

@@ -11,19 +11,23 @@ from tools.lib.engine import short_type
 from tools.lib.inventory import VHOST_COMPONENT, key_inputs, natural, physical_name
 from tools.lib.mockrun import Registered
 
-COLUMNS = ("type", "logical name", "physical name", "key inputs")
+COLUMNS = ("op", "type", "logical name", "physical name", "key inputs")
+"""`op`: `create`, or `import` for an object the stack adopts as the broker holds it (`import_`)."""
 
 
 def render(stack: str, resources: list[Registered]) -> str:
     """The plan as Markdown: a count per type, a table of every RabbitMQ object, a diagram per retry path."""
     custom = [r for r in resources if r.custom]
     counts = Counter(short_type(r.type) for r in custom)
+    imported = sum(bool(r.import_id) for r in custom)
     out = [f"# Plan for stack {markdown.code(stack)}", "",
-           f"{len(custom)} resources: " + ", ".join(f"{n} {t}" for t, n in sorted(counts.items())), "",
+           f"{len(custom)} resources: " + ", ".join(f"{n} {t}" for t, n in sorted(counts.items()))
+           + (f"; {imported} imported (adopted as the broker holds them, with their messages)" if imported else ""),
+           "",
            markdown.row(COLUMNS), markdown.row(["---"] * len(COLUMNS))]
     for r in sorted(custom, key=lambda r: (r.parent or "", short_type(r.type), natural(r.name))):
-        out.append(markdown.row([short_type(r.type), markdown.code(r.name), markdown.code(physical_name(r)),
-                                 markdown.code(key_inputs(r))]))
+        out.append(markdown.row(["import" if r.import_id else "create", short_type(r.type), markdown.code(r.name),
+                                 markdown.code(physical_name(r)), markdown.code(key_inputs(r))]))
     for vhost in (r for r in resources if r.type == VHOST_COMPONENT):
         for queue, contract in sorted(vhost.outputs.get("retry_contracts", {}).items()):
             out += ["", f"## {markdown.code(contract['vhost'])} / {markdown.code(queue)}", "",

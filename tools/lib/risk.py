@@ -33,16 +33,24 @@ def fails_halfway(step: Step, vhost_deleted: bool = False) -> bool:
             and (old.get("name"), old.get("vhost")) == (new.get("name"), new.get("vhost")))
 
 
+def password_changed(step: Step) -> bool:
+    """A user's password updated: every client still using the old one is refused at its next connection."""
+    return step.type == engine.USER and step.op == "update" and "password" in step.changed
+
+
 def risk(step: Step, vhost_deleted: bool = False) -> str:
     """fails: see `fails_halfway`; data loss: a queue or vhost deleted or replaced (a deleted queue retained on
     the broker is not lost, unless `vhost_deleted`: deleting its vhost deletes it); access: a grant created,
-    moved or widened; safe: everything else (policies, exchanges, bindings, revocations)."""
+    moved or widened, or a password changed (its clients are locked out); safe: everything else (policies,
+    exchanges, bindings, revocations)."""
     if fails_halfway(step, vhost_deleted):
         return FAILS
     if step.type in HOLDS_MESSAGES and (step.op == "replace" or (
             step.op == "delete" and (not step.retain_on_delete or vhost_deleted))):
         return DATA_LOSS
     if step.type in GRANTS and (step.op in ("create", "replace") or (step.op == "update" and widens(step))):
+        return ACCESS
+    if password_changed(step):
         return ACCESS
     return SAFE
 

@@ -49,11 +49,37 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def _at(mark: Any) -> str:
+    return f"{mark.line + 1}:{mark.column + 1}"
+
+
 def _where(path: Path, error: yaml.MarkedYAMLError) -> str:
-    mark = error.problem_mark or error.context_mark
-    position = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
-    problem = error.problem or error.context or "not valid YAML"
-    return f"{path.name}{position}: {problem}"
+    """`file:line:column: what is wrong and what was expected`, at the mistake rather than where the parser
+    noticed it (an unclosed `[` is noticed on the next line)."""
+    problem, context = error.problem or "", error.context or ""
+    mark, opened = error.problem_mark, error.context_mark
+    if mark is None:
+        return f"{path.name}: {problem or context or 'not valid YAML'}"
+    found = f"line {mark.line + 1}, column {mark.column + 1}"
+    if opened is not None and context in ("while parsing a flow sequence", "while parsing a flow mapping"):
+        bracket, closing = ("[", "]") if "sequence" in context else ("{", "}")
+        return (f"{path.name}:{_at(opened)}: this `{bracket}` is not closed: expected `,` or `{closing}` "
+                f"before {found}")
+    if opened is not None and context.startswith("while scanning a quoted scalar"):
+        return f"{path.name}:{_at(opened)}: this quoted string is not closed (no closing quote before {found})"
+    if "<stream end>" in problem:
+        return f"{path.name}:{_at(mark)}: the file ends inside a value; close every `[`, `{{` and quote it opens"
+    if "mapping values are not allowed" in problem:
+        return (f"{path.name}:{_at(mark)}: a `key:` where none can start: a line indented deeper than the key "
+                "above it, which already has a value (align it with that key), or a second `key:` on one line "
+                "(quote a value that contains `: `)")
+    if "'\\t'" in problem or "\\t" in problem:
+        return f"{path.name}:{_at(mark)}: a tab character; indent with spaces"
+    if problem.startswith("expected <block end>") and opened is not None:
+        return (f"{path.name}:{_at(mark)}: this line is indented differently from the entries it follows "
+                f"(the block starting at line {opened.line + 1}); indent it like its siblings, or add the "
+                "missing `- ` of a list entry")
+    return f"{path.name}:{_at(mark)}: {problem or context or 'not valid YAML'}"
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -71,6 +97,10 @@ def load(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(document, Mapping):
         raise StackFileError(f"{path.name}: expected a mapping with a `config:` key, got {_kind(document)}")
+    if "config" not in document and (settings := sorted(str(k) for k in document if ":" in str(k))):
+        raise StackFileError(f"{path.name}: no `config:` key; {', '.join(settings[:3])}"
+                             f"{' …' if len(settings) > 3 else ''} must be indented under `config:` (see "
+                             "Pulumi.dev.yaml)")
     config = document.get("config")
     if config is None:
         return {}

@@ -56,7 +56,8 @@ RETRY_PATHS_ROOM = 8_000
 def _summary(m: Model, allow_data_loss: bool) -> list[str]:
     by_risk = Counter(r.risk for r in m.rows)
     counts = m.counts
-    summary = [f"{counts[op]:,} to {op}" for op in ("replace", "delete", "update", "create") if counts[op]]
+    summary = [f"{counts[op]:,} to {op}" for op in ("replace", "delete", "update", "create", "import")
+               if counts[op]]
     options = sum(r.op == "options" for r in m.rows)
     summary += [f"{options} protect/retain change{'s' * (options != 1)}"] * bool(options)
     flags = [("⛔ fails", FAILS), ("⚠️ data loss", DATA_LOSS), ("🔑 access", ACCESS), ("💥 contract", CONTRACT),
@@ -70,8 +71,8 @@ def _summary(m: Model, allow_data_loss: bool) -> list[str]:
         out += ["", "> ⚠️ Data loss acknowledged (ALLOW_DATA_LOSS=1 or --allow-data-loss): the queues below still "
                 "lose their messages."]
     elif by_risk[DATA_LOSS]:
-        out += ["", "> ⚠️ The queues below lose their messages. Drain them first (README: Changing topology "
-                "safely), then acknowledge with ALLOW_DATA_LOSS=1 or --allow-data-loss."]
+        out += ["", "> ⚠️ The queues below lose their messages. Drain them first (docs/operations.md: Changing "
+                "topology safely), then acknowledge with ALLOW_DATA_LOSS=1 or --allow-data-loss."]
     if by_risk[CONTRACT]:
         out += ["", "> 💥 Consumers of the old retry contract break as said below: redeploy them with the new "
                 "contract before, or together with, `pulumi up`."]

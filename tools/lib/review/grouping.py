@@ -37,15 +37,21 @@ def _every_name(rows: Sequence[Row]) -> str:
     """Every name of a group of risky rows, compactly: the resources of retryable queues by role, once for
     all the queues that share them (`` `*`, `*.wait.1` of 1,000 retryable queues: `q0000`, … ``), then the rest."""
     roles: dict[QueueKey, set[str]] = {}
+    physical: dict[QueueKey, list[str]] = {}
     for r in rows:
         if r.family is not None:
             roles.setdefault(r.family, set()).add(r.role)
-    alike: dict[tuple[str, ...], list[str]] = {}
+            physical.setdefault(r.family, []).append(r.physical)
+    alike: dict[tuple[str, ...], list[QueueKey]] = {}
     for family, own in roles.items():
-        alike.setdefault(tuple(sorted(own)), []).append(family[1])
-    parts = [f"{', '.join(markdown.code(role) for role in shared)} of {len(queues):,} retryable "
-             f"queue{'s' * (len(queues) != 1)}: {listed(sorted(queues), None)}"
-             for shared, queues in sorted(alike.items())]
+        alike.setdefault(tuple(sorted(own)), []).append(family)
+    parts = []
+    for shared, families in sorted(alike.items()):
+        if len(families) == 1:  # one retryable queue: its objects' own names say it best
+            parts.append(listed(sorted(physical[families[0]], key=natural), None))
+            continue
+        what = ", ".join("the queue" if role == "*" else markdown.code(role) for role in shared)
+        parts.append(f"{what} of {len(families):,} retryable queues: {listed(sorted(f[1] for f in families), None)}")
     rest = sorted(r.physical for r in rows if r.family is None)
     return "; ".join([*parts, *([listed(rest, None)] if rest else [])])
 
@@ -57,10 +63,12 @@ def _described(m: Model, rows: Sequence[Row]) -> str:
     if first.family is not None and all(r.family is not None for r in rows):
         queues = sorted({r.family[1] for r in rows if r.family})
         every = (m.families_before if first.op == "delete" else m.families).get(first.vhost, set())
+        # `*` is the retryable queue itself: "2 retryable queues: a, b", not "`*` of 2 retryable queues".
+        role = "" if first.role == "*" else f"{markdown.code(first.role)} of "
         if {r.family for r in rows} == every and len(queues) > 1:
-            return f"{markdown.code(first.role)} of every retryable queue in vhost {vhost}"
-        return f"{markdown.code(first.role)} of {len(queues):,} retryable queues in vhost {vhost}: " + listed(
-            queues, NAMES_SHOWN)
+            return f"{role}every retryable queue in vhost {vhost}"
+        if len(queues) > 1:
+            return f"{role}{len(queues):,} retryable queues in vhost {vhost}: " + listed(queues, NAMES_SHOWN)
     return f"in vhost {vhost}: " + listed(sorted((r.physical for r in rows), key=natural), NAMES_SHOWN)
 
 

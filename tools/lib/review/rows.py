@@ -21,6 +21,7 @@ from tools.lib.inventory import (
     physical_name,
 )
 from tools.lib.mockrun import Registered
+from tools.lib.permissions import literals
 from tools.lib.planned import PlanIndex, QueueKey, family_of, planned
 from tools.lib.risk import (
     CONTRACT,
@@ -30,6 +31,7 @@ from tools.lib.risk import (
     contract_breaks,
     fails_halfway,
     option_risk,
+    password_changed,
     risk,
 )
 from tools.lib.stack_file import is_secret_placeholder
@@ -60,13 +62,55 @@ def _lookup(inputs: Mapping[str, Any] | None, path: str) -> Any:
     return value
 
 
+def _regex_change(kind: str, before: str, after: str) -> str:
+    """One permission regex's change: the names added and removed when both are lists of names (`+ a, − b`),
+    else both regexes as code (no JSON escaping). Markdown."""
+    old, new = literals(before), literals(after)
+    if old is None or new is None:
+        return f"{kind} {markdown.code(before) or '(none)'} → {markdown.code(after) or '(none)'}"
+    changes = [f"+ {markdown.code(name)}" for name in sorted(new - old)]
+    changes += [f"− {markdown.code(name)}" for name in sorted(old - new)]
+    return f"{kind} {', '.join(changes)}"
+
+
+def _grant_changes(step: Step) -> list[str] | None:
+    """What an update of Permissions or TopicPermissions adds and removes, per permission (and per exchange of
+    topic permissions), instead of both whole regexes; None for any other step. Markdown."""
+    old, new = step.old or {}, step.new or {}
+    if step.op != "update" or step.type not in (engine.PERMISSIONS, engine.TOPIC_PERMISSIONS):
+        return None
+    if step.type == engine.PERMISSIONS:
+        before, after = old.get("permissions") or {}, new.get("permissions") or {}
+        return [_regex_change(kind, str(before.get(kind, "")), str(after.get(kind, "")))
+                for kind in ("configure", "write", "read") if before.get(kind, "") != after.get(kind, "")]
+    before_by = {str(p.get("exchange")): p for p in old.get("permissions") or []}
+    after_by = {str(p.get("exchange")): p for p in new.get("permissions") or []}
+    parts = []
+    for exchange in sorted(set(before_by) | set(after_by), key=natural):
+        was, now = before_by.get(exchange), after_by.get(exchange)
+        if now is None:
+            parts.append(f"− topic {markdown.code(exchange)}")
+        elif was is None:
+            parts.append(f"+ topic {markdown.code(exchange)}: write {markdown.code(str(now.get('write', '')))} read "
+                         f"{markdown.code(str(now.get('read', '')))}")
+        else:
+            parts += [f"topic {markdown.code(exchange)} " + _regex_change(kind, str(was.get(kind, "")),
+                                                                          str(now.get(kind, "")))
+                      for kind in ("write", "read") if was.get(kind, "") != now.get(kind, "")]
+    return parts
+
+
 def what_changed(step: Step, names: Mapping[str, str]) -> str:
     """`message-ttl 1000 → 2000` per changed path; a dragged replacement names its cause. Markdown."""
     parts = []
     if step.replaced_dependency:
         parts.append(f"replaced with {markdown.code(names.get(step.replaced_dependency, step.replaced_dependency))}")
+    if (grants := _grant_changes(step)) is not None:
+        return "; ".join([*parts, *grants])
     if step.op == "create":
         parts += [markdown.text(part) for part in _created(step)]
+    elif step.op == "import":
+        parts.append(markdown.text("adopted as the broker holds it, with its messages (nothing is created)"))
     for path in step.changed:
         label = re.sub(r"^(policy\.definition|settings\.argumentsJson|settings)\.", "", path)
         before, after = _lookup(step.old, path), _lookup(step.new, path)
@@ -107,12 +151,16 @@ def _notes(step: Step, vhost_deleted: bool = False) -> str:
                      "with its messages")
     elif step.retain_on_delete and step.op == "delete":
         notes.append("retained on the broker with its messages (retain_on_delete), no longer managed")
+    if password_changed(step):
+        notes.append(f"every client using the old password of {markdown.code(str((step.new or {}).get('name')))} is "
+                     "locked out at its next reconnect (open connections stay until then): give them the new one "
+                     "as this is applied")
     return "".join(f" — {note}" for note in notes)
 
 
 def _vhost_of(step: Step) -> str:
     return str((step.old or step.new or {}).get("vhost", "/"))
-OP_ORDER = {"replace": 0, "delete": 1, "update": 2, "create": 3, "options": 4}
+OP_ORDER = {"replace": 0, "delete": 1, "update": 2, "create": 3, "import": 4, "options": 5}
 RETRYABLE = "RetryableQueue"
 
 
@@ -252,6 +300,21 @@ def _contract_rows(old_contracts: Mapping[QueueKey, dict[str, Any]], new_contrac
         for text, text_alike in zip(contract_breaks(before, after), alike, strict=True):
             rows.append(Row(CONTRACT, "contract", RETRYABLE, components.get(key, ""), key[1], markdown.text(text),
                             "", key[0], key, "*", markdown.text(text_alike)))
+    added = [key for key in new_contracts if key not in old_contracts]
+    for key in sorted(set(old_contracts) - set(new_contracts)):
+        vhost, queue = key
+        successors = [name for other_vhost, name in added if other_vhost == vhost]
+        error_exchange = str(old_contracts[key].get("error_exchange"))
+
+        def removed(name: str, renamed: str, error: str) -> str:
+            return (f"retryable queue {name} removed ({renamed}its contract is gone): consumers still running on it "
+                    f"consume a queue that no longer exists (channel error 404 NOT_FOUND) and cannot park to "
+                    f"{error}; move them to the new contract before this is applied")
+
+        renamed = f"renamed to {successors[0]}? " if len(successors) == 1 else ""
+        rows.append(Row(CONTRACT, "contract", RETRYABLE, components.get(key, ""), queue,
+                        markdown.text(removed(queue, renamed, error_exchange)), "", vhost, key, "*",
+                        markdown.text(removed("*", "renamed? " * bool(renamed), relative(error_exchange, queue)))))
     return rows
 
 

@@ -1,0 +1,220 @@
+"""The apply-time guard: a queue that holds messages is never deleted by `pulumi up`, unless the stack says so.
+
+Every Queue the components declare is bound to one `before_delete` resource hook (`QUEUE_GUARD`). The engine
+calls it before it deletes the queue, which is also the first step of every replacement (explicitly named
+resources are replaced delete-before-replace). The hook reads the queue on the broker (`rabbitmq_retry_client.
+depth`: ready messages by passive declare, unacknowledged ones and a quorum queue's pending dead letters from the
+management API) and raises when it holds any, or when the broker cannot say: the engine then fails that step,
+and nothing is deleted. The escape hatch is explicit and reviewed: `rabbitmq-retry:delete_with_messages`, a list
+of `<vhost>/<queue>` that may be deleted with what they hold (`make review` lists each one as data loss).
+
+What only the engine does (calling the hook; `pulumi destroy` runs it only with `--run-program`) cannot be run
+here: docs/guard.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import pulumi
+from pulumi.runtime import config as runtime_config
+
+from rabbitmq_retry_client.depth import BrokerAccess, DepthError, DepthReader, QueueDepth
+
+from .config import ConfigError
+from .entries import VhostPlan
+
+NAMESPACE = "rabbitmq-retry"
+QUEUE_GUARD = "rabbitmq-retry-queue-guard"
+"""The hook's name, recorded in the stack's state for every queue: the program must register a hook of this name
+in every later run, or the engine cannot delete those queues (`hook … was not registered`)."""
+DELETE_WITH_MESSAGES = "delete_with_messages"
+AMQP_PORT = "amqp_port"
+GUARD_KEYS = (DELETE_WITH_MESSAGES, AMQP_PORT)
+"""The guard's own keys of the `rabbitmq-retry` namespace (docs/guard.md), parsed here, not by the topology
+config parser."""
+
+
+class GuardError(Exception):
+    """The guard refuses a deletion; the message names the queue, what it holds and what to do."""
+
+
+def queue_key(vhost: str, queue: str) -> str:
+    """`<vhost>/<queue>`, as `delete_with_messages` names a queue (the default vhost: `//orders`)."""
+    return f"{vhost}/{queue}"
+
+
+def _names_a_queue(entry: str) -> bool:
+    """Some `/` has a vhost before it and a queue after it."""
+    return any(entry[:i] and entry[i + 1:] for i, char in enumerate(entry) if char == "/")
+
+
+def parse_delete_with_messages(raw: object) -> tuple[frozenset[str], list[tuple[str, str]]]:
+    """(entries, problems) of `rabbitmq-retry:delete_with_messages`: a list of distinct `<vhost>/<queue>`."""
+    path = DELETE_WITH_MESSAGES
+    if raw is None:
+        return frozenset(), []
+    if isinstance(raw, (str, bytes)) or not isinstance(raw, Sequence):
+        return frozenset(), [(path, f"expected a list of <vhost>/<queue>, got {type(raw).__name__}: e.g. "
+                              '["shop/orders"] ("//orders" for a queue of the default vhost)')]
+    problems, seen = [], set()
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, str) or not _names_a_queue(entry):
+            problems.append((f"{path}[{i}]", f"{entry!r} is not <vhost>/<queue>, e.g. \"shop/orders\" "
+                             '("//orders" for a queue of the default vhost)'))
+        elif entry in seen:
+            problems.append((f"{path}[{i}]", f"{entry!r} is listed twice; remove one"))
+        seen.add(entry)
+    return frozenset(e for e in raw if isinstance(e, str)), problems
+
+
+def parse_amqp_port(raw: object) -> tuple[int | None, list[tuple[str, str]]]:
+    """`rabbitmq-retry:amqp_port`: the broker's AMQP port as reached from where `pulumi up` runs."""
+    if raw is None:
+        return None, []
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 0 < raw < 65536:
+        return None, [(AMQP_PORT, f"expected a port number (1-65535), got {raw!r}")]
+    return raw, []
+
+
+def check_guard_config(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Problems of the guard's keys in the namespace `raw` (keys without the `rabbitmq-retry:` prefix)."""
+    return (parse_delete_with_messages(raw.get(DELETE_WITH_MESSAGES))[1]
+            + parse_amqp_port(raw.get(AMQP_PORT))[1])
+
+
+def planned_queues(plans: Iterable[VhostPlan]) -> set[str]:
+    """`<vhost>/<queue>` of every queue the plans declare."""
+    found: set[str] = set()
+    for plan in plans:
+        queues = [*plan.queues, *(q for r in plan.retryables for q in r.queues),
+                  *(plan.delay_levels.queues if plan.delay_levels is not None else ())]
+        found.update(queue_key(plan.config.name, q.name) for q in queues)
+    return found
+
+
+def unplanned_entries(allowed: Iterable[str], plans: Iterable[VhostPlan]) -> list[str]:
+    """Entries of `delete_with_messages` that name no queue of the plans: right only for a queue this update
+    removes, and a forgotten waiver otherwise."""
+    planned = planned_queues(plans)
+    return sorted(entry for entry in allowed if entry not in planned)
+
+
+def refusal(vhost: str, queue: str, depth: QueueDepth | None, allowed: frozenset[str]) -> str | None:
+    """Why the guard refuses to let `queue` be deleted, or None when it may go (missing, empty, or waived)."""
+    if depth is None or depth.messages == 0 or queue_key(vhost, queue) in allowed:
+        return None
+    return (f'refusing to delete queue "{queue}" in vhost "{vhost}": it holds {depth.messages:,} message'
+            f"{'s' * (depth.messages != 1)} ({depth.describe()}), which deleting it would lose. Drain it first "
+            "(consume or move every message, and let consumers settle what they hold), then run `pulumi up` again; "
+            f'or, to delete it with its messages on purpose, add "{queue_key(vhost, queue)}" to '
+            f"{NAMESPACE}:{DELETE_WITH_MESSAGES} (reviewed: `make review` lists it as data loss)")
+
+
+def check_queue_delete(vhost: str, queue: str, read: Callable[[str, str], QueueDepth | None],
+                       allowed: frozenset[str], warn: Callable[[str], None] = pulumi.log.warn) -> None:
+    """Raise GuardError when deleting `queue` would lose messages, or when `read` cannot tell (DepthError); `warn`
+    when it loses them because `delete_with_messages` lists it."""
+    try:
+        depth = read(vhost, queue)
+    except DepthError as error:
+        if queue_key(vhost, queue) in allowed:
+            warn(f'deleting queue "{queue}" in vhost "{vhost}" unread ({error}): listed in '
+                 f"{NAMESPACE}:{DELETE_WITH_MESSAGES}")
+            return
+        raise GuardError(f'refusing to delete queue "{queue}" in vhost "{vhost}": cannot prove it is empty ({error}). '
+                         f"Make the broker reachable from here, or add \"{queue_key(vhost, queue)}\" to "
+                         f"{NAMESPACE}:{DELETE_WITH_MESSAGES} to delete it whatever it holds") from None
+    if (why := refusal(vhost, queue, depth, allowed)) is not None:
+        raise GuardError(why)
+    if depth is not None and depth.messages:
+        warn(f'deleting queue "{queue}" in vhost "{vhost}" with {depth.messages:,} messages ({depth.describe()}): '
+             f"listed in {NAMESPACE}:{DELETE_WITH_MESSAGES}")
+
+
+def _config(key: str) -> Any:
+    """A config value, decoded as the program decodes its own (structured values arrive as JSON text)."""
+    from .stack import _decode  # stack.py imports this module
+
+    return _decode(runtime_config.get_config(key))
+
+
+def provider_access() -> BrokerAccess:
+    """The broker and user `pulumi up` deploys with: the provider's config, else its environment variables
+    (docs/provider.md §9); `rabbitmq-retry:amqp_port` when the AMQP port cannot be read from the broker. DepthError
+    without an endpoint."""
+    def setting(key: str, variable: str) -> str:
+        value = runtime_config.get_config(f"rabbitmq:{key}")
+        return str(value) if value else os.environ.get(variable, "")
+
+    port, problems = parse_amqp_port(_config(f"{NAMESPACE}:{AMQP_PORT}"))
+    if problems:
+        raise ConfigError(problems)
+    insecure = setting("insecure", "RABBITMQ_INSECURE").lower() in ("1", "true")
+    return BrokerAccess(setting("endpoint", "RABBITMQ_ENDPOINT"), setting("username", "RABBITMQ_USERNAME"),
+                        setting("password", "RABBITMQ_PASSWORD"), port,
+                        setting("cacertFile", "RABBITMQ_CACERT") or None, insecure)
+
+
+def allowed_deletions() -> frozenset[str]:
+    entries, problems = parse_delete_with_messages(_config(f"{NAMESPACE}:{DELETE_WITH_MESSAGES}"))
+    if problems:
+        raise ConfigError(problems)
+    return entries
+
+
+def _queue_of(args: pulumi.ResourceHookArgs) -> tuple[str, str]:
+    """(vhost, name) of the queue being deleted: its outputs as the provider last read them, else its inputs."""
+    for values in (args.old_outputs, args.old_inputs):
+        if values and values.get("name"):
+            return str(values.get("vhost") or "/"), str(values["name"])
+    name, _, vhost = args.id.partition("@")  # the provider's ID: name@vhost
+    return vhost or "/", name
+
+
+def guard_queue_delete(args: pulumi.ResourceHookArgs) -> None:
+    """The hook: refuse the deletion (raise) unless the queue is missing, empty, or listed to go anyway."""
+    vhost, queue = _queue_of(args)
+    try:
+        allowed = allowed_deletions()
+    except ConfigError as error:
+        raise GuardError(f'refusing to delete queue "{queue}" in vhost "{vhost}": {error}') from None
+
+    def read(vhost: str, queue: str) -> QueueDepth | None:
+        try:
+            return DepthReader(provider_access()).read(vhost, queue)
+        except ConfigError as error:
+            raise DepthError(str(error)) from None
+
+    check_queue_delete(vhost, queue, read, allowed)
+
+
+async def _guard_queue_delete(args: pulumi.ResourceHookArgs) -> None:
+    # Off the event loop: the engine may delete several queues at once, and the reads block.
+    await asyncio.to_thread(guard_queue_delete, args)
+
+
+_hooks: weakref.WeakKeyDictionary[pulumi.Resource, pulumi.ResourceHook] = weakref.WeakKeyDictionary()
+_hook_without_stack: list[pulumi.ResourceHook] = []
+
+
+def queue_guard() -> pulumi.ResourceHook:
+    """The program's one `QUEUE_GUARD` hook, registered on first use. The engine refuses a second hook of the same
+    name, so each program run (each root Stack resource) gets exactly one."""
+    root = pulumi.runtime.get_root_resource()
+    if root is None:
+        if not _hook_without_stack:
+            _hook_without_stack.append(pulumi.ResourceHook(QUEUE_GUARD, _guard_queue_delete))
+        return _hook_without_stack[0]
+    if root not in _hooks:
+        _hooks[root] = pulumi.ResourceHook(QUEUE_GUARD, _guard_queue_delete)
+    return _hooks[root]
+
+
+def guarded() -> pulumi.ResourceHookBinding:
+    """The hooks option of every queue: `QUEUE_GUARD` before it is deleted."""
+    return pulumi.ResourceHookBinding(before_delete=[queue_guard()])

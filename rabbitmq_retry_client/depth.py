@@ -1,0 +1,206 @@
+"""How many messages a queue holds on a live broker, read-only, for deciding whether deleting it loses any.
+
+One reader serves the apply-time guard (`components/guard.py`), `make review ENDPOINT=…` and, later, the
+migration status: each needs the same answer and the same refusal when the broker cannot give one.
+
+- **ready** comes from an AMQP passive `queue.declare`: the broker's own count at that instant, not the
+  management API's sample (refreshed every `collect_statistics_interval`, 5 s by default). A passive declare
+  never creates anything: a missing queue answers 404 NOT_FOUND, which is read as "no queue".
+- **unacknowledged** (delivered to a consumer, not yet settled: lost with the queue) and a quorum queue's
+  **pending dead letters** (`messages_dlx`: dead-lettered at-least-once, not yet confirmed by the target)
+  exist only in the management API's queue record, which is sampled: a message taken in the last few
+  seconds may not show yet.
+
+The AMQP port is not in the provider's config: it is read from `GET /api/overview`'s `listeners` (the TLS
+listener `amqp/ssl` for an https endpoint, else `amqp`), on the management endpoint's host, unless given.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pika
+import pika.exceptions
+
+from .connection import quiet_pika, reason
+
+TIMEOUT_S = 10.0
+"""Per HTTP request and AMQP connection: a broker that has not answered by then is unreachable here."""
+
+
+class DepthError(Exception):
+    """The broker could not say how many messages the queue holds; the message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    vhost: str
+    queue: str
+    ready: int
+    """Exact: the passive declare's message count."""
+    unacknowledged: int
+    """Management API (sampled)."""
+    dead_letters: int
+    """A quorum queue's pending at-least-once dead letters, `messages_dlx` (management API, sampled); 0 otherwise."""
+    consumers: int
+    """Exact: the passive declare's consumer count."""
+    queue_type: str
+
+    @property
+    def messages(self) -> int:
+        """Everything deleting the queue would lose."""
+        return self.ready + self.unacknowledged + self.dead_letters
+
+    def describe(self) -> str:
+        """`1,234 ready, 3 unacknowledged (2 consumers), 0 pending dead letters`: what the queue holds, by kind."""
+        parts = [f"{self.ready:,} ready", f"{self.unacknowledged:,} unacknowledged"]
+        if self.consumers:
+            parts[-1] += f" ({self.consumers:,} consumer{'s' * (self.consumers != 1)})"
+        if self.queue_type == "quorum":
+            parts.append(f"{self.dead_letters:,} pending dead letter{'s' * (self.dead_letters != 1)}")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class BrokerAccess:
+    """Where and as whom to read: the management endpoint and credentials the provider uses."""
+
+    management_url: str
+    username: str
+    password: str
+    amqp_port: int | None = None
+    """The AMQP port on the endpoint's host, when the overview's listener is not the one to use (a port mapping,
+    a load balancer); None: read it from `/api/overview`."""
+    cacert_file: str | None = None
+    """CA bundle for https and AMQPS (the provider's `rabbitmq:cacertFile`)."""
+    insecure: bool = False
+    """Skip certificate verification (the provider's `rabbitmq:insecure`)."""
+
+    def __post_init__(self) -> None:
+        if not self.management_url:
+            raise DepthError("no management endpoint: set rabbitmq:endpoint or RABBITMQ_ENDPOINT")
+
+    @property
+    def host(self) -> str:
+        return urllib.parse.urlsplit(self.management_url).hostname or "localhost"
+
+    @property
+    def tls(self) -> bool:
+        return urllib.parse.urlsplit(self.management_url).scheme == "https"
+
+    def ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.cacert_file)
+        if self.insecure:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return context
+
+
+def amqp_listener(listeners: Sequence[Mapping[str, Any]], tls: bool) -> tuple[int, bool] | None:
+    """(port, TLS) of the AMQP listener to use from `/api/overview`'s `listeners`: the TLS one (`amqp/ssl`) first
+    for an https endpoint, the plain one first otherwise; None when the broker lists neither."""
+    by_protocol = {str(item.get("protocol")): int(item["port"]) for item in reversed(listeners)
+                   if isinstance(item, Mapping) and isinstance(item.get("port"), int)}
+    for protocol in (("amqp/ssl", "amqp") if tls else ("amqp", "amqp/ssl")):
+        if protocol in by_protocol:
+            return by_protocol[protocol], protocol == "amqp/ssl"
+    return None
+
+
+def _escape(segment: str) -> str:
+    return urllib.parse.quote(segment, safe="")
+
+
+class DepthReader:
+    """Reads queue depths through one broker's management API and AMQP; GET requests and passive declares only."""
+
+    def __init__(self, access: BrokerAccess, timeout: float = TIMEOUT_S) -> None:
+        self.access = access
+        self.timeout = timeout
+        self._amqp: tuple[int, bool] | None = None
+
+    def _get(self, path: str) -> Any:
+        """JSON of `GET /api/<path>`, None for 404; DepthError for anything else that is not 200."""
+        url = f"{self.access.management_url.rstrip('/')}/api/{path}"
+        request = urllib.request.Request(url, method="GET")
+        token = base64.b64encode(f"{self.access.username}:{self.access.password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+        context = self.access.ssl_context() if self.access.tls else None
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout, context=context) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as error:
+            if error.code == 404:
+                return None
+            raise DepthError(f"GET {url}: HTTP {error.code} {error.reason}") from None
+        except (OSError, ValueError) as error:
+            why = error.reason if isinstance(error, urllib.error.URLError) else error
+            raise DepthError(f"management API at {self.access.management_url} unreachable: {why}") from None
+
+    def amqp_address(self) -> tuple[str, int, bool]:
+        """(host, port, TLS) for AMQP: the endpoint's host, the given port or the overview's listener."""
+        if self.access.amqp_port is not None:
+            return self.access.host, self.access.amqp_port, self.access.tls
+        if self._amqp is None:
+            overview = self._get("overview") or {}
+            found = amqp_listener(overview.get("listeners") or [], self.access.tls)
+            if found is None:
+                raise DepthError(f"the broker at {self.access.management_url} lists no AMQP listener in /api/overview; "
+                                 "set rabbitmq-retry:amqp_port")
+            self._amqp = found
+        return self.access.host, *self._amqp
+
+    def _passive_declare(self, vhost: str, queue: str) -> tuple[int, int] | None:
+        """(ready, consumers) from a passive declare in `vhost`; None when the queue (or the vhost) is missing."""
+        host, port, tls = self.amqp_address()
+        params = pika.ConnectionParameters(
+            host=host, port=port, virtual_host=vhost,
+            credentials=pika.PlainCredentials(self.access.username, self.access.password),
+            connection_attempts=1, socket_timeout=self.timeout, blocked_connection_timeout=self.timeout,
+            stack_timeout=self.timeout,
+            ssl_options=pika.SSLOptions(self.access.ssl_context(), host) if tls else None)
+        quiet_pika()
+        try:
+            connection = pika.BlockingConnection(params)
+        except pika.exceptions.ProbableAccessDeniedError as error:
+            if f"vhost {vhost} not found" in str(error):
+                return None  # the vhost is gone, and the queue with it
+            raise DepthError(f"AMQP at {host}:{port} vhost {vhost!r}: {reason(error)}") from None
+        except pika.exceptions.AMQPError as error:
+            raise DepthError(f"AMQP at {host}:{port} unreachable: {reason(error)} (set rabbitmq-retry:amqp_port "
+                             "if the broker's AMQP port is another one from here)") from None
+        try:
+            channel = connection.channel()
+            try:
+                frame = channel.queue_declare(queue, passive=True)
+            except pika.exceptions.ChannelClosedByBroker as error:
+                if error.reply_code == 404:
+                    return None
+                raise DepthError(f"passive declare of {queue!r} in vhost {vhost!r}: {error.reply_code} "
+                                 f"{error.reply_text}") from None
+            return int(frame.method.message_count), int(frame.method.consumer_count)
+        except pika.exceptions.AMQPError as error:
+            raise DepthError(f"passive declare of {queue!r} in vhost {vhost!r}: {reason(error)}") from None
+        finally:
+            if connection.is_open:
+                connection.close()
+
+    def read(self, vhost: str, queue: str) -> QueueDepth | None:
+        """What `queue` in `vhost` holds now; None when it does not exist. DepthError when it cannot be read."""
+        counted = self._passive_declare(vhost, queue)
+        if counted is None:
+            return None
+        ready, consumers = counted
+        record = self._get(f"queues/{_escape(vhost)}/{_escape(queue)}")
+        if record is None:  # deleted between the two reads
+            return None
+        return QueueDepth(vhost, queue, ready, int(record.get("messages_unacknowledged") or 0),
+                          int(record.get("messages_dlx") or 0), consumers, str(record.get("type") or "classic"))

@@ -1,0 +1,185 @@
+"""The queue guard without a broker: which resources the program binds to it (under Pulumi's mocks), its
+config keys, and its decision from a depth reader that is told what to answer. The broker side is
+tests/broker/test_guard.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+
+from components.guard import (
+    QUEUE_GUARD,
+    GuardError,
+    check_queue_delete,
+    parse_amqp_port,
+    parse_delete_with_messages,
+    queue_key,
+    refusal,
+)
+from rabbitmq_retry_client.depth import DepthError, QueueDepth, amqp_listener
+from tests.conftest import ROOT
+from tests.support import recordings
+from tools.lib.mockrun import RecordingMonitor, record, record_program
+
+QUEUE = "rabbitmq:index/queue:Queue"
+
+
+def depth(ready: int = 0, unacknowledged: int = 0, dead_letters: int = 0, consumers: int = 0,
+          queue_type: str = "classic") -> QueueDepth:
+    return QueueDepth("shop", "orders", ready, unacknowledged, dead_letters, consumers, queue_type)
+
+
+@pytest.fixture
+def hooks_registered(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The name of each resource hook the program registers with the (mock) engine, which refuses a name twice."""
+    names: list[str] = []
+    registering = RecordingMonitor.RegisterResourceHook
+
+    def register(self: RecordingMonitor, request: Any) -> Any:
+        names.append(request.name)
+        return registering(self, request)
+
+    monkeypatch.setattr(RecordingMonitor, "RegisterResourceHook", register)
+    return names
+
+
+@pytest.mark.parametrize("stack", recordings.STACKS)
+def test_every_queue_of_the_stack_and_nothing_else_is_bound_to_the_one_guard(stack: str, hooks_registered: list[str]):
+    root = recordings.program_copy()
+    try:
+        registered = record_program(stack, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    queues = [r for r in registered if r.type == QUEUE]
+    assert queues
+    assert all(r.hooks == {"before_delete": [QUEUE_GUARD]} for r in queues)
+    assert all(r.hooks == {} for r in registered if r.type != QUEUE)
+    assert hooks_registered == [QUEUE_GUARD]
+
+
+@pytest.mark.parametrize("name", sorted(recordings.STANDALONE))
+def test_components_used_on_their_own_bind_their_queues_to_one_guard(name: str, hooks_registered: list[str]):
+    registered = record(recordings.STANDALONE[name])
+    assert [r.hooks for r in registered if r.type == QUEUE] == [{"before_delete": [QUEUE_GUARD]}] * sum(
+        r.type == QUEUE for r in registered) != []
+    assert all(r.hooks == {} for r in registered if r.type != QUEUE)
+    assert hooks_registered == [QUEUE_GUARD]
+
+
+def test_a_stack_that_declares_no_queue_still_registers_the_guard(program_copy: Path, hooks_registered: list[str]):
+    """Queues removed from the config are bound to the hook in the state: the engine cannot delete them unless the
+    program registers it (`hook … was not registered`)."""
+    (program_copy / "Pulumi.empty.yaml").write_text("config:\n  rabbitmq-retry:vhosts: []\n")
+    assert not [r for r in record_program("empty", program_copy) if r.type == QUEUE]
+    assert hooks_registered == [QUEUE_GUARD]
+
+
+def test_the_escape_hatch_is_a_list_of_distinct_vhost_slash_queue():
+    assert parse_delete_with_messages(None) == (frozenset(), [])
+    assert parse_delete_with_messages(["shop/orders", "//orders", "a/b/c"]) == (
+        frozenset({"shop/orders", "//orders", "a/b/c"}), [])
+    _, problems = parse_delete_with_messages("shop/orders")
+    assert problems and problems[0][0] == "delete_with_messages" and "expected a list" in problems[0][1]
+    _, problems = parse_delete_with_messages(["orders", "shop/", "/orders", 3, "shop/orders", "shop/orders"])
+    assert [path for path, _ in problems] == [f"delete_with_messages[{i}]" for i in (0, 1, 2, 3, 5)]
+    assert "listed twice" in problems[-1][1]
+    assert queue_key("/", "orders") == "//orders"
+
+
+def test_the_amqp_port_is_a_port_number():
+    assert parse_amqp_port(None) == (None, [])
+    assert parse_amqp_port(5671) == (5671, [])
+    for wrong in (0, 70000, "5671", True):
+        assert parse_amqp_port(wrong)[1][0][0] == "amqp_port"
+
+
+def test_the_guard_refuses_whatever_kind_of_message_the_queue_holds():
+    for held, text in ((depth(ready=1), "1 message (1 ready, 0 unacknowledged)"),
+                       (depth(unacknowledged=2, consumers=1), "2 messages (0 ready, 2 unacknowledged (1 consumer))"),
+                       (depth(dead_letters=3, queue_type="quorum"),
+                        "3 messages (0 ready, 0 unacknowledged, 3 pending dead letters)")):
+        refused = refusal("shop", "orders", held, frozenset())
+        assert refused is not None and text in refused, refused
+        assert 'queue "orders" in vhost "shop"' in refused and '"shop/orders"' in refused
+    assert refusal("shop", "orders", depth(), frozenset()) is None
+    assert refusal("shop", "orders", None, frozenset()) is None
+    assert refusal("shop", "orders", depth(ready=5), frozenset({"shop/orders"})) is None
+    assert refusal("shop", "orders", depth(ready=5), frozenset({"other/orders", "shop/order"})) is not None
+
+
+def test_a_reader_that_cannot_tell_is_a_refusal_unless_the_queue_is_listed():
+    def unreachable(vhost: str, queue: str) -> QueueDepth | None:
+        raise DepthError("management API at http://rabbit:15672 unreachable: timed out")
+
+    with pytest.raises(GuardError, match=r"cannot prove it is empty .*timed out"):
+        check_queue_delete("shop", "orders", unreachable, frozenset(), warn=lambda _: None)
+    warnings: list[str] = []
+    check_queue_delete("shop", "orders", unreachable, frozenset({"shop/orders"}), warn=warnings.append)
+    assert len(warnings) == 1
+    check_queue_delete("shop", "orders", lambda v, q: depth(ready=7), frozenset({"shop/orders"}), warn=warnings.append)
+    assert len(warnings) == 2 and "7 messages" in warnings[1]
+
+
+def test_the_amqp_listener_follows_the_endpoint_scheme():
+    listeners = [{"protocol": "clustering", "port": 25672}, {"protocol": "amqp", "port": 5672},
+                 {"protocol": "amqp/ssl", "port": 5671}, {"protocol": "http", "port": 15672}]
+    assert amqp_listener(listeners, tls=False) == (5672, False)
+    assert amqp_listener(listeners, tls=True) == (5671, True)
+    assert amqp_listener(listeners[:2], tls=True) == (5672, False)
+    assert amqp_listener([{"protocol": "http", "port": 15672}], tls=False) is None
+
+
+def test_a_bad_escape_hatch_fails_the_preview_with_its_key(program_copy: Path):
+    dev = (ROOT / "Pulumi.dev.yaml").read_text()
+    (program_copy / "Pulumi.guard.yaml").write_text(dev.replace(
+        "config:\n", "config:\n  rabbitmq-retry:delete_with_messages: shop/orders\n  rabbitmq-retry:amqp_port: x\n", 1))
+    with pytest.raises(pulumi.RunError) as error:
+        record_program("guard", program_copy)
+    assert [path for path, _ in error.value.problems] == ["delete_with_messages", "amqp_port"]  # type: ignore[attr-defined]
+
+
+def test_an_entry_naming_no_queue_of_the_stack_is_warned_about(program_copy: Path, monkeypatch: pytest.MonkeyPatch):
+    warnings: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda message, *args, **kwargs: warnings.append(message))
+    dev = (ROOT / "Pulumi.dev.yaml").read_text()
+    entries = json.dumps(["shop/orders.billing", "shop/gone"])
+    (program_copy / "Pulumi.guard.yaml").write_text(dev.replace(
+        "config:\n", f"config:\n  rabbitmq-retry:delete_with_messages: '{entries}'\n", 1))
+    registered = record_program("guard", program_copy)
+    assert any(r.type == QUEUE and r.inputs["name"] == "orders.billing" for r in registered)
+    listed = [w for w in warnings if "delete_with_messages" in w]
+    assert len(listed) == 1 and '"shop/gone"' in listed[0]
+
+
+def test_the_registered_hook_reads_the_queue_the_engine_names_and_refuses_when_the_broker_is_down(
+        monkeypatch: pytest.MonkeyPatch):
+    """What the engine's callback runs (the hook's coroutine), with the provider's settings from the environment
+    and only the provider's ID to name the queue (`name@vhost`)."""
+    import asyncio
+
+    from pulumi.runtime.config import set_all_config
+
+    from components.guard import _guard_queue_delete
+
+    monkeypatch.setenv("RABBITMQ_ENDPOINT", "http://127.0.0.1:1")
+    monkeypatch.setenv("RABBITMQ_USERNAME", "deployer")
+    monkeypatch.setenv("RABBITMQ_PASSWORD", "secret")
+    set_all_config({}, [])
+    args = pulumi.ResourceHookArgs(urn="urn:pulumi:dev::p::rabbitmq:index/queue:Queue::q", id="orders.billing@shop",
+                                   name="q", type=QUEUE)
+    with pytest.raises(GuardError, match=r'^refusing to delete queue "orders.billing" in vhost "shop": cannot prove '
+                                         r"it is empty \(management API at http://127.0.0.1:1 unreachable"):
+        asyncio.run(_guard_queue_delete(args))
+    monkeypatch.delenv("RABBITMQ_ENDPOINT")
+    with pytest.raises(GuardError, match=r"cannot prove it is empty \(no management endpoint: set rabbitmq:endpoint"):
+        asyncio.run(_guard_queue_delete(args))
+    set_all_config({"rabbitmq-retry:delete_with_messages": json.dumps(["shop/orders.billing"])}, [])
+    try:
+        asyncio.run(_guard_queue_delete(args))  # listed: allowed unread, with a warning
+    finally:
+        set_all_config({}, [])

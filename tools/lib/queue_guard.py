@@ -1,0 +1,149 @@
+"""What `make review` adds about the queue guard (components/guard.py), in a section of its own after the review:
+
+- each `rabbitmq-retry:delete_with_messages` entry is a data-loss line, acknowledged like any other (ALLOW_DATA_LOSS):
+  it lets `pulumi up` delete that queue with what it holds; an entry that names no queue the change deletes or
+  replaces is a waiver left behind, to remove;
+- with a live broker (`make review ENDPOINT=…`), what each queue the change deletes or replaces holds now, read
+  through `rabbitmq_retry_client.depth` (passive declares and GET requests: nothing is created or changed).
+
+Without an endpoint and without entries the review is exactly what it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from components.guard import (
+    AMQP_PORT,
+    DELETE_WITH_MESSAGES,
+    NAMESPACE,
+    parse_amqp_port,
+    parse_delete_with_messages,
+    queue_key,
+)
+from rabbitmq_retry_client.depth import BrokerAccess, DepthError, DepthReader, QueueDepth
+from tools.lib import engine, markdown
+from tools.lib.definitions import Endpoint
+from tools.lib.doctor import stack_file_value
+from tools.lib.engine import Step
+from tools.lib.mockrun import stack_config
+
+Reader = Callable[[str, str], QueueDepth | None]
+"""(vhost, queue) → what the queue holds now, None when it does not exist; DepthError when it cannot be read."""
+
+
+@dataclass(frozen=True)
+class Lost:
+    vhost: str
+    queue: str
+    op: str
+    """delete or replace."""
+
+
+@dataclass(frozen=True)
+class GuardSection:
+    markdown: str
+    """Empty when there is nothing to add."""
+    data_loss: bool
+    """Some `delete_with_messages` entry waives the guard: exit 2 unless data loss is acknowledged."""
+
+
+def lost_queues(steps: Sequence[Step]) -> list[Lost]:
+    """Every queue the change deletes or replaces (a replacement deletes it first), in vhost and name order."""
+    found = {Lost(str((s.old or {}).get("vhost", "/")), str((s.old or {}).get("name", "")), s.op)
+             for s in steps if s.type == engine.QUEUE and s.op in ("delete", "replace")}
+    return sorted(found, key=lambda lost: (lost.vhost, lost.queue))
+
+
+def waivers(config: Mapping[str, str]) -> frozenset[str]:
+    """The stack's `delete_with_messages` entries, from its config as the engine hands it over (JSON text)."""
+    entries, _ = parse_delete_with_messages(  # the program refuses bad entries before this runs
+        stack_file_value(config.get(f"{NAMESPACE}:{DELETE_WITH_MESSAGES}")))
+    return entries
+
+
+def stack_amqp_port(config: Mapping[str, str]) -> object:
+    """The stack's `amqp_port` as written (parsed by `components.guard.parse_amqp_port`)."""
+    return stack_file_value(config.get(f"{NAMESPACE}:{AMQP_PORT}"))
+
+
+def _where(vhost: str, queue: str) -> str:
+    return f"{markdown.code(vhost)} / {markdown.code(queue)}"
+
+
+def waiver_lines(entries: frozenset[str], lost: Sequence[Lost]) -> list[str]:
+    by_key = {queue_key(q.vhost, q.queue): q for q in lost}
+    lines = []
+    for entry in sorted(entries):
+        if (queue := by_key.get(entry)) is not None:
+            lines.append(f"- ⚠️ **data loss**: {markdown.code(entry)} — this change {queue.op}s it, and "
+                         f"`{DELETE_WITH_MESSAGES}` lets `pulumi up` do so with every message it holds")
+        else:
+            lines.append(f"- ⚠️ **data loss**: {markdown.code(entry)} — this change neither deletes nor replaces it: "
+                         "remove the entry, or a later change deletes it with its messages unguarded")
+    return lines
+
+
+def depth_lines(lost: Sequence[Lost], read: Reader) -> list[str]:
+    """`holds 1,234 messages now` for each queue, fullest first; the empty and missing ones counted in one line
+    each; one line per reason a queue could not be read."""
+    held: list[tuple[Lost, QueueDepth]] = []
+    empty, missing = 0, 0
+    unread: dict[str, list[Lost]] = {}
+    for queue in lost:
+        try:
+            depth = read(queue.vhost, queue.queue)
+        except DepthError as error:
+            unread.setdefault(str(error), []).append(queue)
+            continue
+        if depth is None:
+            missing += 1
+        elif depth.messages == 0:
+            empty += 1
+        else:
+            held.append((queue, depth))
+    lines = [f"- {_where(q.vhost, q.queue)} ({q.op}): holds **{d.messages:,}** message{'s' * (d.messages != 1)} "
+             f"now ({markdown.text(d.describe())})"
+             for q, d in sorted(held, key=lambda pair: (-pair[1].messages, pair[0].vhost, pair[0].queue))]
+    if empty:
+        lines.append(f"- {empty:,} other queue{'s' * (empty != 1)} hold{'s' * (empty == 1)} no message now")
+    if missing:
+        lines.append(f"- {missing:,} {'queues are' if missing != 1 else 'queue is'} not on the broker")
+    for why, queues in unread.items():
+        lines.append(f"- could not read {', '.join(_where(q.vhost, q.queue) for q in queues[:5])}"
+                     f"{f' and {len(queues) - 5:,} more' if len(queues) > 5 else ''}: {markdown.text(why)}")
+    return lines
+
+
+def guard_section(steps: Sequence[Step], config: Mapping[str, str], read: Reader | None,
+                  where: str = "") -> GuardSection:
+    """The review's queue guard section: `config` is the stack's (at the working tree), `read` None offline."""
+    lost = lost_queues(steps)
+    entries = waivers(config)
+    out: list[str] = []
+    if entries:
+        out += ["", f"### Queue guard waived (`{NAMESPACE}:{DELETE_WITH_MESSAGES}`)", "",
+                "> ⚠️ `pulumi up` deletes these queues with whatever they hold; acknowledge with ALLOW_DATA_LOSS=1 "
+                "or --allow-data-loss.", "", *waiver_lines(entries, lost)]
+    if read is not None and lost:
+        out += ["", f"### What the deleted or replaced queues hold now{f' ({markdown.text(where)})' if where else ''}",
+                "", "Read now, read-only (ready messages by passive declare; unacknowledged ones and a quorum queue's "
+                "pending dead letters from the management API, a few seconds old). `pulumi up` refuses to delete a "
+                f"queue that holds messages unless `{NAMESPACE}:{DELETE_WITH_MESSAGES}` lists it (docs/guard.md).", "",
+                *depth_lines(lost, read)]
+    return GuardSection("\n" + "\n".join(out) if out else "", bool(entries))
+
+
+def review_section(steps: Sequence[Step], stack: str, project: Path, endpoint: str | None) -> GuardSection:
+    """The section for `make review`: the stack's waivers (its stack file in `project`), and with `endpoint` what the
+    deleted or replaced queues hold now, read as drift reads (RABBITMQ_USERNAME / RABBITMQ_PASSWORD, else the stack's
+    `rabbitmq:username`; `make review` gives the dev stack guest/guest)."""
+    config, _ = stack_config(stack, project)
+    if endpoint is None:
+        return guard_section(steps, config, None)
+    where = Endpoint.from_environment(endpoint, config.get("rabbitmq:username"))
+    port, _ = parse_amqp_port(stack_amqp_port(config))
+    reader = DepthReader(BrokerAccess(where.url, where.username, where.password, port))
+    return guard_section(steps, config, reader.read, where.url)
