@@ -89,7 +89,7 @@ def check_guard_config(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def planned_queues(plans: Iterable[VhostPlan]) -> set[str]:
     """`<vhost>/<queue>` of every queue the plans declare."""
-    found = set()
+    found: set[str] = set()
     for plan in plans:
         queues = [*plan.queues, *(q for r in plan.retryables for q in r.queues),
                   *(plan.delay_levels.queues if plan.delay_levels is not None else ())]

@@ -2,10 +2,11 @@
 messages (`rabbitmq-retry parked …`). See docs/contract.md, and docs/operations.md: Parked messages."""
 
 from .connection import DEFAULT_URL, BrokerRefusedError, BrokerUnreachableError, ConnectionParams
-from .consumer import MODES, DeadlineExceededError, Handler, Mode, PermanentError, RetryingConsumer, contract_mode
+from .consumer import DeadlineExceededError, Handler, PermanentError, RetryingConsumer, contract_mode
 from .contract import SUPPORTED_STRATEGIES, Contract, ContractError, load_contract, stack_output
 from .parked import Outcome, Parked, ParkedQueue, Selection
 from .publisher import Publisher, publish
+from .strategies import MODES, Mode
 
 __all__ = [
     "DEFAULT_URL",

@@ -37,11 +37,12 @@ from pika.spec import BasicProperties
 
 from . import headers as h
 from .connection import DEFAULT_URL, BrokerRefusedError, BrokerUnreachableError, parameters, quiet_pika
-from .consumer import MODES, Handler, RetryingConsumer, contract_mode
-from .contract import Contract, ContractError, load_contract, stack_output, strategy_of
+from .consumer import Handler, RetryingConsumer, contract_mode
+from .contract import Contract, ContractError, load_contract, stack_output
 from .durations import duration_ms
 from .parked import Parked, ParkedQueue, Selection
 from .publisher import Publisher
+from .strategies import MODES, behaviour_of
 
 PROG = "rabbitmq-retry"
 
@@ -98,16 +99,7 @@ def _flaky_handler(fail_rate: float, seed: int | None) -> Handler:
 
 def _consume(args: argparse.Namespace) -> int:
     contract = _contract(args)
-    if strategy_of(contract) == "native":
-        how = (f"native delayed retry ({contract['retry_call']}, {contract['min_delay_ms']} ms × attempt, "
-               f"at most {contract['max_delay_ms']} ms)")
-    elif strategy_of(contract) == "levels":
-        backoff = contract["backoff"]
-        how = (f"delay levels via {contract['delay_exchange']} (back-off {backoff['initial_ms']} ms × "
-               f"{backoff['multiplier']}^(attempt-1), at most {backoff['max_ms']} ms, jitter {backoff['jitter']})")
-    else:
-        tiers = ", ".join(f"{t['routing_key']}={t['delay_ms']}ms" for t in contract["tiers"])
-        how = f"{args.mode or contract_mode(contract)} mode; tiers {tiers}"
+    how = behaviour_of(contract).describe(contract, args.mode or contract_mode(contract))
     print(f"consuming {contract['vhost']}/{contract['queue']} in {how}; "
           f"max_retries {contract['max_retries']}; parking in {contract['error_queue']}", flush=True)
     consumer = RetryingConsumer(args.url, contract, _flaky_handler(args.fail_rate, args.seed), args.mode,

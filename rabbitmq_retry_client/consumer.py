@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 import pika
 import pika.exceptions
@@ -44,14 +44,12 @@ from . import headers as h
 from .confirms import Confirms
 from .connection import ConnectionParams, connect, parameters, quiet_pika
 from .contract import strategy_of, validate
-from .levels import delay_exchange, delay_routing_key, delay_units, retry_delay_ms
+from .strategies import MODES, Mode, Retries, behaviour_of
 
 LOG = logging.getLogger("rabbitmq_retry_client")
 
 Handler = Callable[[bytes, BasicProperties], None]
 """`handler(body, properties)`: returns on success; raises on failure (PermanentError: park at once)."""
-Mode = Literal["reject", "republish"]
-MODES: tuple[Mode, ...] = ("reject", "republish")
 
 
 def contract_mode(contract: Mapping[str, Any]) -> Mode:
@@ -127,8 +125,10 @@ class RetryingConsumer:
         self.contract = validate(contract)
         mode = contract_mode(self.contract) if mode is None else mode
         self.strategy = strategy_of(self.contract)
-        self.native = self.strategy == "native"
-        self.counts_in_header = self.strategy == "levels" or (self.strategy == "tiers" and mode == "republish")
+        self.behaviour = behaviour_of(self.contract)
+        self.retries = self.behaviour.retries(mode)
+        """How a failure is retried: by the broker, by a dead-lettering reject, or by publishing a copy."""
+        self.counts_in_header = self.retries is Retries.BY_PUBLISHED_COPY
         """The attempt is our own `attempt_header`, and a failure is retried by publishing a copy."""
         self.queue: str = self.contract["queue"]
         self.handler = handler
@@ -321,8 +321,8 @@ class RetryingConsumer:
         headers = properties.headers or {}
         limit = self.contract.get("delivery_limit")
         deliveries = h.counter(headers.get("x-delivery-count"))
-        # Native retries count toward the limit by design: past it the broker itself parks the message.
-        if limit and deliveries >= limit and not self.native:
+        # Retries by the broker count toward the limit by design: past it the broker itself parks the message.
+        if limit and deliveries >= limit and self.retries is not Retries.BY_BROKER:
             # Park before the broker's delivery-limit fires: its dead-letter would jam in a cycle
             # (docs/contract.md, "Before the handler"). This catches a message that keeps crashing consumers.
             exchange, routing_key, _ = self._origin(method, headers)
@@ -338,7 +338,7 @@ class RetryingConsumer:
         reason = h.truncate(f"{type(error).__name__}: {error}")
         if isinstance(error, PermanentError):
             self._park_permanent(channel, method, properties, body, reason)
-        elif self.native:
+        elif self.retries is Retries.BY_BROKER:
             self._fail_native(channel, method, properties, body, reason)
         elif self.counts_in_header:
             self._fail_republish(channel, method, properties, body, reason)
@@ -358,7 +358,7 @@ class RetryingConsumer:
 
     def _attempt(self, headers: Mapping[str, Any]) -> int:
         """This delivery's attempt number (1 = first)."""
-        if self.native:
+        if self.retries is Retries.BY_BROKER:
             return h.counter(headers.get("x-delivery-count")) + 1
         if not self.counts_in_header:
             return h.rejected_attempts(headers, self.queue) + 1
@@ -370,7 +370,7 @@ class RetryingConsumer:
         exchange, routing_key, first = self._origin(method, headers)
         attempt = self._attempt(headers)
         first_failure_at: str | None
-        if self.native:
+        if self.retries is Retries.BY_BROKER:
             first_failure_at = None
         elif self.counts_in_header and attempt > 1 and h.FIRST_FAILURE_AT in headers:
             first_failure_at = h.text(headers[h.FIRST_FAILURE_AT])
@@ -412,15 +412,9 @@ class RetryingConsumer:
                    routing_key=routing_key, first_failure_at=None)
 
     def retry_route(self, attempt: int) -> tuple[str, str, int]:
-        """(exchange, routing key, wait in ms) of the copy that retries `attempt`: the attempt's tier, or with
-        strategy `levels` the delay levels holding it for the attempt's back-off, rounded up to whole units."""
-        if self.strategy == "levels":
-            delay = retry_delay_ms(self.contract, attempt)
-            return (delay_exchange(self.contract, delay), delay_routing_key(self.contract, delay),
-                    delay_units(self.contract, delay) * self.contract["delay_unit_ms"])
-        tiers = self.contract["tiers"]
-        tier = tiers[min(attempt, len(tiers)) - 1]
-        return self.contract["retry_exchange"], tier["routing_key"], tier["delay_ms"]
+        """(exchange, routing key, wait in ms) of the copy that retries `attempt`, as the contract's strategy
+        routes it: the attempt's tier, or the delay levels holding it for the attempt's back-off."""
+        return self.behaviour.retry_route(self.contract, attempt)
 
     def _fail_republish(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
                         body: bytes, reason: str) -> None:

@@ -27,9 +27,9 @@ from pika.connection import Parameters
 from pika.spec import BasicProperties
 
 from . import headers as h
-from . import levels
 from .connection import ConnectionParams, connect, parameters, quiet_pika
-from .contract import strategy_of, validate
+from .contract import validate
+from .strategies import behaviour_of
 
 LIMIT_REASON = "delivery_limit"
 REQUEUE_SUFFIX = ".requeue"
@@ -268,12 +268,9 @@ class ParkedQueue:
 
     def queue_route(self) -> tuple[str, str | None]:
         """(exchange, routing key) that reaches the input queue `Q` and no other queue; a routing key of None
-        keeps the message's original one (a fanout exchange ignores it). `tiers` and `native`: `Q.requeue`,
-        bound to `Q` alone; `levels`: level 0 with a zero delay, which the delivery exchange routes to exactly
-        `Q`."""
-        if strategy_of(self.contract) == "levels":
-            return levels.delay_exchange(self.contract, 0), levels.delay_routing_key(self.contract, 0)
-        return self.requeue_exchange, None
+        keeps the message's original one (a fanout exchange ignores it): as the contract's strategy routes it
+        (`strategies.StrategyBehaviour.queue_route`)."""
+        return behaviour_of(self.contract).queue_route(self.contract, self.requeue_exchange)
 
     def reaches(self, exchange: str, routing_key: str, to_original: bool) -> str:
         """Which queues a copy published to `exchange` with `routing_key` reaches, in words."""

@@ -25,7 +25,7 @@ from pika.spec import BasicProperties
 
 from components.config import load_vhost
 from components.plan import plan_vhost
-from rabbitmq_retry_client import ContractError, PermanentError, RetryingConsumer, load_contract
+from rabbitmq_retry_client import SUPPORTED_STRATEGIES, ContractError, PermanentError, RetryingConsumer, load_contract
 from rabbitmq_retry_client import stack_output as stack_output_of
 from rabbitmq_retry_client.cli import duration, main, parser
 from rabbitmq_retry_client.connection import BrokerRefusedError, BrokerUnreachableError, connect
@@ -44,6 +44,7 @@ from rabbitmq_retry_client.headers import (
 )
 from rabbitmq_retry_client.levels import delay_routing_key, delay_units, retry_delay_ms
 from rabbitmq_retry_client.parked import Parked, ParkedQueue, Selection
+from rabbitmq_retry_client.strategies import BEHAVIOURS, Mode, Retries, check_covers
 from tests.conftest import ROOT, vhost_config
 
 
@@ -1039,6 +1040,31 @@ def test_levels_like_native_ignores_the_mode(strategy: str, mode: str, counts: b
                          "min_delay_ms": 1000, "max_delay_ms": 5000}}[strategy]
     consumer = RetryingConsumer("amqp://127.0.0.1:1/%2F", source, _fails, mode)  # type: ignore[arg-type]
     assert consumer.counts_in_header is counts
+
+
+def test_the_client_follows_exactly_the_strategies_the_contract_schema_names() -> None:
+    assert set(BEHAVIOURS) == set(SUPPORTED_STRATEGIES)
+    with pytest.raises(ImportError, match=r"names strategies \['fourth', .*give each one a StrategyBehaviour"):
+        check_covers((*SUPPORTED_STRATEGIES, "fourth"))
+
+
+@pytest.mark.parametrize(("strategy", "mode", "retries"), [
+    ("tiers", "reject", Retries.BY_DEAD_LETTER), ("tiers", "republish", Retries.BY_PUBLISHED_COPY),
+    ("levels", "reject", Retries.BY_PUBLISHED_COPY), ("levels", "republish", Retries.BY_PUBLISHED_COPY),
+    ("native", "reject", Retries.BY_BROKER), ("native", "republish", Retries.BY_BROKER),
+])
+def test_how_a_strategy_retries_follows_from_what_its_contract_schema_carries(strategy: str, mode: Mode,
+                                                                               retries: Retries) -> None:
+    """A `retry_call` means the broker retries; `reject_routes_to` lets a reject dead-letter to the first tier."""
+    assert BEHAVIOURS[strategy].retries(mode) is retries
+
+
+def test_a_strategy_the_broker_retries_has_no_retry_copy_to_route() -> None:
+    native = {**contract(), "strategy": "native", "retry_call": "basic.reject(requeue=true)",
+              "min_delay_ms": 1000, "max_delay_ms": 5000}
+    consumer = RetryingConsumer("amqp://127.0.0.1:1/%2F", native, _fails)
+    with pytest.raises(ValueError, match="strategy native publishes no retry copies"):
+        consumer.retry_route(1)
 
 
 def test_without_a_mode_a_tiers_consumer_takes_the_contract_s_republish_or_reject_for_a_single_tier() -> None:

@@ -21,6 +21,7 @@ from tools.lib import engine, review, risk
 from tools.lib.diagram import CHANGED_STYLE, REMOVED_STYLE
 from tools.lib.inventory import VHOST_COMPONENT
 from tools.lib.mockrun import ROOT, Registered, record_program
+from tools.lib.planned import Planned, plan_index
 
 STACK = "review"
 BASE: dict[str, Any] = {
@@ -56,12 +57,13 @@ def review_of(program_copy: Path) -> Callable[..., tuple[list[engine.Step], str,
     """old config, new config → (changed steps, the review for a comment, exit status), evaluated in-process;
     `run.full` is then the full report. One stack name for both sides: the stack is part of every URN."""
     def run(old: dict[str, Any], new: dict[str, Any], allow_data_loss: bool = False):
-        recordings = []
+        recordings, plans = [], []
         for config in (old, new):
             (program_copy / f"Pulumi.{STACK}.yaml").write_text(stack_file(config))
             recordings.append(record_program(STACK, program_copy))
+            plans.append(plan_index(STACK, program_copy))
         steps = engine.diff(*recordings)
-        reviewed = review.render(steps, *recordings, allow_data_loss=allow_data_loss)
+        reviewed = review.render(steps, *recordings, (plans[0], plans[1]), allow_data_loss=allow_data_loss)
         run.full = reviewed.full
         return [s for s in steps if s.custom and s.op != "same"], reviewed.compact, reviewed.status
     return run
@@ -226,7 +228,7 @@ def test_widening_a_permission_is_access(before, after, expected):
     steps = engine.diff([permissions(before)], [permissions(after)])
     assert [s.op for s in steps] == ["update"]
     assert risk.risk(steps[0]) == expected
-    reviewed = review.render(steps, [permissions(before)], [permissions(after)])
+    reviewed = review.render(steps, [permissions(before)], [permissions(after)], ({}, {}))
     markdown, status = reviewed.compact, reviewed.status
     assert status == 0 and (f"**{risk.ACCESS}**" in markdown) == (expected == risk.ACCESS)
 
@@ -247,7 +249,7 @@ def test_a_permission_update_shows_the_names_added_and_removed_not_both_regexes(
                          "configure": "^$", "write": r"^(orders|orders\.billing\.requeue)$", "read": "^(a)$"}})
     new = copy.deepcopy(old)
     new.inputs["permissions"]["write"] = r"^(notify\.push\.requeue|orders|rabbitmq\-retry\.delay\.0)$"
-    compact = review.render(engine.diff([old], [new]), [old], [new]).compact
+    compact = review.render(engine.diff([old], [new]), [old], [new], ({}, {})).compact
     (row,) = [line for line in compact.splitlines() if line.startswith("| update | Permissions |")]
     assert ("| write + `notify.push.requeue`, + `rabbitmq-retry.delay.0`, − `orders.billing.requeue` | **access** |"
             in row), row
@@ -263,7 +265,7 @@ def test_a_topic_permission_update_is_shown_per_exchange_without_json_escapes():
                     "permissions": [{"exchange": x, "write": write, "read": "^$"} for x in exchanges]})
 
     old, new = [topic(r"^order\.")], [topic(r"^order\.(created|paid)$", ("orders", "rabbitmq-retry.delay.0"))]
-    compact = review.render(engine.diff(old, new), old, new).compact
+    compact = review.render(engine.diff(old, new), old, new, ({}, {})).compact
     (row,) = [line for line in compact.splitlines() if line.startswith("| update | TopicPermissions |")]
     assert (r"topic `orders` write `^order\.` → `^order\.(created\|paid)$`; + topic `rabbitmq-retry.delay.0`: "
             r"write `^order\.(created\|paid)$` read `^$`") in row, row
@@ -281,7 +283,7 @@ def test_a_password_change_is_an_access_risk_that_says_who_is_locked_out():
     old, new = [user("[secret] aaaa")], [user("[secret] bbbb")]
     (step,) = engine.diff(old, new)
     assert (step.op, step.changed, risk.risk(step)) == ("update", ["password"], risk.ACCESS)
-    compact = review.render([step], old, new).compact
+    compact = review.render([step], old, new, ({}, {})).compact
     (row,) = [line for line in compact.splitlines() if line.startswith("| update | User |")]
     assert row.endswith("| password changed (secret) | **access** — every client using the old password of "
                         "`billing-app` is locked out at its next reconnect (open connections stay until then): give "
@@ -297,7 +299,7 @@ def test_an_imported_queue_reviews_as_import_not_create():
                        import_id="jobs.audit@jobs")
     (step,) = engine.diff([], [audit])
     assert (step.op, risk.risk(step)) == ("import", risk.SAFE)
-    compact = review.render([step], [], [audit]).compact
+    compact = review.render([step], [], [audit], ({}, {})).compact
     assert compact.startswith("**1 to import, 0 unchanged**")
     assert ("| import | Queue | `jobs-jobs.audit` | `jobs.audit` | adopted as the broker holds it, with its messages "
             "(nothing is created) | safe |") in compact
@@ -541,6 +543,28 @@ def test_a_policy_that_matches_nothing_after_the_change_is_named(review_of):
     assert "matches no queue" not in unchanged
 
 
+def test_the_review_reads_roles_from_the_plan_not_from_logical_names(review_of, program_copy: Path):
+    """The program's own naming mints config policies' logical keys in a new format: the review plans the stack
+    with the same components, so it still knows which policies the config declares (it once compared names with
+    the tools' copy of the format, and this policy was silently left out)."""
+    naming = program_copy / "components" / "naming.py"
+    written = naming.read_text(encoding="utf-8")
+    assert 'return f"policy-{policy}"' in written
+    naming.write_text(written.replace('return f"policy-{policy}"', 'return f"declared-{policy}-by-config"'),
+                      encoding="utf-8")
+
+    def with_policy(c: dict[str, Any]) -> None:
+        c["vhosts"][0]["policies"] = [{"name": "audit-limit", "pattern": "^audit$", "definition": {"max-length": 10}}]
+    old = changed(with_policy)
+    new = changed(lambda c: (with_policy(c), c["vhosts"][0]["queues"][1].update(name="audit-v2"),
+                             orders(c)["retry"].update(delays=["1s", "10s", "2m"])))
+    _, markdown, _ = review_of(old, new)
+    assert ("- policy `audit-limit` in vhost `shop` (pattern `^audit$`, apply-to queues) matches no queue or exchange "
+            "after this change (it matched 1 before): if a queue was renamed, update the pattern") in markdown
+    assert "| update | Policy | `shop-orders-wait-3-policy` | `orders.wait.3` | message-ttl 60000 → 120000 |" in \
+        review_of.full
+
+
 # Big stacks: one retryable queue recorded for real, then copied under other names, so that the grouping
 # and the 60,000-character cap are tested on 1,000 queues in a second, not a minute and a half.
 
@@ -551,30 +575,43 @@ def one_queue_stack(**retry: Any) -> dict[str, Any]:
                     "retry": {"delays": ["1s", "10s", "1m"], "max_retries": 5, **retry}}]}]}
 
 
-def multiplied(recording: list[Registered], queues: int) -> list[Registered]:
-    """`recording` with its retryable queue q0000 copied as q0000…q<queues - 1>."""
+Recorded = tuple[list[Registered], dict[str, Planned]]
+"""A recording and the plan of the same stack."""
+
+
+def multiplied(recorded: Recorded, queues: int) -> Recorded:
+    """`recorded` with its retryable queue q0000 copied as q0000…q<queues - 1>, in the recording and the plan."""
+    recording, plan = recorded
+
     def renamed(record: Registered, index: int) -> Registered:
         return Registered(**json.loads(json.dumps(asdict(record)).replace("q0000", f"q{index:04d}")))
+
+    def renamed_planned(planned: Planned, index: int) -> Planned:
+        fields = json.loads(json.dumps(asdict(planned)).replace("q0000", f"q{index:04d}"))
+        return Planned(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
     shared = [r for r in recording if "q0000" not in json.dumps(asdict(r))]
     own = [r for r in recording if "q0000" in json.dumps(asdict(r)) and r.type != VHOST_COMPONENT]
     vhost = next(r for r in recording if r.type == VHOST_COMPONENT)
     contract = vhost.outputs["retry_contracts"]["q0000"]
     contracts_out = {f"q{i:04d}": json.loads(json.dumps(contract).replace("q0000", f"q{i:04d}")) for i in range(queues)}
     outputs = {**vhost.outputs, "retry_contracts": contracts_out}
-    return [*shared, Registered(**{**asdict(vhost), "outputs": outputs}),
-            *(renamed(r, i) for i in range(queues) for r in own)]
+    return ([*shared, Registered(**{**asdict(vhost), "outputs": outputs}),
+             *(renamed(r, i) for i in range(queues) for r in own)],
+            {**{k: v for k, v in plan.items() if "q0000" not in k},
+             **{k.replace("q0000", f"q{i:04d}"): renamed_planned(v, i) for i in range(queues)
+                for k, v in plan.items() if "q0000" in k}})
 
 
 @pytest.fixture
-def record_stack(program_copy: Path) -> Callable[[dict[str, Any]], list[Registered]]:
-    def run(config: dict[str, Any]) -> list[Registered]:
+def record_stack(program_copy: Path) -> Callable[[dict[str, Any]], Recorded]:
+    def run(config: dict[str, Any]) -> Recorded:
         (program_copy / f"Pulumi.{STACK}.yaml").write_text(stack_file(config))
-        return record_program(STACK, program_copy)
+        return record_program(STACK, program_copy), plan_index(STACK, program_copy)
     return run
 
 
-def reviewed(old: list[Registered], new: list[Registered]) -> review.Review:
-    return review.render(engine.diff(old, new), old, new)
+def reviewed(old: Recorded, new: Recorded) -> review.Review:
+    return review.render(engine.diff(old[0], new[0]), old[0], new[0], (old[1], new[1]))
 
 
 def test_a_delay_change_of_1000_queues_is_one_row(record_stack):
@@ -592,7 +629,7 @@ def test_a_delay_change_of_1000_queues_is_one_row(record_stack):
 
 def test_deleting_1000_queues_fits_a_comment_and_names_every_queue(record_stack):
     old = multiplied(record_stack(one_queue_stack()), 1000)
-    new = [r for r in old if "q0" not in json.dumps(asdict(r))]
+    new = ([r for r in old[0] if "q0" not in json.dumps(asdict(r))], {k: v for k, v in old[1].items() if "q0" not in k})
     result = reviewed(old, new)
     assert result.status == 2 and len(result.compact) <= review.LIMIT
     assert ("| delete | Queue | 5,000 queues | in vhost `shop`: the queue, `*.error`, `*.wait.1`, `*.wait.2`, "
@@ -617,7 +654,7 @@ def test_rows_are_in_the_same_order_whatever_the_order_of_registration(record_st
     old = multiplied(record_stack(one_queue_stack()), 50)
     new = multiplied(record_stack(one_queue_stack(queue_type="quorum", delays=["1s", "10s"])), 50)
     first = reviewed(old, new)
-    again = reviewed(list(reversed(old)), list(reversed(new)))
+    again = reviewed((list(reversed(old[0])), old[1]), (list(reversed(new[0])), new[1]))
     assert (first.compact, first.full) == (again.compact, again.full)
 
 

@@ -26,7 +26,7 @@ from tools.lib import engine
 from tools.lib.checkout import CheckoutError, checkout
 from tools.lib.definitions import DefinitionsError
 from tools.lib.queue_guard import review_section
-from tools.lib.review import BaseProgramError, ReviewError, evaluate_both, render
+from tools.lib.review import BaseProgramError, ReviewError, evaluate_both, plans_of, render
 from tools.lib.stack_file import StackFileError
 
 
@@ -51,13 +51,14 @@ def main(argv: list[str] | None = None) -> int:
             at_base = (Path(tmp) / stack_file).exists()
             try:
                 old, new = evaluate_both(args.stack, project, Path(tmp) if at_base else None)
+                plans = plans_of(args.stack, project, Path(tmp) if at_base else None, (old, new))
             except BaseProgramError as error:
                 raise ReviewError(f"the program at BASE={args.base} ({commit}) fails:\n{error}") from None
         steps = engine.diff(old, new)
     except (ReviewError, CheckoutError) as error:
         print(error, file=sys.stderr)
         return 1
-    review = render(steps, old, new, allow_data_loss=allow)
+    review = render(steps, old, new, plans, allow_data_loss=allow)
     try:
         guard = review_section(steps, args.stack, project, args.endpoint)
     except (DefinitionsError, StackFileError) as error:

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from .fields import INVALID, Problems
-from .model import Exchange
-from .parsers import ApplicationEntry, Entry, QueueEntry, VhostEntry
+from .model import Exchange, Policy
+from .parsers import ApplicationEntry, Entry, OperatorEntry, QueueEntry, VhostEntry
 
 
-def check_policy_names(p: Problems, path: str, policies: Sequence[Entry[object]],
+def check_policy_names(p: Problems, path: str, policies: Sequence[Entry[Policy]],
                        derived: Collection[str] = ()) -> None:
     """Policy names are unique in a vhost, and none is a name this stack derives for a queue's policy."""
     first: dict[str, int] = {}
@@ -139,7 +139,8 @@ def check_users(p: Problems, vhosts: Sequence[VhostEntry]) -> None:
     broker's built-in administrator (and the local stack's deploying user)."""
     first: dict[str, str] = {}
     for vhost in vhosts:
-        for entry in (*vhost.applications, *vhost.operators):
+        users: tuple[ApplicationEntry | OperatorEntry, ...] = (*vhost.applications, *vhost.operators)
+        for entry in users:
             if entry.name is None:
                 continue
             where = f"{entry.path}.user"

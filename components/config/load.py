@@ -11,7 +11,15 @@ from .crosschecks import check_users, check_vhost, check_vhost_names
 from .fields import ABSENT, INVALID, Problems, boolean, describe, did_you_mean, items, mapping, optional
 from .keys import BROKER_KEYS, TOP_LEVEL_KEYS
 from .model import Defaults, DelayLevels, Queue, StackConfig, Vhost
-from .parsers import VhostEntry, parse_defaults, parse_delay_levels, parse_queue, parse_vhost
+from .parsers import (
+    ApplicationEntry,
+    OperatorEntry,
+    VhostEntry,
+    parse_defaults,
+    parse_delay_levels,
+    parse_queue,
+    parse_vhost,
+)
 from .passwords import NOT_A_MAPPING, key_path, password_command
 
 BUILT_IN_DEFAULTS = Defaults()
@@ -35,7 +43,8 @@ def check_password_users(p: Problems, raw: object, vhosts: list[VhostEntry]) -> 
     real one then has no password); not checked when a user entry was itself refused (its name is unknown)."""
     if not isinstance(raw, Mapping):
         return
-    entries = [e for v in vhosts for e in (*v.applications, *v.operators)]
+    entries: list[ApplicationEntry | OperatorEntry] = [*(a for v in vhosts for a in v.applications),
+                                                       *(o for v in vhosts for o in v.operators)]
     if any(e.name is None for e in entries) or any({"applications", "operators"} & v.unreadable for v in vhosts):
         return
     declared = sorted({str(e.name) for e in entries})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -77,6 +77,7 @@ from .model import (
 )
 
 T = TypeVar("T")
+E = TypeVar("E", bound="Entry[Any]")
 GO_INTEGER = re.compile(r"[+-]?[0-9]+")
 """What Go's `strconv.ParseInt(s, 10, 64)` reads as a number (within int64), ASCII digits only."""
 
@@ -215,7 +216,7 @@ def parse_binding(p: Problems, path: str, index: int, raw: object) -> BindingEnt
         routing_key = INVALID
     arguments = parse_binding_arguments(p, f"{path}.arguments", data.get("arguments", {}))
     written = written_name(data["exchange"])
-    if INVALID in (exchange, routing_key, arguments, external):
+    if exchange is INVALID or routing_key is INVALID or arguments is INVALID or external is INVALID:
         return BindingEntry(index, None, written, INVALID, external=external is True)
     return BindingEntry(index, exchange, written, Binding(exchange, routing_key, arguments, external),
                         external=external)
@@ -359,14 +360,15 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
         retry = INVALID
     owned = strategy_of(retry).owned_names(name, retry) if isinstance(retry, Retry) else ([name], [])
     entry = QueueEntry(index, name, name, INVALID, bindings, tuple(owned[0]), tuple(owned[1]))
-    if not lengths_ok or INVALID in (queue_type, priority, max_length, delivery_limit, retry, max_length_bytes,
-                                     message_ttl, single_active) or any(b.value is INVALID for b in bindings):
+    if (not lengths_ok or queue_type is INVALID or priority is INVALID or max_length is INVALID
+            or delivery_limit is INVALID or retry is INVALID or max_length_bytes is INVALID or message_ttl is INVALID
+            or single_active is INVALID or any(b.value is INVALID for b in bindings)):
         return entry
     limit = resolve_delivery_limit(p, f"{path}.delivery_limit", delivery_limit, queue_type, retry, defaults)
     if limit is INVALID:
         return entry
     queue = Queue(name=name, queue_type=queue_type, policy_priority=priority,
-                  bindings=tuple(b.value for b in bindings if b.value is not INVALID), max_length=max_length,
+                  bindings=tuple(b.value for b in bindings if isinstance(b.value, Binding)), max_length=max_length,
                   delivery_limit=limit, retry=retry, max_length_bytes=max_length_bytes, message_ttl_ms=message_ttl,
                   single_active_consumer=single_active is True)
     return QueueEntry(index, name, name, queue, bindings, entry.owned_queues, entry.owned_exchanges)
@@ -466,7 +468,7 @@ def parse_policy(p: Problems, path: str, index: int, raw: object,
     apply_to = choice(p, f"{path}.apply_to", data.get("apply_to", "queues"), APPLY_TO)
     definition = parse_definition(p, f"{path}.definition", data.get("definition"), allowed_keys)
     valid_name = None if name is INVALID else name
-    if INVALID in (name, pattern, priority, apply_to, definition):
+    if name is INVALID or pattern is INVALID or priority is INVALID or apply_to is INVALID or definition is INVALID:
         return Entry(index, valid_name, written_name(data.get("name")), INVALID)
     return Entry(index, valid_name, valid_name, Policy(name, pattern, priority, apply_to, definition))
 
@@ -538,7 +540,8 @@ def parse_limits(p: Problems, path: str, raw: object) -> Limits | Invalid:
     if data is INVALID:
         return INVALID
     values = {key: integer(p, f"{path}.{key}", data[key], 0) for key in LIMITS_KEYS if key in data}
-    return INVALID if INVALID in values.values() else Limits(**values)  # type: ignore[arg-type]
+    counts = {key: value for key, value in values.items() if isinstance(value, int)}
+    return Limits(**counts) if len(counts) == len(values) else INVALID
 
 
 def check_created_only_options(p: Problems, path: str, data: Mapping[str, Any], existing: object) -> None:
@@ -548,10 +551,17 @@ def check_created_only_options(p: Problems, path: str, data: Mapping[str, Any], 
               "only a vhost this stack creates can be given limits or a default queue type; remove it")
 
 
-def parse_list(p: Problems, path: str, data: Mapping[str, Any], key: str, parse: Any) -> tuple[Any, ...]:
+def parse_list(p: Problems, path: str, data: Mapping[str, Any], key: str,
+               parse: Callable[[Problems, str, int, object], E]) -> tuple[E, ...]:
     """Each entry of the list `key`, parsed by `parse(p, path, index, raw)`."""
     return tuple(parse(p, f"{path}.{key}[{i}]", i, raw)
                  for i, raw in enumerate(items(p, f"{path}.{key}", data.get(key, ABSENT))))
+
+
+def valid_values(entries: Sequence[Entry[T]]) -> tuple[T, ...] | Invalid:
+    """The value of every entry, or INVALID when any entry was refused."""
+    values = tuple(entry.value for entry in entries if not isinstance(entry.value, Invalid))
+    return values if len(values) == len(entries) else INVALID
 
 
 def parse_import(p: Problems, path: str, raw: object, name: str | Invalid,
@@ -588,10 +598,10 @@ def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defau
     if name == "/" and existing is False:
         p.add(f"{path}.existing", 'the default vhost "/" is never managed by this stack; remove existing: false')
     exchanges = parse_list(p, path, data, "exchanges", parse_exchange)
-    queues = parse_list(p, path, data, "queues", lambda *args: parse_queue(*args, defaults))
+    queues = parse_list(p, path, data, "queues", lambda p_, at, i, raw: parse_queue(p_, at, i, raw, defaults))
     policies = parse_list(p, path, data, "policies", parse_policy)
     operator_policies = parse_list(p, path, data, "operator_policies",
-                                   lambda *args: parse_policy(*args, OPERATOR_POLICY_KEYS))
+                                   lambda p_, at, i, raw: parse_policy(p_, at, i, raw, OPERATOR_POLICY_KEYS))
     applications = parse_list(p, path, data, "applications", parse_application)
     operators = parse_list(p, path, data, "operators", parse_operator)
     limits = optional(data, "limits", lambda v: parse_limits(p, f"{path}.limits", v), Limits())
@@ -600,27 +610,30 @@ def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defau
     imports = optional(data, "import", lambda v: parse_import(p, f"{path}.import", v, name, existing), ())
     delay_levels = vhost_delay_levels(p, path, data, queues, defaults)
     check_created_only_options(p, path, data, existing)
+
     unreadable = frozenset(key for key in ("exchanges", "queues", "policies", "operator_policies", "applications",
                                            "operators") if data.get(key) is not None and (
                                isinstance(data[key], (str, bytes)) or not isinstance(data[key], Sequence)))
-    entries = dict(path=path, exchanges=exchanges, queues=queues, policies=policies,
-                   operator_policies=operator_policies, applications=applications, operators=operators,
-                   unreadable=unreadable)
-    valid_name = None if name is INVALID else name
-    parts: Sequence[Entry[Any]] = (*exchanges, *queues, *policies, *operator_policies, *applications, *operators)
-    if INVALID in (name, existing, limits, default_queue_type, imports, delay_levels) or any(
-            e.value is INVALID for e in parts):
-        return VhostEntry(index, valid_name, written_name(data.get("name")), INVALID, **entries)
-    apps = [a for a in applications if a.value is not INVALID]
-    vhost = Vhost(name=name, existing=existing, exchanges=tuple(e.value for e in exchanges),
-                  queues=tuple(q.value for q in queues),
-                  policies=tuple(pol.value for pol in policies),
-                  operator_policies=tuple(pol.value for pol in operator_policies),
-                  applications=tuple(a.value for a in apps), application_indexes=tuple(a.index for a in apps),
-                  operators=tuple(o.value for o in operators), operator_indexes=tuple(o.index for o in operators),
-                  limits=limits, default_queue_type=default_queue_type, imports=imports,
-                  delay_levels=delay_levels if isinstance(delay_levels, DelayLevels) else None)
-    return VhostEntry(index, name, name, vhost, **entries)
+
+    def entry(valid_name: str | None, written: str | None, value: Vhost | Invalid) -> VhostEntry:
+        return VhostEntry(index, valid_name, written, value, path=path, exchanges=exchanges, queues=queues,
+                          policies=policies, operator_policies=operator_policies, applications=applications,
+                          operators=operators, unreadable=unreadable)
+
+    exchange_values, queue_values = valid_values(exchanges), valid_values(queues)
+    policy_values, operator_policy_values = valid_values(policies), valid_values(operator_policies)
+    application_values, operator_values = valid_values(applications), valid_values(operators)
+    if (name is INVALID or existing is INVALID or limits is INVALID or default_queue_type is INVALID
+            or imports is INVALID or delay_levels is INVALID or exchange_values is INVALID
+            or queue_values is INVALID or policy_values is INVALID or operator_policy_values is INVALID
+            or application_values is INVALID or operator_values is INVALID):
+        return entry(None if name is INVALID else name, written_name(data.get("name")), INVALID)
+    vhost = Vhost(name=name, existing=existing, exchanges=exchange_values, queues=queue_values,
+                  policies=policy_values, operator_policies=operator_policy_values,
+                  applications=application_values, application_indexes=tuple(a.index for a in applications),
+                  operators=operator_values, operator_indexes=tuple(o.index for o in operators),
+                  limits=limits, default_queue_type=default_queue_type, imports=imports, delay_levels=delay_levels)
+    return entry(name, name, vhost)
 
 
 def _written_strategies(data: Mapping[str, Any]) -> list[object]:

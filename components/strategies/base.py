@@ -11,6 +11,7 @@ Pure and Pulumi-free, like the plan.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..config.fields import Invalid, Problems
@@ -21,6 +22,18 @@ Route = Callable[[str, str | None], set[str] | None]
 """Queues a message published to an exchange with a routing key reaches in the planned topology (None when
 it cannot be known); `checks.route` bound to one vhost's graph."""
 Version = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class FeatureFlag:
+    """A RabbitMQ feature flag a strategy's queues need enabled on the brokers that have it."""
+
+    name: str
+    since: Version
+    """The first version that has the flag; an older broker has no such flag to enable (and is refused by
+    `MIN_BROKER_VERSION` if it cannot run the strategy)."""
+    needed_for: str
+    """What of the strategy needs it, as `make doctor` says it."""
 
 
 class Strategy(Protocol):
@@ -38,6 +51,8 @@ class Strategy(Protocol):
     MIN_BROKER_VERSION: tuple[Version, str] | None
     """The first RabbitMQ version that runs it, and what it needs from that version (None: every version the
     project supports)."""
+    FEATURE_FLAG: FeatureFlag | None
+    """The feature flag its queues need enabled (`make doctor` checks it on the live broker), if any."""
 
     def parse_retry(self, p: Problems, path: str, data: Mapping[str, Any]) -> Retry | Invalid: ...
 
@@ -59,3 +74,12 @@ class Strategy(Protocol):
     def contract(self, plan: RetryablePlan[Any], vhost: str) -> dict[str, object]: ...
 
     def path_problems(self, plan: RetryablePlan[Any], route: Route) -> list[str]: ...
+
+    REVIEWED_CONTRACT_KEYS: frozenset[str]
+    """The keys of its contract that `contract_breaks` judges, or that its consumers do not act on; the review
+    judges the keys every strategy shares."""
+
+    def contract_breaks(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+        """What a change of its contract (`old` → `new`, same strategy) means to a reviewer: how consumers still
+        running on `old` break under `new`, one sentence each, for `REVIEWED_CONTRACT_KEYS` only."""
+        ...

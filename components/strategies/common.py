@@ -1,4 +1,5 @@
-"""Parsing every strategy's `retry` block shares: its error queue's keys and the positive delays."""
+"""What every strategy's module shares: parsing its `retry` block's error queue keys and positive delays, and
+reading contract values for a reviewer."""
 
 from __future__ import annotations
 
@@ -15,6 +16,21 @@ def parse_error_queue(p: Problems, path: str, data: Mapping[str, Any]) -> tuple[
     error_max_length = optional(data, "error_max_length", lambda v: integer(p, f"{path}.error_max_length", v, 1),
                                 None)
     return retention, error_max_length
+
+
+REDEPLOY = "consumers written for the old value must be redeployed before this is applied"
+"""What any other change of a contract's value means to its running consumers."""
+
+
+def contract_number(value: Any) -> float | None:
+    """A number of a contract (Pulumi carries them as floats); None for anything else, a boolean included."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def contract_ms(value: Any) -> str:
+    """`1000 ms`: a contract's milliseconds as a reviewer reads them."""
+    number = contract_number(value)
+    return f"{number:g} ms" if number is not None else str(value)
 
 
 def positive_duration(p: Problems, path: str, value: object) -> int | Invalid:

@@ -38,13 +38,14 @@ from ..entries import (
     quorum_dead_lettering,
 )
 from .base import Route
-from .common import parse_error_queue, positive_duration
+from .common import REDEPLOY, contract_ms, contract_number, parse_error_queue, positive_duration
 
 NAME = "levels"
 RETRY_KEYS = ("backoff",)
 USES_DELAY_LEVELS = True
 DELIVERY_LIMIT_IS_MAX_RETRIES = False
 MIN_BROKER_VERSION = None
+FEATURE_FLAG = None
 KEY_FORMAT = ("the delay in units, ceil(delay_ms / delay_unit_ms) capped at 2^delay_levels - 1, as "
               "delay_words binary digits, most significant first, each followed by '.', then the queue name")
 """How a `levels` contract tells a client in any language to build the routing key of a delayed copy."""
@@ -257,6 +258,50 @@ def contract(plan: RetryablePlan[LevelsRetry], vhost: str) -> dict[str, object]:
         "error_exchange": plan.error_exchange,
         "error_queue": plan.error_queue,
     }
+
+
+REVIEWED_CONTRACT_KEYS = frozenset({"backoff", "delay_levels", "routing_key_format", "delay_exchanges",
+                                    "max_delay_ms", "delay_exchange", "delay_unit_ms"})
+"""A consumer keeps its own back-off (any delay reaches its queue), caps a delay at its old `delay_levels` (they
+still exist when there are more) and reads `max_delay_ms` and the key's description nowhere; `delay_exchanges`
+are the levels up to `delay_exchange`, whose move is judged by `contract_breaks`."""
+
+
+def _level(exchange: Any) -> int | None:
+    """k of a delay level's exchange `rabbitmq-retry.delay.<k>`."""
+    number = str(exchange).rsplit(".", 1)[-1]
+    return int(number) if number.isdigit() else None
+
+
+def _delay_exchange_break(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+    """The top level moved. Fewer levels delete the old top; more keep it (a lower level now, which a consumer's
+    application user may still write: it is granted every level), so nothing breaks."""
+    before, after = old.get("delay_exchange"), new.get("delay_exchange")
+    level, levels = _level(before), contract_number(new.get("delay_levels"))
+    if level is None or levels is None or level >= levels:
+        return (f"delay exchange {before} → {after}: consumers still publishing delayed copies to {before} fail once "
+                "it is deleted (channel error 404 NOT_FOUND)")
+    return None
+
+
+def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """A top level deleted under running consumers, or a new delay unit they still count in."""
+    breaks = []
+    before, after = old.get("delay_exchange"), new.get("delay_exchange")
+    if before != after:
+        if before is None:
+            breaks.append(f"delay exchange {before} → {after}: {REDEPLOY}")
+        elif moved := _delay_exchange_break(old, new):
+            breaks.append(moved)
+    before, after = old.get("delay_unit_ms"), new.get("delay_unit_ms")
+    if before != after and (contract_number(before) or 0) > 0 and (contract_number(after) or 0) > 0:
+        ratio = (contract_number(after) or 0) / (contract_number(before) or 1)
+        breaks.append(f"delay unit {contract_ms(before)} → {contract_ms(after)}: consumers on the old contract count "
+                      f"delays in units of {contract_ms(before)}, which the levels now hold {contract_ms(after)} "
+                      f"each: their retries wait {ratio:g} times as long until they are redeployed")
+    elif before != after:
+        breaks.append(f"delay unit {before} → {after}: {REDEPLOY}")
+    return breaks
 
 
 def path_problems(plan: RetryablePlan[Any], route: Route) -> list[str]:

@@ -30,7 +30,7 @@ from ..entries import (
     queue_limits,
     queue_policy,
 )
-from .base import Route
+from .base import FeatureFlag, Route
 from .common import parse_error_queue, positive_duration
 
 NAME = "native"
@@ -39,6 +39,8 @@ USES_DELAY_LEVELS = False
 DELIVERY_LIMIT_IS_MAX_RETRIES = True
 MIN_BROKER_VERSION = ((4, 3, 1), "strategy native (the delayed-retry-* policy keys)")
 """RabbitMQ 4.3.0 refuses the `delayed-retry-*` policy keys; 4.3.1 is the first version that takes them."""
+FEATURE_FLAG = FeatureFlag("rabbitmq_4.3.0", (4, 3, 0), "strategy native (RabbitMQ 4.3's delayed retry)")
+"""The 4.3 series' own flag: a cluster upgraded from 4.2 keeps it disabled until an operator enables it."""
 RETRY_CALL = NATIVE_RETRY_CALL
 """The only call RabbitMQ 4.3 counts toward the delivery limit and delays: `basic.nack(requeue=true)` is a
 "return" that neither counts nor waits, so a nack loop never ends (the contract's schema fixes it)."""
@@ -151,6 +153,15 @@ def contract(plan: RetryablePlan[NativeRetry], vhost: str) -> dict[str, object]:
         "error_exchange": plan.error_exchange,
         "error_queue": plan.error_queue,
     }
+
+
+REVIEWED_CONTRACT_KEYS = frozenset({"min_delay_ms", "max_delay_ms"})
+"""The delays are the broker's: a consumer only makes the retry call."""
+
+
+def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """Nothing of its own breaks a running consumer."""
+    return []
 
 
 def path_problems(plan: RetryablePlan[Any], route: Route) -> list[str]:

@@ -37,6 +37,7 @@ RETRY_KEYS = ("delays",)
 USES_DELAY_LEVELS = False
 DELIVERY_LIMIT_IS_MAX_RETRIES = False
 MIN_BROKER_VERSION = None
+FEATURE_FLAG = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,6 +176,26 @@ def contract(plan: RetryablePlan[TiersRetry], vhost: str) -> dict[str, object]:
         "error_exchange": plan.error_exchange,
         "error_queue": plan.error_queue,
     }
+
+
+REVIEWED_CONTRACT_KEYS = frozenset({"tiers", "reject_routes_to", "retry_exchange"})
+"""A consumer never acts on `reject_routes_to` (the broker dead-letters a reject to the first tier itself)."""
+
+
+def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """A removed tier strands the republished retries still routed to it; a moved retry exchange fails them."""
+    breaks = []
+    new_keys = {t["routing_key"] for t in new.get("tiers", [])}
+    for tier in old.get("tiers", []):
+        if tier["routing_key"] not in new_keys:
+            breaks.append(f'tier {tier["routing_key"]} removed: consumers in republish mode that still publish '
+                          f'retries with routing key {tier["routing_key"]} to {new.get("retry_exchange")} lose '
+                          "those messages (no queue is bound to that key; the exchange drops them)")
+    if old.get("retry_exchange") != new.get("retry_exchange"):
+        breaks.append(f"retry exchange {old.get('retry_exchange')} → {new.get('retry_exchange')}: consumers still "
+                      f"publishing retries to {old.get('retry_exchange')} fail once it is deleted (channel error 404 "
+                      "NOT_FOUND)")
+    return breaks
 
 
 def path_problems(plan: RetryablePlan[Any], route: Route) -> list[str]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from components.durations import format_duration
 from components.naming import DELIVERY_EXCHANGE, delay_level, requeue_exchange
+from components.strategies import levels, native, tiers
+from rabbitmq_retry_client.contract import strategy_of
 
 UNSAFE_IN_LABELS = frozenset('"#&<>`|')
 """Quotes end a label, `#…;` is Mermaid's entity syntax, `<`, `>`, `&` are HTML in a label, a backtick
@@ -23,11 +25,13 @@ def label(text: str) -> str:
 def retry_path(contract: Mapping[str, Any], changed: Collection[str] = (), removed: Collection[str] = ()) -> str:
     """input → retry exchange → wait tiers (with delays) → requeue → input; input → error.
 
-    `changed` and `removed` are physical names to highlight (a review marks what a PR touches)."""
-    if contract.get("strategy") == "native":
-        return _native_path(contract, changed, removed)
-    if contract.get("strategy") == "levels":
-        return _levels_path(contract, changed, removed)
+    `changed` and `removed` are physical names to highlight (a review marks what a PR touches); each strategy
+    draws its own path (`PATHS`)."""
+    return PATHS[strategy_of(contract)](contract, changed, removed)
+
+
+def _tiers_path(contract: Mapping[str, Any], changed: Collection[str], removed: Collection[str]) -> str:
+    """Strategy tiers: a reject or a republished copy waits in the tier's TTL queue, then returns via requeue."""
     queue = contract["queue"]
     names = {"input": queue, "retry": contract["retry_exchange"], "requeue": requeue_exchange(queue),
              "error_x": contract["error_exchange"], "error_q": contract["error_queue"]}
@@ -102,6 +106,11 @@ def _levels_path(contract: Mapping[str, Any], changed: Collection[str], removed:
         "  error_x --> error_q",
     ]
     return "\n".join(lines + _styles(names, changed, removed))
+
+
+PATHS: Mapping[str, Callable[[Mapping[str, Any], Collection[str], Collection[str]], str]] = {
+    tiers.NAME: _tiers_path, native.NAME: _native_path, levels.NAME: _levels_path}
+"""The path diagram of each strategy, by the name its contract carries."""
 
 
 def _styles(names: Mapping[str, str], changed: Collection[str], removed: Collection[str]) -> list[str]:

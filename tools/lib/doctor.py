@@ -22,6 +22,7 @@ from components.config.capabilities import (
 )
 from components.config.model import Limits
 from components.naming import vhost_key
+from components.strategies import strategy_of
 from tools.lib import drift
 from tools.lib.definitions import Endpoint, Snapshot, read_live
 from tools.lib.mockrun import Registered, record, stack_config
@@ -29,8 +30,6 @@ from tools.lib.mockrun import Registered, record, stack_config
 NAMESPACE = "rabbitmq-retry"
 ADMINISTRATOR = "administrator"
 POLICYMAKER = "policymaker"
-NATIVE_FEATURE_FLAG = "rabbitmq_4.3.0"
-"""The 4.3 series' own flag: a cluster upgraded from 4.2 keeps it disabled until an operator enables it."""
 
 
 @dataclass(frozen=True)
@@ -110,10 +109,11 @@ def _absent_existing_vhosts(config: StackConfig, facts: LiveFacts) -> list[str]:
 def _feature_flag_problems(config: StackConfig, facts: LiveFacts, version: Version | None) -> list[str]:
     problems = []
     quorum = any(q.queue_type == "quorum" for v in config.vhosts for q in v.queues)
-    native = any(q.retry is not None and q.retry.strategy == "native" for v in config.vhosts for q in v.queues)
+    needed = {needs for v in config.vhosts for q in v.queues
+              if q.retry is not None and (needs := strategy_of(q.retry).FEATURE_FLAG) is not None}
     wanted = [("quorum_queue", "quorum queues")] if quorum else []
-    if native and version is not None and version >= (4, 3, 0):
-        wanted.append((NATIVE_FEATURE_FLAG, "strategy native (RabbitMQ 4.3's delayed retry)"))
+    wanted += [(needs.name, needs.needed_for) for needs in sorted(needed, key=lambda n: n.name)
+               if version is not None and version >= needs.since]
     for flag, what in wanted:
         state = facts.feature_flags.get(flag)
         if state is not None and state != "enabled":

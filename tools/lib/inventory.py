@@ -5,21 +5,19 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components import naming
 from components.effective import PolicyIndex
 from components.plan import PolicyPlan, QueuePlan
 from tools.lib.engine import short_type
 from tools.lib.mockrun import Registered
+from tools.lib.planned import PlanIndex, QueueKey, planned
 from tools.lib.stack_file import SECRET_MARKER, is_secret_placeholder
 
 RETRYABLE_COMPONENT = "rabbitmq-retry:index:RetryableQueue"
 VHOST_COMPONENT = "rabbitmq-retry:index:Vhost"
-QueueKey = tuple[str, str]
-"""(vhost, queue) of a retryable queue."""
 
 def natural(name: str) -> list[Any]:
     """Numbers in a name compared as numbers: `rabbitmq-retry.delay.2` before `rabbitmq-retry.delay.10`."""
@@ -86,18 +84,9 @@ def contracts(recording: Sequence[Registered]) -> dict[QueueKey, dict[str, Any]]
     return found
 
 
-def retryable_queue_of(record: Registered, by_urn: Mapping[str, Registered]) -> QueueKey | None:
-    """The retryable queue a resource belongs to: the RetryableQueue component itself or its parent."""
-    component = record if record.type == RETRYABLE_COMPONENT else by_urn.get(record.parent or "")
-    contract = component.outputs.get("contract") if component and component.type == RETRYABLE_COMPONENT else None
-    return (contract["vhost"], contract["queue"]) if contract else None
-
-
-CONFIG_POLICY_KEYS = {"rabbitmq:index/policy:Policy": ("policy", naming.config_policy_key),
-                      "rabbitmq:index/operatorPolicy:OperatorPolicy": ("operator policy", naming.operator_policy_key)}
-"""The kind and the logical key (`components.naming`, which the planner mints them with) of the policies a stack
-config declares (`policies[]`, `operator_policies[]`) under its Vhost component; the per-queue policies have
-other keys."""
+CONFIG_POLICY_KINDS = {"config": "policy", "operator": "operator policy"}
+"""The policies a stack config declares (`policies[]`, `operator_policies[]`), by their role in the plan; the
+plan derives the others for its queues."""
 
 
 @dataclass(frozen=True)
@@ -112,11 +101,10 @@ class ConfigPolicy:
     """Queues and exchanges of the recording in its vhost that it applies to."""
 
 
-def config_policies(recording: Sequence[Registered]) -> dict[tuple[str, str, str], ConfigPolicy]:
-    """The stack config's user and operator policies, by (vhost, kind, name), with how many planned queues
-    or exchanges each matches, by the preview checks' own rules (`components.effective`: pattern searched,
-    apply-to and the queue type's refused keys honoured)."""
-    by_urn = {r.urn: r for r in recording}
+def config_policies(recording: Sequence[Registered], plan: PlanIndex) -> dict[tuple[str, str, str], ConfigPolicy]:
+    """The stack config's user and operator policies (by their role in `plan`), by (vhost, kind, name), with how
+    many queues or exchanges of the recording each matches, by the preview checks' own rules
+    (`components.effective`: pattern searched, apply-to and the queue type's refused keys honoured)."""
     queues: dict[str, list[QueuePlan]] = {}
     exchanges: dict[str, list[str]] = {}
     for r in recording:
@@ -129,22 +117,19 @@ def config_policies(recording: Sequence[Registered]) -> dict[tuple[str, str, str
             exchanges.setdefault(vhost, []).append(str(r.inputs["name"]))
     found = {}
     for r in recording:
-        config_policy = CONFIG_POLICY_KEYS.get(r.type)
-        parent = by_urn.get(r.parent or "")
-        if config_policy is None or parent is None or parent.type != VHOST_COMPONENT:
-            continue
-        kind, key = config_policy
-        if r.name != naming.logical_name(parent.name, key(str(r.inputs.get("name")))):
+        known = planned(r, plan)
+        kind = CONFIG_POLICY_KINDS.get(known.role) if known is not None and known.kind.endswith("Policy") else None
+        if kind is None:
             continue
         vhost, policy = str(r.inputs.get("vhost", "/")), r.inputs["policy"]
-        planned = PolicyPlan("", str(r.inputs["name"]), str(policy["pattern"]), int(policy.get("priority") or 0),
+        written = PolicyPlan("", str(r.inputs["name"]), str(policy["pattern"]), int(policy.get("priority") or 0),
                              dict(policy.get("definition") or {}), str(policy.get("applyTo") or "all"))
         try:
-            index = PolicyIndex([planned])
+            index = PolicyIndex([written])
         except re.error:  # the config check refuses these; never hide a policy behind a crash here
             continue
         matches = (sum(1 for queue in queues.get(vhost, []) if index.matching_queue(queue))
                    + sum(1 for exchange in exchanges.get(vhost, []) if index.matching_exchange(exchange)))
-        found[(vhost, kind, planned.name)] = ConfigPolicy(vhost, kind, planned.name, planned.pattern, planned.apply_to,
+        found[(vhost, kind, written.name)] = ConfigPolicy(vhost, kind, written.name, written.pattern, written.apply_to,
                                                           matches)
     return found

@@ -286,19 +286,27 @@ def record_program(stack: str, root: Path = ROOT, preview: bool = True,
     own process, so the cyclic collector the program turned off stays off; turned back on, its first pass
     walks every object the program made (about 5 s at 1,000 queues)."""
     config, secret_keys = stack_config(stack, root)
-    # Evaluate `root`'s own components (a review evaluates an older checkout), then put back
-    # whatever the caller had imported.
+    collecting = gc.isenabled() and not exiting  # the program turns it off for its own short life
+    try:
+        with root_components(root):
+            return record(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__"),
+                          config, secret_keys, stack, preview, reveal_secrets)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+@contextmanager
+def root_components(root: Path) -> Iterator[None]:
+    """Import `root`'s own `components` inside the block (a review evaluates an older checkout), then put back
+    whatever the caller had imported."""
     saved = {name: module for name, module in sys.modules.items() if name.split(".")[0] == "components"}
     for name in saved:
         del sys.modules[name]
     sys.path.insert(0, str(root))
-    collecting = gc.isenabled() and not exiting  # the program turns it off for its own short life
     try:
-        return record(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__"),
-                      config, secret_keys, stack, preview, reveal_secrets)
+        yield
     finally:
-        if collecting:
-            gc.enable()
         sys.path.remove(str(root))
         for name in [name for name in sys.modules if name.split(".")[0] == "components"]:
             del sys.modules[name]

@@ -13,10 +13,8 @@ from rabbitmq_retry_client.contract import strategy_of
 from tools.lib import markdown
 from tools.lib.diagram import retry_path
 from tools.lib.engine import Step
-from tools.lib.inventory import (
-    QueueKey,
-)
 from tools.lib.mockrun import Registered
+from tools.lib.planned import PlanIndex, QueueKey
 from tools.lib.review.grouping import NAMES_SHOWN, grouped_rows, listed
 from tools.lib.review.rows import COLUMNS, Model, formatted, model, relative_contract
 from tools.lib.risk import (
@@ -217,9 +215,10 @@ class Review:
 
 
 def render(steps: Sequence[Step], old: Sequence[Registered], new: Sequence[Registered],
-           allow_data_loss: bool = False) -> Review:
-    """The review's Markdown (grouped for a comment, and in full) and the exit status."""
-    m = model(steps, old, new)
+           plans: tuple[PlanIndex, PlanIndex], allow_data_loss: bool = False) -> Review:
+    """The review's Markdown (grouped for a comment, and in full) and the exit status; `plans` say what the
+    planner knew of each side's resources (`planned.plan_index`), BASE's first."""
+    m = model(steps, old, new, plans)
     lost = any(r.risk == DATA_LOSS for r in m.rows)
     fails = any(r.risk == FAILS for r in m.rows)
     return Review(compact(m, allow_data_loss), full(m, allow_data_loss),

@@ -7,10 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from tools.lib import markdown
-from tools.lib.inventory import (
-    QueueKey,
-    natural,
-)
+from tools.lib.inventory import natural
+from tools.lib.planned import QueueKey
 from tools.lib.review.rows import RETRYABLE, Model, Row
 from tools.lib.risk import (
     MUST_SEE,

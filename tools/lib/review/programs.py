@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO
 
 from tools.lib.mockrun import Registered
+from tools.lib.planned import PlanIndex, PlanIndexError, plan_index, unplanned
 
 TOOLS_ROOT = Path(__file__).resolve().parents[3]
 """The directory holding `tools/`: where `python -m tools.mockrun` runs, whichever project it evaluates."""
@@ -58,3 +59,22 @@ def evaluate_both(stack: str, head: Path, base: Path | None) -> tuple[list[Regis
         if base_error is not None:
             raise base_error
     return old, new
+
+
+def plans_of(stack: str, head: Path, base: Path | None, recordings: tuple[list[Registered], list[Registered]]
+             ) -> tuple[PlanIndex, PlanIndex]:
+    """(BASE, HEAD) plans of the stack, each by its own project's planner, beside their recordings: the review
+    reads every resource's retryable queue and role from them. ReviewError (BaseProgramError for BASE) when a
+    side cannot be planned, or when its program registered something its plan does not have (the review would
+    misread it)."""
+    indexes: list[PlanIndex] = []
+    for root, recording, error in ((base, recordings[0], BaseProgramError), (head, recordings[1], ReviewError)):
+        try:
+            index = plan_index(stack, root) if root is not None else {}
+        except PlanIndexError as problem:
+            raise error(str(problem)) from None
+        if missing := unplanned(recording, index):
+            raise error(f"the program registered {len(missing)} resources its plan does not have (first: "
+                        f"{missing[0]}): the components and the plan disagree")
+        indexes.append(index)
+    return indexes[0], indexes[1]

@@ -15,15 +15,14 @@ from tools.lib import engine, markdown
 from tools.lib.engine import Step, short_type
 from tools.lib.inventory import (
     RETRYABLE_COMPONENT,
-    QueueKey,
     config_policies,
     contracts,
     natural,
     physical_name,
-    retryable_queue_of,
 )
 from tools.lib.mockrun import Registered
 from tools.lib.permissions import literals
+from tools.lib.planned import PlanIndex, QueueKey, family_of, planned
 from tools.lib.risk import (
     CONTRACT,
     ORDER,
@@ -242,22 +241,23 @@ class Model:
     stale: list[str]
 
 
-def _step_rows(steps: Sequence[Step], old_by: Mapping[str, Registered], new_by: Mapping[str, Registered]) -> list[Row]:
+def _step_rows(steps: Sequence[Step], old_by: Mapping[str, Registered], new_by: Mapping[str, Registered],
+               plans: tuple[PlanIndex, PlanIndex]) -> list[Row]:
     names = {urn: r.name for by in (old_by, new_by) for urn, r in by.items()}
     alike_names = dict(names)
-    for by in (old_by, new_by):
+    for by, plan in zip((old_by, new_by), plans, strict=True):
         for urn, record in by.items():
-            if (family := retryable_queue_of(record, by)) is not None:
+            if (family := family_of(record, plan)) is not None:
                 alike_names[urn] = relative(physical_name(record), family[1])
-    retryables = {key for by in (old_by, new_by) for key in contracts(list(by.values()))}
     deleted_vhosts = {str((s.old or {}).get("name")) for s in steps
                       if s.type == engine.VHOST and s.op in ("delete", "replace") and not s.retain_on_delete}
     rows = []
     for s in (s for s in steps if s.custom and s.op != "same"):
-        by_urn = old_by if s.op == "delete" else new_by
+        by_urn, plan = (old_by, plans[0]) if s.op == "delete" else (new_by, plans[1])
         record = by_urn[s.urn]
         physical = physical_name(record)
-        family = retryable_queue_of(record, by_urn) or _bound_to(physical, _vhost(record), retryables)
+        known = planned(record, plan)
+        family = known.family or known.leads_to if known is not None else None
         vhost_deleted = s.type != engine.VHOST and _vhost_of(s) in deleted_vhosts
         rows.append(Row(risk(s, vhost_deleted), s.op, short_type(s.type), s.name, physical, what_changed(s, names),
                         _notes(s, vhost_deleted), _vhost(record), family,
@@ -266,12 +266,7 @@ def _step_rows(steps: Sequence[Step], old_by: Mapping[str, Registered], new_by: 
     return rows
 
 
-def _bound_to(physical: str, vhost: str, retryables: set[QueueKey]) -> QueueKey | None:
-    """The retryable queue a config binding of the vhost leads to (`events → orders`)."""
-    return next(((vhost, part) for part in physical.split(" → ") if (vhost, part) in retryables), None)
-
-
-def _option_rows(old: Sequence[Registered], new_by: Mapping[str, Registered]) -> list[Row]:
+def _option_rows(old: Sequence[Registered], new_by: Mapping[str, Registered], plan: PlanIndex) -> list[Row]:
     """`protect` and `retain_on_delete` turned on or off: `pulumi up` changes no object for it (and
     `pulumi preview` shows no step), but what a later deletion does changes."""
     rows = []
@@ -287,7 +282,7 @@ def _option_rows(old: Sequence[Registered], new_by: Mapping[str, Registered]) ->
                 note = (" — `pulumi up` no longer refuses to delete or replace it" if option == "protect"
                         else " — deleting it now deletes its messages on the broker")
             what = markdown.text(f"{option} {'on' if was else 'off'} → {'on' if now else 'off'}")
-            family = retryable_queue_of(after, new_by)
+            family = family_of(after, plan)
             physical = physical_name(after)
             rows.append(Row(level, "options", short_type(after.type), after.name, physical, what, note,
                             _vhost(after), family, relative(physical, family[1]) if family else physical, what))
@@ -323,11 +318,12 @@ def _contract_rows(old_contracts: Mapping[QueueKey, dict[str, Any]], new_contrac
     return rows
 
 
-def _stale_policies(old: Sequence[Registered], new: Sequence[Registered]) -> list[str]:
+def _stale_policies(old: Sequence[Registered], new: Sequence[Registered],
+                    plans: tuple[PlanIndex, PlanIndex]) -> list[str]:
     """User and operator policies of the config that match nothing after the change."""
-    before = config_policies(old)
+    before = config_policies(old, plans[0])
     lines = []
-    for key, policy in sorted(config_policies(new).items()):
+    for key, policy in sorted(config_policies(new, plans[1]).items()):
         if policy.matches:
             continue
         was = before.get(key)
@@ -339,19 +335,21 @@ def _stale_policies(old: Sequence[Registered], new: Sequence[Registered]) -> lis
     return lines
 
 
-def model(steps: Sequence[Step], old: Sequence[Registered], new: Sequence[Registered]) -> Model:
+def model(steps: Sequence[Step], old: Sequence[Registered], new: Sequence[Registered],
+          plans: tuple[PlanIndex, PlanIndex]) -> Model:
+    """`plans`: what the planner knew of each side's resources (`planned.plan_index`), BASE's first."""
     old_by, new_by = {r.urn: r for r in old}, {r.urn: r for r in new}
     old_contracts, new_contracts = contracts(old), contracts(new)
     touched: dict[QueueKey, list[Step]] = {k: [] for k in set(old_contracts) | set(new_contracts)
                                            if old_contracts.get(k) != new_contracts.get(k)}
     for s in (s for s in steps if s.op != "same"):
-        by_urn = old_by if s.op == "delete" else new_by
-        key = retryable_queue_of(by_urn[s.urn], by_urn)
+        by_urn, plan = (old_by, plans[0]) if s.op == "delete" else (new_by, plans[1])
+        key = family_of(by_urn[s.urn], plan)
         if key is not None:
             touched.setdefault(key, []).append(s)
     components = {(c["vhost"], c["queue"]): r.name for r in [*old, *new] if r.type == RETRYABLE_COMPONENT
                   for c in [r.outputs.get("contract")] if c}
-    rows = [*_step_rows(steps, old_by, new_by), *_option_rows(old, new_by),
+    rows = [*_step_rows(steps, old_by, new_by, plans), *_option_rows(old, new_by, plans[1]),
             *_contract_rows(old_contracts, new_contracts, components)]
     families: dict[str, set[QueueKey]] = {}
     families_before: dict[str, set[QueueKey]] = {}
@@ -361,4 +359,4 @@ def model(steps: Sequence[Step], old: Sequence[Registered], new: Sequence[Regist
     physical = {urn: physical_name(r) for by in (old_by, new_by) for urn, r in by.items()}
     return Model(sorted(rows, key=Row.order), Counter(s.op for s in steps if s.custom), (old_contracts, new_contracts),
                  touched, physical, families, families_before,
-                 _stale_policies(old, new) if rows or touched else [])
+                 _stale_policies(old, new, plans) if rows or touched else [])
