@@ -4,7 +4,8 @@ parked messages (`parked list | show | redrive | purge`).
 The contract comes from `--contract FILE` (the JSON of `pulumi stack output retry_contracts --json`, or
 one contract; `make contracts STACK=<stack>` writes it without the Pulumi CLI) or from `--stack STACK`
 (runs `pulumi stack output retry_contracts --json --stack STACK`). The broker is `--url` or $RABBITMQ_URL;
-the vhost is always the contract's.
+the vhost is always the contract's. A cluster's nodes are several URLs (`--url` repeated, or comma-separated
+there and in $RABBITMQ_URL), tried in order on every connect and reconnect.
 
 Exit status: 0 done; 1 error (one `error: …` line); 2 usage, including a purge without a filter or --all
 and `redrive --to-queue` of a queue without `Q.requeue` (strategies native and levels).
@@ -31,7 +32,7 @@ import pika.exceptions
 from pika.spec import BasicProperties
 
 from . import headers as h
-from .connection import DEFAULT_URL, BrokerUnreachableError, parameters
+from .connection import DEFAULT_URL, BrokerUnreachableError, hosts
 from .consumer import MODES, Handler, RetryingConsumer
 from .contract import Contract, ContractError, load_contract, stack_output, strategy_of
 from .parked import Parked, ParkedQueue, Selection
@@ -126,7 +127,7 @@ def _consume(args: argparse.Namespace) -> int:
 
 
 def _publish(args: argparse.Namespace) -> int:
-    with Publisher(parameters(args.url, args.vhost)) as publisher:
+    with Publisher(hosts(args.url, args.vhost)) as publisher:
         for n in range(1, args.count + 1):
             message_id = uuid.uuid4().hex
             body = json.dumps({"n": n, "published_at": h.utc_iso()})
@@ -239,8 +240,9 @@ def _filter_options(parser: argparse.ArgumentParser, limit: int | None = None) -
 
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    root.add_argument("--url", default=os.environ.get("RABBITMQ_URL", DEFAULT_URL),
-                      help="AMQP URL (default $RABBITMQ_URL or %(default)s); the vhost comes from the contract")
+    root.add_argument("--url", action="append",
+                      help=f"AMQP URL (default $RABBITMQ_URL or {DEFAULT_URL}); the vhost comes from the contract. "
+                      "A cluster: repeat it or separate URLs by commas, one per node, tried in order")
     commands = root.add_subparsers(dest="command", required=True)
 
     consume = commands.add_parser("consume", help="consume a retryable queue with a demo handler that fails at random")
@@ -299,10 +301,21 @@ def parser() -> argparse.ArgumentParser:
     return root
 
 
+def urls(given: Sequence[str] | None, environment: str | None) -> list[str]:
+    """The AMQP URLs to try in order: every `--url` (each may hold several, comma-separated), else
+    $RABBITMQ_URL (comma-separated too), else the local default. An empty entry is a usage error."""
+    listed = [part.strip() for value in (given or [environment or DEFAULT_URL]) for part in value.split(",")]
+    if not all(listed):
+        raise UsageError(f"--url / RABBITMQ_URL: an empty URL in {', '.join(given or [environment or ''])!r}; "
+                         "separate URLs by single commas")
+    return listed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     try:
+        args.url = urls(args.url, os.environ.get("RABBITMQ_URL"))
         return int(args.run(args))
     except UsageError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)

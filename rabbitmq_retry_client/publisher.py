@@ -11,7 +11,7 @@ from typing import Any
 from pika.adapters.blocking_connection import BlockingConnection
 from pika.spec import BasicProperties
 
-from .connection import ConnectionParams, parameters
+from .connection import ConnectionParams, hosts
 
 
 def message_properties(message_id: str | None = None, headers: Mapping[str, Any] | None = None,
@@ -24,10 +24,10 @@ def message_properties(message_id: str | None = None, headers: Mapping[str, Any]
 
 class Publisher:
     """One connection with a confirm-mode channel: `publish` returns only once the broker owns the message,
-    and raises pika's `UnroutableError` / `NackError` when it does not."""
+    and raises pika's `UnroutableError` / `NackError` when it does not. Several hosts are tried in order."""
 
     def __init__(self, connection_params: ConnectionParams) -> None:
-        self._connection = BlockingConnection(parameters(connection_params))
+        self._connection = BlockingConnection(hosts(connection_params))
         self._channel = self._connection.channel()
         self._channel.confirm_delivery()
 
