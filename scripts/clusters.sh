@@ -11,7 +11,7 @@
 #   scripts/clusters.sh stop [3.10|4.3|all]       stop every node and the cluster's epmd
 #   scripts/clusters.sh nodes 3.10|4.3            "index node amqp_port management_port pid_file" per node (for the tests)
 #   scripts/clusters.sh kill-node 3.10|4.3 N      kill -9 node N (a node failure, for the tests)
-#   scripts/clusters.sh start-node 3.10|4.3 N     start node N and wait until it is back in the running cluster
+#   scripts/clusters.sh start-node 3.10|4.3 N     start node N and wait until every running node sees it running
 #
 # Needs root. Idempotent: when every node answers and the cluster runs all three, `ensure` only checks it.
 # Each node runs with a clean environment (env -i): the host's and the chroot's rabbitmq-env.conf set a node
@@ -88,10 +88,11 @@ cluster_formed() { # version: every node answers and sees all of them running
   done
 }
 
-log_tails() { # version [index...]: the end of each node's log, for a failure message
-  local v=$1 n
+log_tails() { # version [index...]: the end of each node's log (default: every node's), for a failure message
+  local v=$1 n nodes
   shift
-  for n in "${@:-$NODES}"; do
+  read -ra nodes <<<"${*:-$NODES}"
+  for n in "${nodes[@]}"; do
     printf -- '--- %s: %s\n' "$(node_name "$v" "$n")" "$(node_log "$v" "$n")" >&2
     tail -n 15 "$(node_log "$v" "$n")" >&2 2>/dev/null || true
     tail -n 5 "$(host_dir "$v")/$n/log/startup.out" >&2 2>/dev/null || true
@@ -222,11 +223,31 @@ kill_node() { # version index
   while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
 }
 
-restart_node() { # version index: start it and wait until every node sees it running again
-  local v=$1 n=$2
+sees_running() { # version from-index name: the node's management API reports node `name` running
+  node_mgmt_get "$1" "$2" nodes | python3 -c 'import json, sys
+sys.exit(0 if any(n.get("name") == sys.argv[1] and n.get("running") for n in json.load(sys.stdin)) else 1)' "$3"
+}
+
+rejoined() { # version index: the node answers and every node that answers sees it running
+  local v=$1 n=$2 other name
+  name=$(node_name "$v" "$n")
+  node_answers "$v" "$n" || return 1
+  for other in $NODES; do
+    if [[ $other == "$n" ]] || node_answers "$v" "$other"; then
+      sees_running "$v" "$other" "$name" || return 1
+    fi
+  done
+}
+
+restart_node() { # version index: start it and wait until it is back in the cluster (other nodes may be down)
+  local v=$1 n=$2 start=$SECONDS
   start_node "$v" "$n"
   await_node "$v" "$n"
-  await_cluster "$v"
+  until rejoined "$v" "$n"; do
+    ((SECONDS - start < CLUSTER_WAIT_SECS)) ||
+      fail "$v" "$(node_name "$v" "$n") did not rejoin the running nodes within ${CLUSTER_WAIT_SECS}s" "$n"
+    sleep 1
+  done
 }
 
 # ---------------------------------------------------------------- status
