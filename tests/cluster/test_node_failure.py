@@ -30,7 +30,7 @@ import os
 import random
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
@@ -70,13 +70,6 @@ class Loop:
     plan: dict[str, int]
     recorder: Recorder
     consumer: RetryingConsumer
-    delivered_at: list[float] = field(default_factory=list)
-
-    def counted(self) -> bool:
-        """As many outcomes as messages. Not the planned ones: the recorder counts a duplicate delivery as an
-        attempt, so a message may succeed one attempt early (and a parking counted twice overcounts): whether
-        everything settled is for `quiet` to say."""
-        return len(set(self.recorder.succeeded)) + self.consumer.parked >= len(self.plan)
 
     def retry_delay_ms(self, attempt: int) -> int:
         """The least the broker holds the retry of `attempt` (1 = the first delivery failed)."""
@@ -138,26 +131,34 @@ def loops(cluster: Cluster, deployment: Deployment) -> list[Loop]:
     return made
 
 
-def timed(loop: Loop) -> Any:
-    """The loop's handler, also noting when each delivery came (a little slow: messages stay in flight)."""
+def slowed(loop: Loop) -> None:
+    """The loop's handler takes 2 ms more: messages stay in flight while the node dies."""
     def handler(body: bytes, properties: BasicProperties) -> None:
-        loop.delivered_at.append(time.monotonic())
         time.sleep(0.002)
         loop.recorder(body, properties)
 
     loop.consumer.handler = handler
-    return handler
 
 
 def quiet(cluster: Cluster, vhost: str, error_queues: set[str]) -> bool:
-    """Every queue but the error queues empty (ready and unacked) and no pending dead letter, per the
-    management API (its statistics lag a few seconds: a momentary zero is taken only after the counts)."""
+    """Every queue but the error queues empty (ready and unacked: a message in a consumer's hands or whose copy
+    awaits its confirm counts) and no pending dead letter, per the management API."""
     for queue in cluster.queues(vhost):
         if queue.get("messages_dlx"):
             return False
         if queue["name"] not in error_queues and queue.get("messages"):
             return False
     return True
+
+
+def accounted(cluster: Cluster, vhost: str, running: list[Loop]) -> bool:
+    """As many outcomes as messages in every loop: distinct successes plus what its error queue holds. Not the
+    planned outcomes nor the consumer's counters: the recorder counts a duplicate delivery as an attempt (a
+    message may succeed one attempt early), and on 4.3 the broker parks by itself a message whose consumer
+    died once too often (its delivery limit)."""
+    parked = {q["name"]: int(q.get("messages") or 0) for q in cluster.queues(vhost)}
+    return all(len(set(loop.recorder.succeeded)) + parked.get(loop.contract["error_queue"], 0) >= len(loop.plan)
+               for loop in running)
 
 
 def report(cluster: Cluster, scenario: str, figures: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
@@ -185,10 +186,12 @@ def never_early(loop: Loop) -> list[str]:
     return early
 
 
-def longest_pause_s(times: list[float], after: float) -> float:
-    """The longest gap between consecutive deliveries from `after` on (the kill), in seconds."""
-    later = [after, *sorted(t for t in times if t >= after)]
-    return round(max((b - a for a, b in pairwise(later)), default=0.0), 1)
+def longest_pause_s(loop: Loop, after: float, retries_only: bool) -> float:
+    """The longest gap between consecutive deliveries (or retries: attempt 2 and later) from `after` on (the
+    kill) to the last one, in seconds: how long the loop stood still."""
+    times = sorted(d.monotonic for deliveries in loop.recorder.deliveries.values() for d in deliveries
+                   if d.monotonic >= after and not (retries_only and loop.consumer._attempt(d.headers) == 1))
+    return round(max((b - a for a, b in pairwise([after, *times])), default=0.0), 1)
 
 
 @pytest.mark.parametrize("victim", [INPUTS_ON, WAITS_ON, CONSUMERS_ON],
@@ -198,7 +201,7 @@ def test_a_killed_node_loses_nothing_delivers_nothing_early_and_leaves_nothing_s
     deployment = deploy_placed(cluster, vhost)
     running = loops(cluster, deployment)
     for loop in running:
-        timed(loop)
+        slowed(loop)
     publisher = cluster.node(INPUTS_ON).broker
     for loop in running:
         publish_ids(publisher, vhost, "in", list(loop.plan), routing_key=loop.queue)
@@ -220,8 +223,9 @@ def test_a_killed_node_loses_nothing_delivers_nothing_early_and_leaves_nothing_s
             # While their node is down the consumers must reach another one (else they would only be waiting
             # for it to come back).
             wait_for(lambda: all(loop.consumer.connected_to not in (None, victim_address) for loop in running),
-                     DOWN_S + 60, "every consumer connected to another node")
+                     DOWN_S + 60, "every consumer connected to another node", interval=0.02)
             events["reconnected_to"] = sorted({str(loop.consumer.connected_to) for loop in running})
+            events["reconnected_after_s"] = round(time.monotonic() - events["killed_at"], 1)
         time.sleep(max(0.0, DOWN_S - (time.monotonic() - events["killed_at"])))
         cluster.start(victim)
         events["back_at"] = time.monotonic()
@@ -231,12 +235,10 @@ def test_a_killed_node_loses_nothing_delivers_nothing_early_and_leaves_nothing_s
     last_look = [0.0]
 
     def finished() -> bool:
-        if failing.is_alive() or not all(loop.counted() for loop in running):
-            return False
-        if time.monotonic() - last_look[0] < 2:
+        if failing.is_alive() or time.monotonic() - last_look[0] < 2:
             return False
         last_look[0] = time.monotonic()
-        return quiet(cluster, vhost, error_queues)
+        return accounted(cluster, vhost, running) and quiet(cluster, vhost, error_queues)
 
     run_consumers([loop.consumer for loop in running], finished, timeout=SETTLE_S)
     failing.join(timeout=REJOIN_TIMEOUT)
@@ -257,6 +259,7 @@ def test_a_killed_node_loses_nothing_delivers_nothing_early_and_leaves_nothing_s
                                "queues": {}}
     if "reconnected_to" in events:
         figures["reconnected_to"] = events["reconnected_to"]
+        figures["reconnected_after_s"] = events["reconnected_after_s"]
     problems: list[str] = []
     for loop in running:
         parked_ids = [str(p.message_id) for p, _ in drain(publisher, vhost, loop.contract["error_queue"])]
@@ -268,8 +271,10 @@ def test_a_killed_node_loses_nothing_delivers_nothing_early_and_leaves_nothing_s
         figures["queues"][loop.queue] = {
             "lost": len(lost), "duplicates": duplicates, "extra_deliveries": redelivered,
             "processed_and_parked": len(processed & parked), "reconnects": loop.consumer.reconnects,
-            "counted": loop.counted(), "parked_counter": loop.consumer.parked,
-            "longest_pause_s": longest_pause_s(loop.delivered_at, events.get("killed_at", 0.0))}
+            "parked_by_client": loop.consumer.parked,
+            "parked_by_broker": max(0, len(parked_ids) - loop.consumer.parked),
+            "longest_pause_s": longest_pause_s(loop, events.get("killed_at", 0.0), retries_only=False),
+            "longest_retry_pause_s": longest_pause_s(loop, events.get("killed_at", 0.0), retries_only=True)}
         if lost:
             problems.append(f"{loop.queue}: lost {len(lost)}: {sorted(lost)[:5]}")
         if early := never_early(loop):
@@ -343,14 +348,20 @@ def test_parking_and_a_redrive_with_a_node_killed_midway_lose_nothing(
     cutter = threading.Thread(target=cut_redrive, daemon=True)
     cutter.start()
     errors = []
-    while runs < 3:
+    deadline = time.monotonic() + 120
+    while True:
         runs += 1
         try:
             with ParkedQueue(cluster.urls(3, 1, 2), contract, connect_timeout=30) as parked:
                 parked.redrive(Selection(), to_queue=True, rate=100 if runs == 1 else 2000)
             break
-        except Exception as error:  # the cut run: the connection dies with its node
+        except Exception as error:
+            # The cut run: its connection dies with its node. Then, while the queue elects a new leader, 4.3
+            # refuses a basic.get with 541 "nodedown" (closing the connection): an operator runs it again.
             errors.append(f"{type(error).__name__}: {error}")
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2)
     cutter.join(timeout=180)
     cluster.start(3)
     cluster.await_members_online(vhost)
@@ -364,6 +375,6 @@ def test_parking_and_a_redrive_with_a_node_killed_midway_lose_nothing(
         consumer.parked - len(ids), "moved_before_cut": cut.get("moved"), "redrive_runs": runs,
         "redrive_errors": errors, "still_parked": len(still_parked), "moved": len(set(moved)),
         "lost": len(lost), "duplicates": duplicates}, capsys)
-    assert "parking" in killed and "moved" in cut, (killed, cut)
+    assert "parking" in killed and "moved" in cut and errors, (killed, cut, errors)
     assert not lost, sorted(lost)[:10]
     assert set(moved) == set(ids), "a completed redrive moved every message back"
