@@ -241,8 +241,8 @@ def _filter_options(parser: argparse.ArgumentParser, limit: int | None = None) -
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     root.add_argument("--url", action="append",
-                      help=f"AMQP URL (default $RABBITMQ_URL or {DEFAULT_URL}); the vhost comes from the contract. "
-                      "A cluster: repeat it or separate URLs by commas, one per node, tried in order")
+                      help=f"AMQP URL (default $RABBITMQ_URL or {DEFAULT_URL.replace('%', '%%')}); the vhost comes "
+                      "from the contract. A cluster: repeat it, or separate URLs by commas; one per node")
     commands = root.add_subparsers(dest="command", required=True)
 
     consume = commands.add_parser("consume", help="consume a retryable queue with a demo handler that fails at random")
