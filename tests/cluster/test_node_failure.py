@@ -101,16 +101,18 @@ def waiting_queue(name: str) -> bool:
     return ".wait." in name or name.startswith("rabbitmq-retry.delay.")
 
 
-def deploy_placed(cluster: Cluster, vhost: str) -> Deployment:
-    """Apply the topology like `pulumi up`, the wait tiers and delay levels through node WAITS_ON first (their
-    leaders land there) and then everything through node INPUTS_ON (existing queues are left as they are)."""
+def deploy_placed(cluster: Cluster, vhost: str, waits_apart: bool) -> Deployment:
+    """Apply the topology like `pulumi up` through node INPUTS_ON, so that it leads every queue; with
+    `waits_apart` the wait tiers and delay levels are applied through node WAITS_ON first (their leaders land
+    there; the second apply leaves existing queues as they are)."""
     deployment = Deployer(cluster.node(INPUTS_ON).broker, vhost).record(topology(cluster.version))
-    waits = [r for r in deployment.resources
-             if r.type == VHOST or (r.type == QUEUE and waiting_queue(r.inputs["name"]))]
-    apply(cluster.node(WAITS_ON).broker, waits)
+    if waits_apart:
+        waits = [r for r in deployment.resources
+                 if r.type == VHOST or (r.type == QUEUE and waiting_queue(r.inputs["name"]))]
+        apply(cluster.node(WAITS_ON).broker, waits)
     apply(cluster.node(INPUTS_ON).broker, deployment.resources)
     for queue in cluster.queues(vhost):
-        expected = WAITS_ON if waiting_queue(queue["name"]) else INPUTS_ON
+        expected = WAITS_ON if waits_apart and waiting_queue(queue["name"]) else INPUTS_ON
         assert cluster.leader(vhost, queue["name"]).index == expected, f"{queue['name']} is led by {queue['leader']}"
     return deployment
 
@@ -194,11 +196,14 @@ def longest_pause_s(loop: Loop, after: float, retries_only: bool) -> float:
     return round(max((b - a for a, b in pairwise([after, *times])), default=0.0), 1)
 
 
-@pytest.mark.parametrize("victim", [INPUTS_ON, WAITS_ON, CONSUMERS_ON],
-                         ids=["input-queue-leader", "wait-and-level-leader", "consumers-node"])
+@pytest.mark.parametrize(("victim", "waits_apart"), [
+    (INPUTS_ON, True), (WAITS_ON, True), (CONSUMERS_ON, True), (INPUTS_ON, False)],
+    ids=["input-queue-leader", "wait-and-level-leader", "consumers-node", "leader-of-inputs-and-waits"])
 def test_a_killed_node_loses_nothing_delivers_nothing_early_and_leaves_nothing_stuck(
-        cluster: Cluster, vhost: str, victim: int, capsys: pytest.CaptureFixture[str]) -> None:
-    deployment = deploy_placed(cluster, vhost)
+        cluster: Cluster, vhost: str, victim: int, waits_apart: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    """The last case is the placement a stack gets when one node declares everything (3.x's default leader
+    locator): the node that dies leads both a queue and the queue it dead-letters into."""
+    deployment = deploy_placed(cluster, vhost, waits_apart)
     running = loops(cluster, deployment)
     for loop in running:
         slowed(loop)
@@ -281,7 +286,9 @@ def test_a_killed_node_loses_nothing_delivers_nothing_early_and_leaves_nothing_s
             problems.append(f"{loop.queue}: {len(early)} retries early: {early[:5]}")
         if victim == CONSUMERS_ON and loop.consumer.reconnects < 1:
             problems.append(f"{loop.queue}: the consumer never saw its node die")
-    report(cluster, f"kill node {victim} ({cluster.node(victim).name})", figures, capsys)
+    leads = "inputs and waits" if not waits_apart else {INPUTS_ON: "inputs", WAITS_ON: "waits",
+                                                         CONSUMERS_ON: "consumers' node"}[victim]
+    report(cluster, f"kill node {victim} ({cluster.node(victim).name}, {leads})", figures, capsys)
 
     assert "killed_at" in events and "back_at" in events, f"the node was not killed and restarted: {events}"
     assert not problems, problems
@@ -354,7 +361,6 @@ def test_parking_and_a_redrive_with_a_node_killed_midway_lose_nothing(
         try:
             with ParkedQueue(cluster.urls(3, 1, 2), contract, connect_timeout=30) as parked:
                 parked.redrive(Selection(), to_queue=True, rate=100 if runs == 1 else 2000)
-            break
         except Exception as error:
             # The cut run: its connection dies with its node. Then, while the queue elects a new leader, 4.3
             # refuses a basic.get with 541 "nodedown" (closing the connection): an operator runs it again.
@@ -362,6 +368,12 @@ def test_parking_and_a_redrive_with_a_node_killed_midway_lose_nothing(
             if time.monotonic() > deadline:
                 raise
             time.sleep(2)
+            continue
+        # A message the cut run held unacked comes back to the error queue only once the queue has dealt with
+        # the dead connection, possibly after a later run passed it (measured on 4.3): run again until empty.
+        if message_counts(survivor, vhost, ["work.error"])["work.error"] == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(2)
     cutter.join(timeout=180)
     cluster.start(3)
     cluster.await_members_online(vhost)
@@ -377,4 +389,4 @@ def test_parking_and_a_redrive_with_a_node_killed_midway_lose_nothing(
         "lost": len(lost), "duplicates": duplicates}, capsys)
     assert "parking" in killed and "moved" in cut and errors, (killed, cut, errors)
     assert not lost, sorted(lost)[:10]
-    assert set(moved) == set(ids), "a completed redrive moved every message back"
+    assert set(moved) == set(ids) and not still_parked, "redrives run until none is left moved every message back"
