@@ -377,6 +377,13 @@ def test_parking_and_a_redrive_with_a_node_killed_midway_lose_nothing(
     cutter.join(timeout=180)
     cluster.start(3)
     cluster.await_members_online(vhost)
+    # On 4.3.6 what the cut run held unacked stays checked out to the dead connection until its node is back
+    # (measured): only then can a last run move it.
+    returned_late = message_counts(survivor, vhost, ["work.error"])["work.error"]
+    if returned_late:
+        runs += 1
+        with ParkedQueue(cluster.urls(1, 2, 3), contract, connect_timeout=30) as parked:
+            parked.redrive(Selection(), to_queue=True, rate=2000)
 
     still_parked = [str(p.message_id) for p, _ in drain(survivor, vhost, "work.error")]
     moved = [str(p.message_id) for p, _ in drain(survivor, vhost, "work")]
@@ -385,7 +392,8 @@ def test_parking_and_a_redrive_with_a_node_killed_midway_lose_nothing(
     report(cluster, "parking and redrive, nodes killed", {
         "messages": len(ids), "parked_before_kill": killed.get("parking"), "parked_duplicates":
         consumer.parked - len(ids), "moved_before_cut": cut.get("moved"), "redrive_runs": runs,
-        "redrive_errors": errors, "still_parked": len(still_parked), "moved": len(set(moved)),
+        "redrive_errors": errors, "parked_again_once_the_node_was_back": returned_late,
+        "still_parked": len(still_parked), "moved": len(set(moved)),
         "lost": len(lost), "duplicates": duplicates}, capsys)
     assert "parking" in killed and "moved" in cut and errors, (killed, cut, errors)
     assert not lost, sorted(lost)[:10]
