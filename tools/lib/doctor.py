@@ -38,10 +38,11 @@ AT_LEAST_ONCE_FEATURE_FLAG = "stream_queue"
 SHOVEL_PLUGIN = "rabbitmq_shovel"
 """Moves messages between queues: a migration out of a queue that a change would replace needs it."""
 DEAD_LETTER_STALL = (
-    "RabbitMQ 3.x on a cluster: when the node leading a retrying quorum queue fails, the new leader resends its "
-    "pending dead letters only after dead_letter_worker_publisher_confirm_timeout (180 s): retries stall for about "
-    "3 minutes, silently, and then arrive (none lost; some delivered twice). Measured on 3.10.8; 4.3.6 recovers in "
-    "2-3 s (docs/clusters.md)")
+    "RabbitMQ 3.x on a cluster: when the node that leads a retrying quorum queue and the queue it dead-letters into "
+    "fails, the new leader resends its pending dead letters only after dead_letter_worker_publisher_confirm_timeout "
+    "(180 s): retries through dead-lettering (tiers in reject mode, delay levels) stall for about 3 minutes, "
+    "silently, then arrive, none lost. Measured on 3.10.8: 178-180 s per stall; 4.3.6 recovered within 2 s "
+    "(docs/clusters.md)")
 
 
 @dataclass(frozen=True)
