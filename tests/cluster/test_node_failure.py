@@ -228,8 +228,11 @@ def test_a_killed_node_loses_nothing_delivers_nothing_early_and_leaves_nothing_s
         if victim == CONSUMERS_ON:
             # While their node is down the consumers must reach another one (else they would only be waiting
             # for it to come back).
-            wait_for(lambda: all(loop.consumer.connected_to not in (None, victim_address) for loop in running),
-                     DOWN_S + 60, "every consumer connected to another node", interval=0.02)
+            try:
+                wait_for(lambda: all(loop.consumer.connected_to not in (None, victim_address) for loop in running),
+                         DOWN_S * 2, "every consumer connected to another node", interval=0.02)
+            except AssertionError as error:  # the node comes back regardless; the test fails on it below
+                events["no_failover"] = str(error)
             events["reconnected_to"] = sorted({str(loop.consumer.connected_to) for loop in running})
             events["reconnected_after_s"] = round(time.monotonic() - events["killed_at"], 1)
         time.sleep(max(0.0, DOWN_S - (time.monotonic() - events["killed_at"])))
@@ -294,6 +297,7 @@ def test_a_killed_node_loses_nothing_delivers_nothing_early_and_leaves_nothing_s
     report(cluster, f"kill node {victim} ({cluster.node(victim).name}, {leads})", figures, capsys)
 
     assert "killed_at" in events and "back_at" in events, f"the node was not killed and restarted: {events}"
+    assert "no_failover" not in events, f"the consumers did not reach another node while theirs was down: {events}"
     assert not problems, problems
     assert leftovers == dict.fromkeys(leftovers, 0), f"left in queues: {leftovers}"
     assert not stuck, f"pending dead letters: {stuck}"
