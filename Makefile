@@ -19,6 +19,7 @@ setup:
 
 test: lint
 	scripts/brokers.sh ensure all
+	scripts/clusters.sh ensure all
 	scripts/test.sh
 
 test-fast:
@@ -39,6 +40,7 @@ contracts:
 
 brokers:
 	scripts/brokers.sh status
+	scripts/clusters.sh status
 
 # Benchmarks on both local brokers and broker-free plan cost (BENCH_QUICK=1: a short smoke run, written to
 # bench/results/quick/); results and plots in bench/results/, durations and figures in bench/README.md.

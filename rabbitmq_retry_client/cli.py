@@ -5,8 +5,9 @@ The contract comes from `--contract FILE` (the JSON of `pulumi stack output retr
 one contract; `make contracts STACK=<stack>` writes it without the Pulumi CLI) or from `--stack STACK`
 (runs `pulumi stack output retry_contracts --json --stack STACK`). The broker is `--url` (before or after
 the command) or $RABBITMQ_URL; the vhost is the contract's, and for `publish` the one `--vhost` or the URL
-names (`…/%2F` is `/`). Only warnings are logged unless `-v`. A refused login or vhost fails at once with
-what to check; only an unreachable broker is waited for.
+names (`…/%2F` is `/`). A cluster's nodes are several URLs (`--url` repeated, or comma-separated there and in
+$RABBITMQ_URL), tried in order on every connect and reconnect. Only warnings are logged unless `-v`. A refused
+login or vhost fails at once with what to check; only an unreachable broker is waited for.
 
 `parked redrive` sends each copy to the failing queue alone (`Q.requeue` for strategies tiers and native, the
 delay levels with a zero delay for levels) and says so; `--to-original-exchange` republishes where the message
@@ -36,7 +37,7 @@ import pika.exceptions
 from pika.spec import BasicProperties
 
 from . import headers as h
-from .connection import DEFAULT_URL, BrokerRefusedError, BrokerUnreachableError, parameters, quiet_pika
+from .connection import DEFAULT_URL, BrokerRefusedError, BrokerUnreachableError, hosts, quiet_pika
 from .consumer import Handler, RetryingConsumer, contract_mode
 from .contract import Contract, ContractError, load_contract, stack_output
 from .durations import duration_ms
@@ -121,7 +122,7 @@ def _consume(args: argparse.Namespace) -> int:
 
 
 def _publish(args: argparse.Namespace) -> int:
-    with Publisher(parameters(args.url, args.vhost), connect_timeout=args.connect_timeout) as publisher:
+    with Publisher(hosts(args.url, args.vhost), connect_timeout=args.connect_timeout) as publisher:
         for n in range(1, args.count + 1):
             message_id = uuid.uuid4().hex
             body = json.dumps({"n": n, "published_at": h.utc_iso()})
@@ -227,17 +228,18 @@ def _filter_options(parser: argparse.ArgumentParser, limit: int | None = None) -
                         help="seconds to wait for an unreachable broker (default %(default)s)")
 
 
-def _url_option(parser: argparse.ArgumentParser, default: str | None = None) -> None:
-    """`--url` on the root (with the default) and again on every command, where it replaces the root's only when
-    given: it works before or after the command."""
-    parser.add_argument("--url", default=argparse.SUPPRESS if default is None else default,
+def _url_option(parser: argparse.ArgumentParser, root: bool = False) -> None:
+    """`--url` on the root and again on every command, where it replaces the root's only when given: it works
+    before or after the command. Repeated (or comma-separated), it lists a cluster's nodes (`urls`)."""
+    parser.add_argument("--url", action="append", default=None if root else argparse.SUPPRESS,
                         help="AMQP URL, before or after the command (default $RABBITMQ_URL or "
-                        + DEFAULT_URL.replace("%", "%%") + "); the vhost comes from the contract")
+                        + DEFAULT_URL.replace("%", "%%") + "); the vhost comes from the contract. A cluster: "
+                        "repeat it, or separate URLs by commas; one per node, tried in order")
 
 
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _url_option(root, os.environ.get("RABBITMQ_URL", DEFAULT_URL))
+    _url_option(root, root=True)
     root.add_argument("-v", dest="log_info", action="store_true",
                       help="log at INFO, pika's connection lines included (default: warnings only)")
     commands = root.add_subparsers(dest="command", required=True)
@@ -310,6 +312,16 @@ def parser() -> argparse.ArgumentParser:
     return root
 
 
+def urls(given: Sequence[str] | None, environment: str | None) -> list[str]:
+    """The AMQP URLs to try in order: every `--url` (each may hold several, comma-separated), else
+    $RABBITMQ_URL (comma-separated too), else the local default. An empty entry is a usage error."""
+    listed = [part.strip() for value in (given or [environment or DEFAULT_URL]) for part in value.split(",")]
+    if not all(listed):
+        raise UsageError(f"--url / RABBITMQ_URL: an empty URL in {', '.join(given or [environment or ''])!r}; "
+                         "separate URLs by single commas")
+    return listed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     # Warnings only (pika logs a line per connection step at INFO); our own lines (a broker reachable again)
@@ -321,6 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         quiet_pika()  # pika logs a refused login at ERROR with a traceback; our error line says it once
     try:
+        args.url = urls(args.url, os.environ.get("RABBITMQ_URL"))
         return int(args.run(args))
     except UsageError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)

@@ -42,7 +42,7 @@ from pika.spec import Basic, BasicProperties
 
 from . import headers as h
 from .confirms import Confirms
-from .connection import ConnectionParams, connect, parameters, quiet_pika
+from .connection import ConnectionParams, connect, connection_params_of, hosts, quiet_pika
 from .contract import strategy_of, validate
 from .strategies import MODES, Mode, Retries, behaviour_of
 
@@ -143,7 +143,8 @@ class RetryingConsumer:
         self.processed = self.retried = self.parked = self.permanent = self.requeued = 0
         self.reconnects = self.timed_out = 0
         self._stopping = threading.Event()
-        self._params = parameters(connection_params, self.contract["vhost"])
+        self._params = hosts(connection_params, self.contract["vhost"])
+        """Every host to try, in order, on connect and on each reconnect (a cluster's nodes)."""
         self._connection: BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
         self._confirms: Confirms | None = None
@@ -164,6 +165,14 @@ class RetryingConsumer:
             self._channel = self._connection.channel()
             self._channel.basic_qos(prefetch_count=self.prefetch)
         return self._channel
+
+    @property
+    def connected_to(self) -> str | None:
+        """"host:port" of the node the consumer is connected to now (None when it is not connected)."""
+        if self._connection is None or not self._connection.is_open:
+            return None
+        used = connection_params_of(self._connection, self._params)
+        return f"{used.host}:{used.port}"
 
     def _drop(self) -> None:
         """Forget a broken connection, and the copies in flight with it: their originals are unsettled

@@ -27,7 +27,7 @@ from pika.connection import Parameters
 from pika.spec import BasicProperties
 
 from . import headers as h
-from .connection import ConnectionParams, connect, parameters, quiet_pika
+from .connection import ConnectionParams, connect, hosts, quiet_pika
 from .contract import validate
 from .strategies import behaviour_of
 
@@ -178,7 +178,7 @@ class ParkedQueue:
         self.queue: str = self.contract["error_queue"]
         self.input_queue: str = self.contract["queue"]
         self.requeue_exchange = self.input_queue + REQUEUE_SUFFIX
-        self._params: Parameters = parameters(connection_params, self.contract["vhost"])
+        self._params: list[Parameters] = hosts(connection_params, self.contract["vhost"])
         self._connect_timeout = connect_timeout
         self._now = now
         self._connection: BlockingConnection | None = None

@@ -11,7 +11,7 @@ from typing import Any
 from pika.adapters.blocking_connection import BlockingConnection
 from pika.spec import BasicProperties
 
-from .connection import ConnectionParams, connect, parameters
+from .connection import ConnectionParams, connect, hosts
 
 
 def message_properties(message_id: str | None = None, headers: Mapping[str, Any] | None = None,
@@ -24,12 +24,12 @@ def message_properties(message_id: str | None = None, headers: Mapping[str, Any]
 
 class Publisher:
     """One connection with a confirm-mode channel: `publish` returns only once the broker owns the message,
-    and raises pika's `UnroutableError` / `NackError` when it does not. Connecting waits up to `connect_timeout`
-    seconds for an unreachable broker (BrokerUnreachableError) and fails at once with BrokerRefusedError when the
-    broker refuses the login or the vhost."""
+    and raises pika's `UnroutableError` / `NackError` when it does not. Several hosts are tried in order.
+    Connecting waits up to `connect_timeout` seconds for an unreachable broker (BrokerUnreachableError) and fails
+    at once with BrokerRefusedError when the broker refuses the login or the vhost."""
 
     def __init__(self, connection_params: ConnectionParams, connect_timeout: float = 0.0) -> None:
-        self._connection: BlockingConnection = connect(parameters(connection_params), connect_timeout)
+        self._connection: BlockingConnection = connect(hosts(connection_params), connect_timeout)
         self._channel = self._connection.channel()
         self._channel.confirm_delivery()
 

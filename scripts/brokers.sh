@@ -339,4 +339,8 @@ main() {
   esac
 }
 
-main "$@"
+# scripts/clusters.sh sources this file for its install, chroot and daemon helpers: main runs only when
+# the file is executed.
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+  main "$@"
+fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make test`'s pytest part. The real-broker tests of each broker in RABBITMQ_BROKERS (default: the local 3.10
-# and 4.3) and the broker-free tests run side by side, one pytest each: the broker tests mostly wait for
+# and 4.3), the node-failure tests of each cluster in RABBITMQ_CLUSTERS (default: 3.10,4.3, the three-node
+# clusters of scripts/clusters.sh) and the broker-free tests run side by side, one pytest each: the broker tests mostly wait for
 # delays, so together they take about as long as the longest alone. Each writes its own log, printed as it
 # finishes; the exit status is 1 if any of them failed. Arguments go to every pytest (a run that they leave
 # without tests, pytest's exit status 5, does not fail).
@@ -17,7 +18,13 @@ runs=()
 IFS=, read -ra entries <<< "$BROKERS"
 for entry in "${entries[@]}"; do
   runs+=("brokers ${entry%%=*}")
-  RABBITMQ_BROKERS=$entry "$PY" -m pytest -m broker "$@" > "$LOGS/${#runs[@]}.log" 2>&1 &
+  RABBITMQ_BROKERS=$entry "$PY" -m pytest -m "broker and not cluster" "$@" > "$LOGS/${#runs[@]}.log" 2>&1 &
+  run_of[$!]=${#runs[@]}
+done
+IFS=, read -ra clusters <<< "${RABBITMQ_CLUSTERS:-3.10,4.3}"
+for cluster in "${clusters[@]}"; do
+  runs+=("cluster $cluster")
+  RABBITMQ_CLUSTERS=$cluster "$PY" -m pytest -m cluster "$@" > "$LOGS/${#runs[@]}.log" 2>&1 &
   run_of[$!]=${#runs[@]}
 done
 runs+=("broker-free")

@@ -27,8 +27,8 @@ from components.config import load_vhost
 from components.plan import plan_vhost
 from rabbitmq_retry_client import SUPPORTED_STRATEGIES, ContractError, PermanentError, RetryingConsumer, load_contract
 from rabbitmq_retry_client import stack_output as stack_output_of
-from rabbitmq_retry_client.cli import duration, main, parser
-from rabbitmq_retry_client.connection import BrokerRefusedError, BrokerUnreachableError, connect
+from rabbitmq_retry_client.cli import UsageError, duration, main, parser, urls
+from rabbitmq_retry_client.connection import BrokerRefusedError, BrokerUnreachableError, connect, hosts
 from rabbitmq_retry_client.connection import parameters as _parameters
 from rabbitmq_retry_client.contract import SCHEMA
 from rabbitmq_retry_client.headers import (
@@ -212,7 +212,7 @@ def test_the_consumer_validates_its_contract_and_mode_before_connecting() -> Non
     with pytest.raises(ValueError, match=r"^invalid retry contract for None: queue: missing or not str$"):
         RetryingConsumer("amqp://127.0.0.1:1/%2F", nameless, handler)
     consumer = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(vhost="test"), handler, "republish")
-    assert (consumer.queue, consumer.mode, consumer._params.virtual_host) == ("orders", "republish", "test")
+    assert (consumer.queue, consumer.mode, consumer._params[0].virtual_host) == ("orders", "republish", "test")
 
 
 # --- connection parameters ----------------------------------------------------------------------
@@ -223,6 +223,54 @@ def test_the_contracts_vhost_replaces_the_urls_and_the_callers_parameters_stay_a
     given = pika.ConnectionParameters("broker", 5673, "/")
     assert _parameters(given, "shop").virtual_host == "shop"
     assert given.virtual_host == "/"
+
+
+# --- several hosts (a cluster) --------------------------------------------------------------------
+
+def test_several_hosts_keep_their_order_and_each_gets_the_contracts_vhost() -> None:
+    given = pika.ConnectionParameters("c", 5694, "/")
+    listed = hosts(["amqp://u:p@a:5692/%2F", "amqp://u:p@b:5693/other", given], "shop")
+    assert [(p.host, p.port, p.virtual_host) for p in listed] == [("a", 5692, "shop"), ("b", 5693, "shop"),
+                                                                 ("c", 5694, "shop")]
+    assert given.virtual_host == "/"
+    assert [p.host for p in hosts("amqp://u:p@a:5692/%2F")] == ["a"]
+    with pytest.raises(ValueError, match="no broker given"):
+        hosts([])
+
+
+def test_every_connect_and_reconnect_hands_pika_all_hosts_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pika's BlockingConnection tries a list of parameters in order and takes the first that accepts; the
+    consumer must give it the whole list each time (the cluster tests prove the failover on real nodes)."""
+    from rabbitmq_retry_client import connection as module
+
+    tried: list[list[tuple[str, int]]] = []
+
+    def fake_connection(params: Any) -> Any:
+        tried.append([(p.host, p.port) for p in params])
+        raise pika.exceptions.AMQPConnectionError("refused")
+
+    monkeypatch.setattr(module, "BlockingConnection", fake_connection)
+    with pytest.raises(BrokerUnreachableError, match=r"^broker unreachable at a:5692, b:5693 vhost 'shop' as u: "):
+        connect(hosts(["amqp://u:p@a:5692/%2F", "amqp://u:p@b:5693/%2F"], "shop"), timeout=0.5, interval=0.2,
+                sleep=lambda _: None)
+    assert len(tried) >= 2 and all(attempt == [("a", 5692), ("b", 5693)] for attempt in tried)
+
+
+def test_the_command_takes_urls_repeated_or_comma_separated_and_from_the_environment() -> None:
+    assert urls(["amqp://a", "amqp://b, amqp://c"], "amqp://ignored") == ["amqp://a", "amqp://b", "amqp://c"]
+    assert urls(None, "amqp://a,amqp://b") == ["amqp://a", "amqp://b"]
+    assert urls(None, None) == ["amqp://guest:guest@127.0.0.1:5672/%2F"]
+    with pytest.raises(UsageError, match="an empty URL"):
+        urls(["amqp://a,,amqp://b"], None)
+
+
+def test_the_command_names_every_host_when_none_answers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--url", "amqp://guest:guest@127.0.0.1:1/%2F,amqp://guest:guest@127.0.0.1:2/%2F", "parked", "list",
+            "--contract", _contract_file(tmp_path), "--queue", "billing", "--connect-timeout", "0"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: broker unreachable at 127.0.0.1:1, 127.0.0.1:2 vhost "
+                                                   "'shop' as guest: Connection refused")
 
 
 # --- error reason truncation --------------------------------------------------------------------
@@ -579,18 +627,20 @@ def test_a_vhost_that_is_down_while_the_broker_restarts_is_waited_for(monkeypatc
 
 def test_url_works_before_or_after_the_command() -> None:
     after = ["parked", "list", "--contract", "c.json", "--url", "amqp://after/%2F"]
-    assert parser().parse_args(after).url == "amqp://after/%2F"
-    assert parser().parse_args(["--url", "amqp://before/%2F", *after[:-2]]).url == "amqp://before/%2F"
-    assert parser().parse_args(["--url", "amqp://before/%2F", *after]).url == "amqp://after/%2F", "the later wins"
-    assert parser().parse_args(["publish", "--exchange", "x", "--url", "amqp://after/%2F"]).url == "amqp://after/%2F"
+    assert parser().parse_args(after).url == ["amqp://after/%2F"]
+    assert parser().parse_args(["--url", "amqp://before/%2F", *after[:-2]]).url == ["amqp://before/%2F"]
+    assert parser().parse_args(["--url", "amqp://before/%2F", *after]).url == ["amqp://after/%2F"], "the later wins"
+    assert parser().parse_args(["publish", "--exchange", "x", "--url", "amqp://after/%2F"]).url == ["amqp://after/%2F"]
+    nodes = ["parked", "list", "--contract", "c.json", "--url", "amqp://a/%2F", "--url", "amqp://b/%2F,amqp://c/%2F"]
+    assert urls(parser().parse_args(nodes).url, None) == ["amqp://a/%2F", "amqp://b/%2F", "amqp://c/%2F"]
 
 
 def test_publish_takes_its_vhost_from_the_url_unless_vhost_is_given() -> None:
     """No silent default vhost: the one the URL names (`%2F` is `/`), or --vhost."""
     args = parser().parse_args(["publish", "--exchange", "orders", "--url", "amqp://127.0.0.1:1/sales"])
-    assert args.vhost is None and _parameters(args.url, args.vhost).virtual_host == "sales"
+    assert args.vhost is None and hosts(urls(args.url, None), args.vhost)[0].virtual_host == "sales"
     args = parser().parse_args(["publish", "--exchange", "orders", "--vhost", "shop"])
-    assert _parameters(args.url, args.vhost).virtual_host == "shop"
+    assert hosts(urls(args.url, None), args.vhost)[0].virtual_host == "shop"
 
 
 # --- make contracts -----------------------------------------------------------------------------------

@@ -105,11 +105,16 @@ class Deployer:
     def _config(self, vhost_config: Mapping[str, Any]) -> dict[str, Any]:
         return {"name": self.vhost, **copy.deepcopy(dict(vhost_config))}
 
-    def __call__(self, vhost_config: Mapping[str, Any], **vhost_args: Any) -> Deployment:
+    def record(self, vhost_config: Mapping[str, Any], **vhost_args: Any) -> Deployment:
+        """What `deploy(config)` would apply, recorded and not applied (a test may apply it in parts)."""
         config = self._config(vhost_config)
         resources, contracts = _recorded(config, **vhost_args)
-        apply(self.broker, resources)
         return Deployment(self.vhost, config, resources, contracts)
+
+    def __call__(self, vhost_config: Mapping[str, Any], **vhost_args: Any) -> Deployment:
+        deployment = self.record(vhost_config, **vhost_args)
+        apply(self.broker, deployment.resources)
+        return deployment
 
     def update(self, before: Deployment, vhost_config: Mapping[str, Any], *, before_delete: BeforeDelete | None = None,
                **vhost_args: Any) -> Deployment:

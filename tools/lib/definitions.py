@@ -99,7 +99,23 @@ class Endpoint:
                                        f"{self.username!r}: check RABBITMQ_USERNAME and RABBITMQ_PASSWORD") from None
             raise DefinitionsError(f"GET {self.url}/api/{path}: HTTP {error.code} {error.read()[:200]!r}") from None
         except (OSError, ValueError) as error:
-            raise DefinitionsError(f"GET {self.url}/api/{path}: {error}") from None
+            raise DefinitionsError(unanswered(self.url, path, error)) from None
+
+
+def unanswered(url: str, path: str, error: BaseException) -> str:
+    """One line for a management API that did not answer, naming the node's endpoint and what to do. On a
+    cluster the endpoint is one node: when that node is down its API refuses connections at once; when a
+    majority of the nodes is down RabbitMQ 4.x keeps a request waiting (30 s) for a quorum that is not there."""
+    reason = getattr(error, "reason", error)
+    if isinstance(reason, ConnectionRefusedError):
+        return (f"the management API at {url} refuses connections (GET /api/{path}): the node behind it is down or "
+                "its management plugin is off; on a cluster, use another node's endpoint (ENDPOINT=http://<node>:"
+                "<management port>) and start this one")
+    if isinstance(reason, TimeoutError):
+        return (f"the management API at {url} did not answer GET /api/{path} within {TIMEOUT_S} s: the node runs but "
+                "cannot serve it; on a cluster, a majority of the nodes is probably down (RabbitMQ 4.x then waits for "
+                "a quorum that is not there): start the stopped nodes")
+    return f"GET {url}/api/{path}: {reason}"
 
 
 def _keep(item: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:

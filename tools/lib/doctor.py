@@ -1,6 +1,6 @@
 """Can the live broker run this stack (`make doctor`, tools/doctor.py)? What the management API says
-(version, plugins, feature flags, the provider user's tags, existing objects) against what the stack needs,
-as blocking findings, warnings and facts."""
+(version, plugins, feature flags, the provider user's tags, existing objects, the cluster's nodes and the
+members of the stack's quorum queues) against what the stack needs, as blocking findings, warnings and facts."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from typing import Any
 from components import Vhost
 from components.config import StackConfig, load_stack_config
 from components.config.capabilities import (
+    AT_LEAST_ONCE_MIN_VERSION,
     Version,
     end_of_support,
     parse_version,
+    requirements,
     shown,
     version_problems,
     version_warnings,
@@ -24,12 +26,42 @@ from components.config.model import Limits
 from components.naming import vhost_key
 from components.strategies import strategy_of
 from tools.lib import drift
-from tools.lib.definitions import Endpoint, Snapshot, read_live
+from tools.lib.definitions import Endpoint, Snapshot, escape, read_live
 from tools.lib.mockrun import Registered, record, stack_config
 
 NAMESPACE = "rabbitmq-retry"
 ADMINISTRATOR = "administrator"
 POLICYMAKER = "policymaker"
+AT_LEAST_ONCE_FEATURE_FLAG = "stream_queue"
+"""RabbitMQ 3.x dead-letters a quorum queue at-least-once only with this flag enabled (4.x always has it)."""
+SHOVEL_PLUGIN = "rabbitmq_shovel"
+"""Moves messages between queues: a migration out of a queue that a change would replace needs it."""
+DEAD_LETTER_STALL = (
+    "RabbitMQ 3.x on a cluster: when the node that leads a retrying quorum queue and the queue it dead-letters into "
+    "fails, the new leader resends its pending dead letters only after dead_letter_worker_publisher_confirm_timeout "
+    "(180 s): retries through dead-lettering (tiers in reject mode, delay levels) stall for about 3 minutes, "
+    "silently, then arrive, none lost. Measured on 3.10.8: 178-180 s per stall; 4.3.6 recovered within 2 s "
+    "(docs/clusters.md)")
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """One cluster node as `GET /api/nodes` reports it."""
+
+    name: str
+    running: bool
+    version: str
+    """The node's RabbitMQ version; "" when it does not report one (a node that is down)."""
+
+
+@dataclass(frozen=True)
+class QuorumMembers:
+    """Where one quorum queue of the stack's vhosts has its members, and which of them are online."""
+
+    vhost: str
+    queue: str
+    members: tuple[str, ...]
+    online: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -43,6 +75,9 @@ class LiveFacts:
     user: str
     tags: tuple[str, ...]
     snapshots: Mapping[str, Snapshot] = field(default_factory=dict)
+    nodes: tuple[NodeFacts, ...] = ()
+    """Every node of the cluster (one for a single broker); () when not read."""
+    quorum: tuple[QuorumMembers, ...] = ()
 
 
 @dataclass
@@ -87,6 +122,7 @@ def diagnose(config: StackConfig, records: Sequence[Registered], facts: LiveFact
                                   f"{facts.version}: preview checks the wrong version; update broker.version")
     found.blocking += _absent_existing_vhosts(config, facts)
     found.blocking += _feature_flag_problems(config, facts, version)
+    _cluster_findings(config, facts, version, found)
     found.blocking += _tag_problems(config, facts)
     for finding in drift.findings(records, dict(facts.snapshots)):
         if finding.kind == "immutable" and finding.type in ("Queue", "Exchange"):
@@ -114,12 +150,59 @@ def _feature_flag_problems(config: StackConfig, facts: LiveFacts, version: Versi
     wanted = [("quorum_queue", "quorum queues")] if quorum else []
     wanted += [(needs.name, needs.needed_for) for needs in sorted(needed, key=lambda n: n.name)
                if version is not None and version >= needs.since]
+    if dead_letters_at_least_once(config) and version is not None and version < (4, 0, 0):
+        wanted.append((AT_LEAST_ONCE_FEATURE_FLAG, "at-least-once dead-lettering of quorum queues (RabbitMQ 3.x)"))
     for flag, what in wanted:
         state = facts.feature_flags.get(flag)
         if state is not None and state != "enabled":
             problems.append(f"feature flag {flag} is {state}, and the stack uses {what}: "
                             f"`rabbitmqctl enable_feature_flag {flag}`")
     return problems
+
+
+def dead_letters_at_least_once(config: StackConfig) -> bool:
+    """A retryable quorum queue or quorum delay levels: the broker dead-letters them at-least-once."""
+    return any(r.minimum == AT_LEAST_ONCE_MIN_VERSION and r.feature.startswith("at-least-once")
+               for r in requirements(config))
+
+
+def quorum_queues_of(config: StackConfig) -> bool:
+    return any(q.queue_type == "quorum" for v in config.vhosts for q in v.queues) or any(
+        v.delay_levels is not None and v.delay_levels.queue_type == "quorum" for v in config.vhosts)
+
+
+def _cluster_findings(config: StackConfig, facts: LiveFacts, version: Version | None, found: Diagnosis) -> None:
+    """Nodes down (a majority down blocks), quorum members offline, mixed versions, quorum queues that a single
+    node cannot replicate, and 3.x's dead-letter stall on a cluster. Nothing when the nodes were not read."""
+    if not facts.nodes:
+        return
+    down = [n.name for n in facts.nodes if not n.running]
+    running = len(facts.nodes) - len(down)
+    if down and running <= len(facts.nodes) // 2:
+        found.blocking.append(
+            f"only {running} of {len(facts.nodes)} cluster nodes run ({', '.join(down)} down): without a majority "
+            "RabbitMQ 4.x cannot change its metadata (every declaration times out after 30 s) and 3.x refuses to "
+            f"declare quorum queues (cluster_not_formed); start {', '.join(down)} before `pulumi up`")
+    elif down:
+        found.warnings.append(
+            f"cluster node {', '.join(down)} is not running: quorum queues keep a majority and work on, with fewer "
+            "replicas; `pulumi up`, drift and doctor must use the management API of a running node; start it")
+    versions = sorted({n.version for n in facts.nodes if n.version})
+    if len(versions) > 1:
+        found.warnings.append(f"the cluster's nodes run different versions ({', '.join(versions)}): an upgrade in "
+                              "progress; the checks above use the version the endpoint reports")
+    for q in facts.quorum:
+        if set(q.online) != set(q.members):
+            offline = sorted(set(q.members) - set(q.online))
+            found.warnings.append(f"quorum queue {q.queue!r} in vhost {q.vhost!r}: {len(q.online)} of {len(q.members)} "
+                                  f"members online ({', '.join(offline)} offline)")
+    if len(facts.nodes) == 1 and quorum_queues_of(config):
+        found.warnings.append(
+            f"the broker is a single node ({facts.nodes[0].name}): the stack's quorum queues have one member each "
+            "and are replicated nowhere; a node failure stops them and a lost disk loses their messages. Run a "
+            "cluster of 3 (or 5) nodes for replication")
+    if len(facts.nodes) > 1 and version is not None and version < (4, 0, 0) and dead_letters_at_least_once(config):
+        found.warnings.append(DEAD_LETTER_STALL)
 
 
 def _tag_problems(config: StackConfig, facts: LiveFacts) -> list[str]:
@@ -136,7 +219,7 @@ def _tag_problems(config: StackConfig, facts: LiveFacts) -> list[str]:
 
 
 def read_facts(endpoint: Endpoint, vhosts: Sequence[str]) -> LiveFacts:
-    """GET only: overview, nodes, feature flags, whoami, and a snapshot of each vhost."""
+    """GET only: overview, nodes, feature flags, whoami, a snapshot of each vhost and its quorum queues' members."""
     overview = endpoint.get("overview") or {}
     nodes = endpoint.get("nodes") or []
     plugins = sorted({p for node in nodes for p in node.get("enabled_plugins") or []})
@@ -144,8 +227,18 @@ def read_facts(endpoint: Endpoint, vhosts: Sequence[str]) -> LiveFacts:
     me = endpoint.get("whoami") or {}
     tags = me.get("tags") or []
     tags = tags.split(",") if isinstance(tags, str) else tags
+    snapshots = {v: read_live(endpoint, v) for v in vhosts}
+    quorum = tuple(QuorumMembers(v, str(q["name"]), tuple(q.get("members") or ()), tuple(q.get("online") or ()))
+                   for v in vhosts if snapshots[v].exists
+                   for q in endpoint.get(f"queues/{escape(v)}") or [] if q.get("type") == "quorum")
     return LiveFacts(str(overview.get("rabbitmq_version", "")), tuple(plugins), flags, str(me.get("name", "")),
-                     tuple(t for t in tags if t), {v: read_live(endpoint, v) for v in vhosts})
+                     tuple(t for t in tags if t), snapshots, tuple(_node(n) for n in nodes), quorum)
+
+
+def _node(node: Mapping[str, Any]) -> NodeFacts:
+    rabbit = [a for a in node.get("applications") or [] if a.get("name") == "rabbit"]
+    version = str(node.get("rabbitmq_version") or (rabbit[0].get("version") if rabbit else "") or "")
+    return NodeFacts(str(node.get("name", "?")), bool(node.get("running")), version)
 
 
 def render(stack: str, endpoint: str, facts: LiveFacts, found: Diagnosis) -> str:
@@ -155,13 +248,36 @@ def render(stack: str, endpoint: str, facts: LiveFacts, found: Diagnosis) -> str
              f"- feature flags enabled: {sum(s == 'enabled' for s in facts.feature_flags.values())} of "
              f"{len(facts.feature_flags)}" + "".join(f"; {n} {s}" for n, s in sorted(facts.feature_flags.items())
                                                    if s != "enabled"),
-             f"- user `{facts.user}`, tags: {', '.join(facts.tags) or 'none'}", ""]
+             f"- user `{facts.user}`, tags: {', '.join(facts.tags) or 'none'}",
+             *_cluster_lines(facts), ""]
     for title, items in (("Blocking", found.blocking), ("Warnings", found.warnings)):
         if items:
             lines += [f"## {title}", "", *(f"- {item}" for item in items), ""]
     lines.append("**Blocking findings**: `pulumi up` would fail or misbehave." if found.blocking
                  else "**Nothing blocking**: the broker can run this stack.")
     return "\n".join(lines)
+
+
+def _cluster_lines(facts: LiveFacts) -> list[str]:
+    """Nodes, what runs, versions; quorum members online; the flag and plugin the stack relies on."""
+    lines = []
+    if facts.nodes:
+        running = sum(n.running for n in facts.nodes)
+        listed = ", ".join(f"{n.name} ({'running' if n.running else 'DOWN'}{', ' + n.version if n.version else ''})"
+                           for n in facts.nodes)
+        shape = "single node" if len(facts.nodes) == 1 else f"cluster of {len(facts.nodes)} nodes, {running} running"
+        lines.append(f"- {shape}: {listed}")
+    if facts.quorum:
+        complete = sum(set(q.online) == set(q.members) for q in facts.quorum)
+        sizes = sorted({len(q.members) for q in facts.quorum})
+        lines.append(f"- quorum queues in the stack's vhosts: {len(facts.quorum)}, {complete} with every member "
+                     f"online; members per queue: {', '.join(map(str, sizes))}")
+    if AT_LEAST_ONCE_FEATURE_FLAG in facts.feature_flags:
+        lines.append(f"- feature flag {AT_LEAST_ONCE_FEATURE_FLAG}: {facts.feature_flags[AT_LEAST_ONCE_FEATURE_FLAG]} "
+                     "(RabbitMQ 3.x needs it for at-least-once dead-lettering)")
+    lines.append(f"- plugin {SHOVEL_PLUGIN}: {'enabled' if SHOVEL_PLUGIN in facts.plugins else 'not enabled'} "
+                 "(moving messages out of a queue that a change would replace needs it)")
+    return lines
 
 
 def stack_settings(stack: str, root: Path) -> tuple[StackConfig, dict[str, Any]]:

@@ -1,0 +1,80 @@
+"""`make doctor` on a cluster, on facts as the management API reports them (the same on real clusters:
+tests/cluster/test_cluster_tools.py): nodes and what runs, quorum members online, the flag and plugin the
+stack relies on, quorum queues a single node cannot replicate, and 3.x's dead-letter stall."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from components.config import load_stack_config
+from tests.conftest import RETRYABLE, vhost_config
+from tools.lib import doctor
+from tools.lib.doctor import DEAD_LETTER_STALL, LiveFacts, NodeFacts, QuorumMembers
+
+QUORUM_RETRY = {**RETRYABLE, "type": "quorum"}
+NODES = ("n1@h", "n2@h", "n3@h")
+
+
+def facts(version: str, running: tuple[bool, ...] = (True, True, True), flags: dict[str, str] | None = None,
+          plugins: tuple[str, ...] = ("rabbitmq_management",), quorum: tuple[QuorumMembers, ...] = ()) -> LiveFacts:
+    nodes = tuple(NodeFacts(name, up, version if up else "") for name, up in zip(NODES, running, strict=False))
+    return LiveFacts(version, plugins, {"quorum_queue": "enabled", "stream_queue": "enabled", **(flags or {})},
+                     "deployer", ("administrator",), nodes=nodes, quorum=quorum)
+
+
+def diagnosis(live: LiveFacts, queue: dict[str, Any] = QUORUM_RETRY) -> doctor.Diagnosis:
+    config = load_stack_config({"vhosts": [vhost_config(queues=[queue])]})
+    return doctor.diagnose(config, doctor.planned_objects(config), live)
+
+
+def test_a_3_x_cluster_states_the_dead_letter_stall_and_4_x_does_not():
+    assert DEAD_LETTER_STALL in diagnosis(facts("3.10.8")).warnings
+    assert DEAD_LETTER_STALL not in diagnosis(facts("4.3.6")).warnings
+    # Only where the broker dead-letters quorum queues at-least-once: classic queues never stall so.
+    assert DEAD_LETTER_STALL not in diagnosis(facts("3.10.8"), {**RETRYABLE, "type": "classic"}).warnings
+
+
+def test_a_single_node_cannot_replicate_the_stacks_quorum_queues():
+    single = facts("4.3.6", running=(True,))
+    [warning] = [w for w in diagnosis(single).warnings if "single node" in w]
+    assert warning.startswith("the broker is a single node (n1@h): the stack's quorum queues have one member each")
+    assert not [w for w in diagnosis(single, {**RETRYABLE, "type": "classic"}).warnings if "single node" in w]
+    assert not [w for w in diagnosis(facts("4.3.6")).warnings if "single node" in w]
+
+
+def test_a_node_down_warns_and_a_majority_down_blocks_naming_the_nodes():
+    one_down = diagnosis(facts("4.3.6", running=(True, True, False)))
+    assert one_down.status == 0
+    assert any(w.startswith("cluster node n3@h is not running") for w in one_down.warnings)
+    two_down = diagnosis(facts("3.10.8", running=(True, False, False)))
+    assert two_down.status == 2
+    assert two_down.blocking[0].startswith("only 1 of 3 cluster nodes run (n2@h, n3@h down): without a majority")
+    assert "cluster_not_formed" in two_down.blocking[0]
+
+
+def test_quorum_members_offline_are_named_per_queue():
+    members = QuorumMembers("shop", "orders", NODES, NODES[:2])
+    found = diagnosis(facts("4.3.6", running=(True, True, False), quorum=(members, QuorumMembers("shop", "audit",
+                                                                                                NODES, NODES))))
+    assert "quorum queue 'orders' in vhost 'shop': 2 of 3 members online (n3@h offline)" in found.warnings
+    assert not [w for w in found.warnings if "'audit'" in w]
+
+
+def test_3_x_needs_the_stream_queue_flag_for_at_least_once_dead_lettering():
+    found = diagnosis(facts("3.10.8", flags={"stream_queue": "disabled"}))
+    assert found.blocking == ["feature flag stream_queue is disabled, and the stack uses at-least-once dead-lettering "
+                              "of quorum queues (RabbitMQ 3.x): `rabbitmqctl enable_feature_flag stream_queue`"]
+    assert diagnosis(facts("4.3.6", flags={"stream_queue": "disabled"})).blocking == []
+
+
+def test_the_report_lists_nodes_members_the_flag_and_the_shovel_plugin():
+    live = facts("3.10.8", running=(True, True, False),
+                 quorum=(QuorumMembers("shop", "orders", NODES, NODES[:2]),))
+    text = doctor.render("prod", "http://n1:15672", live, diagnosis(live))
+    assert ("- cluster of 3 nodes, 2 running: n1@h (running, 3.10.8), n2@h (running, 3.10.8), n3@h (DOWN)"
+            in text.splitlines())
+    assert "- quorum queues in the stack's vhosts: 1, 0 with every member online; members per queue: 3" in text
+    assert "- feature flag stream_queue: enabled (RabbitMQ 3.x needs it for at-least-once dead-lettering)" in text
+    assert "- plugin rabbitmq_shovel: not enabled" in text
+    shovel = facts("4.3.6", plugins=("rabbitmq_management", "rabbitmq_shovel"))
+    assert "- plugin rabbitmq_shovel: enabled" in doctor.render("prod", "u", shovel, diagnosis(shovel))
