@@ -310,7 +310,7 @@ def test_a_killed_node_loses_nothing_delivers_nothing_early_and_leaves_nothing_s
 def test_parking_and_a_redrive_with_a_node_killed_midway_lose_nothing(
         cluster: Cluster, vhost: str, capsys: pytest.CaptureFixture[str]) -> None:
     """A consumer parks every message while the node leading the input and error queues dies; then a redrive
-    (the library's, as `rabbitmq-retry parked redrive --to-queue` runs it, with every node's URL) is cut by
+    (the library's, as `rabbitmq-retry parked redrive` runs it by default, with every node's URL) is cut by
     killing the node it is connected to, and run again: each message is parked or back in its queue, or both
     (a duplicate), never neither."""
     from rabbitmq_retry_client import ParkedQueue, PermanentError, Selection
@@ -367,7 +367,7 @@ def test_parking_and_a_redrive_with_a_node_killed_midway_lose_nothing(
         runs += 1
         try:
             with ParkedQueue(cluster.urls(3, 1, 2), contract, connect_timeout=30) as parked:
-                parked.redrive(Selection(), to_queue=True, rate=100 if runs == 1 else 2000)
+                parked.redrive(Selection(), rate=100 if runs == 1 else 2000)
         except Exception as error:
             # The cut run: its connection dies with its node. Then, while the queue elects a new leader, 4.3
             # refuses a basic.get with 541 "nodedown" (closing the connection): an operator runs it again.
@@ -390,7 +390,7 @@ def test_parking_and_a_redrive_with_a_node_killed_midway_lose_nothing(
     if returned_late:
         runs += 1
         with ParkedQueue(cluster.urls(1, 2, 3), contract, connect_timeout=30) as parked:
-            parked.redrive(Selection(), to_queue=True, rate=2000)
+            parked.redrive(Selection(), rate=2000)
 
     still_parked = [str(p.message_id) for p, _ in drain(survivor, vhost, "work.error")]
     moved = [str(p.message_id) for p, _ in drain(survivor, vhost, "work")]
