@@ -122,11 +122,19 @@ def _consume(args: argparse.Namespace) -> int:
 
 
 def _publish(args: argparse.Namespace) -> int:
-    with Publisher(hosts(args.url, args.vhost), connect_timeout=args.connect_timeout) as publisher:
+    target = hosts(args.url, args.vhost)
+    with Publisher(target, connect_timeout=args.connect_timeout) as publisher:
         for n in range(1, args.count + 1):
             message_id = uuid.uuid4().hex
             body = json.dumps({"n": n, "published_at": h.utc_iso()})
-            publisher.publish(args.exchange, args.routing_key, body, message_id, content_type="application/json")
+            try:
+                publisher.publish(args.exchange, args.routing_key, body, message_id, content_type="application/json")
+            except pika.exceptions.UnroutableError:
+                print(f"error: message {n} of {args.count} came back unroutable: no queue of vhost "
+                      f"{target[0].virtual_host!r} is bound to exchange {args.exchange!r} for routing key "
+                      f"{args.routing_key!r}, and nothing more was published; check --exchange, --routing-key and "
+                      "--vhost", file=sys.stderr)
+                return 1
             print(f"published {message_id} {body}", flush=True)
     return 0
 

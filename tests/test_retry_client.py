@@ -1440,3 +1440,28 @@ def test_every_retry_copy_has_the_headers_the_schema_defines(source: dict[str, A
     _, calls = _deliver(source, _fails, {"retry-count": 1, "first-failure-at": "2026-01-01T00:00:00.000Z"},
                         mode="republish")
     assert list(_headers_schema("retry_headers").iter_errors(calls[0][4])) == [], calls[0][4]
+
+
+def test_publish_says_which_exchange_and_key_reached_no_queue(monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """An unroutable test message is one line naming the vhost, exchange and routing key, not pika's exception."""
+    class NoQueueBound:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def __enter__(self) -> NoQueueBound:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def publish(self, *args: Any, **kwargs: Any) -> None:
+            raise pika.exceptions.UnroutableError([])
+
+    monkeypatch.setattr("rabbitmq_retry_client.cli.Publisher", NoQueueBound)
+    status = main(["publish", "--exchange", "orders", "--routing-key", "order.created", "--count", "3",
+                   "--url", "amqp://guest:guest@127.0.0.1:5672/shop"])
+    assert status == 1
+    assert capsys.readouterr().err.strip() == (
+        "error: message 1 of 3 came back unroutable: no queue of vhost 'shop' is bound to exchange 'orders' for "
+        "routing key 'order.created', and nothing more was published; check --exchange, --routing-key and --vhost")
