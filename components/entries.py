@@ -236,6 +236,15 @@ def exact_names(names: Iterable[str]) -> str:
 
 
 
+def queue_type_arguments(queue: Queue) -> dict[str, str | int]:
+    """The arguments every queue planned from a config queue carries: its type and, when the config sets one, its
+    quorum group size (`quorum_group_size`: how many cluster nodes hold a replica; both fixed at declaration, so
+    changing either replaces the queue). Without the key the argument is absent, as it always was."""
+    if queue.quorum_group_size is None:
+        return {"x-queue-type": queue.queue_type}
+    return {"x-queue-type": queue.queue_type, "x-quorum-initial-group-size": queue.quorum_group_size}
+
+
 def quorum_dead_lettering(queue_type: str) -> dict[str, str]:
     """Without both keys a quorum queue silently dead-letters at-most-once."""
     if queue_type != "quorum":
@@ -280,7 +289,7 @@ def parking_input_queue(queue: Queue) -> QueuePlan:
     """The input queue of a strategy whose retries never go through dead-lettering (`native`, `levels`): what it
     dead-letters, a message rejected for good or past the delivery limit, is parked in the error queue."""
     return QueuePlan(naming.INPUT_KEY, queue.name, queue.queue_type, {
-        "x-queue-type": queue.queue_type,
+        **queue_type_arguments(queue),
         "x-dead-letter-exchange": naming.error_exchange(queue.name),
         **quorum_dead_lettering(queue.queue_type),
     }, "input")
@@ -289,7 +298,7 @@ def parking_input_queue(queue: Queue) -> QueuePlan:
 def error_queue_plans(queue: Queue) -> tuple[QueuePlan, ExchangePlan, BindingPlan]:
     """The error queue, its fanout exchange and their binding: the same for every strategy."""
     error = QueuePlan(naming.ERROR_KEY, naming.error_queue(queue.name), queue.queue_type,
-                      {"x-queue-type": queue.queue_type}, "error")
+                      queue_type_arguments(queue), "error")
     error_x = naming.error_exchange(queue.name)
     return (error, ExchangePlan(naming.ERROR_EXCHANGE_KEY, error_x, "fanout"),
             BindingPlan(naming.ERROR_BINDING_KEY, error_x, error.name))

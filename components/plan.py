@@ -31,6 +31,7 @@ from .entries import (
     limit_sources,
     queue_limits,
     queue_policy,
+    queue_type_arguments,
 )
 from .strategies import strategy_of
 from .strategies.levels import plan_delay_levels
@@ -122,7 +123,7 @@ def plan_vhost(vhost: Vhost, path: str = "vhost") -> VhostPlan:
     exchanges = tuple(ExchangePlan(naming.exchange_key(e.name), e.name, e.type) for e in vhost.exchanges)
     plain = [(i, q) for i, q in enumerate(vhost.queues) if q.retry is None]
     queues = tuple(QueuePlan(naming.plain_queue_key(q.name), q.name, q.queue_type, {
-        "x-queue-type": q.queue_type, **({"x-single-active-consumer": True} if q.single_active_consumer else {})},
+        **queue_type_arguments(q), **({"x-single-active-consumer": True} if q.single_active_consumer else {})},
                              "plain") for _, q in plain)
     policies = (*(queue_policy(naming.plain_queue_policy_key(q.name), q.name, q.policy_priority, limits,
                                limit_sources(f"{path}.queues[{i}]", q))

@@ -196,6 +196,23 @@ def test_a_user_policy_that_would_also_match_the_new_queues_is_left_alone() -> N
     assert ("Policy", "all-mail") in summary(adoption.decisions)[ALONE]
 
 
+def test_a_quorum_queue_s_group_size_is_kept_so_that_it_imports_as_it_is() -> None:
+    """The stack declares `x-quorum-initial-group-size` itself: a queue with it imports with the same size, and
+    one created beside (for an argument the stack does not declare) keeps the size."""
+    snapshot = _snapshot({"invoices": {"x-queue-type": "quorum", "x-quorum-initial-group-size": 3},
+                          "audit": {"x-queue-type": "quorum", "x-quorum-initial-group-size": 2, "x-max-length": 10}},
+                         {"orders": "topic"}, [("orders", "invoices", "#"), ("orders", "audit", "#")])
+    adoption = adopt(snapshot)
+    decided = summary(adoption.decisions)
+    assert ("Queue", "invoices") in decided[IMPORT] and ("Queue", "audit") in decided[RETIRE]
+    [why] = [d.detail for d in adoption.decisions if d.name == "audit" and d.type == "Queue"]
+    assert why.startswith("arguments this project does not declare: ['x-max-length']")
+    entries = {q["name"]: q for q in adoption.vhost["queues"]}
+    assert entries["invoices"]["quorum_group_size"] == 3 and entries["audit.v2"]["quorum_group_size"] == 2
+    plan = plan_vhost(load_vhost(adoption.vhost, "vhosts[0]"), "vhosts[0]")
+    assert {q.name: q.arguments for q in plan.queues}["invoices"] == snapshot.queues["invoices"]["arguments"]
+
+
 # --- from a definitions export --------------------------------------------------------------------------------
 
 

@@ -78,3 +78,24 @@ def test_the_report_lists_nodes_members_the_flag_and_the_shovel_plugin():
     assert "- plugin rabbitmq_shovel: not enabled" in text
     shovel = facts("4.3.6", plugins=("rabbitmq_management", "rabbitmq_shovel"))
     assert "- plugin rabbitmq_shovel: enabled" in doctor.render("prod", "u", shovel, diagnosis(shovel))
+
+
+def test_a_group_size_above_the_running_nodes_warns_naming_the_key_and_the_node_count():
+    """Single node, three nodes with one down, and a size inherited from defaults; never at or below the count."""
+    def group_warnings(live: LiveFacts, raw: dict[str, Any]) -> list[str]:
+        config = load_stack_config(raw)
+        return [w for w in doctor.diagnose(config, doctor.planned_objects(config), live).warnings
+                if "quorum_group_size" in w]
+
+    asks_three = {"vhosts": [vhost_config(queues=[{**QUORUM_RETRY, "quorum_group_size": 3}])]}
+    [single] = group_warnings(facts("3.10.8", running=(True,)), asks_three)
+    assert single.startswith("vhosts[0].queues[0].quorum_group_size asks for 3 replicas of quorum queue 'orders'")
+    assert "the broker is a single-node broker" in single and "at most 1 member," in single
+    [one_down] = group_warnings(facts("4.3.6", running=(True, True, False)), asks_three)
+    assert "a cluster with 2 running nodes" in one_down and "lower it to 2 or run at least 3 nodes" in one_down
+    assert not group_warnings(facts("4.3.6"), asks_three)
+    inherited = {"defaults": {"quorum_group_size": 5}, "vhosts": [vhost_config(queues=[QUORUM_RETRY])]}
+    [from_defaults] = group_warnings(facts("4.3.6"), inherited)
+    assert from_defaults.startswith("vhosts[0].queues[0].quorum_group_size (or defaults.quorum_group_size, which "
+                                    "it inherits) asks for 5 replicas")
+    assert not group_warnings(facts("4.3.6", running=(True,)), {"vhosts": [vhost_config(queues=[QUORUM_RETRY])]})

@@ -152,3 +152,46 @@ def test_a_retryable_queue_refuses_the_plain_queue_keys():
         load_stack_config({"vhosts": [raw]})
     assert [path for path, _ in error.value.problems] == ["vhosts[0].queues[0].message_ttl",
                                                           "vhosts[0].queues[0].single_active_consumer"]
+
+
+def test_quorum_group_size_is_an_argument_of_every_queue_a_config_queue_plans_and_absent_without_it():
+    """Wiring, like the queue type: the input, wait and error queues of every strategy and a plain queue carry
+    `x-quorum-initial-group-size`; the vhost's shared delay levels do not (no queue of the config owns them).
+    Without the key no queue has the argument (what was registered before stays byte-identical)."""
+    group = "x-quorum-initial-group-size"
+    retries = {"tiers": RETRYABLE["retry"],
+               "native": {"strategy": "native", "min_delay": "1s", "max_delay": "30s", "max_retries": 5},
+               "levels": {"strategy": "levels", "max_retries": 3}}
+    for strategy, retry in retries.items():
+        raw = vhost_config(queues=[{**RETRYABLE, "retry": retry, "type": "quorum", "quorum_group_size": 2},
+                                   {"name": "audit", "type": "quorum", "quorum_group_size": 3}])
+        vhost_plan = plan_vhost(load_vhost(raw, "vhosts[0]"), "vhosts[0]")
+        (retryable,) = vhost_plan.retryables
+        owned = {q.name: q.arguments.get(group) for q in retryable.queues}
+        assert set(owned.values()) == {2} and {"orders", "orders.error"} <= set(owned), strategy
+        assert [q.arguments[group] for q in vhost_plan.queues] == [3]
+        levels = vhost_plan.delay_levels.queues if vhost_plan.delay_levels is not None else ()
+        assert all(group not in q.arguments for q in levels)
+        assert (strategy == "levels") == bool(levels)
+    assert {q.arguments[group] for q in plan(type="quorum", quorum_group_size=1).queues} == {1}
+    assert all(group not in q.arguments for q in plan(type="quorum").queues)
+
+
+def test_quorum_group_size_defaults_to_the_stack_default_on_quorum_queues_only_and_a_classic_queue_refuses_it():
+    import pytest
+
+    from components.config import ConfigError, load_stack_config
+
+    config = load_stack_config({"defaults": {"quorum_group_size": 3}, "vhosts": [vhost_config(
+        queues=[{**RETRYABLE, "type": "quorum"}, {"name": "audit", "type": "classic"},
+                {"name": "pinned", "type": "quorum", "quorum_group_size": 1}])]})
+    assert [q.quorum_group_size for q in config.vhosts[0].queues] == [3, None, 1]
+    with pytest.raises(ConfigError) as error:
+        load_stack_config({"defaults": {"quorum_group_size": 0}, "vhosts": [vhost_config(
+            queues=[{"name": "audit", "type": "classic", "quorum_group_size": 2},
+                    {"name": "zero", "quorum_group_size": 0}])]})
+    assert [path for path, _ in error.value.problems] == ["defaults.quorum_group_size",
+                                                          "vhosts[0].queues[0].quorum_group_size",
+                                                          "vhosts[0].queues[1].quorum_group_size"]
+    assert "quorum-only" in error.value.problems[1][1] and "set type: quorum" in error.value.problems[1][1]
+    assert "out of range (use >= 1)" in error.value.problems[2][1]

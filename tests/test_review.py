@@ -770,3 +770,15 @@ def test_a_new_native_delay_is_a_safe_policy_update_with_its_diagram_in_the_full
     assert ops(steps) == {("update", "Policy", "shop-orders-policy")} and status == 0
     assert "**contract**" not in markdown and "- Retry contract: min\\_delay\\_ms 1000 → 2000" in markdown
     assert "waits min(n × 2s, 30s) in place" in review_of.full
+
+
+def test_adding_a_quorum_group_size_replaces_the_queue_and_every_queue_it_owns(review_of):
+    """An argument, fixed at declaration: the review calls it data loss, like a type switch."""
+    quorum = changed(lambda c: c["defaults"].update(queue_type="quorum"))
+    grouped = copy.deepcopy(quorum)
+    orders(grouped)["quorum_group_size"] = 3
+    steps, markdown, status = review_of(quorum, grouped)
+    replaced = {s.new["name"] for s in steps if s.type == engine.QUEUE and s.op == "replace"}
+    assert replaced == {"orders", "orders.wait.1", "orders.wait.2", "orders.wait.3", "orders.error"}
+    assert status == 2 and "data loss: 5" in markdown
+    assert "| x-quorum-initial-group-size (unset) → 3 | **data loss** |" in markdown

@@ -14,7 +14,7 @@ TOP_LEVEL_KEYS = ("protect", "retain_error_queues", "defaults", "vhosts", "passw
 """`delete_with_messages` and `amqp_port` belong to the queue guard, which parses them (components/guard.py);
 the topology parser only accepts them."""
 BROKER_KEYS = ("version",)
-DEFAULTS_KEYS = ("queue_type", "policy_priority", "delivery_limit")
+DEFAULTS_KEYS = ("queue_type", "policy_priority", "delivery_limit", "quorum_group_size")
 VHOST_KEYS = ("name", "existing", "exchanges", "queues", "policies", "operator_policies", "applications", "operators",
               "limits", "default_queue_type", "delay_levels", "import")
 DELAY_LEVELS_KEYS = ("unit", "max_delay", "type")
@@ -22,7 +22,7 @@ IMPORT_KINDS = ("queue", "exchange", "binding", "policy", "operator_policy")
 """What a `vhosts[].import` entry may adopt, written `<kind> <provider ID>`."""
 EXCHANGE_KEYS = ("name", "type")
 QUEUE_KEYS = ("name", "type", "bindings", "max_length", "delivery_limit", "retry", "policy_priority",
-              "max_length_bytes", "message_ttl", "single_active_consumer")
+              "max_length_bytes", "message_ttl", "single_active_consumer", "quorum_group_size")
 BINDING_KEYS = ("exchange", "routing_key", "arguments", "external")
 RETRY_KEYS = ("strategy", "delays", "backoff", "min_delay", "max_delay", "max_retries", "error_retention",
               "error_max_length")

@@ -106,6 +106,9 @@ class Queue:
     """Plain queues only (a retryable queue's expired message would enter its retry path)."""
     single_active_consumer: bool = False
     """Plain queues only: `x-single-active-consumer`, a queue argument (changing it replaces the queue)."""
+    quorum_group_size: int | None = None
+    """Quorum only: `x-quorum-initial-group-size` of the queue and of every queue it owns (wait tiers, error
+    queue), a queue argument (changing it replaces the queues). None: the broker's default, every cluster node."""
 
 
 @dataclass(frozen=True)
@@ -193,6 +196,8 @@ class Defaults:
     queue_type: str = DEFAULT_QUEUE_TYPE
     policy_priority: int = DEFAULT_POLICY_PRIORITY
     delivery_limit: int = DEFAULT_DELIVERY_LIMIT
+    quorum_group_size: int | None = None
+    """The quorum group size of every quorum queue that does not set its own."""
 
 
 @dataclass(frozen=True)

@@ -160,10 +160,13 @@ def parse_defaults(p: Problems, raw: object) -> Defaults:
     queue_type = optional(data, "queue_type", lambda v: choice(p, "defaults.queue_type", v, QUEUE_TYPES), INVALID)
     priority = optional(data, "policy_priority", lambda v: integer(p, "defaults.policy_priority", v, 0), INVALID)
     limit = optional(data, "delivery_limit", lambda v: integer(p, "defaults.delivery_limit", v, 2), INVALID)
+    group_size = optional(data, "quorum_group_size", lambda v: integer(p, "defaults.quorum_group_size", v, 1),
+                          INVALID)
     return Defaults(
         queue_type=base.queue_type if queue_type is INVALID else queue_type,
         policy_priority=base.policy_priority if priority is INVALID else priority,
         delivery_limit=base.delivery_limit if limit is INVALID else limit,
+        quorum_group_size=base.quorum_group_size if group_size is INVALID else group_size,
     )
 
 
@@ -345,6 +348,12 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
     delivery_limit = optional(data, "delivery_limit", lambda v: integer(p, f"{path}.delivery_limit", v, 1), None)
     if queue_type == "classic" and "delivery_limit" in data:
         p.add(f"{path}.delivery_limit", "delivery-limit is quorum-only; remove it or set type: quorum")
+    group_size = optional(data, "quorum_group_size", lambda v: integer(p, f"{path}.quorum_group_size", v, 1),
+                          defaults.quorum_group_size)
+    if queue_type == "classic" and "quorum_group_size" in data:
+        p.add(f"{path}.quorum_group_size", "x-quorum-initial-group-size is quorum-only (RabbitMQ refuses it on a "
+              "classic queue); remove it or set type: quorum")
+        group_size = INVALID
     bindings = tuple(parse_binding(p, f"{path}.bindings[{i}]", i, b)
                      for i, b in enumerate(items(p, f"{path}.bindings", data.get("bindings", ABSENT))))
     check_duplicate_bindings(p, f"{path}.bindings", bindings)
@@ -362,7 +371,7 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
     entry = QueueEntry(index, name, name, INVALID, bindings, tuple(owned[0]), tuple(owned[1]))
     if (not lengths_ok or queue_type is INVALID or priority is INVALID or max_length is INVALID
             or delivery_limit is INVALID or retry is INVALID or max_length_bytes is INVALID or message_ttl is INVALID
-            or single_active is INVALID or any(b.value is INVALID for b in bindings)):
+            or single_active is INVALID or group_size is INVALID or any(b.value is INVALID for b in bindings)):
         return entry
     limit = resolve_delivery_limit(p, f"{path}.delivery_limit", delivery_limit, queue_type, retry, defaults)
     if limit is INVALID:
@@ -370,7 +379,8 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
     queue = Queue(name=name, queue_type=queue_type, policy_priority=priority,
                   bindings=tuple(b.value for b in bindings if isinstance(b.value, Binding)), max_length=max_length,
                   delivery_limit=limit, retry=retry, max_length_bytes=max_length_bytes, message_ttl_ms=message_ttl,
-                  single_active_consumer=single_active is True)
+                  single_active_consumer=single_active is True,
+                  quorum_group_size=group_size if queue_type == "quorum" else None)
     return QueueEntry(index, name, name, queue, bindings, entry.owned_queues, entry.owned_exchanges)
 
 

@@ -27,6 +27,7 @@ from ..entries import (
     limit_sources,
     queue_limits,
     queue_policy,
+    queue_type_arguments,
     quorum_dead_lettering,
 )
 from .base import Route
@@ -105,13 +106,13 @@ def plan(queue: Queue, retry: TiersRetry, path: str, levels: DelayLevels | None,
                   for n, delay in enumerate(retry.delays_ms, start=1))
     retry_x, requeue_x = naming.retry_exchange(name), naming.requeue_exchange(name)
     input_queue = QueuePlan(naming.INPUT_KEY, name, qtype, {
-        "x-queue-type": qtype,
+        **queue_type_arguments(queue),
         "x-dead-letter-exchange": retry_x,
         "x-dead-letter-routing-key": tiers[0].routing_key,
         **quorum_dead_lettering(qtype),
     }, "input")
     wait_queues = tuple(QueuePlan(naming.wait_key(t.number), t.queue, qtype, {
-        "x-queue-type": qtype,
+        **queue_type_arguments(queue),
         "x-dead-letter-exchange": requeue_x,
         **quorum_dead_lettering(qtype),
     }, "wait") for t in tiers)

@@ -33,7 +33,9 @@ from tools.lib.recognise import Topology, recognise
 
 DEFAULT_SUFFIX = ".v2"
 PLAIN_ARGUMENTS = frozenset({"x-queue-type"})
-"""The only argument a plain queue of ours carries."""
+"""The only argument every plain queue of ours carries."""
+QUORUM_GROUP_ARGUMENT = "x-quorum-initial-group-size"
+"""A quorum queue's argument the stack declares too (`quorum_group_size`): an adopted queue keeps it."""
 
 Action = str
 IMPORT, BESIDE, RETIRE, ALONE = "import", "create beside", "retire later", "left alone"
@@ -67,6 +69,11 @@ class Adoption:
 def _valid_name(name: str) -> bool:
     return bool(name) and "@" not in name and "/" not in name and not name.startswith(naming.RESERVED_PREFIX) \
         and name == name.strip()
+
+
+def _group_size_of(queue_type: str, value: object) -> bool:
+    """Whether `quorum_group_size` can say what the queue's `x-quorum-initial-group-size` says."""
+    return queue_type == "quorum" and isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _free_name(snapshot: Snapshot, queue: str, suffix: str, taken: set[str]) -> str:
@@ -205,8 +212,12 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
         if queue_type not in QUEUE_TYPES or not _valid_name(name):
             adoption.decide(ALONE, "Queue", name, f"a {queue_type} queue or a name the provider cannot manage")
             continue
-        if set(arguments) <= PLAIN_ARGUMENTS and "x-queue-type" in arguments:
+        group_size = arguments.get(QUORUM_GROUP_ARGUMENT)
+        kept = PLAIN_ARGUMENTS | ({QUORUM_GROUP_ARGUMENT} if _group_size_of(queue_type, group_size) else set())
+        if set(arguments) <= kept and "x-queue-type" in arguments:
             vhost["queues"].append(queue_entry(name, queue_type, name))
+            if QUORUM_GROUP_ARGUMENT in kept:
+                vhost["queues"][-1]["quorum_group_size"] = group_size
             if queue_type == "quorum":
                 adoption.warnings.append(f"quorum queue {name}: the stack gives it a `delivery-limit` policy "
                                          "(`defaults.delivery_limit`, 20; RabbitMQ 4's default, unlimited on 3.x): "
@@ -217,11 +228,13 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
         entry = queue_entry(new, queue_type, name)
         if isinstance(arguments.get("x-max-length"), int):
             entry["max_length"] = arguments["x-max-length"]
+        if QUORUM_GROUP_ARGUMENT in kept:
+            entry["quorum_group_size"] = group_size
         vhost["queues"].append(entry)
         why = ("no x-queue-type argument: RabbitMQ before 4.0 stores none, our queues always send one, so an "
                "import would need a replace (refused) and a create would silently take it over and replace it on "
                "the next `pulumi up`" if "x-queue-type" not in arguments else
-               f"arguments this project does not declare: {sorted(set(arguments) - PLAIN_ARGUMENTS)}")
+               f"arguments this project does not declare: {sorted(set(arguments) - kept)}")
         adoption.decide(RETIRE, "Queue", name, f"{why}; " + _messages(snapshot, name))
 
     for i, b in enumerate(snapshot.bindings):

@@ -196,6 +196,7 @@ def _cluster_findings(config: StackConfig, facts: LiveFacts, version: Version | 
             offline = sorted(set(q.members) - set(q.online))
             found.warnings.append(f"quorum queue {q.queue!r} in vhost {q.vhost!r}: {len(q.online)} of {len(q.members)} "
                                   f"members online ({', '.join(offline)} offline)")
+    found.warnings += _group_size_warnings(config, running)
     if len(facts.nodes) == 1 and quorum_queues_of(config):
         found.warnings.append(
             f"the broker is a single node ({facts.nodes[0].name}): the stack's quorum queues have one member each "
@@ -203,6 +204,26 @@ def _cluster_findings(config: StackConfig, facts: LiveFacts, version: Version | 
             "cluster of 3 (or 5) nodes for replication")
     if len(facts.nodes) > 1 and version is not None and version < (4, 0, 0) and dead_letters_at_least_once(config):
         found.warnings.append(DEAD_LETTER_STALL)
+
+
+def _group_size_warnings(config: StackConfig, running: int) -> list[str]:
+    """A quorum group size above the running nodes is not refused: RabbitMQ declares the queue with a member on
+    each running node only (measured on 3.10.8 and 4.3.6: size 3 on a single node gives one member), so the stack
+    gets less replication than it asks for, silently."""
+    nodes = "a single-node broker" if running == 1 else f"a cluster with {running} running nodes"
+    warnings = []
+    for i, vhost in enumerate(config.vhosts):
+        for k, queue in enumerate(vhost.queues):
+            if queue.quorum_group_size is None or queue.quorum_group_size <= running:
+                continue
+            inherited = " (or defaults.quorum_group_size, which it inherits)" * (
+                queue.quorum_group_size == config.defaults.quorum_group_size)
+            warnings.append(
+                f"vhosts[{i}].queues[{k}].quorum_group_size{inherited} asks for {queue.quorum_group_size} replicas of "
+                f"quorum queue {queue.name!r} in vhost {vhost.name!r}, but the broker is {nodes}: RabbitMQ declares "
+                f"it (and the queues it owns) with at most {running} member{'s' * (running != 1)}, silently; lower "
+                f"it to {running} or run at least {queue.quorum_group_size} nodes")
+    return warnings
 
 
 def _tag_problems(config: StackConfig, facts: LiveFacts) -> list[str]:
