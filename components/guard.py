@@ -26,17 +26,15 @@ from pulumi.runtime import config as runtime_config
 from rabbitmq_retry_client.depth import BrokerAccess, DepthError, DepthReader, QueueDepth
 
 from .config import ConfigError
+from .config.keys import NAMESPACE
 from .entries import VhostPlan
 
-NAMESPACE = "rabbitmq-retry"
 QUEUE_GUARD = "rabbitmq-retry-queue-guard"
 """The hook's name, recorded in the stack's state for every queue: the program must register a hook of this name
 in every later run, or the engine cannot delete those queues (`hook … was not registered`)."""
 DELETE_WITH_MESSAGES = "delete_with_messages"
 AMQP_PORT = "amqp_port"
-GUARD_KEYS = (DELETE_WITH_MESSAGES, AMQP_PORT)
-"""The guard's own keys of the `rabbitmq-retry` namespace (docs/guard.md), parsed here, not by the topology
-config parser."""
+"""The guard's own keys (docs/guard.md): the topology parser accepts them (config/keys.py), this module parses them."""
 
 
 class GuardError(Exception):

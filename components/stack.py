@@ -19,7 +19,7 @@ from .config import ConfigError, StackConfig, load_stack_config, password_comman
 from .config.capabilities import end_of_support, version_warnings
 from .config.crosschecks import LOCK_OUT
 from .config.fields import did_you_mean
-from .config.keys import PROVIDER_KEYS
+from .config.keys import NAMESPACE, PROVIDER_KEYS
 from .config.passwords import plain_password_problems
 from .entries import VhostPlan
 from .guard import (
@@ -31,8 +31,6 @@ from .guard import (
 )
 from .naming import vhost_key
 from .plan import plan_vhost
-
-NAMESPACE = "rabbitmq-retry"
 
 
 def _all_keys() -> set[str]:

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+NAMESPACE = "rabbitmq-retry"
+"""The Pulumi config namespace of every key below (`rabbitmq-retry:vhosts`, …), named once."""
+
 TOP_LEVEL_KEYS = ("protect", "retain_error_queues", "defaults", "vhosts", "passwords", "broker", "delete_with_messages",
                   "amqp_port")
 """`delete_with_messages` and `amqp_port` belong to the queue guard, which parses them (components/guard.py);

@@ -10,9 +10,9 @@ import re
 from collections.abc import Iterator, Mapping
 
 from .fields import describe
+from .keys import NAMESPACE
 from .model import StackConfig
 
-NAMESPACE = "rabbitmq-retry"
 NOT_A_MAPPING = ("expected a mapping of application user to password, set with "
                  f"`pulumi config set --secret --path '{NAMESPACE}:passwords.<user>' <password>`")
 CHANGE_IT = " (and change that password: the plain one may be in version control)"

@@ -22,6 +22,7 @@ from components.config.capabilities import (
     version_problems,
     version_warnings,
 )
+from components.config.keys import NAMESPACE
 from components.config.model import Limits
 from components.naming import vhost_key
 from components.strategies import strategy_of
@@ -29,7 +30,6 @@ from tools.lib import drift
 from tools.lib.definitions import Endpoint, Snapshot, escape, read_live
 from tools.lib.mockrun import Registered, record, stack_config
 
-NAMESPACE = "rabbitmq-retry"
 ADMINISTRATOR = "administrator"
 POLICYMAKER = "policymaker"
 AT_LEAST_ONCE_FEATURE_FLAG = "stream_queue"

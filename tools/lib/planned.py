@@ -19,6 +19,8 @@ from tools.lib.engine import short_type
 from tools.lib.mockrun import Registered, root_components, stack_config
 
 NAMESPACE = "rabbitmq-retry"
+"""components.config.keys.NAMESPACE, written again: this module imports no `components` of its own, only each
+side's (BASE's for BASE) when it plans that side."""
 QueueKey = tuple[str, str]
 """(vhost, queue) of a retryable queue."""
 
