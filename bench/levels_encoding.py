@@ -16,8 +16,9 @@ the exchange of their highest level (as `rabbitmq_retry_client.levels.delay_exch
 of 512–1023 units of 1 ms (highest bit 9: 10 levels and the delivery exchange route every copy, 11 topic
 matches), and the run ends when all of them are in the queue (a passive declare every 20 ms). Measured: copies
 per second (first publish to the last arrival, the delays included, the same for every encoding) and the broker
-OS process's CPU per copy (`/proc/<pid>/stat`, user + system, over the same span). Rounds run every encoding
-once, in the same order, so a busy minute on the shared machine hits all of them.
+OS process's CPU per copy (`/proc/<pid>/stat`, user + system, over the same span). Each round runs every
+encoding once, one after another, so a busy minute on the shared machine hits all of them; round r starts one
+encoding later than round r - 1, so none always runs first.
 """
 
 from __future__ import annotations
@@ -197,7 +198,8 @@ def measure(broker: Broker, messages: int, rounds: int = ROUNDS, queue_types: Se
     results = {(e.name, q): Result(e.name, q) for q in queue_types for e in encodings}
     for queue_type in queue_types:
         for number in range(1, rounds + 1):
-            for encoding in encodings:
+            shift = (number - 1) % len(encodings)
+            for encoding in (*encodings[shift:], *encodings[:shift]):
                 run = run_once(broker, pid, encoding, queue_type, units)
                 results[(encoding.name, queue_type)].runs.append(run)
                 progress(f"levels encoding {queue_type} round {number}/{rounds} {encoding.name}: "
