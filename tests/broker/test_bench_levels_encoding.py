@@ -1,5 +1,6 @@
 """The levels-encoding benchmark on tiny inputs against each broker, so it cannot rot: every encoding's levels
-deliver every copy (a run that loses one raises), its results file has a row per queue type and encoding. How fast or how costly is never asserted (bench/results/ has the figures)."""
+deliver every copy (a run that loses one raises), and its results file has a row per queue type and encoding.
+How fast or how costly is never asserted (bench/results/ has the figures)."""
 
 from __future__ import annotations
 
