@@ -48,3 +48,16 @@ def test_the_delays_are_the_same_for_every_encoding_and_all_pass_the_same_levels
 
 def test_the_part_is_named_in_the_command_its_results_file_quotes() -> None:
     assert command(False, ["levels-encoding"], None) == ".venv/bin/python -m bench --parts levels-encoding"
+
+
+def test_a_copy_in_flight_when_the_encoding_changes_waits_by_the_wrong_bits_or_is_never_delivered() -> None:
+    """Why adopting a shorter key needs a migration of its own: a copy published with today's key before the
+    switch, still waiting when every binding changed, is read at the new positions (a different delay) and then
+    matches no delivery binding (the undeliverable queue keeps it). Reversing the bit order alone (`lsb-28`)
+    keeps the delivery binding but reads the wrong bits too."""
+    units = 0b1000000011  # 515: levels 9, 1 and 0
+    key = TODAY.key(units, QUEUE)
+    for new in (e for e in ENCODINGS if e.words and e != TODAY):
+        held = [k for k in reversed(range(LEVELS)) if _topic_matches(new.pattern(k, "1"), key)]
+        assert held != [9, 1, 0], new.name
+        assert _topic_matches(new.delivery(QUEUE), key) == (new.words == TODAY.words), new.name
