@@ -5,7 +5,9 @@
 - P1 delay accuracy (bench/accuracy.py): lateness per strategy and delay, seed 003's anchor beside ours;
 - P2 retry throughput (bench/throughput.py): deliveries/s through the retry loop against plain consume;
 - P3 plan cost (bench/plan_cost.py, broker-free): program under mocks, SDK floor, check_vhost, make plan and
-  make review at 100 and 1,000 retryable queues.
+  make review at 100 and 1,000 retryable queues;
+- levels-encoding (bench/levels_encoding.py, only when named in --parts): the broker's CPU and copies/s per
+  delayed copy of today's `levels` routing key against cheaper encodings, on every broker, in one file.
 
 Writes `<out>/<date>-rabbitmq-<version>.md` per broker (P1, P2) and `<out>/<date>-plan-cost.md` (P3), each with
 its PNG plots beside it. `--quick` (or BENCH_QUICK=1): fewer messages, shorter delays, 10 and 100 queues, written
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import accuracy, plan_cost, report, throughput
+from bench import accuracy, levels_encoding, plan_cost, report, throughput
 from bench.strategies import P1_STRATEGIES
 from tests.support.admin import parse_version
 from tests.support.deploy import configured_brokers, unreachable
@@ -124,7 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", default=os.environ.get("BENCH_QUICK", "") not in ("", "0"),
                         help="CI smoke: fewer messages, shorter delays, smaller stacks (default: BENCH_QUICK)")
     parser.add_argument("--brokers", nargs="+", help="names from RABBITMQ_BROKERS (default: all)")
-    parser.add_argument("--parts", nargs="+", choices=("p1", "p2", "p3"), default=["p1", "p2", "p3"])
+    parser.add_argument("--parts", nargs="+", choices=("p1", "p2", "p3", "levels-encoding"),
+                        default=["p1", "p2", "p3"])
     parser.add_argument("--out", type=Path, help="directory for results (default bench/results, quick: …/quick)")
     args = parser.parse_args(argv)
     known = [broker.name for broker in configured_brokers()]
@@ -152,6 +155,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             written += [path] if path else []
     if "p3" in args.parts:
         written.append(plan_cost_file(context, out, sizes, progress))
+    if "levels-encoding" in args.parts:
+        written += levels_encoding.results_file(
+            [b for b in configured_brokers() if not args.brokers or b.name in args.brokers], context, out,
+            300 if args.quick else 3000, 1 if args.quick else levels_encoding.ROUNDS, progress)
     progress(f"done: {', '.join(str(p) for p in written)}")
     return 0 if written else 1
 

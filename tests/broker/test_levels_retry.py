@@ -219,12 +219,21 @@ def test_a_copy_whose_queue_is_gone_when_its_delay_is_over_is_kept_as_undelivera
 
 def test_a_quorum_undeliverable_copy_survives_any_number_of_crashed_readers(broker: Broker, deploy: Deployer) -> None:
     """The undeliverable queue has nowhere to dead-letter, like an error queue: its policy puts RabbitMQ 4's
-    default delivery limit (20, which would drop the copy) out of reach."""
+    default delivery limit (20, which would drop the copy) out of reach. The same 25 returns drop a message from
+    a quorum queue with a limit of 20 (declared beside it), so the returns do count."""
     deployment = deploy(levels_config("quorum"))
-    undeliverable = "rabbitmq-retry.delay.undeliverable"
-    with channel(broker, deployment.vhost) as publisher:
+    vhost, undeliverable = deployment.vhost, "rabbitmq-retry.delay.undeliverable"
+    deadline = time.monotonic() + 30
+    while (call(broker, "GET", f"queues/{esc(vhost)}/{esc(undeliverable)}")[1]
+           .get("effective_policy_definition") or {}).get("delivery-limit") != 1_000_000:
+        assert time.monotonic() < deadline, "the undeliverable queue's delivery-limit policy is not in force"
+        time.sleep(0.2)
+    with channel(broker, vhost) as publisher:
+        publisher.queue_declare("limited", durable=True, arguments={"x-queue-type": "quorum", "x-delivery-limit": 20})
         publisher.basic_publish(undeliverable, "billing", b"kept", pika.BasicProperties(message_id="kept"))
-    assert returned_by_crashed_readers(broker, deployment.vhost, undeliverable, 25)
+        publisher.basic_publish("", "limited", b"dropped", pika.BasicProperties(message_id="dropped"))
+    assert returned_by_crashed_readers(broker, vhost, undeliverable, 25)
+    assert not returned_by_crashed_readers(broker, vhost, "limited", 25), "25 returns did not reach a limit of 20"
 
 
 def test_the_levels_topology_reads_back_as_applied_and_shows_no_drift(broker: Broker, deploy: Deployer) -> None:
