@@ -233,7 +233,7 @@ def _effective_problems(retryable: RetryablePlan, settings: Mapping[str, list[Ef
     """What the merged policies do to one retryable queue's input, wait and error queues."""
     problems: list[str] = []
     retry = retryable.retry
-    tiers: dict[str, Tier] = {t.queue: t for t in retryable.tiers}
+    tiers: dict[str, Tier] = {t.queue: t for t in (*retryable.tiers, *retryable.draining)}
     for queue in retryable.queues:
         for effective in settings[queue.name]:
             role = queue.role
