@@ -361,3 +361,37 @@ def test_a_copy_of_the_config_is_not_changed_by_planning():
     snapshot = copy.deepcopy(config)
     plan(config)
     assert config == snapshot
+
+
+# --- preview-time checks --------------------------------------------------------------------------------------
+
+
+def test_the_planned_shovels_pass_the_checks_and_a_lossy_or_dangling_one_does_not():
+    from components.checks import check_vhost
+
+    vhost = plan(moving())
+    assert check_vhost(vhost) == []
+    [migration] = vhost.migrations
+    lossy = dataclasses.replace(migration.shovels[0], ack_mode="no-ack", source_delete_after="queue-length",
+                                destination="orders.z")
+    broken = dataclasses.replace(vhost, migrations=(dataclasses.replace(migration, shovels=(lossy,)),))
+    found = check_vhost(broken)
+    assert [p.split(": ", 1)[1].split(";")[0] for p in found] == [
+        'its destination queue "orders.z" is not planned in this vhost',
+        "ack-mode no-ack can lose messages",
+        "src-delete-after queue-length may delete the shovel before its source is drained (rabbitmq-server#14636)",
+        'the shovel user may not read "orders" or declare "orders.z"']
+
+
+def test_the_contracts_during_a_move_are_valid_for_the_schema_and_the_client():
+    from jsonschema import Draft202012Validator
+
+    from rabbitmq_retry_client import contract as client
+
+    validator = Draft202012Validator(client.SCHEMA)
+    for retryable in plan(moving()).retryables:
+        contract = retryable.contract("shop")
+        assert list(validator.iter_errors(contract)) == []
+        assert client.validate(contract) == contract
+    broken = {**plan(moving()).retryables[0].contract("shop"), "migration": {"name": "x", "step": "drain"}}
+    assert list(validator.iter_errors(broken))
