@@ -6,7 +6,6 @@ Each test runs in a vhost of its own, `mig-<random>`, deleted afterwards."""
 from __future__ import annotations
 
 import copy
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +17,7 @@ from components.plan import plan_vhost
 from rabbitmq_retry_client.depth import BrokerAccess, DepthReader
 from tests.support.admin import wait_for
 from tests.support.amqp import channel
+from tests.support.deploy import throwaway_vhost
 from tests.support.mirror import Broker, call, esc, get
 from tools.lib.migrate_status import Status, status
 from tools.lib.review.migrations import MigrationInfo, infos
@@ -31,12 +31,9 @@ CONFIG: dict[str, Any] = {
 
 @pytest.fixture
 def mig_vhost(broker: Broker) -> Iterator[str]:
-    name = f"mig-{uuid.uuid4().hex[:10]}"
-    call(broker, "PUT", f"vhosts/{esc(name)}", {})
-    try:
+    with throwaway_vhost(broker, "mig") as name:
+        call(broker, "PUT", f"vhosts/{esc(name)}", {})
         yield name
-    finally:
-        call(broker, "DELETE", f"vhosts/{esc(name)}")
 
 
 def migration(vhost: str, step: str) -> MigrationInfo:

@@ -16,10 +16,9 @@ from typing import Any
 from components import naming
 from components.durations import format_duration
 from rabbitmq_retry_client.depth import QueueDepth
+from tools.lib.queue_guard import Reader
 from tools.lib.review.migrations import MigrationInfo
 
-Reader = Callable[[str, str], QueueDepth | None]
-"""(vhost, queue) → what it holds now, None when it is not on the broker; DepthError when it cannot be read."""
 Shovels = Callable[[str], Sequence[Mapping[str, Any]]]
 """vhost → `GET /api/shovels/<vhost>` (a list of shovel statuses)."""
 MOST_WAIT_TIERS = 1000

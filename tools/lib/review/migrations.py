@@ -8,21 +8,19 @@ The migrations are read from the working tree's own plan (`migrations_of`), neve
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from components.durations import format_duration
-from rabbitmq_retry_client.depth import DepthError, QueueDepth
+from rabbitmq_retry_client.depth import DepthError
 from tools.lib import engine, markdown
 from tools.lib.engine import Step
 from tools.lib.inventory import physical_name
 from tools.lib.mockrun import Registered, root_components
 from tools.lib.planned import PlanIndex, family_of, stack_values
-
-Reader = Callable[[str, str], QueueDepth | None]
-"""(vhost, queue) → what the queue holds now (None: not on the broker); DepthError when it cannot be read."""
+from tools.lib.queue_guard import Reader
 
 
 @dataclass(frozen=True)
