@@ -143,6 +143,11 @@ def test_migrate_status_says_what_each_step_needs_next():
     held = QueueDepth("shop", "orders.wait.2", 12, 0, 0, 0, "classic")
     empty = QueueDepth("shop", "orders", 0, 0, 0, 0, "classic")
     assert next_step(move, [("orders", empty), ("orders.wait.2", held)], "dev") == "not yet: orders.wait.2 holds 12"
+    assert next_step(move, [("orders", empty), ("orders.error", held), ("orders.wait.2", held)], "dev") == \
+        "not yet: orders.error holds 12 (and 1 more queue)"
+    assert next_step(move, [("orders", empty)], "dev", [("rabbitmq-retry.migrate.m", "missing")]) == \
+        "step move not applied yet: shovel rabbitmq-retry.migrate.m is not on the broker; apply it with " \
+        "`pulumi up --stack dev`"
     assert next_step(move, [("orders", empty)], "dev") == \
         "drained: remove orders from vhosts[0].queues and set step: retire in a commit"
     drain = MigrationInfo("shop", "d", "drain_tiers", "drain", "p", "orders", "", (), ("orders.wait.2",), False, None)

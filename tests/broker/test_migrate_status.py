@@ -78,7 +78,8 @@ def test_a_move_reads_not_yet_then_drained_then_retired(broker: Broker, mig_vhos
         ("orders", 5), ("orders.wait.1", 0), ("orders.error", 2)]
     assert before.shovels == (("rabbitmq-retry.migrate.orders-to-quorum", "missing"),
                               ("rabbitmq-retry.migrate.orders-to-quorum.error", "missing"))
-    assert before.next_step == "not yet: orders holds 5 (and 1 more queue)"
+    assert before.next_step == ("step move not applied yet: shovel rabbitmq-retry.migrate.orders-to-quorum is not on "
+                                "the broker; apply it with `pulumi up --stack dev`")
 
     shovel(broker, mig_vhost, "rabbitmq-retry.migrate.orders-to-quorum", "orders", "orders.q")
     shovel(broker, mig_vhost, "rabbitmq-retry.migrate.orders-to-quorum.error", "orders.error", "orders.q.error")

@@ -53,8 +53,14 @@ def _holding(depths: Sequence[tuple[str, QueueDepth | None]]) -> list[tuple[str,
     return [(q, d) for q, d in depths if d is not None and d.messages > 0]
 
 
-def next_step(m: MigrationInfo, depths: Sequence[tuple[str, QueueDepth | None]], stack: str) -> str:
-    """What to do now, in one sentence."""
+def next_step(m: MigrationInfo, depths: Sequence[tuple[str, QueueDepth | None]], stack: str,
+              shovels: Sequence[tuple[str, str]] = ()) -> str:
+    """What to do now, in one sentence. A move whose shovels are not on the broker has not been applied: nothing
+    moves, whatever the old queues hold."""
+    missing = [name for name, state in shovels if state == "missing"]
+    if missing and not m.retiring:
+        return (f"step move not applied yet: shovel {missing[0]} is not on the broker; apply it with "
+                f"`pulumi up --stack {stack}`")
     holding = _holding(depths)
     present = [q for q, d in depths if d is not None]
     if m.retiring:
@@ -82,7 +88,7 @@ def status(m: MigrationInfo, read: Reader, shovels: Shovels, stack: str) -> Stat
         live = {str(s.get("name")): s for s in shovels(m.vhost)}
         states = tuple((name, str(live[name].get("state", "unknown")) if name in live else "missing")
                        for name, _, _ in m.shovels)
-    return Status(m, tuple(depths), states, next_step(m, depths, stack))
+    return Status(m, tuple(depths), states, next_step(m, depths, stack, states))
 
 
 def render(statuses: Sequence[Status], stack: str, endpoint: str) -> str:
