@@ -20,7 +20,7 @@ BROKER_KEYS = ("version",)
 DEFAULTS_KEYS = ("queue_type", "policy_priority", "delivery_limit", "quorum_group_size")
 VHOST_KEYS = ("name", "existing", "exchanges", "queues", "policies", "operator_policies", "applications", "operators",
               "limits", "default_queue_type", "delay_levels", "import")
-DELAY_LEVELS_KEYS = ("unit", "max_delay", "type")
+DELAY_LEVELS_KEYS = ("unit", "max_delay", "type", "quorum_group_size")
 IMPORT_KINDS = ("queue", "exchange", "binding", "policy", "operator_policy")
 """What a `vhosts[].import` entry may adopt, written `<kind> <provider ID>`."""
 EXCHANGE_KEYS = ("name", "type")

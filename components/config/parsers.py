@@ -266,10 +266,18 @@ def parse_delay_levels(p: Problems, path: str, raw: object, defaults: Defaults) 
     longest = optional(data, "max_delay", lambda v: positive_duration(p, f"{path}.max_delay", v),
                        default.max_delay_ms)
     queue_type = optional(data, "type", lambda v: choice(p, f"{path}.type", v, QUEUE_TYPES), defaults.queue_type)
-    if INVALID in (unit, longest, queue_type):
+    group_size = optional(data, "quorum_group_size", lambda v: integer(p, f"{path}.quorum_group_size", v, 1),
+                          defaults.quorum_group_size)
+    if queue_type == "classic" and "quorum_group_size" in data:
+        p.add(f"{path}.quorum_group_size", "x-quorum-initial-group-size is quorum-only (RabbitMQ refuses it on a "
+              "classic queue); remove it or set type: quorum")
+        group_size = INVALID
+    if INVALID in (unit, longest, queue_type, group_size):
         return INVALID
     assert isinstance(unit, int) and isinstance(longest, int) and isinstance(queue_type, str)
-    levels = DelayLevels(unit, longest, queue_type, defaults.policy_priority)
+    assert group_size is None or isinstance(group_size, int)
+    levels = DelayLevels(unit, longest, queue_type, defaults.policy_priority,
+                         group_size if queue_type == "quorum" else None)
     if longest < unit:
         p.add(f"{path}.max_delay", f"{data.get('max_delay', '1d')!r} is shorter than unit {data.get('unit', '1s')!r}")
     elif levels.levels > naming.DELAY_WORDS:
@@ -673,7 +681,9 @@ def vhost_delay_levels(p: Problems, path: str, data: Mapping[str, Any], queues: 
             return INVALID
         return None
     levels = optional(data, "delay_levels", lambda v: parse_delay_levels(p, levels_path, v, defaults),
-                      DelayLevels(queue_type=defaults.queue_type, policy_priority=defaults.policy_priority))
+                      DelayLevels(queue_type=defaults.queue_type, policy_priority=defaults.policy_priority,
+                                  quorum_group_size=defaults.quorum_group_size if defaults.queue_type == "quorum"
+                                  else None))
     if not isinstance(levels, DelayLevels):
         return INVALID
     fits = True

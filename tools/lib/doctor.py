@@ -223,6 +223,15 @@ def _group_size_warnings(config: StackConfig, running: int) -> list[str]:
                 f"quorum queue {queue.name!r} in vhost {vhost.name!r}, but the broker is {nodes}: RabbitMQ declares "
                 f"it (and the queues it owns) with at most {running} member{'s' * (running != 1)}, silently; lower "
                 f"it to {running} or run at least {queue.quorum_group_size} nodes")
+        levels = vhost.delay_levels
+        if levels is not None and levels.quorum_group_size is not None and levels.quorum_group_size > running:
+            inherited = " (or defaults.quorum_group_size, which it inherits)" * (
+                levels.quorum_group_size == config.defaults.quorum_group_size)
+            warnings.append(
+                f"vhosts[{i}].delay_levels.quorum_group_size{inherited} asks for {levels.quorum_group_size} replicas "
+                f"of the delay level queues in vhost {vhost.name!r}, but the broker is {nodes}: RabbitMQ declares them "
+                f"with at most {running} member{'s' * (running != 1)}, silently; lower it to {running} or run at "
+                f"least {levels.quorum_group_size} nodes")
     return warnings
 
 

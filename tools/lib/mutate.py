@@ -44,7 +44,7 @@ MUTATIONS = (
              "components/stack.py", 'raise TopologyError("the stack", problems)', 'print("the stack", problems)',
              ("tests/test_checks.py",)),
     Mutation("a wait tier's delay policy loses its TTL",
-             "components/strategies/tiers.py", '{"message-ttl": str(t.delay_ms)}', "{}",
+             "components/strategies/tiers.py", '{"message-ttl": str(t.delay_ms), **', "{**",
              ("tests/test_plan.py", "tests/test_components.py")),
     Mutation("a levels queue's delivery binding also takes the delayed copies of queues whose name ends like its own",
              "components/strategies/levels.py", "naming.delivery_pattern(queue.name))", '"#." + queue.name)',
