@@ -214,6 +214,17 @@ class PermissionPlan:
 
 
 @dataclass(frozen=True)
+class UserLimitsPlan:
+    """An application user's limits, by RabbitMQ's limit name (`max-connections`, `max-channels`)."""
+
+    key: str
+    user: str
+    limits: Mapping[str, int]
+    source: str
+    """The config key path of the limits (`vhosts[0].applications[1].limits`)."""
+
+
+@dataclass(frozen=True)
 class VhostPlan:
     config: Vhost
     exchanges: tuple[ExchangePlan, ...]
@@ -227,6 +238,8 @@ class VhostPlan:
     permissions: tuple[PermissionPlan, ...] = ()
     delay_levels: DelayLevelsPlan | None = None
     """The shared delay levels, when a queue has strategy `levels`."""
+    user_limits: tuple[UserLimitsPlan, ...] = ()
+    """The limits of each application user that has some (`applications[].limits`)."""
 
 
 def exact_names(names: Iterable[str]) -> str:

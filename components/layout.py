@@ -84,6 +84,8 @@ VHOST: tuple[Slot[VhostPlan], ...] = (
     Slot("User", lambda plan: plan.permissions, lambda grant: grant.user_key),
     Slot("Permissions", lambda plan: plan.permissions, _key),
     Slot("TopicPermissions", _topic_grants, lambda grant: grant.topic_key),
+    # Last: a stack without user limits registers what it always did, in the same order.
+    Slot("UserLimits", lambda plan: plan.user_limits, _key),
 )
 """Children of a Vhost component, whose plan is a `VhostPlan`."""
 

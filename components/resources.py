@@ -16,7 +16,8 @@ import pulumi_rabbitmq as rabbitmq
 from .config import Vhost as VhostConfig
 from .guard import guarded
 from .layout import Slot, children
-from .plan import BindingPlan, ExchangePlan, PermissionPlan, PolicyPlan, QueuePlan
+from .plan import BindingPlan, ExchangePlan, PermissionPlan, PolicyPlan, QueuePlan, UserLimitsPlan
+from .user_limits import UserLimits
 
 
 @dataclass
@@ -178,6 +179,12 @@ def declare_topic_permissions(scope: Scope, logical_name: str, grant: Permission
     )
 
 
+def declare_user_limits(scope: Scope, logical_name: str, limits: UserLimitsPlan) -> None:
+    """A dynamic resource (pulumi-rabbitmq has none for user limits: `user_limits.py`), set once its user exists
+    and given the User's name output, so that a replaced user gets its limits again."""
+    UserLimits(logical_name, scope.names[("User", limits.user)], limits.limits, opts=scope.options())
+
+
 BUILDERS: dict[str, Builder] = {
     "VHost": declare_vhost,
     "Queue": declare_queue,
@@ -188,6 +195,7 @@ BUILDERS: dict[str, Builder] = {
     "User": declare_user,
     "Permissions": declare_permissions,
     "TopicPermissions": declare_topic_permissions,
+    "UserLimits": declare_user_limits,
 }
 """The builder of each `pulumi_rabbitmq` kind of the layouts; nested components bring their own."""
 

@@ -51,7 +51,8 @@ RETIRED_POLICY_KEYS: Mapping[str, str] = {
     "queue-master-locator": "deprecated, and refused by RabbitMQ 4.3; use queue-leader-locator",
 }
 """Keys RabbitMQ 3.10 still takes in a user policy but 4.x refuses, with what to use instead."""
-APPLICATION_KEYS = ("user", "publishes", "consumes", "topic_permissions")
+APPLICATION_KEYS = ("user", "publishes", "consumes", "topic_permissions", "limits")
+USER_LIMITS_KEYS = ("max_connections", "max_channels")
 TOPIC_PERMISSION_KEYS = ("exchange", "write", "read")
 OPERATOR_KEYS = ("user",)
 LIMITS_KEYS = ("max_connections", "max_queues")
@@ -74,6 +75,7 @@ KEY_TABLES: Mapping[str, tuple[str, ...]] = {
     "vhosts[].operator_policies[].definition": OPERATOR_POLICY_KEYS,
     "vhosts[].applications[]": APPLICATION_KEYS,
     "vhosts[].applications[].topic_permissions[]": TOPIC_PERMISSION_KEYS,
+    "vhosts[].applications[].limits": USER_LIMITS_KEYS,
     "vhosts[].operators[]": OPERATOR_KEYS,
     "vhosts[].limits": LIMITS_KEYS,
 }

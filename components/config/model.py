@@ -144,6 +144,14 @@ class TopicPermission:
 
 
 @dataclass(frozen=True)
+class UserLimits:
+    """A user's limits, broker-wide (`applications[].limits`); None: no limit."""
+
+    max_connections: int | None = None
+    max_channels: int | None = None
+
+
+@dataclass(frozen=True)
 class Application:
     """An application's user in one vhost; its permissions are derived, never written by hand."""
 
@@ -153,6 +161,8 @@ class Application:
     consumes: tuple[str, ...] = ()
     """Queues it consumes; for a retryable queue it may also publish retries and park messages."""
     topic_permissions: tuple[TopicPermission, ...] = ()
+    limits: UserLimits = UserLimits()
+    """Its user's connection and channel limits (the user is the stack's alone: `check_users`)."""
 
 
 @dataclass(frozen=True)

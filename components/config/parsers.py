@@ -50,6 +50,7 @@ from .keys import (
     RETIRED_POLICY_KEYS,
     RETRY_KEYS,
     TOPIC_PERMISSION_KEYS,
+    USER_LIMITS_KEYS,
     VHOST_KEYS,
 )
 from .model import (
@@ -73,6 +74,7 @@ from .model import (
     Queue,
     Retry,
     TopicPermission,
+    UserLimits,
     Vhost,
 )
 
@@ -515,14 +517,26 @@ def parse_application(p: Problems, path: str, index: int, raw: object) -> Applic
     consumes = items(p, f"{path}.consumes", data.get("consumes", ABSENT))
     topics = tuple(parse_topic_permission(p, f"{path}.topic_permissions[{i}]", t) for i, t in
                    enumerate(items(p, f"{path}.topic_permissions", data.get("topic_permissions", ABSENT))))
+    limits = optional(data, "limits", lambda v: parse_user_limits(p, f"{path}.limits", v), UserLimits())
     valid_user = None if user is INVALID else user
     names = [*publishes, *consumes]
-    if user is INVALID or not all(isinstance(n, str) for n in names) or any(t.value is INVALID for t in topics):
+    if (user is INVALID or not all(isinstance(n, str) for n in names) or any(t.value is INVALID for t in topics)
+            or limits is INVALID):
         return ApplicationEntry(index, valid_user, written_name(data.get("user")), INVALID, path, publishes,
                                 consumes, topics)
     application = Application(user, tuple(publishes), tuple(consumes),
-                              tuple(t.value for t in topics if isinstance(t.value, TopicPermission)))
+                              tuple(t.value for t in topics if isinstance(t.value, TopicPermission)), limits)
     return ApplicationEntry(index, user, user, application, path, publishes, consumes, topics)
+
+
+def parse_user_limits(p: Problems, path: str, raw: object) -> UserLimits | Invalid:
+    """At least 1 each: RabbitMQ takes 0, which refuses every connection (or channel) of the application."""
+    data = mapping(p, path, raw, USER_LIMITS_KEYS)
+    if data is INVALID:
+        return INVALID
+    values = {key: integer(p, f"{path}.{key}", data[key], 1) for key in USER_LIMITS_KEYS if key in data}
+    counts = {key: value for key, value in values.items() if isinstance(value, int)}
+    return UserLimits(**counts) if len(counts) == len(values) else INVALID
 
 
 def parse_operator(p: Problems, path: str, index: int, raw: object) -> OperatorEntry:
