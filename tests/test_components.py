@@ -162,7 +162,7 @@ EVERY_KIND = vhost_config(
             {"name": "payments", "bindings": [{"exchange": "events", "routing_key": "payment.#"}],
              "retry": {"strategy": "levels", "max_retries": 3}}],
     applications=[{"user": "app", "consumes": ["orders", "payments"], "publishes": ["events"],
-                   "topic_permissions": [{"exchange": "events", "write": ".*"}]}])
+                   "topic_permissions": [{"exchange": "events", "write": ".*"}], "limits": {"max_connections": 10}}])
 
 
 def chain_and_name(resource: Registered) -> tuple[str, str, str]:
