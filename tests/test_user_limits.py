@@ -69,11 +69,15 @@ def test_the_plan_names_the_config_key_of_each_users_limits() -> None:
         "billing", {"max-connections": 4}, "vhosts[0].applications[1].limits")
 
 
-def test_the_serialized_provider_holds_no_credentials() -> None:
+def test_the_serialized_provider_holds_no_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     """The engine stores the serialized provider in state with each resource: credentials come from `configure`
-    at run time, which the program's serialization never sees."""
+    at run time, which the program's serialization never sees, even where the program's environment has them."""
+    for variable, value in (("RABBITMQ_ENDPOINT", "http://rabbit:15672"), ("RABBITMQ_USERNAME", "deployer"),
+                            ("RABBITMQ_PASSWORD", "s3cret-password")):
+        monkeypatch.setenv(variable, value)
     provider = UserLimitsProvider()
     blob = pulumi.dynamic.dynamic.serialize_provider(provider)
+    assert b"s3cret-password" not in base64.b64decode(blob)
     restored = dill.loads(base64.b64decode(blob))
     assert (restored.endpoint, restored.username, restored.password) == ("", "", "")
     assert UserLimitsProvider.serialize_as_secret_always is False
