@@ -3,9 +3,9 @@ for RabbitMQ's `user-limits`, so this module is the provider, over the managemen
 `PUT|DELETE /api/user-limits/<user>/<max-connections|max-channels>` and `GET /api/user-limits/<user>`.
 
 What RabbitMQ 3.10.8 and 4.3.6 answer, measured alike on both (tests/broker/test_user_limits.py): a JSON integer
-`value` (a string or a fraction is 400 "should be a number"), -1 for no limit, 0 to refuse every new connection or
-channel; 400 `no_such_user` for a user that does not exist; any other limit name 400 "Unrecognised terms"; a
-DELETE of a limit that is not set 204. A limit binds the whole cluster: a user at its connection limit is refused
+`value` (a string or a fraction is 400 "should be a number"), -1 for no limit, 0 for none allowed; 400
+`no_such_user` for a user that does not exist; any other limit name 400 "Unrecognised terms"; a DELETE of a limit
+that is not set 204. A limit binds the whole cluster: a user at its connection limit is refused
 on every node (tests/cluster/test_shared_vhosts.py). Lowering a limit closes nothing: it refuses the next ones.
 
 Credentials are never inputs, outputs or part of the serialized provider: `configure` reads the endpoint and the

@@ -19,7 +19,7 @@ from components.user_limits import UserLimitsError, UserLimitsProvider
 from tests.support.admin import wait_for
 from tests.support.amqp import parameters
 from tests.support.deploy import Deployer
-from tests.support.mirror import Broker, call, esc, read_back, user_limits_provider
+from tests.support.mirror import Broker, MirrorError, call, esc, read_back, user_limits_provider
 from tools.lib.definitions import Endpoint, read_live
 from tools.lib.drift import findings
 
@@ -101,6 +101,23 @@ def test_a_user_that_does_not_exist_is_a_clear_error_and_reads_as_gone(broker: B
     assert "no_such_user" in str(refused.value)
     assert provider.read(missing, {"user": missing, "limits": {}}).id == ""
     provider.delete(missing, {"user": missing, "limits": {"max-connections": 1}})  # already gone: nothing to do
+
+
+def test_what_the_management_api_takes_as_a_user_limit(broker: Broker, user: str) -> None:
+    """Why the provider sends JSON integers and only the two limit names, and may DELETE a limit that is not set."""
+    def put(limit: str, value: object) -> tuple[int, str]:
+        try:
+            return call(broker, "PUT", f"user-limits/{esc(user)}/{limit}", {"value": value})[0], ""
+        except MirrorError as error:
+            return 400 if "Error 400" in str(error) else 0, str(error)
+    assert put("max-connections", 2)[0] == 204 and put("max-channels", -1)[0] == 204
+    for value in ("2", 1.5):
+        status, reason = put("max-connections", value)
+        assert status == 400 and "should be a number" in reason, reason
+    status, reason = put("max-queues", 2)
+    assert status == 400 and "Unrecognised terms" in reason, reason
+    assert call(broker, "DELETE", f"user-limits/{esc(user)}/max-connections")[0] == 204
+    assert call(broker, "DELETE", f"user-limits/{esc(user)}/max-connections")[0] == 204  # not set: still 204
 
 
 def test_wrong_credentials_name_the_endpoint(broker: Broker, user: str) -> None:
