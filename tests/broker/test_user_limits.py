@@ -92,6 +92,31 @@ def test_the_provider_sets_changes_reads_and_removes_a_users_limits(broker: Brok
     accepts(lambda: channels_accepted(broker, user), 4, "4 channels")
 
 
+def test_lowering_a_limit_closes_nothing_and_refuses_new_connections(broker: Broker, user: str) -> None:
+    """What `make review` tells a reviewer about a lowered limit."""
+    provider = user_limits_provider(broker)
+    provider.create({"user": user, "limits": {"max-connections": 3}})
+    with ExitStack() as stack:
+        opened = [stack.enter_context(pika.BlockingConnection(parameters(broker, "/", user, PASSWORD)))
+                  for _ in range(2)]
+        provider.update(user, {"user": user, "limits": {"max-connections": 3}},
+                        {"user": user, "limits": {"max-connections": 1}})
+        wait_for(lambda: refused_now(broker, user), TRACKED_S, "a new connection refused under the lowered limit",
+                 interval=0.3)
+        for connection in opened:
+            connection.process_data_events(time_limit=0.2)
+            assert connection.is_open
+            connection.channel().close()  # still usable
+
+
+def refused_now(broker: Broker, user: str) -> bool:
+    try:
+        pika.BlockingConnection(parameters(broker, "/", user, PASSWORD)).close()
+    except pika.exceptions.AMQPConnectionError:
+        return True
+    return False
+
+
 def test_a_user_that_does_not_exist_is_a_clear_error_and_reads_as_gone(broker: Broker) -> None:
     provider = user_limits_provider(broker)
     missing = f"cl2-missing-{uuid.uuid4().hex[:8]}"
