@@ -223,6 +223,17 @@ class PermissionPlan:
 
 
 @dataclass(frozen=True)
+class UserLimitsPlan:
+    """An application user's limits, by RabbitMQ's limit name (`max-connections`, `max-channels`)."""
+
+    key: str
+    user: str
+    limits: Mapping[str, int]
+    source: str
+    """The config key path of the limits (`vhosts[0].applications[1].limits`)."""
+
+
+@dataclass(frozen=True)
 class VhostPlan:
     config: Vhost
     exchanges: tuple[ExchangePlan, ...]
@@ -240,6 +251,8 @@ class VhostPlan:
     """What each `migrations[]` entry does in this step (`migrations.py`)."""
     shovel_permissions: tuple[PermissionPlan, ...] = ()
     """The shovel user's permissions in this vhost, when a migration moves a queue; the user is the stack's."""
+    user_limits: tuple[UserLimitsPlan, ...] = ()
+    """The limits of each application user that has some (`applications[].limits`)."""
 
     @property
     def shovels(self) -> tuple[ShovelPlan, ...]:
@@ -257,9 +270,21 @@ def queue_type_arguments(queue: Queue) -> dict[str, str | int]:
     """The arguments every queue planned from a config queue carries: its type and, when the config sets one, its
     quorum group size (`quorum_group_size`: how many cluster nodes hold a replica; both fixed at declaration, so
     changing either replaces the queue). Without the key the argument is absent, as it always was."""
-    if queue.quorum_group_size is None:
-        return {"x-queue-type": queue.queue_type}
-    return {"x-queue-type": queue.queue_type, "x-quorum-initial-group-size": queue.quorum_group_size}
+    return group_size_arguments(queue.queue_type, queue.quorum_group_size)
+
+
+def group_size_arguments(queue_type: str, group_size: int | None) -> dict[str, str | int]:
+    """`queue_type_arguments` for queues that are not a config queue's (the shared delay levels)."""
+    if group_size is None:
+        return {"x-queue-type": queue_type}
+    return {"x-queue-type": queue_type, "x-quorum-initial-group-size": group_size}
+
+
+def reconciliation(target_group_size: int | None) -> dict[str, str]:
+    """The policy key that has RabbitMQ 4 grow a quorum queue's membership back to its group size after it lost a
+    member (`target-group-size`); empty unless the config asks for it (`Queue.target_group_size`), so that a stack
+    without it keeps its policies byte for byte."""
+    return {} if target_group_size is None else {"target-group-size": str(target_group_size)}
 
 
 def quorum_dead_lettering(queue_type: str) -> dict[str, str]:
@@ -274,7 +299,7 @@ def limit_sources(path: str, queue: Queue | None = None) -> dict[str, str]:
     by_bytes = queue is not None and queue.max_length is None and queue.max_length_bytes is not None
     return {"max-length": f"{path}.max_length", "overflow": f"{path}.max_length{'_bytes' * by_bytes}",
             "delivery-limit": f"{path}.delivery_limit", "max-length-bytes": f"{path}.max_length_bytes",
-            "message-ttl": f"{path}.message_ttl"}
+            "message-ttl": f"{path}.message_ttl", "target-group-size": f"{path}.quorum_group_size"}
 
 
 def queue_limits(queue: Queue) -> dict[str, str]:
@@ -292,7 +317,7 @@ def queue_limits(queue: Queue) -> dict[str, str]:
         definition["max-length-bytes"] = str(queue.max_length_bytes)
     if queue.message_ttl_ms is not None:
         definition["message-ttl"] = str(queue.message_ttl_ms)
-    return definition
+    return {**definition, **reconciliation(queue.target_group_size)}
 
 
 def queue_policy(key: str, queue_name: str, priority: int, definition: dict[str, str],
@@ -337,12 +362,14 @@ def error_policies(queue: Queue, retry: Retry, path: str) -> list[PolicyPlan]:
         # dead-letter: a parked message returned 20 times by crashed readers would be dropped. 3.10
         # refuses -1 (unlimited), so the limit is set out of reach instead.
         error_definition["delivery-limit"] = str(ERROR_QUEUE_DELIVERY_LIMIT)
+    error_definition.update(reconciliation(queue.target_group_size))
     if not error_definition:
         return []
     return [queue_policy(naming.ERROR_POLICY_KEY, naming.error_queue(queue.name), queue.policy_priority,
                          error_definition, {
         "message-ttl": f"{path}.retry.error_retention", "max-length": f"{path}.retry.error_max_length",
-        "delivery-limit": f"{path}.type", "overflow": f"{path}.retry.error_max_length"})]
+        "delivery-limit": f"{path}.type", "overflow": f"{path}.retry.error_max_length",
+        "target-group-size": f"{path}.quorum_group_size"})]
 
 
 Importable = QueuePlan | ExchangePlan | BindingPlan | PolicyPlan

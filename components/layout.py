@@ -87,6 +87,8 @@ VHOST: tuple[Slot[VhostPlan], ...] = (
     # Migrations: the shovel user's permissions, then the shovels, which connect as that user.
     Slot("Permissions", lambda plan: plan.shovel_permissions, _key),
     Slot("Shovel", lambda plan: plan.shovels, _key),
+    # Last: a stack without user limits registers what it always did, in the same order.
+    Slot("UserLimits", lambda plan: plan.user_limits, _key),
 )
 """Children of a Vhost component, whose plan is a `VhostPlan`."""
 

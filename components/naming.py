@@ -167,6 +167,10 @@ def user_key(user: str) -> str:
     return f"user-{user}"
 
 
+def user_limits_key(user: str) -> str:
+    return f"limits-{user}"
+
+
 def topic_permissions_key(user: str) -> str:
     return f"topic-{permissions_key(user)}"
 

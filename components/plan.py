@@ -25,6 +25,7 @@ from .entries import (
     QueuePlan,
     RetryablePlan,
     Tier,
+    UserLimitsPlan,
     VhostPlan,
     adopt,
     exact_names,
@@ -38,7 +39,8 @@ from .strategies import strategy_of
 from .strategies.levels import plan_delay_levels
 
 __all__ = ["BindingPlan", "DelayLevelsPlan", "ExchangePlan", "PermissionPlan", "PolicyPlan", "QueuePlan",
-           "RetryablePlan", "Tier", "VhostPlan", "exact_names", "plan_delay_levels", "plan_retryable", "plan_vhost"]
+           "RetryablePlan", "Tier", "UserLimitsPlan", "VhostPlan", "exact_names", "plan_delay_levels", "plan_retryable",
+           "plan_vhost"]
 
 
 def plan_retryable(queue: Queue, path: str = "queue", delay_levels: DelayLevels | None = None,
@@ -119,6 +121,18 @@ def _strategy_topic_permissions(consumes: Iterable[str],
     return tuple(grant for plans in own.values() for grant in plans[0].strategy_module.topic_permissions(plans))
 
 
+def _user_limits(vhost: Vhost, path: str) -> tuple[UserLimitsPlan, ...]:
+    """The limits of each application that sets some, by RabbitMQ's names."""
+    plans = []
+    for index, app in zip(vhost.application_indexes, vhost.applications, strict=True):
+        limits = {name: value for name, value in (("max-connections", app.limits.max_connections),
+                                                  ("max-channels", app.limits.max_channels)) if value is not None}
+        if limits:
+            plans.append(UserLimitsPlan(naming.user_limits_key(app.user), app.user, limits,
+                                        f"{path}.applications[{index}].limits"))
+    return tuple(plans)
+
+
 def plan_vhost(vhost: Vhost, path: str = "vhost") -> VhostPlan:
     """`path`: the vhost's config key path, e.g. "vhosts[0]", named by the checks."""
     exchanges = tuple(ExchangePlan(naming.exchange_key(e.name), e.name, e.type) for e in vhost.exchanges)
@@ -161,8 +175,8 @@ def plan_vhost(vhost: Vhost, path: str = "vhost") -> VhostPlan:
         migrations, shovel_permissions = (), ()
     plan = VhostPlan(vhost, adopt(exchanges, "exchange", imports), adopt(queues, "queue", imports),
                      adopt(tuple(policies), "policy", imports), adopt(bindings, "binding", imports), retryables,
-                     adopt(operator_policies, "operator_policy", imports), permissions, delay_levels, migrations,
-                     shovel_permissions)
+                     adopt(operator_policies, "operator_policy", imports), permissions, delay_levels,
+                     migrations=migrations, shovel_permissions=shovel_permissions, user_limits=_user_limits(vhost, path))
     if problems := _unmatched_imports(plan, path):
         raise ConfigError(problems)
     return plan

@@ -18,7 +18,8 @@ from .config import Vhost as VhostConfig
 from .guard import guarded
 from .layout import Slot, children
 from .migrations import ShovelPlan
-from .plan import BindingPlan, ExchangePlan, PermissionPlan, PolicyPlan, QueuePlan
+from .plan import BindingPlan, ExchangePlan, PermissionPlan, PolicyPlan, QueuePlan, UserLimitsPlan
+from .user_limits import UserLimits
 
 DEFAULT_AMQP_PORT = 5672
 
@@ -228,6 +229,12 @@ def declare_topic_permissions(scope: Scope, logical_name: str, grant: Permission
     )
 
 
+def declare_user_limits(scope: Scope, logical_name: str, limits: UserLimitsPlan) -> None:
+    """A dynamic resource (pulumi-rabbitmq has none for user limits: `user_limits.py`), set once its user exists
+    and given the User's name output, so that a replaced user gets its limits again."""
+    UserLimits(logical_name, scope.names[("User", limits.user)], limits.limits, opts=scope.options())
+
+
 BUILDERS: dict[str, Builder] = {
     "VHost": declare_vhost,
     "Queue": declare_queue,
@@ -239,6 +246,7 @@ BUILDERS: dict[str, Builder] = {
     "Permissions": declare_permissions,
     "TopicPermissions": declare_topic_permissions,
     "Shovel": declare_shovel,
+    "UserLimits": declare_user_limits,
 }
 """The builder of each `pulumi_rabbitmq` kind of the layouts; nested components bring their own."""
 

@@ -65,7 +65,7 @@ OPTIONS = (
 
 class Vhost(pulumi.ComponentResource):
     """A vhost (created unless `existing`; `/` never is) with its exchanges, plain queues, retryable
-    queues, bindings, policies, operator policies and application users."""
+    queues, bindings, policies, operator policies and application users (with their limits, `user_limits.py`)."""
 
     vhost_name: pulumi.Output[str]
     """The vhost's name; an output of the VHost resource when this stack creates it."""

@@ -162,7 +162,7 @@ EVERY_KIND = vhost_config(
             {"name": "payments", "bindings": [{"exchange": "events", "routing_key": "payment.#"}],
              "retry": {"strategy": "levels", "max_retries": 3}}, {"name": "old-audit"}, {"name": "old-audit.q"}],
     applications=[{"user": "app", "consumes": ["orders", "payments"], "publishes": ["events"],
-                   "topic_permissions": [{"exchange": "events", "write": ".*"}]}],
+                   "topic_permissions": [{"exchange": "events", "write": ".*"}], "limits": {"max_connections": 10}}],
     migrations=[{"name": "audit-renamed", "move": {"from": "old-audit", "to": "old-audit.q"}, "step": "move"}])
 
 

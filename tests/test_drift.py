@@ -160,3 +160,25 @@ def test_the_scheduled_drift_workflow_passes_actionlint_and_is_off_by_default() 
     assert set(triggers) == {"schedule", "workflow_dispatch"}
     assert document["jobs"]["drift"]["if"] == "vars.DRIFT_STACKS != ''"
     assert "tools.drift --stack" in " ".join(s.get("run", "") for s in document["jobs"]["drift"]["steps"])
+
+
+def test_a_users_limits_are_compared_broker_wide_when_the_snapshot_carries_them() -> None:
+    """An application's limits (`applications[].limits`) against the users' limits read live or from a full
+    export; a single-vhost export carries none, and then they are not compared."""
+    config = {**CONFIG, "applications": [{"user": "billing", "consumes": ["audit"],
+                                          "limits": {"max_connections": 5}}]}
+    records = record(lambda: Vhost("shop", {"vhost": config, "passwords": {"billing": "pw"}}))
+    permissions = {"billing": {"configure": "^$", "write": "^$", "read": "^(audit)$"}}
+
+    def limits_findings(user_limits: dict[str, dict[str, Any]] | None) -> list[tuple[str, str, str, str]]:
+        snapshot = _in_sync(permissions=permissions, user_limits=user_limits)
+        return [(f.kind, f.type, f.name, f.detail) for f in findings(records, {"shop": snapshot})
+                if f.type == "UserLimits"]
+
+    assert limits_findings({"billing": {"max-connections": 5}, "other": {"max-channels": 1}}) == []
+    assert limits_findings(None) == []
+    [(kind, _, name, detail)] = limits_findings({"billing": {"max-connections": 9, "max-queues-unmanaged": 1}})
+    assert (kind, name) == ("mutable", "billing")
+    assert detail == "limits.max-connections: stack 5, broker 9"
+    [(kind, _, name, _)] = limits_findings({"billing": {}})
+    assert (kind, name) == ("missing", "billing")

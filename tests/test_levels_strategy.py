@@ -134,7 +134,7 @@ def with_backoff(**backoff: Any) -> dict[str, Any]:
                                                        "max_delay or unit")],
                  id="top-level-ttl-over-2^32-1"),
     pytest.param(stack(levels_vhost(delay_levels={"unit": "1s", "size": 3})),
-                 [("vhosts[0].delay_levels.size", "unknown key (allowed: unit, max_delay, type)")],
+                 [("vhosts[0].delay_levels.size", "unknown key (allowed: unit, max_delay, type, quorum_group_size)")],
                  id="unknown-delay-levels-key"),
     pytest.param(stack(levels_vhost(delay_levels={"type": "stream"})),
                  [("vhosts[0].delay_levels.type", "'stream' is not one of classic, quorum")], id="delay-levels-type"),

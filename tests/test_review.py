@@ -480,6 +480,37 @@ def test_a_new_user_shows_what_it_is_granted(review_of):
             "^(events\\|orders\\\\.error\\|orders\\\\.retry)$; read ^(orders)$ | **access** |") in markdown
 
 
+def test_a_user_limit_change_reads_as_the_limits_and_says_what_a_lower_one_refuses(review_of):
+    def limited(**limits: int):
+        return changed(lambda c: (c["vhosts"][0].update(applications=[
+            {"user": "billing-app", "consumes": ["orders"], **({"limits": limits} if limits else {})}]),
+            c.update(passwords=PASSWORD)))
+    refused = ": what exists stays, and past the limit RabbitMQ refuses new ones (check that the clients fit) |"
+    steps, markdown, status = review_of(limited(), limited(max_connections=10))
+    assert [(s.op, s.type) for s in steps] == [("create", engine.USER_LIMITS)] and status == 0
+    assert ("| create | UserLimits | `shop-limits-billing-app` | `billing-app` | max-connections 10 | safe — sets "
+            f"max-connections{refused}") in markdown
+    steps, markdown, _ = review_of(limited(max_connections=10), limited(max_connections=20, max_channels=50))
+    assert [(s.op, s.changed) for s in steps] == [("update", ["limits.max-channels", "limits.max-connections"])]
+    assert ("| update | UserLimits | `shop-limits-billing-app` | `billing-app` | max-channels (unset) → 50; "
+            f"max-connections 10 → 20 | safe — sets max-channels{refused}") in markdown
+    _, markdown, _ = review_of(limited(max_connections=10), limited())
+    assert "| delete | UserLimits | `shop-limits-billing-app` | `billing-app` |  | safe |" in markdown
+
+
+def test_a_vhost_limit_change_shows_both_values_and_notes_a_lower_one(review_of):
+    def limits(**values: int):
+        return changed(lambda c: c["vhosts"][0].update(limits=values))
+    _, markdown, status = review_of(limits(max_connections=10), limits(max_connections=20, max_queues=50))
+    assert status == 0
+    assert ("| update | VHost | `shop-vhost` | `shop` | maxConnections 10 → 20; maxQueues (unset) → 50 | safe — sets "
+            "max-queues: what exists stays") in markdown
+    _, markdown, _ = review_of(limits(max_queues=50), limits(max_queues=40))
+    assert "maxQueues 50 → 40 | safe — lowers max-queues: what exists stays" in markdown
+    _, markdown, _ = review_of(limits(max_queues=50), limits(max_queues=60))
+    assert "maxQueues 50 → 60 | safe |" in markdown
+
+
 def test_turning_protect_off_is_flagged_and_turning_it_on_is_safe(review_of):
     protected = changed(lambda c: c.update(protect=True))
     steps, markdown, status = review_of(protected, BASE)

@@ -49,6 +49,7 @@ from .model import (
     Retry,
     StackConfig,
     TopicPermission,
+    UserLimits,
     Vhost,
 )
 from .passwords import (
@@ -101,6 +102,7 @@ __all__ = [
     "StackConfig",
     "TiersRetry",
     "TopicPermission",
+    "UserLimits",
     "Vhost",
     "check_queue_levels",
     "load_delay_levels",

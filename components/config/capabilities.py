@@ -43,6 +43,10 @@ OPERATOR_POLICY_KEY_VERSIONS: dict[str, tuple[Version, Version]] = {
     key: NOT_ON_3_10 for key in ("overflow", "queue-version")}
 """Operator policy keys (of keys.OPERATOR_POLICY_KEYS) not every measured broker takes."""
 OPERATOR_POLICY_KEYS_ON_3_10 = tuple(k for k in OPERATOR_POLICY_KEYS if k not in OPERATOR_POLICY_KEY_VERSIONS)
+TARGET_GROUP_SIZE_FROM: Version = (4, 0, 0)
+"""From this `broker.version` on, a quorum queue with a `quorum_group_size` also gets `target-group-size` in its
+policy (`Queue.target_group_size`). 3.10.8 refuses the key and 4.3.6 takes it (USER_POLICY_KEY_VERSIONS);
+versions from 4.0 below 4.3.6 were not measured, and preview warns about them as for any such key."""
 APPLY_TO_VERSIONS: dict[str, tuple[Version, Version]] = {
     value: NOT_ON_3_10 for value in ("classic_queues", "quorum_queues", "streams")}
 """`apply-to` values not every measured broker takes, for user and operator policies alike: 3.10.8 takes
@@ -82,12 +86,20 @@ def requirements(config: StackConfig) -> Iterator[Requirement]:
                 if queue.retry is not None:
                     yield Requirement(f"{path}.retry", AT_LEAST_ONCE_MIN_VERSION,
                                       "at-least-once dead-lettering of quorum queues")
+            if queue.target_group_size is not None:
+                refused_by, accepted_by = USER_POLICY_KEY_VERSIONS["target-group-size"]
+                yield Requirement(f"{path}.quorum_group_size", accepted_by, "the policy key target-group-size",
+                                  refused_by, "remove quorum_group_size")
             if queue.retry is not None and (needs := strategy_of(queue.retry).MIN_BROKER_VERSION) is not None:
                 yield Requirement(f"{path}.retry.strategy", *needs)
         if vhost.delay_levels is not None and vhost.delay_levels.queue_type == "quorum":
             yield Requirement(f"vhosts[{i}].delay_levels.type", QUORUM_MIN_VERSION, "quorum queues")
             yield Requirement(f"vhosts[{i}].delay_levels.type", AT_LEAST_ONCE_MIN_VERSION,
                               "at-least-once dead-lettering of quorum queues (between delay levels)")
+        if vhost.delay_levels is not None and vhost.delay_levels.target_group_size is not None:
+            refused_by, accepted_by = USER_POLICY_KEY_VERSIONS["target-group-size"]
+            yield Requirement(f"vhosts[{i}].delay_levels.quorum_group_size", accepted_by,
+                              "the policy key target-group-size", refused_by, "remove quorum_group_size")
         for kind, policies in (("policies", vhost.policies), ("operator_policies", vhost.operator_policies)):
             for j, policy in enumerate(policies):
                 for key in policy.definition:

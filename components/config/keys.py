@@ -20,7 +20,7 @@ BROKER_KEYS = ("version",)
 DEFAULTS_KEYS = ("queue_type", "policy_priority", "delivery_limit", "quorum_group_size")
 VHOST_KEYS = ("name", "existing", "exchanges", "queues", "policies", "operator_policies", "applications", "operators",
               "limits", "default_queue_type", "delay_levels", "import", "migrations")
-DELAY_LEVELS_KEYS = ("unit", "max_delay", "type")
+DELAY_LEVELS_KEYS = ("unit", "max_delay", "type", "quorum_group_size")
 IMPORT_KINDS = ("queue", "exchange", "binding", "policy", "operator_policy")
 """What a `vhosts[].import` entry may adopt, written `<kind> <provider ID>`."""
 EXCHANGE_KEYS = ("name", "type")
@@ -55,7 +55,8 @@ MIGRATION_KEYS = ("name", "move", "drain_tiers", "drain_levels", "step")
 MOVE_KEYS = ("from", "to")
 DRAIN_TIERS_KEYS = ("queue", "delays")
 DRAIN_LEVELS_KEYS = ("max_delay",)
-APPLICATION_KEYS = ("user", "publishes", "consumes", "topic_permissions")
+APPLICATION_KEYS = ("user", "publishes", "consumes", "topic_permissions", "limits")
+USER_LIMITS_KEYS = ("max_connections", "max_channels")
 TOPIC_PERMISSION_KEYS = ("exchange", "write", "read")
 OPERATOR_KEYS = ("user",)
 LIMITS_KEYS = ("max_connections", "max_queues")
@@ -78,6 +79,7 @@ KEY_TABLES: Mapping[str, tuple[str, ...]] = {
     "vhosts[].operator_policies[].definition": OPERATOR_POLICY_KEYS,
     "vhosts[].applications[]": APPLICATION_KEYS,
     "vhosts[].applications[].topic_permissions[]": TOPIC_PERMISSION_KEYS,
+    "vhosts[].applications[].limits": USER_LIMITS_KEYS,
     "vhosts[].operators[]": OPERATOR_KEYS,
     "vhosts[].limits": LIMITS_KEYS,
     "vhosts[].migrations[]": MIGRATION_KEYS,

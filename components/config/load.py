@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..naming import SHOVEL_USER
 from ..strategies.levels import LevelsRetry, check_backoff_fits
-from .capabilities import Version, parse_version, version_problems
+from .capabilities import TARGET_GROUP_SIZE_FROM, Version, parse_version, version_problems
 from .crosschecks import check_users, check_vhost, check_vhost_names
 from .fields import ABSENT, INVALID, Problems, boolean, describe, did_you_mean, items, mapping, optional
 from .keys import BROKER_KEYS, TOP_LEVEL_KEYS
@@ -109,11 +110,22 @@ def load_stack_config(raw: Mapping[str, Any]) -> StackConfig:
     p.raise_if_any()
     config = StackConfig(vhosts=tuple(v.value for v in vhosts if isinstance(v.value, Vhost)), defaults=defaults,
                          protect=protect is True, retain_error_queues=retain is True, broker_version=broker_version)
+    if broker_version is not None and broker_version >= TARGET_GROUP_SIZE_FROM:
+        config = replace(config, vhosts=tuple(_reconciled(v) for v in config.vhosts))
     if broker_version is not None:
         for path, problem in version_problems(config, broker_version):
             p.add(path, problem)
         p.raise_if_any()
     return config
+
+
+def _reconciled(vhost: Vhost) -> Vhost:
+    """The vhost for a 4.x broker: each quorum group size also becomes the target of RabbitMQ 4's membership
+    reconciliation (`target_group_size`), so that a queue that lost a member grows back to the size asked for."""
+    levels = vhost.delay_levels
+    return replace(vhost, queues=tuple(replace(q, target_group_size=q.quorum_group_size) for q in vhost.queues),
+                   delay_levels=None if levels is None else replace(levels,
+                                                                     target_group_size=levels.quorum_group_size))
 
 
 def load_queue(raw: Mapping[str, Any], path: str, defaults: Defaults = BUILT_IN_DEFAULTS,

@@ -70,6 +70,11 @@ class DelayLevels:
     max_delay_ms: int = 86_400_000
     queue_type: str = DEFAULT_QUEUE_TYPE
     policy_priority: int = DEFAULT_POLICY_PRIORITY
+    quorum_group_size: int | None = None
+    """Quorum only: `x-quorum-initial-group-size` of every level queue and of the undeliverable queue
+    (`delay_levels.quorum_group_size`, else `defaults.quorum_group_size`); like a queue's, a queue argument."""
+    target_group_size: int | None = None
+    """As `Queue.target_group_size`: `quorum_group_size` when `broker.version` is 4.x, in the levels' policies."""
 
     @property
     def levels(self) -> int:
@@ -109,6 +114,10 @@ class Queue:
     quorum_group_size: int | None = None
     """Quorum only: `x-quorum-initial-group-size` of the queue and of every queue it owns (wait tiers, error
     queue), a queue argument (changing it replaces the queues). None: the broker's default, every cluster node."""
+    target_group_size: int | None = None
+    """`quorum_group_size` again when `broker.version` is 4.x (else None): `target-group-size` in the policy of the
+    queue and of every queue it owns, so that RabbitMQ 4 grows their membership back to the size after a member is
+    lost (continuous membership reconciliation). A policy key: it changes in place, never replaces a queue."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +144,14 @@ class TopicPermission:
 
 
 @dataclass(frozen=True)
+class UserLimits:
+    """A user's limits, broker-wide (`applications[].limits`); None: no limit."""
+
+    max_connections: int | None = None
+    max_channels: int | None = None
+
+
+@dataclass(frozen=True)
 class Application:
     """An application's user in one vhost; its permissions are derived, never written by hand."""
 
@@ -144,6 +161,8 @@ class Application:
     consumes: tuple[str, ...] = ()
     """Queues it consumes; for a retryable queue it may also publish retries and park messages."""
     topic_permissions: tuple[TopicPermission, ...] = ()
+    limits: UserLimits = UserLimits()
+    """Its user's connection and channel limits (the user is the stack's alone: `check_users`)."""
 
 
 @dataclass(frozen=True)

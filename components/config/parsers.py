@@ -50,6 +50,7 @@ from .keys import (
     RETIRED_POLICY_KEYS,
     RETRY_KEYS,
     TOPIC_PERMISSION_KEYS,
+    USER_LIMITS_KEYS,
     VHOST_KEYS,
 )
 from .migrations import parse_migrations
@@ -74,6 +75,7 @@ from .model import (
     Queue,
     Retry,
     TopicPermission,
+    UserLimits,
     Vhost,
 )
 
@@ -257,6 +259,18 @@ def parse_retry(p: Problems, path: str, raw: object) -> Retry | Invalid:
     return STRATEGIES[name].parse_retry(p, path, data)
 
 
+def parse_group_size(p: Problems, path: str, data: Mapping[str, Any], queue_type: object,
+                     defaults: Defaults) -> int | Invalid | None:
+    """`quorum_group_size` of a queue or of the delay levels, else the default's; refused on a classic type."""
+    group_size = optional(data, "quorum_group_size", lambda v: integer(p, f"{path}.quorum_group_size", v, 1),
+                          defaults.quorum_group_size)
+    if queue_type == "classic" and "quorum_group_size" in data:
+        p.add(f"{path}.quorum_group_size", "x-quorum-initial-group-size is quorum-only (RabbitMQ refuses it on a "
+              "classic queue); remove it or set type: quorum")
+        return INVALID
+    return group_size
+
+
 def parse_delay_levels(p: Problems, path: str, raw: object, defaults: Defaults) -> DelayLevels | Invalid:
     """The vhost's shared delay levels: `levels` follows from `max_delay / unit`."""
     data = mapping(p, path, raw, DELAY_LEVELS_KEYS)
@@ -267,10 +281,13 @@ def parse_delay_levels(p: Problems, path: str, raw: object, defaults: Defaults) 
     longest = optional(data, "max_delay", lambda v: positive_duration(p, f"{path}.max_delay", v),
                        default.max_delay_ms)
     queue_type = optional(data, "type", lambda v: choice(p, f"{path}.type", v, QUEUE_TYPES), defaults.queue_type)
-    if INVALID in (unit, longest, queue_type):
+    group_size = parse_group_size(p, path, data, queue_type, defaults)
+    if INVALID in (unit, longest, queue_type, group_size):
         return INVALID
     assert isinstance(unit, int) and isinstance(longest, int) and isinstance(queue_type, str)
-    levels = DelayLevels(unit, longest, queue_type, defaults.policy_priority)
+    assert group_size is None or isinstance(group_size, int)
+    levels = DelayLevels(unit, longest, queue_type, defaults.policy_priority,
+                         group_size if queue_type == "quorum" else None)
     if longest < unit:
         p.add(f"{path}.max_delay", f"{data.get('max_delay', '1d')!r} is shorter than unit {data.get('unit', '1s')!r}")
     elif levels.levels > naming.DELAY_WORDS:
@@ -349,12 +366,7 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
     delivery_limit = optional(data, "delivery_limit", lambda v: integer(p, f"{path}.delivery_limit", v, 1), None)
     if queue_type == "classic" and "delivery_limit" in data:
         p.add(f"{path}.delivery_limit", "delivery-limit is quorum-only; remove it or set type: quorum")
-    group_size = optional(data, "quorum_group_size", lambda v: integer(p, f"{path}.quorum_group_size", v, 1),
-                          defaults.quorum_group_size)
-    if queue_type == "classic" and "quorum_group_size" in data:
-        p.add(f"{path}.quorum_group_size", "x-quorum-initial-group-size is quorum-only (RabbitMQ refuses it on a "
-              "classic queue); remove it or set type: quorum")
-        group_size = INVALID
+    group_size = parse_group_size(p, path, data, queue_type, defaults)
     bindings = tuple(parse_binding(p, f"{path}.bindings[{i}]", i, b)
                      for i, b in enumerate(items(p, f"{path}.bindings", data.get("bindings", ABSENT))))
     check_duplicate_bindings(p, f"{path}.bindings", bindings)
@@ -508,14 +520,32 @@ def parse_application(p: Problems, path: str, index: int, raw: object) -> Applic
     consumes = items(p, f"{path}.consumes", data.get("consumes", ABSENT))
     topics = tuple(parse_topic_permission(p, f"{path}.topic_permissions[{i}]", t) for i, t in
                    enumerate(items(p, f"{path}.topic_permissions", data.get("topic_permissions", ABSENT))))
+    limits = optional(data, "limits", lambda v: parse_user_limits(p, f"{path}.limits", v), UserLimits())
     valid_user = None if user is INVALID else user
     names = [*publishes, *consumes]
-    if user is INVALID or not all(isinstance(n, str) for n in names) or any(t.value is INVALID for t in topics):
+    if (user is INVALID or not all(isinstance(n, str) for n in names) or any(t.value is INVALID for t in topics)
+            or limits is INVALID):
         return ApplicationEntry(index, valid_user, written_name(data.get("user")), INVALID, path, publishes,
                                 consumes, topics)
     application = Application(user, tuple(publishes), tuple(consumes),
-                              tuple(t.value for t in topics if isinstance(t.value, TopicPermission)))
+                              tuple(t.value for t in topics if isinstance(t.value, TopicPermission)), limits)
     return ApplicationEntry(index, user, user, application, path, publishes, consumes, topics)
+
+
+def parse_counts(p: Problems, path: str, raw: object, keys: tuple[str, ...], minimum: int) -> dict[str, int] | Invalid:
+    """A mapping of `keys` to integers of at least `minimum` (a limits mapping), each problem at its key path."""
+    data = mapping(p, path, raw, keys)
+    if data is INVALID:
+        return INVALID
+    values = {key: integer(p, f"{path}.{key}", data[key], minimum) for key in keys if key in data}
+    counts = {key: value for key, value in values.items() if isinstance(value, int)}
+    return counts if len(counts) == len(values) else INVALID
+
+
+def parse_user_limits(p: Problems, path: str, raw: object) -> UserLimits | Invalid:
+    """At least 1 each: RabbitMQ takes 0, which refuses every connection (or channel) of the application."""
+    counts = parse_counts(p, path, raw, USER_LIMITS_KEYS, 1)
+    return INVALID if counts is INVALID else UserLimits(**counts)
 
 
 def parse_operator(p: Problems, path: str, index: int, raw: object) -> OperatorEntry:
@@ -547,12 +577,8 @@ def parse_vhost_name(p: Problems, path: str, name: object) -> str | Invalid:
 
 
 def parse_limits(p: Problems, path: str, raw: object) -> Limits | Invalid:
-    data = mapping(p, path, raw, LIMITS_KEYS)
-    if data is INVALID:
-        return INVALID
-    values = {key: integer(p, f"{path}.{key}", data[key], 0) for key in LIMITS_KEYS if key in data}
-    counts = {key: value for key, value in values.items() if isinstance(value, int)}
-    return Limits(**counts) if len(counts) == len(values) else INVALID
+    counts = parse_counts(p, path, raw, LIMITS_KEYS, 0)
+    return INVALID if counts is INVALID else Limits(**counts)
 
 
 def check_created_only_options(p: Problems, path: str, data: Mapping[str, Any], existing: object) -> None:
@@ -676,7 +702,9 @@ def vhost_delay_levels(p: Problems, path: str, data: Mapping[str, Any], queues: 
             return INVALID
         return None
     levels = optional(data, "delay_levels", lambda v: parse_delay_levels(p, levels_path, v, defaults),
-                      DelayLevels(queue_type=defaults.queue_type, policy_priority=defaults.policy_priority))
+                      DelayLevels(queue_type=defaults.queue_type, policy_priority=defaults.policy_priority,
+                                  quorum_group_size=defaults.quorum_group_size if defaults.queue_type == "quorum"
+                                  else None))
     if not isinstance(levels, DelayLevels):
         return INVALID
     fits = True

@@ -31,11 +31,13 @@ from ..entries import (
     error_policies,
     error_queue_plans,
     exact_names,
+    group_size_arguments,
     limit_sources,
     parking_input_queue,
     queue_limits,
     queue_policy,
     quorum_dead_lettering,
+    reconciliation,
 )
 from .base import Route
 from .common import REDEPLOY, contract_ms, contract_number, parse_error_queue, positive_duration
@@ -175,28 +177,33 @@ def plan_delay_levels(levels: DelayLevels, imports: Iterable[str] = (),
                               arguments={"alternate-exchange": naming.UNDELIVERABLE})]
     bindings: list[BindingPlan] = []
     policies: list[PolicyPlan] = []
+    target = reconciliation(levels.target_group_size)
+    target_source = {"target-group-size": f"{path}.quorum_group_size"}
     for level in range(levels.levels):
         name = naming.delay_level(level)
         queues.append(QueuePlan(naming.level_key(level), name, qtype, {
-            "x-queue-type": qtype, "x-dead-letter-exchange": below[level], **quorum_dead_lettering(qtype)}, "delay"))
+            **group_size_arguments(qtype, levels.quorum_group_size), "x-dead-letter-exchange": below[level],
+            **quorum_dead_lettering(qtype)}, "delay"))
         exchanges.append(ExchangePlan(naming.level_exchange_key(level), name, "topic"))
         bindings += [BindingPlan(naming.level_wait_key(level), name, name, naming.delay_level_pattern(level, "1")),
                      BindingPlan(naming.level_pass_key(level), name, below[level],
                                  naming.delay_level_pattern(level, "0"), destination_type="exchange")]
         policies.append(queue_policy(naming.level_policy_key(level), name, levels.policy_priority,
-                                     {"message-ttl": str(levels.unit_ms * 2**level)}, {"message-ttl": f"{path}.unit"}))
+                                     {"message-ttl": str(levels.unit_ms * 2**level), **target},
+                                     {"message-ttl": f"{path}.unit", **target_source}))
     # A copy whose queue is gone (or was never bound) when its delay is over goes to the undeliverable queue
     # through the delivery exchange's alternate exchange, where an unroutable dead-letter would be dropped.
     undeliverable = naming.UNDELIVERABLE
-    queues.append(QueuePlan(naming.UNDELIVERABLE_KEY, undeliverable, qtype, {"x-queue-type": qtype}, "error"))
+    queues.append(QueuePlan(naming.UNDELIVERABLE_KEY, undeliverable, qtype,
+                            group_size_arguments(qtype, levels.quorum_group_size), "error"))
     exchanges.append(ExchangePlan(naming.UNDELIVERABLE_EXCHANGE_KEY, undeliverable, "fanout"))
     bindings.append(BindingPlan(naming.UNDELIVERABLE_BINDING_KEY, undeliverable, undeliverable))
     if qtype == "quorum":
         # As for the error queues (`error_policies`): RabbitMQ 4's default delivery limit of 20 would drop a
         # copy that readers returned 20 times, since this queue has nowhere to dead-letter.
         policies.append(queue_policy(naming.UNDELIVERABLE_POLICY_KEY, undeliverable, levels.policy_priority,
-                                     {"delivery-limit": str(ERROR_QUEUE_DELIVERY_LIMIT)},
-                                     {"delivery-limit": f"{path}.type"}))
+                                     {"delivery-limit": str(ERROR_QUEUE_DELIVERY_LIMIT), **target},
+                                     {"delivery-limit": f"{path}.type", **target_source}))
     return DelayLevelsPlan(levels, adopt(tuple(queues), "queue", imports),
                            adopt(tuple(exchanges), "exchange", imports), adopt(tuple(bindings), "binding", imports),
                            adopt(tuple(policies), "policy", imports))

@@ -29,6 +29,7 @@ from ..entries import (
     queue_policy,
     queue_type_arguments,
     quorum_dead_lettering,
+    reconciliation,
 )
 from .base import Route
 from .common import parse_error_queue
@@ -128,8 +129,9 @@ def plan(queue: Queue, retry: TiersRetry, path: str, levels: DelayLevels | None,
         error_binding,
     )
     policies = [queue_policy(naming.wait_policy_key(t.number), t.queue, queue.policy_priority,
-                             {"message-ttl": str(t.delay_ms)},
-                             {"message-ttl": f"{path}.retry.delays[{t.number - 1}]"})
+                             {"message-ttl": str(t.delay_ms), **reconciliation(queue.target_group_size)},
+                             {"message-ttl": f"{path}.retry.delays[{t.number - 1}]",
+                              "target-group-size": f"{path}.quorum_group_size"})
                 for t in tiers]
     if limits := queue_limits(queue):
         policies.insert(0, queue_policy(naming.QUEUE_POLICY_KEY, name, queue.policy_priority, limits,

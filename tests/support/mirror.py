@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
 
+from components.user_limits import UserLimitsProvider
 from tools.lib import engine
 from tools.lib.drift import read_policy_value
 from tools.lib.engine import Step, tf_string
@@ -53,6 +54,29 @@ class Broker:
     @property
     def management_url(self) -> str:
         return f"http://{self.host}:{self.management_port}"
+
+
+def user_limits_provider(broker: Broker) -> UserLimitsProvider:
+    """The project's own provider for `UserLimits` (no Terraform provider to mirror: the provider is this code),
+    configured as the engine would configure it from the stack's `rabbitmq:` keys."""
+    import pulumi.dynamic
+
+    from components.config.keys import NAMESPACE
+
+    provider = UserLimitsProvider()
+    provider.configure(pulumi.dynamic.ConfigureRequest(pulumi.dynamic.Config({
+        "rabbitmq:endpoint": broker.management_url, "rabbitmq:username": broker.username,
+        "rabbitmq:password": broker.password}, NAMESPACE)))
+    return provider
+
+
+def _limits_inputs(r: Registered) -> dict[str, Any]:
+    """The inputs as the engine hands them to the provider (checked first, as `pulumi up` does)."""
+    inputs = {"user": r.inputs["user"], "limits": dict(r.inputs.get("limits") or {})}
+    failures = UserLimitsProvider().check({}, inputs).failures
+    if failures:
+        raise MirrorError(f"{r.name}: check failed: " + "; ".join(f"{f.property}: {f.reason}" for f in failures))
+    return inputs
 
 
 class MirrorError(Exception):
@@ -187,6 +211,9 @@ def _put_limits(broker: Broker, r: Registered) -> None:
 
 
 def _create(broker: Broker, r: Registered) -> None:
+    if r.type == engine.USER_LIMITS:
+        user_limits_provider(broker).create(_limits_inputs(r))
+        return
     i, path = r.inputs, _path(r)
     settings = i.get("settings") or {}
     if r.type == engine.VHOST:
@@ -227,6 +254,9 @@ def _create(broker: Broker, r: Registered) -> None:
 
 def _update(broker: Broker, old: Registered, new: Registered) -> None:
     """Only in-place types get here (every Queue/Exchange/Binding change is a replace)."""
+    if new.type == engine.USER_LIMITS:
+        user_limits_provider(broker).update(old.inputs["user"], _limits_inputs(old), _limits_inputs(new))
+        return
     if new.type == engine.TOPIC_PERMISSIONS:
         call(broker, "DELETE", _path(old))
     if new.type == engine.VHOST:
@@ -258,7 +288,9 @@ def _delete(broker: Broker, r: Registered, before_delete: BeforeDelete | None = 
         before_delete(r)
     if r.retain_on_delete:
         return  # Pulumi drops it from state and leaves it on the broker
-    if r.type == engine.BINDING:
+    if r.type == engine.USER_LIMITS:
+        user_limits_provider(broker).delete(r.inputs["user"], _limits_inputs(r))
+    elif r.type == engine.BINDING:
         key = _binding_key(broker, r)
         if key is not None:
             call(broker, "DELETE", f"{_path(r)}/{esc(key)}")
@@ -360,6 +392,13 @@ def _compare(label: str, type_: str, path: str, program: Any, broker: Any) -> li
 def _read_one(broker: Broker, r: Registered) -> list[str]:
     i, t = r.inputs, r.type
     label = f"{t.rsplit(':', 1)[-1]} {r.name}"
+    if t == engine.USER_LIMITS:
+        read = user_limits_provider(broker).read(i["user"], _limits_inputs(r))
+        if not read.id:
+            return [f"{label}: gone from the broker (recreate)"]
+        wanted, found = _limits_inputs(r)["limits"], (read.outs or {}).get("limits", {})
+        return [line for k in sorted(set(wanted) | set(found)) if wanted.get(k) != found.get(k)
+                for line in _compare(label, t, f"limits.{k}", wanted.get(k), found.get(k))]
     if t == engine.BINDING:
         try:
             listed = get(broker, _binding_path(i)) or []

@@ -43,6 +43,9 @@ class Snapshot:
     """By user: configure, write and read in this vhost."""
     topic_permissions: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """By user: exchange, write and read of each entry in this vhost."""
+    user_limits: dict[str, dict[str, Any]] | None = None
+    """By user, broker-wide (users are): `max-connections`, `max-channels`; None when the source does not carry
+    them (a single-vhost export), {} for a user without limits."""
     broker_version: str = ""
     live: bool = False
     exists: bool = True
@@ -133,7 +136,8 @@ TOPIC_PERMISSION_FIELDS = ("exchange", "write", "read")
 
 def _snapshot(vhost: str, source: str, queues: list[Any], exchanges: list[Any], bindings: list[Any],
               policies: list[Any], operator_policies: list[Any], version: str, live: bool,
-              permissions: list[Any], topic_permissions: list[Any]) -> Snapshot:
+              permissions: list[Any], topic_permissions: list[Any],
+              user_limits: dict[str, dict[str, Any]] | None = None) -> Snapshot:
     def mine(items: list[Any]) -> list[dict[str, Any]]:
         return [i for i in items if isinstance(i, dict) and i.get("vhost", vhost) == vhost]
 
@@ -150,12 +154,13 @@ def _snapshot(vhost: str, source: str, queues: list[Any], exchanges: list[Any], 
         operator_policies={p["name"]: _keep(p, POLICY_FIELDS) for p in mine(operator_policies)},
         permissions={p["user"]: _keep(p, PERMISSION_FIELDS) for p in mine(permissions) if p.get("user")},
         topic_permissions=topics,
+        user_limits=user_limits,
     )
 
 
 def read_live(endpoint: Endpoint, vhost: str) -> Snapshot:
     """GET only: overview, then the vhost's queues, exchanges, bindings, policies, operator policies and
-    (topic) permissions."""
+    (topic) permissions, and the users' limits."""
     v = escape(vhost)
     version = str((endpoint.get("overview") or {}).get("rabbitmq_version", ""))
     if endpoint.get(f"vhosts/{v}") is None:
@@ -164,7 +169,9 @@ def read_live(endpoint: Endpoint, vhost: str) -> Snapshot:
                      endpoint.get(f"bindings/{v}") or [], endpoint.get(f"policies/{v}") or [],
                      endpoint.get(f"operator-policies/{v}") or [], version, live=True,
                      permissions=endpoint.get(f"vhosts/{v}/permissions") or [],
-                     topic_permissions=endpoint.get(f"vhosts/{v}/topic-permissions") or [])
+                     topic_permissions=endpoint.get(f"vhosts/{v}/topic-permissions") or [],
+                     user_limits={e["user"]: dict(e.get("value") or {}) for e in endpoint.get("user-limits") or []
+                                  if isinstance(e, dict) and "user" in e})
 
 
 def read_file(path: Path, vhost: str) -> Snapshot:
@@ -181,4 +188,6 @@ def read_file(path: Path, vhost: str) -> Snapshot:
     return _snapshot(vhost, str(path), data.get("queues") or [], data.get("exchanges") or [],
                      data.get("bindings") or [], data.get("policies") or [], data.get("operator_policies") or [],
                      version, live=False, permissions=data.get("permissions") or [],
-                     topic_permissions=data.get("topic_permissions") or [])
+                     topic_permissions=data.get("topic_permissions") or [],
+                     user_limits=None if "users" not in data else {
+                         u["name"]: dict(u.get("limits") or {}) for u in data["users"] if isinstance(u, dict)})

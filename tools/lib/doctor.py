@@ -212,18 +212,24 @@ def _group_size_warnings(config: StackConfig, running: int) -> list[str]:
     each running node only (measured on 3.10.8 and 4.3.6: size 3 on a single node gives one member), so the stack
     gets less replication than it asks for, silently."""
     nodes = "a single-node broker" if running == 1 else f"a cluster with {running} running nodes"
+
+    def warning(path: str, size: int, what: str, declared: str) -> str:
+        inherited = " (or defaults.quorum_group_size, which it inherits)" * (size == config.defaults.quorum_group_size)
+        return (f"{path}.quorum_group_size{inherited} asks for {size} replicas of {what}, but the broker is {nodes}: "
+                f"RabbitMQ declares {declared} with at most {running} member{'s' * (running != 1)}, silently; lower "
+                f"it to {running} or run at least {size} nodes")
+
     warnings = []
     for i, vhost in enumerate(config.vhosts):
         for k, queue in enumerate(vhost.queues):
-            if queue.quorum_group_size is None or queue.quorum_group_size <= running:
-                continue
-            inherited = " (or defaults.quorum_group_size, which it inherits)" * (
-                queue.quorum_group_size == config.defaults.quorum_group_size)
-            warnings.append(
-                f"vhosts[{i}].queues[{k}].quorum_group_size{inherited} asks for {queue.quorum_group_size} replicas of "
-                f"quorum queue {queue.name!r} in vhost {vhost.name!r}, but the broker is {nodes}: RabbitMQ declares "
-                f"it (and the queues it owns) with at most {running} member{'s' * (running != 1)}, silently; lower "
-                f"it to {running} or run at least {queue.quorum_group_size} nodes")
+            if queue.quorum_group_size is not None and queue.quorum_group_size > running:
+                warnings.append(warning(f"vhosts[{i}].queues[{k}]", queue.quorum_group_size,
+                                        f"quorum queue {queue.name!r} in vhost {vhost.name!r}",
+                                        "it (and the queues it owns)"))
+        levels = vhost.delay_levels
+        if levels is not None and levels.quorum_group_size is not None and levels.quorum_group_size > running:
+            warnings.append(warning(f"vhosts[{i}].delay_levels", levels.quorum_group_size,
+                                    f"the delay level queues in vhost {vhost.name!r}", "them"))
     return warnings
 
 

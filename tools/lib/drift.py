@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from components.user_limits import LIMIT_NAMES
 from tools.lib import engine
 from tools.lib.definitions import Snapshot, binding_id
 from tools.lib.markdown import code, row
@@ -17,6 +18,8 @@ from tools.lib.mockrun import Registered
 COMPARED = (engine.QUEUE, engine.EXCHANGE, engine.BINDING, engine.POLICY, engine.OPERATOR_POLICY)
 """What `make adopt` can import from a vhost snapshot."""
 DRIFT_COMPARED = (*COMPARED, engine.PERMISSIONS, engine.TOPIC_PERMISSIONS)
+USER_LIMIT_NAMES = frozenset(LIMIT_NAMES.values())
+"""The user limits a UserLimits resource manages; it leaves any other limit of its user alone."""
 """What `make drift` compares: also who may do what in the vhost. Users themselves are broker-wide and their
 passwords unreadable, so they are not compared."""
 
@@ -131,6 +134,11 @@ def read_state(record: Registered, snapshot: Snapshot) -> tuple[dict[str, Any] |
     if t == engine.TOPIC_PERMISSIONS:
         entries = snapshot.topic_permissions.get(str(i.get("user")))
         return (None if not entries else {**base, "user": i.get("user"), "permissions": list(entries)}), None
+    if t == engine.USER_LIMITS:
+        # The limits the resource manages, as its provider's read returns them (components/user_limits.py).
+        found = (snapshot.user_limits or {}).get(str(i.get("user")))
+        managed = {k: v for k, v in (found or {}).items() if k in USER_LIMIT_NAMES}
+        return (None if not managed else {"user": i.get("user"), "limits": managed}), None
     raise ValueError(f"{t} is not compared")
 
 
@@ -217,6 +225,7 @@ def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_
             found.append(Finding(absent, vhost, "VHost", vhost, "the vhost itself, with everything in it"
                                  if absent == "missing" else "declared `existing: true`, so never created"))
         mine = [r for r in records if r.custom and r.type in DRIFT_COMPARED and r.inputs.get("vhost") == vhost]
+        mine += _user_limits_of(records, mine, snapshot)
         for record in mine:
             result = compare(record, snapshot)
             label, kind = _record_label(record), engine.short_type(record.type)
@@ -231,6 +240,15 @@ def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_
     return found
 
 
+def _user_limits_of(records: Sequence[Registered], mine: Sequence[Registered], snapshot: Snapshot) -> list[Registered]:
+    """The limits of the users this vhost grants (users are broker-wide, and each is one vhost's application),
+    when the snapshot carries users' limits."""
+    if snapshot.user_limits is None:
+        return []
+    granted = {r.inputs.get("user") for r in mine if r.type == engine.PERMISSIONS}
+    return [r for r in records if r.type == engine.USER_LIMITS and r.inputs.get("user") in granted]
+
+
 def _changes(result: Comparison, paths: list[str]) -> str:
     def at(tree: Any, path: str) -> Any:
         for part in path.split("."):
@@ -241,7 +259,12 @@ def _changes(result: Comparison, paths: list[str]) -> str:
             tree = tree[part]
         return tree
 
-    return "; ".join(f"{p}: stack {at(result.record.inputs, p)!r}, broker {at(result.state, p)!r}" for p in paths)
+    def shown(value: Any) -> Any:
+        """Recorded numbers come back as floats (5.0): shown as the integers they are."""
+        return int(value) if isinstance(value, float) and value.is_integer() else value
+
+    return "; ".join(f"{p}: stack {shown(at(result.record.inputs, p))!r}, broker {shown(at(result.state, p))!r}"
+                     for p in paths)
 
 
 HEADINGS = {

@@ -34,6 +34,8 @@ USER = "rabbitmq:index/user:User"
 VHOST = "rabbitmq:index/vHost:VHost"
 SHOVEL = "rabbitmq:index/shovel:Shovel"
 FEDERATION_UPSTREAM = "rabbitmq:index/federationUpstream:FederationUpstream"
+USER_LIMITS = "pulumi-python:dynamic/rabbitmq-retry:UserLimits"
+"""The project's own dynamic resource (components/user_limits.py), whose diff replaces it for another user only."""
 STACK = "pulumi:pulumi:Stack"
 
 
@@ -55,6 +57,7 @@ REPLACE_ON_CHANGES: dict[str, frozenset[str]] = {
     TOPIC_PERMISSIONS: frozenset({"user", "vhost"}),
     USER: frozenset({"name"}),
     VHOST: frozenset({"name"}),
+    USER_LIMITS: frozenset({"user"}),
 }
 """Top-level inputs whose change replaces the resource; an unknown type is assumed to replace on
 any change (the cautious answer for a review tool)."""
@@ -70,6 +73,7 @@ REFERENCES: dict[str, tuple[tuple[str, frozenset[str]], ...]] = {
     BINDING: (("source", frozenset({EXCHANGE})), ("destination", frozenset({QUEUE, EXCHANGE}))),
     PERMISSIONS: (("user", frozenset({USER})),),
     TOPIC_PERMISSIONS: (("user", frozenset({USER})),),
+    USER_LIMITS: (("user", frozenset({USER})),),
 }
 """Inputs that carry another resource's `name` output (every type also references its VHost by `vhost`)."""
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from components.effective import PolicyIndex
 from components.plan import PolicyPlan, QueuePlan
-from tools.lib.engine import short_type
+from tools.lib.engine import USER_LIMITS, short_type
 from tools.lib.mockrun import Registered
 from tools.lib.planned import PlanIndex, QueueKey, planned
 from tools.lib.stack_file import SECRET_MARKER, is_secret_placeholder
@@ -30,6 +30,8 @@ def physical_name(resource: Registered) -> str:
         return str(inputs["name"])
     if "source" in inputs:
         return f'{inputs["source"]} → {inputs["destination"]}'
+    if resource.type == USER_LIMITS:  # broker-wide, not of a vhost
+        return str(inputs.get("user"))
     if "user" in inputs:
         return f'{inputs["user"]}@{inputs.get("vhost", "/")}'
     return ""
@@ -65,6 +67,8 @@ def key_inputs(resource: Registered) -> str:
     elif kind == "Permissions":
         p = inputs["permissions"]
         text = f"configure={p['configure']!r} write={p['write']!r} read={p['read']!r}"
+    elif resource.type == USER_LIMITS:
+        text = " ".join(f"{k}={int(v)}" for k, v in sorted((inputs.get("limits") or {}).items()))
     else:
         text = " ".join(f"{k}={shown(v)}" for k, v in sorted(inputs.items())
                         if k != "name" and not isinstance(v, dict))

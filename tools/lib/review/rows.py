@@ -114,7 +114,7 @@ def what_changed(step: Step, names: Mapping[str, str]) -> str:
     elif step.op == "import":
         parts.append(markdown.text("adopted as the broker holds it, with its messages (nothing is created)"))
     for path in step.changed:
-        label = re.sub(r"^(policy\.definition|settings\.argumentsJson|settings)\.", "", path)
+        label = re.sub(r"^(policy\.definition|settings\.argumentsJson|settings|limits)\.", "", path)
         before, after = _lookup(step.old, path), _lookup(step.new, path)
         if is_secret_placeholder(before) or is_secret_placeholder(after):
             parts.append(markdown.text(f"{label} changed (secret)"))
@@ -136,6 +136,8 @@ def _created(step: Step) -> list[str]:
                 for p in sorted(new.get("permissions") or [], key=lambda p: str(p.get("exchange")))]
     if step.type == engine.USER:
         return [f"tags {', '.join(new.get('tags') or []) or '(none)'}"]
+    if step.type == engine.USER_LIMITS:
+        return [f"{k} {formatted(v)}" for k, v in sorted((new.get("limits") or {}).items())]
     return []
 
 
@@ -153,11 +155,38 @@ def _notes(step: Step, vhost_deleted: bool = False) -> str:
                      "with its messages")
     elif step.retain_on_delete and step.op == "delete":
         notes.append("retained on the broker with its messages (retain_on_delete), no longer managed")
+    if lowered := lowered_limits(step):
+        notes.append(f"{' and '.join(lowered)}: what exists stays, and past the limit RabbitMQ refuses new ones "
+                     "(check that the clients fit)")
     if password_changed(step):
         notes.append(f"every client using the old password of {markdown.code(str((step.new or {}).get('name')))} is "
                      "locked out at its next reconnect (open connections stay until then): give them the new one "
                      "as this is applied")
     return "".join(f" — {note}" for note in notes)
+
+
+LIMIT_INPUTS = {
+    engine.VHOST: {"maxConnections": "max-connections", "maxQueues": "max-queues"},
+    engine.USER_LIMITS: {"limits.max-connections": "max-connections", "limits.max-channels": "max-channels"},
+}
+"""The limit inputs of a vhost and of a user's limits: lowering or setting one can refuse clients."""
+
+
+def lowered_limits(step: Step) -> list[str]:
+    """`sets max-connections` / `lowers max-queues` for each limit a change sets where there was none or lowers (the
+    limits of a new user's limits too: its user may have clients already; a new vhost has none)."""
+    if step.op not in ("create", "update") or (step.op == "create" and step.type == engine.VHOST):
+        return []
+    lowered = []
+    for path, name in LIMIT_INPUTS.get(step.type, {}).items():
+        before, after = _lookup(step.old, path), _lookup(step.new, path)
+        if after in (None, ""):
+            continue
+        if before in (None, ""):
+            lowered.append(f"sets {name}")
+        elif float(after) < float(before):
+            lowered.append(f"lowers {name}")
+    return lowered
 
 
 def _vhost_of(step: Step) -> str:
