@@ -176,7 +176,8 @@ def plan_vhost(vhost: Vhost, path: str = "vhost") -> VhostPlan:
     plan = VhostPlan(vhost, adopt(exchanges, "exchange", imports), adopt(queues, "queue", imports),
                      adopt(tuple(policies), "policy", imports), adopt(bindings, "binding", imports), retryables,
                      adopt(operator_policies, "operator_policy", imports), permissions, delay_levels,
-                     migrations=migrations, shovel_permissions=shovel_permissions, user_limits=_user_limits(vhost, path))
+                     migrations=migrations, shovel_permissions=shovel_permissions,
+                     user_limits=_user_limits(vhost, path))
     if problems := _unmatched_imports(plan, path):
         raise ConfigError(problems)
     return plan
