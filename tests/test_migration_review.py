@@ -77,6 +77,13 @@ def test_step_move_says_what_moves_where_and_what_is_next_and_exits_0(review_of:
     assert "data loss" not in text.split("### Migrations", 1)[0].lower()
 
 
+def test_the_contract_change_names_the_successor_in_full(review_of: Run):
+    """A contract's own objects read relative to its queue (`*.retry`); the queues a migration names are others."""
+    text, _ = review_of(step("before"), step("move"))
+    assert '"successor": "orders.q"' in text
+    assert '"\\*.q"' not in text and '"*.q"' not in text
+
+
 def test_step_retire_lists_what_must_be_empty_and_exits_0(review_of: Run):
     text, status = review_of(step("move"), step("retire"))
     assert status == 0

@@ -246,6 +246,8 @@ def _vhost(record: Registered) -> str:
 
 
 def relative_contract(contract: Mapping[str, Any]) -> dict[str, Any]:
+    """The contract with its own objects written relative to its queue (`*.retry`), so that the same change to
+    several queues reads as one. A migration names other queues (successor, predecessor): kept whole."""
     queue = contract["queue"]
 
     def rel(value: Any) -> Any:
@@ -254,7 +256,7 @@ def relative_contract(contract: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(value, list):
             return [rel(v) for v in value]
         return {k: rel(v) for k, v in value.items()} if isinstance(value, dict) else value
-    return {k: v if k in ("queue", "vhost") else rel(v) for k, v in contract.items()}
+    return {k: v if k in ("queue", "vhost", "migration") else rel(v) for k, v in contract.items()}
 
 
 @dataclass
