@@ -208,9 +208,10 @@ def declare_shovel(scope: Scope, logical_name: str, shovel: ShovelPlan) -> None:
             ack_mode=shovel.ack_mode,
             source_delete_after=shovel.source_delete_after,
         ),
-        opts=scope.options(depends_on=[scope.resources[("Queue", shovel.destination)],
-                                       *(() if shovel.external_source else (scope.resources[("Queue", shovel.source)],)),
-                                       scope.resources[("Permissions", naming.SHOVEL_USER)]]),
+        opts=scope.options(depends_on=[
+            scope.resources[("Queue", shovel.destination)],
+            *(() if shovel.external_source else (scope.resources[("Queue", shovel.source)],)),  # not the stack's
+            scope.resources[("Permissions", naming.SHOVEL_USER)]]),
     )
 
 
