@@ -356,14 +356,17 @@ SHOVEL_PASSWORD_PLACEHOLDER = "set passwords.rabbitmq-retry-shovel"
 """What the adoption's recording gives the shovel user: the stack file's own password is a secret it never has."""
 
 
-def record_vhost(vhost: dict[str, Any], shovel_access: ShovelAccess | None = None) -> list[Registered]:
+def record_vhost(vhost: dict[str, Any], shovel_access: ShovelAccess | None = None,
+                 reveal_secrets: bool = False) -> list[Registered]:
     """What the adopted vhost's component registers (its migrations' shovels connect as `shovel_access`, by default
-    the stack's shovel user with a placeholder password)."""
+    the stack's shovel user with a placeholder password; `reveal_secrets`: the shovel URIs as the provider gets
+    them)."""
     config = copy.deepcopy(vhost)
     access = shovel_access or ShovelAccess(naming.SHOVEL_USER, SHOVEL_PASSWORD_PLACEHOLDER)
     args = {"vhost": config, **({"shovel_access": access} if config.get("migrations") else {})}
     try:
-        return record(lambda: Vhost(naming.vhost_key(config["name"]), args))  # type: ignore[arg-type]
+        return record(lambda: Vhost(naming.vhost_key(config["name"]), args),  # type: ignore[arg-type]
+                      reveal_secrets=reveal_secrets)
     finally:
         close_event_loop()
 

@@ -58,6 +58,8 @@ class Action:
     """An unbind's binding as the management API lists it."""
     refused: str | None = None
     """Known before anything runs (from the vhost as read): why it may not be done, and what to do."""
+    gone: bool = False
+    """An exchange or policy the vhost no longer has (deleting a missing exchange is not an error in AMQP)."""
 
     def describe(self) -> str:
         if self.kind == UNBIND and self.binding is not None:
@@ -127,7 +129,7 @@ def plan(found: Found, snapshot: Snapshot) -> list[Action]:
         return actions
     old_queues = (*m.external.queues, m.source, *((m.external.error_queue,) if m.external.error_queue else ()))
     actions += [Action(DELETE_QUEUE, q) for q in old_queues]
-    actions += [Action(DELETE_EXCHANGE, x) for x in m.external.exchanges]
+    actions += [Action(DELETE_EXCHANGE, x, gone=x not in snapshot.exchanges) for x in m.external.exchanges]
     others = [q for q in snapshot.queues if q not in old_queues]
     for policy in m.external.policies:
         definition = snapshot.policies.get(policy)
@@ -135,7 +137,7 @@ def plan(found: Found, snapshot: Snapshot) -> list[Action]:
         refused = (f"policy {policy} also applies to queue {hits[0]}, which is not retired: remove it from "
                    f"external.policies of migration {m.name} (or narrow its pattern), then run this again"
                    if hits else None)
-        actions.append(Action(DELETE_POLICY, policy, refused=refused))
+        actions.append(Action(DELETE_POLICY, policy, refused=refused, gone=definition is None))
     return actions
 
 
@@ -246,6 +248,9 @@ def run(found: Found, actions: Sequence[Action], broker: Broker, apply: bool,
         if action.refused is not None:
             out(f"{line}: refused: {action.refused}")
             return False
+        if action.gone:
+            out(f"{line}: already gone")
+            continue
         if action.kind == DELETE_QUEUE:
             depth = broker.depth(action.name)
             if depth is None:
