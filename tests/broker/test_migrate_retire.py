@@ -21,7 +21,8 @@ from tests.support.deploy import throwaway_vhost
 from tests.support.mirror import Broker, apply, apply_update, call, esc
 from tools.lib.adopt import adopt, record_vhost
 from tools.lib.definitions import Endpoint, Snapshot, read_live
-from tools.lib.migrate_retire import DELETE_QUEUE, UNBIND, Broker as RetireBroker, Found, plan, retire
+from tools.lib.migrate_retire import DELETE_QUEUE, UNBIND, Found, plan, retire
+from tools.lib.migrate_retire import Broker as RetireBroker
 
 SNEAKERS_TTL_MS = 600_000
 """Messages waiting in `mailer-retry` stay there for the whole test: its delete must be refused."""
@@ -203,9 +204,8 @@ def test_a_quorum_old_queue_is_deleted_only_once_empty(broker: Broker, runtime_v
         ch.queue_declare("ledger", durable=True, arguments={"x-queue-type": "quorum"})
         ch.queue_declare("ledger.v2", durable=True, arguments={"x-queue-type": "quorum"})
     _publish(broker, vhost, "", "ledger", 1, "entry")
-    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as refused:
-        with channel(broker, vhost) as ch:
-            ch.queue_delete("ledger", if_empty=True)
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as refused, channel(broker, vhost) as ch:
+        ch.queue_delete("ledger", if_empty=True)
     assert refused.value.reply_code == 540
     config = {"name": vhost, "existing": True, "queues": [{"name": "ledger.v2", "type": "quorum"}],
               "migrations": [{"name": "adopt-ledger", "step": "retire",
