@@ -24,7 +24,8 @@ from components.config.capabilities import (
 )
 from components.config.keys import NAMESPACE
 from components.config.model import Limits
-from components.naming import vhost_key
+from components.naming import SHOVEL_USER, vhost_key
+from components.resources import ShovelAccess
 from components.strategies import strategy_of
 from tools.lib import drift
 from tools.lib.definitions import Endpoint, Snapshot, escape, read_live
@@ -361,5 +362,6 @@ def planned_objects(config: StackConfig) -> list[Registered]:
     def program() -> None:
         for index, vhost in enumerate(config.vhosts):
             Vhost(vhost_key(vhost.name), {"vhost": vhost, "config_path": f"vhosts[{index}]",
-                                           "passwords": {user: "unused" for user, _ in vhost.user_paths()}})
+                                           "passwords": {user: "unused" for user, _ in vhost.user_paths()},
+                                           "shovel_access": ShovelAccess(SHOVEL_USER, "unused")})
     return record(program)
