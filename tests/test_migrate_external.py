@@ -4,6 +4,7 @@ objects are retired on the broker by `make migrate-retire`, never by `pulumi up`
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from components.entries import VhostPlan
 from components.plan import plan_vhost
 from components.resources import ShovelAccess
 from tests.conftest import of_type
+from tests.test_migration_review import Run, review_of  # noqa: F401 (the review's fixture)
 from tools.lib.mockrun import record
 
 SHOVEL = "rabbitmq:index/shovel:Shovel"
@@ -107,3 +109,57 @@ def test_the_vhost_registers_the_shovels_without_waiting_for_a_source_it_does_no
     dependencies = set(shovels["shop-shovel-adopt-orders-error"].dependencies)
     assert {urns["shop-orders.v2-error"], urns["shop-permissions-rabbitmq-retry-shovel"]} <= dependencies
     assert all("/queue:Queue::shop-orders.v2" in d for d in dependencies if "/queue:Queue::" in d)
+
+
+# --- review and status ------------------------------------------------------------------------------------------
+
+
+def external_step(name: str) -> dict[str, Any]:
+    """The review's BASE with `orders.v2` taking over the runtime queue `mailer` (not the stack's)."""
+    from tests.test_review import BASE
+
+    config = copy.deepcopy(BASE)
+    if name == "before":
+        return config
+    config["vhosts"][0]["queues"].append({"name": "mailer.v2", "bindings": [{"exchange": "events",
+                                                                              "routing_key": "mail.#"}],
+                                          "retry": {"delays": ["1m"], "max_retries": 5}})
+    config["vhosts"][0]["migrations"] = [{"name": "adopt-mailer", "step": name, "move": {
+        "from": "mailer", "to": "mailer.v2", "external": {"error_queue": "mailer-error", "queues": ["mailer-retry"]}}}]
+    return config
+
+
+def test_the_review_of_each_step_says_the_old_objects_are_not_the_stacks_and_exits_0(review_of: Run):  # noqa: F811
+    run = review_of
+    text, status = run(external_step("before"), external_step("move"))
+    assert status == 0
+    section = text.split("### Migrations", 1)[1]
+    assert "move `mailer` → `mailer.v2`, step `move`" in section
+    assert ("Not the stack's (`move.external`, declared by applications at runtime): `mailer-retry`, `mailer`, "
+            "`mailer-error`") in section
+    assert "`make migrate-retire STACK=review MIGRATION=adopt-mailer APPLY=1` unbinds `mailer`" in section
+    text, status = run(external_step("move"), external_step("retire"))
+    assert status == 0
+    section = text.split("### Migrations", 1)[1]
+    assert "`pulumi up` never declares, changes or deletes them" in section
+    assert "`make migrate-retire STACK=review MIGRATION=adopt-mailer` prints what it would retire" in section
+
+
+def test_migrate_status_sends_an_external_retire_to_make_migrate_retire():
+    from rabbitmq_retry_client.depth import QueueDepth
+    from tools.lib.migrate_status import next_step
+    from tools.lib.review.migrations import MigrationInfo
+
+    move = MigrationInfo("shop", "adopt-mailer", "move", "move", "vhosts[0].migrations[0]", "mailer", "mailer.v2",
+                         (), ("mailer-retry", "mailer", "mailer-error"), False, None, external=True)
+    empty = QueueDepth("shop", "mailer", 0, 0, 0, 0, "classic")
+    held = QueueDepth("shop", "mailer-retry", 2, 0, 0, 0, "classic")
+    assert next_step(move, [("mailer", empty)], "dev") == \
+        "drained: set step: retire in a commit, apply it, then `make migrate-retire STACK=dev MIGRATION=adopt-mailer " \
+        "APPLY=1`"
+    retire = MigrationInfo("shop", "adopt-mailer", "move", "retire", "p", "mailer", "mailer.v2", (),
+                           ("mailer-retry", "mailer"), False, None, external=True)
+    assert next_step(retire, [("mailer-retry", held), ("mailer", empty)], "dev") == \
+        "retire on the broker: `make migrate-retire STACK=dev MIGRATION=adopt-mailer APPLY=1` deletes mailer-retry, " \
+        "mailer, each only when empty and unused (it refuses while mailer-retry holds 2)"
+    assert next_step(retire, [("mailer-retry", None), ("mailer", None)], "dev") == "retired: the entry may be removed"
