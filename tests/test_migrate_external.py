@@ -10,12 +10,10 @@ from typing import Any
 import pytest
 
 from components import Vhost
-from components.config import ConfigError, load_vhost
-from components.entries import VhostPlan
-from components.plan import plan_vhost
 from components.resources import ShovelAccess
 from tests.conftest import of_type
 from tests.test_migration_review import Run, review_of  # noqa: F401 (the review's fixture)
+from tests.test_migrations import plan, problems
 from tools.lib.mockrun import record
 
 SHOVEL = "rabbitmq:index/shovel:Shovel"
@@ -32,16 +30,6 @@ def adopted(step: str = "move", external: Any = None) -> dict[str, Any]:
                 "external": external if external is not None else {
                     "error_queue": "orders-error", "queues": ["orders-retry"],
                     "exchanges": ["orders-retry", "orders-retry-requeue", "orders-error"]}}}]}
-
-
-def plan(config: dict[str, Any]) -> VhostPlan:
-    return plan_vhost(load_vhost(config, "vhosts[0]"), "vhosts[0]")
-
-
-def problems(config: dict[str, Any]) -> list[tuple[str, str]]:
-    with pytest.raises(ConfigError) as error:
-        load_vhost(config, "vhosts[0]")
-    return error.value.problems
 
 
 def test_step_move_plans_a_shovel_for_the_old_queue_and_one_for_its_error_queue_and_nothing_of_the_old_objects():

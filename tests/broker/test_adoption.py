@@ -10,7 +10,6 @@ objects are read and compared, never written.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -145,18 +144,6 @@ def _snapshot(broker: Broker, vhost: str) -> Snapshot:
 
 def _without_imports(vhost_config: dict[str, Any], shovel_user: ShovelAccess) -> list[Any]:
     return record_vhost({k: v for k, v in vhost_config.items() if k != "import"}, shovel_user, reveal_secrets=True)
-
-
-@pytest.fixture
-def shovel_user(broker: Broker) -> Iterator[ShovelAccess]:
-    """The adopted stack's migrations shovel as a user of this test's own (users are broker-wide and other tests
-    run beside); the stack's would be `rabbitmq-retry-shovel`."""
-    name, password = f"ado-shovel-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-    call(broker, "PUT", f"users/{esc(name)}", {"password": password, "tags": ""})
-    try:
-        yield ShovelAccess(name, password, broker.amqp_port)
-    finally:
-        call(broker, "DELETE", f"users/{esc(name)}")
 
 
 def test_adopting_runtime_topologies_imports_what_matches_and_loses_nothing(broker: Broker, runtime_vhost: str,

@@ -6,7 +6,6 @@ refused while it would lose a message."""
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,17 +36,6 @@ def runtime_vhost(broker: Broker) -> Iterator[str]:
         call(broker, "PUT", f"permissions/{esc(name)}/{esc(broker.username)}",
              {"configure": ".*", "write": ".*", "read": ".*"})
         yield name
-
-
-@pytest.fixture
-def shovel_user(broker: Broker) -> Iterator[ShovelAccess]:
-    """A shovel user of this test's own (users are broker-wide and other tests run beside)."""
-    name, password = f"ado-shovel-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-    call(broker, "PUT", f"users/{esc(name)}", {"password": password, "tags": ""})
-    try:
-        yield ShovelAccess(name, password, broker.amqp_port)
-    finally:
-        call(broker, "DELETE", f"users/{esc(name)}")
 
 
 def _publish(broker: Broker, vhost: str, exchange: str, key: str, count: int, tag: str) -> None:
