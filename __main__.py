@@ -5,7 +5,13 @@ import gc
 import pulumi
 
 from components import Vhost
-from components.stack import application_passwords, plan_stack, read_stack_config, register_guard
+from components.stack import (
+    application_passwords,
+    declare_shovel_user,
+    plan_stack,
+    read_stack_config,
+    register_guard,
+)
 
 # A short-lived process whose SDK object graph only grows: the cyclic collector's repeated passes over it were
 # most of the cost of a big stack (bench/results/2026-11-23-plan-cost.md, P3: 1,000 queues 71.9–72.1 s with it,
@@ -16,12 +22,14 @@ passwords = application_passwords(config)
 retry_contracts = {}
 plans = plan_stack(config)  # planned and checked once; each component registers its part
 register_guard(plans)  # the queues' before-delete hook (components/guard.py), whatever the stack still declares
+shovel_access = declare_shovel_user(plans, passwords)  # when a migration moves a queue (components/migrations.py)
 for name, plan in plans:
     component = Vhost(name, {
         "plan": plan,
         "protect_queues": config.protect,
         "retain_error_queues": config.retain_error_queues,
         "passwords": {user: passwords[user] for user, _ in plan.config.user_paths()},
+        **({"shovel_access": shovel_access} if shovel_access is not None and plan.shovels else {}),
     })
     retry_contracts[plan.config.name] = component.retry_contracts
 

@@ -16,6 +16,7 @@ linearly with the number of queues (P3 of `make bench`, bench/plan_cost.py, meas
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -233,7 +234,7 @@ def _effective_problems(retryable: RetryablePlan, settings: Mapping[str, list[Ef
     """What the merged policies do to one retryable queue's input, wait and error queues."""
     problems: list[str] = []
     retry = retryable.retry
-    tiers: dict[str, Tier] = {t.queue: t for t in retryable.tiers}
+    tiers: dict[str, Tier] = {t.queue: t for t in (*retryable.tiers, *retryable.draining)}
     for queue in retryable.queues:
         for effective in settings[queue.name]:
             role = queue.role
@@ -308,7 +309,33 @@ def check_vhost(plan: VhostPlan, extra_policies: Iterable[PolicyPlan] = ()) -> l
         problems += _effective_problems(retryable, settings)
     if plan.delay_levels is not None:
         problems += _delay_level_problems(plan.delay_levels, settings)
-    return problems + _automatic_cycles(graph, settings)
+    return problems + _automatic_cycles(graph, settings) + _shovel_problems(plan, graph)
+
+
+def _shovel_problems(plan: VhostPlan, graph: _Graph) -> list[str]:
+    """Each migration's shovel loses nothing: both its queues are planned (a shovel whose destination is missing
+    declares a classic queue of its own), it acknowledges a message only once the destination confirmed it, it
+    never deletes itself (it is removed by config, once the source is drained), and the shovel user may read its
+    source and declare its destination."""
+    problems = []
+    grants = {g.user: g for g in plan.shovel_permissions}
+    for shovel in plan.shovels:
+        what = f'shovel "{shovel.name}" (migration {shovel.migration})'
+        for role, queue in (("source", shovel.source), ("destination", shovel.destination)):
+            if queue not in graph.queues:
+                problems.append(f'{what}: its {role} queue "{queue}" is not planned in this vhost; declare it in '
+                                "queues")
+        if shovel.ack_mode != "on-confirm":
+            problems.append(f"{what}: ack-mode {shovel.ack_mode} can lose messages; use on-confirm")
+        if shovel.source_delete_after != "never":
+            problems.append(f"{what}: src-delete-after {shovel.source_delete_after} may delete the shovel before its "
+                            "source is drained (rabbitmq-server#14636); use never and remove it by config")
+        grant = next(iter(grants.values()), None)
+        if grant is None or not re.fullmatch(grant.read, shovel.source) or not re.fullmatch(grant.configure,
+                                                                                             shovel.destination):
+            problems.append(f'{what}: the shovel user may not read "{shovel.source}" or declare '
+                            f'"{shovel.destination}"; its permissions must cover every shovel of the vhost')
+    return problems
 
 
 def _delay_level_problems(levels: DelayLevelsPlan, settings: Mapping[str, list[Effective]]) -> list[str]:

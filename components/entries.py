@@ -18,6 +18,7 @@ from . import naming
 from .config.model import DelayLevels, Queue, Retry, TopicPermission, Vhost
 
 if TYPE_CHECKING:
+    from .migrations import MigrationPlan, ShovelPlan
     from .strategies.base import Strategy
 
 QueueRole = Literal["input", "wait", "error", "plain", "delay"]
@@ -116,6 +117,10 @@ class RetryablePlan(Generic[R]):
     policies: tuple[PolicyPlan, ...]
     delay_levels: DelayLevels | None = None
     """The vhost's shared delay levels this queue's retries go through (strategies that use them)."""
+    draining: tuple[Tier, ...] = ()
+    """Wait tiers a `drain_tiers` migration keeps planned, out of the contract, until they are empty."""
+    migration: Mapping[str, str] | None = None
+    """The contract's `migration` object while a move of this queue or to it is under way (`migrations.py`)."""
 
     @property
     def strategy(self) -> str:
@@ -163,8 +168,12 @@ class RetryablePlan(Generic[R]):
         return self.strategy_module.consumer_exchanges(self)
 
     def contract(self, vhost: str) -> dict[str, object]:
-        """What a consumer needs to retry and park a message: the stack exports this per queue."""
-        return self.strategy_module.contract(self, vhost)
+        """What a consumer needs to retry and park a message: the stack exports this per queue. During a move the
+        old queue and its successor say so (`migration`); absent otherwise."""
+        contract = self.strategy_module.contract(self, vhost)
+        if self.migration is not None:
+            contract["migration"] = dict(self.migration)
+        return contract
 
 
 @dataclass(frozen=True)
@@ -227,6 +236,14 @@ class VhostPlan:
     permissions: tuple[PermissionPlan, ...] = ()
     delay_levels: DelayLevelsPlan | None = None
     """The shared delay levels, when a queue has strategy `levels`."""
+    migrations: tuple[MigrationPlan, ...] = ()
+    """What each `migrations[]` entry does in this step (`migrations.py`)."""
+    shovel_permissions: tuple[PermissionPlan, ...] = ()
+    """The shovel user's permissions in this vhost, when a migration moves a queue; the user is the stack's."""
+
+    @property
+    def shovels(self) -> tuple[ShovelPlan, ...]:
+        return tuple(s for m in self.migrations for s in m.shovels)
 
 
 def exact_names(names: Iterable[str]) -> str:

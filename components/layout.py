@@ -84,6 +84,9 @@ VHOST: tuple[Slot[VhostPlan], ...] = (
     Slot("User", lambda plan: plan.permissions, lambda grant: grant.user_key),
     Slot("Permissions", lambda plan: plan.permissions, _key),
     Slot("TopicPermissions", _topic_grants, lambda grant: grant.topic_key),
+    # Migrations: the shovel user's permissions, then the shovels, which connect as that user.
+    Slot("Permissions", lambda plan: plan.shovel_permissions, _key),
+    Slot("Shovel", lambda plan: plan.shovels, _key),
 )
 """Children of a Vhost component, whose plan is a `VhostPlan`."""
 

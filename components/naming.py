@@ -229,5 +229,32 @@ def level_policy_key(level: int) -> str:
     return f"{level_key(level)}-policy"
 
 
+# Migrations (`vhosts[].migrations[]`).
+MIGRATE_PREFIX = "rabbitmq-retry.migrate"
+SHOVEL_USER = "rabbitmq-retry-shovel"
+"""The one user every shovel of the stack connects as; its password is `passwords.rabbitmq-retry-shovel`."""
+
+
+def shovel(migration: str, error: bool = False) -> str:
+    """A migration's shovel: of the old queue, or (`error`) of its error queue."""
+    return f"{MIGRATE_PREFIX}.{migration}{'.error' * error}"
+
+
+def shovel_key(migration: str, error: bool = False) -> str:
+    """A shovel of a Vhost component."""
+    return f"shovel-{migration}{'-error' * error}"
+
+
+def migration_binding_key(migration: str) -> str:
+    """Step retire of a move: the successor's binding to the delivery exchange for the old queue's key."""
+    return f"migration-{migration}-delivery-binding"
+
+
+def shovel_uri(user: str, password: str, port: int, vhost: str) -> str:
+    """The AMQP URI a shovel of `vhost` reads and writes through: the broker the stack deploys to, as the shovel
+    user. The one place that decides it (host, port, escaping)."""
+    return f"amqp://{quote(user, safe='')}:{quote(password, safe='')}@localhost:{port}/{quote(vhost, safe='')}"
+
+
 def byte_length(name: str) -> int:
     return len(name.encode("utf-8"))

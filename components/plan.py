@@ -33,6 +33,7 @@ from .entries import (
     queue_policy,
     queue_type_arguments,
 )
+from .migrations import plan_migrations
 from .strategies import strategy_of
 from .strategies.levels import plan_delay_levels
 
@@ -151,9 +152,17 @@ def plan_vhost(vhost: Vhost, path: str = "vhost") -> VhostPlan:
     permissions += tuple(_operator_permissions(operator.user, retryables) for operator in vhost.operators)
     delay_levels = None if vhost.delay_levels is None else plan_delay_levels(vhost.delay_levels, imports,
                                                                              f"{path}.delay_levels")
+    if vhost.migrations:
+        migrated = plan_migrations(vhost, path, retryables, delay_levels, imports, plan_retryable, plan_delay_levels)
+        retryables, delay_levels = migrated.retryables, migrated.delay_levels
+        bindings += migrated.bindings
+        migrations, shovel_permissions = migrated.migrations, migrated.shovel_permissions
+    else:
+        migrations, shovel_permissions = (), ()
     plan = VhostPlan(vhost, adopt(exchanges, "exchange", imports), adopt(queues, "queue", imports),
                      adopt(tuple(policies), "policy", imports), adopt(bindings, "binding", imports), retryables,
-                     adopt(operator_policies, "operator_policy", imports), permissions, delay_levels)
+                     adopt(operator_policies, "operator_policy", imports), permissions, delay_levels, migrations,
+                     shovel_permissions)
     if problems := _unmatched_imports(plan, path):
         raise ConfigError(problems)
     return plan

@@ -13,10 +13,25 @@ from typing import Any
 import pulumi
 import pulumi_rabbitmq as rabbitmq
 
+from . import naming
 from .config import Vhost as VhostConfig
 from .guard import guarded
 from .layout import Slot, children
+from .migrations import ShovelPlan
 from .plan import BindingPlan, ExchangePlan, PermissionPlan, PolicyPlan, QueuePlan
+
+DEFAULT_AMQP_PORT = 5672
+
+
+@dataclass(frozen=True)
+class ShovelAccess:
+    """How the shovels of a stack connect: as the stack's one shovel user, to the broker it deploys to."""
+
+    user: pulumi.Input[str]
+    """The shovel user's name, an output of its User resource (so that shovels wait for it)."""
+    password: pulumi.Input[str]
+    amqp_port: int = DEFAULT_AMQP_PORT
+    """`rabbitmq-retry:amqp_port`: the broker's AMQP port as its shovels reach it (they run on the broker)."""
 
 
 @dataclass
@@ -30,6 +45,8 @@ class Scope:
     protect_queues: bool = False
     retain_error_queues: bool = False
     passwords: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    shovel_access: ShovelAccess | None = None
+    """The shovel user, for a vhost with a migration that moves a queue."""
     names: dict[tuple[str, str], pulumi.Output[str]] = field(default_factory=dict)
     """(kind, physical name) → the name output of what declares it, for inputs that name it."""
     resources: dict[tuple[str, str], pulumi.Resource] = field(default_factory=dict)
@@ -155,12 +172,45 @@ def declare_user(scope: Scope, logical_name: str, grant: PermissionPlan) -> None
 
 
 def declare_permissions(scope: Scope, logical_name: str, grant: PermissionPlan) -> None:
-    rabbitmq.Permissions(
+    resource = rabbitmq.Permissions(
         logical_name,
         user=scope.names[("User", grant.user)],
         vhost=scope.vhost,
         permissions=rabbitmq.PermissionsPermissionsArgs(configure=grant.configure, write=grant.write, read=grant.read),
         opts=scope.options(),
+    )
+    scope.add("Permissions", grant.user, resource)
+
+
+def shovel_uri(access: ShovelAccess, vhost: pulumi.Input[str]) -> pulumi.Output[str]:
+    """The shovels' source and destination URI (`naming.shovel_uri`), a secret: it holds the shovel user's
+    password, which must never show in a preview, a recording or a review."""
+    return pulumi.Output.secret(pulumi.Output.all(access.user, access.password, vhost).apply(
+        lambda values: naming.shovel_uri(values[0], values[1], access.amqp_port, values[2])))
+
+
+def declare_shovel(scope: Scope, logical_name: str, shovel: ShovelPlan) -> None:
+    """A migration's shovel: created after its destination queue (a shovel whose destination is missing
+    declares it as a classic queue), its source queue and the shovel user's permissions. Every input forces
+    replacement (docs/provider.md); the stack removes it by config, never by the shovel deleting itself."""
+    if scope.shovel_access is None:
+        raise ValueError(f"shovel {shovel.name}: the vhost has no shovel access")
+    uri = shovel_uri(scope.shovel_access, scope.vhost)
+    rabbitmq.Shovel(
+        logical_name,
+        name=shovel.name,
+        vhost=scope.vhost,
+        info=rabbitmq.ShovelInfoArgs(
+            source_uri=uri,
+            destination_uri=uri,
+            source_queue=scope.names[("Queue", shovel.source)],
+            destination_queue=scope.names[("Queue", shovel.destination)],
+            ack_mode=shovel.ack_mode,
+            source_delete_after=shovel.source_delete_after,
+        ),
+        opts=scope.options(depends_on=[scope.resources[("Queue", shovel.destination)],
+                                       scope.resources[("Queue", shovel.source)],
+                                       scope.resources[("Permissions", naming.SHOVEL_USER)]]),
     )
 
 
@@ -188,6 +238,7 @@ BUILDERS: dict[str, Builder] = {
     "User": declare_user,
     "Permissions": declare_permissions,
     "TopicPermissions": declare_topic_permissions,
+    "Shovel": declare_shovel,
 }
 """The builder of each `pulumi_rabbitmq` kind of the layouts; nested components bring their own."""
 

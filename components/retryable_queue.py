@@ -108,7 +108,7 @@ class RetryableQueue(pulumi.ComponentResource):
     """Direct exchange of the wait tiers: publish with a tier's routing key to retry after its delay
     (None for strategies native and levels)."""
     wait_queues: pulumi.Output[list[str]]
-    """Wait queues, tier 1 first (none for strategies native and levels)."""
+    """Wait queues, tier 1 first (none for strategies native and levels), then those a migration drains."""
     error_exchange: pulumi.Output[str]
     """Fanout exchange to park a message that is out of retries."""
     error_queue: pulumi.Output[str]
@@ -138,7 +138,7 @@ class RetryableQueue(pulumi.ComponentResource):
         self.queue_name = scope.names[("Queue", plan.config.name)]
         self.retry_exchange = (scope.names[("Exchange", retry_exchange)] if retry_exchange is not None
                                else pulumi.Output.from_input(None))
-        self.wait_queues = pulumi.Output.all(*(scope.names[("Queue", t.queue)] for t in plan.tiers))
+        self.wait_queues = pulumi.Output.all(*(scope.names[("Queue", t.queue)] for t in (*plan.tiers, *plan.draining)))
         self.error_exchange = scope.names[("Exchange", plan.error_exchange)]
         self.error_queue = scope.names[("Queue", plan.error_queue)]
         self.contract = pulumi.Output.from_input(vhost).apply(plan.contract)

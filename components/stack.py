@@ -11,26 +11,31 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pulumi
+import pulumi_rabbitmq as rabbitmq
 import yaml
 from pulumi.runtime import config as runtime_config
 
+from . import naming
 from .checks import TopologyError, check_logical_names, check_vhost
 from .config import ConfigError, StackConfig, load_stack_config, password_command, password_problems
 from .config.capabilities import end_of_support, version_warnings
 from .config.crosschecks import LOCK_OUT
 from .config.fields import did_you_mean
 from .config.keys import NAMESPACE, PROVIDER_KEYS
-from .config.passwords import plain_password_problems
+from .config.passwords import moves_queues, plain_password_problems
 from .entries import VhostPlan
 from .guard import (
+    AMQP_PORT,
     DELETE_WITH_MESSAGES,
     check_guard_config,
+    parse_amqp_port,
     parse_delete_with_messages,
     queue_guard,
     unplanned_entries,
 )
 from .naming import vhost_key
 from .plan import plan_vhost
+from .resources import DEFAULT_AMQP_PORT, ShovelAccess
 
 
 def _all_keys() -> set[str]:
@@ -168,6 +173,20 @@ def register_guard(plans: list[tuple[str, VhostPlan]]) -> None:
                         "the entry once that is done")
 
 
+def declare_shovel_user(plans: list[tuple[str, VhostPlan]],
+                        passwords: Mapping[str, pulumi.Input[str]]) -> ShovelAccess | None:
+    """The stack's one shovel user (no tags), when a migration of any vhost moves a queue; each such vhost grants
+    it least-privilege permissions of its own. Its password is `passwords.rabbitmq-retry-shovel`; the AMQP port
+    its shovels connect to is `rabbitmq-retry:amqp_port` (default 5672). None when no migration needs it: then
+    the user leaves the plan, and `pulumi up` deletes it."""
+    if not any(plan.shovels for _, plan in plans):
+        return None
+    user = rabbitmq.User(naming.user_key(naming.SHOVEL_USER), name=naming.SHOVEL_USER,
+                         password=pulumi.Output.secret(passwords[naming.SHOVEL_USER]), tags=[])
+    port, _ = parse_amqp_port(_decode(runtime_config.get_config(f"{NAMESPACE}:{AMQP_PORT}")))
+    return ShovelAccess(user.name, passwords[naming.SHOVEL_USER], port or DEFAULT_AMQP_PORT)
+
+
 def application_passwords(config: StackConfig) -> dict[str, pulumi.Output[str]]:
     """Each application or operator user's password as a secret. In a preview a missing one is a random
     placeholder that nobody knows, with a warning: `pulumi up` refuses it (`read_stack_config`)."""
@@ -183,4 +202,12 @@ def application_passwords(config: StackConfig) -> dict[str, pulumi.Output[str]]:
                                 f"and `pulumi up` will refuse; set it with {password_command(user)}")
                 password = secrets.token_urlsafe(32)
             result[user] = pulumi.Output.secret(password)
+    if moves_queues(config):
+        password = passwords.get(naming.SHOVEL_USER)
+        if not isinstance(password, str) or not password:
+            pulumi.log.warn(f'no password for the shovel user "{naming.SHOVEL_USER}" of the migrations: this preview '
+                            f"uses a placeholder and `pulumi up` will refuse; set it with "
+                            f"{password_command(naming.SHOVEL_USER)}")
+            password = secrets.token_urlsafe(32)
+        result[naming.SHOVEL_USER] = pulumi.Output.secret(password)
     return result

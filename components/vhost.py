@@ -24,7 +24,7 @@ from .config import Vhost as VhostConfig
 from .delay_levels import DelayLevels
 from .entries import DelayLevelsPlan, RetryablePlan, VhostPlan
 from .plan import plan_vhost
-from .resources import BUILDERS, Scope, declare_children
+from .resources import BUILDERS, Scope, ShovelAccess, declare_children
 from .retryable_queue import RetryableQueue, RetryableQueueArgs
 
 TYPE_TOKEN = "rabbitmq-retry:index:Vhost"
@@ -44,6 +44,9 @@ class VhostArgs(TypedDict):
     """`retain_on_delete` on every error queue."""
     passwords: NotRequired[Mapping[str, pulumi.Input[str]]]
     """Password of each application user, by user name; pass secrets (`Config.require_secret`)."""
+    shovel_access: NotRequired[ShovelAccess]
+    """The stack's shovel user (`stack.declare_shovel_user`): required when a migration of the vhost moves a
+    queue; its shovels connect as that user."""
     config_path: NotRequired[str]
     """Where `vhost` stands in the caller's own config (e.g. `vhosts[2]`), for the key paths of checks
     and warnings; default `Vhost(<name>).vhost`."""
@@ -56,6 +59,7 @@ OPTIONS = (
     RETAIN_ERROR_QUEUES,
     Option("passwords", passwords),
     Option("config_path", non_empty_string),
+    Option("shovel_access", instance_of(ShovelAccess, "a ShovelAccess (stack.declare_shovel_user)")),
 )
 
 
@@ -79,11 +83,19 @@ class Vhost(pulumi.ComponentResource):
         if missing := [g.user for g in self.plan.permissions if g.user not in passwords]:
             raise ConfigError([(f"{where}.passwords", f"no password for {', '.join(missing)}; pass a secret "
                                 "per application user")])
+        shovel_access: ShovelAccess | None = checked.get("shovel_access")
+        if self.plan.shovels and shovel_access is None:
+            raise ConfigError([(f"{where}.shovel_access", f"missing; migration {self.plan.shovels[0].migration} "
+                                "moves a queue with shovels, which connect as the stack's shovel user: pass "
+                                "stack.declare_shovel_user(...)")])
         super().__init__(TYPE_TOKEN, name, None, opts)
         for warning in stale_policies(self.plan):
             pulumi.log.warn(warning, resource=self)
         scope = Scope(self, config.name, protect_queues=checked.get("protect_queues", False),
-                      retain_error_queues=checked.get("retain_error_queues", False), passwords=passwords)
+                      retain_error_queues=checked.get("retain_error_queues", False), passwords=passwords,
+                      shovel_access=shovel_access)
+        if shovel_access is not None and self.plan.shovels:
+            scope.names[("User", naming.SHOVEL_USER)] = pulumi.Output.from_input(shovel_access.user)
         retryables: dict[str, RetryableQueue] = {}
         delay_levels: list[DelayLevels] = []
 
@@ -108,6 +120,8 @@ class Vhost(pulumi.ComponentResource):
             component = RetryableQueue(logical_name, args, opts=scope.options())
             retryables[plan.config.name] = component
             scope.add("Queue", plan.config.name, component, component.queue_name)
+            # A migration's shovel moves its error queue's parked messages too.
+            scope.add("Queue", plan.error_queue, component, component.error_queue)
             for exchange in plan.exchanges:
                 scope.add("Exchange", exchange.name, component)
 

@@ -9,7 +9,7 @@ import pytest
 from components import ConfigError, RetryableQueue, Vhost, layout
 from components.config import load_vhost
 from components.plan import plan_vhost
-from components.resources import BUILDERS
+from components.resources import BUILDERS, ShovelAccess
 from tests.conftest import RETRYABLE, of_type, record_vhost, vhost_config
 from tools.lib.mockrun import Registered, record
 
@@ -160,9 +160,10 @@ EVERY_KIND = vhost_config(
             {"name": "audit", "max_length": 5,
              "bindings": [{"exchange": "events", "routing_key": "#"}, {"exchange": "amq.topic", "external": True}]},
             {"name": "payments", "bindings": [{"exchange": "events", "routing_key": "payment.#"}],
-             "retry": {"strategy": "levels", "max_retries": 3}}],
+             "retry": {"strategy": "levels", "max_retries": 3}}, {"name": "old-audit"}, {"name": "old-audit.q"}],
     applications=[{"user": "app", "consumes": ["orders", "payments"], "publishes": ["events"],
-                   "topic_permissions": [{"exchange": "events", "write": ".*"}]}])
+                   "topic_permissions": [{"exchange": "events", "write": ".*"}]}],
+    migrations=[{"name": "audit-renamed", "move": {"from": "old-audit", "to": "old-audit.q"}, "step": "move"}])
 
 
 def chain_and_name(resource: Registered) -> tuple[str, str, str]:
@@ -173,7 +174,8 @@ def chain_and_name(resource: Registered) -> tuple[str, str, str]:
 
 def test_the_components_register_exactly_the_layout():
     """What the URN clash check (`layout.logical_names`) sees is what the components register: no more, no less."""
-    resources = record(lambda: Vhost("every-kind", {"vhost": EVERY_KIND, "passwords": {"app": "pw"}}))
+    resources = record(lambda: Vhost("every-kind", {"vhost": EVERY_KIND, "passwords": {"app": "pw"},
+                                                    "shovel_access": ShovelAccess("rabbitmq-retry-shovel", "pw")}))
     expected = layout.logical_names("every-kind", plan_vhost(load_vhost(EVERY_KIND, "v")))
     assert sorted(chain_and_name(r) for r in resources if r.type != "pulumi:pulumi:Stack") == sorted(expected)
     # The config reaches every row of every table, so no row goes unchecked.
@@ -204,7 +206,8 @@ def test_an_unknown_key_is_an_error_not_ignored():
                                             "retain_error_queues, vhost)")]
     assert problems_of(lambda: Vhost("shop", {"vhost": vhost_config(), "protect": True})) == [
         ("Vhost(shop).protect",
-         "unknown key (allowed: config_path, passwords, plan, protect_queues, retain_error_queues, vhost)")]
+         "unknown key (allowed: config_path, passwords, plan, protect_queues, retain_error_queues, shovel_access, "
+         "vhost)")]
 
 
 def test_the_old_option_name_is_refused_with_the_new_one():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
+from ..naming import SHOVEL_USER
 from .fields import INVALID, Problems
 from .model import Exchange, Policy
 from .parsers import ApplicationEntry, Entry, OperatorEntry, QueueEntry, VhostEntry
@@ -147,6 +148,9 @@ def check_users(p: Problems, vhosts: Sequence[VhostEntry]) -> None:
             if entry.name == "guest":
                 p.add(where, f'"guest" is RabbitMQ\'s built-in administrator, often the user deploying this stack: '
                       f"{LOCK_OUT}")
+            if entry.name == SHOVEL_USER:
+                p.add(where, f'"{SHOVEL_USER}" is the user of the migrations\' shovels, which the stack creates '
+                      "itself; give this one another name")
             if entry.name in first:
                 kind = "operator" if ".operators[" in entry.path else "application"
                 p.add(where, f'user "{entry.name}" is also {first[entry.name]}; give each {kind} its own user')

@@ -19,7 +19,7 @@ the topology parser only accepts them."""
 BROKER_KEYS = ("version",)
 DEFAULTS_KEYS = ("queue_type", "policy_priority", "delivery_limit", "quorum_group_size")
 VHOST_KEYS = ("name", "existing", "exchanges", "queues", "policies", "operator_policies", "applications", "operators",
-              "limits", "default_queue_type", "delay_levels", "import")
+              "limits", "default_queue_type", "delay_levels", "import", "migrations")
 DELAY_LEVELS_KEYS = ("unit", "max_delay", "type")
 IMPORT_KINDS = ("queue", "exchange", "binding", "policy", "operator_policy")
 """What a `vhosts[].import` entry may adopt, written `<kind> <provider ID>`."""
@@ -51,6 +51,10 @@ RETIRED_POLICY_KEYS: Mapping[str, str] = {
     "queue-master-locator": "deprecated, and refused by RabbitMQ 4.3; use queue-leader-locator",
 }
 """Keys RabbitMQ 3.10 still takes in a user policy but 4.x refuses, with what to use instead."""
+MIGRATION_KEYS = ("name", "move", "drain_tiers", "drain_levels", "step")
+MOVE_KEYS = ("from", "to")
+DRAIN_TIERS_KEYS = ("queue", "delays")
+DRAIN_LEVELS_KEYS = ("max_delay",)
 APPLICATION_KEYS = ("user", "publishes", "consumes", "topic_permissions")
 TOPIC_PERMISSION_KEYS = ("exchange", "write", "read")
 OPERATOR_KEYS = ("user",)
@@ -76,6 +80,10 @@ KEY_TABLES: Mapping[str, tuple[str, ...]] = {
     "vhosts[].applications[].topic_permissions[]": TOPIC_PERMISSION_KEYS,
     "vhosts[].operators[]": OPERATOR_KEYS,
     "vhosts[].limits": LIMITS_KEYS,
+    "vhosts[].migrations[]": MIGRATION_KEYS,
+    "vhosts[].migrations[].move": MOVE_KEYS,
+    "vhosts[].migrations[].drain_tiers": DRAIN_TIERS_KEYS,
+    "vhosts[].migrations[].drain_levels": DRAIN_LEVELS_KEYS,
 }
 """Each table by the config path of the mapping it belongs to (`[]`: every item of a list). Operator
 policies take the keys of `vhosts[].policies[]`; their definition is limited to the keys above."""

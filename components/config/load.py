@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..naming import SHOVEL_USER
 from ..strategies.levels import LevelsRetry, check_backoff_fits
 from .capabilities import Version, parse_version, version_problems
 from .crosschecks import check_users, check_vhost, check_vhost_names
@@ -48,8 +49,12 @@ def check_password_users(p: Problems, raw: object, vhosts: list[VhostEntry]) -> 
     if any(e.name is None for e in entries) or any({"applications", "operators"} & v.unreadable for v in vhosts):
         return
     declared = sorted({str(e.name) for e in entries})
+    migrating = any(not isinstance(v.value, Vhost) or v.value.migrations for v in vhosts)
     for user in raw:
-        if user not in declared:
+        if user == SHOVEL_USER and not migrating:
+            p.add(key_path("passwords", user), "the shovel user's password, and no migration of this stack needs "
+                  "it any more; remove it")
+        elif user not in declared and user != SHOVEL_USER:
             p.add(key_path("passwords", user), f'no application or operator declares user "{user}";'
                   f"{did_you_mean(user, declared) or ''} file the password under the user that needs it, or remove it"
                   + (f" (users: {', '.join(declared)})" if declared else " (this stack declares no user)"))

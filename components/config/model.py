@@ -159,6 +159,41 @@ class Limits:
     max_queues: int | None = None
 
 
+MIGRATION_KINDS = ("move", "drain_tiers", "drain_levels")
+"""What a `migrations[]` entry does: move a queue's messages to a successor queue, or drain the wait tiers a
+queue's `retry.delays` dropped, or the delay levels a lower `delay_levels.max_delay` dropped."""
+MIGRATION_STEPS: Mapping[str, tuple[str, ...]] = {"move": ("move", "retire"), "drain_tiers": ("drain", "retire"),
+                                                  "drain_levels": ("drain", "retire")}
+"""The steps of each kind, in order; each is one commit whose `pulumi up` applies it."""
+RETIRE = "retire"
+
+
+@dataclass(frozen=True)
+class Migration:
+    """A `migrations[]` entry of a vhost: a change that would lose messages, declared so that the plan keeps the
+    old objects beside their successor until they are empty (docs/config.md: Migrations)."""
+
+    name: str
+    kind: str
+    """One of MIGRATION_KINDS."""
+    step: str
+    """One of MIGRATION_STEPS[kind]."""
+    index: int
+    """Where it stands in the vhost's `migrations[]` (for key paths)."""
+    source: str = ""
+    """`move.from`, or `drain_tiers.queue`."""
+    target: str = ""
+    """`move.to`."""
+    delays_ms: tuple[int, ...] = ()
+    """`drain_tiers.delays`: the queue's delays before the change."""
+    max_delay_ms: int = 0
+    """`drain_levels.max_delay`: the vhost's `delay_levels.max_delay` before the change."""
+
+    @property
+    def retiring(self) -> bool:
+        return self.step == RETIRE
+
+
 @dataclass(frozen=True)
 class Vhost:
     name: str
@@ -182,6 +217,8 @@ class Vhost:
     """Objects already on the broker that Pulumi adopts (`import_`), each `<kind> <provider ID>`."""
     delay_levels: DelayLevels | None = None
     """The shared delay levels, when a queue of the vhost has `retry.strategy: levels`."""
+    migrations: tuple[Migration, ...] = ()
+    """Migrations under way (`migrations[]`), in config order."""
 
     def user_paths(self) -> tuple[tuple[str, str], ...]:
         """(user, key path within the vhost) of each user the vhost creates: applications, then operators."""

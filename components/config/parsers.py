@@ -52,6 +52,7 @@ from .keys import (
     TOPIC_PERMISSION_KEYS,
     VHOST_KEYS,
 )
+from .migrations import parse_migrations
 from .model import (
     APPLY_TO,
     EXCHANGE_TYPES,
@@ -619,6 +620,7 @@ def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defau
                                   lambda v: choice(p, f"{path}.default_queue_type", v, QUEUE_TYPES), None)
     imports = optional(data, "import", lambda v: parse_import(p, f"{path}.import", v, name, existing), ())
     delay_levels = vhost_delay_levels(p, path, data, queues, defaults)
+    migrations = parse_migrations(p, path, data.get("migrations", ()), queues, delay_levels)
     check_created_only_options(p, path, data, existing)
 
     unreadable = frozenset(key for key in ("exchanges", "queues", "policies", "operator_policies", "applications",
@@ -634,7 +636,7 @@ def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defau
     policy_values, operator_policy_values = valid_values(policies), valid_values(operator_policies)
     application_values, operator_values = valid_values(applications), valid_values(operators)
     if (name is INVALID or existing is INVALID or limits is INVALID or default_queue_type is INVALID
-            or imports is INVALID or delay_levels is INVALID or exchange_values is INVALID
+            or imports is INVALID or delay_levels is INVALID or migrations is INVALID or exchange_values is INVALID
             or queue_values is INVALID or policy_values is INVALID or operator_policy_values is INVALID
             or application_values is INVALID or operator_values is INVALID):
         return entry(None if name is INVALID else name, written_name(data.get("name")), INVALID)
@@ -642,7 +644,8 @@ def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defau
                   policies=policy_values, operator_policies=operator_policy_values,
                   applications=application_values, application_indexes=tuple(a.index for a in applications),
                   operators=operator_values, operator_indexes=tuple(o.index for o in operators),
-                  limits=limits, default_queue_type=default_queue_type, imports=imports, delay_levels=delay_levels)
+                  limits=limits, default_queue_type=default_queue_type, imports=imports, delay_levels=delay_levels,
+                  migrations=migrations)
     return entry(name, name, vhost)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 
+from ..naming import SHOVEL_USER
 from .fields import describe
 from .keys import NAMESPACE
 from .model import StackConfig
@@ -57,7 +58,28 @@ def password_problems(config: StackConfig, passwords: object) -> list[tuple[str,
                                  f"not a string: {fix}"))
             elif not passwords[user]:
                 problems.append((where, f'the password for "{user}" is empty: {fix}'))
-    return problems
+    return problems + _shovel_password_problems(config, passwords)
+
+
+def moves_queues(config: StackConfig) -> bool:
+    """A migration of the stack moves a queue with shovels (a move in step move): the shovel user is needed."""
+    return any(m.kind == "move" and not m.retiring for vhost in config.vhosts for m in vhost.migrations)
+
+
+def _shovel_password_problems(config: StackConfig, passwords: Mapping[object, object]) -> list[tuple[str, str]]:
+    """The shovel user's password, like an application's, once a migration moves a queue."""
+    where = next((f"vhosts[{i}].migrations[{m.index}]" for i, vhost in enumerate(config.vhosts)
+                  for m in vhost.migrations if m.kind == "move" and not m.retiring), None)
+    if where is None:
+        return []
+    user, fix = SHOVEL_USER, password_command(SHOVEL_USER)
+    if user not in passwords:
+        return [(where, f'no password for the shovel user "{user}", which this migration\'s shovels connect as: {fix}')]
+    if not isinstance(passwords[user], str):
+        return [(where, f'the password for "{user}" is {describe(passwords[user])}, not a string: {fix}')]
+    if not passwords[user]:
+        return [(where, f'the password for "{user}" is empty: {fix}')]
+    return []
 
 
 def key_path(path: str, key: object) -> str:
