@@ -1,0 +1,410 @@
+"""Migrations end to end on real brokers (3.10.8 and 4.3.6): issue 23's "How it is shown".
+
+For each change kind a migration carries (classic → quorum, quorum → classic, a rename, a removed delay tier,
+a lowered `delay_levels.max_delay`, and the strategy switches tiers ↔ levels, tiers ↔ native on 4.3) the test:
+- deploys the "before" stack, then fills it while nothing consumes: messages in the input queue, a copy waiting in
+  every wait tier or delay level (or, native, delayed inside the queue), and parked messages in the error queue;
+- runs a producer publishing with confirms and a consumer following the contract (`rabbitmq_retry_client`)
+  through every step, the consumer failing some first attempts so that retries keep flowing;
+- applies each step the way `pulumi up` would (recorded under mocks, applied through tests/support/mirror.py
+  with the engine's part, each deleted queue's before-delete hook, done here): before → move/drain → wait until
+  the old objects are empty (depth by passive declare, as `make migrate-status` reads it) → retire → the
+  migration entry removed;
+- asserts at the end: nothing lost (every confirmed publish and every prefilled message handled, every parked one
+  in the successor's error queue), duplicates counted and bounded by what the switched consumer held, nothing
+  delivered before its delay, the old objects (queues, shovels, the shovel user) gone, and no drift between the
+  broker and the final recording (tools/lib/drift.py).
+
+Isolation on shared brokers: each test works in its own vhost `mvi-<random>`, and its stack's shovel user is
+named `mvi-shovel-<random>` instead of the product's fixed name (`components.naming.SHOVEL_USER`, patched for the
+test), so that concurrent runs on one broker never share a broker-wide user.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pika
+import pulumi
+import pytest
+
+from components import Vhost, naming
+from components.config import load_stack_config
+from components.guard import check_queue_delete
+from components.stack import declare_shovel_user, plan_stack
+from rabbitmq_retry_client import RetryingConsumer
+from rabbitmq_retry_client.depth import BrokerAccess, DepthReader
+from rabbitmq_retry_client.levels import delay_exchange, delay_routing_key
+from rabbitmq_retry_client.strategies import behaviour_of
+from tests.support.admin import version, wait_for
+from tests.support.amqp import channel, drain, parameters
+from tests.support.deploy import _integers
+from tests.support.mirror import Broker, apply, apply_update, call, esc, get
+from tests.support.retrying import Recorder, publish_ids
+from tools.lib import engine
+from tools.lib.definitions import Endpoint, read_live
+from tools.lib.drift import findings
+from tools.lib.mockrun import Registered, record
+
+EARLY_MS = 5
+"""Clock tolerance for "never early": the times are taken by the test and the handler, not by the broker."""
+DRAIN_S = 60.0
+"""Bound for the old objects to empty (the longest wait here is 3 s): a timeout, not a figure."""
+PREFETCH = 10
+SHOVEL_PASSWORD = "mvi shovel/pw"
+"""With characters a URI must escape: the shovel URIs are built by the product (components/naming.shovel_uri)."""
+
+
+# ---------------------------------------------------------------- the stack, recorded and applied
+
+
+@dataclass
+class Stack:
+    """One step's recording: what `pulumi up` would apply, and the retry contracts it exports."""
+
+    config: dict[str, Any]
+    resources: list[Registered]
+    contracts: dict[str, dict[str, Any]]
+
+
+def record_stack(broker: Broker, vhost: str, vhost_config: dict[str, Any]) -> Stack:
+    """The program's registrations for a one-vhost stack (as __main__.py makes them: plan, guard, the stack's shovel
+    user, the Vhost component), with the broker's AMQP port as `rabbitmq-retry:amqp_port`."""
+    config = {"name": vhost, **vhost_config}
+    stack = load_stack_config({"vhosts": [config]})
+    contracts: dict[str, Any] = {}
+
+    def program() -> None:
+        plans = plan_stack(stack)
+        access = declare_shovel_user(plans, {naming.SHOVEL_USER: pulumi.Output.secret(SHOVEL_PASSWORD)})
+        for name, plan in plans:
+            component = Vhost(name, {"plan": plan, "passwords": {},
+                                     **({"shovel_access": access} if access is not None and plan.shovels else {})})
+            component.retry_contracts.apply(contracts.update)
+
+    resources = record(program, {"rabbitmq-retry:amqp_port": str(broker.amqp_port)}, reveal_secrets=True)
+    return Stack(config, resources, _integers(contracts))
+
+
+def queues_of(stack: Stack) -> set[str]:
+    return {r.inputs["name"] for r in stack.resources if r.type == engine.QUEUE}
+
+
+class Guard:
+    """The engine's part: before deleting a queue, run its before-delete hook (components/guard.py) as the engine
+    would, reading the broker as the hook does."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.reader = DepthReader(BrokerAccess(broker.management_url, broker.username, broker.password))
+        self.checked: list[str] = []
+
+    def __call__(self, record_: Registered) -> None:
+        assert record_.hooks.get("before_delete"), f"{record_.name} is deleted without the queue guard"
+        self.checked.append(record_.inputs["name"])
+        check_queue_delete(record_.inputs["vhost"], record_.inputs["name"], self.reader.read, frozenset(),
+                           warn=lambda _: None)
+
+
+def old_objects_empty(broker: Broker, vhost: str, queues: set[str]) -> bool:
+    """Every queue in `queues` holds nothing: ready (passive declare), unacknowledged, pending dead letters."""
+    reader = DepthReader(BrokerAccess(broker.management_url, broker.username, broker.password))
+    for queue in sorted(queues):
+        depth = reader.read(vhost, queue)
+        if depth is not None and depth.messages:
+            return False
+    return True
+
+
+# ---------------------------------------------------------------- traffic
+
+
+class Producer(threading.Thread):
+    """Publishes `p-<n>` to the application exchange with confirms, a few at a time, until stopped; `confirmed` is
+    every id the broker confirmed."""
+
+    def __init__(self, broker: Broker, vhost: str, exchange: str) -> None:
+        super().__init__(daemon=True)
+        self.broker, self.vhost, self.exchange = broker, vhost, exchange
+        self.confirmed: list[str] = []
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        n = 0
+        try:
+            while not self.stopping.is_set():
+                batch = [f"p-{n + i}" for i in range(5)]
+                publish_ids(self.broker, self.vhost, self.exchange, batch)
+                self.confirmed += batch
+                n += len(batch)
+                self.stopping.wait(0.2)
+        except BaseException as error:  # reported by stop()
+            self.error = error
+
+    def stop(self) -> list[str]:
+        self.stopping.set()
+        self.join(60)
+        if self.error is not None:
+            raise self.error
+        return self.confirmed
+
+
+class Consuming:
+    """A RetryingConsumer of one contract in a thread, sharing one Recorder across switches."""
+
+    def __init__(self, broker: Broker, vhost: str, contract: dict[str, Any], recorder: Recorder) -> None:
+        self.consumer = RetryingConsumer(parameters(broker, vhost), contract, recorder, prefetch=PREFETCH)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.consumer.run()
+        except BaseException as error:  # reported by stop()
+            self.error = error
+        finally:
+            self.consumer.close()
+
+    def stop(self) -> None:
+        self.consumer.stop()
+        self.thread.join(60)
+        if self.error is not None:
+            raise self.error
+
+
+def fails_first(message_id: str) -> int:
+    """Every fourth producer message fails its first attempt: retries keep flowing through every step."""
+    return 1 if message_id.startswith("p-") and int(message_id[2:]) % 4 == 0 else 0
+
+
+@dataclass
+class Waiting:
+    """Prefilled messages: id → (monotonic time from which it waits, its wait in ms)."""
+
+    delayed: dict[str, tuple[float, int]] = field(default_factory=dict)
+
+
+def fill_tiers(broker: Broker, vhost: str, contract: dict[str, Any], prefix: str, waiting: Waiting) -> None:
+    """A copy in every wait tier, routed and headed as the consumer retries attempt n."""
+    behaviour = behaviour_of(contract)
+    with channel(broker, vhost) as opened:
+        for attempt in range(1, len(contract["tiers"]) + 1):
+            exchange, key, wait_ms = behaviour.retry_route(contract, attempt)
+            message_id = f"{prefix}-tier-{attempt}"
+            waiting.delayed[message_id] = (time.monotonic(), wait_ms)
+            opened.basic_publish(exchange, key, message_id.encode(), pika.BasicProperties(
+                delivery_mode=2, message_id=message_id, headers={contract["attempt_header"]: attempt}),
+                mandatory=True)
+
+
+def fill_levels(broker: Broker, vhost: str, contract: dict[str, Any], prefix: str, waiting: Waiting) -> None:
+    """A copy in every delay level: delays of 1, 2, 4, … units, and the longest the levels hold."""
+    unit, levels = contract["delay_unit_ms"], contract["delay_levels"]
+    delays = sorted({unit * 2 ** k for k in range(levels)} | {unit * (2 ** levels - 1)})
+    with channel(broker, vhost) as opened:
+        for delay in delays:
+            message_id = f"{prefix}-level-{delay}"
+            waiting.delayed[message_id] = (time.monotonic(), delay)
+            opened.basic_publish(delay_exchange(contract, delay), delay_routing_key(contract, delay),
+                                 message_id.encode(), pika.BasicProperties(
+                                     delivery_mode=2, message_id=message_id, headers={contract["attempt_header"]: 1}),
+                                 mandatory=True)
+
+
+def fill_native(broker: Broker, vhost: str, contract: dict[str, Any], prefix: str, waiting: Waiting) -> None:
+    """Messages delayed inside the quorum queue: delivered once and rejected with requeue, as a native consumer
+    fails them; the broker holds each for min_delay before it is delivered again."""
+    ids = [f"{prefix}-native-{i}" for i in range(3)]
+    publish_ids(broker, vhost, "", ids, routing_key=contract["queue"])
+    with channel(broker, vhost, confirms=False) as opened:
+        for _ in ids:
+            method, properties, _ = opened.basic_get(contract["queue"])
+            assert method is not None
+            waiting.delayed[str(properties.message_id)] = (time.monotonic(), contract["min_delay_ms"])
+            opened.basic_reject(method.delivery_tag, requeue=True)
+
+
+FILLS: dict[str, Callable[[Broker, str, dict[str, Any], str, Waiting], None]] = {
+    "tiers": fill_tiers, "levels": fill_levels, "native": fill_native}
+
+
+def fill_error_queue(broker: Broker, vhost: str, queue: str, prefix: str) -> list[str]:
+    ids = [f"{prefix}-parked-{i}" for i in range(3)]
+    publish_ids(broker, vhost, "", ids, routing_key=queue)
+    return ids
+
+
+# ---------------------------------------------------------------- the scenarios
+
+
+def tiers(name: str, queue_type: str, delays: tuple[str, ...] = ("1s", "2s"), **extra: Any) -> dict[str, Any]:
+    return {"name": name, "type": queue_type, "retry": {"delays": list(delays), "max_retries": 3}, **extra}
+
+
+def levels(name: str, queue_type: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "type": queue_type, "retry": {
+        "strategy": "levels", "max_retries": 3,
+        "backoff": {"initial": "1s", "multiplier": 2, "max": "2s", "jitter": 0}}, **extra}
+
+
+def native(name: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "type": "quorum", "retry": {"strategy": "native", "min_delay": "1s", "max_delay": "2s",
+                                                      "max_retries": 3}, **extra}
+
+
+BINDINGS = [{"exchange": "in"}]
+LEVELS = {"unit": "500ms", "max_delay": "3s"}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A migration: the queue configs before and after, and whether the vhost has delay levels."""
+
+    old: dict[str, Any]
+    new: dict[str, Any] | None
+    """The successor (a move), or None for a drain."""
+    delay_levels: dict[str, Any] | None = None
+    needs_native: bool = False
+
+    def vhost(self, queues: list[dict[str, Any]], migrations: list[dict[str, Any]] | None = None,
+              delay_levels: dict[str, Any] | None = None) -> dict[str, Any]:
+        config: dict[str, Any] = {"exchanges": [{"name": "in", "type": "fanout"}], "queues": queues}
+        if any(q["retry"].get("strategy") == "levels" for q in queues):  # delay_levels only beside a levels queue
+            config["delay_levels"] = delay_levels or self.delay_levels or LEVELS
+        if migrations:
+            config["migrations"] = migrations
+        return config
+
+
+def move(old: dict[str, Any], new: dict[str, Any], **extra: Any) -> Scenario:
+    return Scenario(old, new, **extra)
+
+
+SCENARIOS = {
+    "classic-to-quorum": move(tiers("orders", "classic"), tiers("orders.q", "quorum")),
+    "quorum-to-classic": move(tiers("orders", "quorum"), tiers("orders.c", "classic")),
+    "rename": move(tiers("orders", "classic"), tiers("orders.v2", "classic")),
+    "tiers-to-levels": move(tiers("orders", "quorum"), levels("orders.l", "quorum")),
+    "levels-to-tiers": move(levels("orders", "classic"), tiers("orders.t", "classic")),
+    "tiers-to-native": move(tiers("orders", "quorum"), native("orders.n"), needs_native=True),
+    "native-to-tiers": move(native("orders"), tiers("orders.t", "quorum"), needs_native=True),
+}
+
+
+@pytest.fixture
+def vhost(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """`mvi-<random>`, deleted afterwards with what it holds; the stack's shovel user renamed for the test (and
+    deleted afterwards, should a failed test leave it)."""
+    suffix = uuid.uuid4().hex[:10]
+    name, user = f"mvi-{suffix}", f"mvi-shovel-{suffix}"
+    monkeypatch.setattr(naming, "SHOVEL_USER", user)
+    try:
+        yield name
+    finally:
+        call(broker, "DELETE", f"vhosts/{esc(name)}")
+        call(broker, "DELETE", f"users/{esc(user)}")
+
+
+@dataclass
+class Run:
+    """What a scenario did, for the assertions."""
+
+    recorder: Recorder
+    expected: set[str]
+    parked: list[str]
+    parked_found: set[str]
+    waiting: Waiting
+    stacks: list[Stack]
+    gone: set[str]
+    retire_steps: list[engine.Step]
+    switches: int
+
+
+def run_move(broker: Broker, vhost: str, scenario: Scenario) -> Run:
+    assert scenario.new is not None
+    old, new = scenario.old, scenario.new
+    entry = {"name": "orders-moves", "move": {"from": old["name"], "to": new["name"]}}
+    before = record_stack(broker, vhost, scenario.vhost([{**old, "bindings": BINDINGS}]))
+    moving = record_stack(broker, vhost, scenario.vhost(
+        [old, {**new, "bindings": BINDINGS}], [{**entry, "step": "move"}]))
+    retiring = record_stack(broker, vhost, scenario.vhost([{**new, "bindings": BINDINGS}],
+                                                          [{**entry, "step": "retire"}]))
+    final = record_stack(broker, vhost, scenario.vhost([{**new, "bindings": BINDINGS}]))
+    apply(broker, before.resources)
+
+    # The migration starts with messages waiting everywhere the old queue keeps them, and nobody consuming.
+    old_contract = before.contracts[old["name"]]
+    inputs = [f"input-{i}" for i in range(5)]
+    publish_ids(broker, vhost, "in", inputs)
+    waiting = Waiting()
+    FILLS[old_contract.get("strategy", "tiers")](broker, vhost, old_contract, "old", waiting)
+    parked = fill_error_queue(broker, vhost, naming.error_queue(old["name"]), "old")
+
+    recorder = Recorder(fails_first)
+    producer = Producer(broker, vhost, "in")
+    producer.start()
+    consuming = Consuming(broker, vhost, old_contract, recorder)
+    time.sleep(0.5)
+
+    guard = Guard(broker)
+    apply_update(broker, before.resources, moving.resources, guard)
+    assert guard.checked == [], f"step move deleted {guard.checked}"
+    # The consumer restarts with the new contract: it consumes the successor; the shovel drains the old queue.
+    consuming.stop()
+    consuming = Consuming(broker, vhost, moving.contracts[new["name"]], recorder)
+    gone = queues_of(before) - queues_of(retiring)
+    wait_for(lambda: old_objects_empty(broker, vhost, gone), DRAIN_S, f"the old objects {sorted(gone)} to empty")
+    retire_steps = apply_update(broker, moving.resources, retiring.resources, guard)
+    assert sorted(guard.checked) == sorted(gone)
+    apply_update(broker, retiring.resources, final.resources, guard)
+
+    confirmed = producer.stop()
+    expected = set(inputs) | set(waiting.delayed) | set(confirmed)
+    wait_for(lambda: expected <= set(recorder.succeeded), DRAIN_S, "every message handled")
+    consuming.stop()
+    parked_found = {str(p.message_id) for p, _ in drain(broker, vhost, naming.error_queue(new["name"]))}
+    return Run(recorder, expected, parked, parked_found, waiting, [before, moving, retiring, final], gone,
+               retire_steps, switches=1)
+
+
+def assert_lossless(broker: Broker, vhost: str, run: Run) -> None:
+    recorder = run.recorder
+    lost = run.expected - set(recorder.succeeded)
+    assert not lost, f"lost: {sorted(lost)}"
+    assert set(run.parked) <= run.parked_found, f"parked messages lost: {sorted(set(run.parked) - run.parked_found)}"
+    handled: dict[str, int] = {}
+    for message_id in recorder.succeeded:
+        handled[message_id] = handled.get(message_id, 0) + 1
+    duplicates = {m: n - 1 for m, n in handled.items() if n > 1}
+    # A consumer switch returns what it held unacked; at most a prefetch's worth is handled again.
+    assert sum(duplicates.values()) <= PREFETCH * run.switches, f"duplicates: {duplicates}"
+    print(f"\n{broker.name}: {len(run.expected)} messages, 0 lost, {sum(duplicates.values())} duplicates")
+    for message_id, (since, wait_ms) in run.waiting.delayed.items():
+        first = recorder.deliveries[message_id][0].monotonic
+        assert (first - since) * 1000 >= wait_ms - EARLY_MS, (
+            f"{message_id} delivered {(first - since) * 1000:.0f} ms after it started waiting {wait_ms} ms")
+    for message_id in run.expected:
+        if fails_first(message_id):
+            gaps = recorder.gaps_ms(message_id)
+            assert gaps and gaps[0] >= 1000 - EARLY_MS, f"{message_id} retried after {gaps} ms, before 1 s"
+    for queue in run.gone:
+        assert get(broker, f"queues/{esc(vhost)}/{esc(queue)}") is None, f"{queue} is still on the broker"
+    assert (get(broker, f"parameters/shovel/{esc(vhost)}") or []) == []
+    assert get(broker, f"users/{esc(naming.SHOVEL_USER)}") is None
+    endpoint = Endpoint(broker.management_url, broker.username, broker.password)
+    assert findings(run.stacks[-1].resources, {vhost: read_live(endpoint, vhost)}, broker.username) == []
+
+
+@pytest.mark.parametrize("kind", sorted(SCENARIOS))
+def test_a_move_loses_nothing_delivers_nothing_early_and_leaves_no_old_object(broker: Broker, vhost: str, kind: str):
+    scenario = SCENARIOS[kind]
+    if scenario.needs_native and version(broker) < (4, 3, 1):
+        pytest.skip(f"strategy native needs RabbitMQ 4.3.1's delayed retry; {broker.name} predates it")
+    run = run_move(broker, vhost, scenario)
+    assert_lossless(broker, vhost, run)
