@@ -35,7 +35,7 @@ import pytest
 
 from components import Vhost, naming
 from components.config import load_stack_config
-from components.guard import check_queue_delete
+from components.guard import GuardError, check_queue_delete
 from components.stack import declare_shovel_user, plan_stack
 from rabbitmq_retry_client import RetryingConsumer
 from rabbitmq_retry_client.depth import BrokerAccess, DepthReader
@@ -347,27 +347,54 @@ class Run:
     in_flight: int
     """The bound on duplicates: what the switched consumer held (its prefetch) and what was published while the
     apply of step move had both queues bound."""
+    first_delay_ms: int
+    """The shortest first retry of the contracts in force: no retry may come sooner after a failure."""
 
 
-def run_move(broker: Broker, vhost: str, scenario: Scenario) -> Run:
+@dataclass(frozen=True)
+class Steps:
+    """The vhost config of each commit of a migration: before it, its first step (move or drain), retire, and the
+    entry removed; the queue consumers follow before and after."""
+
+    before: dict[str, Any]
+    step: dict[str, Any]
+    retire: dict[str, Any]
+    final: dict[str, Any]
+    old: str
+    new: str
+
+
+def move_steps(scenario: Scenario) -> Steps:
     assert scenario.new is not None
     old, new = scenario.old, scenario.new
     entry = {"name": "orders-moves", "move": {"from": old["name"], "to": new["name"]}}
-    before = record_stack(broker, vhost, scenario.vhost([{**old, "bindings": BINDINGS}]))
-    moving = record_stack(broker, vhost, scenario.vhost(
-        [old, {**new, "bindings": BINDINGS}], [{**entry, "step": "move"}]))
-    retiring = record_stack(broker, vhost, scenario.vhost([{**new, "bindings": BINDINGS}],
-                                                          [{**entry, "step": "retire"}]))
-    final = record_stack(broker, vhost, scenario.vhost([{**new, "bindings": BINDINGS}]))
+    successor = {**new, "bindings": BINDINGS}
+    return Steps(scenario.vhost([{**old, "bindings": BINDINGS}]),
+                 scenario.vhost([old, successor], [{**entry, "step": "move"}]),
+                 scenario.vhost([successor], [{**entry, "step": "retire"}]),
+                 scenario.vhost([successor]), old["name"], new["name"])
+
+
+def first_retry_ms(contract: dict[str, Any]) -> int:
+    """How long the first retry of `contract` waits (tier 1, the levels' initial back-off, native's min_delay)."""
+    if contract.get("strategy") == "native":
+        return int(contract["min_delay_ms"])
+    return behaviour_of(contract).retry_route(contract, 1)[2]
+
+
+def run_steps(broker: Broker, vhost: str, steps: Steps) -> Run:
+    """Deploy `before`, fill it, and carry the migration through with traffic (see the module docstring)."""
+    before, stepped, retiring, final = (record_stack(broker, vhost, c)
+                                        for c in (steps.before, steps.step, steps.retire, steps.final))
     apply(broker, before.resources)
 
     # The migration starts with messages waiting everywhere the old queue keeps them, and nobody consuming.
-    old_contract = before.contracts[old["name"]]
+    old_contract = before.contracts[steps.old]
     inputs = [f"input-{i}" for i in range(5)]
     publish_ids(broker, vhost, "in", inputs)
     waiting = Waiting()
     FILLS[old_contract.get("strategy", "tiers")](broker, vhost, old_contract, "old", waiting)
-    parked = fill_error_queue(broker, vhost, naming.error_queue(old["name"]), "old")
+    parked = fill_error_queue(broker, vhost, naming.error_queue(steps.old), "old")
 
     recorder = Recorder(fails_first)
     producer = Producer(broker, vhost, "in")
@@ -377,19 +404,21 @@ def run_move(broker: Broker, vhost: str, scenario: Scenario) -> Run:
 
     guard = Guard(broker)
     published_before = len(producer.confirmed)
-    apply_update(broker, before.resources, moving.resources, guard)
+    apply_update(broker, before.resources, stepped.resources, guard)
     # Step move creates the successor's bindings before it deletes the old queue's: what is published meanwhile
     # reaches both queues, and the shovel brings the old copy on (a duplicate, never a loss).
     in_flight = len(producer.confirmed) - published_before + 5
-    assert guard.checked == [], f"step move deleted {guard.checked}"
-    # The consumer restarts with the new contract: it consumes the successor; the shovel drains the old queue.
+    assert guard.checked == [], f"the first step deleted {guard.checked}"
+    # The consumer restarts with the new contract: the successor (a move; the shovel drains the old queue), or the
+    # same queue with fewer tiers or levels (a drain; what waits in the others returns on time).
     consuming.stop()
-    consuming = Consuming(broker, vhost, moving.contracts[new["name"]], recorder)
+    new_contract = stepped.contracts[steps.new]
+    consuming = Consuming(broker, vhost, new_contract, recorder)
     gone = queues_of(before) - queues_of(retiring)
     native_source = old_contract.get("strategy") == "native"
     drained(broker, vhost, gone, STATS_INTERVAL_S + old_contract.get("max_delay_ms", 0) / 1000 if native_source
             else 1.0)
-    retire_steps = apply_update(broker, moving.resources, retiring.resources, guard)
+    retire_steps = apply_update(broker, stepped.resources, retiring.resources, guard)
     assert sorted(guard.checked) == sorted(gone)
     apply_update(broker, retiring.resources, final.resources, guard)
 
@@ -397,13 +426,10 @@ def run_move(broker: Broker, vhost: str, scenario: Scenario) -> Run:
     expected = set(inputs) | set(waiting.delayed) | set(confirmed)
     wait_for(lambda: expected <= set(recorder.succeeded), DRAIN_S, "every message handled")
     consuming.stop()
-    parked_found = {str(p.message_id) for p, _ in drain(broker, vhost, naming.error_queue(new["name"]))}
-    return Run(recorder, expected, parked, parked_found, waiting, [before, moving, retiring, final], gone,
-               retire_steps, in_flight=PREFETCH + in_flight)
-
-
-FIRST_DELAY_MS = 1000
-"""The first retry's wait in every scenario: tier 1, the levels' initial back-off, native's min_delay."""
+    parked_found = {str(p.message_id) for p, _ in drain(broker, vhost, naming.error_queue(steps.new))}
+    return Run(recorder, expected, parked, parked_found, waiting, [before, stepped, retiring, final], gone,
+               retire_steps, in_flight=PREFETCH + in_flight,
+               first_delay_ms=min(first_retry_ms(old_contract), first_retry_ms(new_contract)))
 
 
 def is_retry(delivery: Delivery) -> bool:
@@ -434,7 +460,7 @@ def assert_lossless(broker: Broker, vhost: str, run: Run) -> None:
         failed = [d.monotonic for d in deliveries if not is_retry(d)]
         for retry in (d for d in deliveries if is_retry(d)):
             # A retry copy (or a native redelivery) waited at least the first delay since some failed delivery.
-            assert any((retry.monotonic - f) * 1000 >= FIRST_DELAY_MS - EARLY_MS for f in failed), (
+            assert any((retry.monotonic - f) * 1000 >= run.first_delay_ms - EARLY_MS for f in failed), (
                 f"{message_id} retried {[(retry.monotonic - f) * 1000 for f in failed]} ms after its failures")
     for queue in run.gone:
         assert get(broker, f"queues/{esc(vhost)}/{esc(queue)}") is None, f"{queue} is still on the broker"
@@ -449,5 +475,63 @@ def test_a_move_loses_nothing_delivers_nothing_early_and_leaves_no_old_object(br
     scenario = SCENARIOS[kind]
     if scenario.needs_native and version(broker) < (4, 3, 1):
         pytest.skip(f"strategy native needs RabbitMQ 4.3.1's delayed retry; {broker.name} predates it")
-    run = run_move(broker, vhost, scenario)
+    assert_lossless(broker, vhost, run_steps(broker, vhost, move_steps(scenario)))
+
+
+def drain_tiers_steps(queue_type: str) -> Steps:
+    """`orders` loses its 2 s and 3 s tiers: step drain keeps them out of the contract until they are empty."""
+    scenario = Scenario(tiers("orders", queue_type), None)
+    full = {**tiers("orders", queue_type, ("1s", "2s", "3s")), "bindings": BINDINGS}
+    short = {**tiers("orders", queue_type, ("1s",)), "bindings": BINDINGS}
+    entry = {"name": "orders-drop-tiers", "drain_tiers": {"queue": "orders", "delays": ["1s", "2s", "3s"]}}
+    return Steps(scenario.vhost([full]), scenario.vhost([short], [{**entry, "step": "drain"}]),
+                 scenario.vhost([short], [{**entry, "step": "retire"}]), scenario.vhost([short]), "orders", "orders")
+
+
+def drain_levels_steps(queue_type: str) -> Steps:
+    """`delay_levels.max_delay` lowered from 3 s to 1 s (3 levels of 500 ms units to 2): step drain keeps the top
+    level out of the contract until it is empty."""
+    backoff = {"initial": "500ms", "multiplier": 2, "max": "1s", "jitter": 0}
+    queue = {**levels("orders", queue_type), "bindings": BINDINGS}
+    queue["retry"] = {**queue["retry"], "backoff": backoff}
+    scenario = Scenario(queue, None)
+    high, low = {**LEVELS, "type": queue_type}, {**LEVELS, "max_delay": "1s", "type": queue_type}
+    entry = {"name": "levels-down", "drain_levels": {"max_delay": "3s"}}
+    return Steps(scenario.vhost([queue], delay_levels=high),
+                 scenario.vhost([queue], [{**entry, "step": "drain"}], delay_levels=low),
+                 scenario.vhost([queue], [{**entry, "step": "retire"}], delay_levels=low),
+                 scenario.vhost([queue], delay_levels=low), "orders", "orders")
+
+
+@pytest.mark.parametrize("kind", ["drain_tiers", "drain_levels"])
+def test_a_drain_loses_nothing_delivers_nothing_early_and_leaves_no_old_object(broker: Broker, vhost: str, kind: str):
+    steps = drain_tiers_steps("classic") if kind == "drain_tiers" else drain_levels_steps("quorum")
+    run = run_steps(broker, vhost, steps)
+    assert run.gone, "the drain retired nothing"
     assert_lossless(broker, vhost, run)
+
+
+def test_retire_while_the_old_queue_holds_messages_is_refused_by_the_guard_and_loses_nothing(
+        broker: Broker, vhost: str):
+    """Step retire applied before the shovel could move anything (its user may not read the old queue): the guard
+    refuses to delete the old queue, the update stops there, and the messages are still in it; once the shovel
+    moves them, retire goes through and they are all in the successor."""
+    steps = move_steps(SCENARIOS["rename"])
+    before, moving, retiring = (record_stack(broker, vhost, c) for c in (steps.before, steps.step, steps.retire))
+    apply(broker, before.resources)
+    ids = [f"held-{i}" for i in range(4)]
+    publish_ids(broker, vhost, "in", ids)
+    blocked = [r for r in moving.resources if r.type != engine.PERMISSIONS]  # the shovel may not read yet
+    apply_update(broker, before.resources, blocked)
+    with pytest.raises(GuardError, match=r'queue "orders" in vhost "mvi-\w+": it holds 4 messages'):
+        apply_update(broker, blocked, retiring.resources, Guard(broker))
+    with channel(broker, vhost, confirms=False) as opened:
+        assert opened.queue_declare("orders", passive=True).method.message_count == 4
+    # `pulumi up` of step move again, with the permissions: what the failed update deleted before the guard stopped
+    # it (the shovels, dependents first) is declared again, the rest is as it is (a PUT of the same object).
+    apply(broker, moving.resources)
+    drained(broker, vhost, {"orders"}, 1.0)
+    apply_update(broker, moving.resources, retiring.resources, Guard(broker))
+    assert get(broker, f"queues/{esc(vhost)}/orders") is None
+    moved = {str(p.message_id) for p, _ in drain(broker, vhost, "orders.v2")}
+    assert moved == set(ids)
