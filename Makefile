@@ -12,7 +12,8 @@ PULUMI_ENV := PULUMI_BACKEND_URL=$${PULUMI_BACKEND_URL:-file://$(CURDIR)/.pulumi
 tool_status = || { status=$$?; case $$status in 1) why=error;; 2) why="data loss not acknowledged";; *) why=failed;; \
 	esac; echo "make $@: $(1) exit status $$status ($$why); make itself exits 2 on any failure" >&2; exit $$status; }
 
-.PHONY: setup test test-fast lint plan preview up brokers review mutate adopt drift contracts doctor bench
+.PHONY: setup test test-fast lint plan preview up brokers review mutate adopt drift contracts doctor bench \
+	migrate-status
 
 setup:
 	scripts/setup.sh
@@ -68,6 +69,11 @@ adopt:
 	@$(PY) -m tools.adopt --vhost "$(VHOST)" --stack $(STACK)$(if $(ENDPOINT), --endpoint $(ENDPOINT))\
 		$(if $(DEFINITIONS), --definitions $(DEFINITIONS))$(if $(SUFFIX), --suffix $(SUFFIX)) \
 		$(call tool_status,tools.adopt)
+
+# Where each migration of the stack file stands on the live broker and the next step; read-only, credentials as drift's.
+migrate-status:
+	@$(PULUMI_ENV) $(PY) -m tools.migrate_status --stack $(STACK)$(if $(ENDPOINT), --endpoint $(ENDPOINT)) \
+		$(call tool_status,tools.migrate_status)
 
 # 0 in sync, 2 drift, 1 error (python -m tools.drift); through make any failure is 2, named in the last line.
 drift_status = || { status=$$?; case $$status in 1) why=error;; 2) why=drift;; *) why=failed;; esac; \

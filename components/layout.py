@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .naming import DELAY_LEVELS_KEY, VHOST_KEY, logical_name, retryable_key
+from .naming import DELAY_LEVELS_KEY, SHOVEL_USER, VHOST_KEY, logical_name, retryable_key, user_key
 
 if TYPE_CHECKING:
     from .entries import DelayLevelsPlan, PermissionPlan, RetryablePlan, VhostPlan
@@ -92,6 +92,12 @@ VHOST: tuple[Slot[VhostPlan], ...] = (
 
 NESTED: dict[str, tuple[Slot[Any], ...]] = {"RetryableQueue": RETRYABLE_QUEUE, "DelayLevels": DELAY_LEVELS}
 """Child kinds that are components themselves, with their layout; the entry is their plan."""
+
+
+def stack_children(plans: Iterable[tuple[str, VhostPlan]]) -> list[tuple[str, str]]:
+    """(kind, logical name) of what the stack registers outside every Vhost component: the one shovel user, while
+    a migration of any vhost moves a queue (`stack.declare_shovel_user`)."""
+    return [("User", user_key(SHOVEL_USER))] if any(plan.shovels for _, plan in plans) else []
 
 
 def children(component: str, layout: Iterable[Slot[PlanT]], plan: PlanT) -> Iterator[tuple[Slot[PlanT], str, Any]]:

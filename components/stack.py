@@ -33,6 +33,7 @@ from .guard import (
     queue_guard,
     unplanned_entries,
 )
+from .layout import stack_children
 from .naming import vhost_key
 from .plan import plan_vhost
 from .resources import DEFAULT_AMQP_PORT, ShovelAccess
@@ -179,9 +180,10 @@ def declare_shovel_user(plans: list[tuple[str, VhostPlan]],
     it least-privilege permissions of its own. Its password is `passwords.rabbitmq-retry-shovel`; the AMQP port
     its shovels connect to is `rabbitmq-retry:amqp_port` (default 5672). None when no migration needs it: then
     the user leaves the plan, and `pulumi up` deletes it."""
-    if not any(plan.shovels for _, plan in plans):
+    registered = stack_children(plans)
+    if not registered:
         return None
-    user = rabbitmq.User(naming.user_key(naming.SHOVEL_USER), name=naming.SHOVEL_USER,
+    user = rabbitmq.User(registered[0][1], name=naming.SHOVEL_USER,
                          password=pulumi.Output.secret(passwords[naming.SHOVEL_USER]), tags=[])
     port, _ = parse_amqp_port(_decode(runtime_config.get_config(f"{NAMESPACE}:{AMQP_PORT}")))
     return ShovelAccess(user.name, passwords[naming.SHOVEL_USER], port or DEFAULT_AMQP_PORT)

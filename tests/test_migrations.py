@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from typing import Any
 
 import pytest
@@ -395,3 +396,51 @@ def test_the_contracts_during_a_move_are_valid_for_the_schema_and_the_client():
         assert client.validate(contract) == contract
     broken = {**plan(moving()).retryables[0].contract("shop"), "migration": {"name": "x", "step": "drain"}}
     assert list(validator.iter_errors(broken))
+
+
+# --- the program (stack level) --------------------------------------------------------------------------------
+
+
+def write_stack(root: Any, vhost: dict[str, Any], **top: Any) -> None:
+    import yaml
+
+    config = {"rabbitmq-retry:vhosts": [vhost], **{f"rabbitmq-retry:{k}": v for k, v in top.items()}}
+    (root / "Pulumi.mig.yaml").write_text(yaml.safe_dump({"config": config}))
+
+
+def test_the_program_registers_one_shovel_user_for_the_stack_and_the_amqp_port_in_the_uris(program_copy):
+    from tools.lib.mockrun import record_program
+
+    write_stack(program_copy, moving(), amqp_port=5673)  # a preview: the password is a placeholder
+    resources = record_program("mig", program_copy, reveal_secrets=True)
+    [user] = [r for r in resources if r.type == "rabbitmq:index/user:User"]
+    assert (user.name, user.inputs["name"], user.inputs["tags"]) == ("user-rabbitmq-retry-shovel",
+                                                                       "rabbitmq-retry-shovel", [])
+    assert "rabbitmq-retry:index:Vhost" not in user.urn  # the stack's, not a vhost's
+    shovel = of_type(resources, SHOVEL)["shop-shovel-orders-to-quorum"]
+    assert re.fullmatch(r"amqp://rabbitmq-retry-shovel:[^@:/]+@localhost:5673/shop", shovel.inputs["info"]["sourceUri"])
+
+
+def test_pulumi_up_refuses_a_move_without_the_shovel_users_password(program_copy):
+    from tools.lib.mockrun import record_program
+
+    write_stack(program_copy, moving())
+    with pytest.raises(Exception) as error:
+        record_program("mig", program_copy, preview=False)
+    assert ("vhosts[0].migrations[0]", 'no password for the shovel user "rabbitmq-retry-shovel", which this '
+            "migration's shovels connect as: `pulumi config set --secret --path "
+            "'rabbitmq-retry:passwords.rabbitmq-retry-shovel' <password>`") in error.value.problems  # type: ignore
+
+
+def test_step_retire_registers_no_shovel_user_and_binds_the_successor_for_stragglers(program_copy):
+    from tools.lib.mockrun import record_program
+
+    config = levels_vhost("1h")
+    config["queues"] = [{"name": "jobs.q", "retry": {"strategy": "levels", "max_retries": 3}}]
+    config["migrations"] = [{"name": "jobs-renamed", "move": {"from": "jobs", "to": "jobs.q"}, "step": "retire"}]
+    write_stack(program_copy, config)
+    resources = record_program("mig", program_copy)
+    assert not [r for r in resources if r.type in ("rabbitmq:index/user:User", SHOVEL)]
+    binding = of_type(resources, "rabbitmq:index/binding:Binding")["shop-migration-jobs-renamed-delivery-binding"]
+    assert (binding.inputs["source"], binding.inputs["destination"], binding.inputs["routingKey"]) == (
+        naming.DELIVERY_EXCHANGE, "jobs.q", naming.delivery_pattern("jobs"))

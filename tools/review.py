@@ -25,8 +25,9 @@ from pathlib import Path
 from tools.lib import engine
 from tools.lib.checkout import CheckoutError, checkout
 from tools.lib.definitions import DefinitionsError
-from tools.lib.queue_guard import review_section
+from tools.lib.queue_guard import depth_reader, review_section
 from tools.lib.review import BaseProgramError, ReviewError, evaluate_both, plans_of, render
+from tools.lib.review.migrations import migrations_of
 from tools.lib.stack_file import StackFileError
 
 
@@ -52,14 +53,17 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 old, new = evaluate_both(args.stack, project, Path(tmp) if at_base else None)
                 plans = plans_of(args.stack, project, Path(tmp) if at_base else None, (old, new))
+                migrations = migrations_of(args.stack, project)
             except BaseProgramError as error:
                 raise ReviewError(f"the program at BASE={args.base} ({commit}) fails:\n{error}") from None
         steps = engine.diff(old, new)
     except (ReviewError, CheckoutError) as error:
         print(error, file=sys.stderr)
         return 1
-    review = render(steps, old, new, plans, allow_data_loss=allow)
     try:
+        reader = depth_reader(args.stack, project, args.endpoint)
+        review = render(steps, old, new, plans, allow_data_loss=allow, migrations=migrations, stack=args.stack,
+                        read=reader, endpoint=args.endpoint)
         guard = review_section(steps, args.stack, project, args.endpoint)
     except (DefinitionsError, StackFileError) as error:
         print(f"error: {error}", file=sys.stderr)

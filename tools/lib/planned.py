@@ -67,6 +67,9 @@ def index_plans(plans: Iterable[tuple[str, Any]], layout: Any) -> dict[str, Plan
     """Every resource the Vhost components of `plans` ((component name, VhostPlan)) register, by `place`, walked
     by `layout` (`components.layout` of the same project, whose tables the components register by)."""
     index: dict[str, Planned] = {}
+    plans = list(plans)
+    for kind, name in getattr(layout, "stack_children", lambda _: [])(plans):
+        index[f"{kind}::{name}"] = Planned(kind, "", None, None, None, "")
     for component, plan in plans:
         vhost = plan.config.name
         strategies = {retryable.config.name: retryable.strategy for retryable in plan.retryables}

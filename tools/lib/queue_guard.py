@@ -136,6 +136,16 @@ def guard_section(steps: Sequence[Step], config: Mapping[str, str], read: Reader
     return GuardSection("\n" + "\n".join(out) if out else "", bool(entries))
 
 
+def depth_reader(stack: str, project: Path, endpoint: str | None) -> Reader | None:
+    """What a queue holds on `endpoint` now, read as `review_section` reads it; None offline."""
+    if endpoint is None:
+        return None
+    config, _ = stack_config(stack, project)
+    where = Endpoint.from_environment(endpoint, config.get("rabbitmq:username"))
+    port, _ = parse_amqp_port(stack_amqp_port(config))
+    return DepthReader(BrokerAccess(where.url, where.username, where.password, port)).read
+
+
 def review_section(steps: Sequence[Step], stack: str, project: Path, endpoint: str | None) -> GuardSection:
     """The section for `make review`: the stack's waivers (its stack file in `project`), and with `endpoint` what the
     deleted or replaced queues hold now, read as drift reads (RABBITMQ_USERNAME / RABBITMQ_PASSWORD, else the stack's

@@ -61,10 +61,12 @@ def option_risk(resource_type: str, turned_on: bool) -> str:
     return PROTECTION if resource_type in HOLDS_MESSAGES and not turned_on else SAFE
 
 
-NOT_CONSUMER_FACING = frozenset({"vhost", "queue", "queue_type", "max_retries", "delivery_limit"})
+NOT_CONSUMER_FACING = frozenset({"vhost", "queue", "queue_type", "max_retries", "delivery_limit", "migration"})
 """Contract fields every strategy has that are judged below (`max_retries`), or that a consumer does not act on:
 a delivery limit counts redeliveries, which a retry never makes, except a `native` one, whose limit the broker
-applies. Each strategy's own fields are its module's (`REVIEWED_CONTRACT_KEYS`, `contract_breaks`)."""
+applies; a migration's steps (`migration`) are the review's Migrations section, and a consumer on either queue
+keeps working through them. Each strategy's own fields are its module's (`REVIEWED_CONTRACT_KEYS`,
+`contract_breaks`)."""
 NAMES = {"error_exchange": "error exchange", "error_queue": "error queue", "attempt_header": "attempt header"}
 SHARED_KEYS = frozenset({"error_exchange", "error_queue", "attempt_header"})
 """Contract fields of every strategy: still compared when the strategy changes."""

@@ -16,6 +16,8 @@ from tools.lib.engine import Step
 from tools.lib.mockrun import Registered
 from tools.lib.planned import PlanIndex, QueueKey
 from tools.lib.review.grouping import NAMES_SHOWN, grouped_rows, listed
+from tools.lib.review.migrations import MigrationInfo, Reader
+from tools.lib.review.migrations import section as migration_section
 from tools.lib.review.rows import COLUMNS, Model, formatted, model, relative_contract
 from tools.lib.risk import (
     ACCESS,
@@ -117,11 +119,12 @@ LABELS = frozenset({"tiers", "queue_type", "delivery_limit", "max_retries", "min
 
 
 def _shape(contract: Mapping[str, Any] | None) -> Any:
-    """A retry path's nodes and edges, without the labels (delays, back-off, max retries) and the queue type.
-    Only `tiers` contracts have tiers (`native` and `levels` have none)."""
+    """A retry path's nodes and edges, without the labels (delays, back-off, max retries) and the queue type, and
+    without a migration's progress (`migration`: the Migrations section's). Only `tiers` contracts have tiers
+    (`native` and `levels` have none)."""
     if contract is None:
         return None
-    return {**{k: v for k, v in contract.items() if k not in LABELS},
+    return {**{k: v for k, v in contract.items() if k not in LABELS and k != "migration"},
             "tiers": [{k: v for k, v in t.items() if k != "delay_ms"} for t in contract.get("tiers", [])]}
 
 
@@ -215,11 +218,15 @@ class Review:
 
 
 def render(steps: Sequence[Step], old: Sequence[Registered], new: Sequence[Registered],
-           plans: tuple[PlanIndex, PlanIndex], allow_data_loss: bool = False) -> Review:
+           plans: tuple[PlanIndex, PlanIndex], allow_data_loss: bool = False,
+           migrations: Sequence[MigrationInfo] = (), stack: str = "<stack>", read: Reader | None = None,
+           endpoint: str | None = None) -> Review:
     """The review's Markdown (grouped for a comment, and in full) and the exit status; `plans` say what the
-    planner knew of each side's resources (`planned.plan_index`), BASE's first."""
-    m = model(steps, old, new, plans)
+    planner knew of each side's resources (`planned.plan_index`), BASE's first; `migrations`: the working tree's
+    (`migrations.migrations_of`), each with a section of its own (what each old queue holds now with `read`)."""
+    m = model(steps, old, new, plans, migrations)
     lost = any(r.risk == DATA_LOSS for r in m.rows)
     fails = any(r.risk == FAILS for r in m.rows)
-    return Review(compact(m, allow_data_loss), full(m, allow_data_loss),
+    moving = migration_section(migrations, steps, old, plans[0], stack, read, endpoint)
+    return Review(compact(m, allow_data_loss) + moving, full(m, allow_data_loss) + moving,
                   2 if fails or (lost and not allow_data_loss) else 0)

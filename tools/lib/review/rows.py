@@ -23,8 +23,10 @@ from tools.lib.inventory import (
 from tools.lib.mockrun import Registered
 from tools.lib.permissions import literals
 from tools.lib.planned import PlanIndex, QueueKey, family_of, planned
+from tools.lib.review.migrations import MigrationInfo, retired_by
 from tools.lib.risk import (
     CONTRACT,
+    DATA_LOSS,
     ORDER,
     PROTECTION,
     SAFE,
@@ -242,7 +244,7 @@ class Model:
 
 
 def _step_rows(steps: Sequence[Step], old_by: Mapping[str, Registered], new_by: Mapping[str, Registered],
-               plans: tuple[PlanIndex, PlanIndex]) -> list[Row]:
+               plans: tuple[PlanIndex, PlanIndex], migrations: Sequence[MigrationInfo] = ()) -> list[Row]:
     names = {urn: r.name for by in (old_by, new_by) for urn, r in by.items()}
     alike_names = dict(names)
     for by, plan in zip((old_by, new_by), plans, strict=True):
@@ -259,8 +261,12 @@ def _step_rows(steps: Sequence[Step], old_by: Mapping[str, Registered], new_by: 
         known = planned(record, plan)
         family = known.family or known.leads_to if known is not None else None
         vhost_deleted = s.type != engine.VHOST and _vhost_of(s) in deleted_vhosts
-        rows.append(Row(risk(s, vhost_deleted), s.op, short_type(s.type), s.name, physical, what_changed(s, names),
-                        _notes(s, vhost_deleted), _vhost(record), family,
+        level, notes = risk(s, vhost_deleted), _notes(s, vhost_deleted)
+        if level == DATA_LOSS and s.op == "delete" and not vhost_deleted and (
+                retiring := retired_by(record, plans[0], migrations)) is not None:
+            level, notes = SAFE, f"{notes} — retired by migration `{retiring.name}` once empty (see Migrations)"
+        rows.append(Row(level, s.op, short_type(s.type), s.name, physical, what_changed(s, names),
+                        notes, _vhost(record), family,
                         relative(physical, family[1]) if family else any_level(physical),
                         any_level(what_changed(s, alike_names))))
     return rows
@@ -336,8 +342,9 @@ def _stale_policies(old: Sequence[Registered], new: Sequence[Registered],
 
 
 def model(steps: Sequence[Step], old: Sequence[Registered], new: Sequence[Registered],
-          plans: tuple[PlanIndex, PlanIndex]) -> Model:
-    """`plans`: what the planner knew of each side's resources (`planned.plan_index`), BASE's first."""
+          plans: tuple[PlanIndex, PlanIndex], migrations: Sequence[MigrationInfo] = ()) -> Model:
+    """`plans`: what the planner knew of each side's resources (`planned.plan_index`), BASE's first;
+    `migrations`: the working tree's (a deletion their step retire covers is not data loss)."""
     old_by, new_by = {r.urn: r for r in old}, {r.urn: r for r in new}
     old_contracts, new_contracts = contracts(old), contracts(new)
     touched: dict[QueueKey, list[Step]] = {k: [] for k in set(old_contracts) | set(new_contracts)
@@ -349,7 +356,7 @@ def model(steps: Sequence[Step], old: Sequence[Registered], new: Sequence[Regist
             touched.setdefault(key, []).append(s)
     components = {(c["vhost"], c["queue"]): r.name for r in [*old, *new] if r.type == RETRYABLE_COMPONENT
                   for c in [r.outputs.get("contract")] if c}
-    rows = [*_step_rows(steps, old_by, new_by, plans), *_option_rows(old, new_by, plans[1]),
+    rows = [*_step_rows(steps, old_by, new_by, plans, migrations), *_option_rows(old, new_by, plans[1]),
             *_contract_rows(old_contracts, new_contracts, components)]
     families: dict[str, set[QueueKey]] = {}
     families_before: dict[str, set[QueueKey]] = {}

@@ -1,0 +1,159 @@
+"""`make review` of each migration step: its own "Migrations" section says what moves where and what is left to do,
+step retire lists what must be empty first (with a live broker, what each holds now), and every step exits 0, while
+deleting the same queues without a migration is still data loss."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rabbitmq_retry_client.depth import QueueDepth
+from tests.test_review import BASE, STACK, orders, stack_file
+from tools.lib import engine, review
+from tools.lib.mockrun import record_program
+from tools.lib.planned import plan_index
+from tools.lib.review.migrations import Reader, migrations_of
+
+Run = Callable[..., tuple[str, int]]
+EVENTS = [{"exchange": "events", "routing_key": "order.created"}]
+
+
+@pytest.fixture
+def review_of(program_copy: Path) -> Run:
+    """old config, new config → (the review for a comment, exit status), as `make review` computes them."""
+    def run(old: dict[str, Any], new: dict[str, Any], read: Reader | None = None) -> tuple[str, int]:
+        recordings, plans = [], []
+        for config in (old, new):
+            (program_copy / f"Pulumi.{STACK}.yaml").write_text(stack_file(config))
+            recordings.append(record_program(STACK, program_copy))
+            plans.append(plan_index(STACK, program_copy))
+        migrations = migrations_of(STACK, program_copy)
+        reviewed = review.render(engine.diff(*recordings), *recordings, (plans[0], plans[1]), migrations=migrations,
+                                 stack=STACK, read=read, endpoint="http://broker:15672" if read else None)
+        return reviewed.compact, reviewed.status
+    return run
+
+
+def step(name: str) -> dict[str, Any]:
+    """BASE with `orders` moving to the quorum queue `orders.q`: `before`, step `move` or step `retire`."""
+    config = copy.deepcopy(BASE)
+    if name == "before":
+        return config
+    queues = config["vhosts"][0]["queues"]
+    orders(config).pop("bindings")
+    queues.append({"name": "orders.q", "type": "quorum", "bindings": EVENTS,
+                   "retry": {"delays": ["1s", "10s", "1m"], "max_retries": 5}})
+    if name == "retire":
+        queues.pop(0)
+    config["vhosts"][0]["migrations"] = [{"name": "orders-to-quorum", "move": {"from": "orders", "to": "orders.q"},
+                                          "step": name}]
+    return config
+
+
+def drain(name: str) -> dict[str, Any]:
+    config = copy.deepcopy(BASE)
+    if name == "before":
+        return config
+    orders(config)["retry"]["delays"] = ["1s"]
+    config["vhosts"][0]["migrations"] = [{"name": "orders-one-tier", "step": name,
+                                          "drain_tiers": {"queue": "orders", "delays": ["1s", "10s", "1m"]}}]
+    return config
+
+
+def test_step_move_says_what_moves_where_and_what_is_next_and_exits_0(review_of: Run):
+    text, status = review_of(step("before"), step("move"))
+    assert status == 0
+    section = text.split("### Migrations", 1)[1]
+    assert "#### `shop` / `orders-to-quorum`: move `orders` → `orders.q`, step `move`" in section
+    assert ("shovel `rabbitmq-retry.migrate.orders-to-quorum` `orders` → `orders.q`; shovel "
+            "`rabbitmq-retry.migrate.orders-to-quorum.error` `orders.error` → `orders.q.error`") in section
+    assert "new publishes reach `orders.q` only" in section
+    assert ("Next: once `make migrate-status STACK=review` says drained, remove `orders` from vhosts[0].queues and "
+            "set `step: retire` in one commit.") in section
+    assert "data loss" not in text.split("### Migrations", 1)[0].lower()
+
+
+def test_step_retire_lists_what_must_be_empty_and_exits_0(review_of: Run):
+    text, status = review_of(step("move"), step("retire"))
+    assert status == 0
+    assert "retired by migration `orders-to-quorum` once empty" in text
+    section = text.split("### Migrations", 1)[1]
+    assert ("Deletes, each only once empty (the queue guard fails `pulumi up` on one that holds messages): `orders`, "
+            "`orders.error`, `orders.wait.1`, `orders.wait.2`, `orders.wait.3`") in section
+    assert "After this is applied, removing the entry changes no resource" in section
+    assert "Check first: `make migrate-status STACK=review`." in section
+
+
+def test_with_a_live_broker_step_retire_says_what_each_old_queue_holds_now(review_of: Run):
+    def read(vhost: str, queue: str) -> QueueDepth | None:
+        return QueueDepth(vhost, queue, 12 if queue == "orders.wait.2" else 0, 0, 0, 0, "classic")
+
+    text, status = review_of(step("move"), step("retire"), read)
+    assert status == 0
+    assert "  - `orders.wait.2`: holds **12** now (12 ready, 0 unacknowledged)" in text
+    assert "  - `orders`: empty now" in text
+    assert "ENDPOINT=http://broker:15672" in text
+
+
+def test_removing_the_entry_after_retire_changes_no_resource(review_of: Run):
+    done = step("retire")
+    del done["vhosts"][0]["migrations"]
+    text, status = review_of(step("retire"), done)
+    assert status == 0 and text.startswith("**23 unchanged**") and "### Changes" not in text
+    assert "- Retry contract: migration" in text and "```mermaid" not in text
+
+
+def test_deleting_the_old_queue_without_a_migration_is_still_data_loss(review_of: Run):
+    done = step("retire")
+    del done["vhosts"][0]["migrations"]
+    text, status = review_of(step("before"), done)
+    assert status == 2 and "data loss" in text and "### Migrations" not in text
+
+
+def test_each_step_of_a_tier_drain_exits_0(review_of: Run):
+    text, status = review_of(drain("before"), drain("drain"))
+    assert status == 0
+    assert "Kept out of the contract, declared exactly as before until retire: `orders.wait.2`, `orders.wait.3`" \
+        in text
+    text, status = review_of(drain("drain"), drain("retire"))
+    assert status == 0
+    assert "retired by migration `orders-one-tier` once empty" in text
+
+
+def test_migrate_status_exits_1_with_one_line_naming_an_endpoint_it_cannot_read(program_copy: Path, capsys):
+    from tools import migrate_status
+
+    (program_copy / f"Pulumi.{STACK}.yaml").write_text(stack_file(step("move")))
+    assert migrate_status.main(["--stack", STACK, "--root", str(program_copy), "--endpoint",
+                                "http://127.0.0.1:9"]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("error: http://127.0.0.1:9: ") and error.count("\n") == 1
+
+
+def test_migrate_status_says_what_each_step_needs_next():
+    from tools.lib.migrate_status import next_step
+    from tools.lib.review.migrations import MigrationInfo
+
+    move = MigrationInfo("shop", "m", "move", "move", "vhosts[0].migrations[0]", "orders", "orders.q", (),
+                         ("orders", "orders.wait.2"), False, None)
+    held = QueueDepth("shop", "orders.wait.2", 12, 0, 0, 0, "classic")
+    empty = QueueDepth("shop", "orders", 0, 0, 0, 0, "classic")
+    assert next_step(move, [("orders", empty), ("orders.wait.2", held)], "dev") == "not yet: orders.wait.2 holds 12"
+    assert next_step(move, [("orders", empty), ("orders.error", held), ("orders.wait.2", held)], "dev") == \
+        "not yet: orders.error holds 12 (and 1 more queue)"
+    assert next_step(move, [("orders", empty)], "dev", [("rabbitmq-retry.migrate.m", "missing")]) == \
+        "step move not applied yet: shovel rabbitmq-retry.migrate.m is not on the broker; apply it with " \
+        "`pulumi up --stack dev`"
+    assert next_step(move, [("orders", empty)], "dev") == \
+        "drained: remove orders from vhosts[0].queues and set step: retire in a commit"
+    drain = MigrationInfo("shop", "d", "drain_tiers", "drain", "p", "orders", "", (), ("orders.wait.2",), False, None)
+    assert next_step(drain, [("orders.wait.2", None)], "dev") == "drained: set step: retire in a commit"
+    retire = MigrationInfo("shop", "m", "move", "retire", "p", "orders", "orders.q", (), ("orders",), True, 3_600_000)
+    assert next_step(retire, [("orders", None)], "dev") == \
+        "retired: the entry may be removed once delay_levels.max_delay (1h) has passed since the retire was applied"
+    assert next_step(retire, [("orders", held)], "dev") == \
+        "retire not applied yet: orders still on the broker (`pulumi up` refuses while orders holds 12)"

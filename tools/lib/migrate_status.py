@@ -1,0 +1,110 @@
+"""`make migrate-status STACK=… [ENDPOINT=…]`: where each migration of the stack file stands on the live broker, and
+which step comes next. Read-only: passive declares and GET requests.
+
+"Drained" is decided from the old queues' depth by passive declare (ready messages and consumers exactly; a quorum
+queue's unacknowledged messages and pending dead letters from the management API), never from the shovel: a
+shovel may report `running` while moving nothing (3.10 without write permission), and one with
+`src-delete-after: queue-length` may delete itself before its source is drained (rabbitmq-server#14636).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from components import naming
+from components.durations import format_duration
+from rabbitmq_retry_client.depth import QueueDepth
+from tools.lib.queue_guard import Reader
+from tools.lib.review.migrations import MigrationInfo
+
+Shovels = Callable[[str], Sequence[Mapping[str, Any]]]
+"""vhost → `GET /api/shovels/<vhost>` (a list of shovel statuses)."""
+MOST_WAIT_TIERS = 1000
+"""How far a retired queue's wait tiers are probed (`Q.wait.1`, `Q.wait.2`, … until one is missing)."""
+
+
+@dataclass(frozen=True)
+class Status:
+    migration: MigrationInfo
+    depths: tuple[tuple[str, QueueDepth | None], ...]
+    """(queue, what it holds now or None when it is not on the broker), for every old queue."""
+    shovels: tuple[tuple[str, str], ...]
+    """(shovel name, its state, or "missing")."""
+    next_step: str
+
+
+def old_queues(m: MigrationInfo, read: Reader) -> list[tuple[str, QueueDepth | None]]:
+    """Every old queue of `m` with what it holds. In step retire of a move the config no longer says how many wait
+    tiers the old queue had: they are read until the first one missing."""
+    found = [(queue, read(m.vhost, queue)) for queue in m.old_queues]
+    if m.kind == "move" and m.retiring:
+        for tier in range(1, MOST_WAIT_TIERS + 1):
+            queue = naming.wait_queue(m.source, tier)
+            depth = read(m.vhost, queue)
+            if depth is None:
+                break
+            found.append((queue, depth))
+    return found
+
+
+def _holding(depths: Sequence[tuple[str, QueueDepth | None]]) -> list[tuple[str, QueueDepth]]:
+    return [(q, d) for q, d in depths if d is not None and d.messages > 0]
+
+
+def next_step(m: MigrationInfo, depths: Sequence[tuple[str, QueueDepth | None]], stack: str,
+              shovels: Sequence[tuple[str, str]] = ()) -> str:
+    """What to do now, in one sentence. A move whose shovels are not on the broker has not been applied: nothing
+    moves, whatever the old queues hold."""
+    missing = [name for name, state in shovels if state == "missing"]
+    if missing and not m.retiring:
+        return (f"step move not applied yet: shovel {missing[0]} is not on the broker; apply it with "
+                f"`pulumi up --stack {stack}`")
+    holding = _holding(depths)
+    present = [q for q, d in depths if d is not None]
+    if m.retiring:
+        if present:
+            why = (f"`pulumi up` refuses while {holding[0][0]} holds {holding[0][1].messages:,}" if holding
+                   else "`pulumi up --stack " + stack + "` deletes them")
+            return f"retire not applied yet: {', '.join(present)} still on the broker ({why})"
+        if m.straggler_binding and m.max_delay_ms is not None:
+            return (f"retired: the entry may be removed once delay_levels.max_delay ({format_duration(m.max_delay_ms)})"
+                    " has passed since the retire was applied")
+        return "retired: the entry may be removed"
+    if holding:
+        queue, depth = holding[0]
+        more = f" (and {len(holding) - 1} more queue{'s' * (len(holding) != 2)})" if len(holding) > 1 else ""
+        return f"not yet: {queue} holds {depth.messages:,}{more}"
+    if m.kind == "move":
+        return (f"drained: remove {m.source} from {m.path.rsplit('.', 1)[0]}.queues and set step: retire in a commit")
+    return "drained: set step: retire in a commit"
+
+
+def status(m: MigrationInfo, read: Reader, shovels: Shovels, stack: str) -> Status:
+    depths = old_queues(m, read)
+    states: tuple[tuple[str, str], ...] = ()
+    if m.shovels:
+        live = {str(s.get("name")): s for s in shovels(m.vhost)}
+        states = tuple((name, str(live[name].get("state", "unknown")) if name in live else "missing")
+                       for name, _, _ in m.shovels)
+    return Status(m, tuple(depths), states, next_step(m, depths, stack, states))
+
+
+def render(statuses: Sequence[Status], stack: str, endpoint: str) -> str:
+    if not statuses:
+        return f"stack {stack}: no migration in the stack file ({endpoint})"
+    out = [f"stack {stack} on {endpoint}:"]
+    for s in statuses:
+        m = s.migration
+        out += ["", f"{m.vhost} / {m.name} ({m.kind}, step {m.step})"]
+        for queue, depth in s.depths:
+            out.append(f"  {queue}: " + ("not on the broker" if depth is None else
+                                         f"{depth.messages:,} ({depth.describe()})"))
+        for name, state in s.shovels:
+            out.append(f"  shovel {name}: {state}")
+        if m.kind == "move" and not m.retiring and m.max_delay_ms is not None:
+            out.append(f"  copies for {m.source} still waiting in the shared delay levels are not counted here; step "
+                       f"retire binds {m.target} for them")
+        out.append(f"  next: {s.next_step}")
+    return "\n".join(out)

@@ -1,0 +1,164 @@
+"""What `make review` says about the stack file's migrations (`vhosts[].migrations[]`, components/migrations.py): a
+"Migrations" section per migration (what moves where, what is left to do), and which deletions a migration's step
+retire covers, so that they are not unacknowledged data loss.
+
+The migrations are read from the working tree's own plan (`migrations_of`), never re-derived from names here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from components.durations import format_duration
+from rabbitmq_retry_client.depth import DepthError
+from tools.lib import engine, markdown
+from tools.lib.engine import Step
+from tools.lib.inventory import physical_name
+from tools.lib.mockrun import Registered, root_components
+from tools.lib.planned import PlanIndex, family_of, stack_values
+from tools.lib.queue_guard import Reader
+
+
+@dataclass(frozen=True)
+class MigrationInfo:
+    """One `migrations[]` entry as the working tree plans it."""
+
+    vhost: str
+    name: str
+    kind: str
+    step: str
+    path: str
+    source: str
+    target: str
+    shovels: tuple[tuple[str, str, str], ...]
+    """(shovel name, source queue, destination queue)."""
+    old_queues: tuple[str, ...]
+    """What drains and is retired (components/migrations.py `MigrationPlan.old_queues`)."""
+    straggler_binding: bool
+    """Step retire of a move with delay levels: the successor is bound for the old queue's key."""
+    max_delay_ms: int | None
+    """The vhost's `delay_levels.max_delay` (None without delay levels)."""
+
+    @property
+    def retiring(self) -> bool:
+        return self.step == "retire"
+
+
+def infos(plans: Iterable[tuple[str, Any]]) -> list[MigrationInfo]:
+    """The migrations of planned vhosts ((component name, VhostPlan)), in config order."""
+    found = []
+    for _, plan in plans:
+        levels = plan.config.delay_levels
+        for m in getattr(plan, "migrations", ()):
+            found.append(MigrationInfo(
+                plan.config.name, m.name, m.config.kind, m.config.step, m.path, m.config.source, m.config.target,
+                tuple((s.name, s.source, s.destination) for s in m.shovels), tuple(m.old_queues), bool(m.bindings),
+                None if levels is None else levels.max_delay_ms))
+    return found
+
+
+def migrations_of(stack: str, root: Path) -> list[MigrationInfo]:
+    """The migrations of `root`'s stack `stack`, planned by `root`'s own planner ([] when it has none)."""
+    with root_components(root):
+        config = importlib.import_module("components.config")
+        stack_module = importlib.import_module("components.stack")
+        return infos(stack_module.plan_stack(config.load_stack_config(stack_values(stack, root))))
+
+
+def retired_by(record: Registered, base_plan: PlanIndex, migrations: Sequence[MigrationInfo]) -> MigrationInfo | None:
+    """The migration in step retire whose old objects include `record` (a queue BASE declared), if any: an old
+    queue's every queue (by the retryable queue BASE planned it for), or a drained tier or level (by name)."""
+    if record.type != engine.QUEUE:
+        return None
+    vhost, name = str(record.inputs.get("vhost", "/")), physical_name(record)
+    family = family_of(record, base_plan)
+    for m in migrations:
+        if m.vhost == vhost and m.retiring and (name in m.old_queues or (m.kind == "move" and (
+                family == (vhost, m.source) or name == m.source))):
+            return m
+    return None
+
+
+def _code(names: Iterable[str]) -> str:
+    return ", ".join(markdown.code(n) for n in names)
+
+
+def _depth(read: Reader, vhost: str, queue: str) -> str:
+    try:
+        depth = read(vhost, queue)
+    except DepthError as error:
+        return f"could not read: {markdown.text(str(error))}"
+    if depth is None:
+        return "not on the broker"
+    if depth.messages == 0:
+        return "empty now"
+    return f"holds **{depth.messages:,}** now ({markdown.text(depth.describe())})"
+
+
+def _what(m: MigrationInfo) -> str:
+    if m.kind == "move":
+        return f"move {markdown.code(m.source)} → {markdown.code(m.target)}"
+    if m.kind == "drain_tiers":
+        return f"drain the removed wait tiers of {markdown.code(m.source)}"
+    return "drain the removed delay levels"
+
+
+def _lines(m: MigrationInfo, stack: str, deleted: Sequence[str], read: Reader | None,
+           endpoint: str | None) -> list[str]:
+    status = f"`make migrate-status STACK={stack}{' ENDPOINT=' + endpoint if endpoint else ''}`"
+    out = ["", f"#### {markdown.code(m.vhost)} / {markdown.code(m.name)}: {_what(m)}, step `{m.step}`", ""]
+    if m.kind == "move" and not m.retiring:
+        moves = "; ".join(f"shovel {markdown.code(n)} {markdown.code(s)} → {markdown.code(d)}" for n, s, d in m.shovels)
+        out += [f"- Moves: {moves} (ack-mode on-confirm, src-delete-after never, as user `rabbitmq-retry-shovel`).",
+                f"- Bindings: {markdown.code(m.source)} has none now; new publishes reach {markdown.code(m.target)} "
+                "only.",
+                f"- Kept as they were (nothing replaced): {_code(m.old_queues)}. What waits there returns to "
+                f"{markdown.code(m.source)} on time and the shovel carries it on: no wait restarts or ends early.",
+                f"- Consumers: the successor's contract says `migration.predecessor: {m.source}`; one still on "
+                f"{markdown.code(m.source)} keeps working until step retire.",
+                f"- Next: once {status} says drained, remove {markdown.code(m.source)} from {m.path.rsplit('.', 1)[0]}"
+                ".queues and set `step: retire` in one commit."]
+    elif not m.retiring:
+        out += [f"- Kept out of the contract, declared exactly as before until retire: {_code(m.old_queues)}. "
+                "Consumers stop routing there; what waits there returns on time. Contract rows above about removed "
+                "tiers or levels apply from step retire on: until then those keys are still bound.",
+                f"- Next: once {status} says drained, set `step: retire` in one commit."]
+    else:
+        gone = list(deleted) or list(m.old_queues)
+        out += ["- Deletes, each only once empty (the queue guard fails `pulumi up` on one that holds messages): "
+                + (_code(gone) if read is None else "")]
+        if read is not None:
+            out += [f"  - {markdown.code(q)}: {_depth(read, m.vhost, q)}" for q in gone]
+        if m.kind == "move":
+            out += ["- Shovels and the shovel user's permissions in this vhost leave the plan (the user too when no "
+                    "other migration needs it)."]
+        if m.straggler_binding and m.max_delay_ms is not None:
+            out += [f"- {markdown.code(m.target)} is bound for {markdown.code(m.source)}'s key on the delay levels: a "
+                    "copy still waiting there reaches it. Remove the entry once delay_levels.max_delay "
+                    f"({format_duration(m.max_delay_ms)}) has passed since this is applied."]
+        else:
+            out += ["- After this is applied, removing the entry changes no resource (the successor's contract "
+                    "loses its `migration` object)."]
+        out += [f"- Check first: {status}."]
+    return out
+
+
+def section(migrations: Sequence[MigrationInfo], steps: Sequence[Step], old: Sequence[Registered],
+            base_plan: PlanIndex, stack: str, read: Reader | None = None, endpoint: str | None = None) -> str:
+    """The review's "Migrations" section ("" without migrations): one part per migration."""
+    if not migrations:
+        return ""
+    old_by = {r.urn: r for r in old}
+    deleted: dict[tuple[str, str], list[str]] = {}
+    for s in steps:
+        if s.op == "delete" and s.urn in old_by and (m := retired_by(old_by[s.urn], base_plan, migrations)):
+            deleted.setdefault((m.vhost, m.name), []).append(physical_name(old_by[s.urn]))
+    out = ["", "### Migrations", "", "Each step is an ordinary commit; deletions a step retire covers are not data "
+           "loss (the queue guard refuses any queue that still holds messages)."]
+    for m in migrations:
+        out += _lines(m, stack, sorted(deleted.get((m.vhost, m.name), [])), read, endpoint)
+    return "\n".join(out)

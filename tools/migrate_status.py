@@ -1,0 +1,61 @@
+"""`make migrate-status STACK=<stack> [ENDPOINT=…]`: for each migration of the stack file (`vhosts[].migrations[]`),
+its step, what each old queue holds now (passive declare: ready and consumers; the management API: unacknowledged
+and a quorum queue's pending dead letters), the state of its shovels (`GET /api/shovels/<vhost>`), and the next
+step: "drained: set step: retire in a commit", "not yet: orders.billing.wait.2 holds 12", "retired: the entry may be
+removed". Read-only. Credentials as for `make drift` (RABBITMQ_USERNAME / RABBITMQ_PASSWORD, else the stack's
+`rabbitmq:username`, else guest).
+
+Exit status: 0 read, 1 error (one line naming the endpoint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import urllib.parse
+from pathlib import Path
+
+import pulumi
+
+from rabbitmq_retry_client.depth import DepthError
+from tools.lib.definitions import DefinitionsError, Endpoint
+from tools.lib.migrate_status import render, status
+from tools.lib.mockrun import ROOT, close_event_loop, stack_config
+from tools.lib.queue_guard import depth_reader
+from tools.lib.review.migrations import migrations_of
+from tools.lib.stack_file import StackFileError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.add_argument("--stack", required=True)
+    parser.add_argument("--endpoint", help="management URL (default RABBITMQ_ENDPOINT, else the stack's "
+                        "rabbitmq:endpoint)")
+    parser.add_argument("--root", type=Path, default=ROOT)
+    args = parser.parse_args(argv)
+    url = "the broker"
+    try:
+        config, _ = stack_config(args.stack, args.root)
+        endpoint = Endpoint.from_environment(args.endpoint or config.get("rabbitmq:endpoint"),
+                                             config.get("rabbitmq:username"))
+        url = endpoint.url
+        endpoint.get("overview")  # unreachable or refused: one line, exit 1, even without migrations
+        migrations = migrations_of(args.stack, args.root)
+        read = depth_reader(args.stack, args.root, endpoint.url)
+        assert read is not None
+
+        def shovels(vhost: str) -> list[dict[str, object]]:
+            return list(endpoint.get(f"shovels/{urllib.parse.quote(vhost, safe='')}") or [])
+
+        statuses = [status(m, read, shovels, args.stack) for m in migrations]
+    except (pulumi.RunError, StackFileError, DefinitionsError, DepthError) as error:
+        print(f"error: {url}: {error}".replace("\n", " "), file=sys.stderr)
+        return 1
+    finally:
+        close_event_loop()
+    print(render(statuses, args.stack, url))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
