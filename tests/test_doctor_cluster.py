@@ -117,3 +117,14 @@ def test_declared_migrations_need_the_shovel_plugin_and_its_management_plugin():
     assert doctor.shovel_findings(paths, both) == ([], [])
     assert doctor.shovel_findings([], facts("4.3.6")) == ([], [])
     assert doctor.migrations_of(load_stack_config({"vhosts": [vhost_config(queues=[QUORUM_RETRY])]})) == []
+
+
+def test_doctor_finds_the_migrations_of_a_stack_and_blocks_them_without_the_shovel_plugin():
+    queues = [{**RETRYABLE, "type": "classic"}, {**QUORUM_RETRY, "name": "orders.q", "bindings": []}]
+    raw = vhost_config(queues=queues)
+    raw["queues"][0].pop("bindings", None)
+    raw["migrations"] = [{"name": "to-quorum", "move": {"from": queues[0]["name"], "to": "orders.q"}, "step": "move"}]
+    config = load_stack_config({"vhosts": [raw]})
+    assert doctor.migrations_of(config) == ["vhosts[0].migrations"]
+    found = doctor.diagnose(config, doctor.planned_objects(config), facts("4.3.6"))
+    assert [b for b in found.blocking if b.startswith("vhosts[0].migrations: the stack declares migrations")]

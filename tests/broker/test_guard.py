@@ -19,7 +19,7 @@ from pulumi.runtime.config import set_all_config
 
 from components.guard import QUEUE_GUARD, GuardError, check_queue_delete, guard_queue_delete, queue_key
 from rabbitmq_retry_client.depth import BrokerAccess, DepthReader, QueueDepth
-from tests.support.admin import STATS_S, wait_for
+from tests.support.admin import STATS_S, version, wait_for
 from tests.support.amqp import channel, parameters
 from tests.support.deploy import Deployer
 from tests.support.mirror import Broker, call, esc, get
@@ -104,6 +104,26 @@ def test_a_quorum_queue_with_pending_dead_letters_is_refused(broker: Broker, gua
     assert depth.queue_type == "quorum"
     refused = refusal_of(broker, guard_vhost, "payments")
     assert refused is not None and "2 messages (0 ready, 0 unacknowledged, 2 pending dead letters)" in refused
+
+
+def test_a_quorum_queue_with_messages_waiting_for_a_native_delayed_retry_is_refused(broker: Broker, guard_vhost: str):
+    """4.3: rejected messages waiting for their delayed retry are not in the passive declare's count; the guard
+    counts them from the queue's record (`messages_delayed`, sampled: read until it reports them)."""
+    if version(broker) < (4, 3, 1):
+        pytest.skip(f"{broker.name} predates RabbitMQ 4.3.1's delayed retry")
+    declare(broker, guard_vhost, "native", messages=2, arguments={
+        "x-queue-type": "quorum", "x-delayed-retry-type": "all", "x-delayed-retry-min": 60000,
+        "x-delayed-retry-max": 60000})
+    with channel(broker, guard_vhost, confirms=False) as opened:
+        for _ in range(2):
+            method, _, _ = opened.basic_get("native")
+            assert method is not None
+            opened.basic_reject(method.delivery_tag, requeue=True)
+    depth = read_until(broker, guard_vhost, "native", {"ready": 0, "unacknowledged": 0, "delayed": 2})
+    assert depth.messages == 2
+    refused = refusal_of(broker, guard_vhost, "native")
+    assert refused is not None and "2 messages (0 ready, 0 unacknowledged, 0 pending dead letters, 2 waiting for " \
+        "a delayed retry)" in refused
 
 
 def test_an_empty_or_missing_queue_may_be_deleted_and_reading_creates_nothing(broker: Broker, guard_vhost: str):

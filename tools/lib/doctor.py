@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from components import Vhost
+from components import Vhost, naming
 from components.config import StackConfig, load_stack_config
 from components.config.capabilities import (
     AT_LEAST_ONCE_MIN_VERSION,
@@ -24,7 +24,7 @@ from components.config.capabilities import (
 )
 from components.config.keys import NAMESPACE
 from components.config.model import Limits
-from components.naming import SHOVEL_USER, vhost_key
+from components.naming import vhost_key
 from components.resources import ShovelAccess
 from components.strategies import strategy_of
 from tools.lib import drift
@@ -142,9 +142,8 @@ def diagnose(config: StackConfig, records: Sequence[Registered], facts: LiveFact
 
 def migrations_of(config: StackConfig) -> list[str]:
     """The key path of each vhost that declares migrations (`vhosts[i].migrations`): they move messages with
-    shovels. Read with getattr until the config model has the key (the `migrations` key arrives with the
-    migrations feature; a stack that sets it before then is refused by the parser anyway)."""
-    return [f"vhosts[{i}].migrations" for i, vhost in enumerate(config.vhosts) if getattr(vhost, "migrations", ())]
+    shovels (a drain needs none, but its next step may be a move: the plugin is checked for any migration)."""
+    return [f"vhosts[{i}].migrations" for i, vhost in enumerate(config.vhosts) if vhost.migrations]
 
 
 def shovel_findings(migrations: Sequence[str], facts: LiveFacts) -> tuple[list[str], list[str]]:
@@ -358,10 +357,13 @@ def stack_file_value(value: Any) -> Any:
 
 def planned_objects(config: StackConfig) -> list[Registered]:
     """The queues, exchanges, bindings and policies the stack declares, recorded from its Vhost components
-    under mocks (passwords do not matter here: users are not compared)."""
+    under mocks (passwords do not matter here: users are not compared; nor do the shovels' URIs, so a vhost whose
+    migrations move queues gets a stand-in shovel user)."""
+    access = ShovelAccess(naming.SHOVEL_USER, "unused")
+
     def program() -> None:
         for index, vhost in enumerate(config.vhosts):
             Vhost(vhost_key(vhost.name), {"vhost": vhost, "config_path": f"vhosts[{index}]",
                                            "passwords": {user: "unused" for user, _ in vhost.user_paths()},
-                                           "shovel_access": ShovelAccess(SHOVEL_USER, "unused")})
+                                           "shovel_access": access})
     return record(program)
