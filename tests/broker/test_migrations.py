@@ -8,8 +8,8 @@ a lowered `delay_levels.max_delay`, and the strategy switches tiers ↔ levels, 
   through every step, the consumer failing some first attempts so that retries keep flowing;
 - applies each step the way `pulumi up` would (recorded under mocks, applied through tests/support/mirror.py
   with the engine's part, each deleted queue's before-delete hook, done here): before → move/drain → wait until
-  the old objects are empty (depth by passive declare, as `make migrate-status` reads it) → retire → the
-  migration entry removed;
+  the old objects are empty (depth by passive declare; `make migrate-status` must then say "drained", and
+  "retired" once retire is applied) → retire → the migration entry removed;
 - asserts at the end: nothing lost (every confirmed publish and every prefilled message handled, every parked one
   in the successor's error queue), duplicates counted and bounded by what the switched consumer held, nothing
   delivered before its delay, the old objects (queues, shovels, the shovel user) gone, and no drift between the
@@ -49,7 +49,9 @@ from tests.support.retrying import Recorder, publish_ids
 from tools.lib import engine
 from tools.lib.definitions import Endpoint, read_live
 from tools.lib.drift import findings
+from tools.lib.migrate_status import status as migration_status
 from tools.lib.mockrun import Registered, record
+from tools.lib.review.migrations import infos
 
 EARLY_MS = 5
 """Clock tolerance for "never early": the times are taken by the test and the handler, not by the broker."""
@@ -139,6 +141,14 @@ def drained(broker: Broker, vhost: str, queues: set[str], quiet_s: float) -> Non
         return time.monotonic() - empty_since[0] >= quiet_s
 
     wait_for(settled, DRAIN_S, f"the old objects {sorted(queues)} to empty", interval=0.25)
+
+
+def next_step(broker: Broker, vhost: str, stack: Stack) -> str:
+    """What `make migrate-status` says comes next for the stack's one migration, read from the broker."""
+    config = load_stack_config({"vhosts": [stack.config]})
+    [info] = infos(plan_stack(config))
+    reader = DepthReader(BrokerAccess(broker.management_url, broker.username, broker.password, broker.amqp_port))
+    return migration_status(info, reader.read, lambda v: get(broker, f"shovels/{esc(v)}") or [], "test").next_step
 
 
 # ---------------------------------------------------------------- traffic
@@ -416,10 +426,13 @@ def run_steps(broker: Broker, vhost: str, steps: Steps) -> Run:
     consuming = Consuming(broker, vhost, new_contract, recorder)
     gone = queues_of(before) - queues_of(retiring)
     native_source = old_contract.get("strategy") == "native"
+    assert not next_step(broker, vhost, stepped).startswith("step move not applied yet")
     drained(broker, vhost, gone, STATS_INTERVAL_S + old_contract.get("max_delay_ms", 0) / 1000 if native_source
             else 1.0)
+    assert next_step(broker, vhost, stepped).startswith("drained: "), "migrate-status disagrees: not drained"
     retire_steps = apply_update(broker, stepped.resources, retiring.resources, guard)
     assert sorted(guard.checked) == sorted(gone)
+    assert next_step(broker, vhost, retiring).startswith("retired: ")
     apply_update(broker, retiring.resources, final.resources, guard)
 
     confirmed = producer.stop()
