@@ -295,19 +295,18 @@ LEVELS = {"unit": "500ms", "max_delay": "3s"}
 
 @dataclass(frozen=True)
 class Scenario:
-    """A migration: the queue configs before and after, and whether the vhost has delay levels."""
+    """A migration: the queue configs before and after (the vhost gets delay levels beside a levels queue)."""
 
     old: dict[str, Any]
     new: dict[str, Any] | None
     """The successor (a move), or None for a drain."""
-    delay_levels: dict[str, Any] | None = None
     needs_native: bool = False
 
     def vhost(self, queues: list[dict[str, Any]], migrations: list[dict[str, Any]] | None = None,
               delay_levels: dict[str, Any] | None = None) -> dict[str, Any]:
         config: dict[str, Any] = {"exchanges": [{"name": "in", "type": "fanout"}], "queues": queues}
         if any(q["retry"].get("strategy") == "levels" for q in queues):  # delay_levels only beside a levels queue
-            config["delay_levels"] = delay_levels or self.delay_levels or LEVELS
+            config["delay_levels"] = delay_levels or LEVELS
         if migrations:
             config["migrations"] = migrations
         return config
