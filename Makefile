@@ -13,7 +13,7 @@ tool_status = || { status=$$?; case $$status in 1) why=error;; 2) why="data loss
 	esac; echo "make $@: $(1) exit status $$status ($$why); make itself exits 2 on any failure" >&2; exit $$status; }
 
 .PHONY: setup test test-fast lint plan preview up brokers review mutate adopt drift contracts doctor bench \
-	migrate-status
+	migrate-status migrate-retire
 
 setup:
 	scripts/setup.sh
@@ -91,3 +91,13 @@ doctor_status = || { status=$$?; case $$status in 1) why=error;; 2) why="blockin
 
 doctor:
 	@$(PULUMI_ENV) $(PY) -m tools.doctor --stack $(STACK)$(if $(ENDPOINT), --endpoint $(ENDPOINT)) $(doctor_status)
+
+# An external move's old objects (move.external): read-only unless APPLY=1. 0 nothing refused, 3 stopped at a
+# refusal (nothing lost; run it again later), 1 error (python -m tools.migrate_retire).
+retire_status = || { status=$$?; case $$status in 1) why=error;; 3) why="stopped at a refusal";; *) why=failed;; \
+	esac; echo "make $@: tools.migrate_retire exit status $$status ($$why); make itself exits 2 on any failure" >&2; \
+	exit $$status; }
+
+migrate-retire:
+	@$(PULUMI_ENV) $(PY) -m tools.migrate_retire --stack $(STACK) --migration "$(MIGRATION)"$(if $(ENDPOINT), \
+		--endpoint $(ENDPOINT))$(if $(APPLY), --apply) $(retire_status)

@@ -322,6 +322,8 @@ def _shovel_problems(plan: VhostPlan, graph: _Graph) -> list[str]:
     for shovel in plan.shovels:
         what = f'shovel "{shovel.name}" (migration {shovel.migration})'
         for role, queue in (("source", shovel.source), ("destination", shovel.destination)):
+            if role == "source" and shovel.external_source:
+                continue  # not the stack's: an adopted runtime queue (move.external)
             if queue not in graph.queues:
                 problems.append(f'{what}: its {role} queue "{queue}" is not planned in this vhost; declare it in '
                                 "queues")

@@ -47,6 +47,8 @@ class ShovelPlan:
     migration: str
     ack_mode: str = SHOVEL_ACK_MODE
     source_delete_after: str = SHOVEL_DELETE_AFTER
+    external_source: bool = False
+    """The source queue is not the stack's (`move.external`): the shovel names it, and waits for no resource of it."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,25 @@ def _drain_levels(m: Migration, levels: DelayLevelsPlan, imports: tuple[str, ...
     return kept, dropped
 
 
+def _move_external(m: Migration, mpath: str) -> MigrationPlan:
+    """An external move: the old objects are nobody's in the stack, so nothing of them is planned. Step move adds
+    the shovels (the old queue, and its error queue when named, to the successor's); step retire removes them, and
+    `make migrate-retire` deletes the old objects on the broker once each is empty and unused."""
+    assert m.external is not None
+    old_queues = (*m.external.queues, m.source, *((m.external.error_queue,) if m.external.error_queue else ()))
+    if m.retiring:
+        return MigrationPlan(m, mpath, old_queues=old_queues)
+    shovels = [ShovelPlan(naming.shovel_key(m.name), naming.shovel(m.name), m.source, m.target, m.name,
+                          external_source=True)]
+    if m.external.error_queue:
+        shovels.append(ShovelPlan(naming.shovel_key(m.name, error=True), naming.shovel(m.name, error=True),
+                                  m.external.error_queue, naming.error_queue(m.target), m.name, external_source=True))
+    return MigrationPlan(m, mpath, shovels=tuple(shovels), old_queues=old_queues)
+
+
 def _move(m: Migration, mpath: str, vhost: Vhost, retryables: Mapping[str, RetryablePlan[Any]]) -> MigrationPlan:
+    if m.external is not None:
+        return _move_external(m, mpath)
     old = retryables.get(m.source)
     if m.retiring:
         bindings = (() if vhost.delay_levels is None else

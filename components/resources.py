@@ -204,14 +204,15 @@ def declare_shovel(scope: Scope, logical_name: str, shovel: ShovelPlan) -> None:
         info=rabbitmq.ShovelInfoArgs(
             source_uri=uri,
             destination_uri=uri,
-            source_queue=scope.names[("Queue", shovel.source)],
+            source_queue=shovel.source if shovel.external_source else scope.names[("Queue", shovel.source)],
             destination_queue=scope.names[("Queue", shovel.destination)],
             ack_mode=shovel.ack_mode,
             source_delete_after=shovel.source_delete_after,
         ),
-        opts=scope.options(depends_on=[scope.resources[("Queue", shovel.destination)],
-                                       scope.resources[("Queue", shovel.source)],
-                                       scope.resources[("Permissions", naming.SHOVEL_USER)]]),
+        opts=scope.options(depends_on=[
+            scope.resources[("Queue", shovel.destination)],
+            *(() if shovel.external_source else (scope.resources[("Queue", shovel.source)],)),  # not the stack's
+            scope.resources[("Permissions", naming.SHOVEL_USER)]]),
     )
 
 

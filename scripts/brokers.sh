@@ -6,12 +6,13 @@
 #         (node rabbit43@localhost, epmd 4370, dist 25673, chroot at $RABBIT43_ROOT)
 #
 # Usage:
-#   scripts/brokers.sh ensure [3.10|4.3|all]   install if missing, start if down, wait, print status
+#   scripts/brokers.sh ensure [3.10|4.3|all]   install if missing, start if down, enable the plugins, wait, print status
 #   scripts/brokers.sh restart 3.10|4.3        stop, start, wait until AMQP and management answer
 #   scripts/brokers.sh status                  one line per broker
 #   scripts/brokers.sh stop 3.10|4.3
 #
-# Needs root. Idempotent: when a broker already answers, `ensure` only checks it.
+# Needs root. Idempotent: when a broker already answers, `ensure` only checks it and enables the plugins it
+# lacks (online, without a restart).
 set -euo pipefail
 
 ROOT43=${RABBIT43_ROOT:-/var/lib/rabbitmq-retry/sid-rabbit43}
@@ -24,6 +25,8 @@ EPMD43=4370
 MIRROR=http://deb.debian.org/debian
 WAIT_SECS=${BROKERS_WAIT_SECS:-120}
 LOCK=/run/lock/rabbitmq-retry-brokers.lock
+# Management for the tests and the tools; the shovel and its HTTP API for migrations (make doctor checks them).
+PLUGINS="rabbitmq_management rabbitmq_shovel rabbitmq_shovel_management"
 # ERL_EPMD_PORT belongs to the chroot's node only; a caller exporting it would make the
 # host's CLI tools look for their node in the wrong epmd.
 unset ERL_EPMD_PORT
@@ -79,6 +82,15 @@ status_line() {
 }
 
 # ---------------------------------------------------------------- helpers
+
+# The plugins of $PLUGINS that are not in an enabled_plugins file ("[a,b]."), space-separated; empty when all are.
+plugins_missing() { # file
+  local p missing=()
+  for p in $PLUGINS; do
+    grep -Eq "[[,[:space:]]${p}[],[:space:]]" "$1" 2>/dev/null || missing+=("$p")
+  done
+  echo "${missing[*]}"
+}
 
 APT_UPDATED=0
 apt_install() {
@@ -168,13 +180,24 @@ start310() {
     done
   fi
   timeout "$WAIT_SECS" rabbitmqctl -q await_startup >/dev/null
-  # Off after a plain package install; enabling it online needs the running node.
-  grep -q rabbitmq_management /etc/rabbitmq/enabled_plugins 2>/dev/null ||
-    rabbitmq-plugins -q enable rabbitmq_management >/dev/null
+  plugins310
+}
+
+plugins310() {
+  # Off after a plain package install; enabling them online needs the running node (no restart).
+  local missing
+  missing=$(plugins_missing /etc/rabbitmq/enabled_plugins)
+  [[ -z $missing ]] && return 0
+  log "enabling on RabbitMQ 3.10: $missing"
+  # shellcheck disable=SC2086 # one argument per plugin
+  rabbitmq-plugins -q enable $missing >/dev/null
 }
 
 ensure310() {
-  answering 3.10 && return 0
+  if answering 3.10; then
+    plugins310
+    return 0
+  fi
   need_cmd curl
   install310
   start310
@@ -254,21 +277,41 @@ build43() {
   logged in43 apt-get -o Acquire::Check-Valid-Until=false update
   logged in43 DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends rabbitmq-server
   logged in43 apt-get clean
-  logged in43 rabbitmq-plugins --offline enable rabbitmq_management
+  # shellcheck disable=SC2086 # one argument per plugin
+  logged in43 rabbitmq-plugins --offline enable $PLUGINS
   date -u +%FT%TZ >"$MARKER43"
   # shellcheck disable=SC2016 # ${Version} is dpkg-query's format, not a shell expansion
   log "built $(in43 dpkg-query -W -f='rabbitmq-server ${Version}' rabbitmq-server) in $((SECONDS - start))s"
 }
 
+plugins43() { # online|offline
+  local missing
+  missing=$(plugins_missing "$ROOT43/etc/rabbitmq/enabled_plugins")
+  [[ -z $missing ]] && return 0
+  log "enabling on RabbitMQ 4.3 ($1): $missing"
+  if [[ $1 == online ]]; then
+    # shellcheck disable=SC2086 # one argument per plugin
+    in43 rabbitmq-plugins -q -n "$NODE43" enable $missing >/dev/null
+  else
+    # shellcheck disable=SC2086 # one argument per plugin
+    in43 rabbitmq-plugins -q --offline enable $missing >/dev/null
+  fi
+}
+
 ensure43() {
-  answering 4.3 && return 0
+  if answering 4.3; then
+    mount43
+    plugins43 online
+    return 0
+  fi
   need_cmd curl
   build43
   config43
   mount43
-  if ! node_ping 4.3; then
-    grep -q rabbitmq_management "$ROOT43/etc/rabbitmq/enabled_plugins" 2>/dev/null ||
-      in43 rabbitmq-plugins --offline enable rabbitmq_management >/dev/null
+  if node_ping 4.3; then
+    plugins43 online
+  else
+    plugins43 offline
     daemon_start "$ROOT43/var/log/rabbitmq/startup.out" in43 rabbitmq-server -detached
   fi
   wait_up 4.3

@@ -6,14 +6,15 @@
 #   4.3   nodes c43n1..3@localhost in the chroot    AMQP 5692-5694  management 15692-15694  dist 25692-25694  epmd 4390
 #
 # Usage:
-#   scripts/clusters.sh ensure [3.10|4.3|all]     install if missing, start what is down, form the cluster, wait, print status
+#   scripts/clusters.sh ensure [3.10|4.3|all]     install if missing, start what is down, form the cluster, enable the plugins, wait, print status
 #   scripts/clusters.sh status                    one line per node
 #   scripts/clusters.sh stop [3.10|4.3|all]       stop every node and the cluster's epmd
 #   scripts/clusters.sh nodes 3.10|4.3            "index node amqp_port management_port pid_file" per node (for the tests)
 #   scripts/clusters.sh kill-node 3.10|4.3 N      kill -9 node N (a node failure, for the tests)
 #   scripts/clusters.sh start-node 3.10|4.3 N     start node N and wait until every running node sees it running
 #
-# Needs root. Idempotent: when every node answers and the cluster runs all three, `ensure` only checks it.
+# Needs root. Idempotent: when every node answers and the cluster runs all three, `ensure` only checks it and
+# enables the plugins a node lacks (online, without a restart).
 # Each node runs with a clean environment (env -i): the host's and the chroot's rabbitmq-env.conf set a node
 # name, Erlang flags and an epmd port meant for the single-node brokers. Each cluster has its own epmd port and
 # Erlang cookie (in its HOME), and listens on 127.0.0.1 only.
@@ -121,8 +122,8 @@ prepare() { # version: install RabbitMQ (under brokers.sh's lock: it builds the 
     (umask 077 && head -c 30 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/.erlang.cookie")
   fi
   chmod 400 "$dir/.erlang.cookie"
-  # Shovel for migrations (doctor reports it); management for the tests and the tools.
-  write_if_changed "$dir/enabled_plugins" "[rabbitmq_management,rabbitmq_shovel,rabbitmq_shovel_management]."
+  # brokers.sh's PLUGINS: management for the tests and the tools, the shovel for migrations (doctor checks it).
+  write_if_changed "$dir/enabled_plugins" "[${PLUGINS// /,}]."
   for n in $NODES; do
     mkdir -p "$dir/$n/log" "$dir/$n/data"
     # Loopback only: with loopback_users = none, guest/guest would otherwise be open to the network.
@@ -184,15 +185,39 @@ await_cluster() { # version
   done
 }
 
+node_plugins_missing() { # version index: the plugins of $PLUGINS the running node lacks (its management API says)
+  local v=$1 n=$2
+  node_mgmt_get "$v" "$n" nodes | python3 -c 'import json, sys
+node = next((x for x in json.load(sys.stdin) if x.get("name") == sys.argv[1]), {})
+print(" ".join(p for p in sys.argv[2].split() if p not in (node.get("enabled_plugins") or [])))' \
+    "$(node_name "$v" "$n")" "$PLUGINS"
+}
+
+ensure_plugins() { # version: enable what a running node lacks, online (a cluster started before they were listed)
+  local v=$1 n missing
+  for n in $NODES; do
+    missing=$(node_plugins_missing "$v" "$n") || fail "$v" "node $(node_name "$v" "$n") does not answer" "$n"
+    [[ -z $missing ]] && continue
+    log "enabling on $(node_name "$v" "$n"): $missing"
+    # shellcheck disable=SC2086 # one argument per plugin
+    on "$v" RABBITMQ_ENABLED_PLUGINS_FILE="$(cluster_dir "$v")/enabled_plugins" \
+      timeout 60 rabbitmq-plugins -q -n "$(node_name "$v" "$n")" enable $missing >/dev/null
+  done
+}
+
 ensure_cluster() { # version
   local v=$1 n start=$SECONDS
-  cluster_formed "$v" && return 0
+  if cluster_formed "$v"; then
+    ensure_plugins "$v"
+    return 0
+  fi
   prepare "$v"
   # All at once: a restarted 3.x node waits for the peers it last saw, and 4.x needs a majority to boot.
   for n in $NODES; do start_node "$v" "$n"; done
   for n in $NODES; do await_node "$v" "$n"; done
   for n in 2 3; do join_node "$v" "$n"; done
   await_cluster "$v"
+  ensure_plugins "$v"
   log "RabbitMQ $v cluster running ($((SECONDS - start))s)"
 }
 

@@ -20,7 +20,7 @@ from components.naming import vhost_key
 from components.plan import plan_vhost
 from tools import adopt as adopt_tool
 from tools.lib import engine
-from tools.lib.adopt import ALONE, BESIDE, IMPORT, RETIRE, adopt, summary
+from tools.lib.adopt import ALONE, BESIDE, IMPORT, RETIRE, adopt, report, summary
 from tools.lib.definitions import Snapshot, read_file
 from tools.lib.mockrun import Registered, record
 from tools.lib.recognise import dead_letter, recognise
@@ -177,6 +177,29 @@ def test_a_runtime_retry_queue_is_taken_over_beside_and_its_work_bindings_copied
     # Nothing planned over an existing name: every create is beside.
     existing = set(SNEAKERS.queues) | set(SNEAKERS.exchanges)
     assert not {name for kind, name in decided[BESIDE] if kind in ("Queue", "Exchange")} & existing
+
+
+def test_each_queue_taken_over_beside_gets_a_migration_naming_the_old_runtime_objects() -> None:
+    """The old objects are not the stack's (`move.external`): it shovels what they hold, never declares them, and
+    `make migrate-retire` deletes them once empty."""
+    adoption = adopt(SNEAKERS)
+    assert adoption.vhost["migrations"] == [{"name": "adopt-mailer", "step": "move", "move": {
+        "from": "mailer", "to": "mailer.v2", "external": {
+            "error_queue": "mailer-error", "queues": ["mailer-retry"],
+            "exchanges": list(recognise(SNEAKERS)[0].exchanges)}}}]
+    plan = plan_vhost(load_vhost({k: v for k, v in adoption.vhost.items() if k != "import"}, "vhosts[0]"),
+                      "vhosts[0]")
+    assert [(s.source, s.destination) for s in plan.shovels] == [("mailer", "mailer.v2"),
+                                                                ("mailer-error", "mailer.v2.error")]
+    report_text = report(adoption, "adopted")
+    assert "make migrate-retire STACK=adopted MIGRATION=adopt-mailer APPLY=1" in report_text
+    assert "passwords.rabbitmq-retry-shovel" in report_text and "DELETE /api/" not in report_text
+
+
+def test_a_plain_queue_taken_over_beside_moves_alone(tmp_path: Path) -> None:
+    adoption = adopt(read_file(_export(tmp_path), "shop"))
+    moves = {m["move"]["from"]: m["move"] for m in adoption.vhost.get("migrations", [])}
+    assert moves["audit"] == {"from": "audit", "to": "audit.v2", "external": True}
 
 
 def test_the_new_name_skips_names_already_taken() -> None:

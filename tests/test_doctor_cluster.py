@@ -99,3 +99,32 @@ def test_a_group_size_above_the_running_nodes_warns_naming_the_key_and_the_node_
     assert from_defaults.startswith("vhosts[0].queues[0].quorum_group_size (or defaults.quorum_group_size, which "
                                     "it inherits) asks for 5 replicas")
     assert not group_warnings(facts("4.3.6", running=(True,)), {"vhosts": [vhost_config(queues=[QUORUM_RETRY])]})
+
+
+def test_declared_migrations_need_the_shovel_plugin_and_its_management_plugin():
+    """Without rabbitmq_shovel a migration's shovels cannot run (blocking, naming the key and the command); without
+    rabbitmq_shovel_management they run unseen (a warning); without migrations neither plugin is asked for."""
+    paths = ["vhosts[0].migrations"]
+    blocking, warnings = doctor.shovel_findings(paths, facts("4.3.6"))
+    assert warnings == [] and len(blocking) == 1
+    assert blocking[0].startswith("vhosts[0].migrations: the stack declares migrations, which move messages with "
+                                  "shovels, but the plugin rabbitmq_shovel is not enabled")
+    assert blocking[0].endswith("`rabbitmq-plugins enable rabbitmq_shovel rabbitmq_shovel_management` on every node "
+                                "(online, no restart)")
+    blocking, [warning] = doctor.shovel_findings(paths, facts("4.3.6", plugins=("rabbitmq_shovel",)))
+    assert blocking == [] and "rabbitmq_shovel_management is not enabled" in warning
+    both = facts("3.10.8", plugins=("rabbitmq_shovel", "rabbitmq_shovel_management"))
+    assert doctor.shovel_findings(paths, both) == ([], [])
+    assert doctor.shovel_findings([], facts("4.3.6")) == ([], [])
+    assert doctor.migrations_of(load_stack_config({"vhosts": [vhost_config(queues=[QUORUM_RETRY])]})) == []
+
+
+def test_doctor_finds_the_migrations_of_a_stack_and_blocks_them_without_the_shovel_plugin():
+    queues = [{**RETRYABLE, "type": "classic"}, {**QUORUM_RETRY, "name": "orders.q", "bindings": []}]
+    raw = vhost_config(queues=queues)
+    raw["queues"][0].pop("bindings", None)
+    raw["migrations"] = [{"name": "to-quorum", "move": {"from": queues[0]["name"], "to": "orders.q"}, "step": "move"}]
+    config = load_stack_config({"vhosts": [raw]})
+    assert doctor.migrations_of(config) == ["vhosts[0].migrations"]
+    found = doctor.diagnose(config, doctor.planned_objects(config), facts("4.3.6"))
+    assert [b for b in found.blocking if b.startswith("vhosts[0].migrations: the stack declares migrations")]

@@ -52,7 +52,8 @@ RETIRED_POLICY_KEYS: Mapping[str, str] = {
 }
 """Keys RabbitMQ 3.10 still takes in a user policy but 4.x refuses, with what to use instead."""
 MIGRATION_KEYS = ("name", "move", "drain_tiers", "drain_levels", "step")
-MOVE_KEYS = ("from", "to")
+MOVE_KEYS = ("from", "to", "external")
+EXTERNAL_KEYS = ("error_queue", "queues", "exchanges", "policies")
 DRAIN_TIERS_KEYS = ("queue", "delays")
 DRAIN_LEVELS_KEYS = ("max_delay",)
 APPLICATION_KEYS = ("user", "publishes", "consumes", "topic_permissions", "limits")
@@ -84,6 +85,7 @@ KEY_TABLES: Mapping[str, tuple[str, ...]] = {
     "vhosts[].limits": LIMITS_KEYS,
     "vhosts[].migrations[]": MIGRATION_KEYS,
     "vhosts[].migrations[].move": MOVE_KEYS,
+    "vhosts[].migrations[].move.external": EXTERNAL_KEYS,
     "vhosts[].migrations[].drain_tiers": DRAIN_TIERS_KEYS,
     "vhosts[].migrations[].drain_levels": DRAIN_LEVELS_KEYS,
 }

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..strategies.common import positive_duration
 from .fields import INVALID, Invalid, Problems, choice, entity_name, items, mapping
-from .keys import DRAIN_LEVELS_KEYS, DRAIN_TIERS_KEYS, MIGRATION_KEYS, MOVE_KEYS
-from .model import MIGRATION_KINDS, MIGRATION_STEPS, DelayLevels, Migration, Queue
+from .keys import DRAIN_LEVELS_KEYS, DRAIN_TIERS_KEYS, EXTERNAL_KEYS, MIGRATION_KEYS, MOVE_KEYS
+from .model import MIGRATION_KINDS, MIGRATION_STEPS, DelayLevels, ExternalSource, Migration, Queue
 
 if TYPE_CHECKING:
-    from .parsers import QueueEntry
+    from .parsers import Entry, QueueEntry
 
 MIGRATION_NAME = re.compile(r"[a-z0-9-]+")
 """A migration's name ends the shovels' names and shows in review and status: lower case, digits and dashes."""
@@ -50,6 +50,36 @@ def _delays(p: Problems, path: str, raw: object) -> tuple[int, ...] | Invalid:
             p.add(path, "empty; list the queue's retry.delays as they were before the change")
         return INVALID
     return tuple(d for d in delays if isinstance(d, int))
+
+
+def _names(p: Problems, path: str, raw: object, kind: str) -> tuple[str, ...] | Invalid:
+    names = [entity_name(p, f"{path}[{i}]", value, kind) for i, value in enumerate(items(p, path, raw))]
+    if INVALID in names:
+        return INVALID
+    return tuple(n for n in names if isinstance(n, str))
+
+
+def _external(p: Problems, path: str, raw: object) -> ExternalSource | Invalid:
+    """`move.external`: `true` (the old queue alone) or a mapping naming the rest of the old runtime topology."""
+    if raw is True:
+        return ExternalSource()
+    if not isinstance(raw, Mapping):
+        p.add(path, f"expected true or a mapping of {', '.join(EXTERNAL_KEYS)}, got {raw!r}; write external: true "
+              "when the old queue is not declared by this stack (e.g. adopted by make adopt), else remove it")
+        return INVALID
+    data = mapping(p, path, raw, EXTERNAL_KEYS)
+    if data is INVALID:
+        return INVALID
+    error_queue = (entity_name(p, f"{path}.error_queue", data["error_queue"], "queue")
+                   if data.get("error_queue") is not None else None)
+    queues, exchanges, policies = (_names(p, f"{path}.{key}", data.get(key), kind)
+                                   for key, kind in (("queues", "queue"), ("exchanges", "exchange"),
+                                                     ("policies", "policy")))
+    if INVALID in (error_queue, queues, exchanges, policies):
+        return INVALID
+    assert error_queue is None or isinstance(error_queue, str)
+    assert isinstance(queues, tuple) and isinstance(exchanges, tuple) and isinstance(policies, tuple)
+    return ExternalSource(error_queue, queues, exchanges, policies)
 
 
 def parse_migration(p: Problems, path: str, index: int, raw: object) -> Migration | Invalid:
@@ -86,7 +116,11 @@ def parse_migration(p: Problems, path: str, index: int, raw: object) -> Migratio
             p.add(f"{where}.to", f'"{target}" is the queue it moves from; name the successor queue (a new name: a '
                   "queue keeps its type and its strategy for life)")
             return INVALID
-        return Migration(name, kind, step, index, source=source, target=target)
+        external = _external(p, f"{where}.external", body.get("external")) if "external" in body else None
+        if external is INVALID:
+            return INVALID
+        assert external is None or isinstance(external, ExternalSource)
+        return Migration(name, kind, step, index, source=source, target=target, external=external)
     if kind == "drain_tiers":
         queue = _queue_name(p, f"{where}.queue", body.get("queue"))
         delays = _delays(p, f"{where}.delays", body.get("delays"))
@@ -105,13 +139,15 @@ def parse_migration(p: Problems, path: str, index: int, raw: object) -> Migratio
 
 
 def parse_migrations(p: Problems, path: str, raw: object, queues: Sequence[QueueEntry],
-                     delay_levels: DelayLevels | Invalid | None) -> tuple[Migration, ...] | Invalid:
-    """`migrations:` of a vhost, each entry checked against the vhost's queues and delay levels."""
+                     delay_levels: DelayLevels | Invalid | None,
+                     exchanges: Sequence[Entry[Any]] = ()) -> tuple[Migration, ...] | Invalid:
+    """`migrations:` of a vhost, each entry checked against the vhost's queues, exchanges and delay levels."""
     entries = [parse_migration(p, f"{path}.migrations[{i}]", i, item)
                for i, item in enumerate(items(p, f"{path}.migrations", raw))]
     migrations = tuple(m for m in entries if isinstance(m, Migration))
     before = len(p.items)
     check_migrations(p, path, migrations, queues, delay_levels)
+    _check_external(p, path, migrations, queues, exchanges)
     if len(migrations) != len(entries) or len(p.items) != before:
         return INVALID
     return migrations
@@ -126,12 +162,45 @@ def _check_names(p: Problems, path: str, migrations: Sequence[Migration]) -> Non
         first.setdefault(m.name, m.index)
 
 
+def _check_external(p: Problems, path: str, migrations: Sequence[Migration], queues: Sequence[QueueEntry],
+                    exchanges: Sequence[Entry[Any]]) -> None:
+    """An external move's old objects are not the stack's: none may be declared by it (the stack would own, and
+    one day delete, what `make migrate-retire` deletes only once empty)."""
+    owned_queues = {name: q.index for q in queues for name in q.owned_queues}
+    owned_exchanges = {name: q.index for q in queues for name in q.owned_exchanges}
+    declared_exchanges = {x.written: x.index for x in exchanges if x.written is not None}
+    for m in migrations:
+        if m.external is None:
+            continue
+        where = f"{path}.migrations[{m.index}].move"
+        old_queues = [(f"{where}.from", m.source)]
+        if m.external.error_queue:
+            old_queues.append((f"{where}.external.error_queue", m.external.error_queue))
+        old_queues += [(f"{where}.external.queues[{i}]", q) for i, q in enumerate(m.external.queues)]
+        for at, queue in old_queues:
+            if queue in owned_queues:
+                p.add(at, f'"{queue}" is declared by this stack (queues[{owned_queues[queue]}]); external names '
+                      "objects the stack does not declare: remove external (a move between two queues of the stack) "
+                      "or name the runtime queue")
+        for i, exchange in enumerate(m.external.exchanges):
+            if exchange in declared_exchanges or exchange in owned_exchanges:
+                p.add(f"{where}.external.exchanges[{i}]", f'"{exchange}" is declared by this stack; list only the old '
+                      "topology's own exchanges, which make migrate-retire deletes once unused")
+
+
 def _check_move(p: Problems, path: str, m: Migration, declared: Mapping[str, QueueEntry]) -> None:
     where = f"{path}.migrations[{m.index}].move"
     queues = f"{path}.queues"
     if m.target not in declared:
         p.add(f"{where}.to", f'"{m.target}" is not a queue of this vhost; add the successor to {queues} '
               "(it must exist before anything moves to it)")
+    if m.external is not None:
+        target = declared.get(m.target)
+        new = None if target is None else target.value
+        if m.external.error_queue and isinstance(new, Queue) and new.retry is None:
+            p.add(f"{where}.to", f"{m.external.error_queue} holds parked messages that move to {m.target}'s error "
+                  f"queue; give {m.target} a retry block (any strategy)")
+        return
     if m.retiring:
         if m.source in declared:
             p.add(f"{queues}[{declared[m.source].index}]", f'remove queue {m.source} from {queues}: step retire of '

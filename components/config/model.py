@@ -188,6 +188,28 @@ RETIRE = "retire"
 
 
 @dataclass(frozen=True)
+class ExternalSource:
+    """`move.external`: the old queue of a move is not the stack's (an application declared it at runtime, and
+    `make adopt` took it over beside). The stack never declares, changes or deletes these objects: it shovels what
+    they hold to the successor, and `make migrate-retire` unbinds and deletes them on the broker, each only when
+    empty and unused (docs/migrations.md)."""
+
+    error_queue: str | None = None
+    """Where the old topology parks messages: shovelled to the successor's error queue."""
+    queues: tuple[str, ...] = ()
+    """The old topology's other queues (wait or retry queues): retired once empty, before the old queue."""
+    exchanges: tuple[str, ...] = ()
+    """The old topology's own exchanges: deleted once unused, after its queues."""
+    policies: tuple[str, ...] = ()
+    """User policies that wired the old topology: deleted last."""
+
+    @property
+    def all_queues(self) -> tuple[str, ...]:
+        """Every old queue but the moved one, in the order they are retired: wait queues, then the error queue."""
+        return (*self.queues, *((self.error_queue,) if self.error_queue else ()))
+
+
+@dataclass(frozen=True)
 class Migration:
     """A `migrations[]` entry of a vhost: a change that would lose messages, declared so that the plan keeps the
     old objects beside their successor until they are empty (docs/config.md: Migrations)."""
@@ -207,6 +229,8 @@ class Migration:
     """`drain_tiers.delays`: the queue's delays before the change."""
     max_delay_ms: int = 0
     """`drain_levels.max_delay`: the vhost's `delay_levels.max_delay` before the change."""
+    external: ExternalSource | None = None
+    """`move.external`: the old queue is not declared by the stack (an adopted runtime topology)."""
 
     @property
     def retiring(self) -> bool:

@@ -646,7 +646,7 @@ def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defau
                                   lambda v: choice(p, f"{path}.default_queue_type", v, QUEUE_TYPES), None)
     imports = optional(data, "import", lambda v: parse_import(p, f"{path}.import", v, name, existing), ())
     delay_levels = vhost_delay_levels(p, path, data, queues, defaults)
-    migrations = parse_migrations(p, path, data.get("migrations", ()), queues, delay_levels)
+    migrations = parse_migrations(p, path, data.get("migrations", ()), queues, delay_levels, exchanges)
     check_created_only_options(p, path, data, existing)
 
     unreadable = frozenset(key for key in ("exchanges", "queues", "policies", "operator_policies", "applications",

@@ -8,14 +8,16 @@ run must have touched both brokers.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from components.resources import ShovelAccess
 from tests.support.deploy import Deployer, configured_brokers, throwaway_vhost, unreachable
 from tests.support.environment import missing
-from tests.support.mirror import Broker
+from tests.support.mirror import Broker, call, esc
 
 HERE = Path(__file__).resolve().parent
 BROKERS = configured_brokers()
@@ -52,3 +54,15 @@ def vhost(broker: Broker) -> Iterator[str]:
 def deploy(broker: Broker, vhost: str) -> Deployer:
     """Apply Vhost configs to `broker` in the throw-away `vhost` (the config's name defaults to it)."""
     return Deployer(broker, vhost)
+
+
+@pytest.fixture
+def shovel_user(broker: Broker) -> Iterator[ShovelAccess]:
+    """A shovel user of the test's own, for a stack whose migrations move queues: users are broker-wide and other
+    tests run beside, so the stack's `rabbitmq-retry-shovel` is not used. Deleted afterwards."""
+    name, password = f"ado-shovel-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    call(broker, "PUT", f"users/{esc(name)}", {"password": password, "tags": ""})
+    try:
+        yield ShovelAccess(name, password, broker.amqp_port)
+    finally:
+        call(broker, "DELETE", f"users/{esc(name)}")

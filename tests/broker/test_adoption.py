@@ -9,6 +9,7 @@ objects are read and compared, never written.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -18,13 +19,18 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
 from components import Vhost, naming
+from components.config import load_vhost
+from components.resources import ShovelAccess
+from rabbitmq_retry_client.depth import BrokerAccess
 from tests.support.admin import version
 from tests.support.amqp import channel, message_counts, next_message
 from tests.support.mirror import Broker, ImportRefusedError, MirrorError, apply, call, esc, read_back
 from tools.lib import engine
-from tools.lib.adopt import BESIDE, IMPORT, RETIRE, adopt, summary
+from tools.lib.adopt import BESIDE, IMPORT, RETIRE, adopt, record_vhost, summary
 from tools.lib.definitions import Endpoint, Snapshot, read_live
 from tools.lib.drift import findings
+from tools.lib.migrate_retire import Broker as RetireBroker
+from tools.lib.migrate_retire import Found, retire
 from tools.lib.mockrun import record
 
 SNEAKERS_TTL_MS = 600_000
@@ -111,16 +117,37 @@ def _runtime(broker: Broker, vhost: str) -> None:
         _publish(ch, "events", "audit.x", WAITING["audit"], "audit")
 
 
+def _moved(vhost_config: dict[str, Any]) -> dict[str, str]:
+    """Old queue → the queue its migration's shovel moves it to (an old error queue to the successor's)."""
+    moved = {}
+    for m in vhost_config.get("migrations", []):
+        move = m["move"]
+        moved[move["from"]] = move["to"]
+        if isinstance(move["external"], dict) and move["external"].get("error_queue"):
+            moved[move["external"]["error_queue"]] = naming.error_queue(move["to"])
+    return moved
+
+
+def _settled(broker: Broker, vhost: str, expected: dict[str, int]) -> bool:
+    """Whether the queues reach these counts within ARRIVAL_S (the shovels move asynchronously)."""
+    deadline = time.monotonic() + ARRIVAL_S
+    while message_counts(broker, vhost, list(expected)) != expected:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 def _snapshot(broker: Broker, vhost: str) -> Snapshot:
     return read_live(Endpoint(broker.management_url, broker.username, broker.password), vhost)
 
 
-def _without_imports(vhost_config: dict[str, Any]) -> list[Any]:
-    config = {k: v for k, v in vhost_config.items() if k != "import"}
-    return record(lambda: Vhost(naming.vhost_key(config["name"]), {"vhost": config}))
+def _without_imports(vhost_config: dict[str, Any], shovel_user: ShovelAccess) -> list[Any]:
+    return record_vhost({k: v for k, v in vhost_config.items() if k != "import"}, shovel_user, reveal_secrets=True)
 
 
-def test_adopting_runtime_topologies_imports_what_matches_and_loses_nothing(broker: Broker, runtime_vhost: str) -> None:
+def test_adopting_runtime_topologies_imports_what_matches_and_loses_nothing(broker: Broker, runtime_vhost: str,
+                                                                            shovel_user: ShovelAccess) -> None:
     vhost = runtime_vhost
     _runtime(broker, vhost)
     assert message_counts(broker, vhost, list(WAITING)) == WAITING
@@ -140,15 +167,18 @@ def test_adopting_runtime_topologies_imports_what_matches_and_loses_nothing(brok
     else:
         assert ("Queue", "legacy") in decided[RETIRE] and ("Queue", "legacy.v2") in decided[BESIDE]
 
-    records = adoption.records
+    records = record_vhost(adoption.vhost, shovel_user, reveal_secrets=True)
     imported = [r for r in records if r.import_id]
     assert imported and read_back(broker, imported) == [], "an import that needs a write was planned"
     apply(broker, records)
     assert read_back(broker, records) == [], "the next `pulumi up` would change something"
-    assert message_counts(broker, vhost, list(WAITING)) == WAITING, "adoption moved or lost a message"
+    # Each migration's shovels carry what an old queue (and its error queue) holds to its successor; the rest stays.
+    moved = _moved(adoption.vhost)
+    expected = {**WAITING, **{old: 0 for old in moved}, **{new: WAITING[old] for old, new in moved.items()}}
+    assert _settled(broker, vhost, expected), "adoption lost or duplicated a message"
 
     # Removing `import` after the first `pulumi up` plans no change.
-    steps = engine.diff(records, _without_imports(adoption.vhost))
+    steps = engine.diff(records, _without_imports(adoption.vhost, shovel_user))
     assert {s.op for s in steps if s.custom} == {"same"}
 
     # Drift: nothing missing or different; the extras are exactly the objects left to retire.
@@ -157,17 +187,26 @@ def test_adopting_runtime_topologies_imports_what_matches_and_loses_nothing(brok
     assert {(f.type, f.name) for f in found} == set(decided[RETIRE])
 
 
-def test_the_adopted_retry_loop_works_for_messages_published_after_adoption(broker: Broker,
-                                                                          runtime_vhost: str) -> None:
+def test_the_adopted_retry_loop_works_for_messages_published_after_adoption(
+        broker: Broker, runtime_vhost: str, shovel_user: ShovelAccess) -> None:
     vhost = runtime_vhost
     _runtime(broker, vhost)
     adoption = adopt(_snapshot(broker, vhost))
-    apply(broker, adoption.records)
-    # Step 2 of the report: unbind the old work queue (its properties_key from the live API).
-    [old] = [b for b in _snapshot(broker, vhost).bindings
-             if (b["source"], b["destination"]) == ("service_a_inner_exch", "service_a_input_q")]
-    call(broker, "DELETE", f"bindings/{esc(vhost)}/e/service_a_inner_exch/q/service_a_input_q/"
-                           f"{esc(old['properties_key'])}")
+    apply(broker, record_vhost(adoption.vhost, shovel_user, reveal_secrets=True))
+    # The report's next step: `make migrate-retire … APPLY=1` unbinds each old queue where its successor is bound.
+    model = load_vhost({k: v for k, v in adoption.vhost.items() if k != "import"}, "vhosts[0]")
+    access = BrokerAccess(broker.management_url, broker.username, broker.password, broker.amqp_port)
+    for migration in model.migrations:
+        lines: list[str] = []
+        assert retire(Found(vhost, migration), _snapshot(broker, vhost), RetireBroker(access, vhost), True,
+                      lines.append), lines
+    # What waited moved to the successors; take it away so that the new messages below come first.
+    moved = _moved(adoption.vhost)
+    assert _settled(broker, vhost, {**{old: 0 for old in moved},
+                                    **{new: WAITING[old] for old, new in moved.items()}})
+    with channel(broker, vhost) as ch:
+        for queue in ("mailer.v2", "service_a_input_q.v2"):
+            ch.queue_purge(queue)
     new = adoption.beside["service_a_input_q"]
     with channel(broker, vhost) as ch:
         _publish(ch, "service_a_inner_exch", "", 1, "after")
@@ -188,9 +227,9 @@ def test_the_adopted_retry_loop_works_for_messages_published_after_adoption(brok
         assert waiting is not None and waiting[2] == b"mail-after-0"
         ch.basic_nack(waiting[0].delivery_tag, requeue=True)
     counts = message_counts(broker, vhost, ["service_a_input_q", "mailer", "mailer-retry", "mailer-error"])
-    # The old binding of `mailer` is still there (not unbound in this test), so it got its copy too.
-    assert counts == {**{q: WAITING[q] for q in counts}, "mailer": WAITING["mailer"] + 1}, \
-        "the old queues lost or gained a message"
+    # Unbound, the old queues received nothing new; what still waits in Sneakers' retry queue stays there.
+    assert counts == {"service_a_input_q": 0, "mailer": 0, "mailer-retry": WAITING["mailer-retry"],
+                      "mailer-error": 0}, "the old queues lost or gained a message"
 
 
 def test_creating_our_design_over_a_runtime_queue_fails_with_inequivalent_arg(broker: Broker,

@@ -8,7 +8,8 @@ docs/provider.md:
   JSON content type, no keep-alive, DELETE 404 = success, other >= 400 = "Error <code> (<error>): <reason>";
 - §2, §3, §6 per resource (`resource_vhost.go`, `resource_queue.go`, `resource_exchange.go`,
   `resource_binding.go`, `resource_policy.go`, `resource_operator_policy.go`, `resource_user.go`,
-  `resource_permissions.go`, `resource_topic_permissions.go`): paths and exact JSON bodies, string-only
+  `resource_permissions.go`, `resource_topic_permissions.go`, `resource_shovel.go` with rabbit-hole's
+  `shovels.go`): paths and exact JSON bodies, string-only
   `arguments` vs typed `argumentsJson` (§3.2), binding `properties_key` from the Location header (§5);
 - §4 the policy definition ParseInt conversion on write and FormatFloat on read;
 - §2 and tools/lib/engine.py for the plan: delete-before-replace for named resources, so a replaced
@@ -190,10 +191,69 @@ def _path(r: Registered) -> str:
              engine.EXCHANGE: f"exchanges/{vhost}/{name}", engine.POLICY: f"policies/{vhost}/{name}",
              engine.OPERATOR_POLICY: f"operator-policies/{vhost}/{name}", engine.USER: f"users/{name}",
              engine.PERMISSIONS: f"permissions/{vhost}/{user}",
-             engine.TOPIC_PERMISSIONS: f"topic-permissions/{vhost}/{user}"}
+             engine.TOPIC_PERMISSIONS: f"topic-permissions/{vhost}/{user}",
+             engine.SHOVEL: f"parameters/shovel/{vhost}/{name}"}
     if r.type not in paths:
         raise NotImplementedError(f"the mirror does not handle {r.type}")
     return paths[r.type]
+
+
+SHOVEL_FIELDS: tuple[tuple[str, str, Any], ...] = (
+    # (ShovelInfo input, JSON key of rabbit-hole's ShovelDefinition, the provider schema's default)
+    ("ackMode", "ack-mode", "on-confirm"),
+    ("addForwardHeaders", "add-forward-headers", None),
+    ("deleteAfter", "delete-after", None),
+    ("destinationAddForwardHeaders", "dest-add-forward-headers", None),
+    ("destinationAddTimestampHeader", "dest-add-timestamp-header", False),
+    ("destinationAddress", "dest-address", None),
+    ("destinationApplicationProperties", "dest-application-properties", None),
+    ("destinationExchange", "dest-exchange", None),
+    ("destinationExchangeKey", "dest-exchange-key", None),
+    ("destinationProperties", "dest-properties", None),
+    ("destinationProtocol", "dest-protocol", "amqp091"),
+    ("destinationPublishProperties", "dest-publish-properties", None),
+    ("destinationQueue", "dest-queue", None),
+    ("destinationQueueArguments", "dest-queue-args", None),
+    ("prefetchCount", "prefetch-count", None),
+    ("reconnectDelay", "reconnect-delay", 1),
+    ("sourceAddress", "src-address", None),
+    ("sourceDeleteAfter", "src-delete-after", None),
+    ("sourceExchange", "src-exchange", None),
+    ("sourceExchangeKey", "src-exchange-key", None),
+    ("sourcePrefetchCount", "src-prefetch-count", None),
+    ("sourceProtocol", "src-protocol", "amqp091"),
+    ("sourceQueue", "src-queue", None),
+)
+"""`resource_shovel.go` (v1.10.1) `setShovelDefinition`: each `info` field into rabbit-hole v3.2.0's
+`ShovelDefinition`, whose JSON tags are all `omitempty` (false, 0, "" and empty maps are not sent)."""
+_DELETE_AFTER = frozenset({"delete-after", "src-delete-after"})
+
+
+def shovel_definition(info: dict[str, Any]) -> dict[str, Any]:
+    """The `value` the provider PUTs for a Shovel's `info`: both URIs as one-element lists, the schema's defaults
+    filled in, empty values left out, and `delete-after` as a JSON integer when it is digits (`DeleteAfter`'s
+    MarshalJSON), else the string (`"never"`, `"queue-length"`)."""
+    value: dict[str, Any] = {"dest-uri": [info["destinationUri"]], "src-uri": [info["sourceUri"]]}
+    for field_, key, default in SHOVEL_FIELDS:
+        given = info.get(field_)
+        given = default if given is None else given
+        if given in (None, False, 0, "", {}):
+            continue
+        if key in _DELETE_AFTER:
+            text = tf_string(given)
+            value[key] = int(text) if _INT64.fullmatch(text) else text
+        elif isinstance(given, float) and given.is_integer():
+            value[key] = int(given)  # a Pulumi number is a float; the schema's TypeInt
+        else:
+            value[key] = given
+    return value
+
+
+def _masked(value: Any) -> Any:
+    """A shovel URI's password hidden, as a failure message may show it (`amqp://user:***@host/vhost`)."""
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    return re.sub(r"^(amqps?://[^:/@]*:).*@", r"\1***@", value) if isinstance(value, str) else value
 
 
 def _vhost_body(i: dict[str, Any]) -> dict[str, Any]:
@@ -250,6 +310,8 @@ def _create(broker: Broker, r: Registered) -> None:
     elif r.type == engine.TOPIC_PERMISSIONS:
         for p in i.get("permissions") or []:
             call(broker, "PUT", path, {"exchange": p["exchange"], "write": p["write"], "read": p["read"]})
+    elif r.type == engine.SHOVEL:
+        call(broker, "PUT", path, {"value": shovel_definition(i["info"])})
 
 
 def _update(broker: Broker, old: Registered, new: Registered) -> None:
@@ -448,6 +510,11 @@ def _read_one(broker: Broker, r: Registered) -> list[str]:
         def entries(items: Any) -> list[tuple[str, str, str]]:
             return sorted((p["exchange"], p["write"], p["read"]) for p in items or [])
         pairs.append(("permissions", entries(i.get("permissions")), entries(info)))
+    elif t == engine.SHOVEL:
+        # ReadShovel reads every field back from the parameter; the program's info, as sent, against it.
+        wanted, found = shovel_definition(i["info"]), dict(info.get("value") or {})
+        pairs += [(f"info.{key}", _masked(wanted.get(key, "<absent>")), _masked(found.get(key, "<absent>")))
+                  for key in sorted(set(wanted) | set(found))]
     return [line for path, want, have in pairs if want != have for line in _compare(label, t, path, want, have)]
 
 

@@ -24,8 +24,9 @@ from components.config import (
 )
 from components.durations import format_duration
 from components.plan import plan_vhost
+from components.resources import ShovelAccess
 from tools.lib import engine
-from tools.lib.definitions import DefinitionsError, Snapshot, binding_id, escape
+from tools.lib.definitions import DefinitionsError, Snapshot, binding_id
 from tools.lib.drift import COMPARED, binding_label, compare, import_id, markdown_table
 from tools.lib.markdown import code
 from tools.lib.mockrun import Registered, close_event_loop, record
@@ -59,6 +60,8 @@ class Adoption:
     beside: dict[str, str] = field(default_factory=dict)
     """Old queue → the new queue created beside it."""
     decisions: list[Decision] = field(default_factory=list)
+    migrations: list[dict[str, Any]] = field(default_factory=list)
+    """A `migrations[]` entry (`move.external`) per old queue taken over beside."""
     records: list[Registered] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -174,8 +177,8 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
                 continue
             bindings.append(_binding_entry(b, managed_exchanges))
             if name != old:
-                adoption.decide(RETIRE, "Binding", binding_label(b), "unbind right after the first `pulumi up` "
-                                "(below): the new queue receives these messages from then on")
+                adoption.decide(RETIRE, "Binding", binding_label(b), "unbound by `make migrate-retire` right after the "
+                                "first `pulumi up` (below): the new queue receives these messages from then on")
         if bindings:
             entry["bindings"] = bindings
         if retry is not None:
@@ -193,6 +196,7 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
         new = _free_name(snapshot, topology.queue, suffix, taken)
         adoption.beside[topology.queue] = new
         vhost["queues"].append(queue_entry(new, topology.queue_type, topology.queue, _retry_block(topology)))
+        adoption.migrations.append(_migration(topology.queue, new, topology))
         for queue in topology.queues:
             adoption.decide(RETIRE, "Queue", queue, f"{topology.kind}: " + _messages(snapshot, queue))
         for i in topology.bindings:
@@ -225,6 +229,7 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
             continue
         new = _free_name(snapshot, name, suffix, taken)
         adoption.beside[name] = new
+        adoption.migrations.append(_migration(name, new, None))
         entry = queue_entry(new, queue_type, name)
         if isinstance(arguments.get("x-max-length"), int):
             entry["max_length"] = arguments["x-max-length"]
@@ -266,7 +271,33 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
         else:
             vhost["operator_policies"].append(policy_entry)
     _drop_refused(adoption)
+    successors = {q["name"] for q in vhost["queues"]}
+    names: set[str] = set()
+    for migration in adoption.migrations:
+        if migration["move"]["to"] in successors:
+            migration["name"] = _unique(migration["name"], names)
+            vhost.setdefault("migrations", []).append(migration)
     return adoption
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    found = next(n for n in (name, *(f"{name}-{i}" for i in range(2, 1000))) if n not in taken)
+    taken.add(found)
+    return found
+
+
+def _migration(old: str, new: str, topology: Topology | None) -> dict[str, Any]:
+    """The stack's `migrations[]` entry that carries what `old` holds to `new` and names the old runtime objects
+    (`move.external`: not the stack's), so that `make migrate-retire` can retire them once empty."""
+    external: dict[str, Any] | bool = True
+    if topology is not None:
+        rest = [q for q in topology.queues if q not in (topology.queue, topology.error_queue)]
+        external = {k: v for k, v in (("error_queue", topology.error_queue), ("queues", rest),
+                                      ("exchanges", list(topology.exchanges)),
+                                      ("policies", list(topology.policies))) if v}
+    slug = re.sub(r"[^a-z0-9]+", "-", old.lower()).strip("-") or "queue"
+    return {"name": f"adopt-{slug}"[:60].rstrip("-"), "move": {"from": old, "to": new, "external": external or True},
+            "step": "move"}
 
 
 def _messages(snapshot: Snapshot, queue: str) -> str:
@@ -321,12 +352,26 @@ def _properties_key(routing_key: str) -> str:
     return "~" if routing_key == "" else quote_plus(routing_key).replace("~", "%7E")
 
 
-def _record(vhost: dict[str, Any]) -> list[Registered]:
+SHOVEL_PASSWORD_PLACEHOLDER = "set passwords.rabbitmq-retry-shovel"
+"""What the adoption's recording gives the shovel user: the stack file's own password is a secret it never has."""
+
+
+def record_vhost(vhost: dict[str, Any], shovel_access: ShovelAccess | None = None,
+                 reveal_secrets: bool = False) -> list[Registered]:
+    """What the adopted vhost's component registers (its migrations' shovels connect as `shovel_access`, by default
+    the stack's shovel user with a placeholder password; `reveal_secrets`: the shovel URIs as the provider gets
+    them)."""
     config = copy.deepcopy(vhost)
+    access = shovel_access or ShovelAccess(naming.SHOVEL_USER, SHOVEL_PASSWORD_PLACEHOLDER)
+    args = {"vhost": config, **({"shovel_access": access} if config.get("migrations") else {})}
     try:
-        return record(lambda: Vhost(naming.vhost_key(config["name"]), {"vhost": config}))
+        return record(lambda: Vhost(naming.vhost_key(config["name"]), args),  # type: ignore[arg-type]
+                      reveal_secrets=reveal_secrets)
     finally:
         close_event_loop()
+
+
+_record = record_vhost
 
 
 def finish(adoption: Adoption) -> Adoption:
@@ -386,41 +431,45 @@ def stack_file(adoption: Adoption, endpoint: str | None) -> str:
 
 
 def _retire_steps(adoption: Adoption, stack: str) -> list[str]:
-    s, v = adoption.snapshot, adoption.snapshot.vhost
-    lines = []
-    for old, new in adoption.beside.items():
+    """Each old queue's migration (`migrations[]` of the stack file, `move.external`), step by step."""
+    s = adoption.snapshot
+    lines = [f"Each old queue below has a migration in the stack file (`move.external`: the old objects are not the "
+             f"stack's, so `pulumi up` never deletes them). Its shovels connect as the user `{naming.SHOVEL_USER}`: "
+             f"first set its password, once for the stack: `pulumi config set --secret --path "
+             f"'rabbitmq-retry:passwords.{naming.SHOVEL_USER}' <password>`. Every step is in "
+             "docs/migrations.md (retire an adopted runtime topology).", ""]
+    for migration in adoption.vhost.get("migrations", []):
+        old, new, name = migration["move"]["from"], migration["move"]["to"], migration["name"]
         topology = next((t for t in adoption.topologies if t.queue == old), None)
-        queues = topology.queues if topology else (old,)
-        own = set(topology.bindings) if topology else set()
-        unbind = [b for i, b in enumerate(s.bindings) if b["destination"] == old and b["destination_type"] == "queue"
-                  and i not in own and b["source"] not in (topology.exchanges if topology else ())]
-        waiting = [q for q in queues if not topology or q != topology.error_queue]
+        external = migration["move"]["external"]
+        error_queue = external.get("error_queue") if isinstance(external, dict) else None
+        retire = f"make migrate-retire STACK={stack} MIGRATION={name}"
+        moved = code(old) + (f" and {code(error_queue)} (parked)" if error_queue else "")
         steps = [f"`pulumi up --stack {stack}` creates {code(new)}" + (" with its retry machinery" if topology else "")
-                 + " and binds it like the old queue: from then on both queues receive each message."]
-        if unbind:
-            paths = ", ".join(code(f"DELETE /api/bindings/{escape(v)}/e/{escape(b['source'])}/q/{escape(old)}/"
-                                   f"{escape(b.get('properties_key') or _properties_key(b.get('routing_key') or ''))}")
-                              for b in unbind)
-            steps.append(f"Right away, unbind {code(old)} from the exchanges the new queue took over ({paths}): "
-                         "messages published in between reach both queues, so handlers must be idempotent (the "
-                         "retry contract requires it anyway). Nothing is lost: the old queue keeps what it holds.")
-        steps.append(f"Start consumers of {code(new)} that follow its retry contract "
-                     "(`pulumi stack output retry_contracts`), and turn off runtime declarations in the applications "
-                     "(they would declare the old objects again; application users get `configure: ^$`).")
-        comes_back = {"dlx-ttl-loop": ": a message still waiting in the old wait queue comes back through the "
-                                      "work exchange, now to the new queue (and to any other queue bound there).",
-                      "sneakers": ": a message still waiting in the old retry queue comes back to the old queue "
-                                  "through its private requeue exchange and is handled there."}
-        steps.append(f"Keep the old consumers running until {', '.join(code(q) for q in waiting)} "
-                     + ("are" if len(waiting) > 1 else "is") + " empty (`GET /api/queues/<vhost>/<queue>`: "
-                     "`messages` 0)" + comes_back.get(topology.kind if topology else "", "."))
-        if topology and topology.error_queue:
-            steps.append(f"Parked messages in {code(topology.error_queue)} are moved by nobody: inspect them, shovel "
-                         f"them to the exchange {code(naming.error_exchange(new))} (the new error queue), or replay "
-                         "them to their original exchange.")
-        steps.append(f"Stop the old consumers, then delete the old queues with `DELETE /api/queues/{escape(v)}/"
-                     "<queue>?if-empty=true` (the broker refuses to delete a queue that still holds a message), then "
-                     "the old exchanges and policies listed under *retire later*.")
+                 + f", binds it like the old queue, and starts the shovels of migration {code(name)}: they carry "
+                 f"what {moved} hold" + ("" if error_queue else "s") + f" to {code(new)}"
+                 + (f" and {code(naming.error_queue(new))}" if error_queue else "") + ", acknowledging each message "
+                 "at the source only once the successor has confirmed it."]
+        if any(b["destination"] == old and b["destination_type"] == "queue" and b.get("source") for b in s.bindings):
+            steps.append(f"Right away, `{retire} APPLY=1` unbinds {code(old)} from the exchanges {code(new)} is now "
+                         "bound from (it refuses one the new queue is not bound from the same way): until then both "
+                         "queues receive each message and the shovel carries the old copy on, so handlers must be "
+                         "idempotent (the retry contract requires it anyway). Without `APPLY=1` it only prints what "
+                         "it would do.")
+        comes_back = {"dlx-ttl-loop": f" A message still waiting in the old wait queue comes back through the work "
+                                      f"exchange, on time, to {code(new)} (and to any other queue bound there).",
+                      "sneakers": f" A message still waiting in the old retry queue comes back to {code(old)} on time "
+                                  "through its private requeue exchange, and the shovel carries it on."}
+        steps.append(f"Start consumers of {code(new)} that follow its retry contract (`pulumi stack output "
+                     "retry_contracts`), stop the old consumers, and turn off runtime declarations in the applications "
+                     "(they would bind the old queue again; application users get `configure: ^$`)."
+                     + comes_back.get(topology.kind if topology else "", ""))
+        steps.append(f"`make migrate-status STACK={stack}` reads the old queues' depth; when it says drained, set "
+                     f"`step: retire` in migration {code(name)}, commit, and `pulumi up` (the shovels go).")
+        steps.append(f"`{retire}` prints what it would delete; `{retire} APPLY=1` deletes the old queues "
+                     "(a classic one with `if-empty` and `if-unused`: the broker refuses it while a message or a "
+                     "consumer is there), then the old exchanges (`if-unused`) and policies listed under *retire "
+                     f"later*, stopping at the first refusal with what to do. Then remove migration {code(name)}.")
         title = f"### {code(old)} → {code(new)}" + (f" ({topology.kind})" if topology else "")
         lines += [title, "", *(f"{n}. {step}" for n, step in enumerate(steps, start=1)), ""]
     return lines
@@ -440,8 +489,8 @@ def report(adoption: Adoption, stack: str) -> str:
              for t in adoption.topologies]), ""]
     meaning = {IMPORT: "declared exactly as the broker holds it: Pulumi adopts it (`import_`), nothing is written",
                BESIDE: "created by `pulumi up` under a new name; the old object is left alone",
-               RETIRE: "the old objects: drain, then delete them (steps below); until then `make drift` lists "
-                       "them as extra",
+               RETIRE: "the old objects, never the stack's: drained by the migrations' shovels, then deleted by "
+                       "`make migrate-retire` (steps below); until then `make drift` lists them as extra",
                ALONE: "not declared by the stack, left as it is"}
     for action in (IMPORT, BESIDE, RETIRE, ALONE):
         rows = [(d.type, d.name, d.detail) for d in adoption.decisions if d.action == action]

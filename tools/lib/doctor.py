@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from components import Vhost
+from components import Vhost, naming
 from components.config import StackConfig, load_stack_config
 from components.config.capabilities import (
     AT_LEAST_ONCE_MIN_VERSION,
@@ -24,7 +24,7 @@ from components.config.capabilities import (
 )
 from components.config.keys import NAMESPACE
 from components.config.model import Limits
-from components.naming import SHOVEL_USER, vhost_key
+from components.naming import vhost_key
 from components.resources import ShovelAccess
 from components.strategies import strategy_of
 from tools.lib import drift
@@ -37,6 +37,10 @@ AT_LEAST_ONCE_FEATURE_FLAG = "stream_queue"
 """RabbitMQ 3.x dead-letters a quorum queue at-least-once only with this flag enabled (4.x always has it)."""
 SHOVEL_PLUGIN = "rabbitmq_shovel"
 """Moves messages between queues: a migration out of a queue that a change would replace needs it."""
+SHOVEL_MANAGEMENT_PLUGIN = "rabbitmq_shovel_management"
+"""`GET /api/shovels/<vhost>`: the shovels' state, which `make migrate-status` shows."""
+ENABLE_SHOVEL = (f"`rabbitmq-plugins enable {SHOVEL_PLUGIN} {SHOVEL_MANAGEMENT_PLUGIN}` on every node "
+                 "(online, no restart)")
 DEAD_LETTER_STALL = (
     "RabbitMQ 3.x on a cluster: when the node that leads a retrying quorum queue and the queue it dead-letters into "
     "fails, the new leader resends its pending dead letters only after dead_letter_worker_publisher_confirm_timeout "
@@ -125,12 +129,39 @@ def diagnose(config: StackConfig, records: Sequence[Registered], facts: LiveFact
     found.blocking += _feature_flag_problems(config, facts, version)
     _cluster_findings(config, facts, version, found)
     found.blocking += _tag_problems(config, facts)
+    blocking, warnings = shovel_findings(migrations_of(config), facts)
+    found.blocking += blocking
+    found.warnings += warnings
     for finding in drift.findings(records, dict(facts.snapshots)):
         if finding.kind == "immutable" and finding.type in ("Queue", "Exchange"):
             found.blocking.append(f"{finding.type.lower()} {finding.name!r} in vhost {finding.vhost!r} already exists "
                                   f"with other settings ({finding.detail}): `pulumi up` fails with 400 "
                                   "\"inequivalent arg\"; drain and delete it, or declare it as it is")
     return found
+
+
+def migrations_of(config: StackConfig) -> list[str]:
+    """The key path of each vhost that declares migrations (`vhosts[i].migrations`): they move messages with
+    shovels (a drain needs none, but its next step may be a move: the plugin is checked for any migration)."""
+    return [f"vhosts[{i}].migrations" for i, vhost in enumerate(config.vhosts) if vhost.migrations]
+
+
+def shovel_findings(migrations: Sequence[str], facts: LiveFacts) -> tuple[list[str], list[str]]:
+    """(blocking, warnings) about the shovel plugins, for the key paths that declare migrations: without
+    `rabbitmq_shovel` the broker cannot run the shovels a migration declares, so what waits in the old queues
+    would never move (blocking); without its management plugin the shovels run but their state cannot be read
+    (a warning). Nothing when no migration is declared or the plugins were not reported."""
+    if not migrations or not facts.plugins:
+        return [], []
+    where = ", ".join(migrations)
+    if SHOVEL_PLUGIN not in facts.plugins:
+        return [f"{where}: the stack declares migrations, which move messages with shovels, but the plugin "
+                f"{SHOVEL_PLUGIN} is not enabled: the migration's shovels cannot run and nothing would leave the "
+                f"old queues; enable it first: {ENABLE_SHOVEL}"], []
+    if SHOVEL_MANAGEMENT_PLUGIN not in facts.plugins:
+        return [], [f"{where}: the plugin {SHOVEL_MANAGEMENT_PLUGIN} is not enabled: the shovels run, but their "
+                    f"state (GET /api/shovels) cannot be read by `make migrate-status`; {ENABLE_SHOVEL}"]
+    return [], []
 
 
 def _absent_existing_vhosts(config: StackConfig, facts: LiveFacts) -> list[str]:
@@ -332,10 +363,13 @@ def stack_file_value(value: Any) -> Any:
 
 def planned_objects(config: StackConfig) -> list[Registered]:
     """The queues, exchanges, bindings and policies the stack declares, recorded from its Vhost components
-    under mocks (passwords do not matter here: users are not compared)."""
+    under mocks (passwords do not matter here: users are not compared; nor do the shovels' URIs, so a vhost whose
+    migrations move queues gets a stand-in shovel user)."""
+    access = ShovelAccess(naming.SHOVEL_USER, "unused")
+
     def program() -> None:
         for index, vhost in enumerate(config.vhosts):
             Vhost(vhost_key(vhost.name), {"vhost": vhost, "config_path": f"vhosts[{index}]",
                                            "passwords": {user: "unused" for user, _ in vhost.user_paths()},
-                                           "shovel_access": ShovelAccess(SHOVEL_USER, "unused")})
+                                           "shovel_access": access})
     return record(program)

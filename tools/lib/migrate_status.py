@@ -39,7 +39,7 @@ def old_queues(m: MigrationInfo, read: Reader) -> list[tuple[str, QueueDepth | N
     """Every old queue of `m` with what it holds. In step retire of a move the config no longer says how many wait
     tiers the old queue had: they are read until the first one missing."""
     found = [(queue, read(m.vhost, queue)) for queue in m.old_queues]
-    if m.kind == "move" and m.retiring:
+    if m.kind == "move" and m.retiring and not m.external:  # an external move names its old queues
         for tier in range(1, MOST_WAIT_TIERS + 1):
             queue = naming.wait_queue(m.source, tier)
             depth = read(m.vhost, queue)
@@ -63,6 +63,10 @@ def next_step(m: MigrationInfo, depths: Sequence[tuple[str, QueueDepth | None]],
                 f"`pulumi up --stack {stack}`")
     holding = _holding(depths)
     present = [q for q, d in depths if d is not None]
+    retire = f"make migrate-retire STACK={stack} MIGRATION={m.name}"
+    if m.external and m.retiring and present:  # not the stack's: `pulumi up` never deletes them
+        return (f"retire on the broker: `{retire} APPLY=1` deletes {', '.join(present)}, each only when empty and "
+                "unused" + (f" (it refuses while {holding[0][0]} holds {holding[0][1].messages:,})" if holding else ""))
     if m.retiring:
         if present:
             why = (f"`pulumi up` refuses while {holding[0][0]} holds {holding[0][1].messages:,}" if holding
@@ -76,6 +80,8 @@ def next_step(m: MigrationInfo, depths: Sequence[tuple[str, QueueDepth | None]],
         queue, depth = holding[0]
         more = f" (and {len(holding) - 1} more queue{'s' * (len(holding) != 2)})" if len(holding) > 1 else ""
         return f"not yet: {queue} holds {depth.messages:,}{more}"
+    if m.external:
+        return "drained: set step: retire in a commit, apply it, then `" + retire + " APPLY=1`"
     if m.kind == "move":
         return (f"drained: remove {m.source} from {m.path.rsplit('.', 1)[0]}.queues and set step: retire in a commit")
     return "drained: set step: retire in a commit"

@@ -42,6 +42,9 @@ class MigrationInfo:
     """Step retire of a move with delay levels: the successor is bound for the old queue's key."""
     max_delay_ms: int | None
     """The vhost's `delay_levels.max_delay` (None without delay levels)."""
+    external: bool = False
+    """`move.external`: the old objects are not the stack's (an adopted runtime topology); `make migrate-retire`
+    retires them on the broker, `pulumi up` never deletes them."""
 
     @property
     def retiring(self) -> bool:
@@ -57,7 +60,7 @@ def infos(plans: Iterable[tuple[str, Any]]) -> list[MigrationInfo]:
             found.append(MigrationInfo(
                 plan.config.name, m.name, m.config.kind, m.config.step, m.path, m.config.source, m.config.target,
                 tuple((s.name, s.source, s.destination) for s in m.shovels), tuple(m.old_queues), bool(m.bindings),
-                None if levels is None else levels.max_delay_ms))
+                None if levels is None else levels.max_delay_ms, getattr(m.config, "external", None) is not None))
     return found
 
 
@@ -111,6 +114,8 @@ def _lines(m: MigrationInfo, stack: str, deleted: Sequence[str], read: Reader | 
            endpoint: str | None) -> list[str]:
     status = f"`make migrate-status STACK={stack}{' ENDPOINT=' + endpoint if endpoint else ''}`"
     out = ["", f"#### {markdown.code(m.vhost)} / {markdown.code(m.name)}: {_what(m)}, step `{m.step}`", ""]
+    if m.external:
+        return out + _external_lines(m, stack, status, read)
     if m.kind == "move" and not m.retiring:
         moves = "; ".join(f"shovel {markdown.code(n)} {markdown.code(s)} → {markdown.code(d)}" for n, s, d in m.shovels)
         out += [f"- Moves: {moves} (ack-mode on-confirm, src-delete-after never, as user `rabbitmq-retry-shovel`).",
@@ -145,6 +150,32 @@ def _lines(m: MigrationInfo, stack: str, deleted: Sequence[str], read: Reader | 
                     "loses its `migration` object)."]
         out += [f"- Check first: {status}."]
     return out
+
+
+def _external_lines(m: MigrationInfo, stack: str, status: str, read: Reader | None) -> list[str]:
+    """An external move: its old objects were declared by applications at runtime, never by the stack."""
+    retire = f"`make migrate-retire STACK={stack} MIGRATION={m.name}`"
+    old = (f"Not the stack's (`move.external`, declared by applications at runtime): {_code(m.old_queues)} and the "
+           "old topology's exchanges and policies. `pulumi up` never declares, changes or deletes them.")
+    if not m.retiring:
+        moves = "; ".join(f"shovel {markdown.code(n)} {markdown.code(s)} → {markdown.code(d)}" for n, s, d in m.shovels)
+        return [f"- Moves: {moves} (ack-mode on-confirm, src-delete-after never, as user `rabbitmq-retry-shovel`).",
+                f"- {old}",
+                f"- Bindings: right after this is applied, {retire[:-1]} APPLY=1` unbinds {markdown.code(m.source)} "
+                f"from each exchange {markdown.code(m.target)} is bound from the same way: until then both queues "
+                "receive each publish and the shovel carries the old copy on.",
+                f"- Consumers: the successor's contract says `migration.predecessor: {m.source}`; move consumers "
+                "there and turn off the applications' runtime declarations.",
+                f"- Next: once {status} says drained, set `step: retire` in one commit."]
+    out = ["- The shovels and the shovel user's permissions in this vhost leave the plan (the user too when no "
+           "other migration needs it).",
+           f"- {old}",
+           f"- Then {retire} prints what it would retire and, with `APPLY=1`, deletes each old queue only when empty "
+           "and unused, then the old exchanges (if unused) and policies, stopping at the first refusal"
+           + ("." if read is None else ":")]
+    if read is not None:
+        out += [f"  - {markdown.code(q)}: {_depth(read, m.vhost, q)}" for q in m.old_queues]
+    return [*out, f"- Check first: {status}. Once retired, remove the entry (it changes no resource)."]
 
 
 def section(migrations: Sequence[MigrationInfo], steps: Sequence[Step], old: Sequence[Registered],

@@ -1,0 +1,57 @@
+"""`make migrate-retire STACK=<stack> MIGRATION=<name> [ENDPOINT=…] [APPLY=1]`: retire the old objects of an
+external move (an adopted runtime topology, `move.external`), which the stack never declared: in step move,
+unbind the old queue where its successor is bound; in step retire, delete the old queues, exchanges and policies,
+each only when empty and unused (tools/lib/migrate_retire.py). Read-only unless --apply.
+
+Exit status: 0 nothing refused (done, or nothing would be refused now), 3 stopped at a refusal (nothing lost:
+run it again later), 1 error (one line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pulumi
+
+from components.guard import parse_amqp_port
+from rabbitmq_retry_client.depth import BrokerAccess, DepthError
+from tools.lib.definitions import DefinitionsError, Endpoint, read_live
+from tools.lib.doctor import stack_settings
+from tools.lib.migrate_retire import Broker, RetireError, find, retire
+from tools.lib.mockrun import ROOT
+from tools.lib.queue_guard import stack_amqp_port
+from tools.lib.stack_file import StackFileError
+
+REFUSED = 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--stack", required=True)
+    parser.add_argument("--migration", required=True, help="the migration's name in the stack file")
+    parser.add_argument("--endpoint", help="management URL (default RABBITMQ_ENDPOINT, else the stack's "
+                        "rabbitmq:endpoint)")
+    parser.add_argument("--apply", action="store_true", help="do it (default: print what it would do)")
+    parser.add_argument("--root", type=Path, default=ROOT)
+    args = parser.parse_args(argv)
+    try:
+        config, raw = stack_settings(args.stack, args.root)
+        found = find(config, args.migration)
+        endpoint = Endpoint.from_environment(args.endpoint or raw.get("rabbitmq:endpoint"),
+                                             raw.get("rabbitmq:username"))
+        port, _ = parse_amqp_port(stack_amqp_port(raw))
+        snapshot = read_live(endpoint, found.vhost)
+        if not snapshot.exists:
+            raise RetireError(f"vhost {found.vhost!r} does not exist at {endpoint.url}")
+        broker = Broker(BrokerAccess(endpoint.url, endpoint.username, endpoint.password, port), found.vhost)
+        finished = retire(found, snapshot, broker, args.apply, print)
+    except (pulumi.RunError, StackFileError, DefinitionsError, DepthError, RetireError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0 if finished else REFUSED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
