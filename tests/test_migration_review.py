@@ -164,3 +164,29 @@ def test_migrate_status_says_what_each_step_needs_next():
         "retired: the entry may be removed once delay_levels.max_delay (1h) has passed since the retire was applied"
     assert next_step(retire, [("orders", held)], "dev") == \
         "retire not applied yet: orders still on the broker (`pulumi up` refuses while orders holds 12)"
+
+
+def test_migrate_status_warns_of_uncounted_copies_only_for_a_queue_that_retries_through_the_delay_levels():
+    """Copies waiting in the shared delay levels cannot be counted per queue; a `tiers` queue has none there."""
+    from tools.lib.migrate_status import Status, render
+    from tools.lib.review.migrations import MigrationInfo
+
+    def rendered(source_in_levels: bool) -> str:
+        move = MigrationInfo("shop", "m", "move", "move", "vhosts[0].migrations[0]", "orders", "orders.q", (),
+                             ("orders",), False, 3_600_000, source_in_levels=source_in_levels)
+        return render([Status(move, (("orders", None),), (), "next")], "dev", "http://broker:15672")
+
+    assert "still waiting in the shared delay levels are not counted here" in rendered(True)
+    assert "delay levels" not in rendered(False)
+
+
+def test_only_a_levels_queue_is_said_to_wait_in_the_delay_levels(program_copy: Path):
+    """The dev-like stack has delay levels (for another queue); moving its `tiers` queue says nothing of them."""
+    config = step("move")
+    config["vhosts"][0]["delay_levels"] = {"unit": "1s", "max_delay": "1h"}
+    config["vhosts"][0]["queues"].append({"name": "refunds", "retry": {"strategy": "levels",
+                                                                      "max_retries": 3,
+                                                                      "backoff": {"initial": "1s", "max": "5m"}}})
+    (program_copy / f"Pulumi.{STACK}.yaml").write_text(stack_file(config))
+    [move] = migrations_of(STACK, program_copy)
+    assert move.max_delay_ms == 3_600_000 and not move.source_in_levels

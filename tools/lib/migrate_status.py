@@ -109,7 +109,7 @@ def render(statuses: Sequence[Status], stack: str, endpoint: str) -> str:
                                          f"{depth.messages:,} ({depth.describe()})"))
         for name, state in s.shovels:
             out.append(f"  shovel {name}: {state}")
-        if m.kind == "move" and not m.retiring and m.max_delay_ms is not None:
+        if m.source_in_levels and not m.retiring:
             out.append(f"  copies for {m.source} still waiting in the shared delay levels are not counted here; step "
                        f"retire binds {m.target} for them")
         out.append(f"  next: {s.next_step}")

@@ -45,6 +45,8 @@ class MigrationInfo:
     external: bool = False
     """`move.external`: the old objects are not the stack's (an adopted runtime topology); `make migrate-retire`
     retires them on the broker, `pulumi up` never deletes them."""
+    source_in_levels: bool = False
+    """Step move: the old queue retries through the vhost's shared delay levels, where copies for it wait uncounted."""
 
     @property
     def retiring(self) -> bool:
@@ -56,11 +58,13 @@ def infos(plans: Iterable[tuple[str, Any]]) -> list[MigrationInfo]:
     found = []
     for _, plan in plans:
         levels = plan.config.delay_levels
+        in_levels = {r.config.name for r in plan.retryables if r.delay_levels is not None}
         for m in getattr(plan, "migrations", ()):
             found.append(MigrationInfo(
                 plan.config.name, m.name, m.config.kind, m.config.step, m.path, m.config.source, m.config.target,
                 tuple((s.name, s.source, s.destination) for s in m.shovels), tuple(m.old_queues), bool(m.bindings),
-                None if levels is None else levels.max_delay_ms, getattr(m.config, "external", None) is not None))
+                None if levels is None else levels.max_delay_ms, getattr(m.config, "external", None) is not None,
+                m.config.source in in_levels))
     return found
 
 
