@@ -190,3 +190,19 @@ def test_only_a_levels_queue_is_said_to_wait_in_the_delay_levels(program_copy: P
     (program_copy / f"Pulumi.{STACK}.yaml").write_text(stack_file(config))
     [move] = migrations_of(STACK, program_copy)
     assert move.max_delay_ms == 3_600_000 and not move.source_in_levels
+
+
+def test_migrate_status_says_drained_only_when_a_read_one_sample_later_agrees():
+    """A message rejected just before the first read may not show in the management API's sample yet (a native
+    delayed retry shows nowhere else): "drained" needs a second read, one sample later, that agrees."""
+    from tools.lib.migrate_status import status
+    from tools.lib.review.migrations import MigrationInfo
+
+    move = MigrationInfo("shop", "m", "move", "move", "vhosts[0].migrations[0]", "orders", "orders.q", (),
+                         ("orders",), False, None)
+    reads = iter([QueueDepth("shop", "orders", 0, 0, 0, 0, "quorum"),
+                  QueueDepth("shop", "orders", 0, 0, 0, 0, "quorum", delayed=1)])
+    settled = []
+    found = status(move, lambda vhost, queue: next(reads), lambda vhost: [], "dev", settle=lambda: settled.append(1))
+    assert settled == [1]
+    assert found.next_step == "not yet: orders holds 1"

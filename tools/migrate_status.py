@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 import urllib.parse
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import pulumi
 
 from rabbitmq_retry_client.depth import DepthError
 from tools.lib.definitions import DefinitionsError, Endpoint
-from tools.lib.migrate_status import render, status
+from tools.lib.migrate_status import SAMPLE_S, render, status
 from tools.lib.mockrun import ROOT, close_event_loop, stack_config
 from tools.lib.queue_guard import depth_reader
 from tools.lib.review.migrations import migrations_of
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         def shovels(vhost: str) -> list[dict[str, object]]:
             return list(endpoint.get(f"shovels/{urllib.parse.quote(vhost, safe='')}") or [])
 
-        statuses = [status(m, read, shovels, args.stack) for m in migrations]
+        statuses = [status(m, read, shovels, args.stack, settle=lambda: time.sleep(SAMPLE_S)) for m in migrations]
     except (pulumi.RunError, StackFileError, DefinitionsError, DepthError) as error:
         print(f"error: {url}: {error}".replace("\n", " "), file=sys.stderr)
         return 1

@@ -21,6 +21,8 @@ from tools.lib.review.migrations import MigrationInfo
 
 Shovels = Callable[[str], Sequence[Mapping[str, Any]]]
 """vhost → `GET /api/shovels/<vhost>` (a list of shovel statuses)."""
+SAMPLE_S = 6.0
+"""A little more than the management API's default sampling interval (`collect_statistics_interval`, 5 s)."""
 MOST_WAIT_TIERS = 1000
 """How far a retired queue's wait tiers are probed (`Q.wait.1`, `Q.wait.2`, … until one is missing)."""
 
@@ -87,14 +89,24 @@ def next_step(m: MigrationInfo, depths: Sequence[tuple[str, QueueDepth | None]],
     return "drained: set step: retire in a commit"
 
 
-def status(m: MigrationInfo, read: Reader, shovels: Shovels, stack: str) -> Status:
+def status(m: MigrationInfo, read: Reader, shovels: Shovels, stack: str,
+           settle: Callable[[], None] | None = None) -> Status:
+    """Where `m` stands. With `settle` (the command waits one management-API sample, `SAMPLE_S`), "drained" is said
+    only when a second read after it agrees: unacknowledged messages, pending dead letters and messages waiting for
+    a native delayed retry come from the sampled API, so a message rejected a moment before the first read may not
+    show in it yet."""
     depths = old_queues(m, read)
     states: tuple[tuple[str, str], ...] = ()
     if m.shovels:
         live = {str(s.get("name")): s for s in shovels(m.vhost)}
         states = tuple((name, str(live[name].get("state", "unknown")) if name in live else "missing")
                        for name, _, _ in m.shovels)
-    return Status(m, tuple(depths), states, next_step(m, depths, stack, states))
+    step = next_step(m, depths, stack, states)
+    if settle is not None and step.startswith("drained"):
+        settle()
+        depths = old_queues(m, read)
+        step = next_step(m, depths, stack, states)
+    return Status(m, tuple(depths), states, step)
 
 
 def render(statuses: Sequence[Status], stack: str, endpoint: str) -> str:
