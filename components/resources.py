@@ -210,7 +210,7 @@ def declare_shovel(scope: Scope, logical_name: str, shovel: ShovelPlan) -> None:
         ),
         opts=scope.options(depends_on=[scope.resources[("Queue", shovel.destination)],
                                        scope.resources[("Queue", shovel.source)],
-                                       scope.resources[("Permissions", naming.SHOVEL_USER)]]),
+                                       scope.resources[("Permissions", shovel.user)]]),
     )
 
 

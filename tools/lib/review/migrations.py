@@ -21,6 +21,7 @@ from tools.lib.inventory import physical_name
 from tools.lib.mockrun import Registered, root_components
 from tools.lib.planned import PlanIndex, family_of, stack_values
 from tools.lib.queue_guard import Reader
+from tools.lib.stack_file import PROJECT
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class MigrationInfo:
     """Step retire of a move with delay levels: the successor is bound for the old queue's key."""
     max_delay_ms: int | None
     """The vhost's `delay_levels.max_delay` (None without delay levels)."""
+    shovel_user: str | None = None
+    """The user its shovels connect as: the stack's own (`components.naming.shovel_user`); None without shovels."""
 
     @property
     def retiring(self) -> bool:
@@ -57,16 +60,19 @@ def infos(plans: Iterable[tuple[str, Any]]) -> list[MigrationInfo]:
             found.append(MigrationInfo(
                 plan.config.name, m.name, m.config.kind, m.config.step, m.path, m.config.source, m.config.target,
                 tuple((s.name, s.source, s.destination) for s in m.shovels), tuple(m.old_queues), bool(m.bindings),
-                None if levels is None else levels.max_delay_ms))
+                None if levels is None else levels.max_delay_ms, m.shovels[0].user if m.shovels else None))
     return found
 
 
 def migrations_of(stack: str, root: Path) -> list[MigrationInfo]:
-    """The migrations of `root`'s stack `stack`, planned by `root`'s own planner ([] when it has none)."""
+    """The migrations of `root`'s stack `stack`, planned by `root`'s own planner ([] when it has none), with the
+    shovel user the program names for that stack (of the project the tools run it as)."""
     with root_components(root):
         config = importlib.import_module("components.config")
         stack_module = importlib.import_module("components.stack")
-        return infos(stack_module.plan_stack(config.load_stack_config(stack_values(stack, root))))
+        naming = importlib.import_module("components.naming")
+        return infos(stack_module.plan_stack(config.load_stack_config(stack_values(stack, root)),
+                                             naming.shovel_user(PROJECT, stack)))
 
 
 def retired_by(record: Registered, base_plan: PlanIndex, migrations: Sequence[MigrationInfo]) -> MigrationInfo | None:
@@ -113,7 +119,8 @@ def _lines(m: MigrationInfo, stack: str, deleted: Sequence[str], read: Reader | 
     out = ["", f"#### {markdown.code(m.vhost)} / {markdown.code(m.name)}: {_what(m)}, step `{m.step}`", ""]
     if m.kind == "move" and not m.retiring:
         moves = "; ".join(f"shovel {markdown.code(n)} {markdown.code(s)} → {markdown.code(d)}" for n, s, d in m.shovels)
-        out += [f"- Moves: {moves} (ack-mode on-confirm, src-delete-after never, as user `rabbitmq-retry-shovel`).",
+        out += [f"- Moves: {moves} (ack-mode on-confirm, src-delete-after never, as this stack's user "
+                f"{markdown.code(m.shovel_user or '')}).",
                 f"- Bindings: {markdown.code(m.source)} has none now; new publishes reach {markdown.code(m.target)} "
                 "only.",
                 f"- Kept as they were (nothing replaced): {_code(m.old_queues)}. What waits there returns to "
