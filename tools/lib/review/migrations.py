@@ -89,6 +89,16 @@ def retired_by(record: Registered, base_plan: PlanIndex, migrations: Sequence[Mi
     return None
 
 
+def kept_by_drains(migrations: Sequence[MigrationInfo]) -> dict[str, dict[str, str]]:
+    """By vhost: each tier or level (its queue, and a level's exchange of the same name) that a drain in step drain
+    keeps declared out of the contract, with the drain's name: what routes there breaks only at its step retire."""
+    kept: dict[str, dict[str, str]] = {}
+    for m in migrations:
+        if m.kind != "move" and not m.retiring:
+            kept.setdefault(m.vhost, {}).update((name, m.name) for name in m.old_queues)
+    return kept
+
+
 def _code(names: Iterable[str]) -> str:
     return ", ".join(markdown.code(n) for n in names)
 
@@ -113,6 +123,16 @@ def _what(m: MigrationInfo) -> str:
     return "drain the removed delay levels"
 
 
+def what_retire_breaks(m: MigrationInfo) -> str:
+    """What a drain's step retire breaks for a consumer still on the contract from before its step drain."""
+    if m.kind == "drain_tiers":
+        return (f"one still on the contract from before the drain loses the retries it publishes in republish mode "
+                f"with a removed tier's routing key (no queue is bound to it any more; {markdown.code(m.source)}'s "
+                "retry exchange drops them).")
+    return ("one still on the contract from before the drain fails to publish a delayed copy to a removed level "
+            "(channel error 404 NOT_FOUND).")
+
+
 def _lines(m: MigrationInfo, stack: str, deleted: Sequence[str], read: Reader | None,
            endpoint: str | None) -> list[str]:
     status = f"`make migrate-status STACK={stack}{' ENDPOINT=' + endpoint if endpoint else ''}`"
@@ -131,9 +151,11 @@ def _lines(m: MigrationInfo, stack: str, deleted: Sequence[str], read: Reader | 
                 ".queues and set `step: retire` in one commit."]
     elif not m.retiring:
         out += [f"- Kept out of the contract, declared exactly as before until retire: {_code(m.old_queues)}. "
-                "Consumers stop routing there; what waits there returns on time. Contract rows above about removed "
-                "tiers or levels apply from step retire on: until then those keys are still bound.",
-                f"- Next: once {status} says drained, set `step: retire` in one commit."]
+                "Consumers on the new contract stop routing there; what waits there returns on time, and so does "
+                "what a consumer still on the old contract routes there: the contract rows above say what breaks "
+                "from step retire on.",
+                f"- Next: once {status} says drained and the consumers run the new contract, set `step: retire` in "
+                "one commit."]
     else:
         gone = list(deleted) or list(m.old_queues)
         out += ["- Deletes, each only once empty (the queue guard fails `pulumi up` on one that holds messages): "
@@ -147,9 +169,12 @@ def _lines(m: MigrationInfo, stack: str, deleted: Sequence[str], read: Reader | 
             out += [f"- {markdown.code(m.target)} is bound for {markdown.code(m.source)}'s key on the delay levels: a "
                     "copy still waiting there reaches it. Remove the entry once delay_levels.max_delay "
                     f"({format_duration(m.max_delay_ms)}) has passed since this is applied."]
-        else:
+        elif m.kind == "move":
             out += ["- After this is applied, removing the entry changes no resource (the successor's contract "
                     "loses its `migration` object)."]
+        else:
+            out += [f"- Consumers must run the contract of step drain by now: {what_retire_breaks(m)}",
+                    "- After this is applied, removing the entry changes no resource."]
         out += [f"- Check first: {status}."]
     return out
 
