@@ -334,6 +334,9 @@ def test_the_vhost_registers_each_shovel_after_its_queues_and_the_shovel_users_p
     assert urns["shop-permissions-rabbitmq-retry-shovel"] in shovel.dependencies
     # Depending on a component is depending on each of its children: the queues of both RetryableQueues.
     assert {urns["shop-orders.q-input"], urns["shop-orders-input"]} <= set(shovel.dependencies)
+    error_shovel = shovels["shop-shovel-orders-to-quorum-error"]
+    assert {urns["shop-orders.q-error"], urns["shop-orders-error"],
+            urns["shop-permissions-rabbitmq-retry-shovel"]} <= set(error_shovel.dependencies)
     assert of_type(resources, PERMISSIONS)["shop-permissions-rabbitmq-retry-shovel"].inputs["user"] == SHOVEL_USER
 
 
