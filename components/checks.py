@@ -332,11 +332,12 @@ def _shovel_problems(plan: VhostPlan, graph: _Graph) -> list[str]:
         if shovel.source_delete_after != "never":
             problems.append(f"{what}: src-delete-after {shovel.source_delete_after} may delete the shovel before its "
                             "source is drained (rabbitmq-server#14636); use never and remove it by config")
-        grant = next(iter(grants.values()), None)
+        grant = grants.get(shovel.user)
         if grant is None or not re.fullmatch(grant.read, shovel.source) or not re.fullmatch(grant.configure,
                                                                                              shovel.destination):
-            problems.append(f'{what}: the shovel user may not read "{shovel.source}" or declare '
-                            f'"{shovel.destination}"; its permissions must cover every shovel of the vhost')
+            problems.append(f'{what}: its user "{shovel.user}" may not read "{shovel.source}" or declare '
+                            f'"{shovel.destination}"; the shovel user\'s permissions must cover every shovel of the '
+                            "vhost")
     return problems
 
 

@@ -45,6 +45,8 @@ class ShovelPlan:
     source: str
     destination: str
     migration: str
+    user: str
+    """The stack's shovel user (`naming.shovel_user`), which it connects as."""
     ack_mode: str = SHOVEL_ACK_MODE
     source_delete_after: str = SHOVEL_DELETE_AFTER
     external_source: bool = False
@@ -137,7 +139,14 @@ def _drain_levels(m: Migration, levels: DelayLevelsPlan, imports: tuple[str, ...
     return kept, dropped
 
 
-def _move_external(m: Migration, mpath: str) -> MigrationPlan:
+def _required_shovel_user(m: Migration, mpath: str, shovel_user: str | None) -> str:
+    if shovel_user is None:
+        raise ValueError(f"{mpath}: migration {m.name} moves a queue with shovels; plan the vhost with the stack's "
+                         "shovel user (naming.shovel_user(project, stack))")
+    return shovel_user
+
+
+def _move_external(m: Migration, mpath: str, shovel_user: str | None) -> MigrationPlan:
     """An external move: the old objects are nobody's in the stack, so nothing of them is planned. Step move adds
     the shovels (the old queue, and its error queue when named, to the successor's); step retire removes them, and
     `make migrate-retire` deletes the old objects on the broker once each is empty and unused."""
@@ -145,17 +154,20 @@ def _move_external(m: Migration, mpath: str) -> MigrationPlan:
     old_queues = (*m.external.queues, m.source, *((m.external.error_queue,) if m.external.error_queue else ()))
     if m.retiring:
         return MigrationPlan(m, mpath, old_queues=old_queues)
+    shovel_user = _required_shovel_user(m, mpath, shovel_user)
     shovels = [ShovelPlan(naming.shovel_key(m.name), naming.shovel(m.name), m.source, m.target, m.name,
-                          external_source=True)]
+                          shovel_user, external_source=True)]
     if m.external.error_queue:
         shovels.append(ShovelPlan(naming.shovel_key(m.name, error=True), naming.shovel(m.name, error=True),
-                                  m.external.error_queue, naming.error_queue(m.target), m.name, external_source=True))
+                                  m.external.error_queue, naming.error_queue(m.target), m.name, shovel_user,
+                                  external_source=True))
     return MigrationPlan(m, mpath, shovels=tuple(shovels), old_queues=old_queues)
 
 
-def _move(m: Migration, mpath: str, vhost: Vhost, retryables: Mapping[str, RetryablePlan[Any]]) -> MigrationPlan:
+def _move(m: Migration, mpath: str, vhost: Vhost, retryables: Mapping[str, RetryablePlan[Any]],
+          shovel_user: str | None) -> MigrationPlan:
     if m.external is not None:
-        return _move_external(m, mpath)
+        return _move_external(m, mpath, shovel_user)
     old = retryables.get(m.source)
     if m.retiring:
         bindings = (() if vhost.delay_levels is None else
@@ -163,10 +175,11 @@ def _move(m: Migration, mpath: str, vhost: Vhost, retryables: Mapping[str, Retry
                                  naming.delivery_pattern(m.source)),))
         return MigrationPlan(m, mpath, bindings=bindings,
                              old_queues=(m.source, naming.error_queue(m.source)))
-    shovels = [ShovelPlan(naming.shovel_key(m.name), naming.shovel(m.name), m.source, m.target, m.name)]
+    shovel_user = _required_shovel_user(m, mpath, shovel_user)
+    shovels = [ShovelPlan(naming.shovel_key(m.name), naming.shovel(m.name), m.source, m.target, m.name, shovel_user)]
     if old is not None:
         shovels.append(ShovelPlan(naming.shovel_key(m.name, error=True), naming.shovel(m.name, error=True),
-                                  old.error_queue, naming.error_queue(m.target), m.name))
+                                  old.error_queue, naming.error_queue(m.target), m.name, shovel_user))
     return MigrationPlan(m, mpath, shovels=tuple(shovels),
                          old_queues=tuple(q.name for q in old.queues) if old is not None else (m.source,))
 
@@ -174,10 +187,11 @@ def _move(m: Migration, mpath: str, vhost: Vhost, retryables: Mapping[str, Retry
 def shovel_permissions(shovels: Sequence[ShovelPlan]) -> tuple[PermissionPlan, ...]:
     """The shovel user's permissions in one vhost, the least both brokers need (measured on 3.10.8 and 4.3.6): read
     the queues it moves from; write only the default exchange it publishes through (not the destination queue);
-    configure its destination queues, which it declares (4.3 refuses the shovel without; the source needs none)."""
+    configure its destination queues, which it declares (4.3 refuses the shovel without; the source needs none).
+    The logical key names no stack: a stack has one shovel user."""
     if not shovels:
         return ()
-    return (PermissionPlan(key=naming.permissions_key(naming.SHOVEL_USER), user=naming.SHOVEL_USER,
+    return (PermissionPlan(key=naming.permissions_key(naming.SHOVEL_USER), user=shovels[0].user,
                            configure=exact_names(s.destination for s in shovels),
                            write=SHOVEL_WRITE, read=exact_names(s.source for s in shovels)),)
 
@@ -194,15 +208,16 @@ def migration_contract(m: Migration, queue: str) -> dict[str, str] | None:
 def plan_migrations(vhost: Vhost, path: str, retryables: tuple[RetryablePlan[Any], ...],
                     delay_levels: DelayLevelsPlan | None, imports: tuple[str, ...],
                     plan_retryable: Callable[..., RetryablePlan[Any]],
-                    plan_levels: Callable[..., DelayLevelsPlan]) -> Migrated:
+                    plan_levels: Callable[..., DelayLevelsPlan], shovel_user: str | None = None) -> Migrated:
     """Apply the vhost's migrations to its planned retryables and delay levels (planned from the current config);
-    `plan_retryable` and `plan_levels` plan the old config's objects the same way."""
+    `plan_retryable` and `plan_levels` plan the old config's objects the same way. `shovel_user`: the stack's
+    shovel user (`naming.shovel_user`), required when a migration moves a queue in step move."""
     by_name = {r.config.name: r for r in retryables}
     plans: list[MigrationPlan] = []
     for m in vhost.migrations:
         mpath = f"{path}.migrations[{m.index}]"
         if m.kind == "move":
-            plans.append(_move(m, mpath, vhost, by_name))
+            plans.append(_move(m, mpath, vhost, by_name, shovel_user))
             for queue in (m.source, m.target):
                 if queue in by_name and (contract := migration_contract(m, queue)) is not None:
                     by_name[queue] = replace(by_name[queue], migration=contract)

@@ -236,7 +236,15 @@ def level_policy_key(level: int) -> str:
 # Migrations (`vhosts[].migrations[]`).
 MIGRATE_PREFIX = "rabbitmq-retry.migrate"
 SHOVEL_USER = "rabbitmq-retry-shovel"
-"""The one user every shovel of the stack connects as; its password is `passwords.rabbitmq-retry-shovel`."""
+"""What every stack's shovel user shares: the start of its name (`shovel_user`), the key of its password in
+`passwords`, and the user part of its logical names (a stack has one shovel user, so these need not say which)."""
+
+
+def shovel_user(project: str, stack: str) -> str:
+    """The user the shovels of Pulumi stack `stack` of project `project` connect as. Users are broker-wide and
+    teams share brokers: a name of its own per stack keeps two migrating stacks from overwriting each other's
+    password, or deleting the user the other's shovels still use."""
+    return f"{SHOVEL_USER}.{project}.{stack}"
 
 
 def shovel(migration: str, error: bool = False) -> str:

@@ -133,8 +133,10 @@ def _user_limits(vhost: Vhost, path: str) -> tuple[UserLimitsPlan, ...]:
     return tuple(plans)
 
 
-def plan_vhost(vhost: Vhost, path: str = "vhost") -> VhostPlan:
-    """`path`: the vhost's config key path, e.g. "vhosts[0]", named by the checks."""
+def plan_vhost(vhost: Vhost, path: str = "vhost", shovel_user: str | None = None) -> VhostPlan:
+    """`path`: the vhost's config key path, e.g. "vhosts[0]", named by the checks. `shovel_user`: the user this
+    stack's shovels connect as (`naming.shovel_user(project, stack)`), required when a migration moves a queue;
+    the program passes it, so the plan stays free of Pulumi."""
     exchanges = tuple(ExchangePlan(naming.exchange_key(e.name), e.name, e.type) for e in vhost.exchanges)
     plain = [(i, q) for i, q in enumerate(vhost.queues) if q.retry is None]
     queues = tuple(QueuePlan(naming.plain_queue_key(q.name), q.name, q.queue_type, {
@@ -167,7 +169,8 @@ def plan_vhost(vhost: Vhost, path: str = "vhost") -> VhostPlan:
     delay_levels = None if vhost.delay_levels is None else plan_delay_levels(vhost.delay_levels, imports,
                                                                              f"{path}.delay_levels")
     if vhost.migrations:
-        migrated = plan_migrations(vhost, path, retryables, delay_levels, imports, plan_retryable, plan_delay_levels)
+        migrated = plan_migrations(vhost, path, retryables, delay_levels, imports, plan_retryable, plan_delay_levels,
+                                   shovel_user)
         retryables, delay_levels = migrated.retryables, migrated.delay_levels
         bindings += migrated.bindings
         migrations, shovel_permissions = migrated.migrations, migrated.shovel_permissions

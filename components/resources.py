@@ -212,7 +212,7 @@ def declare_shovel(scope: Scope, logical_name: str, shovel: ShovelPlan) -> None:
         opts=scope.options(depends_on=[
             scope.resources[("Queue", shovel.destination)],
             *(() if shovel.external_source else (scope.resources[("Queue", shovel.source)],)),  # not the stack's
-            scope.resources[("Permissions", naming.SHOVEL_USER)]]),
+            scope.resources[("Permissions", shovel.user)]]),
     )
 
 

@@ -150,11 +150,19 @@ def read_stack_config() -> StackConfig:
     return config
 
 
-def plan_stack(config: StackConfig) -> list[tuple[str, VhostPlan]]:
+def stack_shovel_user() -> str:
+    """The user this stack's shovels connect as: its own, named after the Pulumi project and stack
+    (`naming.shovel_user`)."""
+    return naming.shovel_user(pulumi.get_project(), pulumi.get_stack())
+
+
+def plan_stack(config: StackConfig, shovel_user: str | None = None) -> list[tuple[str, VhostPlan]]:
     """(Vhost component name, plan) of every vhost, planned and checked once, before any component exists, so
     that problems carry the stack file's key paths and two vhosts' URNs cannot clash. The Vhost components
-    register these plans as they are."""
-    plans = [(vhost_key(v.name), plan_vhost(v, f"vhosts[{i}]")) for i, v in enumerate(config.vhosts)]
+    register these plans as they are. `shovel_user`: the stack's shovel user; default this program's own
+    (`stack_shovel_user()`), which a tool running outside the program passes for the stack it looks at."""
+    user = shovel_user or stack_shovel_user()
+    plans = [(vhost_key(v.name), plan_vhost(v, f"vhosts[{i}]", user)) for i, v in enumerate(config.vhosts)]
     topology = [problem for _, plan in plans for problem in check_vhost(plan)]
     if problems := topology + check_logical_names(plans):
         raise TopologyError("the stack", problems)
@@ -176,14 +184,16 @@ def register_guard(plans: list[tuple[str, VhostPlan]]) -> None:
 
 def declare_shovel_user(plans: list[tuple[str, VhostPlan]],
                         passwords: Mapping[str, pulumi.Input[str]]) -> ShovelAccess | None:
-    """The stack's one shovel user (no tags), when a migration of any vhost moves a queue; each such vhost grants
-    it least-privilege permissions of its own. Its password is `passwords.rabbitmq-retry-shovel`; the AMQP port
-    its shovels connect to is `rabbitmq-retry:amqp_port` (default 5672). None when no migration needs it: then
-    the user leaves the plan, and `pulumi up` deletes it."""
+    """The stack's one shovel user (no tags), named as the plans name it (`stack_shovel_user`), when a migration of
+    any vhost moves a queue; each such vhost grants it least-privilege permissions of its own. Its password is
+    `passwords.rabbitmq-retry-shovel`; the AMQP port its shovels connect to is `rabbitmq-retry:amqp_port` (default
+    5672). None when no migration needs it: then the user leaves the plan, and `pulumi up` deletes it (another
+    stack's shovel user, named after its own stack, is not this one's to touch)."""
     registered = stack_children(plans)
     if not registered:
         return None
-    user = rabbitmq.User(registered[0][1], name=naming.SHOVEL_USER,
+    name = next(grant.user for _, plan in plans for grant in plan.shovel_permissions)
+    user = rabbitmq.User(registered[0][1], name=name,
                          password=pulumi.Output.secret(passwords[naming.SHOVEL_USER]), tags=[])
     port, _ = parse_amqp_port(_decode(runtime_config.get_config(f"{NAMESPACE}:{AMQP_PORT}")))
     return ShovelAccess(user.name, passwords[naming.SHOVEL_USER], port or DEFAULT_AMQP_PORT)
@@ -207,8 +217,8 @@ def application_passwords(config: StackConfig) -> dict[str, pulumi.Output[str]]:
     if moves_queues(config):
         password = passwords.get(naming.SHOVEL_USER)
         if not isinstance(password, str) or not password:
-            pulumi.log.warn(f'no password for the shovel user "{naming.SHOVEL_USER}" of the migrations: this preview '
-                            f"uses a placeholder and `pulumi up` will refuse; set it with "
+            pulumi.log.warn(f'no password for the shovel user "{stack_shovel_user()}" of the migrations: this '
+                            f"preview uses a placeholder and `pulumi up` will refuse; set it with "
                             f"{password_command(naming.SHOVEL_USER)}")
             password = secrets.token_urlsafe(32)
         result[naming.SHOVEL_USER] = pulumi.Output.secret(password)

@@ -26,6 +26,7 @@ from .entries import DelayLevelsPlan, RetryablePlan, VhostPlan
 from .plan import plan_vhost
 from .resources import BUILDERS, Scope, ShovelAccess, declare_children
 from .retryable_queue import RetryableQueue, RetryableQueueArgs
+from .stack import stack_shovel_user
 
 TYPE_TOKEN = "rabbitmq-retry:index:Vhost"
 
@@ -95,7 +96,7 @@ class Vhost(pulumi.ComponentResource):
                       retain_error_queues=checked.get("retain_error_queues", False), passwords=passwords,
                       shovel_access=shovel_access)
         if shovel_access is not None and self.plan.shovels:
-            scope.names[("User", naming.SHOVEL_USER)] = pulumi.Output.from_input(shovel_access.user)
+            scope.names[("User", self.plan.shovels[0].user)] = pulumi.Output.from_input(shovel_access.user)
         retryables: dict[str, RetryableQueue] = {}
         delay_levels: list[DelayLevels] = []
 
@@ -158,7 +159,7 @@ def _plan(where: str, name: str, checked: Mapping[str, Any]) -> VhostPlan:
     config = checked["vhost"]
     if not isinstance(config, VhostConfig):
         config = load_vhost(config, f"{where}.vhost")
-    plan = plan_vhost(config, checked.get("config_path", f"{where}.vhost"))
+    plan = plan_vhost(config, checked.get("config_path", f"{where}.vhost"), stack_shovel_user())
     if problems := check_vhost(plan) + check_logical_names([(name, plan)]):
         raise TopologyError(f'vhost "{config.name}"', problems)
     return plan

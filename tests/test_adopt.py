@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components import Vhost
+from components import Vhost, naming
 from components.config import ConfigError, load_vhost
 from components.naming import vhost_key
 from components.plan import plan_vhost
@@ -188,7 +188,7 @@ def test_each_queue_taken_over_beside_gets_a_migration_naming_the_old_runtime_ob
             "error_queue": "mailer-error", "queues": ["mailer-retry"],
             "exchanges": list(recognise(SNEAKERS)[0].exchanges)}}}]
     plan = plan_vhost(load_vhost({k: v for k, v in adoption.vhost.items() if k != "import"}, "vhosts[0]"),
-                      "vhosts[0]")
+                      "vhosts[0]", naming.shovel_user("rabbitmq-retry", "adopted"))
     assert [(s.source, s.destination) for s in plan.shovels] == [("mailer", "mailer.v2"),
                                                                 ("mailer-error", "mailer.v2.error")]
     report_text = report(adoption, "adopted")

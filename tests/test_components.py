@@ -174,9 +174,10 @@ def chain_and_name(resource: Registered) -> tuple[str, str, str]:
 
 def test_the_components_register_exactly_the_layout():
     """What the URN clash check (`layout.logical_names`) sees is what the components register: no more, no less."""
+    user = "rabbitmq-retry-shovel.x.y"
     resources = record(lambda: Vhost("every-kind", {"vhost": EVERY_KIND, "passwords": {"app": "pw"},
-                                                    "shovel_access": ShovelAccess("rabbitmq-retry-shovel", "pw")}))
-    expected = layout.logical_names("every-kind", plan_vhost(load_vhost(EVERY_KIND, "v")))
+                                                    "shovel_access": ShovelAccess(user, "pw")}))
+    expected = layout.logical_names("every-kind", plan_vhost(load_vhost(EVERY_KIND, "v"), "v", user))
     assert sorted(chain_and_name(r) for r in resources if r.type != "pulumi:pulumi:Stack") == sorted(expected)
     # The config reaches every row of every table, so no row goes unchecked.
     assert {kind for _, kind, _ in expected} == {slot.kind for table in (layout.VHOST, *layout.NESTED.values())

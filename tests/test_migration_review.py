@@ -72,6 +72,7 @@ def test_step_move_says_what_moves_where_and_what_is_next_and_exits_0(review_of:
     assert ("shovel `rabbitmq-retry.migrate.orders-to-quorum` `orders` → `orders.q`; shovel "
             "`rabbitmq-retry.migrate.orders-to-quorum.error` `orders.error` → `orders.q.error`") in section
     assert "new publishes reach `orders.q` only" in section
+    assert "as this stack's user `rabbitmq-retry-shovel.rabbitmq-retry.review`" in section
     assert ("Next: once `make migrate-status STACK=review` says drained, remove `orders` from vhosts[0].queues and "
             "set `step: retire` in one commit.") in section
     assert "data loss" not in text.split("### Migrations", 1)[0].lower()
@@ -121,6 +122,22 @@ def test_deleting_the_old_queue_without_a_migration_is_still_data_loss(review_of
     assert status == 2 and "data loss" in text and "### Migrations" not in text
 
 
+def drain_levels(name: str) -> dict[str, Any]:
+    """BASE with `orders` on delay levels, whose max_delay is lowered from 1d to 1h."""
+    config = copy.deepcopy(BASE)
+    orders(config)["retry"] = {"strategy": "levels", "max_retries": 3}
+    config["vhosts"][0]["delay_levels"] = {"max_delay": "1d"}
+    if name == "before":
+        return config
+    config["vhosts"][0]["delay_levels"] = {"max_delay": "1h"}
+    config["vhosts"][0]["migrations"] = [{"name": "levels-to-1h", "step": name, "drain_levels": {"max_delay": "1d"}}]
+    return config
+
+
+def contract_rows(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("| contract |")]
+
+
 def test_each_step_of_a_tier_drain_exits_0(review_of: Run):
     text, status = review_of(drain("before"), drain("drain"))
     assert status == 0
@@ -129,6 +146,41 @@ def test_each_step_of_a_tier_drain_exits_0(review_of: Run):
     text, status = review_of(drain("drain"), drain("retire"))
     assert status == 0
     assert "retired by migration `orders-one-tier` once empty" in text
+
+
+def test_in_step_drain_the_contract_rows_say_a_removed_tier_stays_bound_until_step_retire(review_of: Run):
+    """The kept tier's binding stays until retire: a consumer still on the old contract that republishes a retry with
+    its key loses nothing in step drain, only from step retire on."""
+    text, _ = review_of(drain("before"), drain("drain"))
+    rows = contract_rows(text)
+    assert [row.split(" | ")[4].split(":")[0] for row in rows] == ["tier wait.2 removed", "tier wait.3 removed"]
+    for row in rows:
+        assert "migration orders-one-tier keeps it bound until its step retire" in row
+        assert "reach it and wait as before until then; from that step on they lose those messages" in row
+        assert "redeploy them with the new contract before it" in row
+    # Without the drain the same change loses them when applied.
+    undrained = drain("drain")
+    del undrained["vhosts"][0]["migrations"]
+    text, _ = review_of(drain("before"), undrained)
+    assert all("keeps it bound" not in row and "lose those messages (no queue is bound" in row
+               for row in contract_rows(text))
+    # Step retire: no contract change any more, and the Migrations section says what breaks for late consumers.
+    text, _ = review_of(drain("drain"), drain("retire"))
+    assert contract_rows(text) == []
+    assert ("- Consumers must run the contract of step drain by now: one still on the contract from before the drain "
+            "loses the retries it publishes in republish mode with a removed tier's routing key") in text
+
+
+def test_in_step_drain_the_contract_row_says_the_old_top_delay_level_stays_until_step_retire(review_of: Run):
+    text, status = review_of(drain_levels("before"), drain_levels("drain"))
+    assert status == 0
+    [row] = contract_rows(text)
+    assert ("delay exchange rabbitmq-retry.delay.16 → rabbitmq-retry.delay.11: migration levels-to-1h keeps "
+            "rabbitmq-retry.delay.16 until its step retire") in row
+    assert "from that step on they fail (channel error 404 NOT\\_FOUND)" in row
+    text, status = review_of(drain_levels("drain"), drain_levels("retire"))
+    assert status == 0 and contract_rows(text) == []
+    assert "fails to publish a delayed copy to a removed level (channel error 404 NOT_FOUND)" in text
 
 
 def test_migrate_status_exits_1_with_one_line_naming_an_endpoint_it_cannot_read(program_copy: Path, capsys):

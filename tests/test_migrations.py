@@ -21,6 +21,8 @@ from tests.conftest import of_type, vhost_config
 from tools.lib.mockrun import record
 
 EVENTS = [{"exchange": "events", "routing_key": "order.created"}]
+SHOVEL_USER = "rabbitmq-retry-shovel.rabbitmq-retry.test"
+"""The shovel user of stack `test` of project `rabbitmq-retry`, which tools.lib.mockrun runs the components as."""
 
 
 def before() -> dict[str, Any]:
@@ -58,8 +60,8 @@ def levels_vhost(max_delay: str) -> dict[str, Any]:
             "delay_levels": {"max_delay": max_delay}}
 
 
-def plan(config: dict[str, Any]) -> VhostPlan:
-    return plan_vhost(load_vhost(config, "vhosts[0]"), "vhosts[0]")
+def plan(config: dict[str, Any], shovel_user: str = SHOVEL_USER) -> VhostPlan:
+    return plan_vhost(load_vhost(config, "vhosts[0]"), "vhosts[0]", shovel_user)
 
 
 def problems(config: dict[str, Any]) -> list[tuple[str, str]]:
@@ -186,14 +188,19 @@ def test_the_shovel_user_needs_a_password_while_a_queue_moves_and_no_application
     config = load_stack_config({"vhosts": [moving()]})
     [(path, message)] = password_problems(config, {})
     assert path == "vhosts[0].migrations[0]"
-    assert 'no password for the shovel user "rabbitmq-retry-shovel"' in message
+    assert message.startswith("no password for the stack's shovel user")
+    assert "'rabbitmq-retry:passwords.rabbitmq-retry-shovel'" in message
     assert password_problems(config, {"rabbitmq-retry-shovel": "s"}) == []
     assert password_problems(load_stack_config({"vhosts": [moving("retire")]}), {}) == []
-    clash = moving()
-    clash["applications"] = [{"user": "rabbitmq-retry-shovel", "consumes": ["orders.q"]}]
-    with pytest.raises(ConfigError) as error:
-        load_stack_config({"vhosts": [clash]})
-    assert [p for p, _ in error.value.problems] == ["vhosts[0].applications[0].user"]
+    for taken in ("rabbitmq-retry-shovel", "rabbitmq-retry-shovel.rabbitmq-retry.prod"):
+        clash = moving()
+        clash["applications"] = [{"user": taken, "consumes": ["orders.q"]}]
+        with pytest.raises(ConfigError) as error:
+            load_stack_config({"vhosts": [clash]})
+        assert [p for p, _ in error.value.problems] == ["vhosts[0].applications[0].user"]
+    other = moving()
+    other["applications"] = [{"user": "rabbitmq-retry-shovelling", "consumes": ["orders.q"]}]
+    load_stack_config({"vhosts": [other]})
 
 
 def test_a_leftover_shovel_password_is_refused_once_no_migration_needs_it():
@@ -220,8 +227,8 @@ def test_step_move_adds_two_shovels_on_confirm_never_self_deleting_and_least_pri
     assert {(s.ack_mode, s.source_delete_after) for s in vhost.shovels} == {(SHOVEL_ACK_MODE, SHOVEL_DELETE_AFTER)}
     assert (SHOVEL_ACK_MODE, SHOVEL_DELETE_AFTER) == ("on-confirm", "never")
     [grant] = vhost.shovel_permissions
-    assert (grant.user, grant.read, grant.write, grant.configure) == (
-        "rabbitmq-retry-shovel", r"^(orders|orders\.error)$", r"^amq\.default$",
+    assert (grant.key, grant.user, grant.read, grant.write, grant.configure) == (
+        "permissions-rabbitmq-retry-shovel", SHOVEL_USER, r"^(orders|orders\.error)$", r"^amq\.default$",
         r"^(orders\.q|orders\.q\.error)$")
     [migration] = vhost.migrations
     assert migration.old_queues == ("orders", "orders.wait.1", "orders.wait.2", "orders.wait.3", "orders.error")
@@ -309,7 +316,7 @@ QUEUE = "rabbitmq:index/queue:Queue"
 
 
 def record_moving(**extra: Any) -> list[Any]:
-    access = ShovelAccess("rabbitmq-retry-shovel", "pa ss/word", 5673)
+    access = ShovelAccess(SHOVEL_USER, "pa ss/word", 5673)
     return record(lambda: Vhost("shop", {"vhost": moving(), "shovel_access": access, **extra}), reveal_secrets=True)
 
 
@@ -322,18 +329,20 @@ def test_the_vhost_registers_each_shovel_after_its_queues_and_the_shovel_users_p
     assert (info["sourceQueue"], info["destinationQueue"], info["ackMode"], info["sourceDeleteAfter"]) == (
         "orders", "orders.q", "on-confirm", "never")
     assert info["sourceUri"] == info["destinationUri"] == \
-        "amqp://rabbitmq-retry-shovel:pa%20ss%2Fword@localhost:5673/shop"
+        "amqp://rabbitmq-retry-shovel.rabbitmq-retry.test:pa%20ss%2Fword@localhost:5673/shop"
     urns = {r.name: r.urn for r in resources}
     assert urns["shop-permissions-rabbitmq-retry-shovel"] in shovel.dependencies
     # Depending on a component is depending on each of its children: the queues of both RetryableQueues.
     assert {urns["shop-orders.q-input"], urns["shop-orders-input"]} <= set(shovel.dependencies)
-    assert of_type(resources, PERMISSIONS)["shop-permissions-rabbitmq-retry-shovel"].inputs["user"] == \
-        "rabbitmq-retry-shovel"
+    error_shovel = shovels["shop-shovel-orders-to-quorum-error"]
+    assert {urns["shop-orders.q-error"], urns["shop-orders-error"],
+            urns["shop-permissions-rabbitmq-retry-shovel"]} <= set(error_shovel.dependencies)
+    assert of_type(resources, PERMISSIONS)["shop-permissions-rabbitmq-retry-shovel"].inputs["user"] == SHOVEL_USER
 
 
 def test_the_shovel_uris_are_secrets():
     resources = record(lambda: Vhost("shop", {"vhost": moving(), "shovel_access": ShovelAccess(
-        "rabbitmq-retry-shovel", "pa ss/word")}))
+        SHOVEL_USER, "pa ss/word")}))
     info = of_type(resources, SHOVEL)["shop-shovel-orders-to-quorum"].inputs["info"]
     assert "pa ss" not in repr(info) and "word" not in repr(info)
 
@@ -381,7 +390,7 @@ def test_the_planned_shovels_pass_the_checks_and_a_lossy_or_dangling_one_does_no
         'its destination queue "orders.z" is not planned in this vhost',
         "ack-mode no-ack can lose messages",
         "src-delete-after queue-length may delete the shovel before its source is drained (rabbitmq-server#14636)",
-        'the shovel user may not read "orders" or declare "orders.z"']
+        f'its user "{SHOVEL_USER}" may not read "orders" or declare "orders.z"']
 
 
 def test_the_contracts_during_a_move_are_valid_for_the_schema_and_the_client():
@@ -401,11 +410,42 @@ def test_the_contracts_during_a_move_are_valid_for_the_schema_and_the_client():
 # --- the program (stack level) --------------------------------------------------------------------------------
 
 
-def write_stack(root: Any, vhost: dict[str, Any], **top: Any) -> None:
+def write_stack(root: Any, vhost: dict[str, Any], stack: str = "mig", **top: Any) -> None:
     import yaml
 
     config = {"rabbitmq-retry:vhosts": [vhost], **{f"rabbitmq-retry:{k}": v for k, v in top.items()}}
-    (root / "Pulumi.mig.yaml").write_text(yaml.safe_dump({"config": config}))
+    (root / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump({"config": config}))
+
+
+def test_two_stacks_migrating_on_one_broker_connect_as_shovel_users_of_their_own(program_copy):
+    """Users are broker-wide: a shared one would have each stack's `pulumi up` overwrite the other's password, and
+    the first stack to finish its migrations delete the user the other's shovels still use."""
+    from tools.lib.mockrun import record_program
+
+    users = {}
+    for stack in ("orders-prod", "billing-prod"):
+        write_stack(program_copy, moving(), stack=stack)
+        resources = record_program(stack, program_copy, reveal_secrets=True)
+        [user] = [r for r in resources if r.type == "rabbitmq:index/user:User"]
+        permissions = of_type(resources, PERMISSIONS)["shop-permissions-rabbitmq-retry-shovel"]
+        uri = of_type(resources, SHOVEL)["shop-shovel-orders-to-quorum"].inputs["info"]["sourceUri"]
+        assert permissions.inputs["user"] == user.inputs["name"] and uri.startswith(f"amqp://{user.inputs['name']}:")
+        assert user.name == "user-rabbitmq-retry-shovel"  # one logical name: a stack has one shovel user
+        users[stack] = user.inputs["name"]
+    assert users == {"orders-prod": "rabbitmq-retry-shovel.rabbitmq-retry.orders-prod",
+                     "billing-prod": "rabbitmq-retry-shovel.rabbitmq-retry.billing-prod"}
+
+
+def test_the_shovel_user_is_named_after_the_project_and_the_stack_and_passed_into_the_plan():
+    assert naming.shovel_user("shop", "prod") == "rabbitmq-retry-shovel.shop.prod"
+    first, second = plan(moving(), naming.shovel_user("shop", "prod")), plan(moving(), naming.shovel_user("shop", "qa"))
+    assert {s.user for s in first.shovels} == {first.shovel_permissions[0].user} == {"rabbitmq-retry-shovel.shop.prod"}
+    assert second.shovel_permissions[0].user == "rabbitmq-retry-shovel.shop.qa"
+    # The same logical keys (a stack has one shovel user): only the user's name differs.
+    assert first.shovel_permissions[0].key == second.shovel_permissions[0].key
+    with pytest.raises(ValueError, match="shovel user"):
+        plan_vhost(load_vhost(moving(), "vhosts[0]"), "vhosts[0]")
+    assert plan_vhost(load_vhost(moving("retire"), "vhosts[0]"), "vhosts[0]").shovels == ()
 
 
 def test_the_program_registers_one_shovel_user_for_the_stack_and_the_amqp_port_in_the_uris(program_copy):
@@ -415,10 +455,13 @@ def test_the_program_registers_one_shovel_user_for_the_stack_and_the_amqp_port_i
     resources = record_program("mig", program_copy, reveal_secrets=True)
     [user] = [r for r in resources if r.type == "rabbitmq:index/user:User"]
     assert (user.name, user.inputs["name"], user.inputs["tags"]) == ("user-rabbitmq-retry-shovel",
-                                                                       "rabbitmq-retry-shovel", [])
+                                                                       "rabbitmq-retry-shovel.rabbitmq-retry.mig", [])
     assert "rabbitmq-retry:index:Vhost" not in user.urn  # the stack's, not a vhost's
     shovel = of_type(resources, SHOVEL)["shop-shovel-orders-to-quorum"]
-    assert re.fullmatch(r"amqp://rabbitmq-retry-shovel:[^@:/]+@localhost:5673/shop", shovel.inputs["info"]["sourceUri"])
+    assert re.fullmatch(r"amqp://rabbitmq-retry-shovel\.rabbitmq-retry\.mig:[^@:/]+@localhost:5673/shop",
+                        shovel.inputs["info"]["sourceUri"])
+    permissions = of_type(resources, PERMISSIONS)["shop-permissions-rabbitmq-retry-shovel"]
+    assert permissions.inputs["user"] == "rabbitmq-retry-shovel.rabbitmq-retry.mig"
 
 
 def test_pulumi_up_refuses_a_move_without_the_shovel_users_password(program_copy):
@@ -427,7 +470,7 @@ def test_pulumi_up_refuses_a_move_without_the_shovel_users_password(program_copy
     write_stack(program_copy, moving())
     with pytest.raises(Exception) as error:
         record_program("mig", program_copy, preview=False)
-    assert ("vhosts[0].migrations[0]", 'no password for the shovel user "rabbitmq-retry-shovel", which this '
+    assert ("vhosts[0].migrations[0]", "no password for the stack's shovel user, which this "
             "migration's shovels connect as: `pulumi config set --secret --path "
             "'rabbitmq-retry:passwords.rabbitmq-retry-shovel' <password>`") in error.value.problems  # type: ignore
 

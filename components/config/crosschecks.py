@@ -148,9 +148,10 @@ def check_users(p: Problems, vhosts: Sequence[VhostEntry]) -> None:
             if entry.name == "guest":
                 p.add(where, f'"guest" is RabbitMQ\'s built-in administrator, often the user deploying this stack: '
                       f"{LOCK_OUT}")
-            if entry.name == SHOVEL_USER:
-                p.add(where, f'"{SHOVEL_USER}" is the user of the migrations\' shovels, which the stack creates '
-                      "itself; give this one another name")
+            if entry.name == SHOVEL_USER or entry.name.startswith(f"{SHOVEL_USER}."):
+                p.add(where, f'"{SHOVEL_USER}" and names starting "{SHOVEL_USER}." are the migrations\' shovel users '
+                      "(one per stack, which the stack creates itself, and the key of its password); give this one "
+                      "another name")
             if entry.name in first:
                 kind = "operator" if ".operators[" in entry.path else "application"
                 p.add(where, f'user "{entry.name}" is also {first[entry.name]}; give each {kind} its own user')

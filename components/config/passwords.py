@@ -72,13 +72,15 @@ def _shovel_password_problems(config: StackConfig, passwords: Mapping[object, ob
                   for m in vhost.migrations if m.kind == "move" and not m.retiring), None)
     if where is None:
         return []
-    user, fix = SHOVEL_USER, password_command(SHOVEL_USER)
-    if user not in passwords:
-        return [(where, f'no password for the shovel user "{user}", which this migration\'s shovels connect as: {fix}')]
-    if not isinstance(passwords[user], str):
-        return [(where, f'the password for "{user}" is {describe(passwords[user])}, not a string: {fix}')]
-    if not passwords[user]:
-        return [(where, f'the password for "{user}" is empty: {fix}')]
+    # Filed under the shovel users' common name: the stack's own user is named after the Pulumi project and stack
+    # (naming.shovel_user), which the config does not know.
+    key, fix = SHOVEL_USER, password_command(SHOVEL_USER)
+    if key not in passwords:
+        return [(where, f"no password for the stack's shovel user, which this migration's shovels connect as: {fix}")]
+    if not isinstance(passwords[key], str):
+        return [(where, f"the shovel user's password is {describe(passwords[key])}, not a string: {fix}")]
+    if not passwords[key]:
+        return [(where, f"the shovel user's password is empty: {fix}")]
     return []
 
 

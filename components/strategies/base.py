@@ -79,7 +79,10 @@ class Strategy(Protocol):
     """The keys of its contract that `contract_breaks` judges, or that its consumers do not act on; the review
     judges the keys every strategy shares."""
 
-    def contract_breaks(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    def contract_breaks(self, old: Mapping[str, Any], new: Mapping[str, Any],
+                        kept: Mapping[str, str] | None = None) -> list[str]:
         """What a change of its contract (`old` → `new`, same strategy) means to a reviewer: how consumers still
-        running on `old` break under `new`, one sentence each, for `REVIEWED_CONTRACT_KEYS` only."""
+        running on `old` break under `new`, one sentence each, for `REVIEWED_CONTRACT_KEYS` only. `kept`: the
+        queues and exchanges that left the contract but a migration in step drain still declares as before, each
+        with that migration's name: what routes there breaks only at the migration's step retire."""
         ...

@@ -280,25 +280,31 @@ def _level(exchange: Any) -> int | None:
     return int(number) if number.isdigit() else None
 
 
-def _delay_exchange_break(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
-    """The top level moved. Fewer levels delete the old top; more keep it (a lower level now, which a consumer's
-    application user may still write: it is granted every level), so nothing breaks."""
+def _delay_exchange_break(old: Mapping[str, Any], new: Mapping[str, Any], kept: Mapping[str, str]) -> str | None:
+    """The top level moved. Fewer levels delete the old top (at the step retire of the drain that keeps it, if
+    one does); more keep it (a lower level now, which a consumer's application user may still write: it is granted
+    every level), so nothing breaks."""
     before, after = old.get("delay_exchange"), new.get("delay_exchange")
     level, levels = _level(before), contract_number(new.get("delay_levels"))
-    if level is None or levels is None or level >= levels:
-        return (f"delay exchange {before} → {after}: consumers still publishing delayed copies to {before} fail once "
-                "it is deleted (channel error 404 NOT_FOUND)")
-    return None
+    if level is not None and levels is not None and level < levels:
+        return None
+    if (migration := kept.get(str(before))) is not None:
+        return (f"delay exchange {before} → {after}: migration {migration} keeps {before} until its step retire, so "
+                "consumers still publishing delayed copies to it wait as before until then; from that step on they "
+                "fail (channel error 404 NOT_FOUND): redeploy them with the new contract before it")
+    return (f"delay exchange {before} → {after}: consumers still publishing delayed copies to {before} fail once "
+            "it is deleted (channel error 404 NOT_FOUND)")
 
 
-def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any],
+                    kept: Mapping[str, str] | None = None) -> list[str]:
     """A top level deleted under running consumers, or a new delay unit they still count in."""
     breaks = []
     before, after = old.get("delay_exchange"), new.get("delay_exchange")
     if before != after:
         if before is None:
             breaks.append(f"delay exchange {before} → {after}: {REDEPLOY}")
-        elif moved := _delay_exchange_break(old, new):
+        elif moved := _delay_exchange_break(old, new, kept or {}):
             breaks.append(moved)
     before, after = old.get("delay_unit_ms"), new.get("delay_unit_ms")
     if before != after and (contract_number(before) or 0) > 0 and (contract_number(after) or 0) > 0:

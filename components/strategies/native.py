@@ -159,7 +159,8 @@ REVIEWED_CONTRACT_KEYS = frozenset({"min_delay_ms", "max_delay_ms"})
 """The delays are the broker's: a consumer only makes the retry call."""
 
 
-def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any],
+                    kept: Mapping[str, str] | None = None) -> list[str]:
     """Nothing of its own breaks a running consumer."""
     return []
 

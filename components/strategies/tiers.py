@@ -185,15 +185,25 @@ REVIEWED_CONTRACT_KEYS = frozenset({"tiers", "reject_routes_to", "retry_exchange
 """A consumer never acts on `reject_routes_to` (the broker dead-letters a reject to the first tier itself)."""
 
 
-def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """A removed tier strands the republished retries still routed to it; a moved retry exchange fails them."""
+def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any],
+                    kept: Mapping[str, str] | None = None) -> list[str]:
+    """A removed tier strands the republished retries still routed to it (from the step retire of the drain that
+    keeps it, if one does: until then it stays bound); a moved retry exchange fails them."""
     breaks = []
     new_keys = {t["routing_key"] for t in new.get("tiers", [])}
     for tier in old.get("tiers", []):
-        if tier["routing_key"] not in new_keys:
-            breaks.append(f'tier {tier["routing_key"]} removed: consumers in republish mode that still publish '
-                          f'retries with routing key {tier["routing_key"]} to {new.get("retry_exchange")} lose '
-                          "those messages (no queue is bound to that key; the exchange drops them)")
+        if tier["routing_key"] in new_keys:
+            continue
+        key, exchange = tier["routing_key"], new.get("retry_exchange")
+        lost = "lose those messages (no queue is bound to that key; the exchange drops them)"
+        if (migration := (kept or {}).get(tier.get("queue", ""))) is not None:
+            breaks.append(f"tier {key} removed: migration {migration} keeps it bound until its step retire, so "
+                          f"consumers in republish mode that still publish retries with routing key {key} to "
+                          f"{exchange} reach it and wait as before until then; from that step on they {lost}: "
+                          "redeploy them with the new contract before it")
+        else:
+            breaks.append(f"tier {key} removed: consumers in republish mode that still publish retries with routing "
+                          f"key {key} to {exchange} {lost}")
     if old.get("retry_exchange") != new.get("retry_exchange"):
         breaks.append(f"retry exchange {old.get('retry_exchange')} → {new.get('retry_exchange')}: consumers still "
                       f"publishing retries to {old.get('retry_exchange')} fail once it is deleted (channel error 404 "

@@ -13,6 +13,7 @@ import pika
 import pytest
 
 from components.config import load_vhost
+from components.naming import shovel_user
 from components.plan import plan_vhost
 from rabbitmq_retry_client.depth import BrokerAccess, DepthReader
 from tests.support.admin import wait_for
@@ -42,7 +43,8 @@ def migration(vhost: str, step: str) -> MigrationInfo:
     config["migrations"][0]["step"] = step
     if step == "retire":
         config["queues"].pop(0)
-    [info] = infos([("x", plan_vhost(load_vhost(config, "vhosts[0]"), "vhosts[0]"))])
+    planned = plan_vhost(load_vhost(config, "vhosts[0]"), "vhosts[0]", shovel_user("rabbitmq-retry", "dev"))
+    [info] = infos([("x", planned)])
     return info
 
 

@@ -16,8 +16,8 @@ a lowered `delay_levels.max_delay`, and the strategy switches tiers ↔ levels, 
   broker and the final recording (tools/lib/drift.py).
 
 Isolation on shared brokers: each test works in its own vhost `mvi-<random>`, and its stack's shovel user is
-named `mvi-shovel-<random>` instead of the product's fixed name (`components.naming.SHOVEL_USER`, patched for the
-test), so that concurrent runs on one broker never share a broker-wide user.
+named `mvi-shovel-<random>` instead of the product's per-stack name (`components.naming.shovel_user`, patched for
+the test), so that concurrent runs on one broker never share a broker-wide user.
 """
 
 from __future__ import annotations
@@ -333,7 +333,7 @@ def vhost(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     deleted afterwards, should a failed test leave it)."""
     suffix = uuid.uuid4().hex[:10]
     name, user = f"mvi-{suffix}", f"mvi-shovel-{suffix}"
-    monkeypatch.setattr(naming, "SHOVEL_USER", user)
+    monkeypatch.setattr(naming, "shovel_user", lambda project, stack: user)
     try:
         yield name
     finally:
@@ -476,7 +476,9 @@ def assert_lossless(broker: Broker, vhost: str, run: Run) -> None:
     for queue in run.gone:
         assert get(broker, f"queues/{esc(vhost)}/{esc(queue)}") is None, f"{queue} is still on the broker"
     assert (get(broker, f"parameters/shovel/{esc(vhost)}") or []) == []
-    assert get(broker, f"users/{esc(naming.SHOVEL_USER)}") is None
+    shovel_users = {r.inputs["name"] for stack in run.stacks for r in stack.resources if r.type == engine.USER}
+    for user in shovel_users:
+        assert get(broker, f"users/{esc(user)}") is None, f"shovel user {user} is still on the broker"
     endpoint = Endpoint(broker.management_url, broker.username, broker.password)
     assert findings(run.stacks[-1].resources, {vhost: read_live(endpoint, vhost)}, broker.username) == []
 

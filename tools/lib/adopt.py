@@ -31,6 +31,7 @@ from tools.lib.drift import COMPARED, binding_label, compare, import_id, markdow
 from tools.lib.markdown import code
 from tools.lib.mockrun import Registered, close_event_loop, record
 from tools.lib.recognise import Topology, recognise
+from tools.lib.stack_file import PROJECT
 
 DEFAULT_SUFFIX = ".v2"
 PLAIN_ARGUMENTS = frozenset({"x-queue-type"})
@@ -319,7 +320,8 @@ def _drop_refused(adoption: Adoption) -> None:
     3.10 mirroring key) are left alone, with the reason; what remains must plan cleanly."""
     for _ in range(100):
         try:
-            plan = plan_vhost(load_vhost(copy.deepcopy(adoption.vhost), "vhost"), "vhost")
+            # Any shovel user plans the same objects; the stack's own is named when the stack file is written.
+            plan = plan_vhost(load_vhost(copy.deepcopy(adoption.vhost), "vhost"), "vhost", naming.SHOVEL_USER)
             problems = [(m.group(1), int(m.group(2)), text) for text in check_vhost(plan)
                         if (m := ENTRY_PATH.search(text))]
             unplaced = [text for text in check_vhost(plan) if not ENTRY_PATH.search(text)]
@@ -434,7 +436,8 @@ def _retire_steps(adoption: Adoption, stack: str) -> list[str]:
     """Each old queue's migration (`migrations[]` of the stack file, `move.external`), step by step."""
     s = adoption.snapshot
     lines = [f"Each old queue below has a migration in the stack file (`move.external`: the old objects are not the "
-             f"stack's, so `pulumi up` never deletes them). Its shovels connect as the user `{naming.SHOVEL_USER}`: "
+             f"stack's, so `pulumi up` never deletes them). Its shovels connect as the stack's own user "
+             f"`{naming.shovel_user(PROJECT, stack)}`: "
              f"first set its password, once for the stack: `pulumi config set --secret --path "
              f"'rabbitmq-retry:passwords.{naming.SHOVEL_USER}' <password>`. Every step is in "
              "docs/migrations.md (retire an adopted runtime topology).", ""]

@@ -70,6 +70,48 @@ MUTATIONS = (
     Mutation("a secret's ciphertext is shown in plans and reviews",
              "tools/lib/stack_file.py", 'return f"{SECRET_MARKER} {digest}"',
              'return f"{SECRET_MARKER} {json.dumps(ciphertext)}"', ("tests/test_review.py",)),
+    # Migrations (components/migrations.py): what a bug there would lose or expose.
+    Mutation("a migration's shovel is registered with ack-mode on-publish (it acks before the successor confirmed)",
+             "components/resources.py", "ack_mode=shovel.ack_mode,", 'ack_mode="on-publish",',
+             ("tests/test_migrations.py",)),
+    Mutation("a migration's shovel deletes itself once the source's ready messages moved (src-delete-after "
+             "queue-length)",
+             "components/resources.py", "source_delete_after=shovel.source_delete_after,",
+             'source_delete_after="queue-length",', ("tests/test_migrations.py",)),
+    Mutation("a migration's shovel may start before its destination queue exists (it declares a classic one itself)",
+             "components/resources.py",
+             'destination_queue=scope.names[("Queue", shovel.destination)],\n'
+             "            ack_mode=shovel.ack_mode,\n"
+             "            source_delete_after=shovel.source_delete_after,\n"
+             "        ),\n"
+             "        opts=scope.options(depends_on=[\n"
+             '            scope.resources[("Queue", shovel.destination)],\n',
+             "destination_queue=shovel.destination,\n"
+             "            ack_mode=shovel.ack_mode,\n"
+             "            source_delete_after=shovel.source_delete_after,\n"
+             "        ),\n"
+             "        opts=scope.options(depends_on=[\n", ("tests/test_migrations.py",)),
+    Mutation("the preview-time check lets a shovel with a lossy ack-mode through",
+             "components/checks.py", 'if shovel.ack_mode != "on-confirm":', "if False:",
+             ("tests/test_migrations.py",)),
+    Mutation("the shovel user may write to every exchange of the vhost",
+             "components/migrations.py", 'SHOVEL_WRITE = r"^amq\\.default$"', 'SHOVEL_WRITE = ".*"',
+             ("tests/test_migrations.py",)),
+    Mutation("every stack shares one shovel user again (one stack's apply breaks another's migration)",
+             "components/naming.py", 'return f"{SHOVEL_USER}.{project}.{stack}"', "return SHOVEL_USER",
+             ("tests/test_migrations.py",)),
+    Mutation("a tier drain re-plans the kept tiers with the queue's new last delay (what waits there leaves early)",
+             "components/migrations.py",
+             "old_queue = replace(queue, retry=replace(plan.retry, delays_ms=m.delays_ms))",
+             "old_queue = replace(queue, retry=replace(plan.retry, delays_ms=(*plan.retry.delays_ms, *[plan.retry."
+             "delays_ms[-1]] * (len(m.delays_ms) - len(plan.retry.delays_ms)))))",
+             ("tests/test_migrations.py",)),
+    Mutation("a level drain keeps no level (the removed top levels go at once, with what waits there)",
+             "components/migrations.py", "old = planner(DelayLevels(config.unit_ms, m.max_delay_ms,",
+             "old = planner(DelayLevels(config.unit_ms, config.max_delay_ms,", ("tests/test_migrations.py",)),
+    Mutation("the review of step drain says a removed tier's republished retries are lost while its binding stays",
+             "tools/lib/review/migrations.py", 'if m.kind != "move" and not m.retiring:', "if False:",
+             ("tests/test_migration_review.py",)),
 )
 
 

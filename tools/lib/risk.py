@@ -72,11 +72,13 @@ SHARED_KEYS = frozenset({"error_exchange", "error_queue", "attempt_header"})
 """Contract fields of every strategy: still compared when the strategy changes."""
 
 
-def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any],
+                    kept: Mapping[str, str] | None = None) -> list[str]:
     """How consumers still running against the `old` retry contract of a queue break under `new`, one
     sentence each ([] when they don't). Consumers read the contract when they start: until every one is
     redeployed, old and new run side by side. A switch of strategy is judged here; a change within one strategy
-    of its own fields by that strategy's module."""
+    of its own fields by that strategy's module. `kept`: what a migration in step drain still declares although
+    the contract left it, by name, with the migration's name (`Strategy.contract_breaks`)."""
     breaks = []
     reviewed: frozenset[str] = frozenset()
     if strategy_of(old) != strategy_of(new):
@@ -87,7 +89,7 @@ def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]
         new = {k: v for k, v in new.items() if k in SHARED_KEYS}
     else:
         strategy = STRATEGIES[strategy_of(new)]
-        breaks += strategy.contract_breaks(old, new)
+        breaks += strategy.contract_breaks(old, new, kept)
         reviewed = strategy.REVIEWED_CONTRACT_KEYS
     before, after = contract_number(old.get("max_retries")), contract_number(new.get("max_retries"))
     if before is not None and after is not None and after < before:

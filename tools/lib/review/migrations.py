@@ -21,6 +21,7 @@ from tools.lib.inventory import physical_name
 from tools.lib.mockrun import Registered, root_components
 from tools.lib.planned import PlanIndex, family_of, stack_values
 from tools.lib.queue_guard import Reader
+from tools.lib.stack_file import PROJECT
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class MigrationInfo:
     retires them on the broker, `pulumi up` never deletes them."""
     source_in_levels: bool = False
     """Step move: the old queue retries through the vhost's shared delay levels, where copies for it wait uncounted."""
+    shovel_user: str | None = None
+    """The user its shovels connect as: the stack's own (`components.naming.shovel_user`); None without shovels."""
 
     @property
     def retiring(self) -> bool:
@@ -64,16 +67,20 @@ def infos(plans: Iterable[tuple[str, Any]]) -> list[MigrationInfo]:
                 plan.config.name, m.name, m.config.kind, m.config.step, m.path, m.config.source, m.config.target,
                 tuple((s.name, s.source, s.destination) for s in m.shovels), tuple(m.old_queues), bool(m.bindings),
                 None if levels is None else levels.max_delay_ms, getattr(m.config, "external", None) is not None,
-                m.config.source in in_levels))
+                m.config.source in in_levels, m.shovels[0].user if m.shovels else None))
     return found
 
 
 def migrations_of(stack: str, root: Path) -> list[MigrationInfo]:
-    """The migrations of `root`'s stack `stack`, planned by `root`'s own planner ([] when it has none)."""
+    """The migrations of `root`'s stack `stack`, planned by `root`'s own planner ([] when it has none), with the
+    shovel user the program names for that stack (of the project the tools run it as)."""
     with root_components(root):
         config = importlib.import_module("components.config")
         stack_module = importlib.import_module("components.stack")
-        return infos(stack_module.plan_stack(config.load_stack_config(stack_values(stack, root))))
+        naming = importlib.import_module("components.naming")
+        # A checkout from before per-stack shovel users plans without one (and one from before migrations has none).
+        user = (naming.shovel_user(PROJECT, stack),) if hasattr(naming, "shovel_user") else ()
+        return infos(stack_module.plan_stack(config.load_stack_config(stack_values(stack, root)), *user))
 
 
 def retired_by(record: Registered, base_plan: PlanIndex, migrations: Sequence[MigrationInfo]) -> MigrationInfo | None:
@@ -88,6 +95,16 @@ def retired_by(record: Registered, base_plan: PlanIndex, migrations: Sequence[Mi
                 family == (vhost, m.source) or name == m.source))):
             return m
     return None
+
+
+def kept_by_drains(migrations: Sequence[MigrationInfo]) -> dict[str, dict[str, str]]:
+    """By vhost: each tier or level (its queue, and a level's exchange of the same name) that a drain in step drain
+    keeps declared out of the contract, with the drain's name: what routes there breaks only at its step retire."""
+    kept: dict[str, dict[str, str]] = {}
+    for m in migrations:
+        if m.kind != "move" and not m.retiring:
+            kept.setdefault(m.vhost, {}).update((name, m.name) for name in m.old_queues)
+    return kept
 
 
 def _code(names: Iterable[str]) -> str:
@@ -114,6 +131,16 @@ def _what(m: MigrationInfo) -> str:
     return "drain the removed delay levels"
 
 
+def what_retire_breaks(m: MigrationInfo) -> str:
+    """What a drain's step retire breaks for a consumer still on the contract from before its step drain."""
+    if m.kind == "drain_tiers":
+        return (f"one still on the contract from before the drain loses the retries it publishes in republish mode "
+                f"with a removed tier's routing key (no queue is bound to it any more; {markdown.code(m.source)}'s "
+                "retry exchange drops them).")
+    return ("one still on the contract from before the drain fails to publish a delayed copy to a removed level "
+            "(channel error 404 NOT_FOUND).")
+
+
 def _lines(m: MigrationInfo, stack: str, deleted: Sequence[str], read: Reader | None,
            endpoint: str | None) -> list[str]:
     status = f"`make migrate-status STACK={stack}{' ENDPOINT=' + endpoint if endpoint else ''}`"
@@ -122,7 +149,8 @@ def _lines(m: MigrationInfo, stack: str, deleted: Sequence[str], read: Reader | 
         return out + _external_lines(m, stack, status, read)
     if m.kind == "move" and not m.retiring:
         moves = "; ".join(f"shovel {markdown.code(n)} {markdown.code(s)} → {markdown.code(d)}" for n, s, d in m.shovels)
-        out += [f"- Moves: {moves} (ack-mode on-confirm, src-delete-after never, as user `rabbitmq-retry-shovel`).",
+        out += [f"- Moves: {moves} (ack-mode on-confirm, src-delete-after never, as this stack's user "
+                f"{markdown.code(m.shovel_user or '')}).",
                 f"- Bindings: {markdown.code(m.source)} has none now; new publishes reach {markdown.code(m.target)} "
                 "only.",
                 f"- Kept as they were (nothing replaced): {_code(m.old_queues)}. What waits there returns to "
@@ -133,9 +161,11 @@ def _lines(m: MigrationInfo, stack: str, deleted: Sequence[str], read: Reader | 
                 ".queues and set `step: retire` in one commit."]
     elif not m.retiring:
         out += [f"- Kept out of the contract, declared exactly as before until retire: {_code(m.old_queues)}. "
-                "Consumers stop routing there; what waits there returns on time. Contract rows above about removed "
-                "tiers or levels apply from step retire on: until then those keys are still bound.",
-                f"- Next: once {status} says drained, set `step: retire` in one commit."]
+                "Consumers on the new contract stop routing there; what waits there returns on time, and so does "
+                "what a consumer still on the old contract routes there: the contract rows above say what breaks "
+                "from step retire on.",
+                f"- Next: once {status} says drained and the consumers run the new contract, set `step: retire` in "
+                "one commit."]
     else:
         gone = list(deleted) or list(m.old_queues)
         out += ["- Deletes, each only once empty (the queue guard fails `pulumi up` on one that holds messages): "
@@ -149,9 +179,12 @@ def _lines(m: MigrationInfo, stack: str, deleted: Sequence[str], read: Reader | 
             out += [f"- {markdown.code(m.target)} is bound for {markdown.code(m.source)}'s key on the delay levels: a "
                     "copy still waiting there reaches it. Remove the entry once delay_levels.max_delay "
                     f"({format_duration(m.max_delay_ms)}) has passed since this is applied."]
-        else:
+        elif m.kind == "move":
             out += ["- After this is applied, removing the entry changes no resource (the successor's contract "
                     "loses its `migration` object)."]
+        else:
+            out += [f"- Consumers must run the contract of step drain by now: {what_retire_breaks(m)}",
+                    "- After this is applied, removing the entry changes no resource."]
         out += [f"- Check first: {status}."]
     return out
 

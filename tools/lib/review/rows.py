@@ -23,7 +23,7 @@ from tools.lib.inventory import (
 from tools.lib.mockrun import Registered
 from tools.lib.permissions import literals
 from tools.lib.planned import PlanIndex, QueueKey, family_of, planned
-from tools.lib.review.migrations import MigrationInfo, retired_by
+from tools.lib.review.migrations import MigrationInfo, kept_by_drains, retired_by
 from tools.lib.risk import (
     CONTRACT,
     DATA_LOSS,
@@ -327,14 +327,16 @@ def _option_rows(old: Sequence[Registered], new_by: Mapping[str, Registered], pl
 
 
 def _contract_rows(old_contracts: Mapping[QueueKey, dict[str, Any]], new_contracts: Mapping[QueueKey, dict[str, Any]],
-                   components: Mapping[QueueKey, str]) -> list[Row]:
+                   components: Mapping[QueueKey, str], kept: Mapping[str, Mapping[str, str]]) -> list[Row]:
     rows = []
     for key in sorted(set(old_contracts) & set(new_contracts)):
         before, after = old_contracts[key], new_contracts[key]
         if before == after:
             continue
-        alike = contract_breaks(relative_contract(before), relative_contract(after))
-        for text, text_alike in zip(contract_breaks(before, after), alike, strict=True):
+        still = kept.get(key[0], {})
+        alike = contract_breaks(relative_contract(before), relative_contract(after),
+                                {relative(name, key[1]): m for name, m in still.items()})
+        for text, text_alike in zip(contract_breaks(before, after, still), alike, strict=True):
             rows.append(Row(CONTRACT, "contract", RETRYABLE, components.get(key, ""), key[1], markdown.text(text),
                             "", key[0], key, "*", markdown.text(text_alike)))
     added = [key for key in new_contracts if key not in old_contracts]
@@ -388,7 +390,7 @@ def model(steps: Sequence[Step], old: Sequence[Registered], new: Sequence[Regist
     components = {(c["vhost"], c["queue"]): r.name for r in [*old, *new] if r.type == RETRYABLE_COMPONENT
                   for c in [r.outputs.get("contract")] if c}
     rows = [*_step_rows(steps, old_by, new_by, plans, migrations), *_option_rows(old, new_by, plans[1]),
-            *_contract_rows(old_contracts, new_contracts, components)]
+            *_contract_rows(old_contracts, new_contracts, components, kept_by_drains(migrations))]
     families: dict[str, set[QueueKey]] = {}
     families_before: dict[str, set[QueueKey]] = {}
     for found, by_vhost in ((new_contracts, families), (old_contracts, families_before)):
