@@ -182,3 +182,255 @@ def p1(broker: Broker, version: Sequence[int], plan: Delays, progress: Callable[
         progress(f"P1 {strategy.name} ({queue_type}): p99 " + ", ".join(
             f"{s.delay_ms} ms {s.percentile(99):.1f}" for s in outcome.stats) + f" ({outcome.seconds:.0f} s)")
     return outcomes
+
+
+# --- P2: retry loops, each against plain consume with the same library --------------------------------------------
+
+RETRY_DELAY_MS = 1000
+"""The delay of every retry in the peers' P2: kombu's unit is the whole second, so 1 s is the shortest delay every
+peer (and ours) can take."""
+KOMBU_DEFAULT_PREFETCH = 8
+"""Celery's default prefetch: `worker_prefetch_multiplier` (4) × the worker's concurrency (the CPU count, 2 here);
+kombu itself sets none."""
+DRAMATIQ_DEFAULT_PREFETCH = 2 * DRAMATIQ_THREADS
+"""dramatiq's default `queue_prefetch`: `worker_threads × 2`."""
+OURS_LOW_PREFETCH = 10
+"""rabbitmq_retry_client's default prefetch until 250 replaced it: measured beside the peers' defaults."""
+
+
+@dataclass(frozen=True)
+class Loop:
+    """One row of the peers' P2: a library, plain consume or its retry loop, on a queue type."""
+
+    library: str
+    row: str
+    queue_type: str
+    retries: bool
+    default_prefetch: int
+
+    @property
+    def plain(self) -> bool:
+        return not self.retries
+
+
+LOOPS = (
+    Loop("rabbitmq_retry_client", "plain (rabbitmq_retry_client)", "quorum", False, OURS_LOW_PREFETCH),
+    Loop("rabbitmq_retry_client", "levels, 1 s", "quorum", True, OURS_LOW_PREFETCH),
+    Loop("kombu", "plain (kombu)", "quorum", False, KOMBU_DEFAULT_PREFETCH),
+    Loop("kombu", "kombu native delayed delivery, 1 s", "quorum", True, KOMBU_DEFAULT_PREFETCH),
+    Loop("dramatiq", "plain (dramatiq)", "classic", False, DRAMATIQ_DEFAULT_PREFETCH),
+    Loop("dramatiq", "dramatiq Retry(delay=1 s)", "classic", True, DRAMATIQ_DEFAULT_PREFETCH),
+)
+"""Ours and kombu on quorum queues (Celery's native delayed delivery is its quorum-queue path), dramatiq on the
+classic queues it declares."""
+
+
+class _Tally:
+    """Fails each id `failures` times, then succeeds; `first`/`last`: monotonic times of the first and latest
+    call; `done`: ids that succeeded."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.lock = threading.Lock()
+        self.seen: dict[str, int] = {}
+        self.calls = self.done = 0
+        self.first = self.last = 0.0
+
+    def __call__(self, message_id: str) -> bool:
+        """True: the attempt succeeds."""
+        with self.lock:
+            self.last = time.monotonic()
+            self.first = self.first or self.last
+            self.calls += 1
+            attempt = self.seen[message_id] = self.seen.get(message_id, 0) + 1
+            if attempt > self.failures:
+                self.done += 1
+                return True
+            return False
+
+
+def _kombu_loop(broker: Broker, vhost: str, tally: _Tally, messages: int, prefetch: int) -> None:
+    """A kombu consumer on QUEUE: a failed message is republished as Celery retries a task on a quorum queue (a new
+    message through `celery_delayed_27` with the countdown's routing key, without x-death), then acked. Celery's
+    defaults: no publisher confirms."""
+    import kombu
+    from kombu.transport.native_delayed_delivery import calculate_routing_key, level_name
+
+    key = calculate_routing_key(RETRY_DELAY_MS // 1000, QUEUE)
+    deadline = time.monotonic() + throughput_timeout()
+    with kombu.Connection(amqp_url(broker, vhost)) as connection, \
+            kombu.Connection(amqp_url(broker, vhost)) as publishing:
+        channel = connection.channel()
+        producer = kombu.Producer(publishing.channel())  # its own connection, as Celery's producer pool
+
+        def on_message(body: Any, message: Any) -> None:
+            message_id = str(message.properties.get("message_id"))
+            if not tally(message_id):
+                producer.publish(message.body, exchange=level_name(27), routing_key=key, delivery_mode=2,
+                                 message_id=message_id, content_type=message.content_type,
+                                 content_encoding=message.content_encoding, retry=False)
+            message.ack()
+
+        with kombu.Consumer(channel, queues=[kombu.Queue(QUEUE, no_declare=True)], callbacks=[on_message],
+                            prefetch_count=prefetch, accept=None):
+            while tally.done < messages and time.monotonic() < deadline:
+                try:
+                    connection.drain_events(timeout=0.2)
+                except TimeoutError:
+                    pass
+
+
+def throughput_timeout() -> float:
+    from bench.throughput import TIMEOUT_S
+
+    return TIMEOUT_S
+
+
+def _dramatiq_loop(broker: Broker, vhost: str, tally: _Tally, messages: int, prefetch: int,
+                   started: Callable[[], None]) -> None:
+    """dramatiq's Worker in this process: the actor raises `Retry(delay=1000)` for a failed attempt (its Retries
+    middleware sends the message to QUEUE.DQ with an eta; the worker holds it and republishes it). dramatiq's
+    defaults: no publisher confirms. `started()` once the messages are in QUEUE, before the worker starts."""
+    import logging
+
+    from dramatiq import Retry
+
+    logging.getLogger("dramatiq").setLevel(logging.CRITICAL)  # a log line with a traceback per retry otherwise
+
+    def act(message_id: str) -> None:
+        if not tally(message_id):
+            raise Retry(delay=RETRY_DELAY_MS)
+
+    peer = _Dramatiq(broker, vhost, act, confirm=False, retries=True)
+    try:
+        _send_dramatiq(peer, broker, vhost, messages)
+        started()
+        worker = peer.worker(DRAMATIQ_TIMEOUTS_MS[0], prefetch)
+        worker.start()
+        try:
+            deadline = time.monotonic() + throughput_timeout()
+            while tally.done < messages and time.monotonic() < deadline:
+                time.sleep(0.01)
+        finally:
+            worker.stop(timeout=10000)
+    finally:
+        peer.close()
+
+
+def _send_dramatiq(peer: _Dramatiq, broker: Broker, vhost: str, messages: int) -> None:
+    """`messages` dramatiq messages on QUEUE, each with its id as its one argument; returns once QUEUE holds them
+    all (sent without confirms, as dramatiq does by default, then counted)."""
+    from tests.support.amqp import message_counts
+
+    peer.broker.declare_queue(QUEUE)
+    for i in range(messages):
+        peer.actor.send(f"t{i:05d}")
+    deadline = time.monotonic() + 60
+    while message_counts(broker, vhost, [QUEUE])[QUEUE] < messages:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"dramatiq: fewer than {messages} messages reached {QUEUE}")
+        time.sleep(0.1)
+
+
+def _cpu(broker: Broker) -> Callable[[], tuple[float, float]]:
+    """A stopwatch of (client CPU s, broker CPU s) from now."""
+    from bench.throughput import _cpu_seconds, broker_pid
+
+    pid = broker_pid(broker)
+    client, server = time.process_time(), (_cpu_seconds(pid) if pid else 0.0)
+    return lambda: (time.process_time() - client, (_cpu_seconds(pid) - server) if pid else 0.0)
+
+
+def run_loop(broker: Broker, loop: Loop, vhost: str, contract: dict[str, Any] | None, messages: int,
+             prefetch: int) -> Any:
+    """One run of `loop` in its prepared vhost: a throughput.Run."""
+    from bench import throughput
+    from tests.support.retrying import publish_ids
+
+    published = messages if loop.retries else throughput.plain_messages(messages)
+    failures = throughput.FAILURES if loop.retries else 0
+    if loop.library == "rabbitmq_retry_client":
+        assert contract is not None
+        deliveries, seconds, client, server = throughput._consume(
+            broker, vhost, contract, "reject", published, failures, prefetch)
+    else:
+        tally = _Tally(failures)
+        stopwatch: list[Callable[[], tuple[float, float]]] = []
+        if loop.library == "kombu":
+            publish_ids(broker, vhost, EXCHANGE, [f"t{i:05d}" for i in range(published)])
+            stopwatch.append(_cpu(broker))
+            _kombu_loop(broker, vhost, tally, published, prefetch)
+        else:
+            _dramatiq_loop(broker, vhost, tally, published, prefetch, lambda: stopwatch.append(_cpu(broker)))
+        client, server = stopwatch[0]()
+        if tally.done != published:
+            raise RuntimeError(f"{loop.row}: {tally.done} of {published} messages succeeded")
+        deliveries, seconds = tally.calls, tally.last - tally.first
+    rate = deliveries / seconds if seconds else 0.0
+    return throughput.Run(loop.queue_type, loop.row, published, deliveries, seconds, prefetch=prefetch,
+                          rates=(rate,), client_us=1e6 * client / deliveries, broker_us=1e6 * server / deliveries)
+
+
+@contextmanager
+def prepared(broker: Broker, loop: Loop) -> Iterator[tuple[str, dict[str, Any] | None]]:
+    """`loop`'s throw-away vhost, deployed: (vhost, our contract or None)."""
+    from bench import throughput
+
+    if loop.library == "dramatiq":
+        with plain_vhost(broker) as vhost:
+            yield vhost, None
+    elif loop.row.startswith("levels"):
+        with throwaway_vhost(broker) as vhost:
+            config = vhost_config(LEVELS, loop.queue_type, (RETRY_DELAY_MS,), throughput.FAILURES,
+                                  unit_ms=RETRY_DELAY_MS)  # the default unit, 1 s, as kombu's
+            yield vhost, Deployer(broker, vhost)(config).contracts[QUEUE]
+    else:
+        with plain_vhost(broker, loop.queue_type) as vhost:
+            if loop.library == "kombu" and loop.retries:
+                declare_kombu(broker, vhost, loop.queue_type)
+            yield vhost, throughput.plain_contract(vhost, loop.queue_type)
+
+
+@dataclass(frozen=True)
+class Loops:
+    """The peers' P2: every row at prefetch 250 (`judged`, `rounds` rounds) and at each library's default
+    (`defaults`, one round)."""
+
+    judged: list[Any]
+    defaults: list[Any]
+    rounds: int
+    messages: int
+
+
+def retry_loops(broker: Broker, messages: int, rounds: int, progress: Callable[[str], None]) -> Loops:
+    """Every LOOPS row at prefetch 250 in `rounds` rounds (each: every row once; a retry row's ratio is to its
+    library's plain run of the same round), then once at each library's default prefetch; client on one core."""
+    from contextlib import ExitStack
+
+    from bench import throughput
+
+    results: dict[str, dict[str, list[Any]]] = {"judged": {}, "defaults": {}}
+    with ExitStack() as stack:
+        stack.enter_context(throughput.client_core())
+        targets = [(loop, *stack.enter_context(prepared(broker, loop))) for loop in LOOPS]
+        schedule = [("judged", number, 250) for number in range(1, rounds + 1)] + [("defaults", 1, 0)]
+        for group, number, prefetch in schedule:
+            for loop, vhost, contract in targets:
+                chosen = prefetch or loop.default_prefetch
+                run = run_loop(broker, loop, vhost, contract, messages, chosen)
+                results[group].setdefault(loop.row, []).append(run)
+                progress(f"P2 peers prefetch {chosen} round {number} {loop.row}: {run.rate:,.0f} deliveries/s")
+    return Loops(_pair(results["judged"]), _pair(results["defaults"]), rounds, messages)
+
+
+def _pair(per_row: dict[str, list[Any]]) -> list[Any]:
+    """throughput.combine per library: each retry row's ratios to its own library's plain runs."""
+    from bench import throughput
+
+    combined: list[Any] = []
+    for library in dict.fromkeys(loop.library for loop in LOOPS):
+        rows = [loop.row for loop in LOOPS if loop.library == library]
+        plain = next(loop.row for loop in LOOPS if loop.library == library and loop.plain)
+        got = throughput.combine({throughput.PLAIN: per_row[plain], **{r: per_row[r] for r in rows if r != plain}})
+        combined += [replace(got[0], row=plain), *got[1:]]
+    return combined
