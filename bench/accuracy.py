@@ -244,14 +244,17 @@ def deployed(broker: Broker, strategy: Strategy, queue_type: str, plan: Delays) 
 
 
 def measure(broker: Broker, version: Sequence[int], strategy: Strategy, queue_type: str, plan: Delays,
-            seed: int = 3) -> Outcome:
-    """Deploy `strategy` in a throw-away vhost, run P1 there, and return the lateness per delay (or why not)."""
+            seed: int = 3, on_deployed: Callable[[str], None] | None = None) -> Outcome:
+    """Deploy `strategy` in a throw-away vhost, run P1 there, and return the lateness per delay (or why not).
+    `on_deployed(vhost)`: called once the topology is in place, before any message."""
     if why := strategy.unsupported(version, queue_type):
         return Outcome(strategy, queue_type, skipped=why)
     if why := refused(config_for(strategy, queue_type, plan)):
         return Outcome(strategy, queue_type, skipped=f"the config parser refuses it: {why}")
     start = time.monotonic()
     with deployed(broker, strategy, queue_type, plan) as (vhost, contract):
+        if on_deployed:
+            on_deployed(vhost)
         if strategy is NATIVE:
             samples = _native(broker, vhost, plan)
         else:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -194,6 +195,9 @@ KOMBU_DEFAULT_PREFETCH = 8
 kombu itself sets none."""
 DRAMATIQ_DEFAULT_PREFETCH = 2 * DRAMATIQ_THREADS
 """dramatiq's default `queue_prefetch`: `worker_threads × 2`."""
+IDLE_S = 15.0
+"""A peer's loop ends when nothing arrived for this long (every copy is due 1 s after it was sent): what has not
+come back by then is counted as lost, on an empty queue, instead of waiting for the timeout."""
 OURS_LOW_PREFETCH = 10
 """rabbitmq_retry_client's default prefetch until 250 replaced it: measured beside the peers' defaults."""
 
@@ -258,8 +262,9 @@ def _kombu_loop(broker: Broker, vhost: str, tally: _Tally, messages: int, prefet
 
     key = calculate_routing_key(RETRY_DELAY_MS // 1000, QUEUE)
     deadline = time.monotonic() + throughput_timeout()
+    options = {"socket_settings": {socket.TCP_USER_TIMEOUT: 0}} if os.environ.get("BENCH_KOMBU_NO_USER_TIMEOUT") else {}
     with kombu.Connection(amqp_url(broker, vhost)) as connection, \
-            kombu.Connection(amqp_url(broker, vhost)) as publishing:
+            kombu.Connection(amqp_url(broker, vhost), transport_options=options) as publishing:
         channel = connection.channel()
         producer = kombu.Producer(publishing.channel())  # its own connection, as Celery's producer pool
 
@@ -268,16 +273,22 @@ def _kombu_loop(broker: Broker, vhost: str, tally: _Tally, messages: int, prefet
             if not tally(message_id):
                 producer.publish(message.body, exchange=level_name(27), routing_key=key, delivery_mode=2,
                                  message_id=message_id, content_type=message.content_type,
-                                 content_encoding=message.content_encoding, retry=False)
+                                 content_encoding=message.content_encoding, retry=True)
             message.ack()
 
         with kombu.Consumer(channel, queues=[kombu.Queue(QUEUE, no_declare=True)], callbacks=[on_message],
                             prefetch_count=prefetch, accept=None):
+            idle_since = time.monotonic()
             while tally.done < messages and time.monotonic() < deadline:
+                calls = tally.calls
                 try:
                     connection.drain_events(timeout=0.2)
                 except TimeoutError:
                     pass
+                if tally.calls != calls:
+                    idle_since = time.monotonic()
+                elif time.monotonic() - idle_since > IDLE_S:
+                    break  # nothing more will come: the caller counts what never came back
 
 
 def throughput_timeout() -> float:
@@ -309,8 +320,13 @@ def _dramatiq_loop(broker: Broker, vhost: str, tally: _Tally, messages: int, pre
         worker.start()
         try:
             deadline = time.monotonic() + throughput_timeout()
+            calls, idle_since = tally.calls, time.monotonic()
             while tally.done < messages and time.monotonic() < deadline:
                 time.sleep(0.01)
+                if tally.calls != calls:
+                    calls, idle_since = tally.calls, time.monotonic()
+                elif time.monotonic() - idle_since > IDLE_S:
+                    break
         finally:
             worker.stop(timeout=10000)
     finally:
@@ -342,8 +358,9 @@ def _cpu(broker: Broker) -> Callable[[], tuple[float, float]]:
 
 
 def run_loop(broker: Broker, loop: Loop, vhost: str, contract: dict[str, Any] | None, messages: int,
-             prefetch: int) -> Any:
-    """One run of `loop` in its prepared vhost: a throughput.Run."""
+             prefetch: int) -> tuple[Any, int]:
+    """One run of `loop` in its prepared vhost: a throughput.Run, and how many messages never succeeded (a peer's
+    loop ends IDLE_S after its last delivery; ours raises instead, as in P2)."""
     from bench import throughput
     from tests.support.retrying import publish_ids
 
@@ -353,6 +370,7 @@ def run_loop(broker: Broker, loop: Loop, vhost: str, contract: dict[str, Any] | 
         assert contract is not None
         deliveries, seconds, client, server = throughput._consume(
             broker, vhost, contract, "reject", published, failures, prefetch)
+        lost = 0
     else:
         tally = _Tally(failures)
         stopwatch: list[Callable[[], tuple[float, float]]] = []
@@ -363,12 +381,12 @@ def run_loop(broker: Broker, loop: Loop, vhost: str, contract: dict[str, Any] | 
         else:
             _dramatiq_loop(broker, vhost, tally, published, prefetch, lambda: stopwatch.append(_cpu(broker)))
         client, server = stopwatch[0]()
-        if tally.done != published:
-            raise RuntimeError(f"{loop.row}: {tally.done} of {published} messages succeeded")
+        lost = published - tally.done
         deliveries, seconds = tally.calls, tally.last - tally.first
     rate = deliveries / seconds if seconds else 0.0
     return throughput.Run(loop.queue_type, loop.row, published, deliveries, seconds, prefetch=prefetch,
-                          rates=(rate,), client_us=1e6 * client / deliveries, broker_us=1e6 * server / deliveries)
+                          rates=(rate,), client_us=1e6 * client / deliveries,
+                          broker_us=1e6 * server / deliveries), lost
 
 
 @contextmanager
@@ -400,6 +418,8 @@ class Loops:
     defaults: list[Any]
     rounds: int
     messages: int
+    lost: dict[str, list[int]]
+    """Messages that never succeeded, per row, one count per run (judged rounds, then the defaults' run)."""
 
 
 def retry_loops(broker: Broker, messages: int, rounds: int, progress: Callable[[str], None]) -> Loops:
@@ -410,6 +430,7 @@ def retry_loops(broker: Broker, messages: int, rounds: int, progress: Callable[[
     from bench import throughput
 
     results: dict[str, dict[str, list[Any]]] = {"judged": {}, "defaults": {}}
+    lost: dict[str, list[int]] = {}
     with ExitStack() as stack:
         stack.enter_context(throughput.client_core())
         targets = [(loop, *stack.enter_context(prepared(broker, loop))) for loop in LOOPS]
@@ -417,10 +438,20 @@ def retry_loops(broker: Broker, messages: int, rounds: int, progress: Callable[[
         for group, number, prefetch in schedule:
             for loop, vhost, contract in targets:
                 chosen = prefetch or loop.default_prefetch
-                run = run_loop(broker, loop, vhost, contract, messages, chosen)
+                run, missing = run_loop(broker, loop, vhost, contract, messages, chosen)
                 results[group].setdefault(loop.row, []).append(run)
-                progress(f"P2 peers prefetch {chosen} round {number} {loop.row}: {run.rate:,.0f} deliveries/s")
-    return Loops(_pair(results["judged"]), _pair(results["defaults"]), rounds, messages)
+                lost.setdefault(loop.row, []).append(missing)
+                progress(f"P2 peers prefetch {chosen} round {number} {loop.row}: {run.rate:,.0f} deliveries/s"
+                         + (f", {missing} messages lost" if missing else ""))
+                if missing:  # what was lost is not in a queue: the next run starts empty all the same
+                    purge(broker, vhost)
+    return Loops(_pair(results["judged"]), _pair(results["defaults"]), rounds, messages, lost)
+
+
+def purge(broker: Broker, vhost: str) -> None:
+    """Empty every queue of `vhost` (a straggler of a run that lost messages must not count in the next)."""
+    for queue in call(broker, "GET", f"queues/{esc(vhost)}")[1]:
+        call(broker, "DELETE", f"queues/{esc(vhost)}/{esc(queue['name'])}/contents")
 
 
 def _pair(per_row: dict[str, list[Any]]) -> list[Any]:
@@ -434,3 +465,136 @@ def _pair(per_row: dict[str, list[Any]]) -> list[Any]:
         got = throughput.combine({throughput.PLAIN: per_row[plain], **{r: per_row[r] for r in rows if r != plain}})
         combined += [replace(got[0], row=plain), *got[1:]]
     return combined
+
+
+# --- What dramatiq keeps in the worker: its memory holding delayed messages, and a kill -9 ----------------------
+
+HOLD_DELAY_MS = 15000
+"""The delay of the held messages: long enough to measure and kill the worker before any eta."""
+
+
+@dataclass(frozen=True)
+class Holding:
+    """dramatiq's worker holding `sent` delayed messages: `held` of them in its memory (its delay prefetch bounds
+    it), its RSS before and while holding, then kill -9 and a fresh worker: what came back and what arrived."""
+
+    sent: int
+    held: int
+    rss_before_kib: int
+    rss_holding_kib: int
+    back_in_queue: int
+    """Ready in QUEUE.DQ after the kill: held messages the broker took back (unacked), plus those never held."""
+    delivered: int
+    """Distinct messages the actor ran once a fresh worker took over."""
+    duplicates: int
+    lost: int
+    seconds: float
+
+    @property
+    def per_message_bytes(self) -> float:
+        return 1024 * (self.rss_holding_kib - self.rss_before_kib) / self.held if self.held else 0.0
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _worker_process(url: str, log: Path) -> subprocess.Popen[bytes]:
+    """A dramatiq Worker (default settings) in a process of its own, its actor appending each id to `log`."""
+    return subprocess.Popen([sys.executable, "-m", "bench.peers", "worker", url, str(log)],
+                            cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def _ready(broker: Broker, vhost: str, queue: str) -> int:
+    from tests.support.amqp import message_counts
+
+    return message_counts(broker, vhost, [queue])[queue]
+
+
+def holding(broker: Broker, sent: int, tmp: Path) -> Holding:
+    """Send `sent` messages delayed HOLD_DELAY_MS to a dramatiq worker process; once it holds what its delay prefetch
+    allows, read its RSS, kill -9 it, count what is back in QUEUE.DQ, start a fresh worker and count the arrivals."""
+    start = time.monotonic()
+    log = tmp / f"dramatiq-held-{sent}.log"
+    log.write_text("")
+    with plain_vhost(broker) as vhost:
+        url = amqp_url(broker, vhost)
+        peer = _Dramatiq(broker, vhost, lambda _: None)
+        try:
+            peer.broker.declare_queue(QUEUE, ensure=True)
+            first = _worker_process(url, log)
+            try:
+                deadline = time.monotonic() + 60
+                while _consumers(broker, vhost, f"{QUEUE}.DQ") < 1 and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                time.sleep(1.0)  # its threads started
+                before = _rss_kib(first.pid)
+                for i in range(sent):
+                    peer.actor.send_with_options(args=(f"h{i:05d}",), delay=HOLD_DELAY_MS)
+                expected_held = min(sent, DRAMATIQ_THREADS * 1000)
+                while _ready(broker, vhost, f"{QUEUE}.DQ") > sent - expected_held and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                time.sleep(1.0)  # the last deliveries decoded and queued in memory
+                ready = _ready(broker, vhost, f"{QUEUE}.DQ")
+                rss = _rss_kib(first.pid)
+                first.send_signal(signal.SIGKILL)
+            finally:
+                first.kill()
+                first.wait()
+            deadline = time.monotonic() + 30
+            while _ready(broker, vhost, f"{QUEUE}.DQ") < sent and time.monotonic() < deadline:
+                time.sleep(0.1)
+            back = _ready(broker, vhost, f"{QUEUE}.DQ")
+            second = _worker_process(url, log)
+            try:
+                deadline = time.monotonic() + HOLD_DELAY_MS / 1000 + SLACK_S
+                while len(set(log.read_text().split())) < sent and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                time.sleep(2.0)  # a duplicate would show up by now
+            finally:
+                second.terminate()
+                second.wait(30)
+        finally:
+            peer.close()
+    ids = log.read_text().split()
+    delivered = len(set(ids))
+    return Holding(sent, sent - ready, before, rss, back, delivered, len(ids) - delivered, sent - delivered,
+                   time.monotonic() - start)
+
+
+def _consumers(broker: Broker, vhost: str, queue: str) -> int:
+    from tests.support.amqp import channel
+
+    with channel(broker, vhost, confirms=False) as opened:
+        return int(opened.queue_declare(queue, passive=True).method.consumer_count)
+
+
+def _worker_main(url: str, log: str) -> None:
+    """`python -m bench.peers worker URL LOG`: a dramatiq Worker with its defaults until killed."""
+    import dramatiq
+    from dramatiq import Worker
+    from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+    rabbit = RabbitmqBroker(url=url)
+    lock = threading.Lock()
+
+    def record(message_id: str) -> None:
+        with lock, open(log, "a") as out:
+            out.write(message_id + "\n")
+
+    dramatiq.actor(record, actor_name="bench", queue_name=QUEUE, broker=rabbit)
+    rabbit.declare_queue(QUEUE)
+    worker = Worker(rabbit)
+    worker.start()
+    signal.signal(signal.SIGTERM, lambda *_: (worker.stop(timeout=5000), os._exit(0)))
+    while True:
+        time.sleep(1)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "worker":
+        _worker_main(sys.argv[2], sys.argv[3])
