@@ -76,12 +76,14 @@ def broker_file(broker: Broker, context: report.Context, out: Path, plan: accura
     runs: list[throughput.Run] = []
     loops: peers.Loops | None = None
     with tempfile.TemporaryDirectory() as tmp:
-        holdings = [peers.holding(broker, count, Path(tmp)) for count in held] if "p2" in parts else []
+        holdings = [peers.holding(broker, count, Path(tmp), 3000 if context.quick else peers.HOLD_DELAY_MS)
+                    for count in held] if "p2" in parts else []
     if "p2" in parts:
         for queue_type in QUEUE_TYPES:
             runs += throughput.measure_rounds(broker, version, queue_type, p2_messages, rounds=p2_rounds,
                                               progress=lambda line: progress(f"{name} {line}"))
-        loops = peers.retry_loops(broker, p2_messages // 3, min(p2_rounds, 2), lambda line: progress(f"{name} {line}"))
+        loops = peers.retry_loops(broker, p2_messages // 3, min(p2_rounds, 2), lambda line: progress(f"{name} {line}"),
+                                  defaults=not context.quick)
     lines = [f"| broker | RabbitMQ {overview['rabbitmq_version']}, Erlang {overview.get('erlang_version', '?')}, "
              f"AMQP {broker.host}:{broker.amqp_port} (`{broker.name}` in RABBITMQ_BROKERS) |",
              f"| queue types | P1 {P1_QUEUE_TYPE}; P2 {' and '.join(QUEUE_TYPES)} |",

@@ -227,7 +227,8 @@ def config_for(strategy: Strategy, queue_type: str, plan: Delays) -> dict[str, o
 
 
 @contextmanager
-def deployed(broker: Broker, strategy: Strategy, queue_type: str, plan: Delays) -> Iterator[tuple[str, dict[str, object] | None]]:
+def deployed(broker: Broker, strategy: Strategy, queue_type: str,
+             plan: Delays) -> Iterator[tuple[str, dict[str, object] | None]]:
     """`strategy` deployed for `plan` in a throw-away vhost, deleted afterwards: (vhost, QUEUE's contract)."""
     with throwaway_vhost(broker) as vhost:
         deployment = Deployer(broker, vhost)(config_for(strategy, queue_type, plan))

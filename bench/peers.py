@@ -22,13 +22,12 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,6 @@ from urllib.parse import quote
 
 from bench.accuracy import SLACK_S, Delays, Outcome, stats_of
 from bench.strategies import EXCHANGE, KOMBU, LEVELS, QUEUE, Strategy, vhost_config
-from tests.support.admin import parse_version
 from tests.support.deploy import Deployer, throwaway_vhost
 from tests.support.mirror import Broker, call, esc
 
@@ -115,7 +113,7 @@ class _Dramatiq:
         self.broker = RabbitmqBroker(url=amqp_url(broker, vhost), confirm_delivery=confirm,
                                      middleware=[Retries(max_retries=100)] if retries else [])
         options: dict[str, Any] = {"max_retries": 100} if retries else {}
-        self.actor = dramatiq.actor(call_, actor_name="bench", queue_name=QUEUE, broker=self.broker, **options)
+        self.actor = dramatiq.actor(actor_name="bench", queue_name=QUEUE, broker=self.broker, **options)(call_)
 
     def worker(self, timeout_ms: int, prefetch: int | None = None) -> Any:
         from dramatiq import Worker
@@ -281,10 +279,8 @@ def _kombu_loop(broker: Broker, vhost: str, tally: _Tally, messages: int, prefet
             idle_since = time.monotonic()
             while tally.done < messages and time.monotonic() < deadline:
                 calls = tally.calls
-                try:
+                with suppress(TimeoutError):
                     connection.drain_events(timeout=0.2)
-                except TimeoutError:
-                    pass
                 if tally.calls != calls:
                     idle_since = time.monotonic()
                 elif time.monotonic() - idle_since > IDLE_S:
@@ -422,9 +418,11 @@ class Loops:
     """Messages that never succeeded, per row, one count per run (judged rounds, then the defaults' run)."""
 
 
-def retry_loops(broker: Broker, messages: int, rounds: int, progress: Callable[[str], None]) -> Loops:
+def retry_loops(broker: Broker, messages: int, rounds: int, progress: Callable[[str], None],
+                defaults: bool = True) -> Loops:
     """Every LOOPS row at prefetch 250 in `rounds` rounds (each: every row once; a retry row's ratio is to its
-    library's plain run of the same round), then once at each library's default prefetch; client on one core."""
+    library's plain run of the same round), then (`defaults`) once at each library's default prefetch; client on
+    one core."""
     from contextlib import ExitStack
 
     from bench import throughput
@@ -434,7 +432,7 @@ def retry_loops(broker: Broker, messages: int, rounds: int, progress: Callable[[
     with ExitStack() as stack:
         stack.enter_context(throughput.client_core())
         targets = [(loop, *stack.enter_context(prepared(broker, loop))) for loop in LOOPS]
-        schedule = [("judged", number, 250) for number in range(1, rounds + 1)] + [("defaults", 1, 0)]
+        schedule = [("judged", number, 250) for number in range(1, rounds + 1)] + [("defaults", 1, 0)] * defaults
         for group, number, prefetch in schedule:
             for loop, vhost, contract in targets:
                 chosen = prefetch or loop.default_prefetch
@@ -445,7 +443,7 @@ def retry_loops(broker: Broker, messages: int, rounds: int, progress: Callable[[
                          + (f", {missing} messages lost" if missing else ""))
                 if missing:  # what was lost is not in a queue: the next run starts empty all the same
                     purge(broker, vhost)
-    return Loops(_pair(results["judged"]), _pair(results["defaults"]), rounds, messages, lost)
+    return Loops(_pair(results["judged"]), _pair(results["defaults"]) if defaults else [], rounds, messages, lost)
 
 
 def purge(broker: Broker, vhost: str) -> None:
@@ -489,6 +487,7 @@ class Holding:
     duplicates: int
     lost: int
     seconds: float
+    delay_ms: int = HOLD_DELAY_MS
 
     @property
     def per_message_bytes(self) -> float:
@@ -515,7 +514,7 @@ def _ready(broker: Broker, vhost: str, queue: str) -> int:
     return message_counts(broker, vhost, [queue])[queue]
 
 
-def holding(broker: Broker, sent: int, tmp: Path) -> Holding:
+def holding(broker: Broker, sent: int, tmp: Path, delay_ms: int = HOLD_DELAY_MS) -> Holding:
     """Send `sent` messages delayed HOLD_DELAY_MS to a dramatiq worker process; once it holds what its delay prefetch
     allows, read its RSS, kill -9 it, count what is back in QUEUE.DQ, start a fresh worker and count the arrivals."""
     start = time.monotonic()
@@ -534,7 +533,7 @@ def holding(broker: Broker, sent: int, tmp: Path) -> Holding:
                 time.sleep(1.0)  # its threads started
                 before = _rss_kib(first.pid)
                 for i in range(sent):
-                    peer.actor.send_with_options(args=(f"h{i:05d}",), delay=HOLD_DELAY_MS)
+                    peer.actor.send_with_options(args=(f"h{i:05d}",), delay=delay_ms)
                 expected_held = min(sent, DRAMATIQ_THREADS * 1000)
                 while _ready(broker, vhost, f"{QUEUE}.DQ") > sent - expected_held and time.monotonic() < deadline:
                     time.sleep(0.1)
@@ -551,7 +550,7 @@ def holding(broker: Broker, sent: int, tmp: Path) -> Holding:
             back = _ready(broker, vhost, f"{QUEUE}.DQ")
             second = _worker_process(url, log)
             try:
-                deadline = time.monotonic() + HOLD_DELAY_MS / 1000 + SLACK_S
+                deadline = time.monotonic() + delay_ms / 1000 + SLACK_S
                 while len(set(log.read_text().split())) < sent and time.monotonic() < deadline:
                     time.sleep(0.2)
                 time.sleep(2.0)  # a duplicate would show up by now
@@ -563,7 +562,7 @@ def holding(broker: Broker, sent: int, tmp: Path) -> Holding:
     ids = log.read_text().split()
     delivered = len(set(ids))
     return Holding(sent, sent - ready, before, rss, back, delivered, len(ids) - delivered, sent - delivered,
-                   time.monotonic() - start)
+                   time.monotonic() - start, delay_ms)
 
 
 def _consumers(broker: Broker, vhost: str, queue: str) -> int:
@@ -586,11 +585,15 @@ def _worker_main(url: str, log: str) -> None:
         with lock, open(log, "a") as out:
             out.write(message_id + "\n")
 
-    dramatiq.actor(record, actor_name="bench", queue_name=QUEUE, broker=rabbit)
+    dramatiq.actor(actor_name="bench", queue_name=QUEUE, broker=rabbit)(record)
     rabbit.declare_queue(QUEUE)
     worker = Worker(rabbit)
     worker.start()
-    signal.signal(signal.SIGTERM, lambda *_: (worker.stop(timeout=5000), os._exit(0)))
+    def stop(*_: object) -> None:
+        worker.stop(timeout=5000)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
     while True:
         time.sleep(1)
 

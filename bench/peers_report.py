@@ -113,19 +113,23 @@ def holding_section(held: Sequence[Holding]) -> list[str]:
     out = ["## What dramatiq keeps in the worker", "",
            f"dramatiq holds a delayed message in the worker's memory until its eta. A worker process with dramatiq's "
            f"defaults ({DRAMATIQ_THREADS} threads: delay prefetch {DRAMATIQ_THREADS * 1000:,}) was sent N messages "
-           f"delayed {HOLD_DELAY_MS / 1000:g} s (bodies: a 6-character id); once it held what its prefetch allows, "
+           f"delayed {(held[0].delay_ms if held else HOLD_DELAY_MS) / 1000:g} s "
+           f"(bodies: a 6-character id); once it held what its prefetch allows, "
            "its resident memory was read (/proc VmRSS) and it was killed with `kill -9`; then a fresh worker "
            "took over and every arrival at the actor was counted.", "",
            "| messages sent | held by the worker | RSS before | RSS holding | per held message | back in `bench.DQ` "
            "after the kill | delivered by the next worker | duplicates | lost |",
            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for h in held:
-        out.append(f"| {h.sent:,} | {h.held:,} | {h.rss_before_kib / 1024:,.1f} MiB | {h.rss_holding_kib / 1024:,.1f} MiB "
-                   f"| {h.per_message_bytes:,.0f} B | {h.back_in_queue:,} | {h.delivered:,} | {h.duplicates} | "
-                   f"{h.lost} |")
-    out += ["", "- A held message is an unacked delivery: killed, the worker loses none of them; the broker "
-            "requeues them to `bench.DQ` and the next worker delivers them at their eta. Past the delay prefetch, "
-            "messages wait in `bench.DQ` (ready) until the worker has room.", ""]
+        out.append(f"| {h.sent:,} | {h.held:,} | {h.rss_before_kib / 1024:,.1f} MiB | "
+                   f"{h.rss_holding_kib / 1024:,.1f} MiB | {h.per_message_bytes:,.0f} B | {h.back_in_queue:,} | "
+                   f"{h.delivered:,} | {h.duplicates} | {h.lost} |")
+    lost = sum(h.lost for h in held)
+    duplicates = sum(h.duplicates for h in held)
+    out += ["", "- A held message is an unacked delivery of `bench.DQ`: when the worker dies the broker requeues it "
+            "there, and the next worker delivers it at its eta. Measured: "
+            + (f"**{lost} lost**" if lost else "none lost") + f", {duplicates} delivered twice"
+            + ". Past the delay prefetch, messages wait in `bench.DQ` (ready) until the worker has room.", ""]
     return out
 
 
