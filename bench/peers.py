@@ -193,7 +193,7 @@ KOMBU_DEFAULT_PREFETCH = 8
 kombu itself sets none."""
 DRAMATIQ_DEFAULT_PREFETCH = 2 * DRAMATIQ_THREADS
 """dramatiq's default `queue_prefetch`: `worker_threads × 2`."""
-IDLE_S = 15.0
+IDLE_S = 5.0
 """A peer's loop ends when nothing arrived for this long (every copy is due 1 s after it was sent): what has not
 come back by then is counted as lost, on an empty queue, instead of waiting for the timeout."""
 OURS_LOW_PREFETCH = 10
@@ -467,7 +467,7 @@ def _pair(per_row: dict[str, list[Any]]) -> list[Any]:
 
 # --- What dramatiq keeps in the worker: its memory holding delayed messages, and a kill -9 ----------------------
 
-HOLD_DELAY_MS = 15000
+HOLD_DELAY_MS = 10000
 """The delay of the held messages: long enough to measure and kill the worker before any eta."""
 
 

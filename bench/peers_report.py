@@ -16,6 +16,7 @@ from bench.cluster import ClusterP1
 from bench.peers import (
     DRAMATIQ_THREADS,
     HOLD_DELAY_MS,
+    IDLE_S,
     LOOPS,
     RETRY_DELAY_MS,
     Holding,
@@ -73,7 +74,8 @@ def p2_peers_section(loops: Loops, plot: str) -> list[str]:
                    f"{run.rate:,.0f} | {ratio} | {run.client_us:,.0f} | {run.broker_us:,.0f} | {copy} | {lost} |")
     out.append("")
     if any(sum(counts) for counts in loops.lost.values()):
-        out.append("- **Messages lost** (never came back within 15 s of the last delivery, and no queue held them): "
+        out.append(f"- **Messages lost** (never came back within {IDLE_S:g} s of the last delivery, and no queue "
+                   "held them): "
                    + ", ".join(f"`{row}` {' + '.join(map(str, counts))}" for row, counts in loops.lost.items()
                                if sum(counts)) + " (per run, in run order). A retried copy published without "
                    "confirms is lost when its connection fails: py-amqp sets TCP_USER_TIMEOUT to 1 s, so a socket "
