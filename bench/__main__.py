@@ -82,8 +82,8 @@ def broker_file(broker: Broker, context: report.Context, out: Path, plan: accura
         for queue_type in QUEUE_TYPES:
             runs += throughput.measure_rounds(broker, version, queue_type, p2_messages, rounds=p2_rounds,
                                               progress=lambda line: progress(f"{name} {line}"))
-        loops = peers.retry_loops(broker, p2_messages // 3, min(p2_rounds, 2), lambda line: progress(f"{name} {line}"),
-                                  defaults=not context.quick)
+        loops = peers.retry_loops(broker, 100 if context.quick else peers.MESSAGES, min(p2_rounds, 2),
+                                  lambda line: progress(f"{name} {line}"), defaults=not context.quick)
     lines = [f"| broker | RabbitMQ {overview['rabbitmq_version']}, Erlang {overview.get('erlang_version', '?')}, "
              f"AMQP {broker.host}:{broker.amqp_port} (`{broker.name}` in RABBITMQ_BROKERS) |",
              f"| queue types | P1 {P1_QUEUE_TYPE}; P2 {' and '.join(QUEUE_TYPES)} |",
@@ -161,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              command(args.quick, args.parts, args.brokers), args.quick,
                              report.machine(), report.commit())
     plan = accuracy.QUICK if args.quick else accuracy.FULL
-    p2_messages = 300 if args.quick else 3000
+    p2_messages = 300 if args.quick else 2000
     sizes = (10, 100) if args.quick else (100, 1000)
     progress = Progress()
     progress(f"{'quick' if args.quick else 'full'} run: {context.machine}; load {report.load()}; writing to {out}")

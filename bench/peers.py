@@ -185,6 +185,8 @@ def p1(broker: Broker, version: Sequence[int], plan: Delays, progress: Callable[
 
 # --- P2: retry loops, each against plain consume with the same library --------------------------------------------
 
+MESSAGES = 1000
+"""Messages per run of the peers' P2 (make bench); each fails 3 times."""
 RETRY_DELAY_MS = 1000
 """The delay of every retry in the peers' P2: kombu's unit is the whole second, so 1 s is the shortest delay every
 peer (and ours) can take."""
