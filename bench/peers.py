@@ -469,8 +469,9 @@ def _pair(per_row: dict[str, list[Any]]) -> list[Any]:
 
 # --- What dramatiq keeps in the worker: its memory holding delayed messages, and a kill -9 ----------------------
 
-HOLD_DELAY_MS = 10000
-"""The delay of the held messages: long enough to measure and kill the worker before any eta."""
+HOLD_DELAY_MS = 15000
+"""The delay of the held messages, from the first one sent (every one gets the same eta): long enough to send them
+all, measure and kill the worker before the eta."""
 
 
 @dataclass(frozen=True)
@@ -490,6 +491,8 @@ class Holding:
     lost: int
     seconds: float
     delay_ms: int = HOLD_DELAY_MS
+    killed_before_eta: bool = True
+    """False: the eta passed before the kill (sending took that long), so some were delivered before it."""
 
     @property
     def per_message_bytes(self) -> float:
@@ -524,7 +527,7 @@ def holding(broker: Broker, sent: int, tmp: Path, delay_ms: int = HOLD_DELAY_MS)
     log.write_text("")
     with plain_vhost(broker) as vhost:
         url = amqp_url(broker, vhost)
-        peer = _Dramatiq(broker, vhost, lambda _: None)
+        peer = _Dramatiq(broker, vhost, lambda _: None, confirm=False)  # sent in a second, well before the eta
         try:
             peer.broker.declare_queue(QUEUE, ensure=True)
             first = _worker_process(url, log)
@@ -534,8 +537,10 @@ def holding(broker: Broker, sent: int, tmp: Path, delay_ms: int = HOLD_DELAY_MS)
                     time.sleep(0.1)
                 time.sleep(1.0)  # its threads started
                 before = _rss_kib(first.pid)
+                eta = time.monotonic() + delay_ms / 1000  # the same eta for every message, however long sending takes
                 for i in range(sent):
-                    peer.actor.send_with_options(args=(f"h{i:05d}",), delay=delay_ms)
+                    left = max(1, int(1000 * (eta - time.monotonic())))
+                    peer.actor.send_with_options(args=(f"h{i:05d}",), delay=left)
                 expected_held = min(sent, DRAMATIQ_THREADS * 1000)
                 while _ready(broker, vhost, f"{QUEUE}.DQ") > sent - expected_held and time.monotonic() < deadline:
                     time.sleep(0.1)
@@ -543,6 +548,7 @@ def holding(broker: Broker, sent: int, tmp: Path, delay_ms: int = HOLD_DELAY_MS)
                 ready = _ready(broker, vhost, f"{QUEUE}.DQ")
                 rss = _rss_kib(first.pid)
                 first.send_signal(signal.SIGKILL)
+                killed_before_eta = time.monotonic() < eta
             finally:
                 first.kill()
                 first.wait()
@@ -564,7 +570,7 @@ def holding(broker: Broker, sent: int, tmp: Path, delay_ms: int = HOLD_DELAY_MS)
     ids = log.read_text().split()
     delivered = len(set(ids))
     return Holding(sent, sent - ready, before, rss, back, delivered, len(ids) - delivered, sent - delivered,
-                   time.monotonic() - start, delay_ms)
+                   time.monotonic() - start, delay_ms, killed_before_eta)
 
 
 def _consumers(broker: Broker, vhost: str, queue: str) -> int:

@@ -116,7 +116,8 @@ def holding_section(held: Sequence[Holding]) -> list[str]:
            f"dramatiq holds a delayed message in the worker's memory until its eta. A worker process with dramatiq's "
            f"defaults ({DRAMATIQ_THREADS} threads: delay prefetch {DRAMATIQ_THREADS * 1000:,}) was sent N messages "
            f"delayed {(held[0].delay_ms if held else HOLD_DELAY_MS) / 1000:g} s "
-           f"(bodies: a 6-character id); once it held what its prefetch allows, "
+           f"from the first one sent, all with the same eta (bodies: a 6-character id); once it held what its "
+           "prefetch allows, "
            "its resident memory was read (/proc VmRSS) and it was killed with `kill -9`; then a fresh worker "
            "took over and every arrival at the actor was counted.", "",
            "| messages sent | held by the worker | RSS before | RSS holding | per held message | back in `bench.DQ` "
@@ -131,7 +132,12 @@ def holding_section(held: Sequence[Holding]) -> list[str]:
     out += ["", "- A held message is an unacked delivery of `bench.DQ`: when the worker dies the broker requeues it "
             "there, and the next worker delivers it at its eta. Measured: "
             + (f"**{lost} lost**" if lost else "none lost") + f", {duplicates} delivered twice"
-            + ". Past the delay prefetch, messages wait in `bench.DQ` (ready) until the worker has room.", ""]
+            + ". Past the delay prefetch, messages wait in `bench.DQ` (ready) until the worker has room."]
+    if late := [h.sent for h in held if not h.killed_before_eta]:
+        out.append(f"- With {', '.join(f'{n:,}' for n in late)} messages the eta passed before the kill (sending "
+                   "took that long): the first worker had delivered some, and those it had republished but not yet "
+                   "acked came back twice.")
+    out.append("")
     return out
 
 
