@@ -152,7 +152,8 @@ def p1_section(outcomes: Sequence[Outcome], plan: Delays, queue_type: str, plot:
         below = [where for p99, where in peers if worst[0] >= p99]
         out.append("- Peers' worst p99: " + ", ".join(f"{_ms(p99)} ms ({where})" for p99, where in peers) + "; ours "
                    + ("below every peer's." if not below else
-                      f"**not below** {', '.join(below)}: see the peers' section for why."))
+                      f"**not below** {', '.join(below)} (ours on {queue_type} queues; a peer on other queues "
+                      "says so)."))
     for o in ran:
         if o.strategy.ours:
             missed = [s.delay_ms for s in o.stats if s.percentile(99) > s.target_ms]
