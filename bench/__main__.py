@@ -72,7 +72,9 @@ def broker_file(broker: Broker, context: report.Context, out: Path, plan: accura
                 progress(f"{name} P1 {strategy.name}: p99 " + ", ".join(
                     f"{s.delay_ms} ms {s.percentile(99):.1f}" for s in outcome.stats) + f" ({outcome.seconds:.0f} s)")
         outcomes += peers.p1(broker, version, plan, lambda line: progress(f"{name} {line}"))
-        on_cluster = cluster.p1(cluster.series_of(version), plan, progress) if version >= (4, 0, 0) else None
+        if version >= (4, 0, 0):
+            on_cluster = (cluster.ClusterP1(cluster.series_of(version), skipped="quick run (BENCH_QUICK)")
+                          if context.quick else cluster.p1(cluster.series_of(version), plan, progress))
     runs: list[throughput.Run] = []
     loops: peers.Loops | None = None
     with tempfile.TemporaryDirectory() as tmp:
@@ -82,7 +84,7 @@ def broker_file(broker: Broker, context: report.Context, out: Path, plan: accura
         for queue_type in QUEUE_TYPES:
             runs += throughput.measure_rounds(broker, version, queue_type, p2_messages, rounds=p2_rounds,
                                               progress=lambda line: progress(f"{name} {line}"))
-        loops = peers.retry_loops(broker, 100 if context.quick else peers.MESSAGES, min(p2_rounds, 2),
+        loops = peers.retry_loops(broker, 50 if context.quick else peers.MESSAGES, min(p2_rounds, 2),
                                   lambda line: progress(f"{name} {line}"), defaults=not context.quick)
     lines = [f"| broker | RabbitMQ {overview['rabbitmq_version']}, Erlang {overview.get('erlang_version', '?')}, "
              f"AMQP {broker.host}:{broker.amqp_port} (`{broker.name}` in RABBITMQ_BROKERS) |",

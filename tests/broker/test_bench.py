@@ -72,3 +72,17 @@ def test_publish_ids_confirms_every_message_in_order_and_raises_for_one_the_brok
         retrying.publish_ids(broker, deployment.vhost, "in", ["x1", "x2"], routing_key="no-queue")
     with pytest.raises(ChannelClosedByBroker, match="NOT_FOUND"):
         retrying.publish_ids(broker, deployment.vhost, "missing", ids)
+
+
+def test_p1_on_the_4_3_cluster_runs_our_strategies_on_replicated_quorum_queues_or_says_why_not() -> None:
+    from bench import cluster
+
+    result = cluster.p1("4.3", TINY, lambda _: None)
+    if result.skipped:  # a cluster that is down is reported, never started or repaired by the benchmark
+        assert result.skipped.startswith(("the cluster is not healthy", "RABBITMQ_CLUSTERS", "scripts/clusters.sh"))
+        pytest.skip(result.skipped)
+    assert [o.strategy for o in result.outcomes] == list(cluster.STRATEGIES)
+    assert result.members == {s.name: 3 for s in cluster.STRATEGIES}, "a member on each of the three nodes"
+    assert "3 of 3 nodes running" in result.nodes
+    for outcome in result.outcomes:
+        assert not outcome.skipped and {s.count for s in outcome.stats} == {TINY.messages}, outcome.strategy.name
