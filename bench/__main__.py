@@ -20,12 +20,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import accuracy, levels_encoding, plan_cost, report, throughput
+from bench import accuracy, cluster, levels_encoding, peers, peers_report, plan_cost, report, throughput
 from bench.strategies import P1_STRATEGIES
 from tests.support.admin import parse_version
 from tests.support.deploy import configured_brokers, unreachable
@@ -47,8 +48,11 @@ class Progress:
 
 
 def broker_file(broker: Broker, context: report.Context, out: Path, plan: accuracy.Delays, p2_messages: int,
-                parts: Sequence[str], progress: Progress, p2_rounds: int = throughput.ROUNDS) -> Path | None:
-    """P1 and P2 on one broker; the results file and its plots. None when the broker does not answer."""
+                parts: Sequence[str], progress: Progress, p2_rounds: int = throughput.ROUNDS,
+                held: Sequence[int] = ()) -> Path | None:
+    """P1 and P2 on one broker, each with the peers beside ours (P1 also on the cluster of the broker's version when
+    there is one), and dramatiq holding `held` messages; the results file and its plots. None when the broker does
+    not answer."""
     if problem := unreachable(broker):
         progress(f"skipped: {problem} (start it with `scripts/brokers.sh ensure all`)")
         return None
@@ -58,6 +62,7 @@ def broker_file(broker: Broker, context: report.Context, out: Path, plan: accura
     stem = f"{context.date}-{name}"
     started = time.monotonic()
     outcomes: list[accuracy.Outcome] = []
+    on_cluster: cluster.ClusterP1 | None = None
     if "p1" in parts:
         for strategy in P1_STRATEGIES:
             progress(f"{name} P1 {strategy.name} ({P1_QUEUE_TYPE}, {plan.messages} messages) …")
@@ -68,11 +73,21 @@ def broker_file(broker: Broker, context: report.Context, out: Path, plan: accura
             else:
                 progress(f"{name} P1 {strategy.name}: p99 " + ", ".join(
                     f"{s.delay_ms} ms {s.percentile(99):.1f}" for s in outcome.stats) + f" ({outcome.seconds:.0f} s)")
+        outcomes += peers.p1(broker, version, plan, lambda line: progress(f"{name} {line}"))
+        if version >= (4, 0, 0):
+            on_cluster = (cluster.ClusterP1(cluster.series_of(version), skipped="quick run (BENCH_QUICK)")
+                          if context.quick else cluster.p1(cluster.series_of(version), plan, progress))
     runs: list[throughput.Run] = []
+    loops: peers.Loops | None = None
+    with tempfile.TemporaryDirectory() as tmp:
+        holdings = [peers.holding(broker, count, Path(tmp), 3000 if context.quick else peers.HOLD_DELAY_MS)
+                    for count in held] if "p2" in parts else []
     if "p2" in parts:
         for queue_type in QUEUE_TYPES:
             runs += throughput.measure_rounds(broker, version, queue_type, p2_messages, rounds=p2_rounds,
                                               progress=lambda line: progress(f"{name} {line}"))
+        loops = peers.retry_loops(broker, 50 if context.quick else peers.MESSAGES, min(p2_rounds, 2),
+                                  lambda line: progress(f"{name} {line}"), defaults=not context.quick)
     lines = [f"| broker | RabbitMQ {overview['rabbitmq_version']}, Erlang {overview.get('erlang_version', '?')}, "
              f"AMQP {broker.host}:{broker.amqp_port} (`{broker.name}` in RABBITMQ_BROKERS) |",
              f"| queue types | P1 {P1_QUEUE_TYPE}; P2 {' and '.join(QUEUE_TYPES)} |",
@@ -83,11 +98,21 @@ def broker_file(broker: Broker, context: report.Context, out: Path, plan: accura
         report.p1_plot(outcomes, f"P1 delay accuracy, RabbitMQ {overview['rabbitmq_version']}, {P1_QUEUE_TYPE}, "
                        f"{plan.messages} messages in flight", out / f"{stem}-p1.png")
         text += report.p1_section(outcomes, plan, P1_QUEUE_TYPE, f"{stem}-p1.png")
+        if on_cluster:
+            text += peers_report.cluster_section(on_cluster, outcomes)
     if runs:
         report.p2_plot(runs, f"P2 retry throughput, RabbitMQ {overview['rabbitmq_version']}: {p2_messages} messages, "
                        f"{throughput.FAILURES} failures each; plain {throughput.plain_messages(p2_messages)} messages",
                        out / f"{stem}-p2.png")
         text += report.p2_section(runs, p2_messages, p2_rounds, f"{stem}-p2.png")
+    if loops:
+        peers_report.p2_peers_plot(loops, f"P2 beside the peers, RabbitMQ {overview['rabbitmq_version']}: "
+                                   f"{loops.messages} messages, {throughput.FAILURES} retries of 1 s each",
+                                   out / f"{stem}-p2-peers.png")
+        text += peers_report.p2_peers_section(loops, f"{stem}-p2-peers.png")
+    if holdings:
+        text += peers_report.holding_section(holdings)
+    text += peers_report.targets_section(outcomes, runs, loops)
     text += [f"P3 (plan cost, broker-free) is in [{context.date}-plan-cost.md]({context.date}-plan-cost.md).", ""]
     path = out / f"{stem}.md"
     path.write_text("\n".join(text))
@@ -141,17 +166,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                              command(args.quick, args.parts, args.brokers), args.quick,
                              report.machine(), report.commit())
     plan = accuracy.QUICK if args.quick else accuracy.FULL
-    p2_messages = 300 if args.quick else 3000
+    p2_messages = 300 if args.quick else 2000
     sizes = (10, 100) if args.quick else (100, 1000)
     progress = Progress()
     progress(f"{'quick' if args.quick else 'full'} run: {context.machine}; load {report.load()}; writing to {out}")
     written: list[Path] = []
-    for broker in configured_brokers():
-        if args.brokers and broker.name not in args.brokers:
-            continue
+    chosen = [b for b in configured_brokers() if not args.brokers or b.name in args.brokers]
+    for broker in chosen:
         if {"p1", "p2"} & set(args.parts):
+            # dramatiq's memory is the client's, not the broker's: measured once, beside the last broker's P2.
+            held = () if broker is not chosen[-1] else (200,) if args.quick else (1000, 10000)
             path = broker_file(broker, context, out, plan, p2_messages, args.parts, progress,
-                               1 if args.quick else throughput.ROUNDS)
+                               1 if args.quick else throughput.ROUNDS, held)
             written += [path] if path else []
     if "p3" in args.parts:
         written.append(plan_cost_file(context, out, sizes, progress))

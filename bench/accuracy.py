@@ -12,7 +12,8 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pika
@@ -21,6 +22,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 from bench.strategies import (
     ANCHOR_DELAY_QUEUE,
     EXCHANGE,
+    KOMBU,
     NATIVE,
     QUEUE,
     SEED_003,
@@ -224,22 +226,36 @@ def config_for(strategy: Strategy, queue_type: str, plan: Delays) -> dict[str, o
     return vhost_config(strategy, queue_type, plan.delays_ms, 3, plan.unit_ms)
 
 
-def measure(broker: Broker, version: Sequence[int], strategy: Strategy, queue_type: str, plan: Delays,
-            seed: int = 3) -> Outcome:
-    """Deploy `strategy` in a throw-away vhost, run P1 there, and return the lateness per delay (or why not)."""
-    if why := strategy.unsupported(version, queue_type):
-        return Outcome(strategy, queue_type, skipped=why)
-    config = config_for(strategy, queue_type, plan)
-    if why := refused(config):
-        return Outcome(strategy, queue_type, skipped=f"the config parser refuses it: {why}")
-    start = time.monotonic()
+@contextmanager
+def deployed(broker: Broker, strategy: Strategy, queue_type: str,
+             plan: Delays) -> Iterator[tuple[str, dict[str, object] | None]]:
+    """`strategy` deployed for `plan` in a throw-away vhost, deleted afterwards: (vhost, QUEUE's contract)."""
     with throwaway_vhost(broker) as vhost:
-        deployment = Deployer(broker, vhost)(config)
+        deployment = Deployer(broker, vhost)(config_for(strategy, queue_type, plan))
         contract = deployment.contracts.get(QUEUE)
         if strategy is SEED_003:
             with pika.BlockingConnection(parameters(broker, vhost)) as connection:
                 connection.channel().queue_declare(ANCHOR_DELAY_QUEUE, durable=True,
                                                    arguments=anchor_arguments(queue_type))
+        if strategy is KOMBU:
+            from bench.peers import declare_kombu
+
+            declare_kombu(broker, vhost, queue_type)
+        yield vhost, contract
+
+
+def measure(broker: Broker, version: Sequence[int], strategy: Strategy, queue_type: str, plan: Delays,
+            seed: int = 3, on_deployed: Callable[[str], None] | None = None) -> Outcome:
+    """Deploy `strategy` in a throw-away vhost, run P1 there, and return the lateness per delay (or why not).
+    `on_deployed(vhost)`: called once the topology is in place, before any message."""
+    if why := strategy.unsupported(version, queue_type):
+        return Outcome(strategy, queue_type, skipped=why)
+    if why := refused(config_for(strategy, queue_type, plan)):
+        return Outcome(strategy, queue_type, skipped=f"the config parser refuses it: {why}")
+    start = time.monotonic()
+    with deployed(broker, strategy, queue_type, plan) as (vhost, contract):
+        if on_deployed:
+            on_deployed(vhost)
         if strategy is NATIVE:
             samples = _native(broker, vhost, plan)
         else:

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 
 from bench.accuracy import Delays, Outcome
 from bench.plan_cost import GC_ON, KINDS, SPREAD, Cost, growth
-from bench.strategies import P1_STRATEGIES
+from bench.strategies import SEED_003
 from bench.throughput import DELAYS_MS, FAILURES, Run, plain_messages
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,11 +92,25 @@ def p1_worst(outcomes: Sequence[Outcome]) -> tuple[float, str] | None:
 
 def p1_anchor_ratio(outcomes: Sequence[Outcome]) -> tuple[float, float, float] | None:
     """(seed-003's worst p99, our worst p99, their ratio), when both ran."""
-    anchor = [s.percentile(99) for o in outcomes if not o.strategy.ours for s in o.stats]
+    anchor = [s.percentile(99) for o in outcomes if o.strategy is SEED_003 for s in o.stats]
     worst = p1_worst(outcomes)
     if not anchor or worst is None or worst[0] <= 0:
         return None
     return max(anchor), worst[0], max(anchor) / worst[0]
+
+
+def label(outcome: Outcome, queue_type: str) -> str:
+    """The outcome's name in P1's tables: the strategy's, with the queue type when it also runs on `queue_type`
+    but ran on another (kombu on classic queues)."""
+    name = outcome.strategy.name
+    other = outcome.queue_type != queue_type and queue_type in outcome.strategy.queue_types
+    return f"{name} ({outcome.queue_type})" if other else name
+
+
+def p1_peers_worst(outcomes: Sequence[Outcome], queue_type: str) -> list[tuple[float, str]]:
+    """Each peer's worst p99 and where, in the order they ran."""
+    return [max((s.percentile(99), f"{label(o, queue_type)} {s.delay_ms} ms") for s in o.stats)
+            for o in outcomes if not o.strategy.ours and o.strategy is not SEED_003 and o.stats]
 
 
 def p1_section(outcomes: Sequence[Outcome], plan: Delays, queue_type: str, plot: str) -> list[str]:
@@ -112,15 +126,18 @@ def p1_section(outcomes: Sequence[Outcome], plan: Delays, queue_type: str, plot:
             delays = (f"min {plan.native_ms[0]} ms, max {plan.native_ms[1]} ms, {plan.native_retries} rejections "
                       f"per message: {', '.join(map(str, plan.native_delays()))} ms, every message at every attempt")
         else:
-            delays = (f"{', '.join(map(str, plan.delays_ms))} ms, equal shares, shuffled (seed 3)"
-                      + (f"; levels of {plan.unit_ms} ms" if o.strategy.name == "levels" else ""))
-        out.append(f"| `{o.strategy.name}` | {o.strategy.how} | {delays if not o.skipped else 'skipped'} |")
+            shown = sorted({s.delay_ms for s in o.stats}) or plan.delays_ms
+            delays = (f"{', '.join(map(str, shown))} ms, equal shares, shuffled (seed 3)"
+                      + (f"; levels of {plan.unit_ms} ms" if o.strategy.name == "levels" else "")
+                      + (f"; {o.queue_type} queues" if o.queue_type != queue_type else ""))
+        out.append(f"| `{label(o, queue_type)}` | {o.strategy.how} | {delays if not o.skipped else 'skipped'} |")
     out += ["", "| strategy | delay ms | messages | min | p50 | p99 | max | early | p99 target | met |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for o in outcomes:
         for s in o.stats:
-            met = ("yes" if s.percentile(99) <= s.target_ms else "**no**") if o.strategy.ours else "(anchor)"
-            out.append(f"| `{o.strategy.name}` | {s.delay_ms:,} | {s.count:,} | {_ms(min(s.lateness_ms))} | "
+            met = (("yes" if s.percentile(99) <= s.target_ms else "**no**") if o.strategy.ours else
+                   "(anchor)" if o.strategy is SEED_003 else "(peer)")
+            out.append(f"| `{label(o, queue_type)}` | {s.delay_ms:,} | {s.count:,} | {_ms(min(s.lateness_ms))} | "
                        f"{_ms(s.percentile(50))} | {_ms(s.percentile(99))} | {_ms(max(s.lateness_ms))} | {s.early} | "
                        f"{_ms(s.target_ms)} | {met} |")
     out.append("")
@@ -131,6 +148,12 @@ def p1_section(outcomes: Sequence[Outcome], plan: Delays, queue_type: str, plot:
     if ratio := p1_anchor_ratio(ran):
         out.append(f"- Seed 003's anchor: worst p99 **{_ms(ratio[0])} ms**, **{ratio[2]:,.0f} ×** our worst p99 "
                    f"({_ms(ratio[1])} ms), in the same run.")
+    if (peers := p1_peers_worst(ran, queue_type)) and worst:
+        below = [where for p99, where in peers if worst[0] >= p99]
+        out.append("- Peers' worst p99: " + ", ".join(f"{_ms(p99)} ms ({where})" for p99, where in peers) + "; ours "
+                   + ("below every peer's." if not below else
+                      f"**not below** {', '.join(below)} (ours on {queue_type} queues; a peer on other queues "
+                      "says so)."))
     for o in ran:
         if o.strategy.ours:
             missed = [s.delay_ms for s in o.stats if s.percentile(99) > s.target_ms]
@@ -138,26 +161,28 @@ def p1_section(outcomes: Sequence[Outcome], plan: Delays, queue_type: str, plot:
             out.append(f"- `{o.strategy.name}`: target {verdict} ({o.seconds:.0f} s including deployment).")
     for o in outcomes:
         if o.skipped:
-            out.append(f"- `{o.strategy.name}` skipped: {o.skipped}")
+            out.append(f"- `{label(o, queue_type)}` skipped: {o.skipped}")
     out += ["", f"![P1: lateness against delay]({plot})", ""]
     return out
 
 
 def p1_plot(outcomes: Sequence[Outcome], title: str, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(9, 5.5))
-    colors = {s.name: c for s, c in zip(P1_STRATEGIES, ("tab:blue", "tab:green", "tab:orange", "tab:red"),
-                                        strict=True)}
+    palette = ("tab:blue", "tab:green", "tab:orange", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive",
+               "tab:cyan", "tab:gray")
+    queue_type = outcomes[0].queue_type if outcomes else ""
+    colors = {label(o, queue_type): palette[i % len(palette)] for i, o in enumerate(outcomes)}
     delays: set[int] = set()
     for o in outcomes:
         if not o.stats:
             continue
         xs = [s.delay_ms for s in o.stats]
         delays.update(xs)
-        color = colors.get(o.strategy.name, "black")
-        ax.plot(xs, [s.percentile(99) for s in o.stats], "-^", color=color, label=f"{o.strategy.name} p99")
-        ax.plot(xs, [s.percentile(50) for s in o.stats], ":o", color=color, alpha=0.7, label=f"{o.strategy.name} p50")
-        ax.plot(xs, [max(s.lateness_ms) for s in o.stats], "x", color=color, markersize=9,
-                label=f"{o.strategy.name} max")
+        name = label(o, queue_type)
+        color = colors.get(name, "black")
+        ax.plot(xs, [s.percentile(99) for s in o.stats], "-^", color=color, label=f"{name} p99")
+        ax.plot(xs, [s.percentile(50) for s in o.stats], ":o", color=color, alpha=0.7, label=f"{name} p50")
+        ax.plot(xs, [max(s.lateness_ms) for s in o.stats], "x", color=color, markersize=9, label=f"{name} max")
     if delays:
         span = sorted(delays)
         ax.plot(span, [max(0.05 * d, 100.0) for d in span], "--", color="grey", label="target: max(5 %, 100 ms)")
@@ -199,8 +224,8 @@ def p2_section(runs: Sequence[Run], messages: int, rounds: int, plot: str) -> li
            f"not the waiting: tiers {', '.join(map(str, DELAYS_MS['tiers']))} ms (reject mode waits in the first "
            f"tier only); levels backoff {', '.join(map(str, DELAYS_MS['levels']))} ms on levels of "
            f"{DELAYS_MS['levels'][0]} ms; native min {DELAYS_MS['native'][0]} ms, max {DELAYS_MS['native'][1]} ms "
-           f"(10, 20, 30 ms). At prefetch {' and '.join(map(str, prefetches))} (the client's default, then one in "
-           f"the 100–300 range RabbitMQ's documentation names for throughput: each original holds its prefetch "
+           f"(10, 20, 30 ms). At prefetch {' and '.join(map(str, prefetches))} (the client's default, in the "
+           f"100–300 range RabbitMQ's documentation names for throughput: each original holds its prefetch "
            f"slot until its copy is confirmed). {rounds} round(s): each runs "
            "every row once, plain first; deliveries/s is the median round's, ÷ plain the median of each round's "
            "rate ÷ that round's plain rate. The client's threads run on one core (`throughput.client_core`), the "

@@ -73,6 +73,11 @@ NATIVE = Strategy("native", "consumed and rejected with basic.reject(requeue=tru
                   "min(n × min_delay, max_delay) for the n-th rejection: the delay is the attempt's, so each "
                   "message is measured at every attempt", queue_types=("quorum",), min_version=(4, 3, 1),
                   per_attempt=True)
+KOMBU = Strategy("kombu", "kombu's native delayed delivery (Celery's default on quorum queues): its 28 topic "
+                 "exchanges and level queues of 2^k s declared by kombu, the queue bound to its delivery exchange by "
+                 "kombu; published to `celery_delayed_27` with kombu's `calculate_routing_key(seconds, queue)`: every "
+                 "copy enters at level 27 and is routed through every level down to 0, waiting in those of its 1 "
+                 "bits", ours=False)
 SEED_003 = Strategy("seed-003", "published to ONE delay queue with its own per-message expiration = the delay; the "
                     "queue has no consumer and dead-letters to the destination (head-of-line blocking)", ours=False)
 
@@ -150,6 +155,12 @@ def route(strategy: Strategy, contract: Mapping[str, Any], delay_ms: int) -> tup
         return delay_exchange(contract, delay_ms), levels_routing_key(contract, delay_ms), None
     if strategy is SEED_003:
         return "", ANCHOR_DELAY_QUEUE, str(delay_ms)
+    if strategy is KOMBU:
+        if delay_ms % 1000:
+            raise ValueError(f"kombu: delays in whole seconds only, not {delay_ms} ms")
+        from kombu.transport.native_delayed_delivery import calculate_routing_key, level_name
+
+        return level_name(27), calculate_routing_key(delay_ms // 1000, QUEUE), None
     raise ValueError(f"{strategy.name}: the delay is the broker's, per attempt, not chosen per message")
 
 

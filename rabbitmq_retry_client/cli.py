@@ -38,7 +38,7 @@ from pika.spec import BasicProperties
 
 from . import headers as h
 from .connection import DEFAULT_URL, BrokerRefusedError, BrokerUnreachableError, hosts, quiet_pika
-from .consumer import Handler, RetryingConsumer, contract_mode
+from .consumer import DEFAULT_PREFETCH, Handler, RetryingConsumer, contract_mode
 from .contract import Contract, ContractError, load_contract, stack_output
 from .durations import duration_ms
 from .parked import Parked, ParkedQueue, Selection
@@ -259,7 +259,8 @@ def parser() -> argparse.ArgumentParser:
                          "single tier); a native or levels contract retries its own way and ignores it")
     consume.add_argument("--fail-rate", type=float, default=0.3, help="probability that one attempt fails")
     consume.add_argument("--seed", type=int, help="seed of the simulated failures")
-    consume.add_argument("--prefetch", type=int, default=10)
+    consume.add_argument("--prefetch", type=int, default=DEFAULT_PREFETCH,
+                         help=f"deliveries sent ahead of the handler (default {DEFAULT_PREFETCH})")
     consume.add_argument("--handler-timeout", type=positive(float), help="seconds one delivery's handler may run")
     consume.add_argument("--max-messages", type=int, help="stop after this many deliveries")
     consume.add_argument("--idle-timeout", type=float, help="stop after this many idle seconds")

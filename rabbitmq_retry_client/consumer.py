@@ -104,6 +104,13 @@ class _Worker:
                 job.finished.set()
 
 
+DEFAULT_PREFETCH = 250
+"""Deliveries the broker sends ahead of the handler. 250 is Spring AMQP's default and inside the 100–300 range
+RabbitMQ's documentation gives for throughput: a retrying consumer holds each original until the broker confirmed
+its copy, so a small prefetch leaves it waiting on confirms (bench/README.md measures 10 against 250). A consumer
+with a slow handler, beside others, gets fairer sharing from a smaller one (`prefetch=`, `--prefetch`)."""
+
+
 class RetryingConsumer:
     """Consume the contract's queue, call `handler(body, properties)`, and retry or park what it raises on.
 
@@ -115,7 +122,7 @@ class RetryingConsumer:
     """
 
     def __init__(self, connection_params: ConnectionParams, contract: Mapping[str, Any], handler: Handler,
-                 mode: Mode | None = None, prefetch: int = 10, *, reconnect: bool = True,
+                 mode: Mode | None = None, prefetch: int = DEFAULT_PREFETCH, *, reconnect: bool = True,
                  reconnect_timeout: float = 60.0, publish_failure_pause: float = 1.0,
                  handler_timeout: float | None = None) -> None:
         if mode is not None and mode not in MODES:

@@ -27,6 +27,9 @@ from tools.lib.recognise import dead_letter, recognise
 
 ROOT = Path(__file__).resolve().parents[1]
 
+ADOPTED_SHOVEL_USER = naming.shovel_user("rabbitmq-retry", "adopted")
+"""The shovel user of stack `adopted`, whose stack files these tests plan (their migrations move runtime queues)."""
+
 
 def _vhost(**extra: Any) -> dict[str, Any]:
     return {"name": "shop", "existing": True, "exchanges": [{"name": "orders", "type": "topic"}],
@@ -188,7 +191,7 @@ def test_each_queue_taken_over_beside_gets_a_migration_naming_the_old_runtime_ob
             "error_queue": "mailer-error", "queues": ["mailer-retry"],
             "exchanges": list(recognise(SNEAKERS)[0].exchanges)}}}]
     plan = plan_vhost(load_vhost({k: v for k, v in adoption.vhost.items() if k != "import"}, "vhosts[0]"),
-                      "vhosts[0]", naming.shovel_user("rabbitmq-retry", "adopted"))
+                      "vhosts[0]", ADOPTED_SHOVEL_USER)
     assert [(s.source, s.destination) for s in plan.shovels] == [("mailer", "mailer.v2"),
                                                                 ("mailer-error", "mailer.v2.error")]
     report_text = report(adoption, "adopted")
@@ -232,7 +235,7 @@ def test_a_quorum_queue_s_group_size_is_kept_so_that_it_imports_as_it_is() -> No
     assert why.startswith("arguments this project does not declare: ['x-max-length']")
     entries = {q["name"]: q for q in adoption.vhost["queues"]}
     assert entries["invoices"]["quorum_group_size"] == 3 and entries["audit.v2"]["quorum_group_size"] == 2
-    plan = plan_vhost(load_vhost(adoption.vhost, "vhosts[0]"), "vhosts[0]")
+    plan = plan_vhost(load_vhost(adoption.vhost, "vhosts[0]"), "vhosts[0]", ADOPTED_SHOVEL_USER)
     assert {q.name: q.arguments for q in plan.queues}["invoices"] == snapshot.queues["invoices"]["arguments"]
 
 
@@ -286,7 +289,7 @@ def test_the_command_writes_a_stack_file_that_loads_and_a_report(tmp_path: Path)
     assert status == 0
     document = yaml.safe_load((tmp_path / "Pulumi.adopted.yaml").read_text())
     [vhost] = document["config"]["rabbitmq-retry:vhosts"]
-    plan = plan_vhost(load_vhost(vhost, "vhosts[0]"), "vhosts[0]")
+    plan = plan_vhost(load_vhost(vhost, "vhosts[0]"), "vhosts[0]", ADOPTED_SHOVEL_USER)
     assert {q.name for q in plan.queues} == {"audit.v2", "invoices"}
     report = (tmp_path / "adopt-adopted.md").read_text()
     assert "## Import" in report and "## Moving consumers and retiring the old objects" in report

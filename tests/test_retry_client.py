@@ -30,6 +30,7 @@ from rabbitmq_retry_client import stack_output as stack_output_of
 from rabbitmq_retry_client.cli import UsageError, duration, main, parser, urls
 from rabbitmq_retry_client.connection import BrokerRefusedError, BrokerUnreachableError, connect, hosts
 from rabbitmq_retry_client.connection import parameters as _parameters
+from rabbitmq_retry_client.consumer import DEFAULT_PREFETCH
 from rabbitmq_retry_client.contract import SCHEMA
 from rabbitmq_retry_client.headers import (
     MAX_REASON_BYTES,
@@ -1465,3 +1466,13 @@ def test_publish_says_which_exchange_and_key_reached_no_queue(monkeypatch: pytes
     assert capsys.readouterr().err.strip() == (
         "error: message 1 of 3 came back unroutable: no queue of vhost 'shop' is bound to exchange 'orders' for "
         "routing key 'order.created', and nothing more was published; check --exchange, --routing-key and --vhost")
+
+
+def test_the_default_prefetch_is_250_in_the_consumer_and_the_command_and_bounds_the_copies_in_flight() -> None:
+    # 250: Spring AMQP's default, inside RabbitMQ's 100-300 range for throughput (bench/README.md measures 10 against
+    # it); a consumer that wants fairer sharing behind a slow handler sets a smaller one.
+    consumer = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(), lambda body, properties: None)
+    assert consumer.prefetch == DEFAULT_PREFETCH == 250 and consumer.max_in_flight == 250
+    arguments = ["consume", "--contract", "c.json", "--queue", "orders"]
+    assert parser().parse_args(arguments).prefetch == 250
+    assert parser().parse_args([*arguments, "--prefetch", "10"]).prefetch == 10

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pika.exceptions import ChannelClosedByBroker, UnroutableError
 
-from bench import accuracy, report, throughput
+from bench import accuracy, peers, report, throughput
 from bench.__main__ import QUEUE_TYPES, Progress, broker_file
 from bench.strategies import P1_STRATEGIES
 from tests.support import retrying
@@ -34,13 +34,21 @@ def test_p1_and_p2_on_tiny_inputs_write_the_broker_s_results_file(broker: Broker
     for plot in ("p1", "p2"):
         assert f"![P{plot[1]}" in text and (tmp_path / f"2026-01-02-rabbitmq-{live}-{plot}.png").stat().st_size > 0
 
-    p1 = text.split("## P1", 1)[1].split("## P2", 1)[0]
-    skipped = set(re.findall(r"^- `([\w-]+)` skipped: \S", p1, re.MULTILINE))
-    measured = set(re.findall(r"^\| `([\w-]+)` \| [\d,]+ \| [\d,]+ \|", p1, re.MULTILINE))
-    assert skipped | measured == {s.name for s in P1_STRATEGIES} and not skipped & measured
-    assert {"tiers", "seed-003"} <= measured, "tiers and the anchor run on every broker"
+    p1 = text.split("## P1", 1)[1].split("## P2", 1)[0].split("## P1 on the", 1)[0]
+    skipped = set(re.findall(r"^- `([^`]+)` skipped: \S", p1, re.MULTILINE))
+    measured = set(re.findall(r"^\| `([^`]+)` \| [\d,]+ \| [\d,]+ \|", p1, re.MULTILINE))
+    peer_names = {"kombu", "kombu (classic)", *(d.name for d in peers.DRAMATIQ)}
+    assert skipped | measured == {s.name for s in P1_STRATEGIES} | peer_names and not skipped & measured
+    assert {"tiers", "seed-003"} | peer_names <= measured, "tiers, the anchor and every peer run on every broker"
     assert ("native" in skipped) == (version(broker) < (4, 3, 1))
-    assert "Seed 003's anchor: worst p99" in p1
+    assert "Seed 003's anchor: worst p99" in p1 and "Peers' worst p99: " in p1
+    if version(broker) >= (4, 0, 0):
+        assert "## P1 on the three-node 4.3 cluster" in text, "beside the single node, or why not"
+    peers_p2 = text.split("## P2 beside the peers", 1)[1].split("## Targets", 1)[0]
+    rows = re.findall(r"^\| (\d+) \| (classic|quorum) \| [\w_]+ \| `([^`]+)` \|", peers_p2, re.MULTILINE)
+    assert {(p, r) for p, _, r in rows} == {("250", loop.row) for loop in peers.LOOPS}, "quick: at 250 only"
+    assert "## Targets, from the figures above" in text and "`levels` ÷ kombu, broker CPU per delayed copy" in text
+    assert (tmp_path / f"2026-01-02-rabbitmq-{live}-p2-peers.png").stat().st_size > 0
 
     p2 = text.split("## P2", 1)[1]
     rows = re.findall(r"^\| (\d+) \| (classic|quorum) \| `([^`]+)` \| ([\d,]+) \|", p2, re.MULTILINE)
@@ -64,3 +72,19 @@ def test_publish_ids_confirms_every_message_in_order_and_raises_for_one_the_brok
         retrying.publish_ids(broker, deployment.vhost, "in", ["x1", "x2"], routing_key="no-queue")
     with pytest.raises(ChannelClosedByBroker, match="NOT_FOUND"):
         retrying.publish_ids(broker, deployment.vhost, "missing", ids)
+
+
+def test_p1_on_the_4_3_cluster_runs_our_strategies_on_replicated_quorum_queues_or_says_why_not() -> None:
+    from bench import cluster
+
+    result = cluster.p1("4.3", TINY, lambda _: None)
+    if result.skipped:  # a cluster that is down is reported, never started or repaired by the benchmark
+        assert result.skipped.startswith(("the cluster is not healthy", "RABBITMQ_CLUSTERS", "scripts/clusters.sh"))
+        pytest.skip(result.skipped)
+    assert [o.strategy for o in result.outcomes] == list(cluster.STRATEGIES)
+    assert result.members == {s.name: 3 for s in cluster.STRATEGIES}, "a member on each of the three nodes"
+    assert "3 of 3 nodes running" in result.nodes
+    for outcome in result.outcomes:
+        per_message = TINY.native_retries if outcome.strategy.per_attempt else 1
+        assert not outcome.skipped and sum(s.count for s in outcome.stats) == TINY.messages * per_message, \
+            f"{outcome.strategy.name}: every message timed"
