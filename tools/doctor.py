@@ -14,24 +14,19 @@ Exit status: 0 nothing blocking, 2 blocking findings, 1 error (unreachable broke
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
 import pulumi
 
+from tools.lib.cli import broker_command_parser
 from tools.lib.definitions import DefinitionsError, Endpoint
 from tools.lib.doctor import diagnose, planned_objects, read_facts, render, stack_settings
-from tools.lib.mockrun import ROOT, close_event_loop
+from tools.lib.mockrun import close_event_loop
 from tools.lib.stack_file import StackFileError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    parser.add_argument("--stack", required=True)
-    parser.add_argument("--endpoint", help="management URL (default RABBITMQ_ENDPOINT, else the stack's "
-                        "rabbitmq:endpoint)")
-    parser.add_argument("--root", type=Path, default=ROOT)
+    parser = broker_command_parser(__doc__)
     args = parser.parse_args(argv)
     try:
         config, raw = stack_settings(args.stack, args.root)

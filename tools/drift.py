@@ -16,26 +16,22 @@ Exit status: 0 in sync, 2 drift, 1 error. GET requests only.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
 
 import pulumi
 
+from tools.lib.cli import broker_command_parser
 from tools.lib.definitions import DefinitionsError, Endpoint, read_file, read_live
 from tools.lib.drift import DRIFT_COMPARED, findings, render
-from tools.lib.mockrun import ROOT, close_event_loop, record_program, stack_config
+from tools.lib.mockrun import close_event_loop, record_program, stack_config
 from tools.lib.stack_file import StackFileError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    parser.add_argument("--stack", required=True)
-    parser.add_argument("--endpoint", help="management URL (default RABBITMQ_ENDPOINT, else the stack's "
-                        "rabbitmq:endpoint)")
+    parser = broker_command_parser(__doc__)
     parser.add_argument("--definitions", type=Path, help="compare with an exported definitions file instead")
-    parser.add_argument("--root", type=Path, default=ROOT)
     parser.add_argument("--output", type=Path)
     args = parser.parse_args(argv)
     try:

@@ -9,18 +9,16 @@ run it again later), 1 error (one line).
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
 import pulumi
 
 from components.guard import parse_amqp_port
 from rabbitmq_retry_client.depth import BrokerAccess, DepthError
+from tools.lib.cli import broker_command_parser
 from tools.lib.definitions import DefinitionsError, Endpoint, read_live
 from tools.lib.doctor import stack_settings
 from tools.lib.migrate_retire import Broker, RetireError, find, retire
-from tools.lib.mockrun import ROOT
 from tools.lib.queue_guard import stack_amqp_port
 from tools.lib.stack_file import StackFileError
 
@@ -28,13 +26,9 @@ REFUSED = 3
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--stack", required=True)
+    parser = broker_command_parser(__doc__)
     parser.add_argument("--migration", required=True, help="the migration's name in the stack file")
-    parser.add_argument("--endpoint", help="management URL (default RABBITMQ_ENDPOINT, else the stack's "
-                        "rabbitmq:endpoint)")
     parser.add_argument("--apply", action="store_true", help="do it (default: print what it would do)")
-    parser.add_argument("--root", type=Path, default=ROOT)
     args = parser.parse_args(argv)
     try:
         config, raw = stack_settings(args.stack, args.root)

@@ -10,29 +10,24 @@ Exit status: 0 read, 1 error (one line naming the endpoint).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 import urllib.parse
-from pathlib import Path
 
 import pulumi
 
 from rabbitmq_retry_client.depth import DepthError
+from tools.lib.cli import broker_command_parser
 from tools.lib.definitions import DefinitionsError, Endpoint
 from tools.lib.migrate_status import SAMPLE_S, render, status
-from tools.lib.mockrun import ROOT, close_event_loop, stack_config
+from tools.lib.mockrun import close_event_loop, stack_config
 from tools.lib.queue_guard import depth_reader
 from tools.lib.review.migrations import migrations_of
 from tools.lib.stack_file import StackFileError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    parser.add_argument("--stack", required=True)
-    parser.add_argument("--endpoint", help="management URL (default RABBITMQ_ENDPOINT, else the stack's "
-                        "rabbitmq:endpoint)")
-    parser.add_argument("--root", type=Path, default=ROOT)
+    parser = broker_command_parser(__doc__)
     args = parser.parse_args(argv)
     url = "the broker"
     try:
