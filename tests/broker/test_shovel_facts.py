@@ -210,8 +210,9 @@ def test_a_missing_destination_is_declared_as_a_classic_queue(broker: Broker, vh
     declare(broker, vhost, queue_type, "old")
     publish(broker, vhost, "old")
     shovel(broker, vhost, "old", "new", direct_uri(vhost))
+    # The shovel declares it once it has started: until then a passive declare of it answers 404.
+    info = wait_for(lambda: get(broker, f"queues/{esc(vhost)}/new"), STATS_S, "the shovel to declare new")
     assert moves(broker, vhost, "old", "new", 1, STATS_S)
-    info = get(broker, f"queues/{esc(vhost)}/new")
     assert (info["type"], info["durable"]) == ("classic", True)
 
 
