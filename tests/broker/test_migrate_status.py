@@ -19,6 +19,7 @@ from rabbitmq_retry_client.depth import BrokerAccess, DepthReader
 from tests.support.admin import wait_for
 from tests.support.amqp import channel
 from tests.support.deploy import throwaway_vhost
+from tests.support.environment import missing
 from tests.support.mirror import Broker, call, esc, get
 from tools.lib.migrate_status import Status, status
 from tools.lib.review.migrations import MigrationInfo, infos
@@ -69,7 +70,7 @@ def shovel(broker: Broker, vhost: str, name: str, source: str, destination: str)
 
 def test_a_move_reads_not_yet_then_drained_then_retired(broker: Broker, mig_vhost: str):
     if get(broker, "shovels") is None:
-        pytest.skip(f"{broker.name}: the shovel plugin is not enabled (scripts/brokers.sh ensure enables it)")
+        missing(f"{broker.name}: the shovel plugin is not enabled (scripts/brokers.sh ensure enables it)")
     for queue, queue_type, messages in (("orders", "classic", 5), ("orders.wait.1", "classic", 0),
                                         ("orders.error", "classic", 2), ("orders.q", "quorum", 0),
                                         ("orders.q.error", "quorum", 0)):

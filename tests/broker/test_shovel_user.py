@@ -21,6 +21,7 @@ from components.plan import plan_vhost
 from tests.support.admin import wait_for
 from tests.support.amqp import channel
 from tests.support.deploy import throwaway_vhost
+from tests.support.environment import missing
 from tests.support.mirror import Broker, call, esc, get
 
 PASSWORD = "pa ss/wörd:@"
@@ -30,7 +31,7 @@ PASSWORD = "pa ss/wörd:@"
 @pytest.fixture
 def shu_vhost(broker: Broker) -> Iterator[str]:
     if get(broker, "shovels") is None:
-        pytest.skip(f"{broker.name}: the shovel plugin is not enabled (scripts/brokers.sh ensure enables it)")
+        missing(f"{broker.name}: the shovel plugin is not enabled (scripts/brokers.sh ensure enables it)")
     with throwaway_vhost(broker, "shu") as name:
         call(broker, "PUT", f"vhosts/{esc(name)}", {})
         yield name
