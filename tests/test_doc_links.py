@@ -104,3 +104,18 @@ def test_a_missing_file_a_missing_anchor_and_a_missing_path_are_found(tmp_path: 
     assert broken_links(page, tmp_path) == ["gone.md: no such file", "other.md#reviewing: no heading with that anchor",
                                             "#twice-2: no heading with that anchor", "../../x.md: no such file"]
     assert missing_paths(page, tmp_path) == ["components/gone.py"]
+
+
+def test_the_readme_opens_with_the_two_set_up_commands_ci_runs() -> None:
+    """A newcomer on a fresh Debian machine types the README's first two lines: `make setup`, then `make test`;
+    .ci/run runs the same two, and each is a target of the Makefile (a rewrap once left `make test` twice)."""
+    readme = (ROOT / "README.md").read_text()
+    first_block = FENCE.search(readme)
+    assert first_block is not None and readme.index(first_block.group(0)) < readme.index("\n## ")
+    commands = [line.split("#", 1)[0].strip() for line in first_block.group(0).splitlines()[1:-1]]
+    assert commands == ["make setup", "make test"]
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
+          if line.strip().endswith(("make setup", "make test"))]
+    assert [line.split()[-2:] for line in ci] == [["make", "setup"], ["make", "test"]]
+    targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.MULTILINE))
+    assert {"setup", "test"} <= targets
