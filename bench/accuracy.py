@@ -57,8 +57,10 @@ class Delays:
         return [min(n * low, high) for n in range(1, self.native_retries + 1)]
 
 
-FULL = Delays(1000, (1000, 2000, 5000, 10000), (1000, 5000), 5, 100)
-QUICK = Delays(200, (200, 500, 1000, 2000), (200, 1000), 5, 20)
+FULL = Delays(1000, (1000, 2000, 5000, 10000), (1000, 5000), 5, 1000)
+"""`levels` at its default unit, 1 s (kombu's too): every delay here is whole seconds."""
+QUICK = Delays(200, (200, 500, 1000), (100, 500), 5, 20)
+"""A smoke run: the peers get its 1 s only."""
 
 
 @dataclass(frozen=True)

@@ -79,9 +79,9 @@ def declare_kombu(broker: Broker, vhost: str, queue_type: str) -> None:
 
 
 def whole_seconds(plan: Delays) -> Delays:
-    """`plan` with only its delays of whole seconds (every peer can run them), at least 1 s and 2 s."""
+    """`plan` with only its delays of whole seconds (every peer can run them), 1 s if it has none."""
     whole = tuple(d for d in plan.delays_ms if d % 1000 == 0)
-    return replace(plan, delays_ms=whole if len(whole) >= 2 else (1000, 2000))
+    return replace(plan, delays_ms=whole or (1000,))
 
 
 @contextmanager

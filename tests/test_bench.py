@@ -94,7 +94,7 @@ def test_the_p1_section_judges_ours_against_the_target_and_states_the_anchor_rat
     assert rows["`tiers`", "10,000"][-2:] == ["500.0", "**no**"]  # 600 ms > 5 % of 10 s
     assert rows["`native`", "1,000"][7] == "1"  # −2 ms is early
     assert rows["`seed-003`", "1,000"][-1] == "(anchor)"
-    assert "Our worst p99: **600.0 ms** (tiers 10000 ms)" in text
+    assert "Our worst p99: **600.0 ms** (tiers (quorum) 10000 ms)" in text
     assert "worst p99 **9,000.0 ms**, **15 ×** our worst p99 (600.0 ms)" in text
     assert "`tiers`: target missed at 10000 ms" in text and "`native`: target met at every delay" in text
     assert "`levels` skipped: the config parser refuses it" in text
