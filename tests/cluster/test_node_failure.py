@@ -59,6 +59,8 @@ SETTLE_S = 480.0
 INPUTS_ON, WAITS_ON, CONSUMERS_ON = 1, 2, 3
 REJOIN_TIMEOUT = 400.0
 """Joining a thread that restarts a node (the restart is bounded by tests/support/cluster.py's REJOIN_S)."""
+RETURN_S = 120.0
+"""Bound for a message a dead connection held unacked to come back once its node is back (a bound, not a figure)."""
 
 
 @dataclass
@@ -384,24 +386,37 @@ def test_parking_and_a_redrive_with_a_node_killed_midway_lose_nothing(
     cutter.join(timeout=180)
     cluster.start(3)
     cluster.await_members_online(vhost)
-    # On 4.3.6 what the cut run held unacked stays checked out to the dead connection until its node is back
-    # (measured): only then can a last run move it.
-    returned_late = message_counts(survivor, vhost, ["work.error"])["work.error"]
-    if returned_late:
-        runs += 1
-        with ParkedQueue(cluster.urls(1, 2, 3), contract, connect_timeout=30) as parked:
-            parked.redrive(Selection(), rate=2000)
+    back_at = time.monotonic()
+    # What the cut run held unacked stays checked out to its dead connection until the queue has dealt with it:
+    # on 4.3.6 only after that connection's node is back, and not always by the time its members are online
+    # (measured: a message came back after this test had drained the queues). So, as an operator would, redrive
+    # what comes back until every message has moved, within RETURN_S; a message still missing then is lost.
+    moved: list[str] = []
+    returned_late = 0
+    last_return_s = 0.0
+    while True:
+        if (late := message_counts(survivor, vhost, ["work.error"])["work.error"]):
+            runs += 1
+            returned_late += late
+            last_return_s = time.monotonic() - back_at
+            with ParkedQueue(cluster.urls(1, 2, 3), contract, connect_timeout=30) as parked:
+                parked.redrive(Selection(), rate=2000)
+        moved += [str(p.message_id) for p, _ in drain(survivor, vhost, "work")]
+        if set(moved) >= set(ids) or time.monotonic() - back_at > RETURN_S:
+            break
+        time.sleep(1)
 
     still_parked = [str(p.message_id) for p, _ in drain(survivor, vhost, "work.error")]
-    moved = [str(p.message_id) for p, _ in drain(survivor, vhost, "work")]
     lost = set(ids) - set(still_parked) - set(moved)
     duplicates = len(still_parked) + len(moved) - len(set(still_parked) | set(moved))
     report(cluster, "parking and redrive, nodes killed", {
         "messages": len(ids), "parked_before_kill": killed.get("parking"), "parked_duplicates":
         consumer.parked - len(ids), "moved_before_cut": cut.get("moved"), "redrive_runs": runs,
         "redrive_errors": errors, "parked_again_once_the_node_was_back": returned_late,
+        "last_returned_s_after_the_node_was_back": round(last_return_s, 1),
         "still_parked": len(still_parked), "moved": len(set(moved)),
         "lost": len(lost), "duplicates": duplicates}, capsys)
     assert "parking" in killed and "moved" in cut and errors, (killed, cut, errors)
     assert not lost, sorted(lost)[:10]
-    assert set(moved) == set(ids) and not still_parked, "redrives run until none is left moved every message back"
+    assert set(moved) == set(ids), "redrives run until none is left moved every message back"
+    assert set(still_parked) <= set(moved), "what is still parked is a duplicate of a message that moved"
