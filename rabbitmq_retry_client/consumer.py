@@ -100,7 +100,9 @@ class _Worker:
             outcome: BaseException | None = None
             try:
                 self._handler(*job)
-            except Exception as error:  # any failure of the handler is a failed attempt
+            except BaseException as error:  # any failure of the handler is a failed attempt
+                # Even SystemExit or KeyboardInterrupt raised in this thread: acking it would drop a message whose
+                # handler never finished, and letting it end the thread would leave the consumer waiting forever.
                 outcome = error
             self._outcomes.put(outcome)
 

@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import re
+import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -30,7 +31,7 @@ from rabbitmq_retry_client import stack_output as stack_output_of
 from rabbitmq_retry_client.cli import UsageError, duration, main, parser, urls
 from rabbitmq_retry_client.connection import BrokerRefusedError, BrokerUnreachableError, connect, hosts
 from rabbitmq_retry_client.connection import parameters as _parameters
-from rabbitmq_retry_client.consumer import DEFAULT_PREFETCH
+from rabbitmq_retry_client.consumer import DEFAULT_PREFETCH, _Worker
 from rabbitmq_retry_client.contract import SCHEMA
 from rabbitmq_retry_client.headers import (
     MAX_REASON_BYTES,
@@ -428,6 +429,42 @@ def test_a_permanent_failure_is_an_exception_the_handler_raises() -> None:
     assert issubclass(PermanentError, Exception)
     with pytest.raises(ValueError, match=r"^handler_timeout must be positive seconds or None, got 0$"):
         RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(), lambda body, props: None, handler_timeout=0)
+
+
+def test_whatever_the_handler_raises_is_a_failed_attempt_and_its_thread_serves_the_next_delivery() -> None:
+    """SystemExit or KeyboardInterrupt in the handler's thread is a failed attempt (retried), never a success (an
+    ack would drop a message whose handler never finished) and never the end of that thread (the consumer would
+    wait for an outcome forever)."""
+    def handler(body: bytes, properties: BasicProperties) -> None:
+        if body == b"exit":
+            raise SystemExit(3)
+        if body == b"interrupt":
+            raise KeyboardInterrupt
+        if body == b"fail":
+            raise ValueError("bad")
+
+    worker = _Worker(handler)
+    outcomes = []
+    for body in (b"exit", b"ok", b"interrupt", b"fail", b"ok"):
+        worker.submit(body, BasicProperties())
+        outcomes.append(worker.outcome(timeout=5))
+    worker.retire()
+    assert [(finished, type(error).__name__) for finished, error in outcomes] == [
+        (True, "SystemExit"), (True, "NoneType"), (True, "KeyboardInterrupt"), (True, "ValueError"), (True, "NoneType")]
+
+
+def test_a_handler_still_running_has_no_outcome_yet() -> None:
+    release = threading.Event()
+
+    def slow(body: bytes, properties: BasicProperties) -> None:
+        release.wait(5)
+
+    worker = _Worker(slow)
+    worker.submit(b"slow", BasicProperties())
+    assert worker.outcome(timeout=0.05) == (False, None)
+    release.set()
+    assert worker.outcome(timeout=5) == (True, None)
+    worker.retire()
 
 
 # --- redriven copies ------------------------------------------------------------------------------
