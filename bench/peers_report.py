@@ -23,7 +23,8 @@ from bench.peers import (
     Holding,
     Loops,
 )
-from bench.strategies import KOMBU, LEVELS, NATIVE, SEED_003, TIERS
+from bench.report import ran_peers
+from bench.strategies import KOMBU, LEVELS, NATIVE, TIERS
 from bench.throughput import FAILURES, Run, plain_messages
 
 COPY_CPU_TARGET = 0.5
@@ -206,7 +207,7 @@ def targets_section(outcomes: Sequence[Outcome], runs: Sequence[Run], loops: Loo
     ours = [(s.percentile(99), s.target_ms, f"{o.strategy.name} ({o.queue_type}) {s.delay_ms} ms", o.queue_type)
             for o in outcomes if o.strategy.ours for s in o.stats]
     peers = [(max(s.percentile(99) for s in o.stats), f"{o.strategy.name} ({o.queue_type})", o.queue_type)
-             for o in outcomes if not o.strategy.ours and o.strategy is not SEED_003 and o.stats]
+             for o in ran_peers(outcomes)]
     if ours:
         worst = max(ours)
         within = all(p99 <= target for p99, target, _, _ in ours)

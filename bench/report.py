@@ -107,10 +107,15 @@ def label(outcome: Outcome, queue_type: str) -> str:
     return f"{name} ({outcome.queue_type})" if other else name
 
 
+def ran_peers(outcomes: Sequence[Outcome]) -> list[Outcome]:
+    """The peers' outcomes that measured something (not ours, not the anchor), in the order they ran."""
+    return [o for o in outcomes if not o.strategy.ours and o.strategy is not SEED_003 and o.stats]
+
+
 def p1_peers_worst(outcomes: Sequence[Outcome], queue_type: str) -> list[tuple[float, str]]:
     """Each peer's worst p99 and where, in the order they ran."""
     return [max((s.percentile(99), f"{label(o, queue_type)} {s.delay_ms} ms") for s in o.stats)
-            for o in outcomes if not o.strategy.ours and o.strategy is not SEED_003 and o.stats]
+            for o in ran_peers(outcomes)]
 
 
 def p1_section(outcomes: Sequence[Outcome], plan: Delays, queue_type: str, plot: str) -> list[str]:
