@@ -28,10 +28,13 @@ from rabbitmq_retry_client.depth import BrokerAccess, DepthError, DepthReader, Q
 from .config import ConfigError
 from .config.keys import NAMESPACE
 from .entries import VhostPlan
+from .paths import changed_parts, queues_of
 
 QUEUE_GUARD = "rabbitmq-retry-queue-guard"
 """The hook's name, recorded in the stack's state for every queue: the program must register a hook of this name
 in every later run, or the engine cannot delete those queues (`hook … was not registered`)."""
+PATH_GUARD = "rabbitmq-retry-path-guard"
+"""The hook of the path guards (docs/guard.md, "The path guard"), recorded in the stack's state like QUEUE_GUARD."""
 DELETE_WITH_MESSAGES = "delete_with_messages"
 AMQP_PORT = "amqp_port"
 """The guard's own keys (docs/guard.md): the topology parser accepts them (config/keys.py), this module parses them."""
@@ -216,3 +219,81 @@ def queue_guard() -> pulumi.ResourceHook:
 def guarded() -> pulumi.ResourceHookBinding:
     """The hooks option of every queue: `QUEUE_GUARD` before it is deleted."""
     return pulumi.ResourceHookBinding(before_delete=[queue_guard()])
+
+
+def path_refusal(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
+                 read: Callable[[str, str], QueueDepth | None], allowed: frozenset[str]) -> str | None:
+    """Why going from inventory `old` to `new` (None: the guard itself is deleted, with every path it lists) must
+    not happen: a path it deletes or replaces a part of holds a message in a queue `delete_with_messages` does not
+    list, or cannot be read. None when it may go. Every such path is read, so the refusal names all of them."""
+    vhost = str((old or {}).get("vhost") or "/")
+    reasons: list[str] = []
+    for path, parts in changed_parts(old, new).items():
+        holding: list[str] = []
+        for queue in queues_of(old, path):
+            try:
+                depth = read(vhost, queue)
+            except DepthError as error:
+                if queue_key(vhost, queue) not in allowed:
+                    holding.append(f'"{queue}" cannot be read ({error})')
+                continue
+            if depth is not None and depth.messages and queue_key(vhost, queue) not in allowed:
+                holding.append(f'"{queue}" holds {depth.messages:,} message{"s" * (depth.messages != 1)} '
+                               f"({depth.describe()})")
+        if holding:
+            shown = ", ".join(parts[:4]) + (f" and {len(parts) - 4} more" if len(parts) > 4 else "")
+            reasons.append(f'the retry path of "{path}" ({"; ".join(holding)}), of which this update would delete '
+                           f"or replace {shown}")
+    if not reasons:
+        return None
+    return (f'refusing to change vhost "{vhost}": nothing on a retry path is deleted while anything on it holds a '
+            f"message, and {'; and '.join(reasons)}. Every part of these paths is left in place. Let them drain "
+            "(consumers settle, waits expire back into their queues, parked messages are redriven or removed), then "
+            "run `pulumi up` again; or, to lose those messages on purpose, add each queue named above as "
+            f'"<vhost>/<queue>" to {NAMESPACE}:{DELETE_WITH_MESSAGES} (reviewed: `make review` lists it as data loss)')
+
+
+def _stashed(values: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The inventory a path guard (a Stash) holds in its `input`."""
+    stashed = (values or {}).get("input")
+    return stashed if isinstance(stashed, Mapping) else None
+
+
+def guard_path_change(args: pulumi.ResourceHookArgs) -> None:
+    """The path guards' hook: before a path guard is updated (a change deletes or replaces a part of a path it
+    lists) or deleted (everything it lists goes), refuse (raise) while a touched path holds a message."""
+    old = _stashed(args.old_inputs) or _stashed(args.old_outputs)
+    new = _stashed(args.new_inputs) if args.new_inputs is not None else None
+    try:
+        allowed = allowed_deletions()
+    except ConfigError as error:
+        raise GuardError(f"refusing to change the retry paths of {args.name}: {error}") from None
+
+    def read(vhost: str, queue: str) -> QueueDepth | None:
+        try:
+            return DepthReader(provider_access()).read(vhost, queue)
+        except ConfigError as error:
+            raise DepthError(str(error)) from None
+
+    if (why := path_refusal(old, new, read, allowed)) is not None:
+        raise GuardError(why)
+
+
+async def _guard_path_change(args: pulumi.ResourceHookArgs) -> None:
+    await asyncio.to_thread(guard_path_change, args)
+
+
+_path_hooks: weakref.WeakKeyDictionary[pulumi.Resource, pulumi.ResourceHook] = weakref.WeakKeyDictionary()
+_path_hook_without_stack: list[pulumi.ResourceHook] = []
+
+
+def path_guard() -> pulumi.ResourceHook:
+    """The program's one PATH_GUARD hook, registered on first use (one per program run, as `queue_guard`)."""
+    root = pulumi.runtime.get_root_resource()
+    if root is None:
+        if not _path_hook_without_stack:
+            _path_hook_without_stack.append(pulumi.ResourceHook(PATH_GUARD, _guard_path_change))
+        return _path_hook_without_stack[0]
+    if root not in _path_hooks:
+        _path_hooks[root] = pulumi.ResourceHook(PATH_GUARD, _guard_path_change)
+    return _path_hooks[root]

@@ -15,7 +15,16 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .naming import DELAY_LEVELS_KEY, SHOVEL_USER, VHOST_KEY, logical_name, retryable_key, user_key
+from .naming import (
+    DELAY_LEVELS_KEY,
+    PATH_GUARD_KEY,
+    REMOVAL_GUARD_KEY,
+    SHOVEL_USER,
+    VHOST_KEY,
+    logical_name,
+    retryable_key,
+    user_key,
+)
 
 if TYPE_CHECKING:
     from .entries import DelayLevelsPlan, PermissionPlan, RetryablePlan, VhostPlan
@@ -33,6 +42,19 @@ class Slot(Generic[PlanT]):
     """The plan entries this row declares, in registration order."""
     key: Callable[[Any], str]
     """Logical key of one entry: the child is registered as `logical_name(component, key)`."""
+
+
+@dataclass(frozen=True)
+class GuardEntry:
+    """One of a component's two path guards (`resources.open_path_guard`, `close_path_guard`)."""
+
+    key: str
+    opens: bool
+    """The path guard, declared first; else the removal guard, declared last."""
+
+
+PATH_GUARD = (GuardEntry(PATH_GUARD_KEY, True),)
+REMOVAL_GUARD = (GuardEntry(REMOVAL_GUARD_KEY, False),)
 
 
 def _key(entry: Any) -> str:
@@ -71,6 +93,8 @@ DELAY_LEVELS: tuple[Slot[DelayLevelsPlan], ...] = (
 """Children of a DelayLevels component (a vhost's shared delay levels), whose plan is a `DelayLevelsPlan`."""
 
 VHOST: tuple[Slot[VhostPlan], ...] = (
+    # First: every other child waits for the path guard (docs/guard.md).
+    Slot("Stash", lambda _: PATH_GUARD, _key),
     Slot("VHost", _created_vhost, lambda _: VHOST_KEY),
     Slot("Exchange", lambda plan: plan.exchanges, _key),
     Slot("Policy", lambda plan: plan.policies, _key),
@@ -89,8 +113,15 @@ VHOST: tuple[Slot[VhostPlan], ...] = (
     Slot("Shovel", lambda plan: plan.shovels, _key),
     # Last: a stack without user limits registers what it always did, in the same order.
     Slot("UserLimits", lambda plan: plan.user_limits, _key),
+    # After everything: the removal guard waits for every other child, so the engine deletes it first.
+    Slot("Stash", lambda _: REMOVAL_GUARD, _key),
 )
 """Children of a Vhost component, whose plan is a `VhostPlan`."""
+
+GUARDED: tuple[Slot[Any], ...] = (Slot("Stash", lambda _: PATH_GUARD, _key),
+                                  Slot("Stash", lambda _: REMOVAL_GUARD, _key))
+"""The path guards a RetryableQueue or DelayLevels component declares around its own children when it is used on
+its own (within a Vhost, the Vhost's guard its path)."""
 
 NESTED: dict[str, tuple[Slot[Any], ...]] = {"RetryableQueue": RETRYABLE_QUEUE, "DelayLevels": DELAY_LEVELS}
 """Child kinds that are components themselves, with their layout; the entry is their plan."""

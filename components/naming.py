@@ -118,6 +118,10 @@ VHOST_KEY = "vhost"
 """The VHost resource a Vhost component creates."""
 DELAY_LEVELS_KEY = "delay-levels"
 """The DelayLevels component of a Vhost component."""
+PATH_GUARD_KEY = "path-guard"
+"""The path guard of a component that owns retry paths (`resources.open_path_guard`)."""
+REMOVAL_GUARD_KEY = "removal-guard"
+"""Its removal guard (`resources.close_path_guard`)."""
 
 
 def retryable_key(queue: str) -> str:

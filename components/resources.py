@@ -15,7 +15,7 @@ import pulumi_rabbitmq as rabbitmq
 
 from . import naming
 from .config import Vhost as VhostConfig
-from .guard import guarded
+from .guard import guarded, path_guard
 from .layout import Slot, children
 from .migrations import ShovelPlan
 from .plan import BindingPlan, ExchangePlan, PermissionPlan, PolicyPlan, QueuePlan, UserLimitsPlan
@@ -52,24 +52,39 @@ class Scope:
     """(kind, physical name) → the name output of what declares it, for inputs that name it."""
     resources: dict[tuple[str, str], pulumi.Resource] = field(default_factory=dict)
     """(kind, physical name) → the resource (or nested component) that declares it, to depend on."""
+    guard: pulumi.Resource | None = None
+    """The path guard every child waits for (`open_path_guard`): its update, which refuses a change that would
+    delete a part of a path holding messages, comes before any child is touched."""
+    declared: list[pulumi.Resource] = field(default_factory=list)
+    """Every child declared so far, for the removal guard to depend on (`close_path_guard`)."""
 
     def add(self, kind: str, name: str, resource: pulumi.Resource, output: pulumi.Output[str] | None = None) -> None:
         self.resources[(kind, name)] = resource
+        self.record(resource)
         if output is not None:
             self.names[(kind, name)] = output
+
+    def record(self, resource: pulumi.Resource) -> None:
+        if all(resource is not r for r in self.declared):
+            self.declared.append(resource)
+
+    def _after_guard(self, depends_on: list[pulumi.Resource] | None) -> list[pulumi.Resource] | None:
+        return depends_on if self.guard is None else [self.guard, *(depends_on or ())]
 
     def options(self, *, depends_on: list[pulumi.Resource] | None = None,
                 import_id: str | None = None) -> pulumi.ResourceOptions:
         """`import_id`: adopt the object the broker already holds (config `vhosts[].import`); once it is in
         the stack's state the option changes nothing and may be removed."""
-        return pulumi.ResourceOptions(parent=self.component, depends_on=depends_on, import_=import_id)
+        return pulumi.ResourceOptions(parent=self.component, depends_on=self._after_guard(depends_on),
+                                      import_=import_id)
 
     def queue_options(self, *, error_queue: bool = False, depends_on: list[pulumi.Resource] | None = None,
                       import_id: str | None = None) -> pulumi.ResourceOptions:
         """`protect` (Pulumi refuses to delete or replace) every queue, and the vhost that holds them;
         `retain_on_delete` on error queues, so that removing a component leaves parked messages."""
         return pulumi.ResourceOptions(
-            parent=self.component, depends_on=depends_on, protect=True if self.protect_queues else None,
+            parent=self.component, depends_on=self._after_guard(depends_on),
+            protect=True if self.protect_queues else None,
             retain_on_delete=True if error_queue and self.retain_error_queues else None, import_=import_id)
 
     def guarded_queue_options(self, *, error_queue: bool = False, depends_on: list[pulumi.Resource] | None = None,
@@ -93,6 +108,7 @@ def declare_vhost(scope: Scope, logical_name: str, vhost: VhostConfig) -> None:
         max_connections=None if limits.max_connections is None else str(limits.max_connections),
         max_queues=None if limits.max_queues is None else str(limits.max_queues),
         opts=scope.queue_options())
+    scope.record(resource)
     scope.vhost = resource.name
 
 
@@ -134,7 +150,7 @@ def declare_binding(scope: Scope, logical_name: str, binding: BindingPlan) -> No
     queue or exchange replaces its bindings too (the broker drops them with it)."""
     source = binding.source if binding.source_external else scope.names[("Exchange", binding.source)]
     destination_kind = "Queue" if binding.destination_type == "queue" else "Exchange"
-    rabbitmq.Binding(
+    scope.record(rabbitmq.Binding(
         logical_name,
         vhost=scope.vhost,
         source=source,
@@ -143,7 +159,7 @@ def declare_binding(scope: Scope, logical_name: str, binding: BindingPlan) -> No
         routing_key=binding.routing_key,
         arguments_json=binding.arguments_json,
         opts=scope.options(import_id=binding.import_id),
-    )
+    ))
 
 
 def _policy_fields(policy: PolicyPlan) -> dict[str, Any]:
@@ -160,9 +176,9 @@ def declare_policy(scope: Scope, logical_name: str, policy: PolicyPlan) -> None:
 
 
 def declare_operator_policy(scope: Scope, logical_name: str, policy: PolicyPlan) -> None:
-    rabbitmq.OperatorPolicy(logical_name, name=policy.name, vhost=scope.vhost,
-                            policy=rabbitmq.OperatorPolicyPolicyArgs(**_policy_fields(policy)),
-                            opts=scope.options(import_id=policy.import_id))
+    scope.record(rabbitmq.OperatorPolicy(logical_name, name=policy.name, vhost=scope.vhost,
+                                         policy=rabbitmq.OperatorPolicyPolicyArgs(**_policy_fields(policy)),
+                                         opts=scope.options(import_id=policy.import_id)))
 
 
 def declare_user(scope: Scope, logical_name: str, grant: PermissionPlan) -> None:
@@ -197,7 +213,7 @@ def declare_shovel(scope: Scope, logical_name: str, shovel: ShovelPlan) -> None:
     if scope.shovel_access is None:
         raise ValueError(f"shovel {shovel.name}: the vhost has no shovel access")
     uri = shovel_uri(scope.shovel_access, scope.vhost)
-    rabbitmq.Shovel(
+    scope.record(rabbitmq.Shovel(
         logical_name,
         name=shovel.name,
         vhost=scope.vhost,
@@ -213,13 +229,13 @@ def declare_shovel(scope: Scope, logical_name: str, shovel: ShovelPlan) -> None:
             scope.resources[("Queue", shovel.destination)],
             *(() if shovel.external_source else (scope.resources[("Queue", shovel.source)],)),  # not the stack's
             scope.resources[("Permissions", shovel.user)]]),
-    )
+    ))
 
 
 def declare_topic_permissions(scope: Scope, logical_name: str, grant: PermissionPlan) -> None:
     """RabbitMQ 4.3 refuses topic permissions on an exchange that does not exist yet: they wait for
     each exchange of this stack they name (an external one is the user's to create first)."""
-    rabbitmq.TopicPermissions(
+    scope.record(rabbitmq.TopicPermissions(
         logical_name,
         user=scope.names[("User", grant.user)],
         vhost=scope.vhost,
@@ -227,13 +243,13 @@ def declare_topic_permissions(scope: Scope, logical_name: str, grant: Permission
                      for t in grant.topic],
         opts=scope.options(depends_on=[scope.resources[("Exchange", t.exchange)] for t in grant.topic
                                        if ("Exchange", t.exchange) in scope.resources]),
-    )
+    ))
 
 
 def declare_user_limits(scope: Scope, logical_name: str, limits: UserLimitsPlan) -> None:
     """A dynamic resource (pulumi-rabbitmq has none for user limits: `user_limits.py`), set once its user exists
     and given the User's name output, so that a replaced user gets its limits again."""
-    UserLimits(logical_name, scope.names[("User", limits.user)], limits.limits, opts=scope.options())
+    scope.record(UserLimits(logical_name, scope.names[("User", limits.user)], limits.limits, opts=scope.options()))
 
 
 BUILDERS: dict[str, Builder] = {
@@ -257,3 +273,21 @@ def declare_children(scope: Scope, component: str, layout: Iterable[Slot[Any]], 
     """Every child of `layout` for `plan`, in the layout's order, named after the component `component`."""
     for slot, logical_name, entry in children(component, layout, plan):
         builders[slot.kind](scope, logical_name, entry)
+
+
+def open_path_guard(scope: Scope, logical_name: str, inventory: pulumi.Input[Mapping[str, Any]]) -> None:
+    """The component's path guard, declared before its other children, each of which waits for it: an update that
+    deletes or replaces a part of a path it lists is refused by its `before_update` hook (`guard.py`) before
+    the engine touches any child. A Stash: it stores the inventory (`paths.inventory`) and nothing else."""
+    scope.guard = pulumi.Stash(logical_name, input=inventory,
+                               opts=pulumi.ResourceOptions(parent=scope.component, hooks=pulumi.ResourceHookBinding(
+                                   before_update=[path_guard()])))
+
+
+def close_path_guard(scope: Scope, logical_name: str, inventory: pulumi.Input[Mapping[str, Any]]) -> None:
+    """The component's removal guard, declared after its other children and waiting for all of them: when the
+    component goes, the engine deletes it first (dependents before what they depend on), and its `before_delete`
+    hook refuses while a path it lists holds messages, before any other child is deleted."""
+    pulumi.Stash(logical_name, input=inventory,
+                 opts=pulumi.ResourceOptions(parent=scope.component, depends_on=list(scope.declared),
+                                             hooks=pulumi.ResourceHookBinding(before_delete=[path_guard()])))

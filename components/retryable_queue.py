@@ -20,8 +20,9 @@ from .arguments import (
 from .config import ConfigError, Queue, check_queue_levels, load_queue
 from .delay_levels import DelayLevels
 from .entries import RetryablePlan
+from .paths import inventory, retryable_path
 from .plan import plan_retryable
-from .resources import Scope, declare_children
+from .resources import Scope, close_path_guard, declare_children, open_path_guard
 from .strategies import strategy_of
 
 TYPE_TOKEN = "rabbitmq-retry:index:RetryableQueue"
@@ -132,7 +133,16 @@ class RetryableQueue(pulumi.ComponentResource):
                       retain_error_queues=checked.get("retain_error_queues", False))
         if levels is not None:
             scope.names[("Exchange", naming.DELIVERY_EXCHANGE)] = levels.delivery_exchange
+        # Within a Vhost its path guards guard this queue's path; used on its own, it guards its path itself.
+        scope.guard = getattr(opts.parent, "path_guard", None) if opts is not None else None
+        own_guards = scope.guard is None
+        if own_guards:
+            paths = pulumi.Output.from_input(vhost).apply(lambda name: inventory(name, [retryable_path(
+                plan, levels.plan if levels is not None else None)]))
+            open_path_guard(scope, naming.logical_name(name, naming.PATH_GUARD_KEY), paths)
         declare_children(scope, name, layout.RETRYABLE_QUEUE, plan)
+        if own_guards:
+            close_path_guard(scope, naming.logical_name(name, naming.REMOVAL_GUARD_KEY), paths)
 
         retry_exchange = plan.strategy_module.retry_exchange(plan)
         self.queue_name = scope.names[("Queue", plan.config.name)]

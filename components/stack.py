@@ -30,6 +30,7 @@ from .guard import (
     check_guard_config,
     parse_amqp_port,
     parse_delete_with_messages,
+    path_guard,
     queue_guard,
     unplanned_entries,
 )
@@ -175,6 +176,7 @@ def register_guard(plans: list[tuple[str, VhostPlan]]) -> None:
     Warn about each `delete_with_messages` entry that names no queue of the stack: right only for a queue this
     update removes, and a forgotten waiver otherwise."""
     queue_guard()
+    path_guard()
     allowed, _ = parse_delete_with_messages(_decode(runtime_config.get_config(f"{NAMESPACE}:{DELETE_WITH_MESSAGES}")))
     for entry in unplanned_entries(allowed, [plan for _, plan in plans]):
         pulumi.log.warn(f'{NAMESPACE}:{DELETE_WITH_MESSAGES} lists "{entry}", which this stack does not declare: it '

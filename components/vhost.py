@@ -23,8 +23,9 @@ from .config import ConfigError, load_vhost
 from .config import Vhost as VhostConfig
 from .delay_levels import DelayLevels
 from .entries import DelayLevelsPlan, RetryablePlan, VhostPlan
+from .paths import inventory, vhost_paths
 from .plan import plan_vhost
-from .resources import BUILDERS, Scope, ShovelAccess, declare_children
+from .resources import BUILDERS, Scope, ShovelAccess, close_path_guard, declare_children, open_path_guard
 from .retryable_queue import RetryableQueue, RetryableQueueArgs
 from .stack import stack_shovel_user
 
@@ -74,6 +75,8 @@ class Vhost(pulumi.ComponentResource):
     """Every queue this component declares, retry machinery and shared delay levels included."""
     retry_contracts: pulumi.Output[dict[str, dict[str, Any]]]
     """Retry contract of each retryable queue, by queue name."""
+    path_guard: pulumi.Resource | None
+    """The path guard its children wait for, its retryable queues' and delay levels' included (docs/guard.md)."""
 
     def __init__(self, name: str, args: VhostArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         where = f"Vhost({name})"
@@ -97,6 +100,14 @@ class Vhost(pulumi.ComponentResource):
                       shovel_access=shovel_access)
         if shovel_access is not None and self.plan.shovels:
             scope.names[("User", self.plan.shovels[0].user)] = pulumi.Output.from_input(shovel_access.user)
+        paths = inventory(config.name, vhost_paths(self.plan))
+
+        def declare_guard(scope: Scope, logical_name: str, guard: layout.GuardEntry) -> None:
+            if guard.opens:
+                open_path_guard(scope, logical_name, paths)
+                self.path_guard = scope.guard
+            else:
+                close_path_guard(scope, logical_name, paths)
         retryables: dict[str, RetryableQueue] = {}
         delay_levels: list[DelayLevels] = []
 
@@ -127,7 +138,8 @@ class Vhost(pulumi.ComponentResource):
                 scope.add("Exchange", exchange.name, component)
 
         declare_children(scope, name, layout.VHOST, self.plan, {**BUILDERS, "RetryableQueue": declare_retryable,
-                                                                "DelayLevels": declare_delay_levels})
+                                                                "DelayLevels": declare_delay_levels,
+                                                                "Stash": declare_guard})
 
         self.vhost_name = pulumi.Output.from_input(scope.vhost)
         self.queues = pulumi.Output.all(

@@ -37,6 +37,8 @@ FEDERATION_UPSTREAM = "rabbitmq:index/federationUpstream:FederationUpstream"
 USER_LIMITS = "pulumi-python:dynamic/rabbitmq-retry:UserLimits"
 """The project's own dynamic resource (components/user_limits.py), whose diff replaces it for another user only."""
 STACK = "pulumi:pulumi:Stack"
+STASH = "pulumi:index:Stash"
+"""The path guards (components/resources.py): Pulumi's built-in Stash, whose `input` updates in place."""
 
 
 def short_type(resource_type: str) -> str:
@@ -58,6 +60,7 @@ REPLACE_ON_CHANGES: dict[str, frozenset[str]] = {
     USER: frozenset({"name"}),
     VHOST: frozenset({"name"}),
     USER_LIMITS: frozenset({"user"}),
+    STASH: frozenset(),
 }
 """Top-level inputs whose change replaces the resource; an unknown type is assumed to replace on
 any change (the cautious answer for a review tool)."""

@@ -3,8 +3,11 @@
 - each `rabbitmq-retry:delete_with_messages` entry is a data-loss line, acknowledged like any other (ALLOW_DATA_LOSS):
   it lets `pulumi up` delete that queue with what it holds; an entry that names no queue the change deletes or
   replaces is a waiver left behind, to remove;
-- with a live broker (`make review ENDPOINT=…`), what each queue the change deletes or replaces holds now, read
-  through `rabbitmq_retry_client.depth` (passive declares and GET requests: nothing is created or changed).
+- each retry path the change deletes or replaces a part of (read from the path guards' inventories, exactly what
+  the guard will check at apply time), with its parts and its queues;
+- with a live broker (`make review ENDPOINT=…`), what each queue of those paths (and each queue the change deletes
+  or replaces) holds now, read through `rabbitmq_retry_client.depth` (passive declares and GET requests: nothing is
+  created or changed).
 
 Without an endpoint and without entries the review is exactly what it was.
 """
@@ -23,6 +26,7 @@ from components.guard import (
     parse_delete_with_messages,
     queue_key,
 )
+from components.paths import changed_parts, queues_of
 from rabbitmq_retry_client.depth import BrokerAccess, DepthError, DepthReader, QueueDepth
 from tools.lib import engine, markdown
 from tools.lib.definitions import Endpoint
@@ -39,7 +43,32 @@ class Lost:
     vhost: str
     queue: str
     op: str
-    """delete or replace."""
+    """delete or replace; `path` for a queue that stays but is on a path the change deletes a part of."""
+
+
+@dataclass(frozen=True)
+class TouchedPath:
+    """A retry path the change deletes or replaces a part of: the guard reads all its queues before."""
+
+    vhost: str
+    path: str
+    parts: tuple[str, ...]
+    queues: tuple[str, ...]
+
+
+def touched_paths(steps: Sequence[Step]) -> list[TouchedPath]:
+    """From the path guards' steps: an update deletes or replaces the parts whose fingerprints change, a delete
+    (the removal guard: its component goes) every part of every path it lists."""
+    found: dict[tuple[str, str], TouchedPath] = {}
+    for step in steps:
+        if step.type != engine.STASH or step.op not in ("update", "delete"):
+            continue
+        old = (step.old or {}).get("input")
+        new = (step.new or {}).get("input") if step.op == "update" else None
+        for path, parts in changed_parts(old, new).items():
+            vhost = str((old or {}).get("vhost") or "/")
+            found.setdefault((vhost, path), TouchedPath(vhost, path, tuple(parts), tuple(queues_of(old, path))))
+    return sorted(found.values(), key=lambda p: (p.vhost, p.path))
 
 
 @dataclass(frozen=True)
@@ -51,10 +80,30 @@ class GuardSection:
 
 
 def lost_queues(steps: Sequence[Step]) -> list[Lost]:
-    """Every queue the change deletes or replaces (a replacement deletes it first), in vhost and name order."""
-    found = {Lost(str((s.old or {}).get("vhost", "/")), str((s.old or {}).get("name", "")), s.op)
+    """Every queue the change deletes or replaces (a replacement deletes it first), and every other queue of a path
+    it deletes a part of, in vhost and name order."""
+    found = {(str((s.old or {}).get("vhost", "/")), str((s.old or {}).get("name", ""))): s.op
              for s in steps if s.type == engine.QUEUE and s.op in ("delete", "replace")}
-    return sorted(found, key=lambda lost: (lost.vhost, lost.queue))
+    for path in touched_paths(steps):
+        for queue in path.queues:
+            found.setdefault((path.vhost, queue), "path")
+    return sorted((Lost(vhost, queue, op) for (vhost, queue), op in found.items()),
+                  key=lambda lost: (lost.vhost, lost.queue))
+
+
+def path_lines(paths: Sequence[TouchedPath], entries: frozenset[str]) -> list[str]:
+    """One line per touched path: what the change deletes of it, and the queues the guard reads first."""
+    lines = []
+    for path in paths:
+        parts = ", ".join(markdown.code(p) for p in path.parts[:6])
+        more = f" and {len(path.parts) - 6:,} more" if len(path.parts) > 6 else ""
+        waived = [q for q in path.queues if queue_key(path.vhost, q) in entries]
+        note = (f"; ⚠️ waived for {', '.join(markdown.code(q) for q in waived)}: what they hold is lost with the "
+                "whole path" if waived else "")
+        lines.append(f"- {_where(path.vhost, path.path)}: deletes or replaces {parts}{more}. `pulumi up` first "
+                     f"reads {', '.join(markdown.code(q) for q in path.queues)} and refuses, leaving the whole path "
+                     f"in place, while any of them holds a message{note}")
+    return lines
 
 
 def waivers(config: Mapping[str, str]) -> frozenset[str]:
@@ -78,7 +127,8 @@ def waiver_lines(entries: frozenset[str], lost: Sequence[Lost]) -> list[str]:
     lines = []
     for entry in sorted(entries):
         if (queue := by_key.get(entry)) is not None:
-            lines.append(f"- ⚠️ **data loss**: {markdown.code(entry)} — this change {queue.op}s it, and "
+            did = "deletes a part of its retry path" if queue.op == "path" else f"{queue.op}s it"
+            lines.append(f"- ⚠️ **data loss**: {markdown.code(entry)} — this change {did}, and "
                          f"`{DELETE_WITH_MESSAGES}` lets `pulumi up` do so with every message it holds")
         else:
             lines.append(f"- ⚠️ **data loss**: {markdown.code(entry)} — this change neither deletes nor replaces it: "
@@ -123,6 +173,10 @@ def guard_section(steps: Sequence[Step], config: Mapping[str, str], read: Reader
     lost = lost_queues(steps)
     entries = waivers(config)
     out: list[str] = []
+    if paths := touched_paths(steps):
+        out += ["", "### Retry paths this change deletes a part of", "",
+                "Nothing on a retry path is deleted while anything on it holds a message (docs/guard.md).", "",
+                *path_lines(paths, entries)]
     if entries:
         out += ["", f"### Queue guard waived (`{NAMESPACE}:{DELETE_WITH_MESSAGES}`)", "",
                 "> ⚠️ `pulumi up` deletes these queues with whatever they hold; acknowledge with ALLOW_DATA_LOSS=1 "

@@ -10,7 +10,7 @@ from typing import Any
 
 from components.durations import format_duration
 from rabbitmq_retry_client.contract import strategy_of
-from tools.lib import markdown
+from tools.lib import engine, markdown
 from tools.lib.diagram import retry_path
 from tools.lib.engine import Step
 from tools.lib.mockrun import Registered
@@ -224,6 +224,10 @@ def render(steps: Sequence[Step], old: Sequence[Registered], new: Sequence[Regis
     """The review's Markdown (grouped for a comment, and in full) and the exit status; `plans` say what the
     planner knew of each side's resources (`planned.plan_index`), BASE's first; `migrations`: the working tree's
     (`migrations.migrations_of`), each with a section of its own (what each old queue holds now with `read`)."""
+    # The path guards (pulumi:index:Stash) are not topology: the guard section shows the paths they guard.
+    steps = [s for s in steps if s.type != engine.STASH]
+    old = [r for r in old if r.type != engine.STASH]
+    new = [r for r in new if r.type != engine.STASH]
     m = model(steps, old, new, plans, migrations)
     lost = any(r.risk == DATA_LOSS for r in m.rows)
     fails = any(r.risk == FAILS for r in m.rows)
