@@ -131,7 +131,9 @@ def test_retryable_queue_can_be_used_on_its_own():
     assert names == sorted(["billing-input", "billing-wait-1", "billing-wait-2", "billing-error",
                             "billing-retry-exchange", "billing-requeue-exchange", "billing-error-exchange",
                             "billing-wait-1-binding", "billing-wait-2-binding", "billing-requeue-binding",
-                            "billing-error-binding", "billing-wait-1-policy", "billing-wait-2-policy"])
+                            "billing-error-binding", "billing-wait-1-policy", "billing-wait-2-policy",
+                            # Used on its own, it guards its path itself (docs/guard.md).
+                            "billing-path-guard", "billing-removal-guard"])
 
 
 def test_a_standalone_component_reports_config_errors_with_their_path():
@@ -186,7 +188,8 @@ def test_the_components_register_exactly_the_layout():
 
 def test_every_kind_of_the_layout_has_one_builder():
     kinds = [slot.kind for table in (layout.VHOST, *layout.NESTED.values()) for slot in table]
-    assert set(kinds) == set(BUILDERS) | set(layout.NESTED)
+    # The Vhost declares its path guards (Stash) itself, around the other children.
+    assert set(kinds) == set(BUILDERS) | set(layout.NESTED) | {"Stash"}
 
 
 # --- args are as strict as the stack file ----------------------------------------------------------------

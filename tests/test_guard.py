@@ -13,20 +13,43 @@ import pulumi
 import pytest
 
 from components.guard import (
+    PATH_GUARD,
     QUEUE_GUARD,
     GuardError,
     check_queue_delete,
     parse_amqp_port,
     parse_delete_with_messages,
+    path_refusal,
     queue_key,
     refusal,
 )
+from components.paths import changed_parts
 from rabbitmq_retry_client.depth import DepthError, QueueDepth, amqp_listener
 from tests.conftest import ROOT
 from tests.support import recordings
 from tools.lib.mockrun import RecordingMonitor, record, record_program
 
 QUEUE = "rabbitmq:index/queue:Queue"
+STASH = "pulumi:index:Stash"
+
+
+def assert_path_guards(registered: list[Any]) -> None:
+    """Each component that owns paths has two path guards: one every other custom child waits for (checked before it
+    is updated), and one that waits for every other custom child (checked before it is deleted)."""
+    guards = [r for r in registered if r.type == STASH]
+    opening = [r for r in guards if r.hooks == {"before_update": [PATH_GUARD]}]
+    closing = [r for r in guards if r.hooks == {"before_delete": [PATH_GUARD]}]
+    assert opening and len(opening) == len(closing) == len(guards) / 2
+    customs = [r for r in registered if r.custom and r.type != STASH]
+    parent_of = {r.urn: r.parent for r in registered}
+
+    def under(record: Any, component: str) -> bool:
+        return record.parent == component or parent_of.get(record.parent) == component
+
+    for guard in opening:
+        assert all(guard.urn in r.dependencies for r in customs if under(r, guard.parent))
+    for guard in closing:
+        assert all(r.urn in guard.dependencies for r in customs if under(r, guard.parent))
 
 
 def depth(ready: int = 0, unacknowledged: int = 0, dead_letters: int = 0, consumers: int = 0,
@@ -58,8 +81,9 @@ def test_every_queue_of_the_stack_and_nothing_else_is_bound_to_the_one_guard(sta
     queues = [r for r in registered if r.type == QUEUE]
     assert queues
     assert all(r.hooks == {"before_delete": [QUEUE_GUARD]} for r in queues)
-    assert all(r.hooks == {} for r in registered if r.type != QUEUE)
-    assert hooks_registered == [QUEUE_GUARD]
+    assert_path_guards(registered)
+    assert all(r.hooks == {} for r in registered if r.type not in (QUEUE, STASH))
+    assert hooks_registered == [QUEUE_GUARD, PATH_GUARD]
 
 
 @pytest.mark.parametrize("name", sorted(recordings.STANDALONE))
@@ -67,8 +91,9 @@ def test_components_used_on_their_own_bind_their_queues_to_one_guard(name: str, 
     registered = record(recordings.STANDALONE[name])
     assert [r.hooks for r in registered if r.type == QUEUE] == [{"before_delete": [QUEUE_GUARD]}] * sum(
         r.type == QUEUE for r in registered) != []
-    assert all(r.hooks == {} for r in registered if r.type != QUEUE)
-    assert hooks_registered == [QUEUE_GUARD]
+    assert_path_guards(registered)
+    assert all(r.hooks == {} for r in registered if r.type not in (QUEUE, STASH))
+    assert sorted(hooks_registered) == sorted([QUEUE_GUARD, PATH_GUARD])
 
 
 def test_a_stack_that_declares_no_queue_still_registers_the_guard(program_copy: Path, hooks_registered: list[str]):
@@ -76,7 +101,7 @@ def test_a_stack_that_declares_no_queue_still_registers_the_guard(program_copy: 
     program registers it (`hook … was not registered`)."""
     (program_copy / "Pulumi.empty.yaml").write_text("config:\n  rabbitmq-retry:vhosts: []\n")
     assert not [r for r in record_program("empty", program_copy) if r.type == QUEUE]
-    assert hooks_registered == [QUEUE_GUARD]
+    assert hooks_registered == [QUEUE_GUARD, PATH_GUARD]
 
 
 def test_the_escape_hatch_is_a_list_of_distinct_vhost_slash_queue():
@@ -183,3 +208,57 @@ def test_the_registered_hook_reads_the_queue_the_engine_names_and_refuses_when_t
         asyncio.run(_guard_queue_delete(args))  # listed: allowed unread, with a warning
     finally:
         set_all_config({}, [])
+
+
+# --- the path guard: nothing on a retry path is deleted while anything on it holds a message ---------------
+
+
+def inventory(*paths: tuple[str, list[str], dict[str, str]]) -> dict[str, Any]:
+    return {"vhost": "shop", "paths": [{"path": name, "queues": queues, "parts": parts} for name, queues, parts in paths]}
+
+
+ORDERS = ("orders", ["orders", "orders.wait.1", "orders.error"],
+          {"Queue orders": "a", "Queue orders.wait.1": "b", "Exchange orders.requeue": "c", "Binding requeue": "d"})
+
+
+def reader(held: dict[str, int]) -> Any:
+    return lambda vhost, queue: depth(ready=held.get(queue, 0))
+
+
+def test_a_path_that_only_grows_is_not_read():
+    grown = ("orders", ORDERS[1], {**ORDERS[2], "Queue orders.wait.2": "e"})
+    assert changed_parts(inventory(ORDERS), inventory(grown)) == {}
+    assert path_refusal(inventory(ORDERS), inventory(grown), reader({"orders.wait.1": 5}), frozenset()) is None
+
+
+def test_deleting_the_way_back_of_a_wait_queue_that_holds_messages_is_refused_naming_the_queue():
+    """The retire of issue 31: the requeue exchange would go while `orders.wait.1` holds 20 messages."""
+    why = path_refusal(inventory(ORDERS), inventory(), reader({"orders.wait.1": 20}), frozenset())
+    assert why is not None and '"orders.wait.1" holds 20 messages' in why and "Exchange orders.requeue" in why
+    assert "shop/<queue>" not in why and "delete_with_messages" in why
+
+
+def test_a_replaced_part_touches_its_path_and_a_held_message_anywhere_on_it_refuses():
+    replaced = ("orders", ORDERS[1], {**ORDERS[2], "Queue orders": "quorum"})
+    assert changed_parts(inventory(ORDERS), inventory(replaced)) == {"orders": ["Queue orders"]}
+    why = path_refusal(inventory(ORDERS), inventory(replaced), reader({"orders.error": 1}), frozenset())
+    assert why is not None and '"orders.error" holds 1 message ' in why
+
+
+def test_an_empty_path_may_go_and_every_holding_queue_must_be_listed_to_waive_it():
+    assert path_refusal(inventory(ORDERS), inventory(), reader({}), frozenset()) is None
+    held = reader({"orders": 3, "orders.wait.1": 2})
+    assert path_refusal(inventory(ORDERS), inventory(), held, frozenset({"shop/orders"})) is not None  # input alone
+    assert path_refusal(inventory(ORDERS), inventory(), held, frozenset({"shop/orders", "shop/orders.wait.1"})) is None
+
+
+def test_a_path_that_cannot_be_read_is_refused():
+    def unreadable(vhost: str, queue: str) -> QueueDepth | None:
+        raise DepthError("management API at http://rabbit:15672 unreachable")
+    why = path_refusal(inventory(ORDERS), None, unreadable, frozenset())
+    assert why is not None and "cannot be read (management API at http://rabbit:15672 unreachable)" in why
+
+
+def test_a_vhost_moved_elsewhere_touches_every_path():
+    moved = {**inventory(ORDERS), "vhost": "shop2"}
+    assert changed_parts(inventory(ORDERS), moved) == {"orders": sorted(ORDERS[2])}

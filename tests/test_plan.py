@@ -117,7 +117,8 @@ def test_logical_names_walk_each_component_and_its_nested_components():
     assert ("Vhost$RetryableQueue", "Queue", "%2F-q-wait-1") in names
     assert not [name for name in names if name[1] == "VHost"]  # "/" always exists: never created
     created = logical_names("shop", plan_vhost(load_vhost({"name": "shop"}, "v")))
-    assert created == [("", "Vhost", "shop"), ("Vhost", "VHost", "shop-vhost")]
+    assert created == [("", "Vhost", "shop"), ("Vhost", "Stash", "shop-path-guard"), ("Vhost", "VHost", "shop-vhost"),
+                       ("Vhost", "Stash", "shop-removal-guard")]
 
 
 def test_a_plain_queue_s_ttl_and_byte_limit_are_in_its_policy_and_single_active_consumer_is_an_argument():

@@ -620,8 +620,8 @@ def multiplied(recorded: Recorded, queues: int) -> Recorded:
     def renamed_planned(planned: Planned, index: int) -> Planned:
         fields = json.loads(json.dumps(asdict(planned)).replace("q0000", f"q{index:04d}"))
         return Planned(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
-    shared = [r for r in recording if "q0000" not in json.dumps(asdict(r))]
-    own = [r for r in recording if "q0000" in json.dumps(asdict(r)) and r.type != VHOST_COMPONENT]
+    shared = [r for r in recording if "q0000" not in json.dumps(asdict(r)) or r.type == engine.STASH]
+    own = [r for r in recording if "q0000" in json.dumps(asdict(r)) and r.type not in (VHOST_COMPONENT, engine.STASH)]
     vhost = next(r for r in recording if r.type == VHOST_COMPONENT)
     contract = vhost.outputs["retry_contracts"]["q0000"]
     contracts_out = {f"q{i:04d}": json.loads(json.dumps(contract).replace("q0000", f"q{i:04d}")) for i in range(queues)}

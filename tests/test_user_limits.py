@@ -34,7 +34,8 @@ def test_an_applications_limits_become_one_user_limits_resource_after_its_user()
     [user] = [r for r in resources if r.type == engine.USER]
     assert limits.name == "shop-limits-billing"
     assert limits.inputs == {"user": "billing", "limits": {"max-channels": 20, "max-connections": 5}}
-    assert limits.dependencies == [user.urn] and not limits.secret
+    [guard] = [r.urn for r in resources if r.name == "shop-path-guard"]
+    assert limits.dependencies == [guard, user.urn] and not limits.secret
     assert limits.urn.endswith("::rabbitmq-retry:index:Vhost$pulumi-python:dynamic/rabbitmq-retry:UserLimits::"
                                "shop-limits-billing")
 
