@@ -148,7 +148,7 @@ def test_the_native_components_register_exactly_the_layout_with_integer_delays()
 
     resources = record(lambda: RetryableQueue("billing", {"vhost": "payments",
                                                           "queue": {**native(), "name": "billing"}}))
-    assert sorted(r.name for r in resources if r.custom) == [
+    assert sorted(r.name for r in resources if r.custom and r.type != "pulumi:index:Stash") == [
         "billing-error", "billing-error-binding", "billing-error-exchange", "billing-error-policy", "billing-input",
         "billing-policy", "billing-requeue-binding", "billing-requeue-exchange"]
     (policy,) = [r for r in resources if r.name == "billing-policy"]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tools.lib.engine import STASH
 from tools.lib.inventory import contracts, physical_name
 from tools.lib.mockrun import ROOT, Registered, record_program
 from tools.lib.plan_report import COLUMNS, render
@@ -55,7 +56,7 @@ def decoded(label: str) -> str:
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_every_resource_is_a_row_with_every_column(stack: str):
     resources = record_program(stack)
-    custom = [r for r in resources if r.custom]
+    custom = [r for r in resources if r.custom and r.type != STASH]
     rows = table(render(stack, resources))
     assert all(len(row) == len(COLUMNS) for row in rows)
     assert sorted((row[1], code_text(row[2]), code_text(row[3])) for row in rows) == sorted(
@@ -112,8 +113,8 @@ def awkward(program_copy: Path) -> list[Registered]:
 
 def test_names_with_pipes_and_quotes_keep_the_table_intact(awkward: list[Registered]):
     rows = table(render("awkward", awkward))
-    assert len(rows) == sum(r.custom for r in awkward) and all(len(row) == len(COLUMNS) for row in rows)
-    assert {code_text(row[3]) for row in rows} == {physical_name(r) for r in awkward if r.custom}
+    assert len(rows) == sum(r.custom and r.type != STASH for r in awkward) and all(len(row) == len(COLUMNS) for row in rows)
+    assert {code_text(row[3]) for row in rows} == {physical_name(r) for r in awkward if r.custom and r.type != STASH}
     assert AWKWARD_QUEUE in {code_text(row[3]) for row in rows}
     binding = next(row for row in rows if code_text(row[3]) == f"{AWKWARD_EXCHANGE} → {AWKWARD_QUEUE}")
     assert code_text(binding[4]) == "routing_key='a|b'"

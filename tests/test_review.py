@@ -54,7 +54,7 @@ def orders(config: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 def review_of(program_copy: Path) -> Callable[..., tuple[list[engine.Step], str, int]]:
-    """old config, new config → (changed steps, the review for a comment, exit status), evaluated in-process;
+    """old config, new config → (changed steps (the path guards aside: the review shows the paths they guard), the review for a comment, exit status), evaluated in-process;
     `run.full` is then the full report. One stack name for both sides: the stack is part of every URN."""
     def run(old: dict[str, Any], new: dict[str, Any], allow_data_loss: bool = False):
         recordings, plans = [], []
@@ -65,7 +65,7 @@ def review_of(program_copy: Path) -> Callable[..., tuple[list[engine.Step], str,
         steps = engine.diff(*recordings)
         reviewed = review.render(steps, *recordings, (plans[0], plans[1]), allow_data_loss=allow_data_loss)
         run.full = reviewed.full
-        return [s for s in steps if s.custom and s.op != "same"], reviewed.compact, reviewed.status
+        return [s for s in steps if s.custom and s.op != "same" and s.type != engine.STASH], reviewed.compact, reviewed.status
     return run
 
 
@@ -335,7 +335,7 @@ def repo(program_copy: Path) -> Path:
 
 def dev_resources(repo: Path) -> int:
     """RabbitMQ objects of the dev stack (the summary counts those, not components)."""
-    return sum(r.custom for r in record_program("dev", repo))
+    return sum(r.custom and r.type != engine.STASH for r in record_program("dev", repo))
 
 
 def commit_edit(repo: Path, old: str, new: str) -> None:

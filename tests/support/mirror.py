@@ -271,6 +271,8 @@ def _put_limits(broker: Broker, r: Registered) -> None:
 
 
 def _create(broker: Broker, r: Registered) -> None:
+    if r.type == engine.STASH:
+        return  # a path guard: the engine stores its input in the state, nothing reaches the broker
     if r.type == engine.USER_LIMITS:
         user_limits_provider(broker).create(_limits_inputs(r))
         return
@@ -316,6 +318,8 @@ def _create(broker: Broker, r: Registered) -> None:
 
 def _update(broker: Broker, old: Registered, new: Registered) -> None:
     """Only in-place types get here (every Queue/Exchange/Binding change is a replace)."""
+    if new.type == engine.STASH:
+        return
     if new.type == engine.USER_LIMITS:
         user_limits_provider(broker).update(old.inputs["user"], _limits_inputs(old), _limits_inputs(new))
         return
@@ -348,8 +352,8 @@ there (e.g. the queue guard: tests/broker/test_guard.py)."""
 def _delete(broker: Broker, r: Registered, before_delete: BeforeDelete | None = None) -> None:
     if before_delete is not None and r.hooks.get("before_delete"):
         before_delete(r)
-    if r.retain_on_delete:
-        return  # Pulumi drops it from state and leaves it on the broker
+    if r.retain_on_delete or r.type == engine.STASH:
+        return  # Pulumi drops it from state and leaves it on the broker; a path guard is only in the state
     if r.type == engine.USER_LIMITS:
         user_limits_provider(broker).delete(r.inputs["user"], _limits_inputs(r))
     elif r.type == engine.BINDING:
@@ -520,4 +524,5 @@ def _read_one(broker: Broker, r: Registered) -> list[str]:
 
 def read_back(broker: Broker, resources: Sequence[Registered]) -> list[str]:
     """What a refresh would find different from the program; [] means the next `pulumi up` plans nothing."""
-    return [line for record in engine.creation_order(_custom(resources)) for line in _read_one(broker, record)]
+    return [line for record in engine.creation_order(_custom(resources)) if record.type != engine.STASH
+            for line in _read_one(broker, record)]

@@ -7,7 +7,7 @@ from collections import Counter
 
 from tools.lib import markdown
 from tools.lib.diagram import retry_path
-from tools.lib.engine import short_type
+from tools.lib.engine import STASH, short_type
 from tools.lib.inventory import VHOST_COMPONENT, key_inputs, natural, physical_name
 from tools.lib.mockrun import Registered
 
@@ -17,12 +17,16 @@ COLUMNS = ("op", "type", "logical name", "physical name", "key inputs")
 
 def render(stack: str, resources: list[Registered]) -> str:
     """The plan as Markdown: a count per type, a table of every RabbitMQ object, a diagram per retry path."""
-    custom = [r for r in resources if r.custom]
+    # The path guards are Pulumi's own bookkeeping, not RabbitMQ objects: counted in one line (docs/guard.md).
+    guards = sum(r.type == STASH for r in resources)
+    custom = [r for r in resources if r.custom and r.type != STASH]
     counts = Counter(short_type(r.type) for r in custom)
     imported = sum(bool(r.import_id) for r in custom)
     out = [f"# Plan for stack {markdown.code(stack)}", "",
            f"{len(custom)} resources: " + ", ".join(f"{n} {t}" for t, n in sorted(counts.items()))
-           + (f"; {imported} imported (adopted as the broker holds them, with their messages)" if imported else ""),
+           + (f"; {imported} imported (adopted as the broker holds them, with their messages)" if imported else "")
+           + (f"; and {guards} path guards (Pulumi Stash resources that refuse to delete any part of a retry path "
+              "while anything on it holds a message, docs/guard.md)" if guards else ""),
            "",
            markdown.row(COLUMNS), markdown.row(["---"] * len(COLUMNS))]
     for r in sorted(custom, key=lambda r: (r.parent or "", short_type(r.type), natural(r.name))):
