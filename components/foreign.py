@@ -31,9 +31,10 @@ def schema_name(field: str) -> str:
 def _hints(typed_dict: type) -> dict[str, Any]:
     """A TypedDict's field types, NotRequired taken off. Not `typing.get_type_hints`: `pulumi.Input` holds a
     forward reference to `Output` that it cannot resolve."""
+    wrappers: tuple[Any, ...] = (typing.NotRequired, typing.Required)
     hints = {}
     for key, hint in typed_dict.__annotations__.items():
-        if typing.get_origin(hint) in (typing.NotRequired, typing.Required):
+        if typing.get_origin(hint) in wrappers:
             hint = typing.get_args(hint)[0]
         hints[key] = hint
     return hints

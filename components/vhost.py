@@ -1,5 +1,6 @@
 """Vhost: everything one vhost of the stack config declares."""
 
+import functools
 from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
@@ -87,6 +88,10 @@ class Vhost(pulumi.ComponentResource):
         self.plan: VhostPlan = _plan(where, name, checked)
         config = self.plan.config
         passwords = checked.get("passwords") or {}
+        if isinstance(passwords, pulumi.Output):
+            whole = passwords
+            passwords = {g.user: whole.apply(functools.partial(_password, where, g.user))
+                         for g in self.plan.permissions}
         if missing := [g.user for g in self.plan.permissions if g.user not in passwords]:
             raise ConfigError([(f"{where}.passwords", f"no password for {', '.join(missing)}; pass a secret "
                                 "per application user")])
@@ -170,6 +175,14 @@ def _plan(where: str, name: str, checked: Mapping[str, Any]) -> VhostPlan:
     if problems := check_vhost(plan) + check_logical_names([(name, plan)]):
         raise TopologyError(f'vhost "{config.name}"', problems)
     return plan
+
+
+def _password(where: str, user: str, passwords: Mapping[str, str]) -> str:
+    """One user's password out of a map that arrived as one Output; when it lacks the user, the deployment fails
+    with the error a map of known keys gets before anything is registered."""
+    if user not in passwords:
+        raise ConfigError([(f"{where}.passwords", f"no password for {user}; pass a secret per application user")])
+    return passwords[user]
 
 
 def _flatten(items: list[Any]) -> list[str]:

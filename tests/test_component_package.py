@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +23,11 @@ from pulumi.provider.experimental import host
 # As the plugin imports them: the installed package, `rabbitmq_retry` (this repository's components/).
 from rabbitmq_retry import (
     ConfigError,
-    DelayLevels,
-    DelayLevelsArgs,
     RetryableQueue,
-    RetryableQueueArgs,
-    Vhost,
-    VhostArgs,
 )
 
 from tests.support import package
-from tests.support.package import as_typescript_sends, secret, stack_vhosts
+from tests.support.package import as_typescript_sends, cases
 from tools.lib.mockrun import record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,34 +114,6 @@ def test_the_plugin_folder_is_the_layout_pulumi_runs_with_python_m_pulumi_run_pl
 # --- construct with a TypeScript program's inputs --------------------------------------------------------
 
 
-APPLICATION = {"user": "billing-app", "publishes": ["orders"], "consumes": ["orders.billing"],
-               "topic_permissions": [{"exchange": "orders", "write": "^order\\."}],
-               "limits": {"max_connections": 10, "max_channels": 50}}
-
-
-def _cases() -> dict[str, tuple[type, type, str, Callable[[], dict[str, Any]]]]:
-    dev, prod = stack_vhosts("dev")[0], stack_vhosts("prod")[0]
-    return {
-        "dev-vhost": (Vhost, VhostArgs, "shop", lambda: {"vhost": dev}),
-        "prod-vhost": (Vhost, VhostArgs, "shop", lambda: {"vhost": prod, "protect_queues": True,
-                                                          "retain_error_queues": True}),
-        "vhost-with-application": (Vhost, VhostArgs, "shop", lambda: {
-            "vhost": {**dev, "applications": [APPLICATION]}, "passwords": {"billing-app": secret("s3cret")}}),
-        "standalone-tiers": (RetryableQueue, RetryableQueueArgs, "billing", lambda: {
-            "vhost": "payments", "protect_queues": True, "retain_error_queues": True,
-            "queue": {"name": "billing", "type": "quorum", "bindings": [{"exchange": "amq.topic", "external": True,
-                                                                        "routing_key": "billing.#"}],
-                      "max_length": 100000, "retry": {"delays": ["5s", "1m", "10m"], "max_retries": 6,
-                                                      "error_max_length": 1000}}}),
-        "standalone-native": (RetryableQueue, RetryableQueueArgs, "push", lambda: {
-            "vhost": "payments", "queue": {"name": "push", "type": "quorum", "quorum_group_size": 3,
-                                           "retry": {"strategy": "native", "min_delay": "1s", "max_delay": "30s",
-                                                     "max_retries": 5}}}),
-        "standalone-levels": (DelayLevels, DelayLevelsArgs, "payments-levels", lambda: {
-            "vhost": "payments", "delay_levels": {"unit": "1s", "max_delay": "1h", "quorum_group_size": 3}}),
-    }
-
-
 def _rows(recorded: list[Any]) -> list[dict[str, Any]]:
     return sorted((dataclasses.asdict(r) for r in recorded), key=lambda row: row["urn"])
 
@@ -161,10 +128,10 @@ def hosted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(host, "is_hosting", True)
 
 
-@pytest.mark.parametrize("case", list(_cases()))
+@pytest.mark.parametrize("case", list(cases()))
 def test_construct_with_a_typescript_programs_inputs_registers_what_the_python_call_registers(
         case: str, hosted: None) -> None:
-    component, args_type, name, args = _cases()[case]
+    component, args_type, name, args = cases()[case]
     python = _rows(record(lambda: component(name, args()), reveal_secrets=True))
     sent = as_typescript_sends(args(), args_type)
     assert any(isinstance(v, float) for v in _leaves(sent)), "a TypeScript program sends every number as a float"
@@ -185,7 +152,7 @@ def _leaves(value: Any) -> Iterator[Any]:
 
 
 def test_the_application_users_password_stays_a_secret_through_construct(hosted: None) -> None:
-    _, args_type, name, args = _cases()["vhost-with-application"]
+    _, args_type, name, args = cases()["vhost-with-application"]
     sent = as_typescript_sends(args(), args_type)
     users = [r for r in record(lambda: _construct("Vhost", name, sent)) if r.type == "rabbitmq:index/user:User"]
     assert [(u.name, u.secret) for u in users] == [(users[0].name, True)]
@@ -193,7 +160,7 @@ def test_the_application_users_password_stays_a_secret_through_construct(hosted:
 
 
 def test_constructs_outputs_carry_the_contract_in_the_schemas_names(hosted: None) -> None:
-    _, args_type, name, args = _cases()["standalone-tiers"]
+    _, args_type, name, args = cases()["standalone-tiers"]
     state: dict[str, Any] = {}
 
     def program() -> None:

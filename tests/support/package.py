@@ -4,6 +4,7 @@ the way a TypeScript program's SDK sends them (camelCase keys, every number a fl
 import json
 import tomllib
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,5 +81,44 @@ def stack_vhosts(stack: str) -> list[dict[str, Any]]:
     return vhosts
 
 
+SECRET_VALUES: dict[int, str] = {}
+"""What each secret made by `secret` holds, by the Output's id: the wire test encodes it as the engine would."""
+
+
 def secret(value: str) -> pulumi.Output[str]:
-    return pulumi.Output.secret(value)
+    """A secret, as `Config.require_secret` gives a Python program and a secret input a TypeScript one."""
+    output = pulumi.Output.secret(value)
+    SECRET_VALUES[id(output)] = value
+    return output
+
+
+APPLICATION = {"user": "billing-app", "publishes": ["orders"], "consumes": ["orders.billing"],
+               "topic_permissions": [{"exchange": "orders", "write": "^order\\."}],
+               "limits": {"max_connections": 10, "max_channels": 50}}
+
+
+def cases() -> dict[str, tuple[type, type, str, Callable[[], dict[str, Any]]]]:
+    """What the package tests construct both ways: component, its args type, name, and a function making the
+    args as a Python program writes them (a new secret Output each call)."""
+    from rabbitmq_retry import DelayLevels, DelayLevelsArgs, RetryableQueue, RetryableQueueArgs, Vhost, VhostArgs
+
+    dev, prod = stack_vhosts("dev")[0], stack_vhosts("prod")[0]
+    return {
+        "dev-vhost": (Vhost, VhostArgs, "shop", lambda: {"vhost": dev}),
+        "prod-vhost": (Vhost, VhostArgs, "shop", lambda: {"vhost": prod, "protect_queues": True,
+                                                          "retain_error_queues": True}),
+        "vhost-with-application": (Vhost, VhostArgs, "shop", lambda: {
+            "vhost": {**dev, "applications": [APPLICATION]}, "passwords": {"billing-app": secret("s3cret")}}),
+        "standalone-tiers": (RetryableQueue, RetryableQueueArgs, "billing", lambda: {
+            "vhost": "payments", "protect_queues": True, "retain_error_queues": True,
+            "queue": {"name": "billing", "type": "quorum", "bindings": [{"exchange": "amq.topic", "external": True,
+                                                                        "routing_key": "billing.#"}],
+                      "max_length": 100000, "retry": {"delays": ["5s", "1m", "10m"], "max_retries": 6,
+                                                      "error_max_length": 1000}}}),
+        "standalone-native": (RetryableQueue, RetryableQueueArgs, "push", lambda: {
+            "vhost": "payments", "queue": {"name": "push", "type": "quorum", "quorum_group_size": 3,
+                                           "retry": {"strategy": "native", "min_delay": "1s", "max_delay": "30s",
+                                                     "max_retries": 5}}}),
+        "standalone-levels": (DelayLevels, DelayLevelsArgs, "payments-levels", lambda: {
+            "vhost": "payments", "delay_levels": {"unit": "1s", "max_delay": "1h", "quorum_group_size": 3}}),
+    }
