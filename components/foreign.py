@@ -5,10 +5,12 @@ Two things differ from a Python call. Integers arrive as floats (`maxRetries: 3.
 component provider converts them and then overwrites the conversion): a whole float where the typed args say
 `int` is taken as that integer, any other (`3.5`) is refused with its key path, before the config parser sees
 it. And the caller wrote the schema's camelCase names (`retry.maxRetries`), so a `ConfigError` raised while the
-component is built names its keys that way. A Python program's call is untouched: this applies only when the
+component is built names its keys that way. The outputs handed back name their fields the schema's way
+too, lists and maps of objects included (`for_state`). A Python program's call is untouched: this applies only when the
 process is the package's plugin (`python -m pulumi.run.plugin rabbitmq-retry`, every caller another program
 through the engine)."""
 
+import contextvars
 import functools
 import re
 import types
@@ -19,6 +21,8 @@ from typing import Any, TypeVar
 from .config import ConfigError
 
 F = TypeVar("F", bound=Callable[..., None])
+_constructing: contextvars.ContextVar[bool] = contextvars.ContextVar("rabbitmq_retry_constructing", default=False)
+"""Set while the plugin builds the component another language asked for: its children are Python calls."""
 _SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)")
 
 
@@ -103,6 +107,54 @@ def spelled(path: str, where: str, fields: frozenset[str]) -> str:
     return where + ".".join(one(segment) for segment in path[len(where):].split("."))
 
 
+def schema_spelled(value: Any, hint: Any) -> Any:
+    """`value`, typed by `hint`, with every field of every TypedDict in it named as the schema names it."""
+    if typing.is_typeddict(hint) and isinstance(value, Mapping):
+        hints = _hints(hint)
+        return {schema_name(key) if key in hints else key: schema_spelled(item, hints.get(key))
+                for key, item in value.items()}
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is list and isinstance(value, list):
+        return [schema_spelled(item, args[0]) for item in value]
+    if origin is dict and isinstance(value, Mapping):
+        return {key: schema_spelled(item, args[1]) for key, item in value.items()}
+    if origin in (typing.Union, types.UnionType):
+        typed = [arg for arg in args if arg is not type(None)]
+        if len(typed) == 1:
+            return schema_spelled(value, typed[0])
+    return value
+
+
+def for_state(value: Any, hint: Any) -> Any:
+    """An output value as the SDK's component provider should hand it to another language. pulumi 3.272 renames
+    the fields of an output object, and of objects directly inside it, but copies a list or a map of objects as it
+    is: `contract.tiers[0].routing_key`, every contract of `Vhost.retry_contracts`. Those are spelled here, the
+    rest left for the SDK."""
+    if typing.is_typeddict(hint) and isinstance(value, Mapping):
+        hints = _hints(hint)
+        return {key: for_state(item, hints[key]) if key in hints else item for key, item in value.items()}
+    return schema_spelled(value, hint)
+
+
+def _state_hints(component: type) -> dict[str, Any]:
+    """The component's outputs (its class annotations `pulumi.Output[T]`) whose T holds a list or map of objects."""
+    hints = {}
+    for name, hint in component.__annotations__.items():
+        inner = typing.get_args(hint)[0] if typing.get_args(hint) else hint
+        if any(typing.get_origin(part) in (list, dict) for part in _containers(inner)):
+            hints[name] = inner
+    return hints
+
+
+def _containers(hint: Any) -> Iterator[Any]:
+    """`hint` and every type inside it that holds TypedDicts: the lists and maps the SDK copies as they are."""
+    if typing.get_origin(hint) in (list, dict) and any(True for _ in _typed_dicts(hint)):
+        yield hint
+    if typing.is_typeddict(hint):
+        for field in _hints(hint).values():
+            yield from _containers(field)
+
+
 def hosted() -> bool:
     """Is this process the package's plugin, building components for programs of other languages?"""
     from pulumi.provider.experimental import host
@@ -112,16 +164,24 @@ def hosted() -> bool:
 
 def accepts_other_languages(args_type: type, component: str) -> Callable[[F], F]:
     """Decorates a component's `__init__(self, name, args, opts)`: when the process is the plugin, the args'
-    integers are made ints (or refused) and a ConfigError's key paths are spelled as the schema spells them.
-    `functools.wraps` keeps the annotations the analyzer reads."""
+    integers are made ints (or refused), a ConfigError's key paths are spelled as the schema spells them, and the
+    outputs the SDK would pass on half-renamed are spelled for it (`for_state`); what the component registers is
+    untouched. `functools.wraps` keeps the annotations the analyzer reads."""
     fields = field_names(args_type)
 
     def decorate(init: F) -> F:
         @functools.wraps(init)
         def wrapper(self: Any, name: str, args: Any, opts: Any = None) -> None:
-            if not hosted():
+            if not hosted() or _constructing.get():  # a Python call, or a child of the component being constructed
                 init(self, name, args, opts)
                 return
+            token = _constructing.set(True)
+            try:
+                _construct(self, name, args, opts)
+            finally:
+                _constructing.reset(token)
+
+        def _construct(self: Any, name: str, args: Any, opts: Any) -> None:
             where = f"{component}({name})"
             if isinstance(args, Mapping):
                 problems: list[tuple[str, str]] = []
@@ -133,6 +193,9 @@ def accepts_other_languages(args_type: type, component: str) -> Callable[[F], F]
             except ConfigError as error:
                 raise ConfigError([(spelled(path, where, fields), message) for path, message in error.problems]) \
                     from error
+            for output, hint in _state_hints(type(self)).items():
+                value = getattr(self, output)
+                setattr(self, output, value.apply(functools.partial(for_state, hint=hint)))
 
         return typing.cast(F, wrapper)
 

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pulumi
 import pytest
 import yaml
 from pulumi.provider.experimental import host
@@ -159,20 +158,31 @@ def test_the_application_users_password_stays_a_secret_through_construct(hosted:
     assert "s3cret" not in json.dumps(users[0].inputs)
 
 
-def test_constructs_outputs_carry_the_contract_in_the_schemas_names(hosted: None) -> None:
-    _, args_type, name, args = cases()["standalone-tiers"]
+def _state(token: str, name: str, inputs: dict[str, Any], output: str) -> Any:
     state: dict[str, Any] = {}
 
     def program() -> None:
-        result = _construct("RetryableQueue", name, as_typescript_sends(args(), args_type))
-        pulumi.Output.all(result.state["contract"], result.state["queueName"]).apply(
-            lambda values: state.update(contract=values[0], queue=values[1]))
+        _construct(token, name, inputs).state[output].apply(lambda value: state.update(value=value))
 
     record(program)
-    assert state["queue"] == "billing"
-    assert state["contract"]["maxRetries"] == 6
-    assert state["contract"]["errorQueue"] == "billing.error"
-    assert state["contract"]["retryExchange"] == "billing.retry"
+    return state["value"]
+
+
+def test_constructs_outputs_name_every_field_as_the_schema_does_nested_lists_and_maps_included(hosted: None) -> None:
+    """What another language's SDK reads: `contract.tiers[0].routingKey`, `retryContracts["q"].maxRetries`.
+    pulumi 3.272 renames an output object's own fields but copies lists and maps of objects as they are."""
+    _, args_type, name, args = cases()["standalone-tiers"]
+    contract = _state("RetryableQueue", name, as_typescript_sends(args(), args_type), "contract")
+    assert contract["maxRetries"] == 6
+    assert contract["errorQueue"] == "billing.error"
+    assert contract["tiers"][0] == {"routingKey": "wait.1", "queue": "billing.wait.1", "delayMs": 5000}
+    _, args_type, name, args = cases()["dev-vhost"]
+    contracts = _state("Vhost", name, as_typescript_sends(args(), args_type), "retryContracts")
+    assert contracts["orders.billing"]["tiers"][0]["routingKey"] == "wait.1"
+    assert contracts["orders.refunds"]["backoff"] == {"initialMs": 1000, "multiplier": 2.0, "maxMs": 300000,
+                                                      "jitter": 0.2}
+    assert {key for contract in contracts.values() for key in contract} <= {
+        package.camel(key) for key in package.schema()["types"]["rabbitmq-retry:index:RetryContract"]["properties"]}
 
 
 # --- integers as floats, and errors in the caller's spelling ---------------------------------------------
