@@ -279,3 +279,70 @@ def test_mypy_refuses_a_wrong_key_or_type_in_a_retryable_queue_call_and_takes_a_
     assert right.stdout.count("error:") == 1
     assert 'Incompatible types in assignment (expression has type "Output[int]", variable has type "int")' \
         in right.stdout
+
+
+# --- the Pulumi YAML example against the schema ------------------------------------------------------------
+
+
+def _problems(value: Any, spec: dict[str, Any], types: dict[str, Any], path: str, plain: bool) -> Iterator[str]:
+    """What is wrong with `value` as the schema property `spec` (an `${...}` interpolation is an Output: only a
+    property that is not plain takes one)."""
+    if isinstance(value, str) and value.startswith("${"):
+        if plain or spec.get("plain"):
+            yield f"{path}: an interpolation, but the property is plain"
+        return
+    ref = spec.get("$ref")
+    if ref is not None:
+        typ = types[ref.removeprefix("#/types/")]
+        yield from _object_problems(value, typ["properties"], typ.get("required", []), types, path)
+        return
+    kind = spec["type"]
+    python_type = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "array": list,
+                   "object": dict}[kind]
+    if not isinstance(value, python_type) or (kind in ("integer", "number") and isinstance(value, bool)):
+        yield f"{path}: expected {kind}, got {value!r}"
+        return
+    if kind == "array":
+        for i, item in enumerate(value):
+            yield from _problems(item, spec["items"], types, f"{path}[{i}]", plain or bool(spec.get("plain")))
+    if kind == "object":
+        for key, item in value.items():
+            yield from _problems(item, spec["additionalProperties"], types, f"{path}.{key}", False)
+
+
+def _object_problems(value: Any, properties: dict[str, Any], required: list[str], types: dict[str, Any],
+                     path: str) -> Iterator[str]:
+    if not isinstance(value, dict):
+        yield f"{path}: expected an object, got {value!r}"
+        return
+    for key, item in value.items():
+        if key not in properties:
+            yield f"{path}.{key}: no such property (has {', '.join(sorted(properties))})"
+        else:
+            yield from _problems(item, properties[key], types, f"{path}.{key}", False)
+    yield from (f"{path}.{key}: required, missing" for key in required if key not in value)
+
+
+def test_the_yaml_example_sets_only_properties_the_schema_has_with_their_types() -> None:
+    schema = package.schema()
+    program = yaml.safe_load((ROOT / "examples" / "package-yaml" / "Pulumi.yaml").read_text())
+    [(name, resource)] = program["resources"].items()
+    component = schema["resources"][resource["type"]]
+    problems = list(_object_problems(resource["properties"], component["inputProperties"],
+                                     component.get("requiredInputs", []), schema["types"], name))
+    assert problems == []
+    assert program["outputs"]["retryContracts"] == f"${{{name}.retryContracts}}"
+    assert "retryContracts" in component["properties"]
+
+
+def test_the_schema_check_of_the_yaml_example_refuses_a_misspelt_key_and_a_wrong_type() -> None:
+    """The check above can fail: a snake_case key (the stack file's spelling) and a string for an integer."""
+    schema = package.schema()
+    component = schema["resources"]["rabbitmq-retry:index:Vhost"]
+    wrong = {"vhost": {"name": "shop", "queues": [{"name": "q", "retry": {"max_retries": 6, "maxRetries": "6"}}]},
+             "protectQueues": "${protect}"}
+    assert list(_object_problems(wrong, component["inputProperties"], [], schema["types"], "shop")) == [
+        "shop.vhost.queues[0].retry.max_retries: no such property (has backoff, delays, errorMaxLength, "
+        "errorRetention, maxDelay, maxRetries, minDelay, strategy)",
+        "shop.vhost.queues[0].retry.maxRetries: expected integer, got '6'",
+        "shop.protectQueues: an interpolation, but the property is plain"]
