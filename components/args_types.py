@@ -37,7 +37,7 @@ class RetrySpec(TypedDict):
     """Makes a queue retryable: how a failed message waits and when it is parked."""
 
     strategy: NotRequired[str]
-    """How a failed message waits: "tiers" (default), "levels" or "native" (RabbitMQ 4.3.1+, quorum only)."""
+    """How a failed message waits: tiers (the default), levels, or native (RabbitMQ 4.3.1+, quorum only)."""
     delays: NotRequired[list[str]]
     """Strategy tiers: one wait queue per delay, strictly increasing durations such as "1s", "10s", "1m"."""
     backoff: NotRequired[BackoffSpec]
@@ -245,7 +245,7 @@ class RetryContract(TypedDict):
     """What a consumer needs to retry and park the messages of one retryable queue (docs/contract.md)."""
 
     strategy: NotRequired[str]
-    """"tiers", "levels" or "native"; absent: tiers."""
+    """The strategy: tiers, levels or native; absent: tiers."""
     vhost: str
     """The queue's vhost."""
     queue: str
