@@ -4,6 +4,7 @@ resource monitor and an engine (the SDK's own gRPC stubs, `pulumi.runtime.proto`
 registration the way `tools.lib.mockrun` records a Python program's, so that the two can be compared."""
 
 import asyncio
+import os
 import subprocess
 import sys
 import threading
@@ -124,19 +125,21 @@ def engine_services(stack: str, project: str, stack_urn: str) -> Iterator[tuple[
         server.stop(grace=None)
 
 
-def plugin_command(plugin_dir: Path, engine_address: str) -> list[str]:
+def plugin_command(plugin_dir: Path, engine_address: str, python: str = sys.executable) -> list[str]:
     """What Pulumi's Python language host runs for a plugin folder with no __main__.py and a buildable
     pyproject.toml: `python -m pulumi.run.plugin <project.name>` followed by the engine's arguments (its address).
-    The interpreter is this test's, whose environment has what the plugin's requirements.txt installs."""
+    The interpreter is this test's by default, whose environment has what the plugin's requirements.txt installs
+    (`PLUGIN_PYTHON`: the plugin's own `venv/bin/python`, made as the language host makes it)."""
     name = tomllib.loads((plugin_dir / "pyproject.toml").read_text())["project"]["name"]
-    return [sys.executable, "-m", "pulumi.run.plugin", name, engine_address]
+    return [python, "-m", "pulumi.run.plugin", name, engine_address]
 
 
 @contextmanager
 def running_plugin(plugin_dir: Path, engine_address: str) -> Iterator[Any]:
     """Start the plugin, read the port it prints first, and yield a ResourceProvider stub connected to it."""
-    process = subprocess.Popen(plugin_command(plugin_dir, engine_address), cwd=plugin_dir, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    python = os.environ.get("PLUGIN_PYTHON", sys.executable)
+    process = subprocess.Popen(plugin_command(plugin_dir, engine_address, python), cwd=plugin_dir,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
         first = process.stdout.readline().strip()
