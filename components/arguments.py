@@ -57,6 +57,10 @@ def mapping_or(parsed: type, shape: str) -> Callable[[object], str | None]:
 
 
 def passwords(value: object) -> str | None:
+    """A mapping of user to password, or an Output of one: from another language, a map holding a secret arrives
+    as one secret Output of the whole map (the SDK lifts a nested secret to the map)."""
+    if isinstance(value, pulumi.Output):
+        return None
     if not isinstance(value, Mapping):
         return f"expected a mapping of application user to password, got {type(value).__name__}"
     wrong = sorted(repr(user) for user, password in value.items()

@@ -1,17 +1,16 @@
 """DelayLevels: a vhost's shared delay levels, through which every queue of strategy `levels` retries."""
 
-from __future__ import annotations
-
-from collections.abc import Mapping
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 import pulumi
 
 from . import layout, naming
+from .args_types import DelayLevelsSpec
 from .arguments import PROTECT_QUEUES, Option, check_args, input_string, instance_of, mapping_or
 from .config import ConfigError, load_delay_levels
 from .config import DelayLevels as DelayLevelsConfig
 from .entries import DelayLevelsPlan
+from .foreign import accepts_other_languages
 from .paths import delay_levels_path, inventory
 from .resources import Scope, close_path_guard, declare_children, open_path_guard
 from .strategies.levels import plan_delay_levels
@@ -24,13 +23,18 @@ class DelayLevelsArgs(TypedDict):
 
     vhost: pulumi.Input[str]
     """Vhost of every object. Immutable: changing it replaces them all (waiting messages are lost)."""
-    delay_levels: NotRequired[DelayLevelsConfig | Mapping[str, Any]]
-    """In the stack config's `delay_levels` shape (`unit`, `max_delay`, `type`); default 1s up to 1d, quorum."""
+    delay_levels: NotRequired[DelayLevelsSpec]
+    """In the stack file's delay_levels shape (unit, max_delay, type); default 1s up to 1d, quorum."""
+    protect_queues: NotRequired[bool]
+    """Protect every level queue: Pulumi refuses to delete or replace them."""
+
+
+class DelayLevelsPythonArgs(DelayLevelsArgs):
+    """Python only: what no other language can send, objects of this package (not in the package schema)."""
+
     plan: NotRequired[DelayLevelsPlan]
     """Instead of `delay_levels`: the levels as a vhost's plan has them (`VhostPlan.delay_levels`), as the Vhost
     component passes them, so that they are planned once."""
-    protect_queues: NotRequired[bool]
-    """`protect` every level queue: Pulumi refuses to delete or replace them."""
 
 
 OPTIONS = (
@@ -48,10 +52,6 @@ class DelayLevels(pulumi.ComponentResource):
     when a queue has strategy `levels`; declare one yourself only beside RetryableQueues of your own, and hand
     it to each of them (RetryableQueue's `delay_levels`)."""
 
-    plan: DelayLevelsPlan
-    """What it registers; a `levels` RetryableQueue computes its contract from these levels."""
-    vhost: pulumi.Input[str]
-    """The vhost it was given."""
     delivery_exchange: pulumi.Output[str]
     """Where a message whose delay is over goes; each `levels` queue is bound to it."""
     delay_exchange: pulumi.Output[str]
@@ -62,6 +62,7 @@ class DelayLevels(pulumi.ComponentResource):
     """Where a copy goes whose queue has no delivery binding when its delay is over (the delivery exchange's
     alternate exchange): inspect it, never leave it growing."""
 
+    @accepts_other_languages(DelayLevelsArgs, "DelayLevels")
     def __init__(self, name: str, args: DelayLevelsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         where = f"DelayLevels({name})"
         checked = check_args(where, args, OPTIONS)
@@ -78,8 +79,10 @@ class DelayLevels(pulumi.ComponentResource):
                 raise ConfigError([(f"{where}.delay_levels", "no level: max_delay must be at least unit")])
             plan = plan_delay_levels(config)
         super().__init__(TYPE_TOKEN, name, None, opts)
-        self.plan = plan
-        self.vhost = checked["vhost"]
+        self.plan: DelayLevelsPlan = plan
+        """What it registers; a `levels` RetryableQueue computes its contract from these levels (Python only)."""
+        self.vhost: pulumi.Input[str] = checked["vhost"]
+        """The vhost it was given (Python only)."""
         scope = Scope(self, checked["vhost"], protect_queues=checked.get("protect_queues", False))
         # Within a Vhost its path guards guard the levels; used on its own, they guard themselves.
         scope.guard = getattr(opts.parent, "path_guard", None) if opts is not None else None

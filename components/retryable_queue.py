@@ -1,13 +1,12 @@
 """RetryableQueue: one queue with delayed retries and an error (parking) queue, as its strategy plans them."""
 
-from __future__ import annotations
-
 from collections.abc import Mapping
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict, cast
 
 import pulumi
 
 from . import layout, naming
+from .args_types import QueueSpec, RetryContract
 from .arguments import (
     PROTECT_QUEUES,
     RETAIN_ERROR_QUEUES,
@@ -20,6 +19,7 @@ from .arguments import (
 from .config import ConfigError, Queue, check_queue_levels, load_queue
 from .delay_levels import DelayLevels
 from .entries import RetryablePlan
+from .foreign import accepts_other_languages
 from .paths import inventory, retryable_path
 from .plan import plan_retryable
 from .resources import Scope, close_path_guard, declare_children, open_path_guard
@@ -33,16 +33,21 @@ class RetryableQueueArgs(TypedDict):
 
     vhost: pulumi.Input[str]
     """Vhost of every object. Immutable: changing it replaces them all (queued messages are lost)."""
-    queue: NotRequired[Queue | Mapping[str, Any]]
-    """The queue, parsed or in the stack config's `queues[]` shape, with a `retry` block.
-    Plain: it decides names and how many resources exist."""
+    queue: NotRequired[QueueSpec]
+    """The queue, in the stack file's queues[] shape, with a retry block. It decides names and how many resources
+    exist."""
+    protect_queues: NotRequired[bool]
+    """Protect every queue: Pulumi refuses to delete or replace them."""
+    retain_error_queues: NotRequired[bool]
+    """retain_on_delete on the error queue: removing the component leaves parked messages on the broker."""
+
+
+class RetryableQueuePythonArgs(RetryableQueueArgs):
+    """Python only: what no other language can send, objects of this package (not in the package schema)."""
+
     plan: NotRequired[RetryablePlan]
     """Instead of `queue`: the queue as a vhost's plan has it (`VhostPlan.retryables`), as the Vhost component
     passes it, so that it is planned once."""
-    protect_queues: NotRequired[bool]
-    """`protect` every queue: Pulumi refuses to delete or replace them."""
-    retain_error_queues: NotRequired[bool]
-    """`retain_on_delete` on the error queue: removing the component leaves parked messages on the broker."""
     delay_levels: NotRequired[DelayLevels]
     """Strategy `levels` only, and required for it: the DelayLevels component of the vhost. The queue retries
     through its levels, computes its contract from them, and its delivery binding waits for their delivery
@@ -101,8 +106,6 @@ class RetryableQueue(pulumi.ComponentResource):
     `retry.strategy: native` only `Q` (its delays in its policy) and `Q.error`: the message waits in `Q`.
     With `levels` `Q`, `Q.error` and `Q`'s binding to the delivery exchange of its `delay_levels`."""
 
-    plan: RetryablePlan
-    """What it registers."""
     queue_name: pulumi.Output[str]
     """The input queue consumers read from."""
     retry_exchange: pulumi.Output[str | None]
@@ -114,10 +117,11 @@ class RetryableQueue(pulumi.ComponentResource):
     """Fanout exchange to park a message that is out of retries."""
     error_queue: pulumi.Output[str]
     """Where parked messages wait for a person."""
-    contract: pulumi.Output[dict[str, Any]]
+    contract: pulumi.Output[RetryContract]
     """The retry contract: vhost, queue, how to retry (strategy and its exchanges and delays), max retries,
     attempt header, error path."""
 
+    @accepts_other_languages(RetryableQueueArgs, "RetryableQueue")
     def __init__(self, name: str, args: RetryableQueueArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         where = f"RetryableQueue({name})"
         checked = check_args(where, args, OPTIONS)
@@ -128,7 +132,8 @@ class RetryableQueue(pulumi.ComponentResource):
             raise ConfigError([(f"{where}.delay_levels", f'the DelayLevels component is in vhost "{levels.vhost}", '
                                 f'not "{vhost}"; pass the one of vhost "{vhost}"')])
         super().__init__(TYPE_TOKEN, name, None, opts)
-        self.plan = plan
+        self.plan: RetryablePlan = plan
+        """What it registers (not an output: Python only)."""
         scope = Scope(self, vhost, protect_queues=checked.get("protect_queues", False),
                       retain_error_queues=checked.get("retain_error_queues", False))
         if levels is not None:
@@ -151,7 +156,7 @@ class RetryableQueue(pulumi.ComponentResource):
         self.wait_queues = pulumi.Output.all(*(scope.names[("Queue", t.queue)] for t in (*plan.tiers, *plan.draining)))
         self.error_exchange = scope.names[("Exchange", plan.error_exchange)]
         self.error_queue = scope.names[("Queue", plan.error_queue)]
-        self.contract = pulumi.Output.from_input(vhost).apply(plan.contract)
+        self.contract = pulumi.Output.from_input(vhost).apply(lambda v: cast(RetryContract, plan.contract(v)))
         self.register_outputs({
             "queue_name": self.queue_name,
             "retry_exchange": self.retry_exchange,

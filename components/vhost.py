@@ -1,13 +1,13 @@
 """Vhost: everything one vhost of the stack config declares."""
 
-from __future__ import annotations
-
+import functools
 from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
 import pulumi
 
 from . import layout, naming
+from .args_types import RetryContract, VhostSpec
 from .arguments import (
     PROTECT_QUEUES,
     RETAIN_ERROR_QUEUES,
@@ -21,12 +21,13 @@ from .arguments import (
 from .checks import TopologyError, check_logical_names, check_vhost, stale_policies
 from .config import ConfigError, load_vhost
 from .config import Vhost as VhostConfig
-from .delay_levels import DelayLevels
+from .delay_levels import DelayLevels, DelayLevelsPythonArgs
 from .entries import DelayLevelsPlan, RetryablePlan, VhostPlan
+from .foreign import accepts_other_languages
 from .paths import inventory, vhost_paths
 from .plan import plan_vhost
 from .resources import BUILDERS, Scope, ShovelAccess, close_path_guard, declare_children, open_path_guard
-from .retryable_queue import RetryableQueue, RetryableQueueArgs
+from .retryable_queue import RetryableQueue, RetryableQueuePythonArgs
 from .stack import stack_shovel_user
 
 TYPE_TOKEN = "rabbitmq-retry:index:Vhost"
@@ -35,17 +36,22 @@ TYPE_TOKEN = "rabbitmq-retry:index:Vhost"
 class VhostArgs(TypedDict):
     """Checked at run time too: an unknown, missing or mistyped key is a ConfigError naming it."""
 
-    vhost: NotRequired[VhostConfig | Mapping[str, Any]]
-    """The vhost, parsed or in the stack config's `vhosts[]` shape. Plain: it decides every name."""
+    vhost: NotRequired[VhostSpec]
+    """The vhost, in the stack file's vhosts[] shape. It decides every name."""
+    protect_queues: NotRequired[bool]
+    """Protect every queue (and the vhost itself when this stack creates it)."""
+    retain_error_queues: NotRequired[bool]
+    """retain_on_delete on every error queue."""
+    passwords: NotRequired[dict[str, pulumi.Input[str]]]
+    """Password of each application and operator user, by user name; pass secrets."""
+
+
+class VhostPythonArgs(VhostArgs):
+    """Python only: what no other language can send, objects of this package (not in the package schema)."""
+
     plan: NotRequired[VhostPlan]
     """Instead of `vhost`: its plan, already checked with the rest of the stack (`stack.plan_stack`), so that
     a program plans and checks every vhost once."""
-    protect_queues: NotRequired[bool]
-    """`protect` every queue (and the vhost itself when this stack creates it)."""
-    retain_error_queues: NotRequired[bool]
-    """`retain_on_delete` on every error queue."""
-    passwords: NotRequired[Mapping[str, pulumi.Input[str]]]
-    """Password of each application user, by user name; pass secrets (`Config.require_secret`)."""
     shovel_access: NotRequired[ShovelAccess]
     """The stack's shovel user (`stack.declare_shovel_user`): required when a migration of the vhost moves a
     queue; its shovels connect as that user."""
@@ -73,17 +79,22 @@ class Vhost(pulumi.ComponentResource):
     """The vhost's name; an output of the VHost resource when this stack creates it."""
     queues: pulumi.Output[list[str]]
     """Every queue this component declares, retry machinery and shared delay levels included."""
-    retry_contracts: pulumi.Output[dict[str, dict[str, Any]]]
+    retry_contracts: pulumi.Output[dict[str, RetryContract]]
     """Retry contract of each retryable queue, by queue name."""
-    path_guard: pulumi.Resource | None
-    """The path guard its children wait for, its retryable queues' and delay levels' included (docs/guard.md)."""
 
+    @accepts_other_languages(VhostArgs, "Vhost")
     def __init__(self, name: str, args: VhostArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         where = f"Vhost({name})"
         checked = check_args(where, args, OPTIONS)
         self.plan: VhostPlan = _plan(where, name, checked)
+        # The path guard its children wait for, its retryable queues' and delay levels' included (docs/guard.md).
+        self.path_guard: pulumi.Resource | None = None
         config = self.plan.config
         passwords = checked.get("passwords") or {}
+        if isinstance(passwords, pulumi.Output):
+            whole = passwords
+            passwords = {g.user: whole.apply(functools.partial(_password, where, g.user))
+                         for g in self.plan.permissions}
         if missing := [g.user for g in self.plan.permissions if g.user not in passwords]:
             raise ConfigError([(f"{where}.passwords", f"no password for {', '.join(missing)}; pass a secret "
                                 "per application user")])
@@ -114,8 +125,8 @@ class Vhost(pulumi.ComponentResource):
         def declare_delay_levels(scope: Scope, logical_name: str, plan: DelayLevelsPlan) -> None:
             """The shared delay levels: a component of their own, whose exchanges the `levels` queues are bound
             from and the applications' topic permissions name."""
-            component = DelayLevels(logical_name, {"vhost": scope.vhost, "plan": plan,
-                                                   "protect_queues": scope.protect_queues}, opts=scope.options())
+            args: DelayLevelsPythonArgs = {"vhost": scope.vhost, "plan": plan, "protect_queues": scope.protect_queues}
+            component = DelayLevels(logical_name, args, opts=scope.options())
             delay_levels.append(component)
             for exchange in plan.exchanges:
                 scope.add("Exchange", exchange.name, component)
@@ -125,8 +136,9 @@ class Vhost(pulumi.ComponentResource):
             """Retryable queues are components of their own, given their plan (and the vhost's delay levels when
             they retry through them); their input queues are bound here, to the vhost's exchanges, like plain
             queues, and topic permissions wait for their exchanges."""
-            args: RetryableQueueArgs = {"vhost": scope.vhost, "plan": plan, "protect_queues": scope.protect_queues,
-                                        "retain_error_queues": scope.retain_error_queues}
+            args: RetryableQueuePythonArgs = {"vhost": scope.vhost, "plan": plan,
+                                              "protect_queues": scope.protect_queues,
+                                              "retain_error_queues": scope.retain_error_queues}
             if plan.delay_levels is not None:
                 args["delay_levels"] = delay_levels[0]
             component = RetryableQueue(logical_name, args, opts=scope.options())
@@ -175,6 +187,14 @@ def _plan(where: str, name: str, checked: Mapping[str, Any]) -> VhostPlan:
     if problems := check_vhost(plan) + check_logical_names([(name, plan)]):
         raise TopologyError(f'vhost "{config.name}"', problems)
     return plan
+
+
+def _password(where: str, user: str, passwords: Mapping[str, str]) -> str:
+    """One user's password out of a map that arrived as one Output; when it lacks the user, the deployment fails
+    with the error a map of known keys gets before anything is registered."""
+    if user not in passwords:
+        raise ConfigError([(f"{where}.passwords", f"no password for {user}; pass a secret per application user")])
+    return passwords[user]
 
 
 def _flatten(items: list[Any]) -> list[str]:

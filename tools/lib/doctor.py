@@ -8,9 +8,9 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from components import Vhost, naming
+from components import Vhost, VhostPythonArgs, naming
 from components.config import StackConfig, load_stack_config
 from components.config.capabilities import (
     AT_LEAST_ONCE_MIN_VERSION,
@@ -369,7 +369,8 @@ def planned_objects(config: StackConfig) -> list[Registered]:
 
     def program() -> None:
         for index, vhost in enumerate(config.vhosts):
-            Vhost(vhost_key(vhost.name), {"vhost": vhost, "config_path": f"vhosts[{index}]",
-                                           "passwords": {user: "unused" for user, _ in vhost.user_paths()},
-                                           "shovel_access": access})
+            # A parsed vhost is taken at run time; the typed args (VhostPythonArgs) say the stack file's shape.
+            args = {"vhost": vhost, "config_path": f"vhosts[{index}]",
+                    "passwords": {user: "unused" for user, _ in vhost.user_paths()}, "shovel_access": access}
+            Vhost(vhost_key(vhost.name), cast(VhostPythonArgs, args))
     return record(program)

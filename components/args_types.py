@@ -1,0 +1,292 @@
+"""The components' args and outputs as typed trees: the stack file's keys as TypedDicts, one field per key.
+
+One set of types serves two readers. mypy checks a Python program's `RetryableQueue(...)` call against them
+(a misspelt key or a wrong type is an error in the editor), and Pulumi's component analyzer turns them into
+the package schema other languages get their SDKs from (`pulumi package add`): each field's docstring is its
+description there, `snake_case` becomes `camelCase`. The run-time check stays the config parser's
+(`components/config`, `components/arguments.py`): as strict as the stack file, every problem with its key path.
+
+What the analyzer of pulumi 3.272 takes shapes these types: no `from __future__ import annotations` (string
+annotations break it), no unions (so durations are the strings users write, `"1m30s"`, and a key that takes
+"a string or a number" is left out), every optional key `NotRequired`. Keys whose values are RabbitMQ's own
+typed arguments (`policies`, `operator_policies`), or that only a stack file carries (`import`, `migrations`)
+are in `VhostStackSpec`, for Python programs only (`import`, a Python keyword, not even there): the run-time
+check accepts them in any `vhost`.
+
+Pulumi-free: the contract types are the retry contract of `rabbitmq_retry_client/contract.schema.json`."""
+
+from collections.abc import Mapping
+from typing import Any, NotRequired, TypedDict
+
+
+class BackoffSpec(TypedDict):
+    """Strategy `levels`: retry n waits min(max, initial × multiplier^(n-1)), times a random factor in
+    [1 - jitter, 1 + jitter]."""
+
+    initial: NotRequired[str]
+    """The first retry's delay, a duration such as "1s" or "1m30s" (default "1s")."""
+    multiplier: NotRequired[float]
+    """Growth per retry, at least 1 (default 2; 1 is a fixed delay)."""
+    max: NotRequired[str]
+    """The longest delay, jitter included, a duration (default "1h"); at most delay_levels.max_delay."""
+    jitter: NotRequired[float]
+    """Spread of retries of messages that failed together, 0 ≤ jitter < 1 (default 0.2)."""
+
+
+class RetrySpec(TypedDict):
+    """Makes a queue retryable: how a failed message waits and when it is parked."""
+
+    strategy: NotRequired[str]
+    """How a failed message waits: tiers (the default), levels, or native (RabbitMQ 4.3.1+, quorum only)."""
+    delays: NotRequired[list[str]]
+    """Strategy tiers: one wait queue per delay, strictly increasing durations such as "1s", "10s", "1m"."""
+    backoff: NotRequired[BackoffSpec]
+    """Strategy levels: the delay of each retry."""
+    min_delay: NotRequired[str]
+    """Strategy native: the wait before the first retry, a duration; the n-th waits min(n × min_delay, max_delay)."""
+    max_delay: NotRequired[str]
+    """Strategy native: the longest wait, a duration (default min_delay)."""
+    max_retries: NotRequired[int]
+    """Retries before a message is parked, 1 to 10000 (tiers: default the number of delays)."""
+    error_retention: NotRequired[str]
+    """How long parked messages are kept, a duration (message-ttl of the error queue); default forever."""
+    error_max_length: NotRequired[int]
+    """Most parked messages; a full error queue refuses a parking publish instead of dropping the oldest."""
+
+
+class BindingSpec(TypedDict):
+    """A binding of the queue to an exchange."""
+
+    exchange: str
+    """An exchange of this vhost, or one declared elsewhere with external: true."""
+    routing_key: NotRequired[str]
+    """The routing key (default "")."""
+    arguments: NotRequired[dict[str, str]]
+    """Headers exchanges only, e.g. {"x-match": "all", "kind": "invoice"}."""
+    external: NotRequired[bool]
+    """The exchange is not declared by this stack (e.g. amq.topic)."""
+
+
+class QueueSpec(TypedDict):
+    """A queue, as a `queues[]` entry of the stack file: plain, or retryable with a `retry` block."""
+
+    name: str
+    """The queue's name: no "@", no "/", not amq.*. Changing it replaces the queue (its messages are lost)."""
+    type: NotRequired[str]
+    """"classic" or "quorum" (default quorum); every queue of a retryable queue shares it. A change replaces it."""
+    bindings: NotRequired[list[BindingSpec]]
+    """Its bindings."""
+    max_length: NotRequired[int]
+    """max-length policy, at least 0."""
+    delivery_limit: NotRequired[int]
+    """Quorum only: delivery-limit; for a retryable queue above max_retries + 1 (default 20 + max_retries)."""
+    retry: NotRequired[RetrySpec]
+    """Makes the queue retryable."""
+    policy_priority: NotRequired[int]
+    """Priority of this queue's policies, at least 0 (default 10)."""
+    max_length_bytes: NotRequired[int]
+    """max-length-bytes policy with overflow reject-publish, at least 0."""
+    message_ttl: NotRequired[str]
+    """Plain queues only: message-ttl policy, a duration."""
+    single_active_consumer: NotRequired[bool]
+    """Plain queues only: x-single-active-consumer (a change replaces the queue)."""
+    quorum_group_size: NotRequired[int]
+    """Quorum only: replication factor of the queue and every queue it owns; a change replaces them."""
+
+
+class DelayLevelsSpec(TypedDict):
+    """A vhost's shared delay levels (strategy levels): level k holds a message unit × 2^k."""
+
+    unit: NotRequired[str]
+    """The shortest delay, a duration (default "1s")."""
+    max_delay: NotRequired[str]
+    """The longest delay, a duration (default "1d"); decides how many levels there are."""
+    type: NotRequired[str]
+    """Queue type of the level queues, "classic" or "quorum" (default quorum)."""
+    quorum_group_size: NotRequired[int]
+    """Quorum only: replication factor of the level queues; a change replaces them."""
+
+
+class ExchangeSpec(TypedDict):
+    """An exchange this stack declares, durable."""
+
+    name: str
+    """No "@", no "/", not amq.*."""
+    type: str
+    """"direct", "topic", "fanout" or "headers"."""
+
+
+class TopicPermissionSpec(TypedDict):
+    """Routing-key limits of an application on a topic exchange."""
+
+    exchange: str
+    """An exchange the application may publish to."""
+    write: NotRequired[str]
+    """Regex of the routing keys it may publish with (default "^$")."""
+    read: NotRequired[str]
+    """Regex of the routing keys it may consume by (default "^$")."""
+
+
+class UserLimitsSpec(TypedDict):
+    """A user's limits, broker-wide."""
+
+    max_connections: NotRequired[int]
+    """Most connections the user may have open at once, at least 1."""
+    max_channels: NotRequired[int]
+    """Most channels the user may have open at once, at least 1."""
+
+
+class ApplicationSpec(TypedDict):
+    """An application user and what it publishes and consumes; its password is in `passwords`."""
+
+    user: str
+    """The application's user; once per stack (users are broker-wide)."""
+    publishes: NotRequired[list[str]]
+    """Exchanges of this vhost it publishes to."""
+    consumes: NotRequired[list[str]]
+    """Input or plain queues it consumes."""
+    topic_permissions: NotRequired[list[TopicPermissionSpec]]
+    """Routing-key limits on topic exchanges."""
+    limits: NotRequired[UserLimitsSpec]
+    """The user's connection and channel limits."""
+
+
+class OperatorSpec(TypedDict):
+    """A user who operates parked messages; its password is in `passwords`."""
+
+    user: str
+    """The operator's user; once per stack."""
+
+
+class VhostLimitsSpec(TypedDict):
+    """Limits of a vhost this stack creates."""
+
+    max_connections: NotRequired[int]
+    """Most client connections to the vhost, at least 0."""
+    max_queues: NotRequired[int]
+    """Most queues in the vhost, at least 0."""
+
+
+class VhostSpec(TypedDict):
+    """A vhost, as a `vhosts[]` entry of the stack file."""
+
+    name: str
+    """The vhost's name: no "@", no leading or trailing whitespace."""
+    existing: NotRequired[bool]
+    """Referenced, never created or deleted (default true for "/", else false)."""
+    exchanges: NotRequired[list[ExchangeSpec]]
+    """Exchanges this stack declares."""
+    queues: NotRequired[list[QueueSpec]]
+    """Plain or retryable queues."""
+    applications: NotRequired[list[ApplicationSpec]]
+    """Application users and their permissions."""
+    operators: NotRequired[list[OperatorSpec]]
+    """Operators of parked messages."""
+    limits: NotRequired[VhostLimitsSpec]
+    """Vhost limits; only for a vhost this stack creates."""
+    default_queue_type: NotRequired[str]
+    """"classic" or "quorum"; only for a vhost this stack creates."""
+    delay_levels: NotRequired[DelayLevelsSpec]
+    """The shared delay levels, declared when a queue has retry.strategy levels."""
+
+
+class VhostStackSpec(VhostSpec):
+    """Python only: a `vhosts[]` entry with the keys whose values no schema type can say (RabbitMQ's own typed
+    policy arguments) or that a stack file carries for its tools. Pass one where a `VhostSpec` is taken."""
+
+    policies: NotRequired[list[Mapping[str, Any]]]
+    """Other user policies of the vhost (`name`, `pattern`, `priority`, `apply_to`, `definition`)."""
+    operator_policies: NotRequired[list[Mapping[str, Any]]]
+    """Operator policies, as `policies` with a restricted definition."""
+    migrations: NotRequired[list[Mapping[str, Any]]]
+    """Changes that would lose messages, carried through step by step (docs/config.md, Migrations)."""
+
+
+class ContractTier(TypedDict):
+    """Strategy tiers: one wait tier of the retry contract."""
+
+    routing_key: str
+    """The tier's routing key on retry_exchange."""
+    queue: str
+    """The tier's wait queue."""
+    delay_ms: int
+    """How long the tier holds a message, in ms."""
+
+
+class ContractBackoff(TypedDict):
+    """Strategy levels: retry n waits min(max_ms, initial_ms × multiplier^(n-1)) ± jitter, never above max_ms."""
+
+    initial_ms: int
+    """The first retry's delay, in ms."""
+    multiplier: float
+    """Growth per retry."""
+    max_ms: int
+    """The longest delay, in ms."""
+    jitter: float
+    """Relative spread, 0 ≤ jitter < 1."""
+
+
+class ContractMigration(TypedDict):
+    """Present only while a migration moves this queue or into it."""
+
+    name: str
+    """The migration's name in the stack file."""
+    step: str
+    """"move" or "retire"."""
+    successor: NotRequired[str]
+    """On the old queue: the queue that replaces it."""
+    predecessor: NotRequired[str]
+    """On the successor: the queue it replaces."""
+    drains_by: NotRequired[str]
+    """On the successor: how what the predecessor holds reaches it ("shovel")."""
+
+
+class RetryContract(TypedDict):
+    """What a consumer needs to retry and park the messages of one retryable queue (docs/contract.md)."""
+
+    strategy: NotRequired[str]
+    """The strategy: tiers, levels or native; absent: tiers."""
+    vhost: str
+    """The queue's vhost."""
+    queue: str
+    """The input queue the consumer reads."""
+    queue_type: str
+    """"classic" or "quorum"."""
+    max_retries: int
+    """Retries before a message is parked."""
+    delivery_limit: NotRequired[int | None]
+    """The quorum queue's delivery limit (null for a classic queue)."""
+    attempt_header: str
+    """The header counting failed attempts: retry-count, or x-delivery-count for native."""
+    error_exchange: str
+    """Fanout exchange a consumer publishes the parking copy to."""
+    error_queue: str
+    """Where parked messages wait for a person."""
+    migration: NotRequired[ContractMigration]
+    """Present only while a migration moves this queue or into it."""
+    retry_exchange: NotRequired[str]
+    """Tiers: direct exchange of the wait tiers."""
+    reject_routes_to: NotRequired[str]
+    """Tiers: the routing key a rejected message dead-letters with (the first tier's)."""
+    tiers: NotRequired[list[ContractTier]]
+    """Tiers: the wait tiers, shortest first."""
+    retry_call: NotRequired[str]
+    """Native: basic.reject(requeue=true)."""
+    min_delay_ms: NotRequired[int]
+    """Native: the wait before the first redelivery, in ms."""
+    max_delay_ms: NotRequired[int]
+    """Native: the longest wait; levels: the longest delay the levels were built for, in ms."""
+    delay_exchange: NotRequired[str]
+    """Levels: the top level, where a delayed copy is published."""
+    delay_exchanges: NotRequired[list[str]]
+    """Levels: every level's exchange, level 0 first."""
+    delay_unit_ms: NotRequired[int]
+    """Levels: level k holds a message delay_unit_ms × 2^k."""
+    delay_words: NotRequired[int]
+    """Levels: binary digits in a routing key."""
+    delay_levels: NotRequired[int]
+    """Levels: how many levels the vhost has."""
+    routing_key_format: NotRequired[str]
+    """Levels: how a delayed copy's routing key is built, in words."""
+    backoff: NotRequired[ContractBackoff]
+    """Levels: the delay of each retry."""

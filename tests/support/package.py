@@ -1,0 +1,124 @@
+"""The component package as other languages see it: its schema from the SDK's own analyzer, and args written
+the way a TypeScript program's SDK sends them (camelCase keys, every number a float, secrets as secrets)."""
+
+import json
+import tomllib
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGIN = ROOT / "pulumi-plugin"
+"""The folder `pulumi package add` is pointed at."""
+GOLDEN_SCHEMA = PLUGIN / "schema.json"
+PACKAGE = "rabbitmq-retry"
+
+
+def version() -> str:
+    version: str = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    return version
+
+
+def provider() -> Any:
+    """The SDK's component provider over the components of `rabbitmq_retry`, as `pulumi.run.plugin` builds it
+    (the same module walk), at the package's version."""
+    import rabbitmq_retry
+    from pulumi.provider.experimental.component import ComponentProvider
+    from pulumi.provider.experimental.host import components_from_module
+
+    return ComponentProvider(components_from_module(rabbitmq_retry), PACKAGE, version=version())
+
+
+def schema() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(provider().schema)
+    return loaded
+
+
+def schema_text() -> str:
+    return json.dumps(schema(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def _field_hints(typed_dict: type) -> dict[str, Any]:
+    hints = {}
+    for key, hint in typed_dict.__annotations__.items():
+        if typing.get_origin(hint) in (typing.NotRequired, typing.Required):
+            hint = typing.get_args(hint)[0]
+        hints[key] = hint
+    return hints
+
+
+def camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def as_typescript_sends(value: Any, hint: Any) -> Any:
+    """`value`, typed by `hint` (a TypedDict tree), as the engine hands it over from a TypeScript program: our
+    field names camelCase (user data such as header or user names as written), every int a float."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return float(value)
+    if typing.is_typeddict(hint):
+        hints = _field_hints(hint)
+        return {camel(key): as_typescript_sends(item, hints[key]) for key, item in value.items()}
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is list:
+        return [as_typescript_sends(item, args[0]) for item in value]
+    if origin is dict:
+        return {key: as_typescript_sends(item, args[1]) for key, item in value.items()}
+    return value
+
+
+def stack_vhosts(stack: str) -> list[dict[str, Any]]:
+    """The `vhosts` entries of `Pulumi.<stack>.yaml`."""
+    config = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+    vhosts: list[dict[str, Any]] = config["rabbitmq-retry:vhosts"]
+    return vhosts
+
+
+SECRET_VALUES: dict[int, str] = {}
+"""What each secret made by `secret` holds, by the Output's id: the wire test encodes it as the engine would."""
+
+
+def secret(value: str) -> pulumi.Output[str]:
+    """A secret, as `Config.require_secret` gives a Python program and a secret input a TypeScript one."""
+    output = pulumi.Output.secret(value)
+    SECRET_VALUES[id(output)] = value
+    return output
+
+
+APPLICATION = {"user": "billing-app", "publishes": ["orders"], "consumes": ["orders.billing"],
+               "topic_permissions": [{"exchange": "orders", "write": "^order\\."}],
+               "limits": {"max_connections": 10, "max_channels": 50}}
+
+
+def cases() -> dict[str, tuple[type, type, str, Callable[[], dict[str, Any]]]]:
+    """What the package tests construct both ways: component, its args type, name, and a function making the
+    args as a Python program writes them (a new secret Output each call)."""
+    from rabbitmq_retry import DelayLevels, DelayLevelsArgs, RetryableQueue, RetryableQueueArgs, Vhost, VhostArgs
+
+    dev, prod = stack_vhosts("dev")[0], stack_vhosts("prod")[0]
+    return {
+        "dev-vhost": (Vhost, VhostArgs, "shop", lambda: {"vhost": dev}),
+        "prod-vhost": (Vhost, VhostArgs, "shop", lambda: {"vhost": prod, "protect_queues": True,
+                                                          "retain_error_queues": True}),
+        "vhost-with-application": (Vhost, VhostArgs, "shop", lambda: {
+            "vhost": {**dev, "applications": [APPLICATION]}, "passwords": {"billing-app": secret("s3cret")}}),
+        "standalone-tiers": (RetryableQueue, RetryableQueueArgs, "billing", lambda: {
+            "vhost": "payments", "protect_queues": True, "retain_error_queues": True,
+            "queue": {"name": "billing", "type": "quorum", "bindings": [{"exchange": "amq.topic", "external": True,
+                                                                        "routing_key": "billing.#"}],
+                      "max_length": 100000, "retry": {"delays": ["5s", "1m", "10m"], "max_retries": 6,
+                                                      "error_max_length": 1000}}}),
+        "standalone-native": (RetryableQueue, RetryableQueueArgs, "push", lambda: {
+            "vhost": "payments", "queue": {"name": "push", "type": "quorum", "quorum_group_size": 3,
+                                           "retry": {"strategy": "native", "min_delay": "1s", "max_delay": "30s",
+                                                     "max_retries": 5}}}),
+        "standalone-levels": (DelayLevels, DelayLevelsArgs, "payments-levels", lambda: {
+            "vhost": "payments", "delay_levels": {"unit": "1s", "max_delay": "1h", "quorum_group_size": 3}}),
+    }
