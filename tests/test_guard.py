@@ -214,7 +214,8 @@ def test_the_registered_hook_reads_the_queue_the_engine_names_and_refuses_when_t
 
 
 def inventory(*paths: tuple[str, list[str], dict[str, str]]) -> dict[str, Any]:
-    return {"vhost": "shop", "paths": [{"path": name, "queues": queues, "parts": parts} for name, queues, parts in paths]}
+    return {"vhost": "shop",
+            "paths": [{"path": name, "queues": queues, "parts": parts} for name, queues, parts in paths]}
 
 
 ORDERS = ("orders", ["orders", "orders.wait.1", "orders.error"],

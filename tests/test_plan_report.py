@@ -113,7 +113,8 @@ def awkward(program_copy: Path) -> list[Registered]:
 
 def test_names_with_pipes_and_quotes_keep_the_table_intact(awkward: list[Registered]):
     rows = table(render("awkward", awkward))
-    assert len(rows) == sum(r.custom and r.type != STASH for r in awkward) and all(len(row) == len(COLUMNS) for row in rows)
+    assert len(rows) == sum(r.custom and r.type != STASH for r in awkward)
+    assert all(len(row) == len(COLUMNS) for row in rows)
     assert {code_text(row[3]) for row in rows} == {physical_name(r) for r in awkward if r.custom and r.type != STASH}
     assert AWKWARD_QUEUE in {code_text(row[3]) for row in rows}
     binding = next(row for row in rows if code_text(row[3]) == f"{AWKWARD_EXCHANGE} → {AWKWARD_QUEUE}")

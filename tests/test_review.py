@@ -54,7 +54,8 @@ def orders(config: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 def review_of(program_copy: Path) -> Callable[..., tuple[list[engine.Step], str, int]]:
-    """old config, new config → (changed steps (the path guards aside: the review shows the paths they guard), the review for a comment, exit status), evaluated in-process;
+    """old config, new config → (changed steps but the path guards', the review for a comment, exit status),
+    evaluated in-process;
     `run.full` is then the full report. One stack name for both sides: the stack is part of every URN."""
     def run(old: dict[str, Any], new: dict[str, Any], allow_data_loss: bool = False):
         recordings, plans = [], []
@@ -65,7 +66,8 @@ def review_of(program_copy: Path) -> Callable[..., tuple[list[engine.Step], str,
         steps = engine.diff(*recordings)
         reviewed = review.render(steps, *recordings, (plans[0], plans[1]), allow_data_loss=allow_data_loss)
         run.full = reviewed.full
-        return [s for s in steps if s.custom and s.op != "same" and s.type != engine.STASH], reviewed.compact, reviewed.status
+        shown = [s for s in steps if s.custom and s.op != "same" and s.type != engine.STASH]
+        return shown, reviewed.compact, reviewed.status
     return run
 
 

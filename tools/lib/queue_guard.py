@@ -82,8 +82,9 @@ class GuardSection:
 def lost_queues(steps: Sequence[Step]) -> list[Lost]:
     """Every queue the change deletes or replaces (a replacement deletes it first), and every other queue of a path
     it deletes a part of, in vhost and name order."""
-    found = {(str((s.old or {}).get("vhost", "/")), str((s.old or {}).get("name", ""))): s.op
-             for s in steps if s.type == engine.QUEUE and s.op in ("delete", "replace")}
+    found: dict[tuple[str, str], str] = {
+        (str((s.old or {}).get("vhost", "/")), str((s.old or {}).get("name", ""))): s.op
+        for s in steps if s.type == engine.QUEUE and s.op in ("delete", "replace")}
     for path in touched_paths(steps):
         for queue in path.queues:
             found.setdefault((path.vhost, queue), "path")
