@@ -177,6 +177,14 @@ def _queue_of(args: pulumi.ResourceHookArgs) -> tuple[str, str]:
     return vhost or "/", name
 
 
+def read_at_provider(vhost: str, queue: str) -> QueueDepth | None:
+    """What `queue` holds on the broker `pulumi up` deploys to (`provider_access`); DepthError when it cannot tell."""
+    try:
+        return DepthReader(provider_access()).read(vhost, queue)
+    except ConfigError as error:
+        raise DepthError(str(error)) from None
+
+
 def guard_queue_delete(args: pulumi.ResourceHookArgs) -> None:
     """The hook: refuse the deletion (raise) unless the queue is missing, empty, or listed to go anyway."""
     vhost, queue = _queue_of(args)
@@ -185,13 +193,7 @@ def guard_queue_delete(args: pulumi.ResourceHookArgs) -> None:
     except ConfigError as error:
         raise GuardError(f'refusing to delete queue "{queue}" in vhost "{vhost}": {error}') from None
 
-    def read(vhost: str, queue: str) -> QueueDepth | None:
-        try:
-            return DepthReader(provider_access()).read(vhost, queue)
-        except ConfigError as error:
-            raise DepthError(str(error)) from None
-
-    check_queue_delete(vhost, queue, read, allowed)
+    check_queue_delete(vhost, queue, read_at_provider, allowed)
 
 
 async def _guard_queue_delete(args: pulumi.ResourceHookArgs) -> None:
@@ -199,21 +201,27 @@ async def _guard_queue_delete(args: pulumi.ResourceHookArgs) -> None:
     await asyncio.to_thread(guard_queue_delete, args)
 
 
-_hooks: weakref.WeakKeyDictionary[pulumi.Resource, pulumi.ResourceHook] = weakref.WeakKeyDictionary()
-_hook_without_stack: list[pulumi.ResourceHook] = []
+_hooks: dict[str, weakref.WeakKeyDictionary[pulumi.Resource, pulumi.ResourceHook]] = {}
+_hooks_without_stack: dict[str, pulumi.ResourceHook] = {}
+
+
+def _registered(name: str, hook: Callable[[pulumi.ResourceHookArgs], Any]) -> pulumi.ResourceHook:
+    """The program's one hook `name`, registered on first use. The engine refuses a second hook of the same name, so
+    each program run (each root Stack resource) gets exactly one."""
+    root = pulumi.runtime.get_root_resource()
+    if root is None:
+        if name not in _hooks_without_stack:
+            _hooks_without_stack[name] = pulumi.ResourceHook(name, hook)
+        return _hooks_without_stack[name]
+    per_root = _hooks.setdefault(name, weakref.WeakKeyDictionary())
+    if root not in per_root:
+        per_root[root] = pulumi.ResourceHook(name, hook)
+    return per_root[root]
 
 
 def queue_guard() -> pulumi.ResourceHook:
-    """The program's one `QUEUE_GUARD` hook, registered on first use. The engine refuses a second hook of the same
-    name, so each program run (each root Stack resource) gets exactly one."""
-    root = pulumi.runtime.get_root_resource()
-    if root is None:
-        if not _hook_without_stack:
-            _hook_without_stack.append(pulumi.ResourceHook(QUEUE_GUARD, _guard_queue_delete))
-        return _hook_without_stack[0]
-    if root not in _hooks:
-        _hooks[root] = pulumi.ResourceHook(QUEUE_GUARD, _guard_queue_delete)
-    return _hooks[root]
+    """The program's one `QUEUE_GUARD` hook."""
+    return _registered(QUEUE_GUARD, _guard_queue_delete)
 
 
 def guarded() -> pulumi.ResourceHookBinding:
@@ -269,13 +277,7 @@ def guard_path_change(args: pulumi.ResourceHookArgs) -> None:
     except ConfigError as error:
         raise GuardError(f"refusing to change the retry paths of {args.name}: {error}") from None
 
-    def read(vhost: str, queue: str) -> QueueDepth | None:
-        try:
-            return DepthReader(provider_access()).read(vhost, queue)
-        except ConfigError as error:
-            raise DepthError(str(error)) from None
-
-    if (why := path_refusal(old, new, read, allowed)) is not None:
+    if (why := path_refusal(old, new, read_at_provider, allowed)) is not None:
         raise GuardError(why)
 
 
@@ -283,17 +285,6 @@ async def _guard_path_change(args: pulumi.ResourceHookArgs) -> None:
     await asyncio.to_thread(guard_path_change, args)
 
 
-_path_hooks: weakref.WeakKeyDictionary[pulumi.Resource, pulumi.ResourceHook] = weakref.WeakKeyDictionary()
-_path_hook_without_stack: list[pulumi.ResourceHook] = []
-
-
 def path_guard() -> pulumi.ResourceHook:
-    """The program's one PATH_GUARD hook, registered on first use (one per program run, as `queue_guard`)."""
-    root = pulumi.runtime.get_root_resource()
-    if root is None:
-        if not _path_hook_without_stack:
-            _path_hook_without_stack.append(pulumi.ResourceHook(PATH_GUARD, _guard_path_change))
-        return _path_hook_without_stack[0]
-    if root not in _path_hooks:
-        _path_hooks[root] = pulumi.ResourceHook(PATH_GUARD, _guard_path_change)
-    return _path_hooks[root]
+    """The program's one PATH_GUARD hook."""
+    return _registered(PATH_GUARD, _guard_path_change)
