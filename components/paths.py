@@ -2,7 +2,7 @@
 
 A retry path is everything a message of one queue can pass through: for a retryable queue its input queue,
 wait queues, error queue, their exchanges and bindings, the bindings that feed its input queue, the shovels of a
-migration that moves it, and for strategy `levels` the vhost's delay levels its copies wait in; for the delay
+migration that moves its messages out (or in, from a queue the stack does not declare), and for strategy `levels` the vhost's delay levels its copies wait in; for the delay
 levels their own queues, exchanges and bindings; for a plain queue the queue and the bindings that feed it.
 
 Deleting any part of a path while one of its queues holds a message can lose that message even when the queue
@@ -78,7 +78,8 @@ def _path(name: str, queues: Iterable[str], parts: Iterable[tuple[str, str]]) ->
 def retryable_path(plan: RetryablePlan, levels: DelayLevelsPlan | None = None,
                    feeding: Sequence[BindingPlan] = (), shovels: Sequence[ShovelPlan] = ()) -> RetryPath:
     """A retryable queue's path; `levels`: the delay levels its copies wait in (strategy `levels`); `feeding`:
-    the bindings declared outside it that feed its input queue; `shovels`: a migration's shovels from or to it."""
+    the bindings declared outside it that feed its input queue; `shovels`: a migration's shovels that drain it
+    (`_drains`)."""
     queues = [q.name for q in plan.queues] + ([q.name for q in levels.queues] if levels is not None else [])
     queues += [s.source for s in shovels if s.external_source]
     parts = [*map(_queue, plan.queues), *map(_exchange, plan.exchanges), *map(_binding, plan.bindings),
@@ -91,6 +92,14 @@ def delay_levels_path(plan: DelayLevelsPlan) -> RetryPath:
                  [*map(_queue, plan.queues), *map(_exchange, plan.exchanges), *map(_binding, plan.bindings)])
 
 
+def _drains(shovel: ShovelPlan, queues: set[str]) -> bool:
+    """Whether deleting `shovel` can strand messages of the path of `queues`: it moves them out of one of its queues,
+    or into one of them out of a queue the stack does not declare (an adopted runtime queue, whose messages only
+    this shovel brings to the path). A shovel into a declared queue from another declared one is on its source's
+    path only: deleting it strands nothing of the destination's, which a retire leaves holding what it received."""
+    return shovel.source in queues or (shovel.external_source and shovel.destination in queues)
+
+
 def vhost_paths(plan: VhostPlan) -> list[RetryPath]:
     """Every path of a vhost's plan: its retryable queues, its delay levels and its plain queues."""
     feeding: dict[str, list[BindingPlan]] = {}
@@ -100,13 +109,13 @@ def vhost_paths(plan: VhostPlan) -> list[RetryPath]:
     shovels_of: dict[str, list[ShovelPlan]] = {}
     for retryable in plan.retryables:
         names = {q.name for q in retryable.queues}
-        shovels_of[retryable.config.name] = [s for s in plan.shovels if s.source in names or s.destination in names]
+        shovels_of[retryable.config.name] = [s for s in plan.shovels if _drains(s, names)]
     paths = [retryable_path(r, plan.delay_levels if r.delay_levels is not None else None,
                             feeding.get(r.config.name, ()), shovels_of[r.config.name]) for r in plan.retryables]
     if plan.delay_levels is not None:
         paths.append(delay_levels_path(plan.delay_levels))
     for queue in plan.queues:
-        shovels = [s for s in plan.shovels if queue.name in (s.source, s.destination)]
+        shovels = [s for s in plan.shovels if _drains(s, {queue.name})]
         paths.append(_path(queue.name, [queue.name, *(s.source for s in shovels if s.external_source)],
                            [_queue(queue), *map(_binding, feeding.get(queue.name, ())), *map(_shovel, shovels)]))
     return paths

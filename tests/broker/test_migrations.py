@@ -24,33 +24,30 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pika
-import pulumi
 import pytest
 
-from components import Vhost, naming
+from components import naming
 from components.config import load_stack_config
-from components.guard import GuardError, check_queue_delete
-from components.stack import declare_shovel_user, plan_stack
+from components.stack import plan_stack
 from rabbitmq_retry_client import RetryingConsumer
 from rabbitmq_retry_client.depth import BrokerAccess, DepthReader
 from rabbitmq_retry_client.levels import delay_exchange, delay_routing_key
 from rabbitmq_retry_client.strategies import behaviour_of
 from tests.support.admin import version, wait_for
 from tests.support.amqp import channel, drain, parameters
-from tests.support.deploy import _integers
-from tests.support.mirror import Broker, apply, apply_update, call, esc, get
+from tests.support.hooks import ProgramHooks
+from tests.support.mirror import Broker, apply, apply_update, esc, get
 from tests.support.retrying import Recorder, publish_ids
+from tests.support.stack import Stack, record_stack, stack_vhost
 from tools.lib import engine
 from tools.lib.definitions import Endpoint, read_live
 from tools.lib.drift import findings
 from tools.lib.migrate_status import status as migration_status
-from tools.lib.mockrun import Registered, record
 from tools.lib.review.migrations import infos
 
 EARLY_MS = 5
@@ -58,58 +55,9 @@ EARLY_MS = 5
 DRAIN_S = 60.0
 """Bound for the old objects to empty (the longest wait here is 3 s): a timeout, not a figure."""
 PREFETCH = 10
-SHOVEL_PASSWORD = "mvi shovel/pw"
-"""With characters a URI must escape: the shovel URIs are built by the product (components/naming.shovel_uri)."""
 
 
 # ---------------------------------------------------------------- the stack, recorded and applied
-
-
-@dataclass
-class Stack:
-    """One step's recording: what `pulumi up` would apply, and the retry contracts it exports."""
-
-    config: dict[str, Any]
-    resources: list[Registered]
-    contracts: dict[str, dict[str, Any]]
-
-
-def record_stack(broker: Broker, vhost: str, vhost_config: dict[str, Any]) -> Stack:
-    """The program's registrations for a one-vhost stack (as __main__.py makes them: plan, guard, the stack's shovel
-    user, the Vhost component), with the broker's AMQP port as `rabbitmq-retry:amqp_port`."""
-    config = {"name": vhost, **vhost_config}
-    stack = load_stack_config({"vhosts": [config]})
-    contracts: dict[str, Any] = {}
-
-    def program() -> None:
-        plans = plan_stack(stack)
-        access = declare_shovel_user(plans, {naming.SHOVEL_USER: pulumi.Output.secret(SHOVEL_PASSWORD)})
-        for name, plan in plans:
-            component = Vhost(name, {"plan": plan, "passwords": {},
-                                     **({"shovel_access": access} if access is not None and plan.shovels else {})})
-            component.retry_contracts.apply(contracts.update)
-
-    resources = record(program, {"rabbitmq-retry:amqp_port": str(broker.amqp_port)}, reveal_secrets=True)
-    return Stack(config, resources, _integers(contracts))
-
-
-def queues_of(stack: Stack) -> set[str]:
-    return {r.inputs["name"] for r in stack.resources if r.type == engine.QUEUE}
-
-
-class Guard:
-    """The engine's part: before deleting a queue, run its before-delete hook (components/guard.py) as the engine
-    would, reading the broker as the hook does."""
-
-    def __init__(self, broker: Broker) -> None:
-        self.reader = DepthReader(BrokerAccess(broker.management_url, broker.username, broker.password))
-        self.checked: list[str] = []
-
-    def __call__(self, record_: Registered) -> None:
-        assert record_.hooks.get("before_delete"), f"{record_.name} is deleted without the queue guard"
-        self.checked.append(record_.inputs["name"])
-        check_queue_delete(record_.inputs["vhost"], record_.inputs["name"], self.reader.read, frozenset(),
-                           warn=lambda _: None)
 
 
 def old_objects_empty(broker: Broker, vhost: str, queues: set[str]) -> bool:
@@ -329,16 +277,8 @@ SCENARIOS = {
 
 @pytest.fixture
 def vhost(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """`mvi-<random>`, deleted afterwards with what it holds; the stack's shovel user renamed for the test (and
-    deleted afterwards, should a failed test leave it)."""
-    suffix = uuid.uuid4().hex[:10]
-    name, user = f"mvi-{suffix}", f"mvi-shovel-{suffix}"
-    monkeypatch.setattr(naming, "shovel_user", lambda project, stack: user)
-    try:
+    with stack_vhost(broker, monkeypatch, "mvi") as name:
         yield name
-    finally:
-        call(broker, "DELETE", f"vhosts/{esc(name)}")
-        call(broker, "DELETE", f"users/{esc(user)}")
 
 
 @dataclass
@@ -411,28 +351,29 @@ def run_steps(broker: Broker, vhost: str, steps: Steps) -> Run:
     consuming = Consuming(broker, vhost, old_contract, recorder)
     time.sleep(0.5)
 
-    guard = Guard(broker)
+    hooks = ProgramHooks(broker)
     published_before = len(producer.confirmed)
-    apply_update(broker, before.resources, stepped.resources, guard)
+    apply_update(broker, before.resources, stepped.resources, hooks.before_delete, hooks.before_update)
     # Step move creates the successor's bindings before it deletes the old queue's: what is published meanwhile
     # reaches both queues, and the shovel brings the old copy on (a duplicate, never a loss).
     in_flight = len(producer.confirmed) - published_before + 5
-    assert guard.checked == [], f"the first step deleted {guard.checked}"
+    assert hooks.queues_checked() == [], f"the first step deleted {hooks.queues_checked()}"
     # The consumer restarts with the new contract: the successor (a move; the shovel drains the old queue), or the
     # same queue with fewer tiers or levels (a drain; what waits in the others returns on time).
     consuming.stop()
     new_contract = stepped.contracts[steps.new]
     consuming = Consuming(broker, vhost, new_contract, recorder)
-    gone = queues_of(before) - queues_of(retiring)
+    gone = before.queues() - retiring.queues()
     native_source = old_contract.get("strategy") == "native"
     assert not next_step(broker, vhost, stepped).startswith("step move not applied yet")
     drained(broker, vhost, gone, STATS_INTERVAL_S + old_contract.get("max_delay_ms", 0) / 1000 if native_source
             else 1.0)
     assert next_step(broker, vhost, stepped).startswith("drained: "), "migrate-status disagrees: not drained"
-    retire_steps = apply_update(broker, stepped.resources, retiring.resources, guard)
-    assert sorted(guard.checked) == sorted(gone)
+    retire_steps = apply_update(broker, stepped.resources, retiring.resources, hooks.before_delete, hooks.before_update)
+    assert sorted(hooks.queues_checked()) == sorted(gone)
+    assert any(event == "before_update" for event, _ in hooks.path_guards_run()), "retire ran without the path guard"
     assert next_step(broker, vhost, retiring).startswith("retired: ")
-    apply_update(broker, retiring.resources, final.resources, guard)
+    apply_update(broker, retiring.resources, final.resources, hooks.before_delete, hooks.before_update)
 
     confirmed = producer.stop()
     expected = set(inputs) | set(waiting.delayed) | set(confirmed)
@@ -522,29 +463,3 @@ def test_a_drain_loses_nothing_delivers_nothing_early_and_leaves_no_old_object(b
     run = run_steps(broker, vhost, steps)
     assert run.gone, "the drain retired nothing"
     assert_lossless(broker, vhost, run)
-
-
-def test_retire_while_the_old_queue_holds_messages_is_refused_by_the_guard_and_loses_nothing(
-        broker: Broker, vhost: str):
-    """Step retire applied before the shovel could move anything (its user may not read the old queue): the guard
-    refuses to delete the old queue, the update stops there, and the messages are still in it; once the shovel
-    moves them, retire goes through and they are all in the successor."""
-    steps = move_steps(SCENARIOS["rename"])
-    before, moving, retiring = (record_stack(broker, vhost, c) for c in (steps.before, steps.step, steps.retire))
-    apply(broker, before.resources)
-    ids = [f"held-{i}" for i in range(4)]
-    publish_ids(broker, vhost, "in", ids)
-    blocked = [r for r in moving.resources if r.type != engine.PERMISSIONS]  # the shovel may not read yet
-    apply_update(broker, before.resources, blocked)
-    with pytest.raises(GuardError, match=r'queue "orders" in vhost "mvi-\w+": it holds 4 messages'):
-        apply_update(broker, blocked, retiring.resources, Guard(broker))
-    with channel(broker, vhost, confirms=False) as opened:
-        assert opened.queue_declare("orders", passive=True).method.message_count == 4
-    # `pulumi up` of step move again, with the permissions: what the failed update deleted before the guard stopped
-    # it (the shovels, dependents first) is declared again, the rest is as it is (a PUT of the same object).
-    apply(broker, moving.resources)
-    drained(broker, vhost, {"orders"}, 1.0)
-    apply_update(broker, moving.resources, retiring.resources, Guard(broker))
-    assert get(broker, f"queues/{esc(vhost)}/orders") is None
-    moved = {str(p.message_id) for p, _ in drain(broker, vhost, "orders.v2")}
-    assert moved == set(ids)

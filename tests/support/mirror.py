@@ -76,7 +76,7 @@ def _limits_inputs(r: Registered) -> dict[str, Any]:
     inputs = {"user": r.inputs["user"], "limits": dict(r.inputs.get("limits") or {})}
     failures = UserLimitsProvider().check({}, inputs).failures
     if failures:
-        raise MirrorError(f"{r.name}: check failed: " + "; ".join(f"{f.property}: {f.reason}" for f in failures))
+        raise MirrorError(400, "check failed", f"{r.name}: " + "; ".join(f"{f.property}: {f.reason}" for f in failures))
     return inputs
 
 
@@ -347,6 +347,9 @@ def _binding_key(broker: Broker, r: Registered) -> str | None:
 BeforeDelete = Callable[[Registered], None]
 """Runs a record's `before_delete` resource hooks as the engine would before deleting it; raising stops the update
 there (e.g. the queue guard: tests/broker/test_guard.py)."""
+BeforeUpdate = Callable[[Registered, Registered], None]
+"""Runs a record's `before_update` resource hooks (old, new) as the engine would before updating it in place; raising
+fails that step (e.g. the path guards: tests/broker/test_path_guard.py)."""
 
 
 def _delete(broker: Broker, r: Registered, before_delete: BeforeDelete | None = None) -> None:
@@ -415,29 +418,99 @@ def _check_import_target(broker: Broker, r: Registered) -> None:
         raise ImportRefusedError(f"{r.name}: import ID {r.import_id!r}: not found on the broker")
 
 
+def _run_in_order(records: Sequence[Registered], waits_for: Callable[[Registered], set[str]],
+                  run: Callable[[Registered], None]) -> Exception | None:
+    """Run each record once everything it waits for has run; a record whose run raised, and everything that waits for
+    it, is not run. Everything else is: the engine starts every step whose prerequisites are done, in parallel, and a
+    failure stops only what has not started, so any step that does not wait for the failed one may already have run
+    (the worst case, for the tests). Returns the first failure."""
+    failed: set[str] = set()
+    first: Exception | None = None
+    for record in records:
+        if waits_for(record) & failed:
+            failed.add(record.urn)
+            continue
+        try:
+            run(record)
+        except Exception as error:  # any step's failure stops what waits for it, as the engine's does
+            failed.add(record.urn)
+            first = first or error
+    return first
+
+
+def _dependents(records: Sequence[Registered]) -> dict[str, set[str]]:
+    """urn → the urns among `records` that depend on it or are its children (deleted before it)."""
+    urns = {r.urn for r in records}
+    users: dict[str, set[str]] = {r.urn: set() for r in records}
+    for r in records:
+        for dep in [*r.dependencies, r.parent]:
+            if dep in urns and dep != r.urn:
+                users[dep].add(r.urn)
+    return users
+
+
 def apply_update(broker: Broker, old: Sequence[Registered], new: Sequence[Registered],
-                 before_delete: BeforeDelete | None = None) -> list[Step]:
-    """`pulumi up` from `old` to `new`: DBR deletions (dependents first), then creates, updates and
-    replacements in creation order, then deletions (and create-before-delete leftovers). `before_delete`: run
-    the resource hooks a deleted record is bound to (the engine's part, which the mirror skips without it)."""
+                 before_delete: BeforeDelete | None = None, before_update: BeforeUpdate | None = None) -> list[Step]:
+    """`pulumi up` from `old` to `new` in the engine's order, with the hooks where the engine calls them:
+    1. creates, updates and replacements in dependency order (a record's step waits for the steps of what it depends
+       on; `before_update` before an update). A replacement of a named resource is delete-before-replace: at its
+       step, the old resource and the dependents replaced with it are deleted (dependents first, `before_delete`
+       before each), then it is created;
+    2. only when every step of 1 succeeded: deletions of what `new` no longer declares (and create-before-delete
+       leftovers), dependents first (`before_delete` before each).
+    A failed step stops whatever waits for it, and phase 2; everything else may have run, so it does here
+    (`_run_in_order`). Raises the first failure, with a note of what the update did before it stopped, as the engine
+    lists it. `before_delete`/`before_update`: None skips the engine's part (running the hooks)."""
     steps = engine.diff(old, new)
     blocked = [s.name for s in steps if s.custom and s.protect and s.op in ("replace", "delete")]
     if blocked:
         raise ProtectedError(f"unable to delete or replace protected resources: {', '.join(blocked)}")
-    old_by, new_by = {r.urn: r for r in old}, {r.urn: r for r in new}
-    custom = [s for s in steps if s.custom]
-    first = [old_by[s.urn] for s in custom if s.op == "replace" and s.delete_before_replace]
-    for record in engine.deletion_order(first):
+    old_by = {r.urn: r for r in old}
+    step_by = {s.urn: s for s in steps if s.custom}
+    replaced_first = [old_by[s.urn] for s in step_by.values() if s.op == "replace" and s.delete_before_replace]
+    replaced_users = _dependents(replaced_first)
+    deleted: set[str] = set()
+    done: list[str] = []
+
+    def delete(record: Registered) -> None:
         _delete(broker, record, before_delete)
-    for step in custom:
-        if step.op in ("create", "replace"):
-            _create(broker, new_by[step.urn])
-        elif step.op == "update":
-            _update(broker, old_by[step.urn], new_by[step.urn])
-    leftovers = [old_by[s.urn] for s in custom
-                 if s.op == "delete" or (s.op == "replace" and not s.delete_before_replace)]
-    for record in engine.deletion_order(leftovers):
-        _delete(broker, record, before_delete)
+        deleted.add(record.urn)
+        done.append(f"deleted {engine.short_type(record.type)} {record.inputs.get('name') or record.name}")
+
+    def with_dependents(urn: str) -> list[Registered]:
+        found, todo = {urn}, [urn]
+        while todo:
+            for user in replaced_users.get(todo.pop(), ()):
+                if user not in found:
+                    found.add(user)
+                    todo.append(user)
+        return [r for r in engine.deletion_order(replaced_first) if r.urn in found and r.urn not in deleted]
+
+    def step(record: Registered) -> None:
+        current = step_by[record.urn]
+        if current.op == "replace" and current.delete_before_replace:
+            for gone in with_dependents(record.urn):
+                delete(gone)
+        if current.op in ("create", "replace"):
+            _create(broker, record)
+            done.append(f"{current.op}d {engine.short_type(record.type)} {record.inputs.get('name') or record.name}")
+        elif current.op == "update":
+            if before_update is not None and record.hooks.get("before_update"):
+                before_update(old_by[record.urn], record)
+            _update(broker, old_by[record.urn], record)
+            done.append(f"updated {engine.short_type(record.type)} {record.inputs.get('name') or record.name}")
+
+    creating = engine.creation_order(_custom(new))
+    index = {r.urn for r in creating}
+    failure = _run_in_order(creating, lambda r: {d for d in [*r.dependencies, r.parent] if d in index}, step)
+    if failure is None:
+        leftovers = [old_by[s.urn] for s in step_by.values()
+                     if s.op == "delete" or (s.op == "replace" and not s.delete_before_replace)]
+        users = _dependents(leftovers)
+        failure = _run_in_order(engine.deletion_order(leftovers), lambda r: users[r.urn], delete)
+    if failure is not None:
+        failure.add_note(f"applied before the update stopped: {', '.join(done) or 'nothing'}")
+        raise failure
     return steps
 
 
