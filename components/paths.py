@@ -2,8 +2,9 @@
 
 A retry path is everything a message of one queue can pass through: for a retryable queue its input queue,
 wait queues, error queue, their exchanges and bindings, the bindings that feed its input queue, the shovels of a
-migration that moves its messages out (or in, from a queue the stack does not declare), and for strategy `levels` the vhost's delay levels its copies wait in; for the delay
-levels their own queues, exchanges and bindings; for a plain queue the queue and the bindings that feed it.
+migration that moves its messages out (or in, from a queue the stack does not declare), and for strategy `levels`
+the vhost's delay levels its copies wait in; for the delay levels their own queues, exchanges and bindings; for a
+plain queue the queue and the bindings that feed it.
 
 Deleting any part of a path while one of its queues holds a message can lose that message even when the queue
 itself is kept: a wait queue whose requeue exchange is gone dead-letters into nothing. So the guard checks the
