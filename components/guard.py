@@ -185,7 +185,12 @@ def read_at_provider(vhost: str, queue: str) -> QueueDepth | None:
         raise DepthError(str(error)) from None
 
 
-def guard_queue_delete(args: pulumi.ResourceHookArgs) -> None:
+Read = Callable[[str, str], QueueDepth | None]
+"""(vhost, queue) → what the queue holds on the broker the hook guards, None when it is not there; DepthError when
+it cannot tell."""
+
+
+def guard_queue_delete(args: pulumi.ResourceHookArgs, read: Read = read_at_provider) -> None:
     """The hook: refuse the deletion (raise) unless the queue is missing, empty, or listed to go anyway."""
     vhost, queue = _queue_of(args)
     try:
@@ -193,12 +198,49 @@ def guard_queue_delete(args: pulumi.ResourceHookArgs) -> None:
     except ConfigError as error:
         raise GuardError(f'refusing to delete queue "{queue}" in vhost "{vhost}": {error}') from None
 
-    check_queue_delete(vhost, queue, read_at_provider, allowed)
+    check_queue_delete(vhost, queue, read, allowed)
 
 
 async def _guard_queue_delete(args: pulumi.ResourceHookArgs) -> None:
     # Off the event loop: the engine may delete several queues at once, and the reads block.
     await asyncio.to_thread(guard_queue_delete, args)
+
+
+async def explicit_provider_access(provider: pulumi.ProviderResource) -> BrokerAccess:
+    """The broker and user an explicit `rabbitmq.Provider` deploys with: its `endpoint`, `username`, `password` and
+    `cacert_file` outputs, each else its environment variable, as the provider itself falls back (docs/provider.md
+    §9). The stack's `rabbitmq:*` config and `rabbitmq-retry:amqp_port` are the default provider's, not this one's:
+    the AMQP port is read from the broker's /api/overview. A setting the provider does not output (`insecure`, client
+    certificates) cannot be known here: a broker that needs it cannot be read, and the guard refuses."""
+    async def setting(attribute: str, variable: str) -> str:
+        output = getattr(provider, attribute, None)
+        value = await output.future() if isinstance(output, pulumi.Output) else output
+        return str(value) if value else os.environ.get(variable, "")
+
+    return BrokerAccess(await setting("endpoint", "RABBITMQ_ENDPOINT"), await setting("username", "RABBITMQ_USERNAME"),
+                        await setting("password", "RABBITMQ_PASSWORD"), None,
+                        await setting("cacert_file", "RABBITMQ_CACERT") or None,
+                        os.environ.get("RABBITMQ_INSECURE", "").lower() in ("1", "true"))
+
+
+def _reader(access: BrokerAccess) -> Read:
+    return DepthReader(access).read
+
+
+_providers_named: weakref.WeakKeyDictionary[pulumi.Resource, dict[str, pulumi.ProviderResource]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _provider_key(provider: pulumi.ProviderResource) -> str:
+    """The suffix of an explicit provider's hooks: its logical name (the SDK keeps it as `_name`), stable across runs
+    as the engine needs a hook name to be. Two providers of one name (under different parents) cannot share hooks."""
+    name = str(getattr(provider, "_name"))  # noqa: B009 - the SDK has no public accessor for it
+    root = pulumi.runtime.get_root_resource()
+    known = _providers_named.setdefault(root, {}).setdefault(name, provider) if root is not None else provider
+    if known is not provider:
+        raise ConfigError([("provider", f'two rabbitmq providers are named "{name}": the queue guard binds one hook '
+                                        "per provider name; give each provider a name of its own")])
+    return name
 
 
 _hooks: dict[str, weakref.WeakKeyDictionary[pulumi.Resource, pulumi.ResourceHook]] = {}
@@ -219,14 +261,21 @@ def _registered(name: str, hook: Callable[[pulumi.ResourceHookArgs], Any]) -> pu
     return per_root[root]
 
 
-def queue_guard() -> pulumi.ResourceHook:
-    """The program's one `QUEUE_GUARD` hook."""
-    return _registered(QUEUE_GUARD, _guard_queue_delete)
+def queue_guard(provider: pulumi.ProviderResource | None = None) -> pulumi.ResourceHook:
+    """The program's one `QUEUE_GUARD` hook; for the queues of an explicit provider, `QUEUE_GUARD.<provider name>`,
+    which reads the queue on that provider's broker (`explicit_provider_access`)."""
+    if provider is None:
+        return _registered(QUEUE_GUARD, _guard_queue_delete)
+
+    async def guard(args: pulumi.ResourceHookArgs) -> None:
+        read = _reader(await explicit_provider_access(provider))
+        await asyncio.to_thread(guard_queue_delete, args, read)
+    return _registered(f"{QUEUE_GUARD}.{_provider_key(provider)}", guard)
 
 
-def guarded() -> pulumi.ResourceHookBinding:
-    """The hooks option of every queue: `QUEUE_GUARD` before it is deleted."""
-    return pulumi.ResourceHookBinding(before_delete=[queue_guard()])
+def guarded(provider: pulumi.ProviderResource | None = None) -> pulumi.ResourceHookBinding:
+    """The hooks option of every queue: `queue_guard(provider)` before it is deleted."""
+    return pulumi.ResourceHookBinding(before_delete=[queue_guard(provider)])
 
 
 def path_refusal(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
@@ -267,7 +316,7 @@ def _stashed(values: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     return stashed if isinstance(stashed, Mapping) else None
 
 
-def guard_path_change(args: pulumi.ResourceHookArgs) -> None:
+def guard_path_change(args: pulumi.ResourceHookArgs, read: Read = read_at_provider) -> None:
     """The path guards' hook: before a path guard is updated (a change deletes or replaces a part of a path it
     lists) or deleted (everything it lists goes), refuse (raise) while a touched path holds a message."""
     old = _stashed(args.old_inputs) or _stashed(args.old_outputs)
@@ -277,7 +326,7 @@ def guard_path_change(args: pulumi.ResourceHookArgs) -> None:
     except ConfigError as error:
         raise GuardError(f"refusing to change the retry paths of {args.name}: {error}") from None
 
-    if (why := path_refusal(old, new, read_at_provider, allowed)) is not None:
+    if (why := path_refusal(old, new, read, allowed)) is not None:
         raise GuardError(why)
 
 
@@ -285,6 +334,13 @@ async def _guard_path_change(args: pulumi.ResourceHookArgs) -> None:
     await asyncio.to_thread(guard_path_change, args)
 
 
-def path_guard() -> pulumi.ResourceHook:
-    """The program's one PATH_GUARD hook."""
-    return _registered(PATH_GUARD, _guard_path_change)
+def path_guard(provider: pulumi.ProviderResource | None = None) -> pulumi.ResourceHook:
+    """The program's one PATH_GUARD hook; for the paths of an explicit provider, `PATH_GUARD.<provider name>`, which
+    reads their queues on that provider's broker."""
+    if provider is None:
+        return _registered(PATH_GUARD, _guard_path_change)
+
+    async def guard(args: pulumi.ResourceHookArgs) -> None:
+        read = _reader(await explicit_provider_access(provider))
+        await asyncio.to_thread(guard_path_change, args, read)
+    return _registered(f"{PATH_GUARD}.{_provider_key(provider)}", guard)

@@ -68,6 +68,11 @@ class Scope:
         if all(resource is not r for r in self.declared):
             self.declared.append(resource)
 
+    def broker_provider(self) -> pulumi.ProviderResource | None:
+        """The explicit `rabbitmq` provider the children inherit (the component's `provider`/`providers` option, or
+        its parent's), None for the default provider: the guards read the queues on its broker."""
+        return self.component.get_provider("rabbitmq:index/queue:Queue")
+
     def _after_guard(self, depends_on: list[pulumi.Resource] | None) -> list[pulumi.Resource] | None:
         return depends_on if self.guard is None else [self.guard, *(depends_on or ())]
 
@@ -93,7 +98,7 @@ class Scope:
         step of its replacement) fails while the queue holds messages."""
         return pulumi.ResourceOptions.merge(
             self.queue_options(error_queue=error_queue, depends_on=depends_on, import_id=import_id),
-            pulumi.ResourceOptions(hooks=guarded()))
+            pulumi.ResourceOptions(hooks=guarded(self.broker_provider())))
 
 
 Builder = Callable[[Scope, str, Any], None]
@@ -281,7 +286,7 @@ def open_path_guard(scope: Scope, logical_name: str, inventory: pulumi.Input[Map
     the engine touches any child. A Stash: it stores the inventory (`paths.inventory`) and nothing else."""
     scope.guard = pulumi.Stash(logical_name, input=inventory,
                                opts=pulumi.ResourceOptions(parent=scope.component, hooks=pulumi.ResourceHookBinding(
-                                   before_update=[path_guard()])))
+                                   before_update=[path_guard(scope.broker_provider())])))
 
 
 def close_path_guard(scope: Scope, logical_name: str, inventory: pulumi.Input[Mapping[str, Any]]) -> None:
@@ -290,4 +295,5 @@ def close_path_guard(scope: Scope, logical_name: str, inventory: pulumi.Input[Ma
     hook refuses while a path it lists holds messages, before any other child is deleted."""
     pulumi.Stash(logical_name, input=inventory,
                  opts=pulumi.ResourceOptions(parent=scope.component, depends_on=list(scope.declared),
-                                             hooks=pulumi.ResourceHookBinding(before_delete=[path_guard()])))
+                                             hooks=pulumi.ResourceHookBinding(
+                                                 before_delete=[path_guard(scope.broker_provider())])))

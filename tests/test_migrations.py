@@ -207,7 +207,8 @@ def test_a_leftover_shovel_password_is_refused_once_no_migration_needs_it():
     with pytest.raises(ConfigError) as error:
         load_stack_config({"vhosts": [before()], "passwords": {"rabbitmq-retry-shovel": "s"}})
     assert error.value.problems == [("passwords.rabbitmq-retry-shovel", "the shovel user's password, and no "
-                                     "migration of this stack needs it any more; remove it")]
+                                     "migration of this stack needs it any more; remove it: pulumi config rm --path "
+                                     "'rabbitmq-retry:passwords.rabbitmq-retry-shovel'")]
     load_stack_config({"vhosts": [moving("retire")], "passwords": {"rabbitmq-retry-shovel": "s"}})
 
 

@@ -60,6 +60,16 @@ def test_live_depths_of_every_deleted_or_replaced_queue_fullest_first(program_co
     ]
     assert "### What the deleted or replaced queues hold now (http://rabbit:15672)" in lines
     assert not section.data_loss
+    # Said before apply: the path `pulumi up` would refuse to change now, each queue that stops it named with its count.
+    heading = "### What the deleted or replaced queues hold now (http://rabbit:15672)"
+    refused = lines[lines.index("### Refused if applied now") + 2:lines.index(heading) - 1]
+    assert refused == [
+        "- ⛔ `shop` / `orders`: `pulumi up` refuses this change now, because `orders` holds **1,234**, "
+        "`orders.wait.2` holds **5**, `orders.error` cannot be read; it deletes nothing of the path until every queue "
+        "of it is empty (a migration: `make migrate-status` says when)"]
+    waived = guard_section(steps, {"rabbitmq-retry:delete_with_messages": json.dumps(
+        ["shop/orders", "shop/orders.wait.2", "shop/orders.error"])}, read)
+    assert "### Refused if applied now" not in waived.markdown
 
 
 def test_offline_and_without_waivers_the_review_gets_nothing(program_copy: Path):

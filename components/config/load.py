@@ -11,7 +11,7 @@ from ..strategies.levels import LevelsRetry, check_backoff_fits
 from .capabilities import TARGET_GROUP_SIZE_FROM, Version, parse_version, version_problems
 from .crosschecks import check_users, check_vhost, check_vhost_names
 from .fields import ABSENT, INVALID, Problems, boolean, describe, did_you_mean, items, mapping, optional
-from .keys import BROKER_KEYS, TOP_LEVEL_KEYS
+from .keys import BROKER_KEYS, NAMESPACE, TOP_LEVEL_KEYS
 from .model import Defaults, DelayLevels, Queue, StackConfig, Vhost
 from .parsers import (
     ApplicationEntry,
@@ -54,7 +54,7 @@ def check_password_users(p: Problems, raw: object, vhosts: list[VhostEntry]) -> 
     for user in raw:
         if user == SHOVEL_USER and not migrating:
             p.add(key_path("passwords", user), "the shovel user's password, and no migration of this stack needs "
-                  "it any more; remove it")
+                  f"it any more; remove it: pulumi config rm --path '{NAMESPACE}:passwords.{user}'")
         elif user not in declared and user != SHOVEL_USER:
             p.add(key_path("passwords", user), f'no application or operator declares user "{user}";'
                   f"{did_you_mean(user, declared) or ''} file the password under the user that needs it, or remove it"

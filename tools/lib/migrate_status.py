@@ -71,8 +71,9 @@ def next_step(m: MigrationInfo, depths: Sequence[tuple[str, QueueDepth | None]],
                 "unused" + (f" (it refuses while {holding[0][0]} holds {holding[0][1].messages:,})" if holding else ""))
     if m.retiring:
         if present:
-            why = (f"`pulumi up` refuses while {holding[0][0]} holds {holding[0][1].messages:,}" if holding
-                   else "`pulumi up --stack " + stack + "` deletes them")
+            held = ", ".join(f"{q} holds {d.messages:,}" for q, d in holding)
+            why = (f"`pulumi up` refuses it while {held}: nothing of the retry path of {m.source} is deleted until "
+                   "every queue of it is empty" if holding else "`pulumi up --stack " + stack + "` deletes them")
             return f"retire not applied yet: {', '.join(present)} still on the broker ({why})"
         if m.straggler_binding and m.max_delay_ms is not None:
             return (f"retired: the entry may be removed once delay_levels.max_delay ({format_duration(m.max_delay_ms)})"

@@ -137,19 +137,32 @@ def waiver_lines(entries: frozenset[str], lost: Sequence[Lost]) -> list[str]:
     return lines
 
 
-def depth_lines(lost: Sequence[Lost], read: Reader) -> list[str]:
+Depths = dict[tuple[str, str], QueueDepth | DepthError | None]
+"""(vhost, queue) → what it holds now, None when it is not on the broker, or why it could not be read."""
+
+
+def read_depths(lost: Sequence[Lost], read: Reader) -> Depths:
+    """Each queue read once, for `depth_lines` and `refusal_lines`."""
+    depths: Depths = {}
+    for queue in lost:
+        try:
+            depths[(queue.vhost, queue.queue)] = read(queue.vhost, queue.queue)
+        except DepthError as error:
+            depths[(queue.vhost, queue.queue)] = error
+    return depths
+
+
+def depth_lines(lost: Sequence[Lost], depths: Depths) -> list[str]:
     """`holds 1,234 messages now` for each queue, fullest first; the empty and missing ones counted in one line
     each; one line per reason a queue could not be read."""
     held: list[tuple[Lost, QueueDepth]] = []
     empty, missing = 0, 0
     unread: dict[str, list[Lost]] = {}
     for queue in lost:
-        try:
-            depth = read(queue.vhost, queue.queue)
-        except DepthError as error:
-            unread.setdefault(str(error), []).append(queue)
-            continue
-        if depth is None:
+        depth = depths[(queue.vhost, queue.queue)]
+        if isinstance(depth, DepthError):
+            unread.setdefault(str(depth), []).append(queue)
+        elif depth is None:
             missing += 1
         elif depth.messages == 0:
             empty += 1
@@ -168,6 +181,27 @@ def depth_lines(lost: Sequence[Lost], read: Reader) -> list[str]:
     return lines
 
 
+def refusal_lines(paths: Sequence[TouchedPath], depths: Depths, entries: frozenset[str]) -> list[str]:
+    """One line per touched path that `pulumi up` would refuse to change now: a queue of it holds a message that
+    `delete_with_messages` does not waive, or cannot be read. Empty when the change would go through."""
+    lines = []
+    for path in paths:
+        holding = []
+        for queue in path.queues:
+            depth = depths.get((path.vhost, queue))
+            if queue_key(path.vhost, queue) in entries:
+                continue
+            if isinstance(depth, DepthError):
+                holding.append(f"{markdown.code(queue)} cannot be read")
+            elif depth is not None and depth.messages:
+                holding.append(f"{markdown.code(queue)} holds **{depth.messages:,}**")
+        if holding:
+            lines.append(f"- ⛔ {_where(path.vhost, path.path)}: `pulumi up` refuses this change now, because "
+                         f"{', '.join(holding)}; it deletes nothing of the path until every queue of it is empty "
+                         "(a migration: `make migrate-status` says when)")
+    return lines
+
+
 def guard_section(steps: Sequence[Step], config: Mapping[str, str], read: Reader | None,
                   where: str = "") -> GuardSection:
     """The review's queue guard section: `config` is the stack's (at the working tree), `read` None offline."""
@@ -183,11 +217,14 @@ def guard_section(steps: Sequence[Step], config: Mapping[str, str], read: Reader
                 "> ⚠️ `pulumi up` deletes these queues with whatever they hold; acknowledge with ALLOW_DATA_LOSS=1 "
                 "or --allow-data-loss.", "", *waiver_lines(entries, lost)]
     if read is not None and lost:
+        depths = read_depths(lost, read)
+        if refusals := refusal_lines(paths, depths, entries):
+            out += ["", "### Refused if applied now", "", *refusals]
         out += ["", f"### What the deleted or replaced queues hold now{f' ({markdown.text(where)})' if where else ''}",
                 "", "Read now, read-only (ready messages by passive declare; unacknowledged ones and a quorum queue's "
                 "pending dead letters from the management API, a few seconds old). `pulumi up` refuses to delete a "
                 f"queue that holds messages unless `{NAMESPACE}:{DELETE_WITH_MESSAGES}` lists it (docs/guard.md).", "",
-                *depth_lines(lost, read)]
+                *depth_lines(lost, depths)]
     return GuardSection("\n" + "\n".join(out) if out else "", bool(entries))
 
 
