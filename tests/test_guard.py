@@ -263,3 +263,24 @@ def test_a_path_that_cannot_be_read_is_refused():
 def test_a_vhost_moved_elsewhere_touches_every_path():
     moved = {**inventory(ORDERS), "vhost": "shop2"}
     assert changed_parts(inventory(ORDERS), moved) == {"orders": sorted(ORDERS[2])}
+
+
+@pytest.mark.parametrize("stack", recordings.STACKS)
+def test_the_first_up_after_the_upgrade_only_creates_the_path_guards(stack: str):
+    """A stack applied before the path guards existed: the same program now adds two Stash resources per component
+    and a dependency on the path guard to every child. The engine diffs inputs, not dependencies, so nothing but the
+    guards is created, updated or replaced (that run is guarded by the queue guard alone)."""
+    from dataclasses import replace
+
+    from tools.lib import engine
+
+    root = recordings.program_copy()
+    try:
+        now = record_program(stack, root, preview=False)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    guards = {r.urn for r in now if r.type == STASH}
+    before = [replace(r, dependencies=[d for d in r.dependencies if d not in guards]) for r in now
+              if r.urn not in guards]
+    steps = [s for s in engine.diff(before, now) if s.op != "same"]
+    assert guards and {(s.op, s.urn) for s in steps} == {("create", urn) for urn in guards}
