@@ -199,10 +199,29 @@ def test_each_queue_taken_over_beside_gets_a_migration_naming_the_old_runtime_ob
     assert "passwords.rabbitmq-retry-shovel" in report_text and "DELETE /api/" not in report_text
 
 
-def test_a_plain_queue_taken_over_beside_moves_alone(tmp_path: Path) -> None:
-    adoption = adopt(read_file(_export(tmp_path), "shop"))
-    moves = {m["move"]["from"]: m["move"] for m in adoption.vhost.get("migrations", [])}
-    assert moves["audit"] == {"from": "audit", "to": "audit.v2", "external": True}
+def test_an_unrecognised_queue_is_kept_with_every_argument_and_never_moved() -> None:
+    """A TTL queue that dead-letters back by the default exchange (TaskBunny's `Q.retry`), a DLQ and a quorum queue
+    with at-least-once dead-lettering: none is a loop a strategy of ours keeps, so each is imported as it is."""
+    arguments = {"jobs": {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "jobs.retry"},
+                 "jobs.retry": {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "jobs",
+                                "x-message-ttl": 60000},
+                 "jobs.rejected": {},
+                 "lane": {"x-queue-type": "quorum", "x-dead-letter-exchange": "dlx", "x-dead-letter-strategy":
+                          "at-least-once", "x-overflow": "reject-publish", "x-delivery-limit": 5},
+                 "lane.dlq": {"x-queue-type": "quorum"}}
+    snapshot = _snapshot(arguments, {"dlx": "direct"}, [("dlx", "lane.dlq", "lane")])
+    adoption = adopt(snapshot)
+    decided = summary(adoption.decisions)
+    assert set(decided[IMPORT]) >= {("Queue", q) for q in arguments}
+    assert {t for t, _ in decided[BESIDE]} == {"Policy"}  # the quorum queues' delivery-limit policies
+    assert "migrations" not in adoption.vhost and adoption.topologies == []
+    entries = {q["name"]: q for q in adoption.vhost["queues"]}
+    assert {name: entries[name].get("arguments", {"x-queue-type": "quorum"}) for name in arguments} == arguments
+    assert entries["lane"]["delivery_limit"] == 5
+    plan = plan_vhost(load_vhost(adoption.vhost, "vhosts[0]"), "vhosts[0]", ADOPTED_SHOVEL_USER)
+    assert {q.name: dict(q.arguments) for q in plan.queues} == arguments
+    assert "dead-letters to the default exchange with key `jobs`" in adoption.kept["jobs.retry"]
+    assert "comes back on time" in adoption.kept["jobs.retry"]
 
 
 def test_the_new_name_skips_names_already_taken() -> None:
@@ -230,11 +249,10 @@ def test_a_quorum_queue_s_group_size_is_kept_so_that_it_imports_as_it_is() -> No
                          {"orders": "topic"}, [("orders", "invoices", "#"), ("orders", "audit", "#")])
     adoption = adopt(snapshot)
     decided = summary(adoption.decisions)
-    assert ("Queue", "invoices") in decided[IMPORT] and ("Queue", "audit") in decided[RETIRE]
-    [why] = [d.detail for d in adoption.decisions if d.name == "audit" and d.type == "Queue"]
-    assert why.startswith("arguments this project does not declare: ['x-max-length']")
+    assert ("Queue", "invoices") in decided[IMPORT] and ("Queue", "audit") in decided[IMPORT]
     entries = {q["name"]: q for q in adoption.vhost["queues"]}
-    assert entries["invoices"]["quorum_group_size"] == 3 and entries["audit.v2"]["quorum_group_size"] == 2
+    assert entries["invoices"]["quorum_group_size"] == 3
+    assert entries["audit"]["arguments"] == snapshot.queues["audit"]["arguments"]
     plan = plan_vhost(load_vhost(adoption.vhost, "vhosts[0]"), "vhosts[0]", ADOPTED_SHOVEL_USER)
     assert {q.name: q.arguments for q in plan.queues}["invoices"] == snapshot.queues["invoices"]["arguments"]
 
@@ -276,8 +294,11 @@ def test_adopting_from_a_3_10_export(tmp_path: Path) -> None:
     assert ("Queue", "invoices") in decided[IMPORT] and ("Policy", "archive") in decided[IMPORT]
     # Our quorum queue gets its own delivery-limit policy, which would take `cap`'s place on it.
     assert ("Policy", "cap") in decided[ALONE]
-    # No x-queue-type stored (RabbitMQ before 4.0): not importable, so created beside.
-    assert ("Queue", "audit") in decided[RETIRE] and ("Queue", "audit.v2") in decided[BESIDE]
+    # No x-queue-type stored (RabbitMQ before 4.0): imported with exactly the arguments it has (none), never moved,
+    # so producers that publish to it by name keep reaching it; the report says what to add after an upgrade to 4.
+    assert ("Queue", "audit") in decided[IMPORT] and ("Queue", "audit.v2") not in decided[BESIDE]
+    assert {q["name"]: q.get("arguments") for q in adoption.vhost["queues"]}["audit"] == {}
+    assert any("queue audit holds no x-queue-type" in w for w in adoption.warnings)
     assert ("Queue", "amq.gen-1") in decided[ALONE] and ("Exchange", "with-ae") in decided[ALONE]
     # properties_key computed for a binding without arguments, as RabbitMQ makes it (`~` as %7E).
     assert "binding shop/orders/invoices/queue/invoice+created%7E" in adoption.vhost["import"]
@@ -290,9 +311,9 @@ def test_the_command_writes_a_stack_file_that_loads_and_a_report(tmp_path: Path)
     document = yaml.safe_load((tmp_path / "Pulumi.adopted.yaml").read_text())
     [vhost] = document["config"]["rabbitmq-retry:vhosts"]
     plan = plan_vhost(load_vhost(vhost, "vhosts[0]"), "vhosts[0]", ADOPTED_SHOVEL_USER)
-    assert {q.name for q in plan.queues} == {"audit.v2", "invoices"}
+    assert {q.name for q in plan.queues} == {"audit", "invoices"}
     report = (tmp_path / "adopt-adopted.md").read_text()
-    assert "## Import" in report and "## Moving consumers and retiring the old objects" in report
+    assert "## Import" in report and "## Moving consumers and retiring the old objects" not in report
     # A second run never overwrites a stack.
     assert adopt_tool.main(["--vhost", "shop", "--stack", "adopted", "--definitions", str(_export(tmp_path)),
                             "--root", str(tmp_path)]) == 1

@@ -136,7 +136,7 @@ BAD_CONFIGS = [
             (
                 "vhosts[0].queues[0].retries",
                 'unknown key; did you mean "retry"? (allowed: name, type, bindings, max_length, delivery_limit, retry, '
-                "policy_priority, max_length_bytes, message_ttl, single_active_consumer, quorum_group_size)",
+                "policy_priority, max_length_bytes, message_ttl, single_active_consumer, quorum_group_size, arguments)",
             )
         ],
         id="unknown-key",

@@ -25,7 +25,7 @@ IMPORT_KINDS = ("queue", "exchange", "binding", "policy", "operator_policy")
 """What a `vhosts[].import` entry may adopt, written `<kind> <provider ID>`."""
 EXCHANGE_KEYS = ("name", "type")
 QUEUE_KEYS = ("name", "type", "bindings", "max_length", "delivery_limit", "retry", "policy_priority",
-              "max_length_bytes", "message_ttl", "single_active_consumer", "quorum_group_size")
+              "max_length_bytes", "message_ttl", "single_active_consumer", "quorum_group_size", "arguments")
 BINDING_KEYS = ("exchange", "routing_key", "arguments", "external")
 RETRY_KEYS = ("strategy", "delays", "backoff", "min_delay", "max_delay", "max_retries", "error_retention",
               "error_max_length")

@@ -32,6 +32,17 @@ POLICY_VALUE_CHOICES: Mapping[str, tuple[str, ...]] = {
 }
 """Policy keys that take one of a few words (measured on 3.10.8 and 4.3.6; `delayed-retry-type` from RabbitMQ
 4.3's source): anything else, `"true"` included, is refused by the broker at `pulumi up`."""
+QUEUE_ARGUMENT_INTEGERS = ("x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes", "x-delivery-limit",
+                           "x-max-priority", "x-quorum-initial-group-size", "x-queue-version",
+                           "x-max-in-memory-length", "x-max-in-memory-bytes")
+"""Queue arguments RabbitMQ takes only as integers (a string is refused with 406 PRECONDITION_FAILED)."""
+QUEUE_ARGUMENT_CHOICES: Mapping[str, tuple[str, ...]] = {
+    "x-overflow": ("drop-head", "reject-publish", "reject-publish-dlx"),
+    "x-queue-mode": ("default", "lazy"),
+    "x-dead-letter-strategy": ("at-most-once", "at-least-once"),
+    "x-queue-type": QUEUE_TYPES,
+}
+"""Queue arguments that take one of a few words."""
 MAX_AGE = r"[0-9]+[YMDhms]"
 """A stream's `max-age`: a count and a unit (years, months, days, hours, minutes, seconds), e.g. `7D`."""
 DEFAULT_QUEUE_TYPE = "quorum"
@@ -118,6 +129,10 @@ class Queue:
     """`quorum_group_size` again when `broker.version` is 4.x (else None): `target-group-size` in the policy of the
     queue and of every queue it owns, so that RabbitMQ 4 grows their membership back to the size after a member is
     lost (continuous membership reconciliation). A policy key: it changes in place, never replaces a queue."""
+    arguments: Mapping[str, str | int | bool] | None = None
+    """Plain queues only (`arguments`): the queue's arguments exactly as the broker holds them, declared in place of
+    those the plan derives (`x-queue-type`, `x-single-active-consumer`, `x-quorum-initial-group-size`), so that a
+    queue an application declared at runtime is adopted (imported) as it is, every argument kept. None: derived."""
 
 
 @dataclass(frozen=True)

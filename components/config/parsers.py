@@ -61,6 +61,8 @@ from .model import (
     MAX_AGE,
     MAX_MESSAGE_TTL_MS,
     POLICY_VALUE_CHOICES,
+    QUEUE_ARGUMENT_CHOICES,
+    QUEUE_ARGUMENT_INTEGERS,
     QUEUE_TYPES,
     STRING_POLICY_KEYS,
     X_MATCH,
@@ -338,8 +340,49 @@ def resolve_delivery_limit(p: Problems, path: str, written: int | None, queue_ty
 PLAIN_QUEUE_ONLY = {
     "message_ttl": "on a retryable queue an expired message would enter the retry path (or be parked) unhandled",
     "single_active_consumer": "a retryable queue's consumers are not limited to one here",
+    "arguments": "a retryable queue's arguments are its strategy's",
 }
 """Queue keys a retryable queue refuses, and why."""
+WRITTEN_IN_ARGUMENTS = {"single_active_consumer": "x-single-active-consumer",
+                        "quorum_group_size": "x-quorum-initial-group-size"}
+"""Keys that set a queue argument: with `arguments` the argument is written there (or left out) instead."""
+
+
+def parse_queue_arguments(p: Problems, path: str, raw: object,
+                          queue_type: object) -> dict[str, str | int | bool] | Invalid:
+    """`queues[].arguments`: the arguments exactly as the broker holds them; each refused value names the argument
+    and what RabbitMQ accepts, before anything reaches a broker."""
+    if not isinstance(raw, Mapping):
+        p.add(path, f"expected a mapping of queue argument names to values, got {describe(raw)}")
+        return INVALID
+    arguments: dict[str, str | int | bool] = {}
+    ok = True
+    for key, value in raw.items():
+        where = f"{path}.{key}"
+        if not isinstance(key, str) or not key.startswith("x-"):
+            p.add(where, "a queue argument's name starts with x- (e.g. x-message-ttl)")
+            ok = False
+        elif not isinstance(value, (str, int, bool)):
+            p.add(where, f"expected a string, integer or boolean, got {describe(value)}")
+            ok = False
+        elif key in QUEUE_ARGUMENT_INTEGERS and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            p.add(where, f"{value!r}: RabbitMQ takes {key} only as a non-negative integer, e.g. 60000")
+            ok = False
+        elif key in QUEUE_ARGUMENT_CHOICES and value not in QUEUE_ARGUMENT_CHOICES[key]:
+            p.add(where, f"{value!r} is not one of {', '.join(QUEUE_ARGUMENT_CHOICES[key])}")
+            ok = False
+        else:
+            arguments[key] = value
+    if not ok:
+        return INVALID
+    if isinstance(queue_type, str) and arguments.get("x-queue-type", queue_type) != queue_type:
+        p.add(f"{path}.x-queue-type", f"{arguments['x-queue-type']!r} differs from the queue's type {queue_type!r}: "
+              "make them equal")
+        return INVALID
+    if queue_type == "quorum" and "x-queue-type" not in arguments:
+        p.add(f"{path}.x-queue-type", "missing: a quorum queue always holds x-queue-type: quorum; add it")
+        return INVALID
+    return arguments
 
 
 def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defaults) -> QueueEntry:
@@ -363,6 +406,13 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
         for key, why in PLAIN_QUEUE_ONLY.items():
             if key in data:
                 p.add(f"{path}.{key}", f"a plain queue's key: {why}; remove it (or remove retry)")
+    arguments = optional(data, "arguments", lambda v: parse_queue_arguments(p, f"{path}.arguments", v, queue_type),
+                         None)
+    if "arguments" in data:
+        for key, argument in WRITTEN_IN_ARGUMENTS.items():
+            if key in data:
+                p.add(f"{path}.{key}", f"with `arguments` the queue's arguments are written there: remove {key} "
+                      f"(and set {argument} in arguments if the queue holds it)")
     delivery_limit = optional(data, "delivery_limit", lambda v: integer(p, f"{path}.delivery_limit", v, 1), None)
     if queue_type == "classic" and "delivery_limit" in data:
         p.add(f"{path}.delivery_limit", "delivery-limit is quorum-only; remove it or set type: quorum")
@@ -384,7 +434,8 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
     entry = QueueEntry(index, name, name, INVALID, bindings, tuple(owned[0]), tuple(owned[1]))
     if (not lengths_ok or queue_type is INVALID or priority is INVALID or max_length is INVALID
             or delivery_limit is INVALID or retry is INVALID or max_length_bytes is INVALID or message_ttl is INVALID
-            or single_active is INVALID or group_size is INVALID or any(b.value is INVALID for b in bindings)):
+            or single_active is INVALID or group_size is INVALID or arguments is INVALID
+            or any(b.value is INVALID for b in bindings)):
         return entry
     limit = resolve_delivery_limit(p, f"{path}.delivery_limit", delivery_limit, queue_type, retry, defaults)
     if limit is INVALID:
@@ -393,7 +444,8 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
                   bindings=tuple(b.value for b in bindings if isinstance(b.value, Binding)), max_length=max_length,
                   delivery_limit=limit, retry=retry, max_length_bytes=max_length_bytes, message_ttl_ms=message_ttl,
                   single_active_consumer=single_active is True,
-                  quorum_group_size=group_size if queue_type == "quorum" else None)
+                  quorum_group_size=group_size if queue_type == "quorum" and arguments is None else None,
+                  arguments=arguments)
     return QueueEntry(index, name, name, queue, bindings, entry.owned_queues, entry.owned_exchanges)
 
 

@@ -30,7 +30,7 @@ from tools.lib.definitions import DefinitionsError, Snapshot, binding_id
 from tools.lib.drift import COMPARED, binding_label, compare, import_id, markdown_table
 from tools.lib.markdown import code
 from tools.lib.mockrun import Registered, close_event_loop, record
-from tools.lib.recognise import Topology, recognise
+from tools.lib.recognise import Topology, dead_letter, recognise
 from tools.lib.stack_file import PROJECT
 
 DEFAULT_SUFFIX = ".v2"
@@ -61,6 +61,8 @@ class Adoption:
     beside: dict[str, str] = field(default_factory=dict)
     """Old queue → the new queue created beside it."""
     decisions: list[Decision] = field(default_factory=list)
+    kept: dict[str, str] = field(default_factory=dict)
+    """Queue not recognised as a retry topology → what it does, kept as it is (imported with its arguments)."""
     migrations: list[dict[str, Any]] = field(default_factory=list)
     """A `migrations[]` entry (`move.external`) per old queue taken over beside."""
     records: list[Registered] = field(default_factory=list)
@@ -90,6 +92,21 @@ def _free_name(snapshot: Snapshot, queue: str, suffix: str, taken: set[str]) -> 
             taken.add(name)
             return name
     raise DefinitionsError(f"no free name beside queue {queue!r}; pass another --suffix")
+
+
+def _kept_detail(snapshot: Snapshot, queue: str) -> str:
+    """What a queue kept as it is does with a message, in words: its TTL and where it dead-letters."""
+    letter = dead_letter(snapshot, queue)
+    parts = []
+    if letter.ttl_ms is not None:
+        parts.append(f"holds a message {format_duration(letter.ttl_ms)}")
+    if letter.exchange is not None:
+        route = "the default exchange" if letter.exchange == "" else f"exchange {code(letter.exchange)}"
+        key = f" with key {code(letter.routing_key)}" if letter.routing_key is not None else ""
+        parts.append(f"dead-letters to {route}{key}")
+    if letter.ttl_ms is not None and letter.exchange is not None:
+        parts.append("a retry waiting here comes back on time through that route, before and after adoption")
+    return "; ".join(parts) or "kept with its arguments"
 
 
 def _manageable_exchange(info: dict[str, Any]) -> str | None:
@@ -219,29 +236,31 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
             continue
         group_size = arguments.get(QUORUM_GROUP_ARGUMENT)
         kept = PLAIN_ARGUMENTS | ({QUORUM_GROUP_ARGUMENT} if _group_size_of(queue_type, group_size) else set())
+        entry = queue_entry(name, queue_type, name)
         if set(arguments) <= kept and "x-queue-type" in arguments:
-            vhost["queues"].append(queue_entry(name, queue_type, name))
             if QUORUM_GROUP_ARGUMENT in kept:
-                vhost["queues"][-1]["quorum_group_size"] = group_size
-            if queue_type == "quorum":
+                entry["quorum_group_size"] = group_size
+        else:
+            # Kept as it is, every argument with it: imported, never moved (a message waiting in a TTL queue comes
+            # back on time through its own dead-letter route; a shovel would end its wait early).
+            entry["arguments"] = arguments
+            adoption.kept[name] = _kept_detail(snapshot, name)
+            if "x-queue-type" not in arguments:
+                adoption.warnings.append(
+                    f"queue {name} holds no x-queue-type (RabbitMQ before 4.0 stores none): it is imported with "
+                    "exactly the arguments it has. RabbitMQ 4 stores `x-queue-type: classic` on every queue, so "
+                    "after upgrading the broker add `x-queue-type: classic` to its `arguments` before the next "
+                    "`pulumi up --refresh` (else the provider plans a replacement, which the queue guard refuses "
+                    "while the queue holds messages)")
+        if queue_type == "quorum":
+            if isinstance(arguments.get("x-delivery-limit"), int) and not isinstance(arguments["x-delivery-limit"],
+                                                                                     bool):
+                entry["delivery_limit"] = arguments["x-delivery-limit"]
+            else:
                 adoption.warnings.append(f"quorum queue {name}: the stack gives it a `delivery-limit` policy "
                                          "(`defaults.delivery_limit`, 20; RabbitMQ 4's default, unlimited on 3.x): "
                                          "set `delivery_limit` on the queue if it needs another")
-            continue
-        new = _free_name(snapshot, name, suffix, taken)
-        adoption.beside[name] = new
-        adoption.migrations.append(_migration(name, new, None))
-        entry = queue_entry(new, queue_type, name)
-        if isinstance(arguments.get("x-max-length"), int):
-            entry["max_length"] = arguments["x-max-length"]
-        if QUORUM_GROUP_ARGUMENT in kept:
-            entry["quorum_group_size"] = group_size
         vhost["queues"].append(entry)
-        why = ("no x-queue-type argument: RabbitMQ before 4.0 stores none, our queues always send one, so an "
-               "import would need a replace (refused) and a create would silently take it over and replace it on "
-               "the next `pulumi up`" if "x-queue-type" not in arguments else
-               f"arguments this project does not declare: {sorted(set(arguments) - kept)}")
-        adoption.decide(RETIRE, "Queue", name, f"{why}; " + _messages(snapshot, name))
 
     for i, b in enumerate(snapshot.bindings):
         if i in owned_bindings or i in bound:

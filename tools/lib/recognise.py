@@ -97,6 +97,29 @@ def dead_letter(snapshot: Snapshot, queue: str) -> DeadLetter:
                       str(policy["name"]) if from_policy and policy else None)
 
 
+WORK_ARGUMENTS = frozenset({"x-queue-type", "x-dead-letter-exchange", "x-dead-letter-routing-key",
+                            "x-quorum-initial-group-size"})
+"""Arguments of a recognised work queue that the strategy taking it over replaces with its own (the dead-letter
+route into its retry path); any other argument (a length limit, a TTL, a priority …) would be dropped: then the
+topology is not recognised, and its queues are kept as they are, every argument with them."""
+WAIT_ARGUMENTS = WORK_ARGUMENTS | {"x-message-ttl"}
+"""Arguments of a recognised wait queue: its delay and its route back."""
+PLAIN = frozenset({"x-queue-type", "x-quorum-initial-group-size"})
+"""Arguments of a recognised error queue (it parks; the successor's error queue takes its messages)."""
+QUORUM_DEAD_LETTERING = {"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
+"""What this project's quorum queues always declare: a recognised quorum queue may hold exactly these."""
+
+
+def replaceable(snapshot: Snapshot, queue: str, allowed: frozenset[str]) -> bool:
+    """Whether every argument of `queue` is one the taking-over strategy keeps or replaces (nothing dropped)."""
+    arguments = dict(snapshot.queues[queue].get("arguments") or {})
+    if queue_type(snapshot, queue) == "quorum":
+        for key, value in QUORUM_DEAD_LETTERING.items():
+            if arguments.get(key) == value:
+                arguments.pop(key)
+    return set(arguments) <= allowed
+
+
 def _bound(snapshot: Snapshot, source: str, destination: str) -> list[int]:
     return [i for i, b in enumerate(snapshot.bindings)
             if b["source"] == source and b["destination"] == destination and b["destination_type"] == "queue"]
@@ -135,6 +158,9 @@ def _sneakers(snapshot: Snapshot, q: str) -> Topology | None:
     if wait.exchange != requeue or wait.ttl_ms is None:
         return None
     queues = (q, retry, *([error] if error in snapshot.queues else []))
+    if not (replaceable(snapshot, q, WORK_ARGUMENTS) and replaceable(snapshot, retry, WAIT_ARGUMENTS)
+            and (error not in snapshot.queues or replaceable(snapshot, error, PLAIN))):
+        return None
     exchanges = tuple(x for x in (retry, requeue, error) if x in snapshot.exchanges)
     bindings = (*_bound(snapshot, retry, retry), *_bound(snapshot, error, error), *_bound(snapshot, requeue, q))
     return Topology("sneakers", q, queue_type(snapshot, q), (wait.ttl_ms,), SNEAKERS_MAX_RETRIES, queues, exchanges,
@@ -147,6 +173,10 @@ def _spring(snapshot: Snapshot, q: str) -> Topology | None:
     dlq = f"{q}.dlq"
     if letter.exchange != "DLX" or dlq not in snapshot.queues:
         return None
+    parked = dead_letter(snapshot, dlq)
+    if parked.ttl_ms is not None or parked.exchange is not None or not replaceable(snapshot, dlq, PLAIN) \
+            or not replaceable(snapshot, q, WORK_ARGUMENTS):
+        return None  # a DLQ with a TTL and a way back is a retry loop of its own (the binder's dlqTtl): kept
     bindings = tuple(i for i in _bound(snapshot, "DLX", dlq) if snapshot.bindings[i]["routing_key"] == q)
     if not bindings:
         return None
@@ -167,7 +197,8 @@ def _loop(snapshot: Snapshot, q: str) -> Topology | None:
         if b["source"] != letter.exchange or wait == q or wait not in snapshot.queues:
             continue
         back = dead_letter(snapshot, wait)
-        if back.ttl_ms is not None and back.exchange in work_sources:
+        if back.ttl_ms is not None and back.exchange in work_sources and replaceable(snapshot, q, WORK_ARGUMENTS) \
+                and replaceable(snapshot, wait, WAIT_ARGUMENTS):
             return Topology("dlx-ttl-loop", q, queue_type(snapshot, q), (back.ttl_ms,), LOOP_MAX_RETRIES, (q, wait),
                             (letter.exchange,), (i,), _policies(snapshot, (q, wait)), None,
                             (f"the loop had no limit of its own (consumers count x-death); max_retries "
