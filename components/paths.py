@@ -82,7 +82,6 @@ def retryable_path(plan: RetryablePlan, levels: DelayLevelsPlan | None = None,
     the bindings declared outside it that feed its input queue; `shovels`: a migration's shovels that drain it
     (`_drains`)."""
     queues = [q.name for q in plan.queues] + ([q.name for q in levels.queues] if levels is not None else [])
-    queues += [s.source for s in shovels if s.external_source]
     parts = [*map(_queue, plan.queues), *map(_exchange, plan.exchanges), *map(_binding, plan.bindings),
              *map(_binding, feeding), *map(_shovel, shovels)]
     return _path(plan.config.name, queues, parts)
@@ -94,11 +93,18 @@ def delay_levels_path(plan: DelayLevelsPlan) -> RetryPath:
 
 
 def _drains(shovel: ShovelPlan, queues: set[str]) -> bool:
-    """Whether deleting `shovel` can strand messages of the path of `queues`: it moves them out of one of its queues,
-    or into one of them out of a queue the stack does not declare (an adopted runtime queue, whose messages only
-    this shovel brings to the path). A shovel into a declared queue from another declared one is on its source's
-    path only: deleting it strands nothing of the destination's, which a retire leaves holding what it received."""
-    return shovel.source in queues or (shovel.external_source and shovel.destination in queues)
+    """Whether deleting `shovel` can strand messages of the path of `queues`: it moves them out of one of its queues.
+    A shovel into a declared queue is on its source's path only: deleting it strands nothing of the destination's,
+    which a retire leaves holding what it received. The shovel of an external move (an adopted runtime queue, which
+    the stack does not declare) is on a path of its own (`external_path`)."""
+    return shovel.source in queues and not shovel.external_source
+
+
+def external_path(shovel: ShovelPlan) -> RetryPath:
+    """The path of an external move's shovel: the old runtime queue it drains, and the shovel. Deleting the shovel
+    is refused while that queue holds a message (it would be stranded there), never for what the successor holds
+    (a live work queue, a parked message in its error queue: neither is stranded by the shovel going)."""
+    return _path(f"{shovel.source} (adopted, migration {shovel.migration})", [shovel.source], [_shovel(shovel)])
 
 
 def vhost_paths(plan: VhostPlan) -> list[RetryPath]:
@@ -117,8 +123,9 @@ def vhost_paths(plan: VhostPlan) -> list[RetryPath]:
         paths.append(delay_levels_path(plan.delay_levels))
     for queue in plan.queues:
         shovels = [s for s in plan.shovels if _drains(s, {queue.name})]
-        paths.append(_path(queue.name, [queue.name, *(s.source for s in shovels if s.external_source)],
+        paths.append(_path(queue.name, [queue.name],
                            [_queue(queue), *map(_binding, feeding.get(queue.name, ())), *map(_shovel, shovels)]))
+    paths += [external_path(s) for s in plan.shovels if s.external_source]
     return paths
 
 

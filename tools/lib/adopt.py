@@ -234,6 +234,11 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
         if queue_type not in QUEUE_TYPES or not _valid_name(name):
             adoption.decide(ALONE, "Queue", name, f"a {queue_type} queue or a name the provider cannot manage")
             continue
+        if "x-expires" in arguments:
+            adoption.decide(ALONE, "Queue", name, f"deletes itself when unused (x-expires "
+                            f"{format_duration(int(arguments['x-expires']))}), so the stack cannot own it; left as it "
+                            "is, it " + _kept_detail(snapshot, name).replace("; a retry", ", and a retry"))
+            continue
         group_size = arguments.get(QUORUM_GROUP_ARGUMENT)
         kept = PLAIN_ARGUMENTS | ({QUORUM_GROUP_ARGUMENT} if _group_size_of(queue_type, group_size) else set())
         entry = queue_entry(name, queue_type, name)
