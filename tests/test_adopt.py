@@ -20,7 +20,7 @@ from components.naming import vhost_key
 from components.plan import plan_vhost
 from tools import adopt as adopt_tool
 from tools.lib import engine
-from tools.lib.adopt import ALONE, BESIDE, IMPORT, RETIRE, adopt, report, summary
+from tools.lib.adopt import ALONE, BESIDE, IMPORT, RETIRE, adopt, report, stack_file, summary
 from tools.lib.definitions import Snapshot, read_file
 from tools.lib.mockrun import Registered, record
 from tools.lib.recognise import dead_letter, recognise
@@ -344,3 +344,19 @@ def test_a_missing_message_count_is_explained_by_where_the_snapshot_was_read():
     assert "read from a file" not in _messages(live, "jobs")
     exported = Snapshot("shop", "definitions.json", queues={"jobs": {"name": "jobs"}})
     assert _messages(exported, "jobs") == "message count unknown (read from a file)"
+
+
+def test_the_stack_file_gives_the_shovels_the_broker_s_own_amqp_port() -> None:
+    """The shovels run on the broker and connect to its AMQP port: read from the management API's listeners (the
+    local 4.3 listens on 5673, where the default 5672 is the other broker)."""
+    from dataclasses import replace
+
+    from tools.lib.definitions import amqp_ports
+
+    assert amqp_ports({"listeners": [{"protocol": "amqp", "port": 5673}, {"protocol": "http", "port": 15673},
+                                     {"protocol": "amqp/ssl", "port": 5671}, {"protocol": "clustering",
+                                                                                "port": 25673}]}) == (5673,)
+    adoption = adopt(replace(SNEAKERS, amqp_ports=(5673,)))
+    document = yaml.safe_load(stack_file(adoption, None))
+    assert document["config"]["rabbitmq-retry:amqp_port"] == 5673
+    assert "rabbitmq-retry:amqp_port" not in yaml.safe_load(stack_file(adopt(SNEAKERS), None))["config"]

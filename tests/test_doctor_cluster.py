@@ -128,3 +128,28 @@ def test_doctor_finds_the_migrations_of_a_stack_and_blocks_them_without_the_shov
     assert doctor.migrations_of(config) == ["vhosts[0].migrations"]
     found = doctor.diagnose(config, doctor.planned_objects(config), facts("4.3.6"))
     assert [b for b in found.blocking if b.startswith("vhosts[0].migrations: the stack declares migrations")]
+
+
+def test_doctor_blocks_a_migration_whose_shovels_would_connect_to_a_port_the_broker_does_not_listen_on():
+    """A broker listening for AMQP on 5673 (the local 4.3): shovels to the default 5672 would reach another broker,
+    or nothing, and never move a message."""
+    from dataclasses import replace
+
+    queues = [{**RETRYABLE, "type": "classic"}, {**QUORUM_RETRY, "name": "orders.q", "bindings": []}]
+    raw = vhost_config(queues=queues)
+    raw["queues"][0].pop("bindings", None)
+    raw["migrations"] = [{"name": "to-quorum", "move": {"from": queues[0]["name"], "to": "orders.q"}, "step": "move"}]
+    config = load_stack_config({"vhosts": [raw]})
+    live = replace(facts("4.3.6", plugins=("rabbitmq_shovel", "rabbitmq_shovel_management")), amqp_ports=(5673,))
+    [refusal] = [b for b in doctor.diagnose(config, doctor.planned_objects(config), live).blocking if "AMQP port" in b]
+    assert refusal.startswith("vhosts[0].migrations: the migrations' shovels connect to the broker's own AMQP port "
+                              "(rabbitmq-retry:amqp_port is unset: 5672), but the broker listens for AMQP on 5673")
+    assert refusal.endswith("`pulumi config set --path rabbitmq-retry:amqp_port 5673`")
+    assert not [b for b in doctor.diagnose(config, doctor.planned_objects(config), live, 5673).blocking
+                if "AMQP port" in b]
+    # Step retire has no shovel: nothing to check.
+    raw["migrations"][0]["step"] = "retire"
+    raw["queues"].pop(0)
+    retired = load_stack_config({"vhosts": [raw]})
+    assert not [b for b in doctor.diagnose(retired, doctor.planned_objects(retired), live).blocking
+                if "AMQP port" in b]

@@ -151,3 +151,25 @@ def test_migrate_status_sends_an_external_retire_to_make_migrate_retire():
         "retire on the broker: `make migrate-retire STACK=dev MIGRATION=adopt-mailer APPLY=1` deletes mailer-retry, " \
         "mailer, each only when empty and unused (it refuses while mailer-retry holds 2)"
     assert next_step(retire, [("mailer-retry", None), ("mailer", None)], "dev") == "retired: the entry may be removed"
+
+
+def test_migrate_status_prints_a_stopped_shovel_s_reason_and_what_to_check():
+    """RabbitMQ reports a shovel that stopped as `terminated` with a `reason` (rabbit_shovel_status: `{terminated,
+    Reason}` → `reason`); one that cannot connect stays `starting` (seen on 3.10.8 with a wrong port or vhost)."""
+    from rabbitmq_retry_client.depth import QueueDepth
+    from tools.lib.migrate_status import next_step, shovel_state
+    from tools.lib.review.migrations import MigrationInfo
+
+    stopped = {"name": "s", "state": "terminated", "reason": "{shutdown,\n  {server_initiated_close,530,\n"
+               "   <<\"NOT_ALLOWED - vhost shop not found\">>}}"}
+    assert shovel_state(stopped) == ('terminated: {shutdown, {server_initiated_close,530, <<"NOT_ALLOWED - vhost '
+                                     'shop not found">>}}')
+    assert shovel_state({"name": "s", "state": "running"}) == "running"
+    move = MigrationInfo("shop", "adopt-mailer", "move", "move", "vhosts[0].migrations[0]", "mailer", "mailer.v2",
+                         (), ("mailer",), False, None, external=True)
+    held = QueueDepth("shop", "mailer", 3, 0, 0, 0, "classic")
+    step = next_step(move, [("mailer", held)], "dev", [("rabbitmq-retry.migrate.adopt-mailer", shovel_state(stopped))])
+    assert step.startswith("shovel rabbitmq-retry.migrate.adopt-mailer has stopped (terminated) and moves nothing")
+    assert "rabbitmq-retry:amqp_port" in step
+    step = next_step(move, [("mailer", held)], "dev", [("rabbitmq-retry.migrate.adopt-mailer", "starting")])
+    assert step.startswith("not yet: mailer holds 3; shovel rabbitmq-retry.migrate.adopt-mailer has not connected yet")

@@ -18,9 +18,11 @@ import sys
 
 import pulumi
 
+from components.config.keys import NAMESPACE
+from components.guard import AMQP_PORT
 from tools.lib.cli import broker_command_parser
 from tools.lib.definitions import DefinitionsError, Endpoint
-from tools.lib.doctor import diagnose, planned_objects, read_facts, render, stack_settings
+from tools.lib.doctor import diagnose, planned_objects, read_facts, render, stack_file_value, stack_settings
 from tools.lib.mockrun import close_event_loop
 from tools.lib.stack_file import StackFileError
 
@@ -40,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         close_event_loop()
-    found = diagnose(config, records, facts)
+    port = stack_file_value(raw.get(f"{NAMESPACE}:{AMQP_PORT}"))
+    found = diagnose(config, records, facts, port if isinstance(port, int) and not isinstance(port, bool) else None)
     print(render(args.stack, endpoint.url, facts, found))
     return found.status
 

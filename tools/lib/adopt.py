@@ -22,7 +22,9 @@ from components.config import (
     ConfigError,
     load_vhost,
 )
+from components.config.keys import NAMESPACE
 from components.durations import format_duration
+from components.guard import AMQP_PORT
 from components.plan import plan_vhost
 from components.resources import ShovelAccess
 from tools.lib import engine
@@ -445,11 +447,20 @@ _IMPORT_KIND = {engine.QUEUE: "queue", engine.EXCHANGE: "exchange", engine.BINDI
                 engine.POLICY: "policy", engine.OPERATOR_POLICY: "operator_policy"}
 
 
+def shovel_port(snapshot: Snapshot) -> int | None:
+    """The AMQP port the migrations' shovels connect to (they run on the broker, to `localhost`): the broker's own
+    plain AMQP listener as its management API lists it (the lowest, should there be several); None when unknown (a
+    definitions file) or when the broker has no plain AMQP listener."""
+    return snapshot.amqp_ports[0] if snapshot.amqp_ports else None
+
+
 def stack_file(adoption: Adoption, endpoint: str | None) -> str:
     vhost = {k: v for k, v in adoption.vhost.items() if v not in ([], None)}
     config: dict[str, Any] = {}
     if endpoint:
         config["rabbitmq:endpoint"] = endpoint
+    if vhost.get("migrations") and (port := shovel_port(adoption.snapshot)) is not None:
+        config[f"{NAMESPACE}:{AMQP_PORT}"] = port
     config["rabbitmq-retry:vhosts"] = [vhost]
     header = (f"# Written by `make adopt` from {adoption.snapshot.source}. Review it with `make plan`, apply it, then\n"
               f"# remove `import:` (after the first `pulumi up` it changes nothing). See the adoption report.\n")
@@ -542,7 +553,17 @@ def report(adoption: Adoption, stack: str) -> str:
 def adopt(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
     if not snapshot.exists:
         raise DefinitionsError(f"vhost {snapshot.vhost!r} is not in {snapshot.source}")
-    return finish(build(snapshot, suffix))
+    adoption = finish(build(snapshot, suffix))
+    if adoption.vhost.get("migrations"):
+        port = shovel_port(snapshot)
+        if port is None:
+            adoption.warnings.append(
+                "the migrations' shovels run on the broker and connect to its AMQP port, 5672 unless "
+                "`rabbitmq-retry:amqp_port` says otherwise: " + ("the broker lists no plain AMQP listener" if
+                                                                  snapshot.live else "a definitions file does not say "
+                                                                  "the broker's") + "; set it to the broker's own "
+                "AMQP port (`make doctor` refuses a port the broker does not listen on)")
+    return adoption
 
 
 def summary(decisions: Iterable[Decision]) -> dict[str, list[tuple[str, str]]]:

@@ -13,7 +13,8 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -47,6 +48,9 @@ class Snapshot:
     """By user, broker-wide (users are): `max-connections`, `max-channels`; None when the source does not carry
     them (a single-vhost export), {} for a user without limits."""
     broker_version: str = ""
+    amqp_ports: tuple[int, ...] = ()
+    """The broker's plain AMQP listener ports (`/api/overview` listeners, protocol `amqp`); () from a file. A shovel
+    runs on the broker and connects to one of them (`rabbitmq-retry:amqp_port`)."""
     live: bool = False
     exists: bool = True
     """False when the vhost itself is not on the broker."""
@@ -158,20 +162,30 @@ def _snapshot(vhost: str, source: str, queues: list[Any], exchanges: list[Any], 
     )
 
 
+def amqp_ports(overview: Mapping[str, Any]) -> tuple[int, ...]:
+    """The plain AMQP listener ports of an `/api/overview` (every node's), sorted."""
+    return tuple(sorted({int(listener["port"]) for listener in overview.get("listeners") or []
+                         if isinstance(listener, Mapping) and listener.get("protocol") == "amqp"
+                         and isinstance(listener.get("port"), int)}))
+
+
 def read_live(endpoint: Endpoint, vhost: str) -> Snapshot:
     """GET only: overview, then the vhost's queues, exchanges, bindings, policies, operator policies and
     (topic) permissions, and the users' limits."""
     v = escape(vhost)
-    version = str((endpoint.get("overview") or {}).get("rabbitmq_version", ""))
+    overview = endpoint.get("overview") or {}
+    version = str(overview.get("rabbitmq_version", ""))
     if endpoint.get(f"vhosts/{v}") is None:
-        return Snapshot(vhost, endpoint.url, broker_version=version, live=True, exists=False)
-    return _snapshot(vhost, endpoint.url, endpoint.get(f"queues/{v}") or [], endpoint.get(f"exchanges/{v}") or [],
-                     endpoint.get(f"bindings/{v}") or [], endpoint.get(f"policies/{v}") or [],
-                     endpoint.get(f"operator-policies/{v}") or [], version, live=True,
-                     permissions=endpoint.get(f"vhosts/{v}/permissions") or [],
-                     topic_permissions=endpoint.get(f"vhosts/{v}/topic-permissions") or [],
-                     user_limits={e["user"]: dict(e.get("value") or {}) for e in endpoint.get("user-limits") or []
-                                  if isinstance(e, dict) and "user" in e})
+        return Snapshot(vhost, endpoint.url, broker_version=version, live=True, exists=False,
+                        amqp_ports=amqp_ports(overview))
+    snapshot = _snapshot(vhost, endpoint.url, endpoint.get(f"queues/{v}") or [],
+                         endpoint.get(f"exchanges/{v}") or [], endpoint.get(f"bindings/{v}") or [],
+                         endpoint.get(f"policies/{v}") or [], endpoint.get(f"operator-policies/{v}") or [], version,
+                         live=True, permissions=endpoint.get(f"vhosts/{v}/permissions") or [],
+                         topic_permissions=endpoint.get(f"vhosts/{v}/topic-permissions") or [],
+                         user_limits={e["user"]: dict(e.get("value") or {}) for e in endpoint.get("user-limits") or []
+                                      if isinstance(e, dict) and "user" in e})
+    return replace(snapshot, amqp_ports=amqp_ports(overview))
 
 
 def read_file(path: Path, vhost: str) -> Snapshot:

@@ -24,11 +24,12 @@ from components.config.capabilities import (
 )
 from components.config.keys import NAMESPACE
 from components.config.model import Limits
+from components.config.passwords import moves_queues
 from components.naming import vhost_key
-from components.resources import ShovelAccess
+from components.resources import DEFAULT_AMQP_PORT, ShovelAccess
 from components.strategies import strategy_of
 from tools.lib import drift
-from tools.lib.definitions import Endpoint, Snapshot, escape, read_live
+from tools.lib.definitions import Endpoint, Snapshot, amqp_ports, escape, read_live
 from tools.lib.mockrun import Registered, record, stack_config
 
 ADMINISTRATOR = "administrator"
@@ -83,6 +84,8 @@ class LiveFacts:
     nodes: tuple[NodeFacts, ...] = ()
     """Every node of the cluster (one for a single broker); () when not read."""
     quorum: tuple[QuorumMembers, ...] = ()
+    amqp_ports: tuple[int, ...] = ()
+    """The broker's plain AMQP listener ports (`/api/overview`); () when not reported."""
 
 
 @dataclass
@@ -112,7 +115,9 @@ def needs_administrator(config: StackConfig) -> list[str]:
     return reasons
 
 
-def diagnose(config: StackConfig, records: Sequence[Registered], facts: LiveFacts) -> Diagnosis:
+def diagnose(config: StackConfig, records: Sequence[Registered], facts: LiveFacts,
+             amqp_port: int | None = None) -> Diagnosis:
+    """`amqp_port`: the stack's `rabbitmq-retry:amqp_port`, None when unset."""
     found = Diagnosis()
     version = parse_version(facts.version)
     if version is None:
@@ -130,7 +135,7 @@ def diagnose(config: StackConfig, records: Sequence[Registered], facts: LiveFact
     _cluster_findings(config, facts, version, found)
     found.blocking += _tag_problems(config, facts)
     blocking, warnings = shovel_findings(migrations_of(config), facts)
-    found.blocking += blocking
+    found.blocking += blocking + shovel_port_findings(config, facts, amqp_port)
     found.warnings += warnings
     for finding in drift.findings(records, dict(facts.snapshots)):
         if finding.kind == "immutable" and finding.type in ("Queue", "Exchange"):
@@ -162,6 +167,22 @@ def shovel_findings(migrations: Sequence[str], facts: LiveFacts) -> tuple[list[s
         return [], [f"{where}: the plugin {SHOVEL_MANAGEMENT_PLUGIN} is not enabled: the shovels run, but their "
                     f"state (GET /api/shovels) cannot be read by `make migrate-status`; {ENABLE_SHOVEL}"]
     return [], []
+
+
+def shovel_port_findings(config: StackConfig, facts: LiveFacts, amqp_port: int | None) -> list[str]:
+    """A migration's shovels run on the broker and connect to `localhost:<rabbitmq-retry:amqp_port>` (default 5672):
+    when the broker does not listen for AMQP there, they never move anything (a shovel that cannot connect stays
+    `starting`; one that reaches another broker's port, where the vhost or user is missing, is `terminated`)."""
+    if not moves_queues(config) or not facts.amqp_ports:
+        return []
+    port = amqp_port or DEFAULT_AMQP_PORT
+    if port in facts.amqp_ports:
+        return []
+    setting = f"rabbitmq-retry:amqp_port is {amqp_port}" if amqp_port else f"rabbitmq-retry:amqp_port is unset: {port}"
+    where = ", ".join(migrations_of(config))
+    return [f"{where}: the migrations' shovels connect to the broker's own AMQP port ({setting}), but the broker "
+            f"listens for AMQP on {', '.join(map(str, facts.amqp_ports))}: the shovels would never move a message; "
+            f"set it: `pulumi config set --path rabbitmq-retry:amqp_port {facts.amqp_ports[0]}`"]
 
 
 def _absent_existing_vhosts(config: StackConfig, facts: LiveFacts) -> list[str]:
@@ -291,7 +312,8 @@ def read_facts(endpoint: Endpoint, vhosts: Sequence[str]) -> LiveFacts:
                    for v in vhosts if snapshots[v].exists
                    for q in endpoint.get(f"queues/{escape(v)}") or [] if q.get("type") == "quorum")
     return LiveFacts(str(overview.get("rabbitmq_version", "")), tuple(plugins), flags, str(me.get("name", "")),
-                     tuple(t for t in tags if t), snapshots, tuple(_node(n) for n in nodes), quorum)
+                     tuple(t for t in tags if t), snapshots, tuple(_node(n) for n in nodes), quorum,
+                     amqp_ports(overview))
 
 
 def _node(node: Mapping[str, Any]) -> NodeFacts:

@@ -63,6 +63,11 @@ def next_step(m: MigrationInfo, depths: Sequence[tuple[str, QueueDepth | None]],
     if missing and not m.retiring:
         return (f"step move not applied yet: shovel {missing[0]} is not on the broker; apply it with "
                 f"`pulumi up --stack {stack}`")
+    stopped = [name for name, state in shovels if state.startswith("terminated")]
+    if stopped and not m.retiring:
+        return (f"shovel {stopped[0]} has stopped (terminated) and moves nothing: fix what its reason says (an AMQP "
+                f"port the broker does not listen on: set rabbitmq-retry:amqp_port to the broker's, see `make doctor "
+                f"STACK={stack}`), then `pulumi up --stack {stack}`")
     holding = _holding(depths)
     present = [q for q, d in depths if d is not None]
     retire = f"make migrate-retire STACK={stack} MIGRATION={m.name}"
@@ -82,12 +87,26 @@ def next_step(m: MigrationInfo, depths: Sequence[tuple[str, QueueDepth | None]],
     if holding:
         queue, depth = holding[0]
         more = f" (and {len(holding) - 1} more queue{'s' * (len(holding) != 2)})" if len(holding) > 1 else ""
-        return f"not yet: {queue} holds {depth.messages:,}{more}"
+        starting = [name for name, state in shovels if state == "starting"]
+        hint = (f"; shovel {starting[0]} has not connected yet (starting): if it stays so, the broker cannot reach "
+                "its URI: `make doctor STACK=" + stack + "` checks rabbitmq-retry:amqp_port against the broker's "
+                "listeners" if starting else "")
+        return f"not yet: {queue} holds {depth.messages:,}{more}{hint}"
     if m.external:
         return "drained: set step: retire in a commit, apply it, then `" + retire + " APPLY=1`"
     if m.kind == "move":
         return (f"drained: remove {m.source} from {m.path.rsplit('.', 1)[0]}.queues and set step: retire in a commit")
     return "drained: set step: retire in a commit"
+
+
+def shovel_state(shovel: Mapping[str, Any]) -> str:
+    """A shovel's state as `GET /api/shovels/<vhost>` reports it, with the broker's reason when it has stopped
+    (`terminated`: e.g. its URI points at a port the broker does not listen on, so it never moves anything)."""
+    state = str(shovel.get("state", "unknown"))
+    reason = shovel.get("reason")
+    if state == "terminated" and reason:
+        return f"terminated: {' '.join(str(reason).split())}"
+    return state
 
 
 def status(m: MigrationInfo, read: Reader, shovels: Shovels, stack: str,
@@ -100,8 +119,7 @@ def status(m: MigrationInfo, read: Reader, shovels: Shovels, stack: str,
     states: tuple[tuple[str, str], ...] = ()
     if m.shovels:
         live = {str(s.get("name")): s for s in shovels(m.vhost)}
-        states = tuple((name, str(live[name].get("state", "unknown")) if name in live else "missing")
-                       for name, _, _ in m.shovels)
+        states = tuple((name, shovel_state(live[name]) if name in live else "missing") for name, _, _ in m.shovels)
     step = next_step(m, depths, stack, states)
     if settle is not None and step.startswith("drained"):
         settle()
