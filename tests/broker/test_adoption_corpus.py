@@ -34,7 +34,7 @@ from tests.support.amqp import channel, message_counts, next_message
 from tests.support.hooks import ProgramHooks
 from tests.support.mirror import Broker, apply_update, call, esc, read_back
 from tests.support.stack import record_stack, stack_vhost
-from tools.lib.adopt import IMPORT, adopt, summary
+from tools.lib.adopt import IMPORT, adopt, shovel_port, summary
 from tools.lib.definitions import Endpoint, Snapshot, read_live
 from tools.lib.drift import findings
 from tools.lib.migrate_retire import Broker as RetireBroker
@@ -374,13 +374,19 @@ def _step(config: dict[str, Any], step: str) -> dict[str, Any]:
 
 
 def _retire(broker: Broker, vhost: str, config: dict[str, Any]) -> list[str]:
-    """`make migrate-retire … APPLY=1` for every migration of the stack; the lines it printed."""
+    """`make migrate-retire … APPLY=1` for every migration of the stack, run again after a refusal (as the docs say:
+    an old queue a wait just expired into still shows publishes for a few seconds) until nothing is refused; the
+    lines of the last run."""
     model = load_vhost(config, "vhosts[0]")
     access = BrokerAccess(broker.management_url, broker.username, broker.password, broker.amqp_port)
     lines: list[str] = []
-    for migration in model.migrations:
-        assert retire(Found(vhost, migration), _snapshot(broker, vhost), RetireBroker(access, vhost), True,
-                      lines.append), lines
+
+    def run() -> bool:
+        lines.clear()
+        return all([retire(Found(vhost, m), _snapshot(broker, vhost), RetireBroker(access, vhost), True,
+                           lines.append) for m in model.migrations])
+
+    assert _until(run, 2 * ARRIVAL_S), lines
     return lines
 
 
@@ -458,6 +464,8 @@ def test_a_real_retry_topology_is_adopted_with_nothing_lost_and_no_wait_ended_ea
     final = moving
     ours = replace(shape, fail=_reject, parks_in=None)
     if shape.recognised:
+        # The shovels connect to the broker's own AMQP port, which adopt writes from its listeners (5673 on 4.3).
+        assert shovel_port(before) == broker.amqp_port
         assert {m["move"]["from"]: m["move"]["to"] for m in adoption.vhost["migrations"]} == {
             shape.work_queue: consumers}
         _retire(broker, vhost, adoption.vhost)  # step move: unbind the old queue where its successor is bound
@@ -468,8 +476,7 @@ def test_a_real_retry_topology_is_adopted_with_nothing_lost_and_no_wait_ended_ea
         retiring = {k: v for k, v in _step(adoption.vhost, "retire").items() if k != "import"}
         final = record_stack(broker, vhost, retiring)
         apply_update(broker, moving.resources, final.resources, hooks.before_delete, hooks.before_update)
-        lines = _retire(broker, vhost, retiring)
-        assert not any("refused" in line for line in lines), lines
+        _retire(broker, vhost, retiring)
         assert not set(old) & set(_snapshot(broker, vhost).queues)
     else:
         assert "migrations" not in adoption.vhost and adoption.beside == {}

@@ -210,3 +210,41 @@ def test_a_quorum_old_queue_is_deleted_only_once_empty(broker: Broker, runtime_v
     assert retire(found, _snapshot(broker, vhost), _retire_broker(broker, vhost), True, lines.append), lines
     assert lines[1] == "1. delete queue ledger if empty and unused: done"
     assert "ledger" not in _snapshot(broker, vhost).queues
+
+
+def test_an_old_queue_producers_still_publish_to_by_name_is_not_deleted(broker: Broker, runtime_vhost: str) -> None:
+    """TaskBunny-style producers publish to the default exchange with the queue's name as key: once the old queue is
+    deleted those publishes are unroutable. While the management API sees publishes into it, it is kept, even empty."""
+    vhost = runtime_vhost
+    with channel(broker, vhost) as ch:
+        ch.queue_declare("ledger", durable=True, arguments={"x-queue-type": "classic"})
+        ch.queue_declare("ledger.v2", durable=True, arguments={"x-queue-type": "classic"})
+    config = {"name": vhost, "existing": True, "queues": [{"name": "ledger.v2", "type": "classic"}],
+              "migrations": [{"name": "adopt-ledger", "step": "retire",
+                              "move": {"from": "ledger", "to": "ledger.v2", "external": True}}]}
+    found = _found(config, "adopt-ledger")
+    retire_broker = _retire_broker(broker, vhost)
+
+    def produce_and_consume() -> None:  # a producer by name and a consumer that keeps the queue empty
+        with channel(broker, vhost) as ch:
+            for n in range(10):
+                ch.basic_publish("", "ledger", f"entry-{n}".encode(), pika.BasicProperties(delivery_mode=2),
+                                 mandatory=True)
+                method, _, _ = ch.basic_get("ledger", auto_ack=True)
+                assert method is not None
+                time.sleep(0.2)
+
+    deadline = time.monotonic() + 30
+    while retire_broker.publish_rate("ledger") == 0 and time.monotonic() < deadline:
+        produce_and_consume()
+    assert retire_broker.publish_rate("ledger") > 0, "the management API never reported the publishes"
+    lines: list[str] = []
+    assert not retire(found, _snapshot(broker, vhost), retire_broker, True, lines.append)
+    assert lines[1].startswith("1. delete queue ledger if empty and unused: refused: ledger is empty but still "
+                               "receives messages"), lines
+    assert "ledger" in _snapshot(broker, vhost).queues
+    # Once nothing arrives any more, it goes.
+    assert _until(lambda: retire_broker.publish_rate("ledger") == 0, 30)
+    lines.clear()
+    assert retire(found, _snapshot(broker, vhost), retire_broker, True, lines.append), lines
+    assert "ledger" not in _snapshot(broker, vhost).queues

@@ -22,6 +22,7 @@ Read-only (it prints what it would do, with each queue's depth now) unless `appl
 from __future__ import annotations
 
 import base64
+import json
 import re
 import urllib.error
 import urllib.request
@@ -200,19 +201,37 @@ class Broker:
     def delete_exchange(self, exchange: str) -> tuple[int, str] | None:
         return self._call(lambda ch: ch.exchange_delete(exchange, if_unused=True))
 
-    def delete_policy(self, policy: str) -> tuple[int, str] | None:
-        url = f"{self.access.management_url.rstrip('/')}/api/policies/{escape(self.vhost)}/{escape(policy)}"
-        request = urllib.request.Request(url, method="DELETE")
+    def _request(self, method: str, path: str) -> Any:
+        url = f"{self.access.management_url.rstrip('/')}/api/{path}"
+        request = urllib.request.Request(url, method=method)
         token = base64.b64encode(f"{self.access.username}:{self.access.password}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
         try:
             with urllib.request.urlopen(request, timeout=TIMEOUT_S, context=self.access.ssl_context()
-                                        if self.access.tls else None):
-                return None
+                                        if self.access.tls else None) as response:
+                body = response.read()
+                return json.loads(body) if body else None
+        except OSError as error:
+            if isinstance(error, urllib.error.HTTPError):
+                raise
+            raise RetireError(f"{method} {url}: {error}") from None
+
+    def delete_policy(self, policy: str) -> tuple[int, str] | None:
+        try:
+            self._request("DELETE", f"policies/{escape(self.vhost)}/{escape(policy)}")
+            return None
         except urllib.error.HTTPError as error:
             return error.code, str(error.reason)
-        except OSError as error:
-            raise RetireError(f"DELETE {url}: {error}") from None
+
+    def publish_rate(self, queue: str) -> float:
+        """Messages a second published into `queue` in the management API's last sample (0 when it reports none:
+        a queue that received nothing since it was declared has no message_stats)."""
+        try:
+            info = self._request("GET", f"queues/{escape(self.vhost)}/{escape(queue)}") or {}
+        except urllib.error.HTTPError:
+            return 0.0
+        rate = ((info.get("message_stats") or {}).get("publish_details") or {}).get("rate")
+        return float(rate) if isinstance(rate, (int, float)) else 0.0
 
 
 def _holds(depth: QueueDepth) -> bool:
@@ -229,6 +248,17 @@ def _queue_refusal(found: Found, queue: str, depth: QueueDepth) -> str:
         return f"{queue} holds {depth.describe()}: {todo}; then run this again"
     return (f"{queue} has {depth.consumers} consumer(s): stop the old application's consumers (in step move the "
             "shovel is one: apply step retire first); then run this again")
+
+
+def _still_published(found: Found, queue: str, rate: float) -> str:
+    """Why an empty old queue that still receives messages is not deleted: once it is gone, a publish to the default
+    exchange with its name as routing key is unroutable (dropped, or returned to a mandatory publisher)."""
+    m = found.migration
+    return (f"{queue} is empty but still receives messages ({rate:g}/s in the management API's last sample): something "
+            f"publishes to it, by its name through the default exchange (producers that address queue {queue} "
+            "directly) or as a wait of the old topology expiring into it. Deleted now, those publishes would be "
+            f"unroutable. Point such producers at {m.target} (by name, or through an exchange it is bound from), "
+            "wait until nothing arrives (a few seconds of no publishes), then run this again")
 
 
 def _outcome(answer: tuple[int, str] | None) -> tuple[str, str | None]:
@@ -258,6 +288,9 @@ def run(found: Found, actions: Sequence[Action], broker: Broker, apply: bool,
                 continue
             if _holds(depth):
                 out(f"{line}: refused: {_queue_refusal(found, action.name, depth)}")
+                return False
+            if (rate := broker.publish_rate(action.name)) > 0:
+                out(f"{line}: refused: {_still_published(found, action.name, rate)}")
                 return False
             if not apply:
                 out(f"{line}: would delete (now {depth.describe()})")
