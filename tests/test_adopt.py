@@ -298,7 +298,7 @@ def test_adopting_from_a_3_10_export(tmp_path: Path) -> None:
     # so producers that publish to it by name keep reaching it; the report says what to add after an upgrade to 4.
     assert ("Queue", "audit") in decided[IMPORT] and ("Queue", "audit.v2") not in decided[BESIDE]
     assert {q["name"]: q.get("arguments") for q in adoption.vhost["queues"]}["audit"] == {}
-    assert any("queue audit holds no x-queue-type" in w for w in adoption.warnings)
+    assert any("1 queue without x-queue-type" in w and ": audit." in w for w in adoption.warnings)
     assert ("Queue", "amq.gen-1") in decided[ALONE] and ("Exchange", "with-ae") in decided[ALONE]
     # properties_key computed for a binding without arguments, as RabbitMQ makes it (`~` as %7E).
     assert "binding shop/orders/invoices/queue/invoice+created%7E" in adoption.vhost["import"]
@@ -360,3 +360,34 @@ def test_the_stack_file_gives_the_shovels_the_broker_s_own_amqp_port() -> None:
     document = yaml.safe_load(stack_file(adoption, None))
     assert document["config"]["rabbitmq-retry:amqp_port"] == 5673
     assert "rabbitmq-retry:amqp_port" not in yaml.safe_load(stack_file(adopt(SNEAKERS), None))["config"]
+
+
+def test_a_versioned_name_gets_the_next_version_not_a_doubled_suffix() -> None:
+    snapshot = _snapshot({"render.v1": {"x-dead-letter-exchange": "render.v1-retry"},
+                          "render.v1-retry": {"x-dead-letter-exchange": "render.v1-retry-requeue",
+                                              "x-message-ttl": 60000}},
+                         {"render.v1-retry": "topic", "render.v1-retry-requeue": "topic"},
+                         [("render.v1-retry", "render.v1-retry", "#"), ("render.v1-retry-requeue", "render.v1", "#")])
+    assert adopt(snapshot).beside == {"render.v1": "render.v2"}
+    assert adopt(SNEAKERS).beside == {"mailer": "mailer.v2"}
+
+
+def test_the_report_says_what_is_kept_and_only_true_sentences() -> None:
+    """A kept TTL queue is listed with its wait and route; a moved queue bound from no exchange is not said to be
+    bound like anything, and producers by name are named in its block."""
+    kept = adopt(_snapshot({"jobs": {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "jobs.retry"},
+                            "jobs.retry": {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "jobs",
+                                           "x-message-ttl": 60000}}, {}, []))
+    text = report(kept, "x")
+    assert "## Kept as they are" in text and "| jobs.retry | holds a message 1m; dead-letters to the default " \
+        "exchange with key `jobs`; a retry waiting here comes back on time" in text
+    assert "## Moving consumers" not in text
+    unbound = adopt(_snapshot({n: a["arguments"] for n, a in SNEAKERS.queues.items()},
+                              {n: x["type"] for n, x in SNEAKERS.exchanges.items()},
+                              [(b["source"], b["destination"], b["routing_key"]) for b in SNEAKERS.bindings
+                               if b["source"] != "events"]))
+    text = report(unbound, "x")
+    assert "binds it" not in text and "`mailer` is bound from no exchange but its own topology's" in text
+    assert "Right away" not in text
+    assert "Producers that publish to `mailer` by name" in text
+    assert text.count("\n### ") == 1

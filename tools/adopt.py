@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -27,13 +28,25 @@ import pulumi
 
 from tools.lib.adopt import DEFAULT_SUFFIX, adopt, report, stack_file
 from tools.lib.definitions import DefinitionsError, Endpoint, Snapshot, read_file, read_live
+from tools.lib.migrate_status import SAMPLE_S
 from tools.lib.mockrun import ROOT
+
+
+def _read_counted(endpoint: Endpoint, vhost: str) -> Snapshot:
+    """The vhost read live; read again once after one statistics interval when a queue has no message count yet (the
+    management API reports a new queue's counts only with its next statistics emission), so that the report says
+    what each old queue holds."""
+    snapshot = read_live(endpoint, vhost)
+    if snapshot.exists and any(snapshot.messages(q) is None for q in snapshot.queues):
+        time.sleep(SAMPLE_S)
+        snapshot = read_live(endpoint, vhost)
+    return snapshot
 
 
 def _reader(args: argparse.Namespace) -> Callable[[], Snapshot]:
     if args.definitions:
         return lambda: read_file(args.definitions, args.vhost)
-    return lambda: read_live(Endpoint.from_environment(args.endpoint), args.vhost)
+    return lambda: _read_counted(Endpoint.from_environment(args.endpoint), args.vhost)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -84,16 +84,30 @@ def _group_size_of(queue_type: str, value: object) -> bool:
     return queue_type == "quorum" and isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
+VERSIONED = re.compile(r"^(?P<base>.*)\.v(?P<n>[0-9]+)$")
+"""A name that already ends in a version (`render.commands.v1`): its successor is the next version, not `.v1.v2`."""
+
+
 def _free_name(snapshot: Snapshot, queue: str, suffix: str, taken: set[str]) -> str:
-    """`queue + suffix` (then `.v3`, `.v4`, … for the default suffix), unused by the broker and by this plan,
-    derived names included."""
-    candidates = [f"{queue}{suffix}"] + ([f"{queue}.v{n}" for n in range(3, 100)] if suffix == DEFAULT_SUFFIX else [])
+    """`queue + suffix` (then `.v3`, `.v4`, … for the default suffix; for a name ending in `.v<n>`, `.v<n+1>`,
+    `.v<n+2>`, …), unused by the broker and by this plan, derived names included."""
+    versioned = VERSIONED.match(queue) if suffix == DEFAULT_SUFFIX else None
+    if versioned:
+        base, first = versioned["base"], int(versioned["n"]) + 1
+        candidates = [f"{base}.v{n}" for n in range(first, first + 98)]
+    else:
+        candidates = [f"{queue}{suffix}"] + ([f"{queue}.v{n}" for n in range(3, 100)] if suffix == DEFAULT_SUFFIX
+                                             else [])
     for name in candidates:
         derived = {name, *naming.derived_queue_names(name, 9), *naming.derived_exchange_names(name)}
         if not derived & (snapshot.queues.keys() | snapshot.exchanges.keys() | taken):
             taken.add(name)
             return name
     raise DefinitionsError(f"no free name beside queue {queue!r}; pass another --suffix")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 def _kept_detail(snapshot: Snapshot, queue: str) -> str:
@@ -225,6 +239,7 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
             adoption.decide(RETIRE, "Policy", policy_name, f"sets the dead-lettering of {topology.kind} queues; "
                             "delete it once they are gone")
 
+    untyped: list[str] = []
     for name, info in sorted(snapshot.queues.items()):
         if name in owned_queues:
             continue
@@ -253,12 +268,7 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
             entry["arguments"] = arguments
             adoption.kept[name] = _kept_detail(snapshot, name)
             if "x-queue-type" not in arguments:
-                adoption.warnings.append(
-                    f"queue {name} holds no x-queue-type (RabbitMQ before 4.0 stores none): it is imported with "
-                    "exactly the arguments it has. RabbitMQ 4 stores `x-queue-type: classic` on every queue, so "
-                    "after upgrading the broker add `x-queue-type: classic` to its `arguments` before the next "
-                    "`pulumi up --refresh` (else the provider plans a replacement, which the queue guard refuses "
-                    "while the queue holds messages)")
+                untyped.append(name)
         if queue_type == "quorum":
             if isinstance(arguments.get("x-delivery-limit"), int) and not isinstance(arguments["x-delivery-limit"],
                                                                                      bool):
@@ -269,6 +279,13 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
                                          "set `delivery_limit` on the queue if it needs another")
         vhost["queues"].append(entry)
 
+    if untyped:
+        adoption.warnings.append(
+            f"{_count(len(untyped), 'queue')} without x-queue-type (RabbitMQ before 4.0 stores none), each imported "
+            f"with exactly the arguments it has: {', '.join(untyped)}. RabbitMQ 4 stores `x-queue-type: classic` on "
+            "every queue: after upgrading the broker, add `x-queue-type: classic` to their `arguments` before the "
+            "next `pulumi up --refresh` (else the provider plans a replacement, which the queue guard refuses while "
+            "a queue holds messages)")
     for i, b in enumerate(snapshot.bindings):
         if i in owned_bindings or i in bound:
             continue
@@ -483,12 +500,19 @@ def _retire_steps(adoption: Adoption, stack: str) -> list[str]:
         error_queue = external.get("error_queue") if isinstance(external, dict) else None
         retire = f"make migrate-retire STACK={stack} MIGRATION={name}"
         moved = code(old) + (f" and {code(error_queue)} (parked)" if error_queue else "")
+        old_topology = set(topology.exchanges) if topology else set()
+        bound_from = sorted({b["source"] for b in s.bindings if b["destination"] == old
+                             and b["destination_type"] == "queue" and b.get("source")
+                             and b["source"] not in old_topology})
+        binds = (f", binds it from {', '.join(map(code, bound_from))} as {code(old)} is bound" if bound_from else
+                 f" ({code(old)} is bound from no exchange but its own topology's: its producers publish to it by "
+                 "name)")
         steps = [f"`pulumi up --stack {stack}` creates {code(new)}" + (" with its retry machinery" if topology else "")
-                 + f", binds it like the old queue, and starts the shovels of migration {code(name)}: they carry "
+                 + f"{binds}, and starts the shovels of migration {code(name)}: they carry "
                  f"what {moved} hold" + ("" if error_queue else "s") + f" to {code(new)}"
                  + (f" and {code(naming.error_queue(new))}" if error_queue else "") + ", acknowledging each message "
                  "at the source only once the successor has confirmed it."]
-        if any(b["destination"] == old and b["destination_type"] == "queue" and b.get("source") for b in s.bindings):
+        if bound_from:
             steps.append(f"Right away, `{retire} APPLY=1` unbinds {code(old)} from the exchanges {code(new)} is now "
                          "bound from (it refuses one the new queue is not bound from the same way): until then both "
                          "queues receive each message and the shovel carries the old copy on, so handlers must be "
@@ -502,6 +526,11 @@ def _retire_steps(adoption: Adoption, stack: str) -> list[str]:
                      "retry_contracts`), stop the old consumers, and turn off runtime declarations in the applications "
                      "(they would bind the old queue again; application users get `configure: ^$`)."
                      + comes_back.get(topology.kind if topology else "", ""))
+        steps.append(f"Producers that publish to {code(old)} by name (the default exchange, routing key {code(old)}) "
+                     f"reach the old queue only: point them at {code(new)} (by name, or through an exchange it is "
+                     "bound from). Until then the shovel carries their messages on, and `make migrate-retire` keeps "
+                     f"{code(old)} while the management API still sees publishes into it (deleted, it would make "
+                     "those publishes unroutable).")
         steps.append(f"`make migrate-status STACK={stack}` reads the old queues' depth; when it says drained, set "
                      f"`step: retire` in migration {code(name)}, commit, and `pulumi up` (the shovels go).")
         steps.append(f"`{retire}` prints what it would delete; `{retire} APPLY=1` deletes the old queues "
@@ -525,6 +554,13 @@ def report(adoption: Adoption, stack: str) -> str:
             [(t.kind, t.queue, adoption.beside.get(t.queue, t.queue + " (imported)"),
               ", ".join(format_duration(d) for d in t.delays_ms), str(t.max_retries), "; ".join(t.notes))
              for t in adoption.topologies]), ""]
+    if adoption.kept:
+        lines += ["## Kept as they are", "",
+                  "Not a retry topology a strategy of ours keeps as it works: each queue is declared with every "
+                  "argument it has (`arguments`) and imported, never moved. It keeps its name, so producers that "
+                  "publish to it by name (the default exchange) keep reaching it, and a message waiting in a TTL queue "
+                  "comes back on time through its own dead-letter route: no wait ends early.", "",
+                  *markdown_table(("queue", "what it does"), sorted(adoption.kept.items())), ""]
     meaning = {IMPORT: "declared exactly as the broker holds it: Pulumi adopts it (`import_`), nothing is written",
                BESIDE: "created by `pulumi up` under a new name; the old object is left alone",
                RETIRE: "the old objects, never the stack's: drained by the migrations' shovels, then deleted by "
