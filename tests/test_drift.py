@@ -182,3 +182,17 @@ def test_a_users_limits_are_compared_broker_wide_when_the_snapshot_carries_them(
     assert detail == "limits.max-connections: stack 5, broker 9"
     [(kind, _, name, _)] = limits_findings({"billing": {}})
     assert (kind, name) == ("missing", "billing")
+
+
+def test_a_policy_the_stack_does_not_declare_that_changes_a_queue_s_ttl_or_route_is_drift_where_it_counts() -> None:
+    """Every declared object reads back equal, yet another team's broader policy of higher priority applies to
+    `audit` instead of `cap` (RabbitMQ applies one user policy): its TTL and dead-letter route are not the stack's."""
+    broad = {"name": "ttl-all", "pattern": ".*", "apply-to": "queues", "priority": 5,
+             "definition": {"message-ttl": 1000, "dead-letter-exchange": "elsewhere"}}
+    found = findings(_records(), {"shop": _in_sync(policies={**_in_sync().policies, "ttl-all": broad})})
+    assert {(f.kind, f.type, f.name) for f in found} == {("effective", "Queue", "audit"),
+                                                         ("extra", "Policy", "ttl-all")}
+    [effective] = [f for f in found if f.kind == "effective"]
+    assert effective.detail == ("message-ttl: stack none, broker 1000 (policy ttl-all); dead-letter-exchange: stack "
+                                "none, broker 'elsewhere' (policy ttl-all)")
+    assert "## Different where it counts" in render("s", found, {"shop": _in_sync()})

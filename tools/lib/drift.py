@@ -9,6 +9,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from components.effective import PolicyIndex, effective_settings
+from components.entries import PolicyPlan, QueuePlan
 from components.user_limits import LIMIT_NAMES
 from tools.lib import engine
 from tools.lib.definitions import Snapshot, binding_id
@@ -27,8 +29,8 @@ passwords unreadable, so they are not compared."""
 @dataclass(frozen=True)
 class Finding:
     kind: str
-    """"uncreatable" (in an `existing: true` vhost that is not on the broker), "missing", "immutable", "mutable"
-    or "extra"."""
+    """"uncreatable" (in an `existing: true` vhost that is not on the broker), "missing", "immutable", "mutable",
+    "effective" (a queue whose effective TTL or dead-letter route differs) or "extra"."""
     vhost: str
     type: str
     """Short type: Queue, Exchange, Binding, Policy, OperatorPolicy."""
@@ -236,7 +238,81 @@ def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_
                 found.append(Finding("immutable", vhost, kind, label, _changes(result, result.immutable)))
             elif result.changed:
                 found.append(Finding("mutable", vhost, kind, label, _changes(result, result.changed)))
+        reported = {f.name for f in found if f.vhost == vhost and f.type == "Queue"}
+        found += [f for f in effective_findings(mine, snapshot) if f.name not in reported]
         found += extras(snapshot, mine, own_user)
+    return found
+
+
+ROUTE_KEYS = ("message-ttl", "dead-letter-exchange", "dead-letter-routing-key", "dead-letter-strategy")
+"""What decides how long a message waits in a queue and where it goes when it expires or is rejected."""
+
+
+def _queue_plan(name: str, arguments: dict[str, Any], queue_type: str | None) -> QueuePlan:
+    return QueuePlan(name, name, str(arguments.get("x-queue-type") or queue_type or "classic"), arguments, "plain")
+
+
+def _record_arguments(record: Registered) -> dict[str, Any]:
+    settings = record.inputs.get("settings") or {}
+    if settings.get("argumentsJson"):
+        return dict(json.loads(settings["argumentsJson"]))
+    return dict(settings.get("arguments") or {})
+
+
+def _policy_plan(name: str, pattern: str, priority: Any, apply_to: Any, definition: dict[str, Any]) -> PolicyPlan:
+    return PolicyPlan(name, name, pattern, int(priority or 0), {k: str(v) for k, v in definition.items()},
+                      str(apply_to or "all"), source=f"policy {name}")
+
+
+def _stated(settings: list[Any], key: str) -> str:
+    """A key's effective value(s), and what sets it (a policy's name, or the queue's argument)."""
+    values = sorted({f"{s.settings[key].value!r} ({s.settings[key].source or 'argument'})" if key in s.settings
+                     else "none" for s in settings})
+    return " or ".join(values)
+
+
+def effective_findings(records: Sequence[Registered], snapshot: Snapshot) -> list[Finding]:
+    """Each declared queue whose effective TTL or dead-letter route on the broker (its arguments, and the user and
+    operator policies RabbitMQ applies to it, whoever declared them) differs from what the stack's own queues and
+    policies give it: a retry would wait another time, go elsewhere, or be dropped, even where every object the
+    stack declares reads back equal (another team's policy of higher priority displacing ours, an operator policy
+    lowering a TTL)."""
+    def index(policies: Iterable[PolicyPlan]) -> PolicyIndex:
+        return PolicyIndex(policies)
+
+    planned_user = index(_policy_plan(str(r.inputs["name"]), str((r.inputs.get("policy") or {}).get("pattern", "")),
+                                      (r.inputs.get("policy") or {}).get("priority"),
+                                      (r.inputs.get("policy") or {}).get("applyTo"),
+                                      dict((r.inputs.get("policy") or {}).get("definition") or {}))
+                         for r in records if r.type == engine.POLICY)
+    planned_operator = index(_policy_plan(str(r.inputs["name"]),
+                                          str((r.inputs.get("policy") or {}).get("pattern", "")),
+                                          (r.inputs.get("policy") or {}).get("priority"),
+                                          (r.inputs.get("policy") or {}).get("applyTo"),
+                                          dict((r.inputs.get("policy") or {}).get("definition") or {}))
+                             for r in records if r.type == engine.OPERATOR_POLICY)
+    live_user = index(_policy_plan(n, str(p.get("pattern", "")), p.get("priority"), p.get("apply-to"),
+                                   dict(p.get("definition") or {})) for n, p in snapshot.policies.items())
+    live_operator = index(_policy_plan(n, str(p.get("pattern", "")), p.get("priority"), p.get("apply-to"),
+                                       dict(p.get("definition") or {})) for n, p in snapshot.operator_policies.items())
+    found = []
+    for record in records:
+        if record.type != engine.QUEUE or record.inputs.get("name") not in snapshot.queues:
+            continue
+        name = str(record.inputs["name"])
+        live = snapshot.queues[name]
+        planned = effective_settings(_queue_plan(name, _record_arguments(record), None), planned_user,
+                                     planned_operator)
+        actual = effective_settings(_queue_plan(name, dict(live.get("arguments") or {}), live.get("type")),
+                                    live_user, live_operator)
+        differences = []
+        for key in ROUTE_KEYS:
+            want = {str(s.settings[key].value) if key in s.settings else None for s in planned}
+            have = {str(s.settings[key].value) if key in s.settings else None for s in actual}
+            if want != have:
+                differences.append(f"{key}: stack {_stated(planned, key)}, broker {_stated(actual, key)}")
+        if differences:
+            found.append(Finding("effective", snapshot.vhost, "Queue", name, "; ".join(differences)))
     return found
 
 
@@ -275,6 +351,11 @@ HEADINGS = {
     "immutable": ("Different, immutable", "an input that forces a replacement: `pulumi up` would replace it "
                   "(a queue loses its messages) or fail, and an import fails"),
     "mutable": ("Different, mutable", "`pulumi up` overwrites it in place"),
+    "effective": ("Different where it counts", "the queue's effective TTL or dead-letter route (its arguments and the "
+                  "policies RabbitMQ applies to it) is not what the stack gives it: a message waits another time, "
+                  "goes elsewhere, or is dropped when it expires or is rejected. A policy the stack does not declare "
+                  "(higher priority, or an operator policy) is the usual cause: narrow its pattern or lower its "
+                  "priority"),
     "extra": ("Extra", "on the broker, declared by nothing in the stack (e.g. still declared at runtime by an "
               "application)"),
 }
