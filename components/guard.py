@@ -28,7 +28,7 @@ from rabbitmq_retry_client.depth import BrokerAccess, DepthError, DepthReader, Q
 from .config import ConfigError
 from .config.keys import NAMESPACE
 from .entries import VhostPlan
-from .paths import changed_parts, queues_of
+from .paths import at_risk
 
 QUEUE_GUARD = "rabbitmq-retry-queue-guard"
 """The hook's name, recorded in the stack's state for every queue: the program must register a hook of this name
@@ -281,32 +281,33 @@ def guarded(provider: pulumi.ProviderResource | None = None) -> pulumi.ResourceH
 def path_refusal(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
                  read: Callable[[str, str], QueueDepth | None], allowed: frozenset[str]) -> str | None:
     """Why going from inventory `old` to `new` (None: the guard itself is deleted, with every path it lists) must
-    not happen: a path it deletes or replaces a part of holds a message in a queue `delete_with_messages` does not
-    list, or cannot be read. None when it may go. Every such path is read, so the refusal names all of them."""
+    not happen: a queue of a path needs a part the change deletes or replaces (`paths.at_risk`), and holds a message
+    that `delete_with_messages` does not waive, or cannot be read. None when it may go. Every queue at risk is read,
+    so the refusal names all of them."""
     vhost = str((old or {}).get("vhost") or "/")
     reasons: list[str] = []
-    for path, parts in changed_parts(old, new).items():
+    for path, queues in at_risk(old, new).items():
         holding: list[str] = []
-        for queue in queues_of(old, path):
+        for queue, parts in queues.items():
+            if queue_key(vhost, queue) in allowed:
+                continue
             try:
                 depth = read(vhost, queue)
             except DepthError as error:
-                if queue_key(vhost, queue) not in allowed:
-                    holding.append(f'"{queue}" cannot be read ({error})')
+                holding.append(f'"{queue}" cannot be read ({error})')
                 continue
-            if depth is not None and depth.messages and queue_key(vhost, queue) not in allowed:
+            if depth is not None and depth.messages:
+                shown = ", ".join(parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
                 holding.append(f'"{queue}" holds {depth.messages:,} message{"s" * (depth.messages != 1)} '
-                               f"({depth.describe()})")
+                               f"({depth.describe()}) and needs {shown}, which this update would delete or replace")
         if holding:
-            shown = ", ".join(parts[:4]) + (f" and {len(parts) - 4} more" if len(parts) > 4 else "")
-            reasons.append(f'the retry path of "{path}" ({"; ".join(holding)}), of which this update would delete '
-                           f"or replace {shown}")
+            reasons.append(f'the retry path of "{path}": {"; ".join(holding)}')
     if not reasons:
         return None
-    return (f'refusing to change vhost "{vhost}": nothing on a retry path is deleted while anything on it holds a '
-            f"message, and {'; and '.join(reasons)}. Every part of these paths is left in place. Let them drain "
-            "(consumers settle, waits expire back into their queues, parked messages are redriven or removed), then "
-            "run `pulumi up` again; or, to lose those messages on purpose, add each queue named above as "
+    return (f'refusing to change vhost "{vhost}": nothing on a retry path is deleted while a message waiting on it '
+            f"needs it, and {'; and '.join(reasons)}. Nothing of these paths is touched. Let them drain (consumers "
+            "settle, waits expire back into their queues, parked messages are redriven or removed), then run "
+            "`pulumi up` again; or, to lose those messages on purpose, add each queue named above as "
             f'"<vhost>/<queue>" to {NAMESPACE}:{DELETE_WITH_MESSAGES} (reviewed: `make review` lists it as data loss)')
 
 

@@ -26,6 +26,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from jsonschema import Draft202012Validator
+
 Contract = dict[str, Any]
 
 SCHEMA_PATH = Path(__file__).with_name("contract.schema.json")
@@ -179,6 +181,30 @@ def _levels_problems(contract: Contract) -> list[str]:
 
 
 _STRATEGY_PROBLEMS = {"tiers": _tiers_problems, "native": _native_problems, "levels": _levels_problems}
+_VALIDATOR = Draft202012Validator(SCHEMA)
+
+
+def _where(path: Iterator[str | int] | Any) -> str:
+    """`tiers[0].delay_ms` for the path (`tiers`, 0, `delay_ms`)."""
+    out = ""
+    for step in path:
+        out += f"[{step}]" if isinstance(step, int) else (f".{step}" if out else str(step))
+    return out
+
+
+def _schema_problems(contract: Contract, reported: list[str]) -> list[str]:
+    """Whatever else the JSON Schema refuses, one `key: why` each; a key already reported by the checks above (with
+    their messages) is not reported again."""
+    seen = {problem.split(":", 1)[0].split(".", 1)[0].split("[", 1)[0] for problem in reported}
+    problems = []
+    for error in sorted(_VALIDATOR.iter_errors(contract), key=lambda e: [str(p) for p in e.absolute_path]):
+        where = _where(error.absolute_path)
+        if error.validator == "required" and not where:
+            continue  # a missing top-level key is reported by `_key_problems`
+        if (where.split(".", 1)[0].split("[", 1)[0] or "contract") in seen:
+            continue
+        problems.append(f"{where or 'contract'}: {error.message}")
+    return list(dict.fromkeys(problems))
 
 
 def validate(source: Mapping[str, Any]) -> Contract:
@@ -190,6 +216,7 @@ def validate(source: Mapping[str, Any]) -> Contract:
                             f"client does not support (supported: {', '.join(SUPPORTED_STRATEGIES)}); "
                             "upgrade rabbitmq-retry or follow docs/contract.md by hand")
     problems = _key_problems(contract, strategy) + _STRATEGY_PROBLEMS[strategy](contract)
+    problems += _schema_problems(contract, problems)
     if problems:
         raise ContractError(f"invalid retry contract for {contract.get('queue')!r}: " + "; ".join(problems))
     return json.loads(json.dumps(contract))  # plain and independent of the caller's dict

@@ -213,21 +213,32 @@ def test_the_registered_hook_reads_the_queue_the_engine_names_and_refuses_when_t
 # --- the path guard: nothing on a retry path is deleted while anything on it holds a message ---------------
 
 
-def inventory(*paths: tuple[str, list[str], dict[str, str]]) -> dict[str, Any]:
-    return {"vhost": "shop",
-            "paths": [{"path": name, "queues": queues, "parts": parts} for name, queues, parts in paths]}
+def inventory(*paths: tuple[str, dict[str, list[str]], dict[str, str]]) -> dict[str, Any]:
+    return {"vhost": "shop", "paths": [{"path": name, "queues": list(needs), "parts": parts, "needs": needs}
+                                       for name, needs, parts in paths]}
 
 
-ORDERS = ("orders", ["orders", "orders.wait.1", "orders.error"],
-          {"Queue orders": "a", "Queue orders.wait.1": "b", "Exchange orders.requeue": "c", "Binding requeue": "d"})
+WAY_BACK = ["Exchange orders.requeue", "Binding orders.requeue → orders", "Queue orders"]
+ORDERS = ("orders",
+          {"orders": ["Queue orders"], "orders.wait.1": ["Queue orders.wait.1", *WAY_BACK],
+           "orders.wait.2": ["Queue orders.wait.2", *WAY_BACK], "orders.error": ["Queue orders.error"]},
+          {"Queue orders": "a", "Queue orders.wait.1": "b", "Queue orders.wait.2": "b2", "Queue orders.error": "e",
+           "Exchange orders.requeue": "c", "Binding orders.requeue → orders": "d"})
 
 
 def reader(held: dict[str, int]) -> Any:
     return lambda vhost, queue: depth(ready=held.get(queue, 0))
 
 
+def without(path: tuple[str, dict[str, list[str]], dict[str, str]], *parts: str) -> tuple[Any, ...]:
+    name, needs, owned = path
+    return (name, {q: n for q, n in needs.items() if f"Queue {q}" not in parts},
+            {p: f for p, f in owned.items() if p not in parts})
+
+
 def test_a_path_that_only_grows_is_not_read():
-    grown = ("orders", ORDERS[1], {**ORDERS[2], "Queue orders.wait.2": "e"})
+    grown = ("orders", {**ORDERS[1], "orders.wait.3": ["Queue orders.wait.3", *WAY_BACK]},
+             {**ORDERS[2], "Queue orders.wait.3": "f"})
     assert changed_parts(inventory(ORDERS), inventory(grown)) == {}
     assert path_refusal(inventory(ORDERS), inventory(grown), reader({"orders.wait.1": 5}), frozenset()) is None
 
@@ -237,13 +248,27 @@ def test_deleting_the_way_back_of_a_wait_queue_that_holds_messages_is_refused_na
     why = path_refusal(inventory(ORDERS), inventory(), reader({"orders.wait.1": 20}), frozenset())
     assert why is not None and '"orders.wait.1" holds 20 messages' in why and "Exchange orders.requeue" in why
     assert "shop/<queue>" not in why and "delete_with_messages" in why
+    unbound = without(ORDERS, "Binding orders.requeue → orders")
+    why = path_refusal(inventory(ORDERS), inventory(unbound), reader({"orders.wait.1": 20}), frozenset())
+    assert why is not None and "needs Binding orders.requeue → orders, which this update would delete" in why
 
 
-def test_a_replaced_part_touches_its_path_and_a_held_message_anywhere_on_it_refuses():
+def test_a_replaced_input_queue_is_refused_while_a_wait_tier_holds_its_way_back_not_for_parked_messages():
     replaced = ("orders", ORDERS[1], {**ORDERS[2], "Queue orders": "quorum"})
     assert changed_parts(inventory(ORDERS), inventory(replaced)) == {"orders": ["Queue orders"]}
-    why = path_refusal(inventory(ORDERS), inventory(replaced), reader({"orders.error": 1}), frozenset())
-    assert why is not None and '"orders.error" holds 1 message ' in why
+    assert path_refusal(inventory(ORDERS), inventory(replaced), reader({"orders.error": 1}), frozenset()) is None
+    why = path_refusal(inventory(ORDERS), inventory(replaced), reader({"orders.wait.2": 1}), frozenset())
+    assert why is not None and '"orders.wait.2" holds 1 message ' in why
+
+
+def test_an_empty_wait_tier_removed_from_a_busy_queue_goes_through():
+    """A drain migration's retire on a live queue: the other tiers, the input and the error queue hold messages, but
+    none needs what goes."""
+    drained = without(ORDERS, "Queue orders.wait.2")
+    busy = reader({"orders": 100, "orders.wait.1": 7, "orders.error": 3})
+    assert path_refusal(inventory(ORDERS), inventory(drained), busy, frozenset()) is None
+    why = path_refusal(inventory(ORDERS), inventory(drained), reader({"orders.wait.2": 2}), frozenset())
+    assert why is not None and '"orders.wait.2" holds 2 messages' in why
 
 
 def test_an_empty_path_may_go_and_every_holding_queue_must_be_listed_to_waive_it():
@@ -263,6 +288,22 @@ def test_a_path_that_cannot_be_read_is_refused():
 def test_a_vhost_moved_elsewhere_touches_every_path():
     moved = {**inventory(ORDERS), "vhost": "shop2"}
     assert changed_parts(inventory(ORDERS), moved) == {"orders": sorted(ORDERS[2])}
+
+
+def test_what_a_planned_wait_tier_needs_is_its_dead_letter_route_back_and_a_consumers_queue_only_itself():
+    from components.config import load_vhost
+    from components.paths import vhost_paths
+    from components.plan import plan_vhost
+
+    plan = plan_vhost(load_vhost({"name": "shop", "exchanges": [{"name": "in", "type": "topic"}], "queues": [
+        {"name": "orders", "bindings": [{"exchange": "in", "routing_key": "o.#"}],
+         "retry": {"delays": ["5s", "1m"], "max_retries": 3}}]}, "vhost"))
+    [path] = [p for p in vhost_paths(plan) if p.name == "orders"]
+    assert path.needs["orders"] == ("Queue orders",) and path.needs["orders.error"] == ("Queue orders.error",)
+    back = path.needs["orders.wait.1"]
+    assert back[0] == "Queue orders.wait.1" and "Queue orders" in back and any(p.startswith("Exchange ") for p in back)
+    assert not any(p.startswith("Binding in →") for part in path.needs.values() for p in part)
+    assert not any(p.startswith("Binding in →") for p in path.parts)  # the application's binding is no part
 
 
 @pytest.mark.parametrize("stack", recordings.STACKS)

@@ -159,8 +159,11 @@ def requirements(installed: Path) -> dict[str | None, list[str]]:
     return found
 
 
-def test_the_client_installs_with_pika_alone_and_the_components_ask_for_pulumi(installed: Path):
-    assert requirements(installed) == {None: ["pika"], "components": ["pulumi", "pulumi-rabbitmq", "PyYAML"]}
+def test_the_client_installs_with_pika_and_jsonschema_alone_and_the_components_ask_for_pulumi(installed: Path):
+    """jsonschema: the client validates each contract against the schema it ships, as consumers in other languages
+    can (rabbitmq_retry_client/contract.py)."""
+    assert requirements(installed) == {None: ["pika", "jsonschema"],
+                                       "components": ["pulumi", "pulumi-rabbitmq", "PyYAML"]}
 
 
 # Every module of the installed client imported, and its command run, in an interpreter that refuses to

@@ -79,8 +79,8 @@ def test_offline_and_without_waivers_the_review_gets_nothing(program_copy: Path)
     assert not offline.data_loss and "### What the deleted or replaced queues hold now" not in offline.markdown
     # Offline, the paths the change deletes a part of are still listed, with what the guard reads first.
     assert offline.markdown.startswith("\n\n### Retry paths this change deletes a part of")
-    assert "- `shop` / `audit`: deletes or replaces `Binding binding-audit-events-#`, `Queue audit`. `pulumi up` " \
-           "first reads `audit` and refuses, leaving the whole path in place" in offline.markdown
+    assert "- `shop` / `audit`: deletes or replaces `Queue audit`. `pulumi up` first reads `audit`, whose messages " \
+           "need what changes, and refuses, touching nothing, while any of them holds one" in offline.markdown
     unchanged = steps_of(program_copy, BASE, BASE)
     assert guard_section(unchanged, {}, lambda v, q: None).markdown == ""  # nothing deleted: nothing read
 

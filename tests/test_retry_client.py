@@ -1513,3 +1513,15 @@ def test_the_default_prefetch_is_250_in_the_consumer_and_the_command_and_bounds_
     arguments = ["consume", "--contract", "c.json", "--queue", "orders"]
     assert parser().parse_args(arguments).prefetch == 250
     assert parser().parse_args([*arguments, "--prefetch", "10"]).prefetch == 10
+
+
+def test_the_client_refuses_whatever_the_shipped_schema_refuses_minimums_and_nested_values_included() -> None:
+    """A consumer in another language validates against contract.schema.json: the client accepts no more than that."""
+    with pytest.raises(ContractError) as error:
+        load_contract({**native_contract(), "max_retries": 0, "max_delay_ms": -5})
+    assert str(error.value) == ("invalid retry contract for 'orders.billing': max_delay_ms: -5 is less than the "
+                                "minimum of 1; max_retries: 0 is less than the minimum of 1")
+    tiers = contract()
+    tiers["tiers"] = [{**tiers["tiers"][0], "delay_ms": -1}, *tiers["tiers"][1:]]
+    with pytest.raises(ContractError, match=r"tiers\[0\]\.delay_ms: -1 is less than the minimum of 0"):
+        load_contract(tiers)

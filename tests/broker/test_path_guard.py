@@ -148,7 +148,7 @@ def test_a_retire_before_drained_is_refused_with_the_whole_path_in_place_and_goe
     old_path = before.queues()
 
     why = refused(broker, blocked, retiring, hooks := ProgramHooks(broker))
-    assert f'the retry path of "orders" ("{holding}" holds {HELD} messages' in why, why
+    assert f'the retry path of "orders": "{holding}" holds {HELD} messages' in why, why
     assert hooks.path_guards_run()[0][0] == "before_update"
     assert held(broker, vhost, old_path) == HELD
 

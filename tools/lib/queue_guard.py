@@ -26,7 +26,7 @@ from components.guard import (
     parse_delete_with_messages,
     queue_key,
 )
-from components.paths import changed_parts, queues_of
+from components.paths import at_risk, changed_parts
 from rabbitmq_retry_client.depth import BrokerAccess, DepthError, DepthReader, QueueDepth
 from tools.lib import engine, markdown
 from tools.lib.definitions import Endpoint
@@ -58,16 +58,19 @@ class TouchedPath:
 
 def touched_paths(steps: Sequence[Step]) -> list[TouchedPath]:
     """From the path guards' steps: an update deletes or replaces the parts whose fingerprints change, a delete
-    (the removal guard: its component goes) every part of every path it lists."""
+    (the removal guard: its component goes) every part of every path it lists; `queues` are the ones the guard reads
+    first, those that need a part that changes (`paths.at_risk`)."""
     found: dict[tuple[str, str], TouchedPath] = {}
     for step in steps:
         if step.type != engine.STASH or step.op not in ("update", "delete"):
             continue
         old = (step.old or {}).get("input")
         new = (step.new or {}).get("input") if step.op == "update" else None
-        for path, parts in changed_parts(old, new).items():
-            vhost = str((old or {}).get("vhost") or "/")
-            found.setdefault((vhost, path), TouchedPath(vhost, path, tuple(parts), tuple(queues_of(old, path))))
+        vhost = str((old or {}).get("vhost") or "/")
+        parts, risky = changed_parts(old, new), at_risk(old, new)
+        for path in sorted(set(parts) | set(risky)):
+            found.setdefault((vhost, path), TouchedPath(vhost, path, tuple(parts.get(path, ())),
+                                                        tuple(risky.get(path, {}))))
     return sorted(found.values(), key=lambda p: (p.vhost, p.path))
 
 
@@ -96,14 +99,15 @@ def path_lines(paths: Sequence[TouchedPath], entries: frozenset[str]) -> list[st
     """One line per touched path: what the change deletes of it, and the queues the guard reads first."""
     lines = []
     for path in paths:
-        parts = ", ".join(markdown.code(p) for p in path.parts[:6])
+        parts = ", ".join(markdown.code(p) for p in path.parts[:6]) or "nothing of its own"
         more = f" and {len(path.parts) - 6:,} more" if len(path.parts) > 6 else ""
         waived = [q for q in path.queues if queue_key(path.vhost, q) in entries]
-        note = (f"; ⚠️ waived for {', '.join(markdown.code(q) for q in waived)}: what they hold is lost with the "
-                "whole path" if waived else "")
-        lines.append(f"- {_where(path.vhost, path.path)}: deletes or replaces {parts}{more}. `pulumi up` first "
-                     f"reads {', '.join(markdown.code(q) for q in path.queues)} and refuses, leaving the whole path "
-                     f"in place, while any of them holds a message{note}")
+        note = (f"; ⚠️ waived for {', '.join(markdown.code(q) for q in waived)}: what they hold is lost"
+                if waived else "")
+        reads = (f"`pulumi up` first reads {', '.join(markdown.code(q) for q in path.queues)}, whose messages need "
+                 "what changes, and refuses, touching nothing, while any of them holds one" if path.queues
+                 else "no message waiting on it needs what changes: nothing is read")
+        lines.append(f"- {_where(path.vhost, path.path)}: deletes or replaces {parts}{more}. {reads}{note}")
     return lines
 
 
@@ -210,7 +214,7 @@ def guard_section(steps: Sequence[Step], config: Mapping[str, str], read: Reader
     out: list[str] = []
     if paths := touched_paths(steps):
         out += ["", "### Retry paths this change deletes a part of", "",
-                "Nothing on a retry path is deleted while anything on it holds a message (docs/guard.md).", "",
+                "Nothing on a retry path is deleted while a message waiting on it needs it (docs/guard.md).", "",
                 *path_lines(paths, entries)]
     if entries:
         out += ["", f"### Queue guard waived (`{NAMESPACE}:{DELETE_WITH_MESSAGES}`)", "",
