@@ -276,6 +276,8 @@ def _export(tmp_path: Path) -> Path:
                       "routing_key": "order.#", "arguments": {}},
                      {"source": "orders", "vhost": "shop", "destination": "invoices", "destination_type": "queue",
                       "routing_key": "invoice created~", "arguments": {}},
+                     {"source": "orders", "vhost": "shop", "destination": "audit", "destination_type": "queue",
+                      "routing_key": "invoice created~", "arguments": {}},
                      {"source": "orders", "vhost": "shop", "destination": "with-ae", "destination_type": "exchange",
                       "routing_key": "x", "arguments": {}}],
         "policies": [{"vhost": "shop", "name": "cap", "pattern": "^invoices$", "apply-to": "queues",
@@ -291,17 +293,21 @@ def _export(tmp_path: Path) -> Path:
 def test_adopting_from_a_3_10_export(tmp_path: Path) -> None:
     adoption = adopt(read_file(_export(tmp_path), "shop"))
     decided = summary(adoption.decisions)
-    assert ("Queue", "invoices") in decided[IMPORT] and ("Policy", "archive") in decided[IMPORT]
-    # Our quorum queue gets its own delivery-limit policy, which would take `cap`'s place on it.
-    assert ("Policy", "cap") in decided[ALONE]
+    assert ("Policy", "archive") in decided[IMPORT]
+    # Our quorum queue would get its own delivery-limit policy, which would take `cap`'s place on it and drop its
+    # max-length: the queue is left as it is, under `cap`, which the stack keeps.
+    assert ("Queue", "invoices") in decided[ALONE] and ("Policy", "cap") in decided[IMPORT]
+    [why] = [d.detail for d in adoption.decisions if d.name == "invoices" and d.type == "Queue"]
+    assert why.startswith("user policy `cap` applies to it (max-length)")
     # No x-queue-type stored (RabbitMQ before 4.0): imported with exactly the arguments it has (none), never moved,
     # so producers that publish to it by name keep reaching it; the report says what to add after an upgrade to 4.
-    assert ("Queue", "audit") in decided[IMPORT] and ("Queue", "audit.v2") not in decided[BESIDE]
+    assert ("Queue", "audit") in decided[IMPORT] and BESIDE not in decided
     assert {q["name"]: q.get("arguments") for q in adoption.vhost["queues"]}["audit"] == {}
     assert any("1 queue without x-queue-type" in w and ": audit." in w for w in adoption.warnings)
     assert ("Queue", "amq.gen-1") in decided[ALONE] and ("Exchange", "with-ae") in decided[ALONE]
     # properties_key computed for a binding without arguments, as RabbitMQ makes it (`~` as %7E).
-    assert "binding shop/orders/invoices/queue/invoice+created%7E" in adoption.vhost["import"]
+    assert not any("invoices" in i for i in adoption.vhost["import"])
+    assert "binding shop/orders/audit/queue/invoice+created%7E" in adoption.vhost["import"]
 
 
 def test_the_command_writes_a_stack_file_that_loads_and_a_report(tmp_path: Path) -> None:
@@ -311,7 +317,7 @@ def test_the_command_writes_a_stack_file_that_loads_and_a_report(tmp_path: Path)
     document = yaml.safe_load((tmp_path / "Pulumi.adopted.yaml").read_text())
     [vhost] = document["config"]["rabbitmq-retry:vhosts"]
     plan = plan_vhost(load_vhost(vhost, "vhosts[0]"), "vhosts[0]", ADOPTED_SHOVEL_USER)
-    assert {q.name for q in plan.queues} == {"audit", "invoices"}
+    assert {q.name for q in plan.queues} == {"audit"}
     report = (tmp_path / "adopt-adopted.md").read_text()
     assert "## Import" in report and "## Moving consumers and retiring the old objects" not in report
     # A second run never overwrites a stack.
@@ -329,7 +335,7 @@ def test_the_written_stack_runs_as_a_program(tmp_path: Path) -> None:
     assert adopt_tool.main(["--vhost", "shop", "--stack", "adopted", "--definitions", str(_export(tmp_path)),
                             "--root", str(tmp_path)]) == 0
     records = record_program("adopted", tmp_path)
-    assert {r.import_id for r in records if r.import_id} >= {"invoices@shop", "orders@shop", "archive@shop"}
+    assert {r.import_id for r in records if r.import_id} >= {"audit@shop", "orders@shop", "archive@shop", "cap@shop"}
 
 
 def test_a_missing_message_count_is_explained_by_where_the_snapshot_was_read():

@@ -32,7 +32,7 @@ from tools.lib.definitions import DefinitionsError, Snapshot, binding_id
 from tools.lib.drift import COMPARED, binding_label, compare, import_id, markdown_table
 from tools.lib.markdown import code
 from tools.lib.mockrun import Registered, close_event_loop, record
-from tools.lib.recognise import Topology, dead_letter, recognise
+from tools.lib.recognise import Topology, dead_letter, queue_policy, recognise
 from tools.lib.stack_file import PROJECT
 
 DEFAULT_SUFFIX = ".v2"
@@ -255,6 +255,14 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
             adoption.decide(ALONE, "Queue", name, f"deletes itself when unused (x-expires "
                             f"{format_duration(int(arguments['x-expires']))}), so the stack cannot own it; left as it "
                             "is, it " + _kept_detail(snapshot, name).replace("; a retry", ", and a retry"))
+            continue
+        if queue_type == "quorum" and (policy := queue_policy(snapshot, name)) is not None:
+            adoption.decide(ALONE, "Queue", name, f"user policy {code(str(policy['name']))} applies to it "
+                            f"({', '.join(sorted(policy.get('definition') or {}))}); the stack gives every quorum "
+                            "queue a `delivery-limit` policy of its own, which would take that policy's place "
+                            "(RabbitMQ applies one user policy to a queue) and silently drop its settings: left as it "
+                            "is, still under its policy. To manage it, move the policy's settings into the queue's "
+                            "config (e.g. `max_length`) and narrow the policy's pattern")
             continue
         group_size = arguments.get(QUORUM_GROUP_ARGUMENT)
         kept = PLAIN_ARGUMENTS | ({QUORUM_GROUP_ARGUMENT} if _group_size_of(queue_type, group_size) else set())
