@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,13 +60,11 @@ def test_a_successful_publish_prints_its_messages_and_nothing_else(broker: Broke
 
 
 def test_a_refused_login_is_one_line_saying_which_credentials_to_check(broker: Broker, vhost: str) -> None:
-    started = time.monotonic()
     done = _command("--url", _url(broker, vhost, password="not-the-password"), "publish", "--exchange", "ex")
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr == (f"error: login refused by {broker.host}:{broker.amqp_port} for user "
                            f"'{broker.username}' (403 ACCESS_REFUSED): check the user and password in --url or "
                            "$RABBITMQ_URL\n")
-    assert time.monotonic() - started < 10, "not retried for the 10 s connect timeout"
 
 
 def test_a_missing_vhost_fails_at_once_with_what_to_check(broker: Broker, vhost: str) -> None:

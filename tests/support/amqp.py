@@ -73,7 +73,7 @@ def returned_by_crashed_readers(broker: Broker, vhost: str, queue: str, times: i
 
 def drain(broker: Broker, vhost: str, queue: str) -> list[tuple[pika.BasicProperties, bytes]]:
     """Every message in `queue`, removed (as the broker's admin user)."""
-    messages = []
+    messages: list[tuple[pika.BasicProperties, bytes]] = []
     with channel(broker, vhost, confirms=False) as opened:
         while True:
             method, properties, body = opened.basic_get(queue, auto_ack=True)

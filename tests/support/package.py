@@ -45,7 +45,7 @@ def schema_text() -> str:
 def _field_hints(typed_dict: type) -> dict[str, Any]:
     hints = {}
     for key, hint in typed_dict.__annotations__.items():
-        if typing.get_origin(hint) in (typing.NotRequired, typing.Required):
+        if typing.get_origin(hint) in {typing.NotRequired, typing.Required}:  # type: ignore[comparison-overlap]
             hint = typing.get_args(hint)[0]
         hints[key] = hint
     return hints
