@@ -5,7 +5,8 @@ migration status: each needs the same answer and the same refusal when the broke
 
 - **ready** comes from an AMQP passive `queue.declare`: the broker's own count at that instant, not the
   management API's sample (refreshed every `collect_statistics_interval`, 5 s by default). A passive declare
-  never creates anything: a missing queue answers 404 NOT_FOUND, which is read as "no queue".
+  never creates anything: a missing queue answers 404 NOT_FOUND "no queue …", which is read as "no queue"; any
+  other 404 (a classic queue whose node is down) is "cannot tell", never "empty".
 - **unacknowledged** (delivered to a consumer, not yet settled: lost with the queue) and a quorum queue's
   **pending dead letters** (`messages_dlx`: dead-lettered at-least-once, not yet confirmed by the target)
   exist only in the management API's queue record, which is sampled: a message taken in the last few
@@ -190,8 +191,11 @@ class DepthReader:
             try:
                 frame = channel.queue_declare(queue, passive=True)
             except pika.exceptions.ChannelClosedByBroker as error:
-                if error.reply_code == 404:
+                if error.reply_code == 404 and "no queue" in str(error.reply_text):
                     return None
+                # Also 404, for a queue that exists but cannot answer: a classic queue whose node is down ("home
+                # node … is down or inaccessible"), or whose process stopped or crashed. Not "no queue": it holds
+                # what it held, back with its node, and deleting it now would lose that.
                 raise DepthError(f"passive declare of {queue!r} in vhost {vhost!r}: {error.reply_code} "
                                  f"{error.reply_text}") from None
             return int(frame.method.message_count), int(frame.method.consumer_count)
