@@ -17,6 +17,7 @@ from typing import Any
 
 from components.config import load_vhost
 from components.plan import plan_vhost
+from rabbitmq_retry_client.management import ManagementError
 from tests.conftest import record_vhost
 from tests.support.mirror import BeforeDelete, Broker, MirrorError, apply, apply_update, call, esc
 from tools.lib.engine import Step
@@ -46,7 +47,7 @@ def unreachable(broker: Broker) -> str | None:
     """Why the broker's management API does not answer, or None when it does."""
     try:
         call(broker, "GET", "overview")
-    except (OSError, MirrorError) as error:
+    except (ManagementError, MirrorError) as error:
         return f"RabbitMQ {broker.name} management API at {broker.management_url} does not answer: {error}"
     return None
 
