@@ -252,11 +252,12 @@ tls_block() { # file content
 # ---------------------------------------------------------------- 3.10 on the host
 
 # TLS beside the plain listeners; 0 when rabbitmq.conf changed (the node must restart to listen).
+# With a management.ssl listener RabbitMQ starts the plain one only when it is configured too: 15672 stays.
 tls310() {
   tls_material
   tls_install /etc/rabbitmq/tls chown -R rabbitmq:rabbitmq /etc/rabbitmq/tls
-  tls_block /etc/rabbitmq/rabbitmq.conf "$(tls_conf "$(amqps_port 3.10)" "$(https_port 3.10)" /etc/rabbitmq/tls \
-    PLAIN AMQPLAIN EXTERNAL)"
+  tls_block /etc/rabbitmq/rabbitmq.conf "management.tcp.port = $(mgmt_port 3.10)
+$(tls_conf "$(amqps_port 3.10)" "$(https_port 3.10)" /etc/rabbitmq/tls PLAIN AMQPLAIN EXTERNAL)"
 }
 
 host_installed() { dpkg-query -W -f='${Status}' rabbitmq-server 2>/dev/null | grep -q 'install ok installed'; }

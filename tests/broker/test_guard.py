@@ -203,7 +203,7 @@ def test_the_review_reads_what_each_deleted_or_replaced_queue_holds_now_and_crea
     (tmp_path / "Pulumi.guard.yaml").write_text(f"config:\n  rabbitmq:username: {broker.username}\n")
     monkeypatch.delenv("RABBITMQ_USERNAME", raising=False)
     monkeypatch.setenv("RABBITMQ_PASSWORD", broker.password)
-    section = review_section(steps, "guard", tmp_path, broker.management_url)
+    section = review_section(steps, "guard", tmp_path, broker.client())
     lines = [line for line in section.markdown.splitlines() if line.startswith("- ")]
     assert lines == [f"- `{guard_vhost}` / `orders` (replace): holds **3** messages now (3 ready, 0 unacknowledged)",
                      "- 1 other queue holds no message now", "- 1 queue is not on the broker"]
