@@ -124,13 +124,14 @@ def _innermost(error: BaseException) -> BaseException:
 
 def amqp_failure(error: BaseException, host: str, port: int, tls: bool) -> str | None:
     """One line for a connection that failed because of TLS or a wrong port, naming what to fix; None otherwise.
-    A TLS port answers a plain AMQP header by closing the connection, so does the management (HTTP) port: both end
-    the handshake with EOF; a plain AMQP port answers a TLS handshake with its protocol header, which TLS reads
-    as a wrong version."""
+    A TLS port answers a plain AMQP header by closing the connection (4.3.6) or resetting it (3.10.8), the management
+    (HTTP) port by closing it: the handshake ends with EOF or a reset; a plain AMQP port answers a TLS handshake with
+    its protocol header, which TLS reads as a wrong version."""
     inner = _innermost(error)
     if isinstance(inner, ssl.SSLError):
         return tls_failure(inner, f"{host}:{port}", host, "amqp://")
-    if not tls and isinstance(inner, pika.exceptions.StreamLostError) and "EOF" in str(inner):
+    said = f"{inner} {reason(error)}"
+    if not tls and ("Transport indicated EOF" in said or "Connection reset by peer" in said):
         return (f"{host}:{port} closed the connection during the AMQP handshake: it is not a plain AMQP port; a TLS "
                 "port (use amqps://, 5671 by default) or the management port (AMQP is 5672 by default)?")
     return None
@@ -140,7 +141,7 @@ def where(params: Parameters | Sequence[Parameters]) -> str:
     """"host:port vhost 'v' as user", with every host of a list ("a:5672, b:5672 vhost …")."""
     every = [params] if isinstance(params, Parameters) else list(params)
     first = every[0]
-    user = getattr(first.credentials, "username", "?")
+    user = getattr(first.credentials, "username", "the client certificate")
     addresses = ", ".join(f"{p.host}:{p.port}" for p in every)
     return f"{addresses} vhost {first.virtual_host!r} as {user}"
 
@@ -184,6 +185,9 @@ def connect(params: Parameters | Sequence[Parameters], timeout: float, interval:
     while True:
         try:
             connection = BlockingConnection(params if isinstance(params, Parameters) else list(params))
+        except ssl.SSLError as error:  # pika raises a failed handshake as it is: a certificate or a scheme
+            last = params if isinstance(params, Parameters) else params[-1]
+            raise BrokerRefusedError(tls_failure(error, f"{last.host}:{last.port}", last.host, "amqp://")) from None
         except pika.exceptions.AMQPConnectionError as error:
             if (permanent := refusal(error, params)) is not None:
                 raise BrokerRefusedError(permanent) from None
@@ -206,7 +210,7 @@ def connect(params: Parameters | Sequence[Parameters], timeout: float, interval:
         if last_reason is not None:
             LOG.info("broker reachable again at %s after %.1f s", where(params), time.monotonic() - started)
         if not isinstance(params, Parameters) and len(params) > 1:
-            LOG.info("connected to %s", where(connection_params_of(connection, params)))
+            LOG.debug("connected to %s", where(connection_params_of(connection, params)))
         return connection
 
 

@@ -192,7 +192,7 @@ class DepthReader:
             if f"vhost {vhost} not found" in str(error):
                 return None  # the vhost is gone, and the queue with it
             raise DepthError(f"AMQP at {host}:{port} vhost {vhost!r}: {reason(error)}") from None
-        except pika.exceptions.AMQPError as error:
+        except (pika.exceptions.AMQPError, ssl.SSLError) as error:
             raise DepthError(amqp_failure(error, host, port, tls) or (
                 f"AMQP at {host}:{port} unreachable: {reason(error)} (set rabbitmq-retry:amqp_port if the broker's "
                 "AMQP port is another one from here)")) from None

@@ -22,6 +22,7 @@ Read-only (it prints what it would do, with each queue's depth now) unless `appl
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -163,7 +164,7 @@ class Broker:
         quiet_pika()
         try:
             self._connection = pika.BlockingConnection(params)
-        except pika.exceptions.AMQPError as error:
+        except (pika.exceptions.AMQPError, ssl.SSLError) as error:
             raise RetireError(amqp_failure(error, host, port, tls)
                               or f"AMQP at {host}:{port} vhost {self.vhost!r}: {reason(error)}") from None
         try:
