@@ -209,6 +209,27 @@ def tls_failure(error: ssl.SSLError, where: str, host: str, plain: str) -> str:
     return f"TLS: handshake with {where} failed ({error.reason or error}): check {CACERT.names()} and the port"
 
 
+def what_speaks(host: str, port: int, timeout: float) -> str | None:
+    """"amqp" when the port answers an AMQP 0-9-1 header with a method frame (Connection.Start), "tls" when it
+    completes a TLS handshake (not verified: only to name the mistake), None otherwise. Used only after a plain
+    HTTP request got no HTTP answer, to say which port it was."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw:
+            raw.sendall(b"AMQP\x00\x00\x09\x01")
+            if raw.recv(1) == b"\x01":
+                return "amqp"
+    except OSError:
+        pass
+    probe = ssl.create_default_context()
+    probe.check_hostname = False
+    probe.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw, probe.wrap_socket(raw):
+            return "tls"
+    except OSError:
+        return None
+
+
 @dataclass(frozen=True)
 class Response:
     status: int
@@ -235,6 +256,7 @@ class ManagementClient:
                                    f"{ENDPOINT.names()}")
         self.scheme = parts.scheme
         self.host = parts.hostname
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self._context: ssl.SSLContext | None = None
 
     @classmethod
@@ -309,9 +331,15 @@ class ManagementClient:
                                     f"port in {ENDPOINT.names()} (15672 by default, 15671 with TLS)")
         if self.scheme == "http" and (isinstance(cause, (http.client.RemoteDisconnected, http.client.BadStatusLine,
                                                          ConnectionResetError))):
-            return UnreachableError(f"{self.url} closed the connection without an HTTP answer to {what}: the port "
-                                    "probably speaks TLS (use https://) or AMQP (give the management port) in "
-                                    f"{ENDPOINT.names()}")
+            speaks = what_speaks(self.host, self.port, min(self.timeout, 3.0))
+            if speaks == "amqp":
+                return UnreachableError(f"{self.url} is an AMQP port, not the management API: give the management "
+                                        f"port in {ENDPOINT.names()} (15672 by default, 15671 with TLS)")
+            if speaks == "tls":
+                return TlsError(f"{self.url} speaks TLS: use https:// in {ENDPOINT.names()}, with "
+                                        f"{CACERT.names()} naming the CA that signed the broker's certificate")
+            return UnreachableError(f"{self.url} closed the connection without an HTTP answer to {what}: is it the "
+                                    f"management port? Check {ENDPOINT.names()}")
         if isinstance(cause, ConnectionRefusedError):
             return UnreachableError(f"the management API at {self.url} refuses connections ({what}): the node behind "
                                     "it is down or its management plugin is off; on a cluster, use another node's "

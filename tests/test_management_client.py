@@ -134,3 +134,16 @@ def test_a_port_nothing_listens_on_is_unreachable_in_one_line() -> None:
 def test_an_amqp_url_is_not_an_endpoint() -> None:
     with pytest.raises(UnreachableError, match=r"^endpoint 'amqps://h:5671' is not an http\(s\) URL"):
         ManagementClient("amqps://h:5671", "u", "p")
+
+
+def test_doctor_for_another_stack_does_not_log_in_as_guest(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """`make doctor STACK=prod` without credentials: one line saying which variable to set, before any request."""
+    from tools import doctor
+
+    for variable in ("RABBITMQ_USERNAME", "RABBITMQ_PASSWORD", "RABBITMQ_ENDPOINT"):
+        monkeypatch.delenv(variable, raising=False)
+    assert doctor.main(["--stack", "prod", "--endpoint", "http://127.0.0.1:1"]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "guest" not in error.replace("guest/guest is assumed only", "")
+    assert error.startswith("error: no user for http://127.0.0.1:1: set RABBITMQ_USERNAME") or error.startswith(
+        "error: no password for user"), error

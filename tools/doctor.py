@@ -19,7 +19,7 @@ import sys
 import pulumi
 
 from rabbitmq_retry_client.management import ManagementError
-from tools.lib.cli import broker_client, broker_command_parser
+from tools.lib.cli import broker_client, broker_command_parser, tls_summary
 from tools.lib.definitions import DefinitionsError
 from tools.lib.doctor import diagnose, planned_objects, read_facts, render, stack_settings
 from tools.lib.mockrun import close_event_loop
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         close_event_loop()
     found = diagnose(config, records, facts)
-    print(render(args.stack, endpoint.url, facts, found))
+    print(render(args.stack, endpoint.url, facts, found, tls_summary(endpoint)))
     return found.status
 
 

@@ -120,6 +120,20 @@ def test_the_tools_read_the_broker_over_https(tls_broker: Broker, command: str) 
                                "RABBITMQ_PASSWORD": tls_broker.password})
     assert "error:" not in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert done.returncode in (0, 2), done.stdout + done.stderr
+    if command == "doctor":
+        assert tls_broker.tls is not None
+        assert (f"- TLS: verified with {tls_broker.tls.cacert_file}, client certificate "
+                f"{tls_broker.tls.clientcert_file}") in done.stdout
+
+
+def test_doctor_says_when_certificate_verification_is_off(tls_broker: Broker) -> None:
+    """`insecure` only where the user says so, and the report says it is on."""
+    done = subprocess.run([sys.executable, "-m", "tools.doctor", "--stack", "dev", "--endpoint",
+                           tls_broker.management_url, "--insecure"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert "error:" not in done.stderr, done.stderr
+    assert ("- TLS: **certificate verification off** (rabbitmq:insecure (RABBITMQ_INSECURE, --insecure) is set)"
+            in done.stdout)
 
 
 def test_the_tls_settings_come_from_the_environment_under_the_providers_names(tls_broker: Broker) -> None:
@@ -227,9 +241,19 @@ def test_https_to_the_plain_port_and_http_to_the_tls_port_say_so(tls_broker: Bro
         ManagementClient(f"https://{plain.host}:{plain.management_port}", "guest", "guest", tls_broker.tls).get(
             "overview")
     assert f"https://{plain.host}:{plain.management_port} does not speak TLS" in str(https_to_plain.value)
-    with pytest.raises(UnreachableError) as http_to_tls:
+    with pytest.raises(TlsError) as http_to_tls:
         ManagementClient(f"http://{tls_broker.host}:{tls_broker.management_port}", "guest", "guest").get("overview")
-    assert "the port probably speaks TLS (use https://)" in str(http_to_tls.value)
+    assert str(http_to_tls.value).startswith(f"http://{tls_broker.host}:{tls_broker.management_port} speaks TLS: "
+                                             "use https:// in rabbitmq:endpoint")
+
+
+def test_http_to_an_amqp_port_says_it_is_the_amqp_port(tls_broker: Broker) -> None:
+    """Point 6 of the TLS issue: this was `[Errno 104] Connection reset by peer`."""
+    plain = plain_of(tls_broker)
+    with pytest.raises(UnreachableError) as error:
+        ManagementClient(f"http://{plain.host}:{plain.amqp_port}", "guest", "guest").get("overview")
+    assert str(error.value).startswith(f"http://{plain.host}:{plain.amqp_port} is an AMQP port, not the management "
+                                       "API: give the management port in rabbitmq:endpoint")
 
 
 def test_the_wrong_scheme_or_port_for_amqp_is_one_line(tls_broker: Broker) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pulumi
 
-from rabbitmq_retry_client.management import TLS_SETTINGS, ManagementClient
+from rabbitmq_retry_client.management import INSECURE, TLS_SETTINGS, ManagementClient
 from tools.lib.mockrun import ROOT, Registered, close_event_loop, record_program
 from tools.lib.stack_file import StackFileError
 
@@ -30,6 +30,19 @@ def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
         else:
             parser.add_argument(setting.flag, dest=field, metavar="FILE",
                                 help=f"PEM file (else {setting.env}, else the stack's {setting.config})")
+
+
+def tls_summary(client: ManagementClient) -> str:
+    """How the management API is reached, for a report: plain, TLS verified with which CA (and client certificate),
+    or TLS with verification off (said in bold: `insecure` is on only where the user set it)."""
+    if client.scheme != "https":
+        return "TLS: none (http://)"
+    if client.tls.insecure:
+        return (f"TLS: **certificate verification off** ({INSECURE.names()} is set): anyone between here and the "
+                "broker can read and change what is sent")
+    ca = client.tls.cacert_file or "the system's trusted CAs"
+    cert = f", client certificate {client.tls.clientcert_file}" if client.tls.clientcert_file else ""
+    return f"TLS: verified with {ca}{cert}"
 
 
 def broker_client(args: argparse.Namespace, config: Mapping[str, Any], stack: str) -> ManagementClient:

@@ -301,9 +301,10 @@ def _node(node: Mapping[str, Any]) -> NodeFacts:
     return NodeFacts(str(node.get("name", "?")), bool(node.get("running")), version)
 
 
-def render(stack: str, endpoint: str, facts: LiveFacts, found: Diagnosis) -> str:
+def render(stack: str, endpoint: str, facts: LiveFacts, found: Diagnosis, tls: str = "") -> str:
+    """`tls`: how the endpoint was reached (`tools.lib.cli.tls_summary`), a line of its own when given."""
     lines = [f"# Doctor: stack `{stack}` against {endpoint}", "",
-             f"- RabbitMQ {facts.version or '(unknown)'}",
+             f"- RabbitMQ {facts.version or '(unknown)'}", *([f"- {tls}"] if tls else []),
              f"- plugins: {', '.join(facts.plugins) or '(none reported)'}",
              f"- feature flags enabled: {sum(s == 'enabled' for s in facts.feature_flags.values())} of "
              f"{len(facts.feature_flags)}" + "".join(f"; {n} {s}" for n, s in sorted(facts.feature_flags.items())

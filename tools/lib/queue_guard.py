@@ -30,6 +30,7 @@ from components.paths import changed_parts, queues_of
 from rabbitmq_retry_client.depth import BrokerAccess, DepthError, DepthReader, QueueDepth
 from rabbitmq_retry_client.management import ManagementClient
 from tools.lib import engine, markdown
+from tools.lib.cli import tls_summary
 from tools.lib.doctor import stack_file_value
 from tools.lib.engine import Step
 from tools.lib.mockrun import stack_config
@@ -248,5 +249,5 @@ def review_section(steps: Sequence[Step], stack: str, project: Path,
         return guard_section(steps, config, None)
     port, _ = parse_amqp_port(stack_amqp_port(config))
     reader = DepthReader(BrokerAccess.of(endpoint, port))
-    where = endpoint.url + (" (TLS verification off: rabbitmq:insecure)" if endpoint.tls.insecure else "")
+    where = endpoint.url + (f" ({tls_summary(endpoint)})" if endpoint.tls.insecure else "")
     return guard_section(steps, config, reader.read, where)
