@@ -70,7 +70,11 @@ node_pid() { # version index: the node's OS pid, when its process runs
   file=$(pid_file "$1" "$2")
   [[ -s $file ]] || return 1
   pid=$(<"$file")
-  [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && echo "$pid"
+  [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+  # A stale pid file may name a pid that another process took since (another node of the other cluster started
+  # meanwhile): only this node's process carries its RABBITMQ_NODENAME (start_node sets it).
+  tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qxF "RABBITMQ_NODENAME=$(node_name "$1" "$2")" || return 1
+  echo "$pid"
 }
 
 node_mgmt_get() { curl -sf -m 5 -u guest:guest "http://127.0.0.1:$(node_mgmt "$1" "$2")/api/$3"; }
