@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pulumi
 
-from rabbitmq_retry_client.management import ManagementError
+from rabbitmq_retry_client.management import TLS_SETTINGS, ManagementError
 from tools.lib.adopt import DEFAULT_SUFFIX, adopt, report, stack_file
 from tools.lib.cli import add_tls_arguments, broker_client
 from tools.lib.definitions import DefinitionsError, Snapshot, read_file, read_live
@@ -62,7 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (DefinitionsError, ManagementError, pulumi.RunError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    target.write_text(stack_file(adoption, args.endpoint))
+    tls = {setting.config: "true" if field == "insecure" else value for field, setting in TLS_SETTINGS.items()
+           if (value := getattr(args, field, None))}
+    target.write_text(stack_file(adoption, args.endpoint, tls))
     report_path.write_text(report(adoption, args.stack))
     print(f"wrote {target} and {report_path}")
     return 0

@@ -207,6 +207,36 @@ def test_login_by_client_certificate_sasl_external(tls_broker: Broker, tls_vhost
         wait_for(by_certificate, 30, "the connection listed as the certificate's user, by EXTERNAL", interval=0.2)
 
 
+def test_migrate_retire_connects_and_deletes_a_policy_over_tls(tls_broker: Broker, tls_vhost: str) -> None:
+    """make migrate-retire's writes: AMQPS for unbinding and deleting (the broker's own preconditions), HTTPS for
+    policies; the AMQP port is the overview's TLS listener."""
+    from tools.lib.migrate_retire import Broker as RetireBroker
+
+    Deployer(tls_broker, tls_vhost)({"queues": [{"name": "old", "type": "classic"}]})
+    call(tls_broker, "PUT", f"policies/{esc(tls_vhost)}/old-ttl", {"pattern": "^old$", "apply-to": "queues",
+                                                                  "definition": {"message-ttl": 1000}})
+    retire = RetireBroker(BrokerAccess.of(tls_broker.client()), tls_vhost)
+    with retire.connect():
+        assert retire.delete_queue("old", quorum=False) is None
+    assert retire.delete_policy("old-ttl") is None
+    assert retire.delete_policy("old-ttl") is not None and retire.delete_policy("old-ttl")[0] == 404
+    assert call(tls_broker, "GET", f"queues/{esc(tls_vhost)}")[1] == []
+
+
+def test_make_adopt_reads_the_vhost_over_https(tls_broker: Broker, tls_vhost: str, tmp_path: Path) -> None:
+    Deployer(tls_broker, tls_vhost)({"exchanges": [{"name": "in", "type": "fanout"}],
+                                    "queues": [{"name": "jobs", "type": "classic", "bindings": [{"exchange": "in"}]}]})
+    done = subprocess.run([sys.executable, "-m", "tools.adopt", "--vhost", tls_vhost, "--stack", "adopted-tls",
+                           "--root", str(tmp_path), *tls_flags(tls_broker)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "RABBITMQ_USERNAME": tls_broker.username,
+                               "RABBITMQ_PASSWORD": tls_broker.password})
+    assert done.returncode == 0, done.stderr
+    written = (tmp_path / "Pulumi.adopted-tls.yaml").read_text()
+    assert "name: jobs" in written
+    assert tls_broker.tls is not None and f"rabbitmq:cacertFile: {tls_broker.tls.cacert_file}" in written
+
+
 # --- bad TLS input: one line naming what to fix, nothing changed on the broker -----------------------------------
 
 def test_an_unknown_ca_is_one_line_and_changes_nothing(tls_broker: Broker) -> None:
