@@ -322,7 +322,7 @@ class ManagementClient:
         cause: Any = getattr(error, "reason", error) if isinstance(error, urllib.error.URLError) else error
         what = f"{method} /api/{path}"
         if isinstance(cause, ssl.SSLError):
-            return TlsError(tls_failure(cause, self.url, self.host, "http://") + f" ({ENDPOINT.config})")
+            return TlsError(tls_failure(cause, self.url, self.host, "http://"))
         if isinstance(cause, ManagementError):
             return cause
         said = str(cause)
