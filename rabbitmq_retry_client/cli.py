@@ -6,8 +6,13 @@ one contract; `make contracts STACK=<stack>` writes it without the Pulumi CLI) o
 (runs `pulumi stack output retry_contracts --json --stack STACK`). The broker is `--url` (before or after
 the command) or $RABBITMQ_URL; the vhost is the contract's, and for `publish` the one `--vhost` or the URL
 names (`…/%2F` is `/`). A cluster's nodes are several URLs (`--url` repeated, or comma-separated there and in
-$RABBITMQ_URL), tried in order on every connect and reconnect. Only warnings are logged unless `-v`. A refused
-login or vhost fails at once with what to check; only an unreachable broker is waited for.
+$RABBITMQ_URL), tried in order on every connect and reconnect. `amqps://` URLs speak TLS, verified with
+`--cacert-file` (else $RABBITMQ_CACERT, else the system's CAs), with a client certificate from `--clientcert-file`
+and `--clientkey-file` (else $RABBITMQ_CLIENTCERT, $RABBITMQ_CLIENTKEY); without a password in the URL the
+certificate is the login (SASL EXTERNAL). docs/tls.md has the names. Only warnings, and the line saying an
+unreachable broker answers again, are logged unless `-v`. A refused login or vhost and a certificate the client
+does not trust fail at once with what to check, a port that does not speak what the URL says after three closed
+handshakes; only an unreachable broker is waited for.
 
 `parked redrive` sends each copy to the failing queue alone (`Q.requeue` for strategies tiers and native, the
 delay levels with a zero delay for levels) and says so; `--to-original-exchange` republishes where the message
