@@ -8,6 +8,7 @@ input does: one line naming the setting to fix, and nothing changed on the broke
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -300,3 +301,29 @@ def test_the_wrong_scheme_or_port_for_amqp_is_one_line(tls_broker: Broker) -> No
     done = command("publish", "--exchange", "x", "--url", f"https://{plain.host}:{plain.management_port}")
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "is not an AMQP URL: that looks like the management API's" in done.stderr
+
+
+def test_make_review_with_an_https_endpoint(tls_broker: Broker, program_copy: Path) -> None:
+    """`make review ENDPOINT=https://…` end to end (tests/test_review.py's repository): a removed tier's wait queues
+    are read on the broker over HTTPS and AMQPS (the shared broker may have the dev vhost or not); without the CA,
+    the review says it could not read them, in one line naming the setting."""
+    from tests.test_review import cli, commit_edit, git
+
+    for name in ("Pulumi.yaml", "Pulumi.dev.yaml", "Makefile"):
+        shutil.copy(ROOT / name, program_copy)
+    shutil.copytree(ROOT / "tools", program_copy / "tools", ignore=shutil.ignore_patterns("__pycache__"))
+    git(program_copy, "init", "-q")
+    git(program_copy, "add", ".")
+    git(program_copy, "commit", "-qm", "base")
+    commit_edit(program_copy, "delays: [1s, 5s, 15s]", "delays: [1s, 5s]")
+    assert tls_broker.tls is not None
+    env = {"RABBITMQ_USERNAME": tls_broker.username, "RABBITMQ_PASSWORD": tls_broker.password,
+           "PYTHONPATH": str(program_copy)}
+    done = cli(program_copy, "--base", "HEAD~1", "--stack", "dev", "--allow-data-loss", *tls_flags(tls_broker), **env)
+    assert done.returncode == 0, done.stderr
+    assert f"### What the deleted or replaced queues hold now ({tls_broker.management_url})" in done.stdout
+    assert "not on the broker" in done.stdout or "hold no message now" in done.stdout, done.stdout
+    unread = cli(program_copy, "--base", "HEAD~1", "--stack", "dev", "--allow-data-loss", "--endpoint",
+                 tls_broker.management_url, **env)
+    assert unread.returncode == 0 and unread.stderr == "", unread.stderr  # the review says it could not read
+    assert "is not signed by a CA this client trusts" in unread.stdout and "rabbitmq:cacertFile" in unread.stdout
