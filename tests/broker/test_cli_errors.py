@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from rabbitmq_retry_client.management import LoginRefusedError, ManagementClient
 from tests.support.amqp import drain
 from tests.support.mirror import Broker, call, esc
-from tools.lib.definitions import DefinitionsError, Endpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,7 +78,7 @@ def test_a_missing_vhost_fails_at_once_with_what_to_check(broker: Broker, vhost:
 
 
 def test_doctor_s_401_names_the_environment_variables_to_check(broker: Broker) -> None:
-    with pytest.raises(DefinitionsError) as error:
-        Endpoint(broker.management_url, broker.username, "not-the-password").get("overview")
+    with pytest.raises(LoginRefusedError) as error:
+        ManagementClient(broker.management_url, broker.username, "not-the-password").get("overview")
     assert str(error.value).endswith(f"HTTP 401, the management API refused user '{broker.username}': check "
                                      "RABBITMQ_USERNAME and RABBITMQ_PASSWORD")

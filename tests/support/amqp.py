@@ -20,10 +20,12 @@ POLL_S = 0.02
 
 def parameters(broker: Broker, vhost: str, username: str | None = None,
                password: str | None = None) -> pika.ConnectionParameters:
-    """Connection parameters for `vhost`, as the broker's admin user unless a user is given."""
+    """Connection parameters for `vhost`, as the broker's admin user unless a user is given; AMQPS with the broker's
+    TLS settings when it has them."""
     credentials = pika.PlainCredentials(username or broker.username,
                                         broker.password if password is None else password)
-    return pika.ConnectionParameters(broker.host, broker.amqp_port, vhost, credentials)
+    return pika.ConnectionParameters(broker.host, broker.amqp_port, vhost, credentials, ssl_options=None if broker.tls
+                                     is None else pika.SSLOptions(broker.tls.context(), broker.host))
 
 
 @contextmanager

@@ -21,10 +21,8 @@ Read-only (it prints what it would do, with each queue's depth now) unless `appl
 
 from __future__ import annotations
 
-import base64
 import re
-import urllib.error
-import urllib.request
+import ssl
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,9 +33,10 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
 from components.config.model import Migration, StackConfig
-from rabbitmq_retry_client.connection import quiet_pika, reason
+from rabbitmq_retry_client.connection import amqp_failure, quiet_pika, reason
 from rabbitmq_retry_client.depth import TIMEOUT_S, BrokerAccess, DepthError, DepthReader, QueueDepth
-from tools.lib.definitions import Snapshot, escape
+from rabbitmq_retry_client.management import ManagementError, path_escape
+from tools.lib.definitions import Snapshot
 from tools.lib.drift import binding_label
 
 UNBIND, DELETE_QUEUE, DELETE_EXCHANGE, DELETE_POLICY = "unbind", "delete queue", "delete exchange", "delete policy"
@@ -157,18 +156,17 @@ class Broker:
 
     @contextmanager
     def connect(self) -> Iterator[Broker]:
-        host, port, tls = self.reader.amqp_address()
-        params = pika.ConnectionParameters(
-            host=host, port=port, virtual_host=self.vhost,
-            credentials=pika.PlainCredentials(self.access.username, self.access.password),
-            connection_attempts=1, socket_timeout=TIMEOUT_S, blocked_connection_timeout=TIMEOUT_S,
-            stack_timeout=TIMEOUT_S,
-            ssl_options=pika.SSLOptions(self.access.ssl_context(), host) if tls else None)
+        try:
+            host, port, tls = self.reader.amqp_address()
+            params = self.access.amqp_parameters(host, port, tls, self.vhost, TIMEOUT_S)
+        except DepthError as error:
+            raise RetireError(str(error)) from None
         quiet_pika()
         try:
             self._connection = pika.BlockingConnection(params)
-        except pika.exceptions.AMQPError as error:
-            raise RetireError(f"AMQP at {host}:{port} vhost {self.vhost!r}: {reason(error)}") from None
+        except (pika.exceptions.AMQPError, ssl.SSLError) as error:
+            raise RetireError(amqp_failure(error, host, port, tls)
+                              or f"AMQP at {host}:{port} vhost {self.vhost!r}: {reason(error)}") from None
         try:
             yield self
         finally:
@@ -201,18 +199,15 @@ class Broker:
         return self._call(lambda ch: ch.exchange_delete(exchange, if_unused=True))
 
     def delete_policy(self, policy: str) -> tuple[int, str] | None:
-        url = f"{self.access.management_url.rstrip('/')}/api/policies/{escape(self.vhost)}/{escape(policy)}"
-        request = urllib.request.Request(url, method="DELETE")
-        token = base64.b64encode(f"{self.access.username}:{self.access.password}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S, context=self.access.ssl_context()
-                                        if self.access.tls else None):
-                return None
-        except urllib.error.HTTPError as error:
-            return error.code, str(error.reason)
-        except OSError as error:
-            raise RetireError(f"DELETE {url}: {error}") from None
+            answer = self.access.client(TIMEOUT_S).request(
+                "DELETE", f"policies/{path_escape(self.vhost)}/{path_escape(policy)}")
+        except (ManagementError, DepthError) as error:
+            raise RetireError(str(error)) from None
+        if answer.status < 400:
+            return None
+        info = answer.data if isinstance(answer.data, dict) else {}
+        return answer.status, str(info.get("reason") or info.get("error") or answer.data or "")
 
 
 def _holds(depth: QueueDepth) -> bool:
