@@ -12,7 +12,7 @@ PULUMI_ENV := PULUMI_BACKEND_URL=$${PULUMI_BACKEND_URL:-file://$(CURDIR)/.pulumi
 tool_status = || { status=$$?; case $$status in 1) why=error;; 2) why="data loss not acknowledged";; *) why=failed;; \
 	esac; echo "make $@: $(1) exit status $$status ($$why); make itself exits 2 on any failure" >&2; exit $$status; }
 
-.PHONY: setup test test-fast lint plan preview up brokers review mutate adopt drift contracts doctor bench \
+.PHONY: setup test test-fast lint plan preview up brokers review mutate adopt drift contracts definitions doctor bench \
 	migrate-status migrate-retire
 
 setup:
@@ -38,6 +38,11 @@ plan:
 contracts:
 	@$(PY) -m tools.contracts --stack $(STACK) --output $(or $(OUTPUT),contracts.$(STACK).json) \
 		$(call tool_status,tools.contracts)
+
+# The stack's topology as RabbitMQ definitions, for `rabbitmqctl import_definitions` (adds only; no CLI needed).
+definitions:
+	@$(PY) -m tools.definitions --stack $(STACK) --output $(or $(OUTPUT),definitions.$(STACK).json) \
+		$(call tool_status,tools.definitions)
 
 brokers:
 	scripts/brokers.sh status

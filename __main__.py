@@ -14,8 +14,7 @@ from components.stack import (
 )
 
 # A short-lived process whose SDK object graph only grows: the cyclic collector's repeated passes over it were
-# most of the cost of a big stack (bench/results/2026-11-23-plan-cost.md, P3: 1,000 queues 71.9–72.1 s with it,
-# 25.9–30.0 s without, 7–9 % more peak memory).
+# most of the cost of a big stack (measured by `make bench`, P3: bench/README.md).
 gc.disable()
 config = read_stack_config()
 passwords = application_passwords(config)

@@ -8,10 +8,10 @@ description there, `snake_case` becomes `camelCase`. The run-time check stays th
 
 What the analyzer of pulumi 3.272 takes shapes these types: no `from __future__ import annotations` (string
 annotations break it), no unions (so durations are the strings users write, `"1m30s"`, and a key that takes
-"a string or a number" is left out), every optional key `NotRequired`. Keys whose values are RabbitMQ's own
-typed arguments (`policies`, `operator_policies`), or that only a stack file carries (`import`, `migrations`)
-are in `VhostStackSpec`, for Python programs only (`import`, a Python keyword, not even there): the run-time
-check accepts them in any `vhost`.
+"a string or a number" is left out, or written as a string: a policy's definition values, as the provider itself
+sends them), every optional key `NotRequired`. Keys that only a stack file carries for its tools (`import`,
+`migrations`) are in `VhostStackSpec`, for Python programs only (`import`, a Python keyword, not even there):
+the run-time check accepts them in any `vhost`.
 
 Pulumi-free: the contract types are the retry contract of `rabbitmq_retry_client/contract.schema.json`."""
 
@@ -167,6 +167,21 @@ class VhostLimitsSpec(TypedDict):
     """Most queues in the vhost, at least 0."""
 
 
+class PolicySpec(TypedDict):
+    """A user or operator policy of the vhost, beside the ones the stack derives for its queues."""
+
+    name: str
+    """The policy's name in the vhost."""
+    pattern: str
+    """A regular expression over the names of what it applies to."""
+    priority: NotRequired[int]
+    """Higher wins where several match (default 0)."""
+    apply_to: NotRequired[str]
+    """"queues", "classic_queues", "quorum_queues", "streams", "exchanges" or "all" (default "queues")."""
+    definition: dict[str, str]
+    """RabbitMQ's policy keys and values, each a string; an integer as its digits ("60000"), sent as an integer."""
+
+
 class VhostSpec(TypedDict):
     """A vhost, as a `vhosts[]` entry of the stack file."""
 
@@ -188,16 +203,17 @@ class VhostSpec(TypedDict):
     """"classic" or "quorum"; only for a vhost this stack creates."""
     delay_levels: NotRequired[DelayLevelsSpec]
     """The shared delay levels, declared when a queue has retry.strategy levels."""
+    policies: NotRequired[list[PolicySpec]]
+    """Other user policies of the vhost."""
+    operator_policies: NotRequired[list[PolicySpec]]
+    """Operator policies: a definition of RabbitMQ's operator policy keys only (message-ttl, max-length, …)."""
 
 
 class VhostStackSpec(VhostSpec):
-    """Python only: a `vhosts[]` entry with the keys whose values no schema type can say (RabbitMQ's own typed
-    policy arguments) or that a stack file carries for its tools. Pass one where a `VhostSpec` is taken."""
+    """Python only: a `vhosts[]` entry with the keys a stack file carries for its tools, whose shapes a component
+    package's schema cannot spell (`migrations[].move.from`: `from` is a Python keyword, and the analyzer takes field
+    descriptions from class bodies). Pass one where a `VhostSpec` is taken."""
 
-    policies: NotRequired[list[Mapping[str, Any]]]
-    """Other user policies of the vhost (`name`, `pattern`, `priority`, `apply_to`, `definition`)."""
-    operator_policies: NotRequired[list[Mapping[str, Any]]]
-    """Operator policies, as `policies` with a restricted definition."""
     migrations: NotRequired[list[Mapping[str, Any]]]
     """Changes that would lose messages, carried through step by step (docs/config.md, Migrations)."""
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pulumi.errors import RunError
 
 from .config import DEFAULT_DELIVERY_LIMIT
-from .effective import Effective, PolicyIndex, Setting, effective_settings, winners
+from .effective import Effective, PolicyIndex, Setting, effective_settings
 from .entries import (
     BindingPlan,
     DelayLevelsPlan,
@@ -108,11 +108,6 @@ def route(graph: _Graph, exchange: str, routing_key: str | None, seen: frozenset
             return None
         reached |= further
     return reached
-
-
-def _policy_of(graph: _Graph, queue: str) -> PolicyPlan | None:
-    """The user policy RabbitMQ applies to `queue` (one of them when several tie)."""
-    return winners(graph.policies.matching_queue(graph.queues[queue]))[0]
 
 
 def _named(policy: PolicyPlan) -> str:

@@ -24,6 +24,7 @@ import pulumi
 from pulumi.runtime import config as runtime_config
 
 from rabbitmq_retry_client.depth import BrokerAccess, DepthError, DepthReader, QueueDepth
+from rabbitmq_retry_client.management import truthy
 
 from .config import ConfigError
 from .config.keys import NAMESPACE
@@ -155,10 +156,12 @@ def provider_access() -> BrokerAccess:
     port, problems = parse_amqp_port(_config(f"{NAMESPACE}:{AMQP_PORT}"))
     if problems:
         raise ConfigError(problems)
-    insecure = setting("insecure", "RABBITMQ_INSECURE").lower() in ("1", "true")
+    insecure = truthy(setting("insecure", "RABBITMQ_INSECURE"))
     return BrokerAccess(setting("endpoint", "RABBITMQ_ENDPOINT"), setting("username", "RABBITMQ_USERNAME"),
                         setting("password", "RABBITMQ_PASSWORD"), port,
-                        setting("cacertFile", "RABBITMQ_CACERT") or None, insecure)
+                        setting("cacertFile", "RABBITMQ_CACERT") or None, insecure,
+                        setting("clientcertFile", "RABBITMQ_CLIENTCERT") or None,
+                        setting("clientkeyFile", "RABBITMQ_CLIENTKEY") or None)
 
 
 def allowed_deletions() -> frozenset[str]:
@@ -207,11 +210,11 @@ async def _guard_queue_delete(args: pulumi.ResourceHookArgs) -> None:
 
 
 async def explicit_provider_access(provider: pulumi.ProviderResource) -> BrokerAccess:
-    """The broker and user an explicit `rabbitmq.Provider` deploys with: its `endpoint`, `username`, `password` and
-    `cacert_file` outputs, each else its environment variable, as the provider itself falls back (docs/provider.md
-    §9). The stack's `rabbitmq:*` config and `rabbitmq-retry:amqp_port` are the default provider's, not this one's:
-    the AMQP port is read from the broker's /api/overview. A setting the provider does not output (`insecure`, client
-    certificates) cannot be known here: a broker that needs it cannot be read, and the guard refuses."""
+    """The broker and user an explicit `rabbitmq.Provider` deploys with: its `endpoint`, `username`, `password`,
+    `cacert_file`, `clientcert_file` and `clientkey_file` outputs, each else its environment variable, as the provider
+    itself falls back (docs/provider.md §9). The stack's `rabbitmq:*` config and `rabbitmq-retry:amqp_port` are the
+    default provider's, not this one's: the AMQP port is read from the broker's /api/overview. `insecure` is not an
+    output of the provider: only RABBITMQ_INSECURE turns it on here."""
     async def setting(attribute: str, variable: str) -> str:
         output = getattr(provider, attribute, None)
         value = await output.future() if isinstance(output, pulumi.Output) else output
@@ -220,7 +223,9 @@ async def explicit_provider_access(provider: pulumi.ProviderResource) -> BrokerA
     return BrokerAccess(await setting("endpoint", "RABBITMQ_ENDPOINT"), await setting("username", "RABBITMQ_USERNAME"),
                         await setting("password", "RABBITMQ_PASSWORD"), None,
                         await setting("cacert_file", "RABBITMQ_CACERT") or None,
-                        os.environ.get("RABBITMQ_INSECURE", "").lower() in ("1", "true"))
+                        truthy(await setting("insecure", "RABBITMQ_INSECURE")),
+                        await setting("clientcert_file", "RABBITMQ_CLIENTCERT") or None,
+                        await setting("clientkey_file", "RABBITMQ_CLIENTKEY") or None)
 
 
 def _reader(access: BrokerAccess) -> Read:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from . import naming
-from .config.model import DelayLevels, Migration, Queue, Vhost
+from .config.model import DelayLevels, Migration, Vhost
 from .entries import BindingPlan, DelayLevelsPlan, PermissionPlan, QueuePlan, RetryablePlan, exact_names
 
 SHOVEL_ACK_MODE = "on-confirm"
@@ -234,7 +234,3 @@ def plan_migrations(vhost: Vhost, path: str, retryables: tuple[RetryablePlan[Any
     return Migrated(tuple(by_name[r.config.name] for r in retryables), delay_levels, tuple(plans),
                     shovel_permissions(shovels))
 
-
-def moved_queue(vhost: Vhost, queue: Queue) -> Migration | None:
-    """The move whose old queue `queue` is, if any."""
-    return next((m for m in vhost.migrations if m.kind == "move" and m.source == queue.name), None)

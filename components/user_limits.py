@@ -11,7 +11,10 @@ on every node (tests/cluster/test_shared_vhosts.py). Lowering a limit closes not
 Credentials are never inputs, outputs or part of the serialized provider: `configure` reads the endpoint and the
 deploying user from the stack's `rabbitmq:endpoint`, `rabbitmq:username` and `rabbitmq:password` (the provider's
 own keys, which the engine hands every dynamic provider), else from `RABBITMQ_ENDPOINT`, `RABBITMQ_USERNAME` and
-`RABBITMQ_PASSWORD`, the variables pulumi-rabbitmq reads too. So the state holds the user name and its limits
+`RABBITMQ_PASSWORD`, the variables pulumi-rabbitmq reads too; its TLS settings likewise (`rabbitmq:cacertFile`,
+`rabbitmq:clientcertFile`, `rabbitmq:clientkeyFile`, `rabbitmq:insecure`, else `RABBITMQ_CACERT`, …: docs/tls.md).
+Requests go through the project's one management API client (`rabbitmq_retry_client.management`).
+So the state holds the user name and its limits
 only, and a rotated deploying password needs no change to the stack's resources.
 
 The engine running this provider (its configure, create, diff, update, delete and read calls in a `pulumi up`) is
@@ -21,21 +24,24 @@ registration under mocks.
 
 from __future__ import annotations
 
-import base64
-import json
 import os
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote
 
 import pulumi
 import pulumi.dynamic
 
+from rabbitmq_retry_client.management import (
+    TIMEOUT_S,
+    ManagementClient,
+    ManagementError,
+    NotFoundError,
+    TlsSettings,
+    path_escape,
+)
+
 LIMIT_NAMES = {"max_connections": "max-connections", "max_channels": "max-channels"}
 """Config key → RabbitMQ's name of each user limit."""
-TIMEOUT_S = 30
 DEFAULT_ENDPOINT = "http://127.0.0.1:15672"
 """pulumi-rabbitmq has no default endpoint; this one is the local broker of `make setup`, used only when neither
 `rabbitmq:endpoint` nor RABBITMQ_ENDPOINT is set."""
@@ -57,51 +63,47 @@ class UserLimitsProvider(pulumi.dynamic.ResourceProvider):
         self.endpoint = ""
         self.username = ""
         self.password = ""
+        self.tls = TlsSettings()
 
     def configure(self, req: pulumi.dynamic.ConfigureRequest) -> None:
         self.endpoint = str(req.config.get("rabbitmq:endpoint") or os.environ.get("RABBITMQ_ENDPOINT")
                             or DEFAULT_ENDPOINT)
         self.username = str(req.config.get("rabbitmq:username") or os.environ.get("RABBITMQ_USERNAME") or "")
         self.password = str(req.config.get("rabbitmq:password") or os.environ.get("RABBITMQ_PASSWORD") or "")
+        self.tls = TlsSettings.from_sources(req.config)
 
     # --- the management API ----------------------------------------------------------------------------------
 
-    def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        url = f"{self.endpoint.rstrip('/')}/api/{path}"
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(url, data=data, method=method)
-        token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
-        request.add_header("Content-Type", "application/json")
+    def _client(self) -> ManagementClient:
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-                text = response.read().decode()
-                return response.status, json.loads(text) if text else None
-        except urllib.error.HTTPError as error:
-            if error.code == 404:
-                return 404, None
-            reason = error.read().decode(errors="replace")
-            raise UserLimitsError(f"{method} {url}: HTTP {error.code}: {reason}") from error
-        except OSError as error:
-            raise UserLimitsError(f"{method} {url}: the management API of {self.endpoint} does not answer: "
-                                  f"{error}; check rabbitmq:endpoint (or RABBITMQ_ENDPOINT)") from error
+            return ManagementClient(self.endpoint, self.username, self.password, self.tls, TIMEOUT_S)
+        except ManagementError as error:
+            raise UserLimitsError(str(error)) from None
 
     def _put(self, user: str, limits: Mapping[str, int]) -> None:
+        client = self._client()
         for name, value in limits.items():
             try:
-                self._call("PUT", f"user-limits/{quote(user, safe='')}/{name}", {"value": int(value)})
-            except UserLimitsError as error:
-                raise UserLimitsError(f"user {user!r}: setting {name} to {value}: {error}") from error
+                client.put(f"user-limits/{path_escape(user)}/{name}", {"value": int(value)})
+            except ManagementError as error:
+                raise UserLimitsError(f"user {user!r}: setting {name} to {value}: {error}") from None
 
     def _delete(self, user: str, names: list[str]) -> None:
+        client = self._client()
         for name in names:
-            self._call("DELETE", f"user-limits/{quote(user, safe='')}/{name}")
+            try:
+                client.delete(f"user-limits/{path_escape(user)}/{name}")
+            except ManagementError as error:
+                raise UserLimitsError(f"user {user!r}: removing {name}: {error}") from None
 
     def live(self, user: str) -> dict[str, int] | None:
         """The user's limits on the broker ({} when it has none), None when the user does not exist."""
-        status, found = self._call("GET", f"user-limits/{quote(user, safe='')}")
-        if status == 404:
+        try:
+            found = self._client().call("GET", f"user-limits/{path_escape(user)}")
+        except NotFoundError:
             return None
+        except ManagementError as error:
+            raise UserLimitsError(f"user {user!r}: reading its limits: {error}") from None
         entry = next((e for e in found or [] if e.get("user") == user), None)
         return {k: int(v) for k, v in (entry or {}).get("value", {}).items()}
 

@@ -4,6 +4,7 @@ messages (`rabbitmq-retry parked …`). See docs/contract.md, and docs/operation
 from .connection import DEFAULT_URL, BrokerRefusedError, BrokerUnreachableError, ConnectionParams
 from .consumer import DeadlineExceededError, Handler, PermanentError, RetryingConsumer, contract_mode
 from .contract import SUPPORTED_STRATEGIES, Contract, ContractError, load_contract, stack_output
+from .management import TlsSettings
 from .parked import Outcome, Parked, ParkedQueue, Selection
 from .publisher import Publisher, publish
 from .strategies import MODES, Mode
@@ -27,6 +28,7 @@ __all__ = [
     "Publisher",
     "RetryingConsumer",
     "Selection",
+    "TlsSettings",
     "contract_mode",
     "load_contract",
     "publish",

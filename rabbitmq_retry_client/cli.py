@@ -6,8 +6,13 @@ one contract; `make contracts STACK=<stack>` writes it without the Pulumi CLI) o
 (runs `pulumi stack output retry_contracts --json --stack STACK`). The broker is `--url` (before or after
 the command) or $RABBITMQ_URL; the vhost is the contract's, and for `publish` the one `--vhost` or the URL
 names (`…/%2F` is `/`). A cluster's nodes are several URLs (`--url` repeated, or comma-separated there and in
-$RABBITMQ_URL), tried in order on every connect and reconnect. Only warnings are logged unless `-v`. A refused
-login or vhost fails at once with what to check; only an unreachable broker is waited for.
+$RABBITMQ_URL), tried in order on every connect and reconnect. `amqps://` URLs speak TLS, verified with
+`--cacert-file` (else $RABBITMQ_CACERT, else the system's CAs), with a client certificate from `--clientcert-file`
+and `--clientkey-file` (else $RABBITMQ_CLIENTCERT, $RABBITMQ_CLIENTKEY); without a password in the URL the
+certificate is the login (SASL EXTERNAL). docs/tls.md has the names. Only warnings, and the line saying an
+unreachable broker answers again, are logged unless `-v`. A refused login or vhost and a certificate the client
+does not trust fail at once with what to check, a port that does not speak what the URL says after three closed
+handshakes; only an unreachable broker is waited for.
 
 `parked redrive` sends each copy to the failing queue alone (`Q.requeue` for strategies tiers and native, the
 delay levels with a zero delay for levels) and says so; `--to-original-exchange` republishes where the message
@@ -41,6 +46,7 @@ from .connection import DEFAULT_URL, BrokerRefusedError, BrokerUnreachableError,
 from .consumer import DEFAULT_PREFETCH, Handler, RetryingConsumer, contract_mode
 from .contract import Contract, ContractError, load_contract, stack_output
 from .durations import duration_ms
+from .management import TLS_SETTINGS, TlsSettings
 from .parked import Parked, ParkedQueue, Selection
 from .publisher import Publisher
 from .strategies import MODES, behaviour_of
@@ -238,11 +244,22 @@ def _filter_options(parser: argparse.ArgumentParser, limit: int | None = None) -
 
 def _url_option(parser: argparse.ArgumentParser, root: bool = False) -> None:
     """`--url` on the root and again on every command, where it replaces the root's only when given: it works
-    before or after the command. Repeated (or comma-separated), it lists a cluster's nodes (`urls`)."""
-    parser.add_argument("--url", action="append", default=None if root else argparse.SUPPRESS,
+    before or after the command. Repeated (or comma-separated), it lists a cluster's nodes (`urls`). The TLS
+    settings likewise, under the names the tools and the provider use (docs/tls.md)."""
+    default = None if root else argparse.SUPPRESS
+    parser.add_argument("--url", action="append", default=default,
                         help="AMQP URL, before or after the command (default $RABBITMQ_URL or "
                         + DEFAULT_URL.replace("%", "%%") + "); the vhost comes from the contract. A cluster: "
-                        "repeat it, or separate URLs by commas; one per node, tried in order")
+                        "repeat it, or separate URLs by commas; one per node, tried in order. amqps:// for TLS")
+    for field, setting in TLS_SETTINGS.items():
+        if field == "insecure":
+            parser.add_argument(setting.flag, dest=field, action="store_true", default=default,
+                                help=f"amqps: skip verifying the broker's certificate (else ${setting.env})")
+        else:
+            parser.add_argument(setting.flag, dest=field, metavar="FILE", default=default,
+                                help=f"amqps: PEM file (else ${setting.env})"
+                                + ("; without a password in the URL, log in by this certificate (SASL EXTERNAL)"
+                                   if field == "clientcert_file" else ""))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -336,13 +353,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Warnings only (pika logs a line per connection step at INFO); our own lines (a broker reachable again)
     # stay. -v: everything at INFO.
     logging.basicConfig(level=logging.INFO if args.log_info else logging.WARNING, format="%(asctime)s %(message)s")
-    logging.getLogger("rabbitmq_retry_client").setLevel(logging.INFO)
+    logging.getLogger("rabbitmq_retry_client").setLevel(logging.DEBUG if args.log_info else logging.INFO)
     if args.log_info:
         logging.getLogger("pika").setLevel(logging.INFO)
     else:
         quiet_pika()  # pika logs a refused login at ERROR with a traceback; our error line says it once
     try:
-        args.url = urls(args.url, os.environ.get("RABBITMQ_URL"))
+        tls = TlsSettings.from_sources(None, os.environ, {f: getattr(args, f, None) for f in TLS_SETTINGS})
+        try:
+            args.url = hosts(urls(args.url, os.environ.get("RABBITMQ_URL")), None, tls)
+        except ValueError as error:
+            raise UsageError(f"--url / RABBITMQ_URL: {error}") from None
         return int(args.run(args))
     except UsageError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)

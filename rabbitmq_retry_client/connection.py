@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import logging
 import re
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from typing import TypeAlias
@@ -19,12 +20,16 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingConnection
 from pika.connection import Parameters
 
+from .management import ManagementError, TlsSettings, tls_failure
+
 LOG = logging.getLogger("rabbitmq_retry_client")
 
 ConnectionParams: TypeAlias = Parameters | str | Sequence[Parameters | str]
 """pika parameters, or an AMQP URL, or several of them (a cluster's nodes, tried in order)."""
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
+WRONG_PORT_ATTEMPTS = 3
+"""Handshakes closed in a row before a port is said not to speak AMQP (a stopping node may close one)."""
 
 
 class BrokerUnreachableError(ConnectionError):
@@ -48,8 +53,14 @@ def refusal(error: BaseException, params: Parameters | Sequence[Parameters]) -> 
     user = getattr(first.credentials, "username", "?")
     at = where(params).partition(" vhost ")[0]
     if isinstance(error, pika.exceptions.ProbableAuthenticationError):
+        if isinstance(first.credentials, pika.credentials.ExternalCredentials):
+            return (f"login by client certificate (SASL EXTERNAL) refused by {at}: enable the broker's "
+                    "rabbitmq_auth_mechanism_ssl and create the user named by the certificate, or put a user and "
+                    "password in --url")
         return (f"login refused by {at} for user {user!r} (403 ACCESS_REFUSED): check the user and password in "
                 "--url or $RABBITMQ_URL")
+    if isinstance(_innermost(error), ssl.SSLError):  # a certificate or a scheme: no retry changes it
+        return amqp_failure(error, first.host, first.port, first.ssl_options is not None)
     if isinstance(error, pika.exceptions.ProbableAccessDeniedError):
         said = re.search(r"\((\d+)\) '([^']*)'", str(error.args[0]) if error.args else "")
         if said and VHOST_STARTING.search(said[2]):
@@ -60,29 +71,77 @@ def refusal(error: BaseException, params: Parameters | Sequence[Parameters]) -> 
     return None
 
 
-def parameters(params: Parameters | str, vhost: str | None = None) -> Parameters:
+def parameters(params: Parameters | str, vhost: str | None = None, tls: TlsSettings | None = None) -> Parameters:
     """pika parameters from a URL or parameters (one host), with `vhost` replacing theirs; the caller's are not
-    changed."""
-    result = pika.URLParameters(params) if isinstance(params, str) else copy.copy(params)
+    changed. An `amqps://` URL (or parameters with ssl_options) speaks TLS with `tls` (a CA file, a client
+    certificate) when given; a client certificate without a password in the URL logs in by SASL EXTERNAL (the
+    broker's rabbitmq_auth_mechanism_ssl). ValueError for a URL that is not AMQP (an http(s) management URL)."""
+    if isinstance(params, str):
+        scheme = params.partition("://")[0].lower()
+        if scheme not in ("amqp", "amqps"):
+            raise ValueError(f"{_redacted(params)} is not an AMQP URL"
+                             + (": that looks like the management API's; give amqp://host:5672 or amqps://host:5671"
+                                if scheme in ("http", "https") else ": give amqp://host:5672 or amqps://host:5671"))
+        result = pika.URLParameters(params)
+        external = "@" not in params.partition("://")[2].partition("/")[0]
+    else:
+        result = copy.copy(params)
+        external = False
     if vhost is not None:
         result.virtual_host = vhost
+    if tls is not None and result.ssl_options is not None:
+        try:
+            result.ssl_options = pika.SSLOptions(tls.context(), result.host)
+        except ManagementError as error:
+            raise ValueError(str(error)) from None
+        if external and tls.clientcert_file:
+            result.credentials = pika.credentials.ExternalCredentials()
     return result
 
 
-def hosts(params: ConnectionParams, vhost: str | None = None) -> list[Parameters]:
+def _redacted(url: str) -> str:
+    """The URL without its password, for an error line."""
+    return re.sub(r"://([^:/@]*):[^@/]*@", r"://\1:***@", url)
+
+
+def hosts(params: ConnectionParams, vhost: str | None = None, tls: TlsSettings | None = None) -> list[Parameters]:
     """Each host's pika parameters, in the order given (`parameters` of each), with `vhost` replacing theirs.
     Raises ValueError for an empty list: there would be nothing to connect to."""
     given = [params] if isinstance(params, (str, Parameters)) else list(params)
     if not given:
         raise ValueError("no broker given: pass an AMQP URL, pika parameters, or a non-empty list of them")
-    return [parameters(one, vhost) for one in given]
+    return [parameters(one, vhost, tls) for one in given]
+
+
+def _innermost(error: BaseException) -> BaseException:
+    """The innermost cause pika wraps (the last host's, for several)."""
+    for inner in (*getattr(error, "exceptions", ())[-1:], getattr(error, "exception", None),
+                  *(error.args[:1] if isinstance(error, pika.exceptions.AMQPError) else ())):
+        if isinstance(inner, BaseException):
+            return _innermost(inner)
+    return error
+
+
+def amqp_failure(error: BaseException, host: str, port: int, tls: bool) -> str | None:
+    """One line for a connection that failed because of TLS or a wrong port, naming what to fix; None otherwise.
+    A TLS port answers a plain AMQP header by closing the connection (4.3.6) or resetting it (3.10.8), the management
+    (HTTP) port by closing it: the handshake ends with EOF or a reset; a plain AMQP port answers a TLS handshake with
+    its protocol header, which TLS reads as a wrong version."""
+    inner = _innermost(error)
+    if isinstance(inner, ssl.SSLError):
+        return tls_failure(inner, f"{host}:{port}", host, "amqp://")
+    said = f"{inner} {reason(error)}"
+    if not tls and ("Transport indicated EOF" in said or "Connection reset by peer" in said):
+        return (f"{host}:{port} closed the connection during the AMQP handshake: it is not a plain AMQP port; a TLS "
+                "port (use amqps://, 5671 by default) or the management port (AMQP is 5672 by default)?")
+    return None
 
 
 def where(params: Parameters | Sequence[Parameters]) -> str:
     """"host:port vhost 'v' as user", with every host of a list ("a:5672, b:5672 vhost …")."""
     every = [params] if isinstance(params, Parameters) else list(params)
     first = every[0]
-    user = getattr(first.credentials, "username", "?")
+    user = getattr(first.credentials, "username", "the client certificate")
     addresses = ", ".join(f"{p.host}:{p.port}" for p in every)
     return f"{addresses} vhost {first.virtual_host!r} as {user}"
 
@@ -122,15 +181,25 @@ def connect(params: Parameters | Sequence[Parameters], timeout: float, interval:
     deadline = time.monotonic() + timeout
     last_reason: str | None = None
     started = time.monotonic()
+    wrong_port = 0
     while True:
         try:
             connection = BlockingConnection(params if isinstance(params, Parameters) else list(params))
+        except ssl.SSLError as error:  # pika raises a failed handshake as it is: a certificate or a scheme
+            last = params if isinstance(params, Parameters) else params[-1]
+            raise BrokerRefusedError(tls_failure(error, f"{last.host}:{last.port}", last.host, "amqp://")) from None
         except pika.exceptions.AMQPConnectionError as error:
             if (permanent := refusal(error, params)) is not None:
                 raise BrokerRefusedError(permanent) from None
+            last = params if isinstance(params, Parameters) else params[-1]
+            wrong = amqp_failure(error, last.host, last.port, last.ssl_options is not None)
+            # A port that closes every handshake is not AMQP; a node shutting down may close one or two.
+            wrong_port = wrong_port + 1 if wrong is not None else 0
+            if wrong is not None and wrong_port >= WRONG_PORT_ATTEMPTS:
+                raise BrokerRefusedError(wrong) from None
             why = reason(error)
             if time.monotonic() + interval > deadline:
-                raise BrokerUnreachableError(f"broker unreachable at {where(params)}: {why} "
+                raise BrokerUnreachableError(f"broker unreachable at {where(params)}: {wrong or why} "
                                         f"(gave up after {time.monotonic() - started:.0f} s)") from None
             if why != last_reason:
                 LOG.warning("broker unreachable at %s: %s; retrying every %.0f s for up to %.0f s",
@@ -141,7 +210,7 @@ def connect(params: Parameters | Sequence[Parameters], timeout: float, interval:
         if last_reason is not None:
             LOG.info("broker reachable again at %s after %.1f s", where(params), time.monotonic() - started)
         if not isinstance(params, Parameters) and len(params) > 1:
-            LOG.info("connected to %s", where(connection_params_of(connection, params)))
+            LOG.debug("connected to %s", where(connection_params_of(connection, params)))
         return connection
 
 

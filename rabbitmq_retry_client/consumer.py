@@ -44,6 +44,7 @@ from . import headers as h
 from .confirms import Confirms
 from .connection import ConnectionParams, connect, connection_params_of, hosts, quiet_pika
 from .contract import strategy_of, validate
+from .management import TlsSettings
 from .strategies import MODES, Mode, Retries, behaviour_of
 
 LOG = logging.getLogger("rabbitmq_retry_client")
@@ -127,7 +128,7 @@ class RetryingConsumer:
     def __init__(self, connection_params: ConnectionParams, contract: Mapping[str, Any], handler: Handler,
                  mode: Mode | None = None, prefetch: int = DEFAULT_PREFETCH, *, reconnect: bool = True,
                  reconnect_timeout: float = 60.0, publish_failure_pause: float = 1.0,
-                 handler_timeout: float | None = None) -> None:
+                 handler_timeout: float | None = None, tls: TlsSettings | None = None) -> None:
         if mode is not None and mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if handler_timeout is not None and handler_timeout <= 0:
@@ -153,7 +154,7 @@ class RetryingConsumer:
         self.processed = self.retried = self.parked = self.permanent = self.requeued = 0
         self.reconnects = self.timed_out = 0
         self._stopping = threading.Event()
-        self._params = hosts(connection_params, self.contract["vhost"])
+        self._params = hosts(connection_params, self.contract["vhost"], tls)
         """Every host to try, in order, on connect and on each reconnect (a cluster's nodes)."""
         self._connection: BlockingConnection | None = None
         self._channel: BlockingChannel | None = None

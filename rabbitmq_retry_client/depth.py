@@ -5,7 +5,8 @@ migration status: each needs the same answer and the same refusal when the broke
 
 - **ready** comes from an AMQP passive `queue.declare`: the broker's own count at that instant, not the
   management API's sample (refreshed every `collect_statistics_interval`, 5 s by default). A passive declare
-  never creates anything: a missing queue answers 404 NOT_FOUND, which is read as "no queue".
+  never creates anything: a missing queue answers 404 NOT_FOUND "no queue …", which is read as "no queue"; any
+  other 404 (a classic queue whose node is down) is "cannot tell", never "empty".
 - **unacknowledged** (delivered to a consumer, not yet settled: lost with the queue) and a quorum queue's
   **pending dead letters** (`messages_dlx`: dead-lettered at-least-once, not yet confirmed by the target)
   exist only in the management API's queue record, which is sampled: a message taken in the last few
@@ -20,12 +21,8 @@ listener `amqp/ssl` for an https endpoint, else `amqp`), on the management endpo
 
 from __future__ import annotations
 
-import base64
-import json
 import ssl
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +30,8 @@ from typing import Any
 import pika
 import pika.exceptions
 
-from .connection import quiet_pika, reason
+from .connection import amqp_failure, quiet_pika, reason
+from .management import ManagementClient, ManagementError, TlsSettings, path_escape
 
 TIMEOUT_S = 10.0
 """Per HTTP request and AMQP connection: a broker that has not answered by then is unreachable here."""
@@ -91,10 +89,31 @@ class BrokerAccess:
     """CA bundle for https and AMQPS (the provider's `rabbitmq:cacertFile`)."""
     insecure: bool = False
     """Skip certificate verification (the provider's `rabbitmq:insecure`)."""
+    clientcert_file: str | None = None
+    """Client certificate for https and AMQPS (the provider's `rabbitmq:clientcertFile`)."""
+    clientkey_file: str | None = None
+    """Its key (the provider's `rabbitmq:clientkeyFile`)."""
 
     def __post_init__(self) -> None:
         if not self.management_url:
             raise DepthError("no management endpoint: set rabbitmq:endpoint or RABBITMQ_ENDPOINT")
+
+    @classmethod
+    def of(cls, client: ManagementClient, amqp_port: int | None = None) -> BrokerAccess:
+        """The access of a management client (its endpoint, user and TLS settings)."""
+        return cls(client.url, client.username, client.password, amqp_port, client.tls.cacert_file,
+                   client.tls.insecure, client.tls.clientcert_file, client.tls.clientkey_file)
+
+    @property
+    def tls_settings(self) -> TlsSettings:
+        return TlsSettings(self.cacert_file, self.clientcert_file, self.clientkey_file, self.insecure)
+
+    def client(self, timeout: float = TIMEOUT_S) -> ManagementClient:
+        """The management API client for this access; DepthError for an endpoint that is not an http(s) URL."""
+        try:
+            return ManagementClient(self.management_url, self.username, self.password, self.tls_settings, timeout)
+        except ManagementError as error:
+            raise DepthError(str(error)) from None
 
     @property
     def host(self) -> str:
@@ -104,12 +123,23 @@ class BrokerAccess:
     def tls(self) -> bool:
         return urllib.parse.urlsplit(self.management_url).scheme == "https"
 
+    def amqp_parameters(self, host: str, port: int, tls: bool, vhost: str, timeout: float) -> pika.ConnectionParameters:
+        """One attempt to `host:port` in `vhost` as this access's user (by SASL EXTERNAL, the client certificate,
+        when there is a certificate and no password), over TLS with its settings when `tls`."""
+        external = tls and bool(self.clientcert_file) and not self.password
+        return pika.ConnectionParameters(
+            host=host, port=port, virtual_host=vhost,
+            credentials=pika.credentials.ExternalCredentials() if external else pika.PlainCredentials(
+                self.username, self.password),
+            connection_attempts=1, socket_timeout=timeout, blocked_connection_timeout=timeout, stack_timeout=timeout,
+            ssl_options=pika.SSLOptions(self.ssl_context(), host) if tls else None)
+
     def ssl_context(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(cafile=self.cacert_file)
-        if self.insecure:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        return context
+        """For AMQPS; DepthError naming the setting when a file is missing."""
+        try:
+            return self.tls_settings.context()
+        except ManagementError as error:
+            raise DepthError(str(error)) from None
 
 
 def amqp_listener(listeners: Sequence[Mapping[str, Any]], tls: bool) -> tuple[int, bool] | None:
@@ -123,10 +153,6 @@ def amqp_listener(listeners: Sequence[Mapping[str, Any]], tls: bool) -> tuple[in
     return None
 
 
-def _escape(segment: str) -> str:
-    return urllib.parse.quote(segment, safe="")
-
-
 class DepthReader:
     """Reads queue depths through one broker's management API and AMQP; GET requests and passive declares only."""
 
@@ -134,24 +160,14 @@ class DepthReader:
         self.access = access
         self.timeout = timeout
         self._amqp: tuple[int, bool] | None = None
+        self._client = access.client(timeout)
 
     def _get(self, path: str) -> Any:
-        """JSON of `GET /api/<path>`, None for 404; DepthError for anything else that is not 200."""
-        url = f"{self.access.management_url.rstrip('/')}/api/{path}"
-        request = urllib.request.Request(url, method="GET")
-        token = base64.b64encode(f"{self.access.username}:{self.access.password}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
-        context = self.access.ssl_context() if self.access.tls else None
+        """JSON of `GET /api/<path>`, None for 404; DepthError (the client's one line) for anything else."""
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout, context=context) as response:
-                return json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as error:
-            if error.code == 404:
-                return None
-            raise DepthError(f"GET {url}: HTTP {error.code} {error.reason}") from None
-        except (OSError, ValueError) as error:
-            why = error.reason if isinstance(error, urllib.error.URLError) else error
-            raise DepthError(f"management API at {self.access.management_url} unreachable: {why}") from None
+            return self._client.get(path)
+        except ManagementError as error:
+            raise DepthError(str(error)) from None
 
     def amqp_address(self) -> tuple[str, int, bool]:
         """(host, port, TLS) for AMQP: the endpoint's host, the given port or the overview's listener."""
@@ -169,12 +185,7 @@ class DepthReader:
     def _passive_declare(self, vhost: str, queue: str) -> tuple[int, int] | None:
         """(ready, consumers) from a passive declare in `vhost`; None when the queue (or the vhost) is missing."""
         host, port, tls = self.amqp_address()
-        params = pika.ConnectionParameters(
-            host=host, port=port, virtual_host=vhost,
-            credentials=pika.PlainCredentials(self.access.username, self.access.password),
-            connection_attempts=1, socket_timeout=self.timeout, blocked_connection_timeout=self.timeout,
-            stack_timeout=self.timeout,
-            ssl_options=pika.SSLOptions(self.access.ssl_context(), host) if tls else None)
+        params = self.access.amqp_parameters(host, port, tls, vhost, self.timeout)
         quiet_pika()
         try:
             connection = pika.BlockingConnection(params)
@@ -182,16 +193,20 @@ class DepthReader:
             if f"vhost {vhost} not found" in str(error):
                 return None  # the vhost is gone, and the queue with it
             raise DepthError(f"AMQP at {host}:{port} vhost {vhost!r}: {reason(error)}") from None
-        except pika.exceptions.AMQPError as error:
-            raise DepthError(f"AMQP at {host}:{port} unreachable: {reason(error)} (set rabbitmq-retry:amqp_port "
-                             "if the broker's AMQP port is another one from here)") from None
+        except (pika.exceptions.AMQPError, ssl.SSLError) as error:
+            raise DepthError(amqp_failure(error, host, port, tls) or (
+                f"AMQP at {host}:{port} unreachable: {reason(error)} (set rabbitmq-retry:amqp_port if the broker's "
+                "AMQP port is another one from here)")) from None
         try:
             channel = connection.channel()
             try:
                 frame = channel.queue_declare(queue, passive=True)
             except pika.exceptions.ChannelClosedByBroker as error:
-                if error.reply_code == 404:
+                if error.reply_code == 404 and "no queue" in str(error.reply_text):
                     return None
+                # Also 404, for a queue that exists but cannot answer: a classic queue whose node is down ("home
+                # node … is down or inaccessible"), or whose process stopped or crashed. Not "no queue": it holds
+                # what it held, back with its node, and deleting it now would lose that.
                 raise DepthError(f"passive declare of {queue!r} in vhost {vhost!r}: {error.reply_code} "
                                  f"{error.reply_text}") from None
             return int(frame.method.message_count), int(frame.method.consumer_count)
@@ -207,7 +222,7 @@ class DepthReader:
         if counted is None:
             return None
         ready, consumers = counted
-        record = self._get(f"queues/{_escape(vhost)}/{_escape(queue)}")
+        record = self._get(f"queues/{path_escape(vhost)}/{path_escape(queue)}")
         if record is None:  # deleted between the two reads
             return None
         return QueueDepth(vhost, queue, ready, int(record.get("messages_unacknowledged") or 0),

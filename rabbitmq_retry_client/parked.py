@@ -29,6 +29,7 @@ from pika.spec import BasicProperties
 from . import headers as h
 from .connection import ConnectionParams, connect, hosts, quiet_pika
 from .contract import validate
+from .management import TlsSettings
 from .strategies import behaviour_of
 
 LIMIT_REASON = "delivery_limit"
@@ -173,12 +174,13 @@ class ParkedQueue:
     """The error queue of one contract, on a connection of its own (the contract's vhost)."""
 
     def __init__(self, connection_params: ConnectionParams, contract: Mapping[str, Any],
-                 connect_timeout: float = 10.0, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 connect_timeout: float = 10.0, now: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 tls: TlsSettings | None = None) -> None:
         self.contract = validate(contract)
         self.queue: str = self.contract["error_queue"]
         self.input_queue: str = self.contract["queue"]
         self.requeue_exchange = self.input_queue + REQUEUE_SUFFIX
-        self._params: list[Parameters] = hosts(connection_params, self.contract["vhost"])
+        self._params: list[Parameters] = hosts(connection_params, self.contract["vhost"], tls)
         self._connect_timeout = connect_timeout
         self._now = now
         self._connection: BlockingConnection | None = None

@@ -12,6 +12,7 @@ from pika.adapters.blocking_connection import BlockingConnection
 from pika.spec import BasicProperties
 
 from .connection import ConnectionParams, connect, hosts
+from .management import TlsSettings
 
 
 def message_properties(message_id: str | None = None, headers: Mapping[str, Any] | None = None,
@@ -28,8 +29,9 @@ class Publisher:
     Connecting waits up to `connect_timeout` seconds for an unreachable broker (BrokerUnreachableError) and fails
     at once with BrokerRefusedError when the broker refuses the login or the vhost."""
 
-    def __init__(self, connection_params: ConnectionParams, connect_timeout: float = 0.0) -> None:
-        self._connection: BlockingConnection = connect(hosts(connection_params), connect_timeout)
+    def __init__(self, connection_params: ConnectionParams, connect_timeout: float = 0.0,
+                 tls: TlsSettings | None = None) -> None:
+        self._connection: BlockingConnection = connect(hosts(connection_params, None, tls), connect_timeout)
         self._channel = self._connection.channel()
         self._channel.confirm_delivery()
 

@@ -2,8 +2,15 @@
 # Make sure the local RabbitMQ brokers the tests need are installed and running.
 #
 #   3.10  Debian stable's rabbitmq-server on the host       AMQP 5672  management 15672
+#                                                           AMQPS 5671 HTTPS management 15671
 #   4.3   Debian unstable's rabbitmq-server in a chroot      AMQP 5673  management 15673
+#                                                           AMQPS 5674 HTTPS management 15674
 #         (node rabbit43@localhost, epmd 4370, dist 25673, chroot at $RABBIT43_ROOT)
+#
+# TLS: a test CA, a server certificate for localhost and 127.0.0.1 and a client certificate (CN
+# rabbitmq-retry-tls-client, for SASL EXTERNAL) are made with openssl in $TLS_DIR at set-up, once; the keys never
+# leave this machine. Clients verify with $TLS_DIR/ca.pem; the brokers ask for a client certificate and accept
+# a connection without one (fail_if_no_peer_cert = false), so the plain-password login works over TLS too.
 #
 # Usage:
 #   scripts/brokers.sh ensure [3.10|4.3|all]   install if missing, start if down, enable the plugins, wait, print status
@@ -25,8 +32,11 @@ EPMD43=4370
 MIRROR=http://deb.debian.org/debian
 WAIT_SECS=${BROKERS_WAIT_SECS:-120}
 LOCK=/run/lock/rabbitmq-retry-brokers.lock
-# Management for the tests and the tools; the shovel and its HTTP API for migrations (make doctor checks them).
-PLUGINS="rabbitmq_management rabbitmq_shovel rabbitmq_shovel_management"
+TLS_DIR=${RABBITMQ_TLS_DIR:-/var/lib/rabbitmq-retry/tls}
+TLS_CLIENT_CN=rabbitmq-retry-tls-client
+# Management for the tests and the tools; the shovel and its HTTP API for migrations (make doctor checks them);
+# login by client certificate (SASL EXTERNAL) over TLS.
+PLUGINS="rabbitmq_management rabbitmq_shovel rabbitmq_shovel_management rabbitmq_auth_mechanism_ssl"
 # ERL_EPMD_PORT belongs to the chroot's node only; a caller exporting it would make the
 # host's CLI tools look for their node in the wrong epmd.
 unset ERL_EPMD_PORT
@@ -41,6 +51,8 @@ usage() {
 
 amqp_port() { case $1 in 3.10) echo 5672 ;; 4.3) echo 5673 ;; esac; }
 mgmt_port() { case $1 in 3.10) echo 15672 ;; 4.3) echo 15673 ;; esac; }
+amqps_port() { case $1 in 3.10) echo 5671 ;; 4.3) echo 5674 ;; esac; }
+https_port() { case $1 in 3.10) echo 15671 ;; 4.3) echo 15674 ;; esac; }
 
 log_hint() {
   case $1 in
@@ -60,6 +72,12 @@ json_str() { grep -o "\"$1\":\"[^\"]*\"" | head -n1 | cut -d'"' -f4; }
 
 answering() { amqp_open "$(amqp_port "$1")" && overview "$1" >/dev/null; }
 
+# The TLS listeners answer: AMQPS open, and the HTTPS management API verified with the test CA.
+tls_answering() {
+  amqp_open "$(amqps_port "$1")" &&
+    curl -sf -m 5 --cacert "$TLS_DIR/ca.pem" -u guest:guest "https://127.0.0.1:$(https_port "$1")/api/overview" >/dev/null
+}
+
 node_ping() {
   case $1 in
     3.10) timeout 20 rabbitmqctl -q ping >/dev/null 2>&1 ;;
@@ -77,8 +95,11 @@ status_line() {
   elif amqp_open "$(amqp_port "$b")"; then
     state="down (AMQP open, management API not answering)"
   fi
-  printf '%-5s rabbitmq %-8s amqp 127.0.0.1:%-5s management http://127.0.0.1:%-5s %s\n' \
-    "$b" "${version:--}" "$(amqp_port "$b")" "$(mgmt_port "$b")" "$state"
+  if [[ $state == up ]]; then
+    if tls_answering "$b"; then state="up, TLS up"; else state="up, TLS down"; fi
+  fi
+  printf '%-5s rabbitmq %-8s amqp 127.0.0.1:%-5s management http://127.0.0.1:%-5s amqps %-5s https %-5s %s\n' \
+    "$b" "${version:--}" "$(amqp_port "$b")" "$(mgmt_port "$b")" "$(amqps_port "$b")" "$(https_port "$b")" "$state"
 }
 
 # ---------------------------------------------------------------- helpers
@@ -152,7 +173,92 @@ wait_down() { # broker
   done
 }
 
+# ---------------------------------------------------------------- TLS
+
+# Makes the test CA, the server certificate (localhost, 127.0.0.1) and the client certificate in $TLS_DIR, once:
+# kept while all of them are there and valid for another day, so brokers and tests keep trusting the same CA.
+tls_material() {
+  local d=$TLS_DIR
+  if [[ -f $d/ca.pem && -f $d/server.pem && -f $d/server.key && -f $d/client.pem && -f $d/client.key ]] &&
+    openssl x509 -checkend 86400 -noout -in "$d/server.pem" >/dev/null &&
+    openssl x509 -checkend 86400 -noout -in "$d/client.pem" >/dev/null; then
+    return 0
+  fi
+  need_cmd openssl
+  log "making a test CA, server and client certificates in $d"
+  mkdir -p "$d"
+  chmod 755 "$d"
+  (
+    cd "$d"
+    umask 077
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=rabbitmq-retry test CA" \
+      -keyout ca.key -out ca.pem 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout server.key -out server.csr 2>/dev/null
+    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n' >server.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 825 -extfile server.ext \
+      -out server.pem 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=$TLS_CLIENT_CN" -keyout client.key -out client.csr 2>/dev/null
+    printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >client.ext
+    openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 825 -extfile client.ext \
+      -out client.pem 2>/dev/null
+    rm -f server.csr client.csr server.ext client.ext
+    chmod 644 ca.pem server.pem client.pem
+  )
+}
+
+# Copies the CA, the server certificate and its key into a broker's config directory, readable by its user.
+tls_install() { # dir owner-command...
+  local dir=$1 f
+  shift
+  mkdir -p "$dir"
+  for f in ca.pem server.pem server.key; do
+    cmp -s "$TLS_DIR/$f" "$dir/$f" || install -m 0640 "$TLS_DIR/$f" "$dir/$f"
+  done
+  "$@"
+}
+
+# The rabbitmq.conf lines of the TLS listeners (cert_dir is the path the broker sees).
+tls_conf() { # amqps-port https-port cert-dir mechanisms...
+  local amqps=$1 https=$2 dir=$3 i=1 m
+  shift 3
+  printf '%s\n' "listeners.ssl.default = 127.0.0.1:$amqps" \
+    "ssl_options.cacertfile = $dir/ca.pem" "ssl_options.certfile = $dir/server.pem" \
+    "ssl_options.keyfile = $dir/server.key" "ssl_options.verify = verify_peer" \
+    "ssl_options.fail_if_no_peer_cert = false" "ssl_cert_login_from = common_name" \
+    "management.ssl.ip = 127.0.0.1" "management.ssl.port = $https" "management.ssl.cacertfile = $dir/ca.pem" \
+    "management.ssl.certfile = $dir/server.pem" "management.ssl.keyfile = $dir/server.key"
+  for m in "$@"; do
+    printf 'auth_mechanisms.%d = %s\n' "$i" "$m"
+    i=$((i + 1))
+  done
+}
+
+TLS_BEGIN="# --- TLS listeners (scripts/brokers.sh) ---"
+TLS_END="# --- end of TLS listeners ---"
+
+# Puts `content` between the TLS markers of a rabbitmq.conf, replacing what was there and keeping every other
+# line; returns 1 when the file already had exactly this.
+tls_block() { # file content
+  local file=$1 content=$2 current=""
+  [[ -f $file ]] && current=$(<"$file")
+  local kept
+  kept=$(awk -v b="$TLS_BEGIN" -v e="$TLS_END" '$0==b{skip=1;next} $0==e{skip=0;next} !skip' <<<"$current")
+  local wanted
+  wanted=$(printf '%s\n%s\n%s\n%s' "$kept" "$TLS_BEGIN" "$content" "$TLS_END" | sed '/./,$!d')
+  [[ $current == "$wanted" ]] && return 1
+  printf '%s\n' "$wanted" >"$file"
+}
+
 # ---------------------------------------------------------------- 3.10 on the host
+
+# TLS beside the plain listeners; 0 when rabbitmq.conf changed (the node must restart to listen).
+# With a management.ssl listener RabbitMQ starts the plain one only when it is configured too: 15672 stays.
+tls310() {
+  tls_material
+  tls_install /etc/rabbitmq/tls chown -R rabbitmq:rabbitmq /etc/rabbitmq/tls
+  tls_block /etc/rabbitmq/rabbitmq.conf "management.tcp.port = $(mgmt_port 3.10)
+$(tls_conf "$(amqps_port 3.10)" "$(https_port 3.10)" /etc/rabbitmq/tls PLAIN AMQPLAIN EXTERNAL)"
+}
 
 host_installed() { dpkg-query -W -f='${Status}' rabbitmq-server 2>/dev/null | grep -q 'install ok installed'; }
 
@@ -196,10 +302,18 @@ plugins310() {
 ensure310() {
   if answering 3.10; then
     plugins310
+    if tls310; then
+      log "RabbitMQ 3.10: restarting once for the TLS listeners (plain ports unchanged)"
+      stop310
+      start310
+      wait_up 3.10
+    fi
+    tls_answering 3.10 || log "warning: RabbitMQ 3.10's TLS listeners do not answer; see $(log_hint 3.10)"
     return 0
   fi
   need_cmd curl
   install310
+  tls310 || true
   start310
   wait_up 3.10
 }
@@ -253,6 +367,15 @@ SERVER_ADDITIONAL_ERL_ARGS=\"-kernel inet_dist_use_interface {127,0,0,1}\""
   cp -L /etc/resolv.conf "$ROOT43/etc/resolv.conf"
 }
 
+# TLS beside the plain listeners; 0 when rabbitmq.conf changed (the node must restart to listen). 4.x offers
+# ANONYMOUS by default too: kept in the list.
+tls43() {
+  tls_material
+  tls_install "$ROOT43/etc/rabbitmq/tls" in43 chown -R rabbitmq:rabbitmq /etc/rabbitmq/tls
+  tls_block "$ROOT43/etc/rabbitmq/rabbitmq.conf" "$(tls_conf "$(amqps_port 4.3)" "$(https_port 4.3)" \
+    /etc/rabbitmq/tls PLAIN AMQPLAIN EXTERNAL ANONYMOUS)"
+}
+
 build43() {
   [[ -f $MARKER43 ]] && return 0
   local start=$SECONDS
@@ -302,11 +425,18 @@ ensure43() {
   if answering 4.3; then
     mount43
     plugins43 online
+    if tls43; then
+      log "RabbitMQ 4.3: restarting once for the TLS listeners (plain ports unchanged)"
+      stop43
+      ensure43
+    fi
+    tls_answering 4.3 || log "warning: RabbitMQ 4.3's TLS listeners do not answer; see $(log_hint 4.3)"
     return 0
   fi
   need_cmd curl
   build43
   config43
+  tls43 || true
   mount43
   if node_ping 4.3; then
     plugins43 online

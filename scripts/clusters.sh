@@ -4,12 +4,14 @@
 #
 #   3.10  nodes c310n1..3@localhost on the host     AMQP 5682-5684  management 15682-15684  dist 25682-25684  epmd 4380
 #   4.3   nodes c43n1..3@localhost in the chroot    AMQP 5692-5694  management 15692-15694  dist 25692-25694  epmd 4390
+#                                                 AMQPS 5695-5697  HTTPS management 15695-15697
 #
 # Usage:
 #   scripts/clusters.sh ensure [3.10|4.3|all]     install if missing, start what is down, form the cluster, enable the plugins, wait, print status
 #   scripts/clusters.sh status                    one line per node
 #   scripts/clusters.sh stop [3.10|4.3|all]       stop every node and the cluster's epmd
-#   scripts/clusters.sh nodes 3.10|4.3            "index node amqp_port management_port pid_file" per node (for the tests)
+#   scripts/clusters.sh nodes 3.10|4.3            "index node amqp_port management_port pid_file amqps_port https_port"
+#                                                 per node (for the tests; "- -" without TLS)
 #   scripts/clusters.sh kill-node 3.10|4.3 N      kill -9 node N (a node failure, for the tests)
 #   scripts/clusters.sh start-node 3.10|4.3 N     start node N and wait until every running node sees it running
 #
@@ -34,6 +36,12 @@ port_offset() { case $1 in 3.10) echo 81 ;; 4.3) echo 91 ;; esac; }
 node_amqp() { echo $((5600 + $(port_offset "$1") + $2)); }
 node_mgmt() { echo $((15600 + $(port_offset "$1") + $2)); }
 node_dist() { echo $((25600 + $(port_offset "$1") + $2)); }
+# TLS listeners beside the plain ones, on the clusters of TLS_CLUSTERS (4.3: AMQPS 5695-5697, HTTPS 15695-15697),
+# with brokers.sh's test CA and certificates.
+TLS_CLUSTERS="4.3"
+cluster_tls() { [[ " $TLS_CLUSTERS " == *" $1 "* ]]; }
+node_amqps() { echo $((5600 + $(port_offset "$1") + $2 + 3)); }
+node_https() { echo $((15600 + $(port_offset "$1") + $2 + 3)); }
 cluster_epmd() { case $1 in 3.10) echo 4380 ;; 4.3) echo 4390 ;; esac; }
 node_name() { echo "c${1//./}n$2@localhost"; }
 node_log() { echo "$(host_dir "$1")/$2/log/$(node_name "$1" "$2").log"; }
@@ -70,7 +78,11 @@ node_pid() { # version index: the node's OS pid, when its process runs
   file=$(pid_file "$1" "$2")
   [[ -s $file ]] || return 1
   pid=$(<"$file")
-  [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && echo "$pid"
+  [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+  # A stale pid file may name a pid that another process took since (another node of the other cluster started
+  # meanwhile): only this node's process carries its RABBITMQ_NODENAME (start_node sets it).
+  tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qxF "RABBITMQ_NODENAME=$(node_name "$1" "$2")" || return 1
+  echo "$pid"
 }
 
 node_mgmt_get() { curl -sf -m 5 -u guest:guest "http://127.0.0.1:$(node_mgmt "$1" "$2")/api/$3"; }
@@ -135,6 +147,24 @@ management.tcp.port = $(node_mgmt "$v" "$n")
 loopback_users = none
 queue_leader_locator = client-local"
   done
+  tls_cluster_config "$v" || true
+}
+
+# The TLS block of every node's rabbitmq.conf (brokers.sh's tls_block: other lines are kept); 0 when one changed,
+# and the node must restart to listen.
+tls_cluster_config() { # version
+  local v=$1 n changed=1
+  cluster_tls "$v" || return 1
+  tls_material
+  tls_install "$(host_dir "$v")/tls" on "$v" chown -R rabbitmq:rabbitmq "$(cluster_dir "$v")/tls"
+  for n in $NODES; do
+    [[ -f $(host_dir "$v")/$n/rabbitmq.conf ]] || continue
+    if tls_block "$(host_dir "$v")/$n/rabbitmq.conf" "$(tls_conf "$(node_amqps "$v" "$n")" "$(node_https "$v" "$n")" \
+      "$(cluster_dir "$v")/tls" PLAIN AMQPLAIN EXTERNAL ANONYMOUS)"; then
+      changed=0
+    fi
+  done
+  return $changed
 }
 
 start_node() { # version index: start the node's process unless it runs (returns at once)
@@ -209,6 +239,15 @@ ensure_cluster() { # version
   local v=$1 n start=$SECONDS
   if cluster_formed "$v"; then
     ensure_plugins "$v"
+    if tls_cluster_config "$v"; then
+      # One node at a time: the others keep the cluster (and a 4.x majority) up meanwhile.
+      for n in $NODES; do
+        log "restarting $(node_name "$v" "$n") for its TLS listeners"
+        ctl "$v" "$n" stop >/dev/null 2>&1 || true
+        while node_pid "$v" "$n" >/dev/null; do sleep 0.5; done
+        restart_node "$v" "$n"
+      done
+    fi
     return 0
   fi
   prepare "$v"
@@ -305,7 +344,7 @@ cluster_locked() { # version: one operation on a cluster at a time (fd 8; broker
 }
 
 main() {
-  local cmd=${1:-} v n
+  local cmd=${1:-} v n tls
   case $cmd in
     ensure | stop)
       for v in $(clusters_of "${2:-all}"); do
@@ -324,7 +363,8 @@ main() {
     nodes)
       v=$(one_cluster "${2:-}")
       for n in $NODES; do
-        echo "$n $(node_name "$v" "$n") $(node_amqp "$v" "$n") $(node_mgmt "$v" "$n") $(pid_file "$v" "$n")"
+        if cluster_tls "$v"; then tls="$(node_amqps "$v" "$n") $(node_https "$v" "$n")"; else tls="- -"; fi
+        echo "$n $(node_name "$v" "$n") $(node_amqp "$v" "$n") $(node_mgmt "$v" "$n") $(pid_file "$v" "$n") $tls"
       done
       ;;
     kill-node)

@@ -44,8 +44,8 @@ def record_vhost(config: dict[str, Any] | None = None, *, name: str = "shop", re
     from components import Vhost  # here, not above: ROOT is on sys.path only once this module has run
     from tools.lib.mockrun import record
 
-    return record(lambda: Vhost(name, {"vhost": config or vhost_config(), **vhost_args}),
-                  reveal_secrets=reveal_secrets)
+    args: Any = {"vhost": config or vhost_config(), **vhost_args}  # any keys: tests pass wrong ones on purpose
+    return record(lambda: Vhost(name, args), reveal_secrets=reveal_secrets)
 
 
 def of_type(resources: list[Registered], resource_type: str) -> dict[str, Registered]:

@@ -15,6 +15,7 @@ import pytest
 from components import Vhost
 from components.config import ConfigError, load_stack_config, password_problems
 from tests.conftest import of_type
+from tests.support.problems import config_problems
 from tools.lib.mockrun import Registered, record, record_program
 
 USER = "rabbitmq:index/user:User"
@@ -53,12 +54,6 @@ def record_shop(config: dict[str, Any] | None = None, passwords: dict[str, str] 
     raw = config or shop()
     secrets = {user: pulumi.Output.secret(pw) for user, pw in (passwords or PASSWORDS).items()}
     return record(lambda: Vhost("shop", {"vhost": raw, "passwords": secrets}))
-
-
-def problems_of(raw: dict[str, Any]) -> list[tuple[str, str]]:
-    with pytest.raises(ConfigError) as error:
-        load_stack_config(raw)
-    return error.value.problems
 
 
 # --- derived permissions --------------------------------------------------------------------------
@@ -179,7 +174,7 @@ def test_the_program_reads_passwords_from_secret_stack_config(program_copy: Path
 def test_an_application_cannot_consume_an_undeclared_queue_or_publish_to_an_undeclared_exchange():
     config = shop(applications=[{"user": "billing-app", "consumes": ["orders.refunds"]},
                                 {"user": "shipping-app", "publishes": ["shop.refunds"]}])
-    assert problems_of({"vhosts": [config], "passwords": PASSWORDS}) == [
+    assert config_problems({"vhosts": [config], "passwords": PASSWORDS}) == [
         ("vhosts[0].applications[0].consumes[0]",
          "'orders.refunds' is not an input or plain queue of this vhost; declare it or remove it here"),
         ("vhosts[0].applications[1].publishes[0]",
@@ -190,7 +185,7 @@ def test_an_application_cannot_consume_an_undeclared_queue_or_publish_to_an_unde
 def test_applications_reach_the_retry_machinery_only_through_the_contract():
     config = shop(applications=[{"user": "billing-app", "consumes": ["orders.billing.wait.1"],
                                  "publishes": ["orders.shipping.requeue"]}])
-    assert problems_of({"vhosts": [config], "passwords": {"billing-app": PASSWORDS["billing-app"]}}) == [
+    assert config_problems({"vhosts": [config], "passwords": {"billing-app": PASSWORDS["billing-app"]}}) == [
         ("vhosts[0].applications[0].publishes[0]",
          "'orders.shipping.requeue' is not an exchange of this vhost; declare it or remove it here"),
         ("vhosts[0].applications[0].consumes[0]",
@@ -203,7 +198,7 @@ def test_a_consumed_queue_may_not_share_its_name_with_an_exchange():
     # exchange called "audit.log".
     config = shop()
     config["exchanges"].append({"name": "audit.log", "type": "fanout"})
-    assert problems_of({"vhosts": [config], "passwords": PASSWORDS}) == [
+    assert config_problems({"vhosts": [config], "passwords": PASSWORDS}) == [
         ("vhosts[0].applications[1].consumes[1]",
          '"audit.log" is also an exchange name: permissions cannot tell them apart, so this application could '
          "bind the queue to that exchange; rename one of them"),
@@ -219,7 +214,7 @@ def test_a_missing_password_is_a_clear_error_for_a_reused_component():
 
 def test_a_user_cannot_be_an_application_in_two_vhosts():
     second = shop(name="warehouse", applications=[{"user": "billing-app", "consumes": ["audit.log"]}])
-    assert problems_of({"vhosts": [shop(), second], "passwords": PASSWORDS}) == [
+    assert config_problems({"vhosts": [shop(), second], "passwords": PASSWORDS}) == [
         ("vhosts[1].applications[0].user",
          'user "billing-app" is also vhosts[0].applications[0].user; give each application its own user'),
     ]
@@ -245,7 +240,7 @@ def test_every_application_needs_a_password():
 def test_an_operator_policy_takes_only_the_keys_rabbitmq_allows():
     config = shop(operator_policies=[{"name": "cap", "pattern": ".*",
                                       "definition": {"max-length": 5, "dead-letter-exchange": "elsewhere"}}])
-    assert problems_of({"vhosts": [config], "passwords": PASSWORDS}) == [
+    assert config_problems({"vhosts": [config], "passwords": PASSWORDS}) == [
         ("vhosts[0].operator_policies[0].definition.dead-letter-exchange",
          "not allowed in an operator policy (allowed: expires, message-ttl, max-length, max-length-bytes, "
          "max-in-memory-length, max-in-memory-bytes, delivery-limit, queue-version, overflow)"),
@@ -254,7 +249,7 @@ def test_an_operator_policy_takes_only_the_keys_rabbitmq_allows():
 
 def test_limits_are_only_for_a_vhost_this_stack_creates():
     config = shop(existing=True, limits={"max_queues": 10})
-    assert problems_of({"vhosts": [config], "passwords": PASSWORDS}) == [
+    assert config_problems({"vhosts": [config], "passwords": PASSWORDS}) == [
         ("vhosts[0].limits", "only a vhost this stack creates can be given limits or a default queue type; "
                              "remove it"),
     ]

@@ -32,7 +32,7 @@ def test_p3_measures_a_tiny_stack_in_processes_of_its_own() -> None:
     by_kind = {c.kind: c for c in costs}
     # The floor registers exactly what the program registered: 2 × (5 queues, 3 exchanges, ...) + the vhost's own.
     assert by_kind["program under mocks"].resources == by_kind["SDK floor"].resources > 2 * 5
-    assert all(c.seconds >= 0 and c.peak_mb > 5 for c in costs)
+    assert all(c.peak_mb > 5 for c in costs)
     # A fresh Python process stays far below this process (pytest, pulumi, matplotlib): peaks are the child's own.
     assert by_kind["check_vhost"].peak_mb < 200
 

@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from components.config import ConfigError, load_stack_config
+from components.config import load_stack_config
 from components.config.capabilities import end_of_support, parse_version
 from tests.conftest import RETRYABLE, vhost_config
+from tests.support.problems import config_problems
 
 NATIVE_QUEUE = {**RETRYABLE, "type": "quorum",
                 "retry": {"strategy": "native", "min_delay": "1s", "max_delay": "30s", "max_retries": 5}}
@@ -16,12 +17,6 @@ NATIVE_QUEUE = {**RETRYABLE, "type": "quorum",
 
 def stack(version: object, queue: dict[str, Any] = NATIVE_QUEUE) -> dict[str, Any]:
     return {"broker": {"version": version}, "vhosts": [vhost_config(queues=[queue])]}
-
-
-def problems_of(raw: dict[str, Any]) -> list[tuple[str, str]]:
-    with pytest.raises(ConfigError) as error:
-        load_stack_config(raw)
-    return error.value.problems
 
 
 def test_without_a_broker_version_nothing_is_checked():
@@ -35,7 +30,7 @@ def test_native_runs_from_4_3_1(version: str):
 
 @pytest.mark.parametrize("version", ["3.10.8", "4.3.0"])
 def test_native_is_refused_below_4_3_1_at_its_key_path(version: str):
-    assert problems_of(stack(version)) == [(
+    assert config_problems(stack(version)) == [(
         "vhosts[0].queues[0].retry.strategy",
         f"strategy native (the delayed-retry-* policy keys): needs RabbitMQ 4.3.1 or later, and broker.version is "
         f"{version}; upgrade the broker first, or change vhosts[0].queues[0].retry.strategy")]
@@ -43,8 +38,8 @@ def test_native_is_refused_below_4_3_1_at_its_key_path(version: str):
 
 def test_quorum_queues_and_their_at_least_once_dead_lettering_have_their_own_versions():
     quorum_tiers = {**RETRYABLE, "type": "quorum"}
-    assert [path for path, _ in problems_of(stack("3.9.29", quorum_tiers))] == ["vhosts[0].queues[0].retry"]
-    assert [path for path, _ in problems_of(stack("3.7.28", quorum_tiers))] == [
+    assert [path for path, _ in config_problems(stack("3.9.29", quorum_tiers))] == ["vhosts[0].queues[0].retry"]
+    assert [path for path, _ in config_problems(stack("3.7.28", quorum_tiers))] == [
         "vhosts[0].queues[0].type", "vhosts[0].queues[0].retry"]
     assert load_stack_config(stack("3.10.8", quorum_tiers)).broker_version == (3, 10, 8)
 
@@ -52,7 +47,7 @@ def test_quorum_queues_and_their_at_least_once_dead_lettering_have_their_own_ver
 def test_a_user_policy_with_delayed_retry_keys_needs_4_3_1():
     raw = stack("4.2.5", RETRYABLE | {"type": "classic"})
     raw["vhosts"][0]["policies"] = [{"name": "slow", "pattern": "^x$", "definition": {"delayed-retry-min": 100}}]
-    assert [path for path, _ in problems_of(raw)] == ["vhosts[0].policies[0].definition.delayed-retry-min"]
+    assert [path for path, _ in config_problems(raw)] == ["vhosts[0].policies[0].definition.delayed-retry-min"]
 
 
 @pytest.mark.parametrize(("version", "message"), [
@@ -60,7 +55,7 @@ def test_a_user_policy_with_delayed_retry_keys_needs_4_3_1():
     ("latest", "'latest' is not a version; write it as a quoted \"X.Y.Z\", e.g. \"4.3.6\""),
 ])
 def test_a_version_that_is_not_x_y_z_is_refused(version: object, message: str):
-    assert problems_of(stack(version)) == [("broker.version", message)]
+    assert config_problems(stack(version)) == [("broker.version", message)]
 
 
 def test_series_out_of_community_support_are_warned_about():
@@ -132,7 +127,7 @@ def with_policies(version: object = None, **policies: list[dict[str, Any]]) -> d
 
 
 def test_3_10_refuses_operator_overflow_quorum_only_apply_to_and_newer_user_policy_keys_at_their_key_paths():
-    assert problems_of(with_policies("3.10.8", operator_policies=[OPERATOR_OVERFLOW],
+    assert config_problems(with_policies("3.10.8", operator_policies=[OPERATOR_OVERFLOW],
                                      policies=[QUORUM_ONLY, TIMEOUT])) == [
         ("vhosts[0].policies[0].apply_to",
          "apply_to: quorum_queues: RabbitMQ 3.10.8 refuses it (HTTP 400, measured), and broker.version is 3.10.8; "

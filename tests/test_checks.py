@@ -282,12 +282,14 @@ def test_apply_to_decides_which_queues_a_policy_reaches(apply_to, matched):
 
 
 def test_apply_to_is_the_same_for_overlaps_and_for_the_effective_policy():
-    from components.checks import _graph, _overlaps, _policy_of
+    from components.checks import _graph, _overlaps
+    from components.effective import winners
 
     raw = vhost_config(policies=[{"name": "classic-only", "pattern": "^orders$", "apply_to": "classic_queues",
                                   "priority": 99, "definition": {"message-ttl": 5}}])
     graph = _graph(plan(raw), ())
-    assert _policy_of(graph, "orders").name == "orders"     # quorum: the classic-only policy never applies
+    # quorum: the classic-only policy never applies
+    assert winners(graph.policies.matching_queue(graph.queues["orders"]))[0].name == "orders"
     assert _overlaps(graph) == []
 
 

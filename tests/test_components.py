@@ -11,6 +11,7 @@ from components.config import load_vhost
 from components.plan import plan_vhost
 from components.resources import BUILDERS, ShovelAccess
 from tests.conftest import RETRYABLE, of_type, record_vhost, vhost_config
+from tests.support.problems import problems_of
 from tools.lib.mockrun import Registered, record
 
 QUEUE = "rabbitmq:index/queue:Queue"
@@ -195,12 +196,6 @@ def test_every_kind_of_the_layout_has_one_builder():
 # --- args are as strict as the stack file ----------------------------------------------------------------
 
 BILLING = {"name": "billing", "retry": {"delays": ["5s"]}}
-
-
-def problems_of(register) -> list[tuple[str, str]]:
-    with pytest.raises(ConfigError) as error:
-        register()
-    return error.value.problems
 
 
 def test_an_unknown_key_is_an_error_not_ignored():

@@ -17,12 +17,7 @@ from components.config import (
     plain_password_problems,
 )
 from tests.conftest import vhost_config
-
-
-def problems_of(raw: dict[str, Any]) -> list[tuple[str, str]]:
-    with pytest.raises(ConfigError) as error:
-        load_stack_config(raw)
-    return error.value.problems
+from tests.support.problems import config_problems
 
 
 def with_queue(queue: dict[str, Any], **vhost: Any) -> dict[str, Any]:
@@ -65,7 +60,7 @@ def test_quorum_queues_get_an_explicit_delivery_limit():
 
 @pytest.mark.parametrize("limit", [5, 6])
 def test_a_delivery_limit_at_or_below_max_retries_plus_one_is_refused(limit: int):
-    assert problems_of(with_queue({**retryable(max_retries=5), "type": "quorum", "delivery_limit": limit})) == [
+    assert config_problems(with_queue({**retryable(max_retries=5), "type": "quorum", "delivery_limit": limit})) == [
         (
             "vhosts[0].queues[0].delivery_limit",
             f"{limit} is not above max_retries + 1 (6): on RabbitMQ 4 each retry counts toward it, and a message "
@@ -78,7 +73,7 @@ def test_a_delivery_limit_at_or_below_max_retries_plus_one_is_refused(limit: int
 def test_the_default_vhost_is_referenced_never_managed():
     config = load_stack_config({"vhosts": [vhost_config(name="/")]})
     assert config.vhosts[0].existing is True
-    assert problems_of({"vhosts": [vhost_config(name="/", existing=False)]}) == [
+    assert config_problems({"vhosts": [vhost_config(name="/", existing=False)]}) == [
         ("vhosts[0].existing", 'the default vhost "/" is never managed by this stack; remove existing: false')
     ]
 
@@ -357,13 +352,13 @@ BAD_CONFIGS = [
 
 @pytest.mark.parametrize(("raw", "expected"), BAD_CONFIGS)
 def test_each_mistake_is_reported_with_its_key_path_and_a_fix(raw, expected):
-    assert problems_of(raw) == expected
+    assert config_problems(raw) == expected
 
 
 def test_every_problem_is_reported_at_once():
     raw = with_queue(retryable(delays=["1s", "10x"], max_retries=-1))
     raw["vhosts"][0]["queues"].append({"name": "a@b", "type": "fifo"})
-    paths = [path for path, _ in problems_of(raw)]
+    paths = [path for path, _ in config_problems(raw)]
     assert paths == [
         "vhosts[0].queues[0].retry.delays[1]",
         "vhosts[0].queues[0].retry.max_retries",
@@ -453,13 +448,13 @@ FOLLOW_ON_FREE = [
 
 @pytest.mark.parametrize(("raw", "expected"), FOLLOW_ON_FREE)
 def test_a_refused_entry_still_declares_its_name(raw, expected):
-    assert problems_of(raw) == expected
+    assert config_problems(raw) == expected
 
 
 def test_a_refused_entry_still_takes_part_in_duplicate_checks():
     orders, _ = bad_orders(retry={"delays": ["10x"]})
     raw = {"vhosts": [vhost_config(queues=[orders, {"name": "orders"}])]}
-    assert problems_of(raw) == [
+    assert config_problems(raw) == [
         ("vhosts[0].queues[0].retry.delays[0]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)'),
         ("vhosts[0].queues[1].name", 'duplicate queue "orders" (also vhosts[0].queues[0].name); keep one'),
     ]
@@ -508,7 +503,7 @@ def test_an_empty_or_non_string_password_is_a_problem():
 def test_passwords_that_are_not_a_mapping_are_a_problem_for_the_config_and_for_password_problems():
     not_a_mapping = ("passwords", "expected a mapping of application user to password, set with "
                      "`pulumi config set --secret --path 'rabbitmq-retry:passwords.<user>' <password>`")
-    assert problems_of({**with_users("billing"), "passwords": "s3cret"}) == [not_a_mapping]
+    assert config_problems({**with_users("billing"), "passwords": "s3cret"}) == [not_a_mapping]
     assert password_problems(load_stack_config(with_users("billing")), "s3cret") == [
         not_a_mapping,
         ("vhosts[0].applications[0].user", "no password for \"billing\": `pulumi config set --secret --path "
@@ -517,7 +512,7 @@ def test_passwords_that_are_not_a_mapping_are_a_problem_for_the_config_and_for_p
 
 
 def test_a_password_that_is_not_a_string_is_refused_by_the_config():
-    assert problems_of({**with_users("billing.svc"), "passwords": {"billing.svc": 42}}) == [
+    assert config_problems({**with_users("billing.svc"), "passwords": {"billing.svc": 42}}) == [
         ('passwords["billing.svc"]', "expected a string, got int: `pulumi config set --secret --path "
          "'rabbitmq-retry:passwords[\"billing.svc\"]' <password>`"),
     ]
@@ -554,7 +549,7 @@ def test_a_name_no_property_path_can_spell_is_told_to_be_renamed():
 def test_no_password_value_appears_in_a_problem():
     raw = {**with_users("billing", "shipping", "audit"), "passwords": {"billing": 12345, "shipping": ["hunter2"],
                                                                       "audit": {"pw": "hunter3"}}}
-    problems = problems_of(raw)
+    problems = config_problems(raw)
     assert [path for path, _ in problems] == ["passwords.billing", "passwords.shipping", "passwords.audit"]
     assert not any(secret in str(problems) for secret in ("12345", "hunter2", "hunter3"))
     config = load_stack_config(with_users("billing", "shipping"))
@@ -593,7 +588,7 @@ def test_a_plain_password_problem_names_the_command_that_encrypts_it_and_never_t
 
 
 def test_guest_is_never_an_application_user():
-    assert problems_of(with_users("billing", "guest")) == [
+    assert config_problems(with_users("billing", "guest")) == [
         ("vhosts[0].applications[1].user",
          "\"guest\" is RabbitMQ's built-in administrator, often the user deploying this stack: pulumi up would "
          "overwrite the deploying user's tags and password mid-deploy; give the application its own user"),
@@ -623,24 +618,24 @@ def test_every_policy_key_rabbitmq_knows_is_accepted_with_a_value_it_takes():
 
 def test_delayed_retry_keys_in_combinations_rabbitmq_refuses_are_refused():
     # Measured on 4.3.6: tests/broker/test_policy_acceptance.py.
-    assert problems_of(with_policy({"delayed-retry-type": "all"})) == [
+    assert config_problems(with_policy({"delayed-retry-type": "all"})) == [
         ("vhosts[0].policies[0].definition.delayed-retry-type", "'all' needs delayed-retry-min beside it (RabbitMQ "
          "refuses the policy without it); add delayed-retry-min, in ms")]
-    assert problems_of(with_policy({"delayed-retry-min": 200, "delayed-retry-max": 100})) == [
+    assert config_problems(with_policy({"delayed-retry-min": 200, "delayed-retry-max": 100})) == [
         ("vhosts[0].policies[0].definition.delayed-retry-max", "100 is below delayed-retry-min (200): RabbitMQ "
          "refuses the policy; raise it to 200 or more")]
     assert load_stack_config(with_policy({"delayed-retry-type": "disabled"}))
 
 
 def test_a_policy_key_rabbitmq_does_not_know_is_refused_with_the_keys_it_knows():
-    assert problems_of(with_policy({"x": "true", "max-length": 1})) == [
+    assert config_problems(with_policy({"x": "true", "max-length": 1})) == [
         ("vhosts[0].policies[0].definition.x", f"not a policy key RabbitMQ knows (allowed: "
          f"{', '.join(POLICY_DEFINITION_KEYS)})"),
     ]
 
 
 def test_classic_mirroring_keys_are_refused_with_what_to_use_instead():
-    assert problems_of(with_policy({"ha-mode": "all", "queue-master-locator": "min-masters"})) == [
+    assert config_problems(with_policy({"ha-mode": "all", "queue-master-locator": "min-masters"})) == [
         ("vhosts[0].policies[0].definition.ha-mode",
          "a classic queue mirroring key: RabbitMQ 4.0 removed mirroring (4.3 refuses it); use quorum queues"),
         ("vhosts[0].policies[0].definition.queue-master-locator",
@@ -652,7 +647,7 @@ def test_classic_mirroring_keys_are_refused_with_what_to_use_instead():
 @pytest.mark.parametrize(("written", "canonical"), [("007", 7), ("+5", 5), ("-0", 0), ("-007", -7)])
 def test_a_number_the_provider_would_read_back_differently_is_refused_with_the_number_to_write(kind, written,
                                                                                              canonical):
-    assert problems_of(with_policy({"max-length": written}, kind)) == [
+    assert config_problems(with_policy({"max-length": written}, kind)) == [
         (f"vhosts[0].{kind}[0].definition.max-length",
          f"'{written}' is sent as the integer {canonical} and read back as \"{canonical}\", so every `pulumi up` "
          f"would update this policy again; write {canonical}"),
@@ -661,14 +656,14 @@ def test_a_number_the_provider_would_read_back_differently_is_refused_with_the_n
 
 @pytest.mark.parametrize("value", ["true", "false", "1.5", "1_000", " 5", "٣", "1e3", str(2**63)])
 def test_an_integer_policy_key_takes_only_an_integer(value):
-    assert problems_of(with_policy({"message-ttl": value})) == [
+    assert config_problems(with_policy({"message-ttl": value})) == [
         ("vhosts[0].policies[0].definition.message-ttl",
          f"{value!r} is not an integer; RabbitMQ takes only an integer for message-ttl"),
     ]
 
 
 def test_a_word_policy_key_takes_only_its_words():
-    assert problems_of(with_policy({"overflow": "true", "queue-mode": "False", "max-age": "true"})) == [
+    assert config_problems(with_policy({"overflow": "true", "queue-mode": "False", "max-age": "true"})) == [
         ("vhosts[0].policies[0].definition.overflow",
          "'true' is not one of drop-head, reject-publish, reject-publish-dlx"),
         ("vhosts[0].policies[0].definition.queue-mode", "'False' is not one of default, lazy"),
@@ -678,7 +673,7 @@ def test_a_word_policy_key_takes_only_its_words():
 
 
 def test_a_boolean_is_refused_and_a_name_may_be_true():
-    assert problems_of(with_policy({"max-length": True})) == [
+    assert config_problems(with_policy({"max-length": True})) == [
         ("vhosts[0].policies[0].definition.max-length", "expected a string or an integer, got True")]
     (policy,) = load_stack_config(with_policy({"dead-letter-exchange": "true"})).vhosts[0].policies
     assert policy.definition == {"dead-letter-exchange": "true"}

@@ -198,7 +198,7 @@ def test_the_registered_hook_reads_the_queue_the_engine_names_and_refuses_when_t
     args = pulumi.ResourceHookArgs(urn="urn:pulumi:dev::p::rabbitmq:index/queue:Queue::q", id="orders.billing@shop",
                                    name="q", type=QUEUE)
     with pytest.raises(GuardError, match=r'^refusing to delete queue "orders.billing" in vhost "shop": cannot prove '
-                                         r"it is empty \(management API at http://127.0.0.1:1 unreachable"):
+                                         r"it is empty \(the management API at http://127.0.0.1:1 refuses connections"):
         asyncio.run(_guard_queue_delete(args))
     monkeypatch.delenv("RABBITMQ_ENDPOINT")
     with pytest.raises(GuardError, match=r"cannot prove it is empty \(no management endpoint: set rabbitmq:endpoint"):

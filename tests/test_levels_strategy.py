@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from components import naming
-from components.checks import _graph, _policy_of, _topic_matches, check_vhost, route, stale_policies
+from components.checks import _graph, _topic_matches, check_vhost, route, stale_policies
 from components.config import (
     Backoff,
     ConfigError,
@@ -29,10 +29,12 @@ from components.config import (
     load_vhost,
 )
 from components.config.model import MAX_MESSAGE_TTL_MS
+from components.effective import winners
 from components.plan import DelayLevelsPlan, VhostPlan, exact_names, plan_delay_levels, plan_retryable, plan_vhost
 from rabbitmq_retry_client import levels as client_levels
 from rabbitmq_retry_client.contract import ContractError, load_contract, validate
 from tests.conftest import vhost_config
+from tests.support.problems import config_problems
 
 LEVELS_RETRY: dict[str, Any] = {"strategy": "levels", "max_retries": 6, "backoff": {"initial": "1s", "max": "10s"}}
 SMALL = {"unit": "1s", "max_delay": "15s"}
@@ -56,12 +58,6 @@ def levels_vhost(queues: list[dict[str, Any]] | None = None, delay_levels: dict[
 
 def stack(vhost: dict[str, Any], **top: Any) -> dict[str, Any]:
     return {"vhosts": [vhost], **top}
-
-
-def problems_of(raw: dict[str, Any]) -> list[tuple[str, str]]:
-    with pytest.raises(ConfigError) as error:
-        load_stack_config(raw)
-    return error.value.problems
 
 
 def planned(vhost: dict[str, Any], **top: Any) -> VhostPlan:
@@ -157,7 +153,7 @@ def with_backoff(**backoff: Any) -> dict[str, Any]:
                                         "tiers")], id="delays-with-levels"),
 ])
 def test_a_levels_mistake_is_refused_with_its_key_path_and_a_fix(raw, expected):
-    assert problems_of(raw) == expected
+    assert config_problems(raw) == expected
 
 
 @pytest.mark.parametrize(("backoff", "delay_levels"), [
@@ -191,7 +187,7 @@ def test_no_config_name_may_take_the_delay_levels_prefix(kind):
     config = vhost_config()
     config[kind] = [entry[kind], *config.get(kind, [])]
     singular = {"queues": "queue", "exchanges": "exchange", "policies": "policy"}[kind]
-    assert problems_of(stack(config)) == [
+    assert config_problems(stack(config)) == [
         (f"vhosts[0].{kind}[0].name", '"rabbitmq-retry.delay.x": the "rabbitmq-retry.delay." prefix names the shared '
                                       f"delay levels of strategy levels; rename the {singular}")]
 
@@ -409,7 +405,7 @@ def trip(plan: VhostPlan, units: int, queue: str, start: str | None = None) -> t
         (at,) = reached
         if graph.queues[at].role != "delay":
             return at, waited, levels
-        policy = _policy_of(graph, at)
+        policy = winners(graph.policies.matching_queue(graph.queues[at]))[0]
         assert policy is not None
         waited += int(policy.definition["message-ttl"])
         levels.append(int(at.rsplit(".", 1)[1]))

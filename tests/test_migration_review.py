@@ -183,8 +183,12 @@ def test_in_step_drain_the_contract_row_says_the_old_top_delay_level_stays_until
     assert "fails to publish a delayed copy to a removed level (channel error 404 NOT_FOUND)" in text
 
 
-def test_migrate_status_exits_1_with_one_line_naming_an_endpoint_it_cannot_read(program_copy: Path, capsys):
+def test_migrate_status_exits_1_with_one_line_naming_an_endpoint_it_cannot_read(program_copy: Path, capsys,
+                                                                                   monkeypatch):
     from tools import migrate_status
+
+    monkeypatch.setenv("RABBITMQ_USERNAME", "deployer")
+    monkeypatch.setenv("RABBITMQ_PASSWORD", "secret")
 
     (program_copy / f"Pulumi.{STACK}.yaml").write_text(stack_file(step("move")))
     assert migrate_status.main(["--stack", STACK, "--root", str(program_copy), "--endpoint",

@@ -7,10 +7,11 @@ from typing import Any
 import pytest
 
 from components.checks import check_vhost
-from components.config import ConfigError, NativeRetry, load_queue, load_stack_config, load_vhost
+from components.config import NativeRetry, load_queue, load_stack_config, load_vhost
 from components.plan import plan_retryable, plan_vhost
 from rabbitmq_retry_client.contract import ContractError, load_contract
 from tests.conftest import RETRYABLE, vhost_config
+from tests.support.problems import problems_of
 from tests.test_review import changed, orders, review_of  # noqa: F401  # review_of: a fixture
 from tools.lib import engine
 
@@ -19,12 +20,6 @@ NATIVE_RETRY = {"strategy": "native", "min_delay": "1s", "max_delay": "30s", "ma
 
 def native(**retry: Any) -> dict[str, Any]:
     return {**RETRYABLE, "type": "quorum", "retry": {**NATIVE_RETRY, **retry}}
-
-
-def problems_of(queue: dict[str, Any]) -> list[tuple[str, str]]:
-    with pytest.raises(ConfigError) as error:
-        load_queue(queue, "q")
-    return error.value.problems
 
 
 def test_tiers_stays_the_default_strategy():
@@ -58,11 +53,12 @@ def test_max_delay_defaults_to_min_delay():
     (native(strategy="exponential"), [("q.retry.strategy", "'exponential' is not one of tiers, levels, native")]),
 ])
 def test_a_native_mistake_is_reported_with_its_key_path_and_a_fix(queue, expected):
-    assert problems_of(queue) == expected
+    assert problems_of(lambda: load_queue(queue, "q")) == expected
 
 
 def test_native_needs_min_delay_and_max_retries():
-    paths = [path for path, _ in problems_of({**RETRYABLE, "type": "quorum", "retry": {"strategy": "native"}})]
+    paths = [path for path, _ in problems_of(lambda: load_queue(
+        {**RETRYABLE, "type": "quorum", "retry": {"strategy": "native"}}, "q"))]
     assert paths == ["q.retry.min_delay", "q.retry.max_retries"]
 
 

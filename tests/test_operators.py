@@ -11,9 +11,10 @@ import pulumi
 import pytest
 
 from components import Vhost
-from components.config import ConfigError, load_stack_config, password_problems
+from components.config import load_stack_config, password_problems
 from components.plan import plan_vhost
 from tests.conftest import of_type
+from tests.support.problems import config_problems
 from tests.test_access import PASSWORDS, PERMISSIONS, USER, shop
 from tools.lib.mockrun import Registered, record
 
@@ -24,12 +25,6 @@ def record_with_operator(**overrides: Any) -> list[Registered]:
     config = shop(operators=[OPERATOR], **overrides)
     secrets = {user: pulumi.Output.secret(pw) for user, pw in {**PASSWORDS, "ops-oncall": "0ps"}.items()}
     return record(lambda: Vhost("shop", {"vhost": config, "passwords": secrets}))
-
-
-def problems_of(raw: dict[str, Any]) -> list[tuple[str, str]]:
-    with pytest.raises(ConfigError) as error:
-        load_stack_config(raw)
-    return error.value.problems
 
 
 def test_an_operator_reads_error_queues_and_writes_only_where_a_redrive_publishes():
@@ -74,7 +69,7 @@ def test_an_operator_needs_a_password_named_by_its_key_path():
 
 def test_an_operator_cannot_share_a_user_with_an_application_or_be_guest():
     raw = {"vhosts": [shop(operators=[{"user": "billing-app"}, {"user": "guest"}])], "passwords": PASSWORDS}
-    problems = problems_of(raw)
+    problems = config_problems(raw)
     assert ("vhosts[0].operators[0].user", 'user "billing-app" is also vhosts[0].applications[0].user; give each '
             "operator its own user") in problems
     assert [path for path, _ in problems] == ["vhosts[0].operators[0].user", "vhosts[0].operators[1].user"]
@@ -86,7 +81,7 @@ def test_an_operator_cannot_share_a_user_with_an_application_or_be_guest():
     ("ops", "vhosts[0].operators[0]", None),
 ])
 def test_a_malformed_operator_is_named_by_its_key_path(operator: Any, path: str, message: str | None):
-    problems = problems_of({"vhosts": [shop(operators=[operator])]})
+    problems = config_problems({"vhosts": [shop(operators=[operator])]})
     assert [p for p, _ in problems] == [path]
     if message is not None:
         assert problems[0][1] == message

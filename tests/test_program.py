@@ -144,9 +144,10 @@ config:
 
 
 def test_doctor_and_drift_refuse_an_amqp_endpoint_with_the_fix():
-    from tools.lib.definitions import DefinitionsError, Endpoint
+    from rabbitmq_retry_client.management import ManagementClient, ManagementError
 
-    with pytest.raises(DefinitionsError) as error:
-        Endpoint.from_environment("amqp://127.0.0.1:5672")
+    with pytest.raises(ManagementError) as error:
+        ManagementClient.from_settings("amqp://127.0.0.1:5672", dev=True, env={})
     assert str(error.value) == ("endpoint 'amqp://127.0.0.1:5672' is not an http(s) URL: give the management API's, "
-                                "e.g. http://127.0.0.1:15672 (not the AMQP port)")
+                                "e.g. http://127.0.0.1:15672 or https://broker:15671 (not an AMQP URL or port), in "
+                                "rabbitmq:endpoint (RABBITMQ_ENDPOINT, --endpoint)")

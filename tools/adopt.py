@@ -26,13 +26,15 @@ from pathlib import Path
 
 import pulumi
 
+from rabbitmq_retry_client.management import TLS_SETTINGS, ManagementClient, ManagementError
 from tools.lib.adopt import DEFAULT_SUFFIX, adopt, report, stack_file
-from tools.lib.definitions import DefinitionsError, Endpoint, Snapshot, read_file, read_live
+from tools.lib.cli import add_tls_arguments, broker_client
+from tools.lib.definitions import DefinitionsError, Snapshot, read_file, read_live
 from tools.lib.migrate_status import SAMPLE_S
 from tools.lib.mockrun import ROOT
 
 
-def _read_counted(endpoint: Endpoint, vhost: str) -> Snapshot:
+def _read_counted(endpoint: ManagementClient, vhost: str) -> Snapshot:
     """The vhost read live; read again once after one statistics interval when a queue has no message count yet (the
     management API reports a new queue's counts only with its next statistics emission), so that the report says
     what each old queue holds."""
@@ -46,7 +48,7 @@ def _read_counted(endpoint: Endpoint, vhost: str) -> Snapshot:
 def _reader(args: argparse.Namespace) -> Callable[[], Snapshot]:
     if args.definitions:
         return lambda: read_file(args.definitions, args.vhost)
-    return lambda: _read_counted(Endpoint.from_environment(args.endpoint), args.vhost)
+    return lambda: _read_counted(broker_client(args, {}, args.stack), args.vhost)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -58,6 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--suffix", default=DEFAULT_SUFFIX, help="appended to a queue created beside an old one")
     parser.add_argument("--root", type=Path, default=ROOT)
     parser.add_argument("--report", type=Path, help="default adopt-<stack>.md in the project")
+    add_tls_arguments(parser)
     args = parser.parse_args(list(argv) if argv is not None else None)
     target = args.root / f"Pulumi.{args.stack}.yaml"
     report_path = args.report or args.root / f"adopt-{args.stack}.md"
@@ -69,10 +72,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     try:
         adoption = adopt(_reader(args)(), args.suffix)
-    except (DefinitionsError, pulumi.RunError) as error:
+    except (DefinitionsError, ManagementError, pulumi.RunError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    target.write_text(stack_file(adoption, args.endpoint))
+    tls = {setting.config: "true" if field == "insecure" else value for field, setting in TLS_SETTINGS.items()
+           if (value := getattr(args, field, None))}
+    target.write_text(stack_file(adoption, args.endpoint, tls))
     report_path.write_text(report(adoption, args.stack))
     print(f"wrote {target} and {report_path}")
     return 0

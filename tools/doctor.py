@@ -20,8 +20,9 @@ import pulumi
 
 from components.config.keys import NAMESPACE
 from components.guard import AMQP_PORT
-from tools.lib.cli import broker_command_parser
-from tools.lib.definitions import DefinitionsError, Endpoint
+from rabbitmq_retry_client.management import ManagementError
+from tools.lib.cli import broker_client, broker_command_parser, tls_summary
+from tools.lib.definitions import DefinitionsError
 from tools.lib.doctor import diagnose, planned_objects, read_facts, render, stack_file_value, stack_settings
 from tools.lib.mockrun import close_event_loop
 from tools.lib.stack_file import StackFileError
@@ -33,18 +34,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config, raw = stack_settings(args.stack, args.root)
         records = planned_objects(config)
-        endpoint = Endpoint.from_environment(args.endpoint or raw.get("rabbitmq:endpoint"),
-                                             raw.get("rabbitmq:username"))
+        endpoint = broker_client(args, raw, args.stack)
         vhosts = sorted(v.name for v in config.vhosts)
         facts = read_facts(endpoint, vhosts)
-    except (pulumi.RunError, StackFileError, DefinitionsError) as error:
+    except (pulumi.RunError, StackFileError, DefinitionsError, ManagementError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     finally:
         close_event_loop()
     port = stack_file_value(raw.get(f"{NAMESPACE}:{AMQP_PORT}"))
     found = diagnose(config, records, facts, port if isinstance(port, int) and not isinstance(port, bool) else None)
-    print(render(args.stack, endpoint.url, facts, found))
+    print(render(args.stack, endpoint.url, facts, found, tls_summary(endpoint)))
     return found.status
 
 

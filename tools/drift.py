@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pulumi
 
-from tools.lib.cli import broker_command_parser
-from tools.lib.definitions import DefinitionsError, Endpoint, read_file, read_live
+from rabbitmq_retry_client.management import ManagementError
+from tools.lib.cli import broker_client, broker_command_parser
+from tools.lib.definitions import DefinitionsError, read_file, read_live
 from tools.lib.drift import DRIFT_COMPARED, findings, render
 from tools.lib.mockrun import close_event_loop, record_program, stack_config
 from tools.lib.stack_file import StackFileError
@@ -42,11 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.definitions:
             snapshots = {v: read_file(args.definitions, v) for v in vhosts}
         else:
-            endpoint = Endpoint.from_environment(args.endpoint or config.get("rabbitmq:endpoint"),
-                                                 config.get("rabbitmq:username"))
+            endpoint = broker_client(args, config, args.stack)
             own_user = endpoint.username
             snapshots = {v: read_live(endpoint, v) for v in vhosts}
-    except (pulumi.RunError, StackFileError, DefinitionsError) as error:
+    except (pulumi.RunError, StackFileError, DefinitionsError, ManagementError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     finally:

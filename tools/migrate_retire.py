@@ -15,8 +15,9 @@ import pulumi
 
 from components.guard import parse_amqp_port
 from rabbitmq_retry_client.depth import BrokerAccess, DepthError
-from tools.lib.cli import broker_command_parser
-from tools.lib.definitions import DefinitionsError, Endpoint, read_live
+from rabbitmq_retry_client.management import ManagementError
+from tools.lib.cli import broker_client, broker_command_parser
+from tools.lib.definitions import DefinitionsError, read_live
 from tools.lib.doctor import stack_settings
 from tools.lib.migrate_retire import Broker, RetireError, find, retire
 from tools.lib.queue_guard import stack_amqp_port
@@ -33,15 +34,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config, raw = stack_settings(args.stack, args.root)
         found = find(config, args.migration)
-        endpoint = Endpoint.from_environment(args.endpoint or raw.get("rabbitmq:endpoint"),
-                                             raw.get("rabbitmq:username"))
+        endpoint = broker_client(args, raw, args.stack)
         port, _ = parse_amqp_port(stack_amqp_port(raw))
         snapshot = read_live(endpoint, found.vhost)
         if not snapshot.exists:
             raise RetireError(f"vhost {found.vhost!r} does not exist at {endpoint.url}")
-        broker = Broker(BrokerAccess(endpoint.url, endpoint.username, endpoint.password, port), found.vhost)
+        broker = Broker(BrokerAccess.of(endpoint, port), found.vhost)
         finished = retire(found, snapshot, broker, args.apply, print)
-    except (pulumi.RunError, StackFileError, DefinitionsError, DepthError, RetireError) as error:
+    except (pulumi.RunError, StackFileError, DefinitionsError, DepthError, RetireError, ManagementError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0 if finished else REFUSED

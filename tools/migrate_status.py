@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import sys
 import time
-import urllib.parse
 
 import pulumi
 
 from rabbitmq_retry_client.depth import DepthError
-from tools.lib.cli import broker_command_parser
-from tools.lib.definitions import DefinitionsError, Endpoint
+from rabbitmq_retry_client.management import ManagementError, path_escape
+from tools.lib.cli import broker_client, broker_command_parser
+from tools.lib.definitions import DefinitionsError
 from tools.lib.migrate_status import SAMPLE_S, render, status
 from tools.lib.mockrun import close_event_loop, stack_config
 from tools.lib.queue_guard import depth_reader
@@ -29,22 +29,21 @@ from tools.lib.stack_file import StackFileError
 def main(argv: list[str] | None = None) -> int:
     parser = broker_command_parser(__doc__)
     args = parser.parse_args(argv)
-    url = "the broker"
+    url = args.endpoint or "the broker"
     try:
         config, _ = stack_config(args.stack, args.root)
-        endpoint = Endpoint.from_environment(args.endpoint or config.get("rabbitmq:endpoint"),
-                                             config.get("rabbitmq:username"))
+        endpoint = broker_client(args, config, args.stack)
         url = endpoint.url
         endpoint.get("overview")  # unreachable or refused: one line, exit 1, even without migrations
         migrations = migrations_of(args.stack, args.root)
-        read = depth_reader(args.stack, args.root, endpoint.url)
+        read = depth_reader(args.stack, args.root, endpoint)
         assert read is not None
 
         def shovels(vhost: str) -> list[dict[str, object]]:
-            return list(endpoint.get(f"shovels/{urllib.parse.quote(vhost, safe='')}") or [])
+            return list(endpoint.get(f"shovels/{path_escape(vhost)}") or [])
 
         statuses = [status(m, read, shovels, args.stack, settle=lambda: time.sleep(SAMPLE_S)) for m in migrations]
-    except (pulumi.RunError, StackFileError, DefinitionsError, DepthError) as error:
+    except (pulumi.RunError, StackFileError, DefinitionsError, DepthError, ManagementError) as error:
         print(f"error: {url}: {error}".replace("\n", " "), file=sys.stderr)
         return 1
     finally:

@@ -22,9 +22,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from rabbitmq_retry_client.management import ManagementError
 from tools.lib import engine
 from tools.lib.checkout import CheckoutError, checkout
+from tools.lib.cli import add_tls_arguments, broker_client
 from tools.lib.definitions import DefinitionsError
+from tools.lib.mockrun import stack_config
 from tools.lib.queue_guard import depth_reader, review_section
 from tools.lib.review import BaseProgramError, ReviewError, evaluate_both, plans_of, render
 from tools.lib.review.migrations import migrations_of
@@ -41,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-data-loss", action="store_true", help="acknowledge data loss: exit 0")
     parser.add_argument("--endpoint", help="management URL of the live broker: add what each deleted or replaced "
                         "queue holds now (read-only; credentials as for drift); offline without it")
+    add_tls_arguments(parser)
     args = parser.parse_args(argv)
     allow = args.allow_data_loss or os.environ.get("ALLOW_DATA_LOSS", "").lower() in ("1", "true", "yes")
     project, stack_file = args.root.resolve(), f"Pulumi.{args.stack}.yaml"
@@ -61,11 +65,12 @@ def main(argv: list[str] | None = None) -> int:
         print(error, file=sys.stderr)
         return 1
     try:
-        reader = depth_reader(args.stack, project, args.endpoint)
+        client = broker_client(args, stack_config(args.stack, project)[0], args.stack) if args.endpoint else None
+        reader = depth_reader(args.stack, project, client)
         review = render(steps, old, new, plans, allow_data_loss=allow, migrations=migrations, stack=args.stack,
                         read=reader, endpoint=args.endpoint)
-        guard = review_section(steps, args.stack, project, args.endpoint)
-    except (DefinitionsError, StackFileError) as error:
+        guard = review_section(steps, args.stack, project, client)
+    except (DefinitionsError, StackFileError, ManagementError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     heading = f"## RabbitMQ review: stack `{args.stack}`, `{args.base}` ({commit}) → working tree"

@@ -218,11 +218,6 @@ class ExternalSource:
     policies: tuple[str, ...] = ()
     """User policies that wired the old topology: deleted last."""
 
-    @property
-    def all_queues(self) -> tuple[str, ...]:
-        """Every old queue but the moved one, in the order they are retired: wait queues, then the error queue."""
-        return (*self.queues, *((self.error_queue,) if self.error_queue else ()))
-
 
 @dataclass(frozen=True)
 class Migration:

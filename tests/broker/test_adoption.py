@@ -27,7 +27,7 @@ from tests.support.amqp import channel, message_counts, next_message
 from tests.support.mirror import Broker, ImportRefusedError, MirrorError, apply, call, esc, read_back
 from tools.lib import engine
 from tools.lib.adopt import BESIDE, IMPORT, RETIRE, adopt, record_vhost, summary
-from tools.lib.definitions import Endpoint, Snapshot, read_live
+from tools.lib.definitions import Snapshot, read_live
 from tools.lib.drift import findings
 from tools.lib.migrate_retire import Broker as RetireBroker
 from tools.lib.migrate_retire import Found, retire
@@ -139,7 +139,7 @@ def _settled(broker: Broker, vhost: str, expected: dict[str, int]) -> bool:
 
 
 def _snapshot(broker: Broker, vhost: str) -> Snapshot:
-    return read_live(Endpoint(broker.management_url, broker.username, broker.password), vhost)
+    return read_live(broker.client(), vhost)
 
 
 def _without_imports(vhost_config: dict[str, Any], shovel_user: ShovelAccess) -> list[Any]:

@@ -35,7 +35,7 @@ from tests.support.hooks import ProgramHooks
 from tests.support.mirror import Broker, apply_update, call, esc, read_back
 from tests.support.stack import record_stack, stack_vhost
 from tools.lib.adopt import IMPORT, adopt, shovel_port, summary
-from tools.lib.definitions import Endpoint, Snapshot, read_live
+from tools.lib.definitions import Snapshot, read_live
 from tools.lib.drift import findings
 from tools.lib.migrate_retire import Broker as RetireBroker
 from tools.lib.migrate_retire import Found, retire
@@ -346,7 +346,7 @@ def runtime_vhost(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> Iterator[s
 
 
 def _snapshot(broker: Broker, vhost: str) -> Snapshot:
-    return read_live(Endpoint(broker.management_url, broker.username, broker.password), vhost)
+    return read_live(broker.client(), vhost)
 
 
 def _until(condition: Callable[[], bool], timeout: float = ARRIVAL_S) -> bool:

@@ -12,7 +12,7 @@ from components.config import load_stack_config
 from tests.conftest import record_vhost
 from tests.support.mirror import Broker, MirrorError, apply, get
 from tools.lib import doctor, engine
-from tools.lib.definitions import Endpoint, read_live
+from tools.lib.definitions import read_live
 from tools.lib.drift import findings, render
 
 
@@ -23,7 +23,7 @@ def _config(vhost: str, existing: bool) -> dict[str, Any]:
 
 def _doctor(broker: Broker, vhost: str, existing: bool) -> doctor.Diagnosis:
     config = load_stack_config({"vhosts": [_config(vhost, existing)]})
-    endpoint = Endpoint(broker.management_url, broker.username, broker.password)
+    endpoint = broker.client()
     return doctor.diagnose(config, doctor.planned_objects(config), doctor.read_facts(endpoint, [vhost]))
 
 
@@ -49,7 +49,7 @@ def test_doctor_blocks_an_existing_vhost_the_broker_lacks_by_its_key_path(broker
 
 def test_drift_says_pulumi_up_cannot_create_what_an_absent_existing_vhost_would_hold(broker: Broker,
                                                                                        vhost: str) -> None:
-    endpoint = Endpoint(broker.management_url, broker.username, broker.password)
+    endpoint = broker.client()
     snapshots = {vhost: read_live(endpoint, vhost)}
     referenced = findings(record_vhost(_config(vhost, existing=True), name="t"), snapshots)
     assert {f.kind for f in referenced} == {"uncreatable"}

@@ -21,7 +21,7 @@ from components import Vhost, guard
 from components.config import load_vhost
 from components.guard import PATH_GUARD, QUEUE_GUARD, GuardError
 from components.plan import plan_vhost
-from tests.support.deploy import configured_brokers, throwaway_vhost, unreachable
+from tests.support.deploy import configured_brokers, configured_tls_brokers, throwaway_vhost, unreachable
 from tests.support.mirror import Broker, apply
 from tests.support.retrying import publish_ids
 from tools.lib import engine
@@ -30,17 +30,20 @@ from tools.lib.mockrun import Registered, record
 Hooks = dict[str, Callable[[pulumi.ResourceHookArgs], Any]]
 
 
-@pytest.fixture
-def two_brokers() -> tuple[Broker, Broker]:
-    brokers = {b.name: b for b in configured_brokers()}
-    if not {"3.10", "4.3"} <= set(brokers):
+@pytest.fixture(params=["plain", "tls"])
+def two_brokers(request: pytest.FixtureRequest) -> tuple[Broker, Broker]:
+    """The 3.10 broker for the default provider; the 4.3 one for the explicit provider, over its plain listener or
+    over TLS (https, with the provider's `cacert_file`, `clientcert_file` and `clientkey_file`)."""
+    brokers = {b.name: b for b in configured_brokers() + configured_tls_brokers()}
+    if not {"3.10", "4.3", "4.3-tls"} <= set(brokers):
         pytest.skip("needs both local brokers (RABBITMQ_BROKERS names 3.10 and 4.3)")
-    for broker in brokers.values():
+    pair = brokers["3.10"], brokers["4.3" if request.param == "plain" else "4.3-tls"]
+    for broker in pair:
         if (problem := unreachable(broker)) is not None:
             if os.environ.get("CI") == "true":
                 pytest.fail(problem)
             pytest.skip(problem)
-    return brokers["3.10"], brokers["4.3"]
+    return pair
 
 
 @pytest.fixture
@@ -79,8 +82,11 @@ def record_two_brokers(new: Broker, on_old: str, on_new: str,
 
     def program() -> None:
         Vhost("old", {"plan": plan_vhost(load_vhost(config(on_old), "vhost")), "passwords": {}})
+        tls = {} if new.tls is None else {"cacert_file": new.tls.cacert_file,
+                                          "clientcert_file": new.tls.clientcert_file,
+                                          "clientkey_file": new.tls.clientkey_file}
         provider = rabbitmq.Provider("broker-43", endpoint=new.management_url, username=new.username,
-                                     password=new.password)
+                                     password=new.password, **tls)
         Vhost("new", {"plan": plan_vhost(load_vhost(config(on_new), "vhost")), "passwords": {}},
               opts=pulumi.ResourceOptions(provider=provider))
 

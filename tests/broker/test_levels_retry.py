@@ -24,7 +24,7 @@ from rabbitmq_retry_client.levels import delay_routing_key
 from tests.support.amqp import channel, drain, message_counts, parameters, returned_by_crashed_readers
 from tests.support.mirror import Broker, call, esc, read_back
 from tests.support.retrying import Recorder, fail_every_attempt, publish_ids, run_consumers
-from tools.lib.definitions import Endpoint, read_live
+from tools.lib.definitions import read_live
 from tools.lib.drift import findings
 
 if TYPE_CHECKING:
@@ -247,7 +247,7 @@ def test_the_levels_topology_reads_back_as_applied_and_shows_no_drift(broker: Br
         deployment = deploy(levels_config("quorum", applications=[{"user": user, "consumes": ["billing"]}]),
                             passwords={user: "pw"})
         assert read_back(broker, deployment.resources) == []
-        endpoint = Endpoint(broker.management_url, broker.username, broker.password)
+        endpoint = broker.client()
         snapshot = read_live(endpoint, deployment.vhost)
         assert findings(deployment.resources, {deployment.vhost: snapshot}, broker.username) == []
     finally:

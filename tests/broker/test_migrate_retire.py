@@ -19,7 +19,7 @@ from tests.support.amqp import channel, message_counts
 from tests.support.deploy import throwaway_vhost
 from tests.support.mirror import Broker, apply, apply_update, call, esc
 from tools.lib.adopt import adopt, record_vhost
-from tools.lib.definitions import Endpoint, Snapshot, read_live
+from tools.lib.definitions import Snapshot, read_live
 from tools.lib.migrate_retire import DELETE_QUEUE, UNBIND, Found, plan, retire
 from tools.lib.migrate_retire import Broker as RetireBroker
 
@@ -62,7 +62,7 @@ def declare_sneakers(broker: Broker, vhost: str) -> None:
 
 
 def _snapshot(broker: Broker, vhost: str) -> Snapshot:
-    return read_live(Endpoint(broker.management_url, broker.username, broker.password), vhost)
+    return read_live(broker.client(), vhost)
 
 
 def _found(config: dict[str, Any], name: str) -> Found:

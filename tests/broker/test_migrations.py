@@ -45,7 +45,7 @@ from tests.support.mirror import Broker, apply, apply_update, esc, get
 from tests.support.retrying import Recorder, publish_ids
 from tests.support.stack import Stack, record_stack, stack_vhost
 from tools.lib import engine
-from tools.lib.definitions import Endpoint, read_live
+from tools.lib.definitions import read_live
 from tools.lib.drift import findings
 from tools.lib.migrate_status import status as migration_status
 from tools.lib.review.migrations import infos
@@ -420,7 +420,7 @@ def assert_lossless(broker: Broker, vhost: str, run: Run) -> None:
     shovel_users = {r.inputs["name"] for stack in run.stacks for r in stack.resources if r.type == engine.USER}
     for user in shovel_users:
         assert get(broker, f"users/{esc(user)}") is None, f"shovel user {user} is still on the broker"
-    endpoint = Endpoint(broker.management_url, broker.username, broker.password)
+    endpoint = broker.client()
     assert findings(run.stacks[-1].resources, {vhost: read_live(endpoint, vhost)}, broker.username) == []
 
 

@@ -28,7 +28,6 @@ from tests.support.amqp import channel, drain, message_counts, parameters
 from tests.support.mirror import Broker
 from tests.support.retrying import fail_every_attempt, publish_ids
 from tools.lib import doctor
-from tools.lib.definitions import Endpoint
 
 if TYPE_CHECKING:
     from tests.support.deploy import Deployer
@@ -112,7 +111,7 @@ def test_past_max_retries_the_broker_itself_parks_a_message_nothing_lost(broker:
 
 def _doctor(broker: Broker, vhost: str, vhost_config: dict[str, Any], **top: Any) -> doctor.Diagnosis:
     config = load_stack_config({"vhosts": [{"name": vhost, **vhost_config}], **top})
-    endpoint = Endpoint(broker.management_url, broker.username, broker.password)
+    endpoint = broker.client()
     return doctor.diagnose(config, doctor.planned_objects(config), doctor.read_facts(endpoint, [vhost]))
 
 

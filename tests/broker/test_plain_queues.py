@@ -10,7 +10,6 @@ two consumers gets deliveries. A TTL change is applied as a policy update: the q
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pika
@@ -19,7 +18,6 @@ import pytest
 
 from tests.support.admin import wait_for
 from tests.support.amqp import channel, message_counts
-from tests.support.deploy import throwaway_vhost
 from tests.support.mirror import Broker, call, esc
 from tests.support.retrying import publish_ids
 
@@ -27,13 +25,6 @@ if TYPE_CHECKING:
     from tests.support.deploy import Deployer
 
 TTL_MS = 300
-
-
-@pytest.fixture
-def vhost(broker: Broker) -> Iterator[str]:
-    """This branch's own throw-away vhost (the Deployer creates it; teardown deletes it with its queues)."""
-    with throwaway_vhost(broker, prefix="newuser") as name:
-        yield name
 
 
 def _config(queue_type: str, ttl: str) -> dict[str, Any]:

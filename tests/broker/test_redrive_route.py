@@ -10,7 +10,6 @@ copy reaches every queue bound there. Strategy native runs on RabbitMQ 4.3.1 and
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +20,6 @@ from rabbitmq_retry_client import PermanentError, RetryingConsumer
 from rabbitmq_retry_client.cli import main
 from tests.support.admin import version
 from tests.support.amqp import message_counts, parameters
-from tests.support.deploy import throwaway_vhost
 from tests.support.mirror import Broker
 from tests.support.retrying import publish_ids, run_consumers
 
@@ -35,13 +33,6 @@ RETRY: dict[str, dict[str, Any]] = {
     "native": {"strategy": "native", "min_delay": "100ms", "max_retries": 1},
 }
 PARKED = 6
-
-
-@pytest.fixture
-def vhost(broker: Broker) -> Iterator[str]:
-    """This branch's own throw-away vhost (the Deployer creates it; teardown deletes it with its queues)."""
-    with throwaway_vhost(broker, prefix="newuser") as name:
-        yield name
 
 
 def _fails_for_good(body: bytes, properties: BasicProperties) -> None:

@@ -6,24 +6,12 @@ tests/cluster/test_replication.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from components.config import load_stack_config
-from tests.support.deploy import Deployer, throwaway_vhost
+from tests.support.deploy import Deployer
 from tests.support.mirror import Broker, call, esc
 from tools.lib import doctor
-from tools.lib.definitions import Endpoint
 
 CONFIG = {"queues": [{"name": "replicated", "type": "quorum", "quorum_group_size": 3}]}
-
-
-@pytest.fixture
-def vhost(broker: Broker) -> Iterator[str]:
-    """This branch's own `replication-…` vhost; teardown deletes it with its queues."""
-    with throwaway_vhost(broker, prefix="replication") as name:
-        yield name
 
 
 def test_a_single_node_declares_a_group_of_3_with_one_member_and_doctor_warns(broker: Broker, deploy: Deployer,
@@ -34,7 +22,7 @@ def test_a_single_node_declares_a_group_of_3_with_one_member_and_doctor_warns(br
     assert len(queue["members"]) == 1
 
     config = load_stack_config({"vhosts": [{"name": vhost, **CONFIG}]})
-    facts = doctor.read_facts(Endpoint(broker.management_url, broker.username, broker.password), [vhost])
+    facts = doctor.read_facts(broker.client(), [vhost])
     [warning] = [w for w in doctor.diagnose(config, doctor.planned_objects(config), facts).warnings
                  if "quorum_group_size" in w]
     assert warning.startswith("vhosts[0].queues[0].quorum_group_size asks for 3 replicas of quorum queue 'replicated'")

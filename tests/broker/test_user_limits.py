@@ -20,7 +20,7 @@ from tests.support.admin import wait_for
 from tests.support.amqp import parameters
 from tests.support.deploy import Deployer
 from tests.support.mirror import Broker, MirrorError, call, esc, read_back, user_limits_provider
-from tools.lib.definitions import Endpoint, read_live
+from tools.lib.definitions import read_live
 from tools.lib.drift import findings
 
 PASSWORD = "limits-test-password"
@@ -177,7 +177,7 @@ def test_the_stack_applies_an_applications_limits_and_a_change_of_them(broker: B
 
         # `make drift` reads the users' limits live: in sync, then a limit changed by hand.
         def drift() -> list[tuple[str, str]]:
-            snapshot = read_live(Endpoint(broker.management_url, broker.username, broker.password), deploy.vhost)
+            snapshot = read_live(broker.client(), deploy.vhost)
             return [(f.kind, f.detail) for f in findings(second.resources, {deploy.vhost: snapshot}, broker.username)]
         assert drift() == []
         call(broker, "PUT", f"user-limits/{esc(app)}/max-channels", {"value": 7})

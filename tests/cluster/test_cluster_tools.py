@@ -21,7 +21,6 @@ from tests.support.deploy import Deployer
 from tests.support.mirror import MirrorError, apply
 from tests.support.retrying import retryable_queue
 from tools.lib import doctor
-from tools.lib.definitions import Endpoint
 
 CONFIG: dict[str, Any] = {"exchanges": [{"name": "in", "type": "direct"}],
                           "queues": [retryable_queue("work", "quorum", ["1s"], 2, routing_key="work")]}
@@ -30,7 +29,7 @@ CONFIG: dict[str, Any] = {"exchanges": [{"name": "in", "type": "direct"}],
 def diagnose(cluster: Cluster, index: int, vhost: str) -> tuple[doctor.LiveFacts, doctor.Diagnosis]:
     config = load_stack_config({"vhosts": [{"name": vhost, **CONFIG}]})
     broker = cluster.node(index).broker
-    facts = doctor.read_facts(Endpoint(broker.management_url, broker.username, broker.password), [vhost])
+    facts = doctor.read_facts(broker.client(), [vhost])
     return facts, doctor.diagnose(config, doctor.planned_objects(config), facts)
 
 

@@ -17,7 +17,6 @@ from tests.support.cluster import Cluster
 from tests.support.deploy import Deployer, throwaway_vhost
 from tests.support.retrying import retryable_queue
 from tools.lib import doctor
-from tools.lib.definitions import Endpoint
 
 CONFIG: dict[str, Any] = {
     "exchanges": [{"name": "in", "type": "direct"}],
@@ -50,7 +49,7 @@ def test_a_quorum_group_size_sets_the_members_of_the_queue_and_of_every_queue_it
 
     config = load_stack_config({"vhosts": [{"name": vhost, **CONFIG}]})
     broker = cluster.node(1).broker
-    facts = doctor.read_facts(Endpoint(broker.management_url, broker.username, broker.password), [vhost])
+    facts = doctor.read_facts(broker.client(), [vhost])
     warnings = [w for w in doctor.diagnose(config, doctor.planned_objects(config), facts).warnings
                 if "quorum_group_size" in w]
     assert len(warnings) == 1 and warnings[0].startswith(

@@ -34,7 +34,7 @@ def queue_info(broker: Broker, vhost: str, queue: str) -> dict[str, Any]:
     return dict(info)
 
 
-def wait_for(check: Callable[[], T], timeout: float, what: str, interval: float = 0.1) -> T:
+def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.1) -> T:
     """Poll `check()` until it returns something truthy and return that; fail after `timeout` s."""
     deadline = time.monotonic() + timeout
     while not (result := check()):

@@ -20,10 +20,12 @@ POLL_S = 0.02
 
 def parameters(broker: Broker, vhost: str, username: str | None = None,
                password: str | None = None) -> pika.ConnectionParameters:
-    """Connection parameters for `vhost`, as the broker's admin user unless a user is given."""
+    """Connection parameters for `vhost`, as the broker's admin user unless a user is given; AMQPS with the broker's
+    TLS settings when it has them."""
     credentials = pika.PlainCredentials(username or broker.username,
                                         broker.password if password is None else password)
-    return pika.ConnectionParameters(broker.host, broker.amqp_port, vhost, credentials)
+    return pika.ConnectionParameters(broker.host, broker.amqp_port, vhost, credentials, ssl_options=None if broker.tls
+                                     is None else pika.SSLOptions(broker.tls.context(), broker.host))
 
 
 @contextmanager
@@ -73,7 +75,7 @@ def returned_by_crashed_readers(broker: Broker, vhost: str, queue: str, times: i
 
 def drain(broker: Broker, vhost: str, queue: str) -> list[tuple[pika.BasicProperties, bytes]]:
     """Every message in `queue`, removed (as the broker's admin user)."""
-    messages = []
+    messages: list[tuple[pika.BasicProperties, bytes]] = []
     with channel(broker, vhost, confirms=False) as opened:
         while True:
             method, properties, body = opened.basic_get(queue, auto_ack=True)

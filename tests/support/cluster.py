@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rabbitmq_retry_client.management import ManagementError
 from tests.support.admin import wait_for
+from tests.support.deploy import tls_settings
 from tests.support.mirror import Broker, MirrorError, call, esc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +32,8 @@ class Node:
     """Erlang node name, as the management API reports leaders and members (c310n1@localhost)."""
     broker: Broker
     """This node's AMQP and management endpoints."""
+    tls: Broker | None = None
+    """Its AMQPS and HTTPS endpoints, on a cluster with TLS listeners (scripts/clusters.sh TLS_CLUSTERS)."""
 
     def amqp_url(self, vhost: str = "/") -> str:
         return (f"amqp://{self.broker.username}:{self.broker.password}@{self.broker.host}:{self.broker.amqp_port}/"
@@ -56,7 +60,7 @@ class Cluster:
         for node in self.nodes:
             try:
                 call(node.broker, "GET", "overview")
-            except (OSError, MirrorError):
+            except (OSError, ManagementError, MirrorError):
                 continue
             return node.broker
         raise AssertionError(f"no node of the {self.version} cluster answers")
@@ -66,7 +70,7 @@ class Cluster:
         for node in self.nodes:
             try:
                 running = [n["name"] for n in call(node.broker, "GET", "nodes")[1] if n.get("running")]
-            except (OSError, MirrorError) as error:
+            except (OSError, ManagementError, MirrorError) as error:
                 return f"RabbitMQ {self.version} cluster node {node.name} ({node.broker.management_url}): {error}"
             if len(running) != len(self.nodes):
                 return f"RabbitMQ {self.version} cluster node {node.name} sees only {sorted(running)} running"
@@ -92,7 +96,7 @@ class Cluster:
         for node in self.nodes:
             try:
                 call(node.broker, "GET", "overview")
-            except (OSError, MirrorError):
+            except (OSError, ManagementError, MirrorError):
                 self.start(node.index)
 
     def queues(self, vhost: str) -> list[dict[str, Any]]:
@@ -120,8 +124,10 @@ def configured_clusters(username: str = "guest", password: str = "guest") -> lis
                                 timeout=30).stdout
         nodes = []
         for line in listed.splitlines():
-            index, name, amqp, management, _pid_file = line.split()
+            index, name, amqp, management, _pid_file, amqps, https = line.split()
+            tls = None if amqps == "-" else Broker(f"{version}-n{index}-tls", "127.0.0.1", int(amqps), int(https),
+                                                   username, password, tls=tls_settings())
             nodes.append(Node(int(index), name, Broker(f"{version}-n{index}", "127.0.0.1", int(amqp),
-                                                       int(management), username, password)))
+                                                       int(management), username, password), tls))
         clusters.append(Cluster(version, tuple(nodes)))
     return clusters

@@ -2,7 +2,9 @@
 broker like `pulumi up` (recorded under mocks, applied through tests/support/mirror.py).
 
 Brokers come from RABBITMQ_BROKERS ("name=host:amqp_port:management_port,..."), credentials from
-RABBITMQ_TEST_USERNAME / RABBITMQ_TEST_PASSWORD.
+RABBITMQ_TEST_USERNAME / RABBITMQ_TEST_PASSWORD. Their TLS listeners (scripts/brokers.sh) from
+RABBITMQ_TLS_BROKERS (same form: AMQPS and HTTPS ports), verified with the CA and client certificate scripts/brokers.sh
+made in RABBITMQ_TLS_DIR.
 """
 
 from __future__ import annotations
@@ -12,17 +14,41 @@ import os
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from components.config import load_vhost
 from components.plan import plan_vhost
+from rabbitmq_retry_client.management import ManagementError, TlsSettings
 from tests.conftest import record_vhost
 from tests.support.mirror import BeforeDelete, Broker, MirrorError, apply, apply_update, call, esc
 from tools.lib.engine import Step
 from tools.lib.mockrun import Registered
 
 DEFAULT_BROKERS = "3.10=127.0.0.1:5672:15672,4.3=127.0.0.1:5673:15673"
+DEFAULT_TLS_BROKERS = "3.10=127.0.0.1:5671:15671,4.3=127.0.0.1:5674:15674"
+DEFAULT_TLS_DIR = "/var/lib/rabbitmq-retry/tls"
+TLS_CLIENT_CN = "rabbitmq-retry-tls-client"
+"""The client certificate's common name: the user SASL EXTERNAL logs in as (`ssl_cert_login_from = common_name`)."""
+
+
+def tls_dir() -> Path:
+    return Path(os.environ.get("RABBITMQ_TLS_DIR", DEFAULT_TLS_DIR))
+
+
+def tls_settings() -> TlsSettings:
+    """The test CA and the client certificate of scripts/brokers.sh."""
+    where = tls_dir()
+    return TlsSettings(str(where / "ca.pem"), str(where / "client.pem"), str(where / "client.key"))
+
+
+def configured_tls_brokers() -> list[Broker]:
+    """The TLS listeners of the brokers (RABBITMQ_TLS_BROKERS, default scripts/brokers.sh's), with `tls_settings`."""
+    return [replace(b, name=f"{b.name}-tls", tls=tls_settings())
+            for b in parse_brokers(os.environ.get("RABBITMQ_TLS_BROKERS", DEFAULT_TLS_BROKERS),
+                                   os.environ.get("RABBITMQ_TEST_USERNAME", "guest"),
+                                   os.environ.get("RABBITMQ_TEST_PASSWORD", "guest"))]
 
 
 def parse_brokers(spec: str, username: str, password: str) -> list[Broker]:
@@ -46,7 +72,7 @@ def unreachable(broker: Broker) -> str | None:
     """Why the broker's management API does not answer, or None when it does."""
     try:
         call(broker, "GET", "overview")
-    except (OSError, MirrorError) as error:
+    except (ManagementError, MirrorError) as error:
         return f"RabbitMQ {broker.name} management API at {broker.management_url} does not answer: {error}"
     return None
 

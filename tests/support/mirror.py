@@ -20,17 +20,15 @@ docs/provider.md:
 
 from __future__ import annotations
 
-import base64
 import json
 import re
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
 
 from components.user_limits import UserLimitsProvider
+from rabbitmq_retry_client.management import TLS_SETTINGS, ManagementClient, TlsSettings
 from tools.lib import engine
 from tools.lib.drift import read_policy_value
 from tools.lib.engine import Step, tf_string
@@ -51,10 +49,34 @@ class Broker:
     password: str = "guest"
     binding_keys: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
     """properties_key of each applied binding, by vhost and URN: the part of the binding ID Pulumi's state keeps."""
+    tls: TlsSettings | None = None
+    """Set: the management API is HTTPS (`management_port` is its TLS port) and `amqp_port` is AMQPS, verified
+    with these settings (the provider's `rabbitmq:cacertFile`, `clientcertFile`, `clientkeyFile`)."""
 
     @property
     def management_url(self) -> str:
-        return f"http://{self.host}:{self.management_port}"
+        return f"{'https' if self.tls is not None else 'http'}://{self.host}:{self.management_port}"
+
+    @property
+    def amqp_url(self) -> str:
+        """`amqp(s)://user:password@host:port/` (the default vhost)."""
+        return (f"{'amqps' if self.tls is not None else 'amqp'}://{quote(self.username, safe='')}:"
+                f"{quote(self.password, safe='')}@{self.host}:{self.amqp_port}/%2F")
+
+    def client(self) -> ManagementClient:
+        """The project's management API client for this broker, with its TLS settings."""
+        return ManagementClient(self.management_url, self.username, self.password, self.tls, TIMEOUT_S)
+
+    def provider_config(self) -> dict[str, Any]:
+        """The stack's `rabbitmq:` keys that point the provider (and the project's dynamic provider) here."""
+        config: dict[str, Any] = {"rabbitmq:endpoint": self.management_url, "rabbitmq:username": self.username,
+                                  "rabbitmq:password": self.password}
+        if self.tls is not None:
+            for field_name, setting in TLS_SETTINGS.items():
+                value = getattr(self.tls, field_name)
+                if value:
+                    config[setting.config] = "true" if value is True else value
+        return config
 
 
 def user_limits_provider(broker: Broker) -> UserLimitsProvider:
@@ -65,9 +87,7 @@ def user_limits_provider(broker: Broker) -> UserLimitsProvider:
     from components.config.keys import NAMESPACE
 
     provider = UserLimitsProvider()
-    provider.configure(pulumi.dynamic.ConfigureRequest(pulumi.dynamic.Config({
-        "rabbitmq:endpoint": broker.management_url, "rabbitmq:username": broker.username,
-        "rabbitmq:password": broker.password}, NAMESPACE)))
+    provider.configure(pulumi.dynamic.ConfigureRequest(pulumi.dynamic.Config(broker.provider_config(), NAMESPACE)))
     return provider
 
 
@@ -104,23 +124,10 @@ def esc(segment: str) -> str:
 
 
 def call(broker: Broker, method: str, path: str, body: Any = None) -> tuple[int, Any, dict[str, str]]:
-    """One management API request as rabbit-hole makes it; returns (status, decoded JSON, headers)."""
-    request = urllib.request.Request(f"{broker.management_url}/api/{path}", method=method,
-                                     data=None if body is None else json.dumps(body).encode())
-    token = base64.b64encode(f"{broker.username}:{broker.password}".encode()).decode()
-    request.add_header("Authorization", f"Basic {token}")
-    request.add_header("Connection", "close")
-    if method != "GET":
-        request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            status, raw, headers = response.status, response.read(), dict(response.headers)
-    except urllib.error.HTTPError as error:
-        status, raw, headers = error.code, error.read(), dict(error.headers or {})
-    try:
-        data = json.loads(raw) if raw else None
-    except ValueError:
-        data = raw.decode(errors="replace")
+    """One management API request as rabbit-hole makes it (Basic auth, a JSON body, no keep-alive, over TLS with
+    the CA and client certificate of the provider's settings); returns (status, decoded JSON, headers)."""
+    answer = broker.client().request(method, path, body)
+    status, data, headers = answer.status, answer.data, answer.headers
     if status == 404 and method == "DELETE":
         return status, data, headers
     if status >= 400:

@@ -45,7 +45,7 @@ def schema_text() -> str:
 def _field_hints(typed_dict: type) -> dict[str, Any]:
     hints = {}
     for key, hint in typed_dict.__annotations__.items():
-        if typing.get_origin(hint) in (typing.NotRequired, typing.Required):
+        if typing.get_origin(hint) in {typing.NotRequired, typing.Required}:  # type: ignore[comparison-overlap]
             hint = typing.get_args(hint)[0]
         hints[key] = hint
     return hints
@@ -109,6 +109,10 @@ def cases() -> dict[str, tuple[type, type, str, Callable[[], dict[str, Any]]]]:
                                                           "retain_error_queues": True}),
         "vhost-with-application": (Vhost, VhostArgs, "shop", lambda: {
             "vhost": {**dev, "applications": [APPLICATION]}, "passwords": {"billing-app": secret("s3cret")}}),
+        "vhost-with-policies": (Vhost, VhostArgs, "shop", lambda: {"vhost": {**dev, "policies": [
+            {"name": "reports-ttl", "pattern": "^reports$", "priority": 5, "apply_to": "queues",
+             "definition": {"message-ttl": "60000", "overflow": "reject-publish"}}], "operator_policies": [
+            {"name": "cap", "pattern": ".*", "definition": {"max-length": "100000"}}]}}),
         "standalone-tiers": (RetryableQueue, RetryableQueueArgs, "billing", lambda: {
             "vhost": "payments", "protect_queues": True, "retain_error_queues": True,
             "queue": {"name": "billing", "type": "quorum", "bindings": [{"exchange": "amq.topic", "external": True,

@@ -52,13 +52,15 @@ def _standalone_levels() -> Any:
 
 def _standalone_levels_queue() -> Any:
     from components import DelayLevels, RetryableQueue
+    from components.retryable_queue import RetryableQueuePythonArgs
 
     levels = DelayLevels("payments-levels", {"vhost": "payments", "delay_levels": {"unit": "1s", "max_delay": "1h"}})
-    return RetryableQueue("refunds", {
+    args: RetryableQueuePythonArgs = {
         "vhost": "payments",
         "queue": {"name": "refunds", "retry": {"strategy": "levels", "backoff": {"max": "5m"}, "max_retries": 6}},
         "delay_levels": levels,
-    })
+    }
+    return RetryableQueue("refunds", args)
 
 
 STANDALONE: dict[str, Callable[[], Any]] = {

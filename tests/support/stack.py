@@ -16,6 +16,7 @@ import pytest
 from components import Vhost, naming
 from components.config import load_stack_config
 from components.stack import declare_shovel_user, plan_stack
+from components.vhost import VhostPythonArgs
 from tests.support.deploy import _integers
 from tests.support.mirror import Broker, call, esc
 from tools.lib import engine
@@ -48,9 +49,10 @@ def record_stack(broker: Broker, vhost: str, vhost_config: dict[str, Any]) -> St
         plans = plan_stack(stack)
         access = declare_shovel_user(plans, {naming.SHOVEL_USER: pulumi.Output.secret(SHOVEL_PASSWORD)})
         for name, plan in plans:
-            component = Vhost(name, {"plan": plan, "passwords": {},
-                                     **({"shovel_access": access} if access is not None and plan.shovels else {})})
-            component.retry_contracts.apply(contracts.update)
+            args: VhostPythonArgs = {"plan": plan, "passwords": {}}
+            if access is not None and plan.shovels:
+                args["shovel_access"] = access
+            Vhost(name, args).retry_contracts.apply(contracts.update)
 
     resources = record(program, {"rabbitmq-retry:amqp_port": str(broker.amqp_port)}, reveal_secrets=True)
     return Stack(config, resources, _integers(contracts))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote_plus
@@ -479,13 +479,16 @@ def shovel_port(snapshot: Snapshot) -> int | None:
     return snapshot.amqp_ports[0] if snapshot.amqp_ports else None
 
 
-def stack_file(adoption: Adoption, endpoint: str | None) -> str:
+def stack_file(adoption: Adoption, endpoint: str | None, tls: Mapping[str, Any] | None = None) -> str:
+    """`tls`: the provider's TLS keys the broker was read with (`rabbitmq:cacertFile` …), written beside the endpoint
+    so that `pulumi up` and the tools reach it the same way."""
     vhost = {k: v for k, v in adoption.vhost.items() if v not in ([], None)}
     config: dict[str, Any] = {}
     if endpoint:
         config["rabbitmq:endpoint"] = endpoint
     if vhost.get("migrations") and (port := shovel_port(adoption.snapshot)) is not None:
         config[f"{NAMESPACE}:{AMQP_PORT}"] = port
+    config.update(tls or {})
     config["rabbitmq-retry:vhosts"] = [vhost]
     header = (f"# Written by `make adopt` from {adoption.snapshot.source}. Review it with `make plan`, apply it, then\n"
               f"# remove `import:` (after the first `pulumi up` it changes nothing). See the adoption report.\n")

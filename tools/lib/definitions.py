@@ -7,23 +7,18 @@ carry it, nor message counts.
 
 from __future__ import annotations
 
-import base64
 import json
-import os
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-TIMEOUT_S = 30
+from rabbitmq_retry_client.management import ManagementClient, path_escape
 
 
 class DefinitionsError(Exception):
-    """The vhost cannot be read: unreachable API, refused credentials, a file that is not definitions."""
+    """A file that is not definitions, or an adoption that cannot be made; the live API's failures are the
+    client's `ManagementError`."""
 
 
 @dataclass(frozen=True)
@@ -61,68 +56,10 @@ class Snapshot:
         return int(value) if isinstance(value, (int, float)) else None
 
 
-def escape(segment: str) -> str:
-    """A path segment as the provider escapes it (Go's url.PathEscape)."""
-    return quote(segment, safe="$&+:=@")
-
-
 def binding_id(vhost: str, source: str, destination: str, destination_type: str, properties_key: str) -> str:
     """The provider's binding ID: only the vhost is escaped (`%`, `/`)."""
     escaped = vhost.replace("%", "%25").replace("/", "%2F")
     return f"{escaped}/{source}/{destination}/{destination_type}/{properties_key}"
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    url: str
-    username: str
-    password: str
-
-    @classmethod
-    def from_environment(cls, url: str | None = None, username: str | None = None) -> Endpoint:
-        """`url`, else RABBITMQ_ENDPOINT; the user from RABBITMQ_USERNAME, else `username`; the password from
-        RABBITMQ_PASSWORD (the provider's variables). RabbitMQ's default guest/guest when unset."""
-        endpoint = url or os.environ.get("RABBITMQ_ENDPOINT", "")
-        if not endpoint:
-            raise DefinitionsError("no endpoint: pass ENDPOINT=http://host:15672 (or set RABBITMQ_ENDPOINT)")
-        if urllib.parse.urlsplit(endpoint).scheme not in ("http", "https"):
-            raise DefinitionsError(f"endpoint {endpoint!r} is not an http(s) URL: give the management API's, e.g. "
-                                   "http://127.0.0.1:15672 (not the AMQP port)")
-        return cls(endpoint.rstrip("/"), os.environ.get("RABBITMQ_USERNAME") or username or "guest",
-                   os.environ.get("RABBITMQ_PASSWORD", "guest"))
-
-    def get(self, path: str) -> Any:
-        request = urllib.request.Request(f"{self.url}/api/{path}", method="GET")
-        token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
-        try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-                return json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as error:
-            if error.code == 404:
-                return None
-            if error.code == 401:
-                raise DefinitionsError(f"GET {self.url}/api/{path}: HTTP 401, the management API refused user "
-                                       f"{self.username!r}: check RABBITMQ_USERNAME and RABBITMQ_PASSWORD") from None
-            raise DefinitionsError(f"GET {self.url}/api/{path}: HTTP {error.code} {error.read()[:200]!r}") from None
-        except (OSError, ValueError) as error:
-            raise DefinitionsError(unanswered(self.url, path, error)) from None
-
-
-def unanswered(url: str, path: str, error: BaseException) -> str:
-    """One line for a management API that did not answer, naming the node's endpoint and what to do. On a
-    cluster the endpoint is one node: when that node is down its API refuses connections at once; when a
-    majority of the nodes is down RabbitMQ 4.x keeps a request waiting (30 s) for a quorum that is not there."""
-    reason = getattr(error, "reason", error)
-    if isinstance(reason, ConnectionRefusedError):
-        return (f"the management API at {url} refuses connections (GET /api/{path}): the node behind it is down or "
-                "its management plugin is off; on a cluster, use another node's endpoint (ENDPOINT=http://<node>:"
-                "<management port>) and start this one")
-    if isinstance(reason, TimeoutError):
-        return (f"the management API at {url} did not answer GET /api/{path} within {TIMEOUT_S} s: the node runs but "
-                "cannot serve it; on a cluster, a majority of the nodes is probably down (RabbitMQ 4.x then waits for "
-                "a quorum that is not there): start the stopped nodes")
-    return f"GET {url}/api/{path}: {reason}"
 
 
 def _keep(item: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
@@ -169,10 +106,10 @@ def amqp_ports(overview: Mapping[str, Any]) -> tuple[int, ...]:
                          and isinstance(listener.get("port"), int)}))
 
 
-def read_live(endpoint: Endpoint, vhost: str) -> Snapshot:
+def read_live(endpoint: ManagementClient, vhost: str) -> Snapshot:
     """GET only: overview, then the vhost's queues, exchanges, bindings, policies, operator policies and
     (topic) permissions, and the users' limits."""
-    v = escape(vhost)
+    v = path_escape(vhost)
     overview = endpoint.get("overview") or {}
     version = str(overview.get("rabbitmq_version", ""))
     if endpoint.get(f"vhosts/{v}") is None:

@@ -28,8 +28,9 @@ from components.config.passwords import moves_queues
 from components.naming import vhost_key
 from components.resources import DEFAULT_AMQP_PORT, ShovelAccess
 from components.strategies import strategy_of
+from rabbitmq_retry_client.management import ManagementClient, path_escape
 from tools.lib import drift
-from tools.lib.definitions import Endpoint, Snapshot, amqp_ports, escape, read_live
+from tools.lib.definitions import Snapshot, amqp_ports, read_live
 from tools.lib.mockrun import Registered, record, stack_config
 
 ADMINISTRATOR = "administrator"
@@ -298,7 +299,7 @@ def _tag_problems(config: StackConfig, facts: LiveFacts) -> list[str]:
     return []
 
 
-def read_facts(endpoint: Endpoint, vhosts: Sequence[str]) -> LiveFacts:
+def read_facts(endpoint: ManagementClient, vhosts: Sequence[str]) -> LiveFacts:
     """GET only: overview, nodes, feature flags, whoami, a snapshot of each vhost and its quorum queues' members."""
     overview = endpoint.get("overview") or {}
     nodes = endpoint.get("nodes") or []
@@ -310,7 +311,7 @@ def read_facts(endpoint: Endpoint, vhosts: Sequence[str]) -> LiveFacts:
     snapshots = {v: read_live(endpoint, v) for v in vhosts}
     quorum = tuple(QuorumMembers(v, str(q["name"]), tuple(q.get("members") or ()), tuple(q.get("online") or ()))
                    for v in vhosts if snapshots[v].exists
-                   for q in endpoint.get(f"queues/{escape(v)}") or [] if q.get("type") == "quorum")
+                   for q in endpoint.get(f"queues/{path_escape(v)}") or [] if q.get("type") == "quorum")
     return LiveFacts(str(overview.get("rabbitmq_version", "")), tuple(plugins), flags, str(me.get("name", "")),
                      tuple(t for t in tags if t), snapshots, tuple(_node(n) for n in nodes), quorum,
                      amqp_ports(overview))
@@ -322,9 +323,10 @@ def _node(node: Mapping[str, Any]) -> NodeFacts:
     return NodeFacts(str(node.get("name", "?")), bool(node.get("running")), version)
 
 
-def render(stack: str, endpoint: str, facts: LiveFacts, found: Diagnosis) -> str:
+def render(stack: str, endpoint: str, facts: LiveFacts, found: Diagnosis, tls: str = "") -> str:
+    """`tls`: how the endpoint was reached (`tools.lib.cli.tls_summary`), a line of its own when given."""
     lines = [f"# Doctor: stack `{stack}` against {endpoint}", "",
-             f"- RabbitMQ {facts.version or '(unknown)'}",
+             f"- RabbitMQ {facts.version or '(unknown)'}", *([f"- {tls}"] if tls else []),
              f"- plugins: {', '.join(facts.plugins) or '(none reported)'}",
              f"- feature flags enabled: {sum(s == 'enabled' for s in facts.feature_flags.values())} of "
              f"{len(facts.feature_flags)}" + "".join(f"; {n} {s}" for n, s in sorted(facts.feature_flags.items())

@@ -21,11 +21,8 @@ Read-only (it prints what it would do, with each queue's depth now) unless `appl
 
 from __future__ import annotations
 
-import base64
-import json
 import re
-import urllib.error
-import urllib.request
+import ssl
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,9 +33,10 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
 from components.config.model import Migration, StackConfig
-from rabbitmq_retry_client.connection import quiet_pika, reason
+from rabbitmq_retry_client.connection import amqp_failure, quiet_pika, reason
 from rabbitmq_retry_client.depth import TIMEOUT_S, BrokerAccess, DepthError, DepthReader, QueueDepth
-from tools.lib.definitions import Snapshot, escape
+from rabbitmq_retry_client.management import ManagementError, path_escape
+from tools.lib.definitions import Snapshot
 from tools.lib.drift import binding_label
 
 UNBIND, DELETE_QUEUE, DELETE_EXCHANGE, DELETE_POLICY = "unbind", "delete queue", "delete exchange", "delete policy"
@@ -158,18 +156,17 @@ class Broker:
 
     @contextmanager
     def connect(self) -> Iterator[Broker]:
-        host, port, tls = self.reader.amqp_address()
-        params = pika.ConnectionParameters(
-            host=host, port=port, virtual_host=self.vhost,
-            credentials=pika.PlainCredentials(self.access.username, self.access.password),
-            connection_attempts=1, socket_timeout=TIMEOUT_S, blocked_connection_timeout=TIMEOUT_S,
-            stack_timeout=TIMEOUT_S,
-            ssl_options=pika.SSLOptions(self.access.ssl_context(), host) if tls else None)
+        try:
+            host, port, tls = self.reader.amqp_address()
+            params = self.access.amqp_parameters(host, port, tls, self.vhost, TIMEOUT_S)
+        except DepthError as error:
+            raise RetireError(str(error)) from None
         quiet_pika()
         try:
             self._connection = pika.BlockingConnection(params)
-        except pika.exceptions.AMQPError as error:
-            raise RetireError(f"AMQP at {host}:{port} vhost {self.vhost!r}: {reason(error)}") from None
+        except (pika.exceptions.AMQPError, ssl.SSLError) as error:
+            raise RetireError(amqp_failure(error, host, port, tls)
+                              or f"AMQP at {host}:{port} vhost {self.vhost!r}: {reason(error)}") from None
         try:
             yield self
         finally:
@@ -201,35 +198,26 @@ class Broker:
     def delete_exchange(self, exchange: str) -> tuple[int, str] | None:
         return self._call(lambda ch: ch.exchange_delete(exchange, if_unused=True))
 
-    def _request(self, method: str, path: str) -> Any:
-        url = f"{self.access.management_url.rstrip('/')}/api/{path}"
-        request = urllib.request.Request(url, method=method)
-        token = base64.b64encode(f"{self.access.username}:{self.access.password}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
-        try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S, context=self.access.ssl_context()
-                                        if self.access.tls else None) as response:
-                body = response.read()
-                return json.loads(body) if body else None
-        except OSError as error:
-            if isinstance(error, urllib.error.HTTPError):
-                raise
-            raise RetireError(f"{method} {url}: {error}") from None
-
     def delete_policy(self, policy: str) -> tuple[int, str] | None:
         try:
-            self._request("DELETE", f"policies/{escape(self.vhost)}/{escape(policy)}")
+            answer = self.access.client(TIMEOUT_S).request(
+                "DELETE", f"policies/{path_escape(self.vhost)}/{path_escape(policy)}")
+        except (ManagementError, DepthError) as error:
+            raise RetireError(str(error)) from None
+        if answer.status < 400:
             return None
-        except urllib.error.HTTPError as error:
-            return error.code, str(error.reason)
+        info = answer.data if isinstance(answer.data, dict) else {}
+        return answer.status, str(info.get("reason") or info.get("error") or answer.data or "")
 
     def publish_rate(self, queue: str) -> float:
         """Messages a second published into `queue` in the management API's last sample (0 when it reports none:
         a queue that received nothing since it was declared has no message_stats)."""
         try:
-            info = self._request("GET", f"queues/{escape(self.vhost)}/{escape(queue)}") or {}
-        except urllib.error.HTTPError:
-            return 0.0
+            answer = self.access.client(TIMEOUT_S).request(
+                "GET", f"queues/{path_escape(self.vhost)}/{path_escape(queue)}")
+        except (ManagementError, DepthError) as error:
+            raise RetireError(str(error)) from None
+        info = answer.data if answer.status < 400 and isinstance(answer.data, dict) else {}
         rate = ((info.get("message_stats") or {}).get("publish_details") or {}).get("rate")
         return float(rate) if isinstance(rate, (int, float)) else 0.0
 

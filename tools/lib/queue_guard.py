@@ -28,8 +28,9 @@ from components.guard import (
 )
 from components.paths import at_risk, changed_parts
 from rabbitmq_retry_client.depth import BrokerAccess, DepthError, DepthReader, QueueDepth
+from rabbitmq_retry_client.management import ManagementClient
 from tools.lib import engine, markdown
-from tools.lib.definitions import Endpoint
+from tools.lib.cli import tls_summary
 from tools.lib.doctor import stack_file_value
 from tools.lib.engine import Step
 from tools.lib.mockrun import stack_config
@@ -232,24 +233,25 @@ def guard_section(steps: Sequence[Step], config: Mapping[str, str], read: Reader
     return GuardSection("\n" + "\n".join(out) if out else "", bool(entries))
 
 
-def depth_reader(stack: str, project: Path, endpoint: str | None) -> Reader | None:
-    """What a queue holds on `endpoint` now, read as `review_section` reads it; None offline."""
+def depth_reader(stack: str, project: Path, endpoint: ManagementClient | None) -> Reader | None:
+    """What a queue holds on `endpoint`'s broker now (its user and TLS settings), read as `review_section` reads it;
+    None offline."""
     if endpoint is None:
         return None
     config, _ = stack_config(stack, project)
-    where = Endpoint.from_environment(endpoint, config.get("rabbitmq:username"))
     port, _ = parse_amqp_port(stack_amqp_port(config))
-    return DepthReader(BrokerAccess(where.url, where.username, where.password, port)).read
+    return DepthReader(BrokerAccess.of(endpoint, port)).read
 
 
-def review_section(steps: Sequence[Step], stack: str, project: Path, endpoint: str | None) -> GuardSection:
+def review_section(steps: Sequence[Step], stack: str, project: Path,
+                   endpoint: ManagementClient | None) -> GuardSection:
     """The section for `make review`: the stack's waivers (its stack file in `project`), and with `endpoint` what the
     deleted or replaced queues hold now, read as drift reads (RABBITMQ_USERNAME / RABBITMQ_PASSWORD, else the stack's
     `rabbitmq:username`; `make review` gives the dev stack guest/guest)."""
     config, _ = stack_config(stack, project)
     if endpoint is None:
         return guard_section(steps, config, None)
-    where = Endpoint.from_environment(endpoint, config.get("rabbitmq:username"))
     port, _ = parse_amqp_port(stack_amqp_port(config))
-    reader = DepthReader(BrokerAccess(where.url, where.username, where.password, port))
-    return guard_section(steps, config, reader.read, where.url)
+    reader = DepthReader(BrokerAccess.of(endpoint, port))
+    where = endpoint.url + (f" ({tls_summary(endpoint)})" if endpoint.tls.insecure else "")
+    return guard_section(steps, config, reader.read, where)

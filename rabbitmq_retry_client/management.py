@@ -1,0 +1,396 @@
+"""The one client of RabbitMQ's management API (HTTP or HTTPS) that this project uses: the components' dynamic
+provider (`components/user_limits.py`), the queue guard (`depth.py`) and every tool under `tools/`.
+
+It speaks as pulumi-rabbitmq 3.5.3 does (docs/provider.md §1), so that what a tool reads is what `pulumi up` would
+see: each path segment escaped with Go's `url.PathEscape` (`path_escape`), Basic auth, a JSON body, no keep-alive.
+Unlike the provider it has a timeout (`TIMEOUT_S`) and says what went wrong in one line naming what to fix, in one
+vocabulary of errors (`ManagementError` and its five kinds): the API is unreachable, the login was refused, the
+object is not there, the request was refused, or TLS failed (an unknown CA, a certificate for another host, an
+expired certificate, a missing key file, or a URL scheme that does not match what the port speaks).
+
+TLS settings carry one set of names everywhere (`TLS_SETTINGS`): the provider's stack config keys
+(`rabbitmq:cacertFile`, …) and environment variables (`RABBITMQ_CACERT`, …), and the same words as command flags
+(`--cacert-file`, …). docs/tls.md describes them.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import socket
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+TIMEOUT_S = 30.0
+"""Per request: a management API that has not answered by then is reported unreachable."""
+
+
+def path_escape(segment: str) -> str:
+    """A path segment as the provider escapes it (Go's url.PathEscape): `/`, `%`, `#`, `?` and space escaped, `$ & + :
+    = @` left as they are (docs/provider.md §1)."""
+    return urllib.parse.quote(segment, safe="$&+:=@")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting's names: the stack config key (the provider's), the environment variable, the command flag."""
+
+    config: str
+    env: str
+    flag: str
+
+    def names(self) -> str:
+        """`rabbitmq:cacertFile (RABBITMQ_CACERT, --cacert-file)`: every way to give it, for an error line."""
+        return f"{self.config} ({self.env}, {self.flag})"
+
+
+ENDPOINT = Setting("rabbitmq:endpoint", "RABBITMQ_ENDPOINT", "--endpoint")
+USERNAME = Setting("rabbitmq:username", "RABBITMQ_USERNAME", "--username")
+PASSWORD = Setting("rabbitmq:password", "RABBITMQ_PASSWORD", "--password")
+CACERT = Setting("rabbitmq:cacertFile", "RABBITMQ_CACERT", "--cacert-file")
+CLIENTCERT = Setting("rabbitmq:clientcertFile", "RABBITMQ_CLIENTCERT", "--clientcert-file")
+CLIENTKEY = Setting("rabbitmq:clientkeyFile", "RABBITMQ_CLIENTKEY", "--clientkey-file")
+INSECURE = Setting("rabbitmq:insecure", "RABBITMQ_INSECURE", "--insecure")
+TLS_SETTINGS = {"cacert_file": CACERT, "clientcert_file": CLIENTCERT, "clientkey_file": CLIENTKEY,
+                "insecure": INSECURE}
+"""TlsSettings field → its names. The provider's own (terraform-provider-rabbitmq `cacert_file`, `clientcert_file`,
+`clientkey_file`, `insecure`, with their environment variables), so that a stack configured for the provider
+configures the tools and the guard too."""
+
+
+def truthy(value: Any) -> bool:
+    """`true`/`1`/`yes` (any case) or True: how `insecure` is read from config, environment and flags."""
+    return value is True or str(value).strip().lower() in ("1", "true", "yes")
+
+
+class ConfigSource(Protocol):
+    """Where stack config is read: a dict of `namespace:key` → value, or the engine's `pulumi.dynamic.Config`."""
+
+    def get(self, key: str, /) -> Any: ...
+
+
+class ManagementError(Exception):
+    """A management API request that failed, in one line naming what to fix. `kind` says which of the five."""
+
+    kind = "refused request"
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class UnreachableError(ManagementError):
+    """Nothing answered HTTP at the endpoint: connection refused, timed out, unknown host, or not an HTTP port."""
+
+    kind = "unreachable"
+
+
+class LoginRefusedError(ManagementError):
+    """401: the user or password is wrong (or the user may not use the management API)."""
+
+    kind = "refused login"
+
+
+class NotFoundError(ManagementError):
+    """404: the object (or its vhost) is not there."""
+
+    kind = "not found"
+
+
+class RequestRefusedError(ManagementError):
+    """Any other status from 400 up: the broker refused the request (a 403 for a user without the tag, a 400 …)."""
+
+    kind = "refused request"
+
+
+class TlsError(ManagementError):
+    """TLS failed before HTTP: the broker's certificate is not trusted, not for this host or expired; a CA, client
+    certificate or key file is missing or unreadable; or https:// was given for a plain port (or http:// for a TLS
+    one)."""
+
+    kind = "TLS"
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    """How to speak TLS to a broker (management API and AMQPS alike)."""
+
+    cacert_file: str | None = None
+    """CA bundle (PEM) that signed the broker's certificate; None: the system's trusted CAs."""
+    clientcert_file: str | None = None
+    """Client certificate (PEM) for brokers that ask for one (and for SASL EXTERNAL)."""
+    clientkey_file: str | None = None
+    """Its private key (PEM, unencrypted)."""
+    insecure: bool = False
+    """Skip verifying the broker's certificate (never by default; the review and doctor say when it is on)."""
+
+    @classmethod
+    def from_sources(cls, config: ConfigSource | None = None, env: Mapping[str, str] | None = None,
+                     given: Mapping[str, Any] | None = None) -> TlsSettings:
+        """From `given` (flags, by field), else the environment, else the stack's config (provider keys)."""
+        config, env, given = config or {}, os.environ if env is None else env, given or {}
+
+        def value(field: str) -> Any:
+            setting = TLS_SETTINGS[field]
+            for found in (given.get(field), env.get(setting.env), config.get(setting.config)):
+                if found not in (None, ""):
+                    return found
+            return None
+
+        def path(field: str) -> str | None:
+            found = value(field)
+            return None if found is None else str(found)
+
+        return cls(path("cacert_file"), path("clientcert_file"), path("clientkey_file"), truthy(value("insecure")))
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.cacert_file or self.clientcert_file or self.clientkey_file or self.insecure)
+
+    def context(self) -> ssl.SSLContext:
+        """A client context verifying the broker (unless `insecure`), with the client certificate when given.
+        TlsError naming the setting when a file is missing or unreadable, or a certificate comes without its key."""
+        for field, path in (("cacert_file", self.cacert_file), ("clientcert_file", self.clientcert_file),
+                            ("clientkey_file", self.clientkey_file)):
+            if path is not None and not os.access(path, os.R_OK):
+                why = "does not exist" if not os.path.exists(path) else "cannot be read"
+                raise TlsError(f"{TLS_SETTINGS[field].names()}: {path} {why}: give the path of a readable PEM file")
+        if bool(self.clientcert_file) != bool(self.clientkey_file):
+            have, missing = (CLIENTCERT, CLIENTKEY) if self.clientcert_file else (CLIENTKEY, CLIENTCERT)
+            raise TlsError(f"{have.names()} is set but {missing.names()} is not: a client certificate needs its key")
+        try:
+            context = ssl.create_default_context(cafile=self.cacert_file)
+        except ssl.SSLError as error:
+            raise TlsError(f"{CACERT.names()}: {self.cacert_file} is not a PEM CA certificate ({error.reason}): give "
+                           "the CA that signed the broker's certificate") from None
+        if self.clientcert_file and self.clientkey_file:
+            try:
+                context.load_cert_chain(self.clientcert_file, self.clientkey_file)
+            except ssl.SSLError as error:
+                raise TlsError(f"{CLIENTCERT.names()} and {CLIENTKEY.names()}: {self.clientcert_file} with "
+                               f"{self.clientkey_file} is not a PEM certificate and its unencrypted key "
+                               f"({error.reason or error})") from None
+        if self.insecure:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return context
+
+
+def tls_failure(error: ssl.SSLError, where: str, host: str, plain: str) -> str:
+    """One line for a failed TLS handshake with `where` (`https://h:p` or `h:p`), naming what to fix; `plain` is what
+    to use instead when the port does not speak TLS (`http://` or `amqp://`)."""
+    if isinstance(error, ssl.SSLCertVerificationError):
+        said = error.verify_message or str(error)
+        if error.verify_code == 62 or "hostname" in said.lower() or "IP address mismatch" in said:
+            return (f"TLS: the certificate of {where} is not for {host!r} ({said}): connect by a name the "
+                    f"certificate lists (see its subjectAltName), or fix the broker's certificate")
+        if error.verify_code == 10 or "expired" in said.lower():
+            return f"TLS: the certificate of {where} has expired ({said}): renew the broker's certificate"
+        return (f"TLS: the certificate of {where} is not signed by a CA this client trusts ({said}): set "
+                f"{CACERT.names()} to the CA file that signed it")
+    text = f"{error.reason or ''} {error}".upper()
+    if any(s in text for s in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
+                               "UNEXPECTED_EOF", "HTTP_REQUEST", "EOF OCCURRED")):
+        return (f"TLS: {where} does not speak TLS ({error.reason or error}): use {plain} for this port, or the "
+                "broker's TLS port")
+    if "CERTIFICATE_REQUIRED" in text or "HANDSHAKE_FAILURE" in text:
+        return (f"TLS: {where} refused the handshake ({error.reason or error}): it wants a client certificate it "
+                f"trusts: set {CLIENTCERT.names()} and {CLIENTKEY.names()}")
+    if "UNKNOWN_CA" in text or "BAD_CERTIFICATE" in text:
+        return (f"TLS: {where} does not trust the client certificate ({error.reason or error}): use one signed by a "
+                f"CA the broker trusts in {CLIENTCERT.names()}")
+    return f"TLS: handshake with {where} failed ({error.reason or error}): check {CACERT.names()} and the port"
+
+
+def what_speaks(host: str, port: int, timeout: float) -> str | None:
+    """"amqp" when the port answers an AMQP 0-9-1 header with a method frame (Connection.Start), "tls" when it
+    completes a TLS handshake (not verified: only to name the mistake), None otherwise. Used only after a plain
+    HTTP request got no HTTP answer, to say which port it was."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw:
+            raw.sendall(b"AMQP\x00\x00\x09\x01")
+            if raw.recv(1) == b"\x01":
+                return "amqp"
+    except OSError:
+        pass
+    probe = ssl.create_default_context()
+    probe.check_hostname = False
+    probe.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw, probe.wrap_socket(raw):
+            return "tls"
+    except OSError:
+        return None
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    data: Any
+    """The decoded JSON body, None when empty, the text when not JSON."""
+    headers: dict[str, str]
+
+
+class ManagementClient:
+    """One broker's management API as one user. `request` returns any HTTP answer; `get`, `put`, `post`, `delete`
+    raise the matching ManagementError for a status from 400 up (`get` returns None for 404, `delete` False)."""
+
+    def __init__(self, url: str, username: str, password: str, tls: TlsSettings | None = None,
+                 timeout: float = TIMEOUT_S) -> None:
+        self.url = url.rstrip("/")
+        self.username = username
+        self.password = password
+        self.tls = tls or TlsSettings()
+        self.timeout = timeout
+        parts = urllib.parse.urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise UnreachableError(f"endpoint {url!r} is not an http(s) URL: give the management API's, e.g. "
+                                   "http://127.0.0.1:15672 or https://broker:15671 (not an AMQP URL or port), in "
+                                   f"{ENDPOINT.names()}")
+        self.scheme = parts.scheme
+        self.host = parts.hostname
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self._context: ssl.SSLContext | None = None
+
+    @classmethod
+    def from_settings(cls, endpoint: str | None = None, config: Mapping[str, Any] | None = None,
+                      dev: bool = False, env: Mapping[str, str] | None = None,
+                      tls: Mapping[str, Any] | None = None) -> ManagementClient:
+        """The client a tool uses: `endpoint` (its flag), else RABBITMQ_ENDPOINT, else the stack's
+        rabbitmq:endpoint; the user and password from RABBITMQ_USERNAME / RABBITMQ_PASSWORD, else the stack's
+        `rabbitmq:username` (the password is a secret the tools cannot decrypt); TLS as `TlsSettings.from_sources`.
+        RabbitMQ's guest/guest only for the dev stack (`dev`): elsewhere a missing user or password is an error
+        naming the variable."""
+        env = os.environ if env is None else env
+        config = config or {}
+        url = endpoint or env.get(ENDPOINT.env) or str(config.get(ENDPOINT.config) or "")
+        if not url:
+            raise UnreachableError(f"no management endpoint: pass ENDPOINT=http://host:15672 (or https://host:15671) "
+                                   f"or set {ENDPOINT.names()}")
+        username = env.get(USERNAME.env) or str(config.get(USERNAME.config) or "")
+        password = env.get(PASSWORD.env, "")
+        if dev:
+            username, password = username or "guest", password or "guest"
+        if not username:
+            raise LoginRefusedError(f"no user for {url}: set {USERNAME.env} (or the stack's {USERNAME.config}); "
+                                    "guest/guest is assumed only for the dev stack")
+        if not password:
+            raise LoginRefusedError(f"no password for user {username!r} at {url}: set {PASSWORD.env} (the stack's "
+                                    f"{PASSWORD.config} is a secret the tools do not decrypt)")
+        return cls(url, username, password, TlsSettings.from_sources(config, env, tls))
+
+    # --- transport -----------------------------------------------------------------------------------------------
+
+    def ssl_context(self) -> ssl.SSLContext:
+        if self._context is None:
+            self._context = self.tls.context()
+        return self._context
+
+    def request(self, method: str, path: str, body: Any = None) -> Response:
+        """`method /api/<path>` (path segments already escaped), as the provider sends it; any HTTP status is
+        returned. ManagementError (UnreachableError or TlsError) when no HTTP answer came."""
+        url = f"{self.url}/api/{path}"
+        request = urllib.request.Request(url, method=method, data=None if body is None else json.dumps(body).encode())
+        token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+        request.add_header("Connection", "close")
+        if method != "GET":  # as rabbit-hole does
+            request.add_header("Content-Type", "application/json")
+        context = self.ssl_context() if self.scheme == "https" else None
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout, context=context) as answer:
+                status, raw, headers = answer.status, answer.read(), dict(answer.headers)
+        except urllib.error.HTTPError as error:
+            status, raw, headers = error.code, error.read(), dict(error.headers or {})
+        except (OSError, http.client.HTTPException) as error:
+            raise self._failure(method, path, error) from None
+        try:
+            data = json.loads(raw) if raw else None
+        except ValueError:
+            data = raw.decode(errors="replace")
+        return Response(status, data, headers)
+
+    def _failure(self, method: str, path: str, error: BaseException) -> ManagementError:
+        """The one line for a request that got no HTTP answer."""
+        cause: Any = getattr(error, "reason", error) if isinstance(error, urllib.error.URLError) else error
+        what = f"{method} /api/{path}"
+        if isinstance(cause, ssl.SSLError):
+            return TlsError(tls_failure(cause, self.url, self.host, "http://"))
+        if isinstance(cause, ManagementError):
+            return cause
+        said = str(cause)
+        if isinstance(cause, http.client.BadStatusLine) and "AMQP" in said:
+            return UnreachableError(f"{self.url} is an AMQP port, not the management API: give the management "
+                                    f"port in {ENDPOINT.names()} (15672 by default, 15671 with TLS)")
+        if self.scheme == "http" and (isinstance(cause, (http.client.RemoteDisconnected, http.client.BadStatusLine,
+                                                         ConnectionResetError))):
+            speaks = what_speaks(self.host, self.port, min(self.timeout, 3.0))
+            if speaks == "amqp":
+                return UnreachableError(f"{self.url} is an AMQP port, not the management API: give the management "
+                                        f"port in {ENDPOINT.names()} (15672 by default, 15671 with TLS)")
+            if speaks == "tls":
+                return TlsError(f"{self.url} speaks TLS: use https:// in {ENDPOINT.names()}, with "
+                                        f"{CACERT.names()} naming the CA that signed the broker's certificate")
+            return UnreachableError(f"{self.url} closed the connection without an HTTP answer to {what}: is it the "
+                                    f"management port? Check {ENDPOINT.names()}")
+        if isinstance(cause, ConnectionRefusedError):
+            return UnreachableError(f"the management API at {self.url} refuses connections ({what}): the node behind "
+                                    "it is down or its management plugin is off; on a cluster, use another node's "
+                                    f"endpoint in {ENDPOINT.names()} and start this one")
+        if isinstance(cause, (TimeoutError, socket.timeout)):
+            return UnreachableError(f"the management API at {self.url} did not answer {what} within "
+                                    f"{self.timeout:.0f} s: the node runs but cannot serve it; on a cluster, a "
+                                    "majority of the nodes is probably down (RabbitMQ 4.x then waits for a quorum "
+                                    "that is not there): start the stopped nodes")
+        if isinstance(cause, socket.gaierror):
+            return UnreachableError(f"the management API at {self.url}: unknown host {self.host!r} ({cause}): fix "
+                                    f"{ENDPOINT.names()}")
+        return UnreachableError(f"the management API at {self.url} unreachable ({what}): {cause or type(cause)}")
+
+    def _raise_for(self, method: str, path: str, answer: Response) -> None:
+        if answer.status < 400:
+            return
+        info = answer.data if isinstance(answer.data, dict) else {}
+        said = str(info.get("reason") or info.get("error") or answer.data or "")[:300]
+        where = f"{method} {self.url}/api/{path}"
+        if answer.status == 401:
+            raise LoginRefusedError(f"{where}: HTTP 401, the management API refused user {self.username!r}: check "
+                                    f"{USERNAME.env} and {PASSWORD.env}", 401)
+        if answer.status == 404:
+            raise NotFoundError(f"{where}: HTTP 404, not found{f': {said}' if said else ''}", 404)
+        raise RequestRefusedError(f"{where}: HTTP {answer.status}: {said}", answer.status)
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        """The decoded answer; ManagementError for anything from 400 up."""
+        answer = self.request(method, path, body)
+        self._raise_for(method, path, answer)
+        return answer.data
+
+    def get(self, path: str) -> Any:
+        """JSON of `GET /api/<path>`, None for 404 (the object is not there)."""
+        answer = self.request("GET", path)
+        if answer.status == 404:
+            return None
+        self._raise_for("GET", path, answer)
+        return answer.data
+
+    def put(self, path: str, body: Any) -> Any:
+        return self.call("PUT", path, body)
+
+    def post(self, path: str, body: Any) -> Any:
+        return self.call("POST", path, body)
+
+    def delete(self, path: str) -> bool:
+        """True when deleted, False when it was not there (404, success for the provider too)."""
+        answer = self.request("DELETE", path)
+        if answer.status == 404:
+            return False
+        self._raise_for("DELETE", path, answer)
+        return True
