@@ -677,3 +677,33 @@ def test_a_boolean_is_refused_and_a_name_may_be_true():
         ("vhosts[0].policies[0].definition.max-length", "expected a string or an integer, got True")]
     (policy,) = load_stack_config(with_policy({"dead-letter-exchange": "true"})).vhosts[0].policies
     assert policy.definition == {"dead-letter-exchange": "true"}
+
+
+def test_a_queue_s_arguments_are_kept_as_written_and_each_mistake_is_one_line_naming_the_argument() -> None:
+    """`queues[].arguments` (what `make adopt` writes for a queue it keeps): sent as they are, in place of the derived
+    ones; a value RabbitMQ would refuse is refused before anything reaches a broker."""
+    from components.config import load_vhost
+    from components.plan import plan_vhost
+
+    kept = {"name": "jobs.retry", "type": "classic", "arguments": {"x-message-ttl": 60000, "x-dead-letter-exchange": "",
+                                                                   "x-dead-letter-routing-key": "jobs"}}
+    plan = plan_vhost(load_vhost(vhost_config(queues=[kept]), "vhosts[0]"), "vhosts[0]")
+    assert [dict(q.arguments) for q in plan.queues] == [kept["arguments"]]
+
+    def problems(**entry: Any) -> list[tuple[str, str]]:
+        return config_problems({"vhosts": [vhost_config(queues=[{"name": "q", "type": "classic", **entry}])]})
+
+    assert problems(arguments={"x-message-ttl": "60000"}) == [
+        ("vhosts[0].queues[0].arguments.x-message-ttl",
+         "'60000': RabbitMQ takes x-message-ttl only as a non-negative integer, e.g. 60000")]
+    assert problems(arguments={"x-overflow": "drop"})[0][0] == "vhosts[0].queues[0].arguments.x-overflow"
+    assert problems(arguments={"message-ttl": 5})[0] == (
+        "vhosts[0].queues[0].arguments.message-ttl", "a queue argument's name starts with x- (e.g. x-message-ttl)")
+    assert problems(arguments={"x-queue-type": "quorum"})[0][0] == "vhosts[0].queues[0].arguments.x-queue-type"
+    assert config_problems({"vhosts": [vhost_config(queues=[{"name": "q", "type": "quorum", "arguments": {}}])]})[0] \
+        == ("vhosts[0].queues[0].arguments.x-queue-type",
+            "missing: a quorum queue always holds x-queue-type: quorum; add it")
+    assert ("vhosts[0].queues[0].single_active_consumer" in
+            {path for path, _ in problems(arguments={}, single_active_consumer=True)})
+    assert ("vhosts[0].queues[0].arguments" in
+            {path for path, _ in problems(arguments={}, retry={"delays": ["1s"]})})
