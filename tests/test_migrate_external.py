@@ -155,7 +155,8 @@ def test_migrate_status_sends_an_external_retire_to_make_migrate_retire():
 
 def test_migrate_status_prints_a_stopped_shovel_s_reason_and_what_to_check():
     """RabbitMQ reports a shovel that stopped as `terminated` with a `reason` (rabbit_shovel_status: `{terminated,
-    Reason}` → `reason`); one that cannot connect stays `starting` (seen on 3.10.8 with a wrong port or vhost)."""
+    Reason}` → `reason`); one that cannot connect stays `starting` (seen on 3.10.8 with a wrong port or vhost) unless
+    its reconnect-delay is 0: then 4.3.6 reports it terminated, "failed to connect to source" (seen live)."""
     from rabbitmq_retry_client.depth import QueueDepth
     from tools.lib.migrate_status import next_step, shovel_state
     from tools.lib.review.migrations import MigrationInfo
@@ -165,6 +166,9 @@ def test_migrate_status_prints_a_stopped_shovel_s_reason_and_what_to_check():
     assert shovel_state(stopped) == ('terminated: {shutdown, {server_initiated_close,530, <<"NOT_ALLOWED - vhost '
                                      'shop not found">>}}')
     assert shovel_state({"name": "s", "state": "running"}) == "running"
+    # As 4.3.6 reported a shovel with reconnect-delay 0 whose source port nothing listens on (seen live).
+    assert shovel_state({"name": "s", "state": "terminated", "reason": '"failed to connect to source"'}) == \
+        "terminated: failed to connect to source"
     move = MigrationInfo("shop", "adopt-mailer", "move", "move", "vhosts[0].migrations[0]", "mailer", "mailer.v2",
                          (), ("mailer",), False, None, external=True)
     held = QueueDepth("shop", "mailer", 3, 0, 0, 0, "classic")

@@ -105,7 +105,10 @@ def shovel_state(shovel: Mapping[str, Any]) -> str:
     state = str(shovel.get("state", "unknown"))
     reason = shovel.get("reason")
     if state == "terminated" and reason:
-        return f"terminated: {' '.join(str(reason).split())}"
+        text = " ".join(str(reason).split())
+        if len(text) > 1 and text[0] == text[-1] == '"':  # 4.3.6 quotes a plain reason: "failed to connect …"
+            text = text[1:-1]
+        return f"terminated: {text}"
     return state
 
 
