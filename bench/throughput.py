@@ -108,7 +108,7 @@ def plain_contract(vhost: str, queue_type: str) -> dict[str, Any]:
     """A tiers contract for a plain queue: the client only consumes and acks (its handler never fails)."""
     return {"vhost": vhost, "queue": QUEUE, "queue_type": queue_type, "retry_exchange": "unused",
             "reject_routes_to": "unused", "tiers": [{"routing_key": "unused", "queue": "unused", "delay_ms": 1}],
-            "max_retries": 0, "delivery_limit": None, "attempt_header": "retry-count",
+            "max_retries": 1, "delivery_limit": None, "attempt_header": "retry-count",
             "error_exchange": "unused", "error_queue": "unused"}
 
 

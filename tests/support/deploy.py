@@ -44,11 +44,15 @@ def tls_settings() -> TlsSettings:
 
 
 def configured_tls_brokers() -> list[Broker]:
-    """The TLS listeners of the brokers (RABBITMQ_TLS_BROKERS, default scripts/brokers.sh's), with `tls_settings`."""
+    """The TLS listeners of the brokers (RABBITMQ_TLS_BROKERS, default scripts/brokers.sh's), with `tls_settings`;
+    by default only those of the brokers this run tests (RABBITMQ_BROKERS: scripts/test.sh runs one pytest per
+    broker, and each tests its own broker's TLS listeners)."""
+    explicit = os.environ.get("RABBITMQ_TLS_BROKERS")
+    tested = {b.name for b in configured_brokers()}
     return [replace(b, name=f"{b.name}-tls", tls=tls_settings())
-            for b in parse_brokers(os.environ.get("RABBITMQ_TLS_BROKERS", DEFAULT_TLS_BROKERS),
-                                   os.environ.get("RABBITMQ_TEST_USERNAME", "guest"),
-                                   os.environ.get("RABBITMQ_TEST_PASSWORD", "guest"))]
+            for b in parse_brokers(explicit or DEFAULT_TLS_BROKERS, os.environ.get("RABBITMQ_TEST_USERNAME", "guest"),
+                                   os.environ.get("RABBITMQ_TEST_PASSWORD", "guest"))
+            if explicit or b.name in tested]
 
 
 def parse_brokers(spec: str, username: str, password: str) -> list[Broker]:
