@@ -360,9 +360,9 @@ def measure(broker: Broker, version: Sequence[int], messages: int, rounds: int,
                         sample = run(broker, target, messages)
                         (pair.ours if side == "ours" else pair.hand).append(sample)
                     pair.loads.append(load_average())
+                    unit = "deliveries" if pair.row == PLAIN else "retries"
                     progress(f"floor {queue_type} round {number}/{rounds} {pair.row}: ours {pair.ours[-1].rate:,.0f}"
-                             f", hand-wired {pair.hand[-1].rate:,.0f} {'deliveries' if pair.row == PLAIN else 'retries'}"
-                             f"/s (load {pair.loads[-1]})")
+                             f", hand-wired {pair.hand[-1].rate:,.0f} {unit}/s (load {pair.loads[-1]})")
             pairs += rows
     return pairs
 
