@@ -72,8 +72,8 @@ class _Worker:
     """The thread that runs the handler, one delivery at a time, for as long as the consumer lives: starting a
     thread per delivery cost more than a fast handler. Deliveries go in and outcomes (None or the handler's
     exception) come back through two `queue.SimpleQueue`s, whose waits are C-level: with an Event per delivery a
-    sampling profiler found 16 % of the client's time in its waits, and the queues made plain consume 12–19 %
-    faster. `retire()` lets it finish its current handler and exit."""
+    sampling profiler found a sizeable share of the client's time in its waits, and the queues made plain consume
+    faster (bench/README.md). `retire()` lets it finish its current handler and exit."""
 
     def __init__(self, handler: Handler) -> None:
         self._handler = handler
@@ -353,7 +353,10 @@ class RetryingConsumer:
             return
         error = self._call_handler(body, properties)
         if error is None:
-            channel.basic_ack(method.delivery_tag)
+            # Queued, not sent: the consumer's next wait for a delivery sends it with whatever else is queued
+            # (`BlockingChannel.basic_ack` runs an I/O pass per ack, which cost more client CPU than the rest of a
+            # plain delivery). Cancelling or closing sends it first: frames leave in order.
+            channel._impl.basic_ack(method.delivery_tag)
             self.processed += 1
             return
         reason = h.truncate(f"{type(error).__name__}: {error}")
@@ -406,7 +409,7 @@ class RetryingConsumer:
         so_far = h.rejected_attempts(headers, self.queue)
         if so_far < self.contract["max_retries"]:
             # The queue's dead-letter arguments send it to tier 1; the broker records the attempt in x-death.
-            channel.basic_reject(method.delivery_tag, requeue=False)
+            channel._impl.basic_reject(method.delivery_tag, requeue=False)  # queued, as an ack (`_handle`)
             self.retried += 1
             LOG.info("reject %s: attempt %d failed, broker retries after %d ms (%s)", properties.message_id,
                      so_far + 1, self.contract["tiers"][0]["delay_ms"], reason[:200])
@@ -422,7 +425,7 @@ class RetryingConsumer:
         the reason; a consumer that dies on it leaves the parking to the broker (reason `delivery_limit`)."""
         attempt = self._attempt(properties.headers or {})
         if attempt <= self.contract["max_retries"]:
-            channel.basic_reject(method.delivery_tag, requeue=True)
+            channel._impl.basic_reject(method.delivery_tag, requeue=True)  # queued, as an ack (`_handle`)
             self.retried += 1
             delay = min(self.contract["min_delay_ms"] * attempt, self.contract["max_delay_ms"])
             LOG.info("reject %s: attempt %d/%d failed, broker retries after %d ms (%s)", properties.message_id,
