@@ -3,7 +3,8 @@
     .venv/bin/python -m bench [--quick] [--brokers 3.10 4.3] [--parts p1 p2 p3] [--out DIR]
 
 - P1 delay accuracy (bench/accuracy.py): lateness per strategy and delay, seed 003's anchor beside ours;
-- P2 retry throughput (bench/throughput.py): deliveries/s through the retry loop against plain consume;
+- P2 retry throughput (bench/throughput.py): deliveries/s through the retry loop against plain consume, then
+  against the same broker mechanism wired by hand (bench/floor.py; `--parts floor` runs only that);
 - P3 plan cost (bench/plan_cost.py, broker-free): program under mocks, SDK floor, check_vhost, make plan and
   make review at 100 and 1,000 retryable queues;
 - levels-encoding (bench/levels_encoding.py, only when named in --parts): the broker's CPU and copies/s per
@@ -106,9 +107,10 @@ def broker_file(broker: Broker, context: report.Context, out: Path, plan: accura
         for queue_type in QUEUE_TYPES:
             runs += throughput.measure_rounds(broker, version, queue_type, p2_messages, rounds=p2_rounds,
                                               progress=lambda line: progress(f"{name} {line}"))
-        pairs = floor.measure(broker, version, floor_messages, floor_rounds, lambda line: progress(f"{name} {line}"))
         loops = peers.retry_loops(broker, 50 if context.quick else peers.MESSAGES, min(p2_rounds, 2),
                                   lambda line: progress(f"{name} {line}"), defaults=not context.quick)
+    if {"p2", "floor"} & set(parts):
+        pairs = floor.measure(broker, version, floor_messages, floor_rounds, lambda line: progress(f"{name} {line}"))
     # After P2, so that neither a dramatiq worker's 10,000 held messages nor the cluster's work after its own P1
     # shares the cores with P2's throughput figures.
     with tempfile.TemporaryDirectory() as tmp:
@@ -184,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", default=os.environ.get("BENCH_QUICK", "") not in ("", "0"),
                         help="CI smoke: fewer messages, shorter delays, smaller stacks (default: BENCH_QUICK)")
     parser.add_argument("--brokers", nargs="+", help="names from RABBITMQ_BROKERS (default: all)")
-    parser.add_argument("--parts", nargs="+", choices=("p1", "p2", "p3", "levels-encoding"),
+    parser.add_argument("--parts", nargs="+", choices=("p1", "p2", "p3", "floor", "levels-encoding"),
                         default=["p1", "p2", "p3"])
     parser.add_argument("--out", type=Path, help="directory for results (default bench/results, quick: …/quick)")
     args = parser.parse_args(argv)
@@ -206,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     written: list[Path] = []
     chosen = [b for b in configured_brokers() if not args.brokers or b.name in args.brokers]
     for broker in chosen:
-        if {"p1", "p2"} & set(args.parts):
+        if {"p1", "p2", "floor"} & set(args.parts):
             # dramatiq's memory is the client's, not the broker's: measured once, beside the last broker's P2.
             held = () if broker is not chosen[-1] else (200,) if args.quick else (1000, 10000)
             path = broker_file(broker, context, out, plan, p2_messages, args.parts, progress,

@@ -43,13 +43,23 @@ from pika.spec import Basic, BasicProperties
 from bench.strategies import EXCHANGE, NATIVE, QUEUE, TIERS, Strategy, vhost_config
 from bench.throughput import _cpu_seconds, _Handler, broker_pid, client_core, plain_contract
 from rabbitmq_retry_client import RetryingConsumer
+from rabbitmq_retry_client.consumer import _Worker
+from rabbitmq_retry_client.headers import (
+    FIRST_FAILURE_AT,
+    ORIGINAL_EXCHANGE,
+    ORIGINAL_ROUTING_KEY,
+    copy_properties,
+    utc_iso,
+    without_broker_headers,
+)
 from tests.support.amqp import parameters
 from tests.support.deploy import Deployer, throwaway_vhost
 from tests.support.mirror import Broker
 from tests.support.retrying import publish_ids, run_consumers
 
-MESSAGES = 4000
-"""Messages per run of `make bench` (each fails once: 4,000 retries, 8,000 deliveries)."""
+MESSAGES = 2000
+"""Messages per run of `make bench` (each fails once: 2,000 retries, 4,000 deliveries): a run lasts about a second,
+long enough to pair, short enough for 4 rounds of every row on both brokers in `make bench`."""
 QUICK_MESSAGES = 300
 ROUNDS = 4
 PREFETCH = 250
@@ -67,6 +77,13 @@ BROKER_CPU_TARGET = 1.1
 PLAIN = "plain"
 REJECT, REPUBLISH = "tiers (reject)", "tiers (republish)"
 ROWS = (REJECT, REPUBLISH, NATIVE.name, PLAIN)
+THREAD = "plain + handler thread"
+HEADERS = "republish + our headers"
+PARTS = (THREAD, HEADERS)
+"""What a difference between ours and the floor buys, measured alone, each as the hand-wired loop with only that
+added (the `ours` side of its Pair) against the bare hand-wired loop: our handler thread (heartbeats and
+`handler_timeout` during a long handler) on plain consume; the headers our republished copy carries (its attempt
+and origin) with `mandatory` set (an unroutable copy comes back instead of vanishing). Information, no target."""
 
 
 def load_average() -> str:
@@ -141,6 +158,10 @@ class Pair:
     def verdict(self) -> tuple[bool, str]:
         """(met, why) against the targets: rate ≥ 0.9 ×, and for retries broker CPU ≤ 1.1 ×."""
         rate = self.rate_ratio or 0.0
+        if self.row in PARTS:
+            broker = self.broker_ratio
+            return True, (f"information: {rate:.2f} × the bare loop's rate, "
+                          + ("broker CPU not local" if broker is None else f"{broker:.2f} × its broker CPU"))
         if self.row == PLAIN:
             return rate >= RATE_TARGET, f"{rate:.2f} × bare pika's deliveries/s (target ≥ {RATE_TARGET})"
         broker = self.broker_ratio
@@ -148,6 +169,11 @@ class Pair:
         cpu = "broker CPU not local" if broker is None else f"{broker:.2f} × its broker CPU per retry"
         return met, (f"{rate:.2f} × the hand-wired retries/s (target ≥ {RATE_TARGET}), {cpu} "
                      f"(target ≤ {BROKER_CPU_TARGET})")
+
+
+KINDS = ("reject", "republish", "native", "plain", "plain-thread", "republish-headers")
+PART_KINDS = {THREAD: "plain-thread", HEADERS: "republish-headers"}
+"""The hand-wired kind that measures each of PARTS."""
 
 
 class HandWired:
@@ -158,8 +184,8 @@ class HandWired:
 
     def __init__(self, broker: Broker, vhost: str, queue: str, kind: str, messages: int, prefetch: int = PREFETCH,
                  retry_to: tuple[str, str] = ("", "")) -> None:
-        if kind not in ("reject", "republish", "native", "plain"):
-            raise ValueError(f"kind must be reject, republish, native or plain, got {kind!r}")
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
         self.broker, self.vhost, self.queue, self.kind = broker, vhost, queue, kind
         self.messages, self.prefetch, self.retry_to = messages, prefetch, retry_to
         self.deliveries: dict[str, int] = {}
@@ -171,6 +197,7 @@ class HandWired:
         self._channel: Channel | None = None
         self._connection: pika.SelectConnection | None = None
         self._error: BaseException | None = None
+        self._worker = _Worker(lambda body, properties: None) if kind == "plain-thread" else None
 
     def run(self, timeout: float = TIMEOUT_S) -> None:
         self._connection = pika.SelectConnection(
@@ -195,7 +222,7 @@ class HandWired:
 
     def _qos_set(self, _: Method) -> None:
         assert self._channel is not None
-        if self.kind == "republish":
+        if self.kind.startswith("republish"):
             self._channel.confirm_delivery(ack_nack_callback=self._confirmed, callback=self._consume)
         else:
             self._consume(None)
@@ -209,7 +236,10 @@ class HandWired:
         self.first = self.first or self.last
         message_id = str(properties.message_id)
         seen = self.deliveries[message_id] = self.deliveries.get(message_id, 0) + 1
-        if seen > 1 or self.kind == "plain":
+        if self._worker is not None:  # our consumer's hand-off to its handler thread, and back
+            self._worker.submit(body, properties)
+            self._worker.outcome(TIMEOUT_S)
+        if seen > 1 or self.kind.startswith("plain"):
             channel.basic_ack(method.delivery_tag)
             self.acked += 1
             self._finish()
@@ -221,7 +251,12 @@ class HandWired:
             channel.basic_reject(method.delivery_tag, requeue=True)
         else:
             exchange, routing_key = self.retry_to
-            channel.basic_publish(exchange, routing_key, body, properties)
+            if self.kind == "republish-headers":  # what our consumer's copy carries (consumer._fail_republish)
+                properties = copy_properties(properties, {
+                    **without_broker_headers(properties.headers), ORIGINAL_EXCHANGE: method.exchange,
+                    ORIGINAL_ROUTING_KEY: method.routing_key, FIRST_FAILURE_AT: utc_iso(), "retry-count": 1})
+            channel.basic_publish(exchange, routing_key, body, properties,
+                                  mandatory=self.kind == "republish-headers")
             self._published += 1
             self._waiting[self._published] = method.delivery_tag
 
@@ -279,24 +314,28 @@ def _deploy(stack: ExitStack, broker: Broker, queue_type: str, strategy: Strateg
 
 
 def prepare(stack: ExitStack, broker: Broker, version: Sequence[int], queue_type: str) -> list[Target]:
-    """Every row of ROWS for `queue_type`; both `tiers` modes share one deployment (the mode is the client's)."""
+    """Every row of ROWS and PARTS for `queue_type`; both `tiers` modes share one deployment (the mode is the
+    client's), as do plain consume and the handler thread's part."""
     vhost, contract = _deploy(stack, broker, queue_type, TIERS)
     targets = [Target(REJECT, vhost, contract), Target(REPUBLISH, vhost, contract)]
     if why := NATIVE.unsupported(version, queue_type):
         targets.append(Target(NATIVE.name, skipped=why))
     else:
         targets.append(Target(NATIVE.name, *_deploy(stack, broker, queue_type, NATIVE)))
-    targets.append(Target(PLAIN, *_deploy(stack, broker, queue_type, None)))
-    return targets
+    plain = Target(PLAIN, *_deploy(stack, broker, queue_type, None))
+    return [*targets, plain, Target(THREAD, plain.vhost, plain.contract), Target(HEADERS, vhost, contract)]
 
 
 def _published(row: str, messages: int) -> int:
     """Plain consume gets twice the messages: as many deliveries as a retry run's."""
-    return 2 * messages if row == PLAIN else messages
+    return 2 * messages if row in (PLAIN, THREAD) else messages
 
 
 def run_ours(broker: Broker, target: Target, messages: int, prefetch: int = PREFETCH) -> Sample:
-    """One run of `RetryingConsumer` on the target (handler in its worker thread, as in P2)."""
+    """One run of `RetryingConsumer` on the target (handler in its worker thread, as in P2); for a row of PARTS,
+    the hand-wired loop with only that part added."""
+    if target.row in PARTS:
+        return run_hand(broker, target, messages, prefetch, PART_KINDS[target.row])
     assert target.contract is not None
     count = _published(target.row, messages)
     failures = 0 if target.row == PLAIN else 1
@@ -319,18 +358,27 @@ def run_ours(broker: Broker, target: Target, messages: int, prefetch: int = PREF
 def hand_wired(broker: Broker, target: Target, messages: int, prefetch: int = PREFETCH) -> HandWired:
     """The hand-wired consumer of the target's queue (not run yet), retrying where the contract's tier 1 is."""
     assert target.contract is not None
-    kind = {REJECT: "reject", REPUBLISH: "republish", NATIVE.name: "native", PLAIN: "plain"}[target.row]
+    kind = {REJECT: "reject", REPUBLISH: "republish", NATIVE.name: "native", PLAIN: "plain", THREAD: "plain",
+            HEADERS: "republish"}[target.row]
+    return loop_of(broker, target, kind, messages, prefetch)
+
+
+def loop_of(broker: Broker, target: Target, kind: str, messages: int, prefetch: int) -> HandWired:
+    """A hand-wired loop of `kind` (KINDS) on the target's queue, retrying where its contract's tier 1 is."""
+    assert target.contract is not None
     retry_to = ((target.contract["retry_exchange"], target.contract["tiers"][0]["routing_key"])
-                if kind == "republish" else ("", ""))
+                if kind.startswith("republish") else ("", ""))
     return HandWired(broker, target.vhost, target.contract["queue"], kind, _published(target.row, messages),
                      prefetch, retry_to)
 
 
-def run_hand(broker: Broker, target: Target, messages: int, prefetch: int = PREFETCH) -> Sample:
-    """One run of the hand-wired loop on the target, measured as `run_ours` is."""
+def run_hand(broker: Broker, target: Target, messages: int, prefetch: int = PREFETCH,
+             kind: str | None = None) -> Sample:
+    """One run of the hand-wired loop on the target (or of its `kind`), measured as `run_ours` is."""
     count = _published(target.row, messages)
     publish_ids(broker, target.vhost, EXCHANGE, [f"f{i:05d}" for i in range(count)])
-    loop = hand_wired(broker, target, messages, prefetch)
+    loop = hand_wired(broker, target, messages, prefetch) if kind is None else loop_of(broker, target, kind, messages,
+                                                                                        prefetch)
     pid = broker_pid(broker)
     broker_before = _cpu_seconds(pid) if pid else 0.0
     client_before = time.process_time()
@@ -391,12 +439,13 @@ def section(pairs: Sequence[Pair], messages: int, rounds: int) -> list[str]:
         if p.skipped:
             continue
         met, _ = p.verdict()
+        shown = "information" if p.row in PARTS else "yes" if met else "**no**"
         broker = p.broker_ratio
         out.append(f"| {p.queue_type} | `{p.row}` | {p.median('ours', lambda s: s.rate):,.0f} | "
                    f"{p.median('hand', lambda s: s.rate):,.0f} | {p.rate_ratio or 0:.2f} | "
                    f"{p.median('ours', lambda s: s.broker_us):,.0f} | {p.median('hand', lambda s: s.broker_us):,.0f} "
                    f"| {'' if broker is None else f'{broker:.2f}'} | {p.median('ours', lambda s: s.client_us):,.1f} | "
-                   f"{p.median('hand', lambda s: s.client_us):,.1f} | {'yes' if met else '**no**'} |")
+                   f"{p.median('hand', lambda s: s.client_us):,.1f} | {shown} |")
     out += ["", "Per round (ours ÷ hand-wired /s; broker CPU ÷; load average 1, 5, 15 min after the pair):", ""]
     for p in pairs:
         if p.skipped:
@@ -406,9 +455,14 @@ def section(pairs: Sequence[Pair], messages: int, rounds: int) -> list[str]:
             f"{o.rate:,.0f} ÷ {h.rate:,.0f} = {o.rate / h.rate if h.rate else 0:.2f}, broker "
             f"{o.broker_us:,.0f} ÷ {h.broker_us:,.0f} µs (load {load})"
             for o, h, load in zip(p.ours, p.hand, p.loads, strict=True)) + ".")
-    out += ["", "Targets:", ""]
+    out += ["", "What a difference costs alone: in the rows "
+            + " and ".join(f"`{row}`" for row in PARTS) + ", the `ours` columns are the hand-wired loop with only "
+            "that added: our consumer's hand-off of each delivery to its handler thread and back (which keeps the "
+            "connection's heartbeats going and `handler_timeout` working while a handler runs long), and the "
+            "headers our republished copy carries (its attempt and origin) with `mandatory` set (an unroutable copy "
+            "comes back, and its original is requeued, instead of vanishing).", "", "Targets:", ""]
     for p in pairs:
-        if not p.skipped:
+        if not p.skipped and p.row not in PARTS:
             met, why = p.verdict()
             out.append(f"- {p.queue_type} `{p.row}`: {why}: {'met' if met else '**not met**'}.")
     return [*out, ""]

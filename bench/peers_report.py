@@ -14,7 +14,7 @@ from matplotlib.patches import Patch
 
 from bench.accuracy import Outcome
 from bench.cluster import ClusterP1
-from bench.floor import Pair
+from bench.floor import PARTS, Pair
 from bench.peers import (
     DRAMATIQ_THREADS,
     HOLD_DELAY_MS,
@@ -207,7 +207,7 @@ def targets_section(outcomes: Sequence[Outcome], runs: Sequence[Run], loops: Loo
                                                     in ratios)
                        + (" (at least 0.5)" if (low[2] or 0.0) >= 0.5 else f" (below 0.5: {low[0]} {low[1]})"))
     for pair in pairs:
-        if not pair.skipped:
+        if not pair.skipped and pair.row not in PARTS:
             met, why = pair.verdict()
             out.append(f"- `{pair.row}` against its hand-wired loop, {pair.queue_type} queues: {why}: "
                        f"{'met' if met else '**not met**'}.")

@@ -36,7 +36,7 @@ def test_p1_and_p2_on_tiny_inputs_write_the_broker_s_results_file(broker: Broker
     assert "## P2: retry throughput" in text and "## P2 against the broker's floor" in text
     floor_rows = table_rows(text, "## P2 against the broker's floor")
     assert {(r[0], r[1]) for r in floor_rows} == {
-        (t, f"`{row}`") for t in QUEUE_TYPES for row in floor.ROWS
+        (t, f"`{row}`") for t in QUEUE_TYPES for row in (*floor.ROWS, *floor.PARTS)
         if row != "native" or (t == "quorum" and version(broker) >= (4, 3, 1))}
     assert "## P1 over 1 round(s): our worst p99 against each peer's worst" in text
     for plot in ("p1", "p2"):
@@ -103,8 +103,8 @@ def test_p1_on_the_4_3_cluster_runs_our_strategies_on_replicated_quorum_queues_o
 
 
 def test_the_hand_wired_loops_lose_nothing_and_retry_each_failing_message_once(broker: Broker) -> None:
-    """Every row's hand-wired loop on the program's topology, each queue type: every message delivered twice (once
-    for plain), every first delivery retried, and nothing left in any queue of the vhost."""
+    """Every row's hand-wired loop (and each part's variant) on the program's topology, each queue type: every
+    message delivered twice (once for plain), every first delivery retried, nothing left in any queue."""
     with ExitStack() as stack:
         for queue_type in QUEUE_TYPES:
             for target in floor.prepare(stack, broker, version(broker), queue_type):
@@ -113,14 +113,14 @@ def test_the_hand_wired_loops_lose_nothing_and_retry_each_failing_message_once(b
                     continue
                 assert target.contract is not None
                 messages = 12
-                count = 2 * messages if target.row == floor.PLAIN else messages
-                ids = [f"f{i:05d}" for i in range(count)]
+                plain = target.row in (floor.PLAIN, floor.THREAD)
+                ids = [f"f{i:05d}" for i in range(2 * messages if plain else messages)]
                 retrying.publish_ids(broker, target.vhost, "in", ids)
-                loop = floor.hand_wired(broker, target, messages, prefetch=5)
+                loop = (floor.loop_of(broker, target, floor.PART_KINDS[target.row], messages, prefetch=5)
+                        if target.row in floor.PARTS else floor.hand_wired(broker, target, messages, prefetch=5))
                 loop.run(timeout=60)
-                expected = 1 if target.row == floor.PLAIN else 2
-                assert loop.deliveries == dict.fromkeys(ids, expected), (queue_type, target.row)
-                assert loop.retries == (0 if target.row == floor.PLAIN else messages)
-                tiers = [] if target.row == floor.PLAIN else target.contract.get("tiers") or []
+                assert loop.deliveries == dict.fromkeys(ids, 1 if plain else 2), (queue_type, target.row)
+                assert loop.retries == (0 if plain else messages)
+                tiers = [] if plain else target.contract.get("tiers") or []
                 queues = [target.contract["queue"], *(t["queue"] for t in tiers)]
                 assert set(message_counts(broker, target.vhost, queues).values()) == {0}, (queue_type, target.row)
