@@ -104,7 +104,8 @@ class Sample:
 
     @property
     def rate(self) -> float:
-        """Retries per second; deliveries per second for plain consume (no retries)."""
+        """Retries per second; deliveries per second for plain consume (no retries, and a Pair's ratio of these
+        rates is the ratio of deliveries per second anyway: both sides deliver as often)."""
         count = self.retries or self.deliveries
         return count / self.seconds if self.seconds else 0.0
 
@@ -408,7 +409,7 @@ def measure(broker: Broker, version: Sequence[int], messages: int, rounds: int,
                         sample = run(broker, target, messages)
                         (pair.ours if side == "ours" else pair.hand).append(sample)
                     pair.loads.append(load_average())
-                    unit = "deliveries" if pair.row == PLAIN else "retries"
+                    unit = "deliveries" if pair.row in (PLAIN, THREAD) else "retries"
                     progress(f"floor {queue_type} round {number}/{rounds} {pair.row}: ours {pair.ours[-1].rate:,.0f}"
                              f", hand-wired {pair.hand[-1].rate:,.0f} {unit}/s (load {pair.loads[-1]})")
             pairs += rows
