@@ -148,7 +148,8 @@ def broker_file(broker: Broker, context: report.Context, out: Path, plan: accura
     text += peers_report.targets_section(outcomes, runs, loops, pairs)
     if "p1" in parts:
         text += peers_report.p1_rounds_section(rounds)
-    text += [f"P3 (plan cost, broker-free) is in [{context.date}-plan-cost.md]({context.date}-plan-cost.md).", ""]
+    if "p3" in parts:
+        text += [f"P3 (plan cost, broker-free) is in [{context.date}-plan-cost.md]({context.date}-plan-cost.md).", ""]
     path = out / f"{stem}.md"
     path.write_text("\n".join(text))
     progress(f"wrote {path}")
