@@ -25,6 +25,7 @@ a confirm, nack with requeue otherwise), with at most `max_in_flight` copies una
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import queue
@@ -105,6 +106,21 @@ class _Worker:
                 # handler never finished, and letting it end the thread would leave the consumer waiting forever.
                 outcome = error
             self._outcomes.put(outcome)
+
+
+Delivery = tuple[Basic.Deliver, BasicProperties, bytes]
+
+
+def _buffered(channel: BlockingChannel) -> Delivery | None:
+    """The next delivery pika already received for the channel's consumer, taken without any I/O, or None when
+    there is none (or a cancellation is next: the consume loop sees it). The buffer is pika 1.x's own
+    (`BlockingChannel.consume` yields from it); a pika without it leaves every delivery to the consume loop."""
+    generator = getattr(channel, "_queue_consumer_generator", None)
+    pending = generator.pending_events if generator is not None else None
+    if not pending or not hasattr(pending[0], "properties"):
+        return None
+    event = pending.popleft()
+    return event.method, event.properties, event.body
 
 
 DEFAULT_PREFETCH = 250
@@ -276,8 +292,8 @@ class RetryingConsumer:
                     for method, properties, body in channel.consume(self.queue, inactivity_timeout=poll):
                         self._settle()
                         if method is not None:
-                            self._handle(channel, method, properties, body)
-                            handled += 1
+                            room = None if max_messages is None else max_messages - handled
+                            handled += self._handle_buffered(channel, (method, properties, body), room)
                             last_activity = time.monotonic()
                         if done() or (idle_timeout is not None and time.monotonic() - last_activity >= idle_timeout):
                             break
@@ -321,6 +337,12 @@ class RetryingConsumer:
         if self._worker is None:
             self._worker = _Worker(self.handler)
         self._worker.submit(body, properties)
+        return self._await_outcome(self.handler_timeout)
+
+    def _await_outcome(self, timeout: float | None) -> BaseException | None:
+        """The outcome of the oldest delivery given to the worker and not answered yet, servicing the connection
+        meanwhile; DeadlineExceededError (and a new worker for the next delivery) after `timeout` seconds."""
+        assert self._worker is not None
         started = time.monotonic()
         wait = 0.02
         while True:
@@ -330,15 +352,53 @@ class RetryingConsumer:
             if self._connection is not None:
                 self._connection.process_data_events(time_limit=0)  # heartbeats during a long handler
                 self._settle()  # and confirms of earlier copies
-            if self.handler_timeout is not None and time.monotonic() - started >= self.handler_timeout:
+            if timeout is not None and time.monotonic() - started >= timeout:
                 self.timed_out += 1
                 self._worker.retire()  # it finishes the abandoned handler, then exits; the next delivery gets a new one
                 self._worker = None
-                return DeadlineExceededError(f"handler still running after its deadline of {self.handler_timeout:g} s")
+                return DeadlineExceededError(f"handler still running after its deadline of {timeout:g} s")
             wait = 0.05
 
-    def _handle(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
-                body: bytes) -> None:
+    def _handle_buffered(self, channel: BlockingChannel, first: Delivery, room: int | None) -> int:
+        """Handle `first` and the deliveries that already arrived behind it (up to `room`), returning how many.
+
+        Without `handler_timeout`, their handlers run back to back in the worker thread: each is given to it
+        as soon as it is taken from what pika holds (no I/O, so no wait), and their outcomes are settled in
+        order once the last one is given. Handing deliveries over one at a time costs two thread switches
+        each, the largest part of the consumer's own CPU per delivery (bench/README.md, "Against the broker's
+        floor"); a batch costs about two in all. With `handler_timeout`, each delivery is handed over alone
+        and timed alone."""
+        if self.handler_timeout is not None:
+            self._handle(channel, *first)
+            return 1
+        if self._worker is None:
+            self._worker = _Worker(self.handler)
+        given: collections.deque[Delivery] = collections.deque()
+        taken = 0
+        try:
+            delivery: Delivery | None = first
+            while delivery is not None:
+                taken += 1
+                if self._before_handler(channel, *delivery):
+                    self._worker.submit(delivery[2], delivery[1])
+                    given.append(delivery)
+                more = (room is None or taken < room) and not self._stopping.is_set()
+                delivery = _buffered(channel) if more else None
+            while given:
+                method, properties, body = given.popleft()
+                self._after_handler(channel, method, properties, body, self._await_outcome(None))
+        finally:
+            if given and self._worker is not None:
+                # Leaving on an error with outcomes still owed: that worker finishes what it was given and exits,
+                # and the next delivery gets a new one, so no outcome can be taken for another delivery's. Their
+                # deliveries stay unsettled: the broker requeues them (at least once, as after a crash).
+                self._worker.retire()
+                self._worker = None
+        return taken
+
+    def _before_handler(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
+                        body: bytes) -> bool:
+        """False when the delivery was parked before its handler (its delivery count reached the limit)."""
         headers = properties.headers or {}
         limit = self.contract.get("delivery_limit")
         deliveries = h.counter(headers.get("x-delivery-count"))
@@ -350,8 +410,18 @@ class RetryingConsumer:
             self._park(channel, method, properties, body, f"x-delivery-count {deliveries} reached the "
                        f"delivery limit {limit}", attempts=deliveries, exchange=exchange, routing_key=routing_key,
                        first_failure_at=h.utc_iso())
-            return
-        error = self._call_handler(body, properties)
+            return False
+        return True
+
+    def _handle(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
+                body: bytes) -> None:
+        """One delivery, its handler run and timed alone."""
+        if self._before_handler(channel, method, properties, body):
+            self._after_handler(channel, method, properties, body, self._call_handler(body, properties))
+
+    def _after_handler(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
+                       body: bytes, error: BaseException | None) -> None:
+        """Settle a delivery by its handler's outcome: ack it, or retry or park it."""
         if error is None:
             # Queued, not sent: the consumer's next wait for a delivery sends it with whatever else is queued
             # (`BlockingChannel.basic_ack` runs an I/O pass per ack, which cost more client CPU than the rest of a
