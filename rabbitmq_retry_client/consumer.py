@@ -65,6 +65,11 @@ class PermanentError(Exception):
     message is parked at once, with `permanent: true`. Any other exception is transient and retried."""
 
 
+class NotRunError(Exception):
+    """Its handler was never started: the consumer was stopping (`stop()`) when its turn came. The delivery goes
+    back to the queue, unhandled, as a prefetched one does."""
+
+
 class DeadlineExceededError(Exception):
     """The handler was still running at `handler_timeout`: the attempt counts as a transient failure."""
 
@@ -76,8 +81,9 @@ class _Worker:
     sampling profiler found a sizeable share of the client's time in its waits, and the queues made plain consume
     faster (bench/README.md). `retire()` lets it finish its current handler and exit."""
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, stopping: threading.Event | None = None) -> None:
         self._handler = handler
+        self._stopping = stopping
         self._jobs: queue.SimpleQueue[tuple[bytes, BasicProperties] | None] = queue.SimpleQueue()
         self._outcomes: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
         threading.Thread(target=self._serve, name="rabbitmq-retry-handler", daemon=True).start()
@@ -99,6 +105,10 @@ class _Worker:
     def _serve(self) -> None:
         while (job := self._jobs.get()) is not None:
             outcome: BaseException | None = None
+            if self._stopping is not None and self._stopping.is_set():
+                # The consumer is stopping: a delivery given ahead with others is not started (`NotRunError`).
+                self._outcomes.put(NotRunError("the consumer was stopping"))
+                continue
             try:
                 self._handler(*job)
             except BaseException as error:  # any failure of the handler is a failed attempt
@@ -252,7 +262,8 @@ class RetryingConsumer:
     def stop(self) -> None:
         """Ask `run` to return, from any thread or a signal handler: the delivery being handled is finished
         and settled first, and every copy in flight answered and its original settled; prefetched ones not yet
-        handled go back to the queue (nack, requeue)."""
+        handled (also those already given to the handler thread behind it, not started) go back to the queue
+        (nack, requeue)."""
         self._stopping.set()
 
     def close(self) -> None:
@@ -335,7 +346,7 @@ class RetryingConsumer:
         """Run the handler in the worker thread while this one keeps the connection serviced; its exception,
         DeadlineExceededError at `handler_timeout`, or None on success."""
         if self._worker is None:
-            self._worker = _Worker(self.handler)
+            self._worker = _Worker(self.handler, self._stopping)
         self._worker.submit(body, properties)
         return self._await_outcome(self.handler_timeout)
 
@@ -369,12 +380,11 @@ class RetryingConsumer:
         floor"); a batch costs about two in all. With `handler_timeout`, each delivery is handed over alone
         and timed alone."""
         if self.handler_timeout is not None:
-            self._handle(channel, *first)
-            return 1
+            return self._handle(channel, *first)
         if self._worker is None:
-            self._worker = _Worker(self.handler)
+            self._worker = _Worker(self.handler, self._stopping)
         given: collections.deque[Delivery] = collections.deque()
-        taken = 0
+        taken = skipped = 0
         try:
             delivery: Delivery | None = first
             while delivery is not None:
@@ -386,7 +396,9 @@ class RetryingConsumer:
                 delivery = _buffered(channel) if more else None
             while given:
                 method, properties, body = given.popleft()
-                self._after_handler(channel, method, properties, body, self._await_outcome(None))
+                outcome = self._await_outcome(None)
+                skipped += isinstance(outcome, NotRunError)
+                self._after_handler(channel, method, properties, body, outcome)
         finally:
             if given and self._worker is not None:
                 # Leaving on an error with outcomes still owed: that worker finishes what it was given and exits,
@@ -394,7 +406,7 @@ class RetryingConsumer:
                 # deliveries stay unsettled: the broker requeues them (at least once, as after a crash).
                 self._worker.retire()
                 self._worker = None
-        return taken
+        return taken - skipped
 
     def _before_handler(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
                         body: bytes) -> bool:
@@ -414,14 +426,21 @@ class RetryingConsumer:
         return True
 
     def _handle(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
-                body: bytes) -> None:
-        """One delivery, its handler run and timed alone."""
-        if self._before_handler(channel, method, properties, body):
-            self._after_handler(channel, method, properties, body, self._call_handler(body, properties))
+                body: bytes) -> int:
+        """One delivery, its handler run and timed alone; 0 when its handler never ran (stopping), else 1."""
+        if not self._before_handler(channel, method, properties, body):
+            return 1
+        outcome = self._call_handler(body, properties)
+        self._after_handler(channel, method, properties, body, outcome)
+        return 0 if isinstance(outcome, NotRunError) else 1
 
     def _after_handler(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
                        body: bytes, error: BaseException | None) -> None:
-        """Settle a delivery by its handler's outcome: ack it, or retry or park it."""
+        """Settle a delivery by its handler's outcome: ack it, or retry or park it; one whose handler never ran
+        (`NotRunError`: stopping) goes back to the queue."""
+        if isinstance(error, NotRunError):
+            channel._impl.basic_nack(method.delivery_tag, requeue=True)
+            return
         if error is None:
             # Queued, not sent: the consumer's next wait for a delivery sends it with whatever else is queued
             # (`BlockingChannel.basic_ack` runs an I/O pass per ack, which cost more client CPU than the rest of a

@@ -1555,8 +1555,9 @@ def test_deliveries_already_received_run_back_to_back_in_the_worker_and_are_sett
     consuming = _buffered_channel(channel.calls, 7, 8, 9)
     assert consumer._handle_buffered(consuming, first, 2) == 2  # type: ignore[arg-type]
     assert [e.method.delivery_tag for e in consuming._queue_consumer_generator.pending_events] == [8, 9]  # type: ignore[attr-defined]
-    consumer.stop()
-    assert consumer._handle_buffered(consuming, first, None) == 1  # type: ignore[arg-type]
+    consumer.stop()  # stopping: not even the delivery in hand is started; it goes back to the queue
+    assert consumer._handle_buffered(consuming, first, None) == 0  # type: ignore[arg-type]
+    assert channel.calls[-1] == ("nack", 2, True)
     assert len(consuming._queue_consumer_generator.pending_events) == 2  # type: ignore[attr-defined]
 
 
@@ -1596,3 +1597,20 @@ def test_with_a_handler_timeout_each_delivery_is_handed_over_and_timed_alone() -
     assert consumer._handle_buffered(consuming, first, None) == 1  # type: ignore[arg-type]
     assert channel.calls == [("ack", 2)]
     assert len(consuming._queue_consumer_generator.pending_events) == 2  # type: ignore[attr-defined]
+
+
+def test_a_stop_during_a_batch_finishes_the_handler_running_and_requeues_the_deliveries_not_started() -> None:
+    seen: list[str] = []
+    channel = RecordingChannel()
+
+    def handler(body: bytes, properties: BasicProperties) -> None:
+        seen.append(str(properties.message_id))
+        consumer.stop()  # as from another thread or a signal, while this handler runs
+
+    consumer = _consumer(contract(), handler, channel)
+    consuming = _buffered_channel(channel.calls, 3, 4)
+    first = (_method(2), BasicProperties(message_id="m-2"), b"m-2")
+    assert consumer._handle_buffered(consuming, first, None) == 1  # type: ignore[arg-type]
+    assert seen == ["m-2"]
+    assert channel.calls == [("ack", 2), ("nack", 3, True), ("nack", 4, True)]
+    assert consumer.processed == 1
