@@ -86,6 +86,15 @@ added (the `ours` side of its Pair) against the bare hand-wired loop: our handle
 and origin) with `mandatory` set (an unroutable copy comes back instead of vanishing). Information, no target."""
 
 
+def shown(ratio: float, bound: float) -> str:
+    """Two decimals, or as many more as it takes not to round across `bound` (0.8998 would read as a met 0.90)."""
+    for digits in (2, 3, 4):
+        text = f"{ratio:.{digits}f}"
+        if (float(text) >= bound) == (ratio >= bound) and (float(text) <= bound) == (ratio <= bound):
+            return text
+    return f"{ratio:.5f}"
+
+
 def load_average() -> str:
     """The 1, 5 and 15 minute load averages, as /proc/loadavg has them."""
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
@@ -164,11 +173,13 @@ class Pair:
             return True, (f"information: {rate:.2f} × the bare loop's rate, "
                           + ("broker CPU not local" if broker is None else f"{broker:.2f} × its broker CPU"))
         if self.row == PLAIN:
-            return rate >= RATE_TARGET, f"{rate:.2f} × bare pika's deliveries/s (target ≥ {RATE_TARGET})"
+            return rate >= RATE_TARGET, (f"{shown(rate, RATE_TARGET)} × bare pika's deliveries/s "
+                                         f"(target ≥ {RATE_TARGET})")
         broker = self.broker_ratio
         met = rate >= RATE_TARGET and (broker is None or broker <= BROKER_CPU_TARGET)
-        cpu = "broker CPU not local" if broker is None else f"{broker:.2f} × its broker CPU per retry"
-        return met, (f"{rate:.2f} × the hand-wired retries/s (target ≥ {RATE_TARGET}), {cpu} "
+        cpu = ("broker CPU not local" if broker is None
+               else f"{shown(broker, BROKER_CPU_TARGET)} × its broker CPU per retry")
+        return met, (f"{shown(rate, RATE_TARGET)} × the hand-wired retries/s (target ≥ {RATE_TARGET}), {cpu} "
                      f"(target ≤ {BROKER_CPU_TARGET})")
 
 
@@ -440,13 +451,14 @@ def section(pairs: Sequence[Pair], messages: int, rounds: int) -> list[str]:
         if p.skipped:
             continue
         met, _ = p.verdict()
-        shown = "information" if p.row in PARTS else "yes" if met else "**no**"
+        judged = "information" if p.row in PARTS else "yes" if met else "**no**"
         broker = p.broker_ratio
+        cpu = "" if broker is None else shown(broker, BROKER_CPU_TARGET)
         out.append(f"| {p.queue_type} | `{p.row}` | {p.median('ours', lambda s: s.rate):,.0f} | "
-                   f"{p.median('hand', lambda s: s.rate):,.0f} | {p.rate_ratio or 0:.2f} | "
+                   f"{p.median('hand', lambda s: s.rate):,.0f} | {shown(p.rate_ratio or 0.0, RATE_TARGET)} | "
                    f"{p.median('ours', lambda s: s.broker_us):,.0f} | {p.median('hand', lambda s: s.broker_us):,.0f} "
-                   f"| {'' if broker is None else f'{broker:.2f}'} | {p.median('ours', lambda s: s.client_us):,.1f} | "
-                   f"{p.median('hand', lambda s: s.client_us):,.1f} | {shown} |")
+                   f"| {cpu} | {p.median('ours', lambda s: s.client_us):,.1f} | "
+                   f"{p.median('hand', lambda s: s.client_us):,.1f} | {judged} |")
     out += ["", "Per round (ours ÷ hand-wired /s; broker CPU ÷; load average 1, 5, 15 min after the pair):", ""]
     for p in pairs:
         if p.skipped:

@@ -64,3 +64,8 @@ def test_p1_is_judged_over_every_round_within_max_2_ms_or_10_percent_of_each_pee
     assert "ours 10.5 ms is above it by 2.5 ms, tolerance 2.0 ms: **not met**." in text
     big = [[_outcome(TIERS, "quorum", 108.0), _outcome(KOMBU, "quorum", 100.0)]]
     assert "tolerance 10.0 ms: met." in "\n".join(peers_report.p1_rounds_section(big)), "10 % above 20 ms"
+
+
+def test_a_ratio_is_never_rounded_across_its_bound() -> None:
+    assert [floor.shown(x, 0.9) for x in (0.8998, 0.8949, 0.95, 0.9)] == ["0.8998", "0.89", "0.95", "0.90"]
+    assert floor.shown(1.1004, 1.1) == "1.1004" and floor.shown(1.2, 1.1) == "1.20"
