@@ -3,7 +3,8 @@
     .venv/bin/python -m bench [--quick] [--brokers 3.10 4.3] [--parts p1 p2 p3] [--out DIR]
 
 - P1 delay accuracy (bench/accuracy.py): lateness per strategy and delay, seed 003's anchor beside ours;
-- P2 retry throughput (bench/throughput.py): deliveries/s through the retry loop against plain consume;
+- P2 retry throughput (bench/throughput.py): deliveries/s through the retry loop against plain consume, then
+  against the same broker mechanism wired by hand (bench/floor.py; `--parts floor` runs only that);
 - P3 plan cost (bench/plan_cost.py, broker-free): program under mocks, SDK floor, check_vhost, make plan and
   make review at 100 and 1,000 retryable queues;
 - levels-encoding (bench/levels_encoding.py, only when named in --parts): the broker's CPU and copies/s per
@@ -26,8 +27,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import accuracy, cluster, levels_encoding, peers, peers_report, plan_cost, report, throughput
-from bench.strategies import P1_STRATEGIES, Strategy
+from bench import accuracy, cluster, floor, levels_encoding, peers, peers_report, plan_cost, report, throughput
+from bench.strategies import KOMBU, P1_STRATEGIES, SEED_003, Strategy
 from tests.support.admin import parse_version
 from tests.support.deploy import configured_brokers, unreachable
 from tests.support.mirror import Broker, call
@@ -36,6 +37,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 P1_QUEUE_TYPE = "quorum"
 """The default queue type, the only one `native` runs on, and the anchor's: P1's tables name other types."""
 QUEUE_TYPES = ("classic", "quorum")
+P1_ROUNDS = 3
+"""Rounds of P1 for ours and kombu in `make bench` (the anchor and dramatiq run in the first only: the anchor's p99
+is seconds, dramatiq's its worker_timeout, neither a few ms from ours): a few ms of the broker's own TTL expiry
+flip a single round's verdict, so our worst p99 is judged over the rounds (`peers_report.p1_rounds_section`)."""
 
 
 def p1_runs() -> list[tuple[Strategy, str]]:
@@ -60,7 +65,8 @@ class Progress:
 
 def broker_file(broker: Broker, context: report.Context, out: Path, plan: accuracy.Delays, p2_messages: int,
                 parts: Sequence[str], progress: Progress, p2_rounds: int = throughput.ROUNDS,
-                held: Sequence[int] = ()) -> Path | None:
+                held: Sequence[int] = (), p1_rounds: int = 1, floor_messages: int = floor.QUICK_MESSAGES,
+                floor_rounds: int = 1) -> Path | None:
     """P1 and P2 on one broker, each with the peers beside ours (P1 also on the cluster of the broker's version when
     there is one), and dramatiq holding `held` messages; the results file and its plots. None when the broker does
     not answer."""
@@ -73,6 +79,8 @@ def broker_file(broker: Broker, context: report.Context, out: Path, plan: accura
     stem = f"{context.date}-{name}"
     started = time.monotonic()
     outcomes: list[accuracy.Outcome] = []
+    rounds: list[list[accuracy.Outcome]] = [outcomes]
+    """P1's outcomes per round: the first (every strategy and peer), then ours and kombu again."""
     on_cluster: cluster.ClusterP1 | None = None
     if "p1" in parts:
         for strategy, queue_type in p1_runs():
@@ -85,14 +93,24 @@ def broker_file(broker: Broker, context: report.Context, out: Path, plan: accura
                 progress(f"{name} P1 {strategy.name} ({queue_type}): p99 " + ", ".join(
                     f"{s.delay_ms} ms {s.percentile(99):.1f}" for s in outcome.stats) + f" ({outcome.seconds:.0f} s)")
         outcomes += peers.p1(broker, version, plan, lambda line: progress(f"{name} {line}"))
+        for number in range(2, p1_rounds + 1):
+            again = [accuracy.measure(broker, version, strategy, queue_type, plan) for strategy, queue_type in p1_runs()
+                     if strategy is not SEED_003]
+            again += peers.p1(broker, version, plan, lambda line: progress(f"{name} {line}"), peers=(KOMBU,))
+            progress(f"{name} P1 round {number}/{p1_rounds}: our worst p99 "
+                     f"{max(s.percentile(99) for o in again if o.strategy.ours for s in o.stats):.1f} ms")
+            rounds.append(again)
     runs: list[throughput.Run] = []
     loops: peers.Loops | None = None
+    pairs: list[floor.Pair] = []
     if "p2" in parts:
         for queue_type in QUEUE_TYPES:
             runs += throughput.measure_rounds(broker, version, queue_type, p2_messages, rounds=p2_rounds,
                                               progress=lambda line: progress(f"{name} {line}"))
         loops = peers.retry_loops(broker, 50 if context.quick else peers.MESSAGES, min(p2_rounds, 2),
                                   lambda line: progress(f"{name} {line}"), defaults=not context.quick)
+    if {"p2", "floor"} & set(parts):
+        pairs = floor.measure(broker, version, floor_messages, floor_rounds, lambda line: progress(f"{name} {line}"))
     # After P2, so that neither a dramatiq worker's 10,000 held messages nor the cluster's work after its own P1
     # shares the cores with P2's throughput figures.
     with tempfile.TemporaryDirectory() as tmp:
@@ -118,6 +136,8 @@ def broker_file(broker: Broker, context: report.Context, out: Path, plan: accura
                        f"{throughput.FAILURES} failures each; plain {throughput.plain_messages(p2_messages)} messages",
                        out / f"{stem}-p2.png")
         text += report.p2_section(runs, p2_messages, p2_rounds, f"{stem}-p2.png")
+    if pairs:
+        text += floor.section(pairs, floor_messages, floor_rounds)
     if loops:
         peers_report.p2_peers_plot(loops, f"P2 beside the peers, RabbitMQ {overview['rabbitmq_version']}: "
                                    f"{loops.messages} messages, {throughput.FAILURES} retries of 1 s each",
@@ -125,8 +145,11 @@ def broker_file(broker: Broker, context: report.Context, out: Path, plan: accura
         text += peers_report.p2_peers_section(loops, f"{stem}-p2-peers.png")
     if holdings:
         text += peers_report.holding_section(holdings)
-    text += peers_report.targets_section(outcomes, runs, loops)
-    text += [f"P3 (plan cost, broker-free) is in [{context.date}-plan-cost.md]({context.date}-plan-cost.md).", ""]
+    text += peers_report.targets_section(outcomes, runs, loops, pairs)
+    if "p1" in parts:
+        text += peers_report.p1_rounds_section(rounds)
+    if "p3" in parts:
+        text += [f"P3 (plan cost, broker-free) is in [{context.date}-plan-cost.md]({context.date}-plan-cost.md).", ""]
     path = out / f"{stem}.md"
     path.write_text("\n".join(text))
     progress(f"wrote {path}")
@@ -164,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", default=os.environ.get("BENCH_QUICK", "") not in ("", "0"),
                         help="CI smoke: fewer messages, shorter delays, smaller stacks (default: BENCH_QUICK)")
     parser.add_argument("--brokers", nargs="+", help="names from RABBITMQ_BROKERS (default: all)")
-    parser.add_argument("--parts", nargs="+", choices=("p1", "p2", "p3", "levels-encoding"),
+    parser.add_argument("--parts", nargs="+", choices=("p1", "p2", "p3", "floor", "levels-encoding"),
                         default=["p1", "p2", "p3"])
     parser.add_argument("--out", type=Path, help="directory for results (default bench/results, quick: …/quick)")
     args = parser.parse_args(argv)
@@ -186,11 +209,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     written: list[Path] = []
     chosen = [b for b in configured_brokers() if not args.brokers or b.name in args.brokers]
     for broker in chosen:
-        if {"p1", "p2"} & set(args.parts):
+        if {"p1", "p2", "floor"} & set(args.parts):
             # dramatiq's memory is the client's, not the broker's: measured once, beside the last broker's P2.
             held = () if broker is not chosen[-1] else (200,) if args.quick else (1000, 10000)
             path = broker_file(broker, context, out, plan, p2_messages, args.parts, progress,
-                               1 if args.quick else throughput.ROUNDS, held)
+                               1 if args.quick else throughput.ROUNDS, held, 1 if args.quick else P1_ROUNDS,
+                               floor.QUICK_MESSAGES if args.quick else floor.MESSAGES,
+                               1 if args.quick else floor.ROUNDS)
             written += [path] if path else []
     if "p3" in args.parts:
         written.append(plan_cost_file(context, out, sizes, progress))

@@ -165,13 +165,17 @@ def dramatiq_p1(broker: Broker, strategy: Strategy, timeout_ms: int, plan: Delay
     return Outcome(strategy, "classic", stats_of(strategy.name, samples), seconds=time.monotonic() - start)
 
 
-def p1(broker: Broker, version: Sequence[int], plan: Delays, progress: Callable[[str], None]) -> list[Outcome]:
-    """P1 of every peer on this broker, in P1_PEERS' order, with the whole-second delays of `plan`."""
+def p1(broker: Broker, version: Sequence[int], plan: Delays, progress: Callable[[str], None],
+       peers: Sequence[Strategy] | None = None) -> list[Outcome]:
+    """P1 of every peer on this broker (or of `peers` only), in P1_PEERS' order, with the whole-second delays of
+    `plan`."""
     from bench import accuracy
 
     whole = whole_seconds(plan)
     outcomes = []
     for strategy, queue_type in P1_PEERS:
+        if peers is not None and strategy not in peers:
+            continue
         progress(f"P1 {strategy.name} ({queue_type}, {whole.messages} messages) …")
         if strategy is KOMBU:
             outcome = accuracy.measure(broker, version, strategy, queue_type, whole)

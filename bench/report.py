@@ -234,15 +234,17 @@ def p2_section(runs: Sequence[Run], messages: int, rounds: int, plot: str) -> li
            "every row once, plain first; deliveries/s is the median round's, ÷ plain the median of each round's "
            "rate ÷ that round's plain rate. The client's threads run on one core (`throughput.client_core`), the "
            "broker's on every core. CPU µs per delivery: the client process and the broker's OS process, median "
-           "round. Target: at least half of plain consume.", "",
+           "round. At least half of plain consume was the target until issue 37; it stays as information: a quorum "
+           "retry costs the broker far more than a plain delivery, so the targets are against the same mechanism wired "
+           "by hand (the next section).", "",
            "| prefetch | queue type | strategy | deliveries | deliveries/s | ÷ plain | client CPU µs | broker CPU µs "
-           "| met |",
+           "| ≥ 0.5 |",
            "|---:|---|---|---:|---:|---:|---:|---:|---|"]
     for r in runs:
         if r.skipped:
             continue
         ratio = r.ratio
-        met = "" if ratio is None else ("yes" if ratio >= THROUGHPUT_TARGET else "**no**")
+        met = "" if ratio is None else ("yes" if ratio >= THROUGHPUT_TARGET else "no")
         shown = "" if ratio is None else ratio_text(ratio)
         out.append(f"| {r.prefetch} | {r.queue_type} | `{r.row}` | {r.deliveries:,} | {r.rate:,.0f} | "
                    f"{shown} | {r.client_us:,.0f} | "

@@ -25,6 +25,7 @@ a confirm, nack with requeue otherwise), with at most `max_in_flight` copies una
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import queue
@@ -65,6 +66,11 @@ class PermanentError(Exception):
     message is parked at once, with `permanent: true`. Any other exception is transient and retried."""
 
 
+class NotRunError(Exception):
+    """Its handler was never started: the consumer was stopping (`stop()`) when its turn came. The delivery goes
+    back to the queue, unhandled, as a prefetched one does."""
+
+
 class DeadlineExceededError(Exception):
     """The handler was still running at `handler_timeout`: the attempt counts as a transient failure."""
 
@@ -73,11 +79,12 @@ class _Worker:
     """The thread that runs the handler, one delivery at a time, for as long as the consumer lives: starting a
     thread per delivery cost more than a fast handler. Deliveries go in and outcomes (None or the handler's
     exception) come back through two `queue.SimpleQueue`s, whose waits are C-level: with an Event per delivery a
-    sampling profiler found 16 % of the client's time in its waits, and the queues made plain consume 12–19 %
-    faster. `retire()` lets it finish its current handler and exit."""
+    sampling profiler found a sizeable share of the client's time in its waits, and the queues made plain consume
+    faster (bench/README.md). `retire()` lets it finish its current handler and exit."""
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, stopping: threading.Event | None = None) -> None:
         self._handler = handler
+        self._stopping = stopping
         self._jobs: queue.SimpleQueue[tuple[bytes, BasicProperties] | None] = queue.SimpleQueue()
         self._outcomes: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
         threading.Thread(target=self._serve, name="rabbitmq-retry-handler", daemon=True).start()
@@ -99,6 +106,10 @@ class _Worker:
     def _serve(self) -> None:
         while (job := self._jobs.get()) is not None:
             outcome: BaseException | None = None
+            if self._stopping is not None and self._stopping.is_set():
+                # The consumer is stopping: a delivery given ahead with others is not started (`NotRunError`).
+                self._outcomes.put(NotRunError("the consumer was stopping"))
+                continue
             try:
                 self._handler(*job)
             except BaseException as error:  # any failure of the handler is a failed attempt
@@ -106,6 +117,21 @@ class _Worker:
                 # handler never finished, and letting it end the thread would leave the consumer waiting forever.
                 outcome = error
             self._outcomes.put(outcome)
+
+
+Delivery = tuple[Basic.Deliver, BasicProperties, bytes]
+
+
+def _buffered(channel: BlockingChannel) -> Delivery | None:
+    """The next delivery pika already received for the channel's consumer, taken without any I/O, or None when
+    there is none (or a cancellation is next: the consume loop sees it). The buffer is pika 1.x's own
+    (`BlockingChannel.consume` yields from it); a pika without it leaves every delivery to the consume loop."""
+    generator = getattr(channel, "_queue_consumer_generator", None)
+    pending = generator.pending_events if generator is not None else None
+    if not pending or not hasattr(pending[0], "properties"):
+        return None
+    event = pending.popleft()
+    return event.method, event.properties, event.body
 
 
 DEFAULT_PREFETCH = 250
@@ -237,7 +263,8 @@ class RetryingConsumer:
     def stop(self) -> None:
         """Ask `run` to return, from any thread or a signal handler: the delivery being handled is finished
         and settled first, and every copy in flight answered and its original settled; prefetched ones not yet
-        handled go back to the queue (nack, requeue)."""
+        handled (also those already given to the handler thread behind it, not started) go back to the queue
+        (nack, requeue)."""
         self._stopping.set()
 
     def close(self) -> None:
@@ -277,8 +304,8 @@ class RetryingConsumer:
                     for method, properties, body in channel.consume(self.queue, inactivity_timeout=poll):
                         self._settle()
                         if method is not None:
-                            self._handle(channel, method, properties, body)
-                            handled += 1
+                            room = None if max_messages is None else max_messages - handled
+                            handled += self._handle_buffered(channel, (method, properties, body), room)
                             last_activity = time.monotonic()
                         if done() or (idle_timeout is not None and time.monotonic() - last_activity >= idle_timeout):
                             break
@@ -320,8 +347,14 @@ class RetryingConsumer:
         """Run the handler in the worker thread while this one keeps the connection serviced; its exception,
         DeadlineExceededError at `handler_timeout`, or None on success."""
         if self._worker is None:
-            self._worker = _Worker(self.handler)
+            self._worker = _Worker(self.handler, self._stopping)
         self._worker.submit(body, properties)
+        return self._await_outcome(self.handler_timeout)
+
+    def _await_outcome(self, timeout: float | None) -> BaseException | None:
+        """The outcome of the oldest delivery given to the worker and not answered yet, servicing the connection
+        meanwhile; DeadlineExceededError (and a new worker for the next delivery) after `timeout` seconds."""
+        assert self._worker is not None
         started = time.monotonic()
         wait = 0.02
         while True:
@@ -331,15 +364,54 @@ class RetryingConsumer:
             if self._connection is not None:
                 self._connection.process_data_events(time_limit=0)  # heartbeats during a long handler
                 self._settle()  # and confirms of earlier copies
-            if self.handler_timeout is not None and time.monotonic() - started >= self.handler_timeout:
+            if timeout is not None and time.monotonic() - started >= timeout:
                 self.timed_out += 1
                 self._worker.retire()  # it finishes the abandoned handler, then exits; the next delivery gets a new one
                 self._worker = None
-                return DeadlineExceededError(f"handler still running after its deadline of {self.handler_timeout:g} s")
+                return DeadlineExceededError(f"handler still running after its deadline of {timeout:g} s")
             wait = 0.05
 
-    def _handle(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
-                body: bytes) -> None:
+    def _handle_buffered(self, channel: BlockingChannel, first: Delivery, room: int | None) -> int:
+        """Handle `first` and the deliveries that already arrived behind it (up to `room`), returning how many.
+
+        Without `handler_timeout`, their handlers run back to back in the worker thread: each is given to it
+        as soon as it is taken from what pika holds (no I/O, so no wait), and their outcomes are settled in
+        order once the last one is given. Handing deliveries over one at a time costs two thread switches
+        each, the largest part of the consumer's own CPU per delivery (bench/README.md, "Against the broker's
+        floor"); a batch costs about two in all. With `handler_timeout`, each delivery is handed over alone
+        and timed alone."""
+        if self.handler_timeout is not None:
+            return self._handle(channel, *first)
+        if self._worker is None:
+            self._worker = _Worker(self.handler, self._stopping)
+        given: collections.deque[Delivery] = collections.deque()
+        taken = skipped = 0
+        try:
+            delivery: Delivery | None = first
+            while delivery is not None:
+                taken += 1
+                if self._before_handler(channel, *delivery):
+                    self._worker.submit(delivery[2], delivery[1])
+                    given.append(delivery)
+                more = (room is None or taken < room) and not self._stopping.is_set()
+                delivery = _buffered(channel) if more else None
+            while given:
+                method, properties, body = given.popleft()
+                outcome = self._await_outcome(None)
+                skipped += isinstance(outcome, NotRunError)
+                self._after_handler(channel, method, properties, body, outcome)
+        finally:
+            if given and self._worker is not None:
+                # Leaving on an error with outcomes still owed: that worker finishes what it was given and exits,
+                # and the next delivery gets a new one, so no outcome can be taken for another delivery's. Their
+                # deliveries stay unsettled: the broker requeues them (at least once, as after a crash).
+                self._worker.retire()
+                self._worker = None
+        return taken - skipped
+
+    def _before_handler(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
+                        body: bytes) -> bool:
+        """False when the delivery was parked before its handler (its delivery count reached the limit)."""
         headers = properties.headers or {}
         limit = self.contract.get("delivery_limit")
         deliveries = h.counter(headers.get("x-delivery-count"))
@@ -351,10 +423,30 @@ class RetryingConsumer:
             self._park(channel, method, properties, body, f"x-delivery-count {deliveries} reached the "
                        f"delivery limit {limit}", attempts=deliveries, exchange=exchange, routing_key=routing_key,
                        first_failure_at=h.utc_iso())
+            return False
+        return True
+
+    def _handle(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
+                body: bytes) -> int:
+        """One delivery, its handler run and timed alone; 0 when its handler never ran (stopping), else 1."""
+        if not self._before_handler(channel, method, properties, body):
+            return 1
+        outcome = self._call_handler(body, properties)
+        self._after_handler(channel, method, properties, body, outcome)
+        return 0 if isinstance(outcome, NotRunError) else 1
+
+    def _after_handler(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
+                       body: bytes, error: BaseException | None) -> None:
+        """Settle a delivery by its handler's outcome: ack it, or retry or park it; one whose handler never ran
+        (`NotRunError`: stopping) goes back to the queue."""
+        if isinstance(error, NotRunError):
+            channel._impl.basic_nack(method.delivery_tag, requeue=True)
             return
-        error = self._call_handler(body, properties)
         if error is None:
-            channel.basic_ack(method.delivery_tag)
+            # Queued, not sent: the consumer's next wait for a delivery sends it with whatever else is queued
+            # (`BlockingChannel.basic_ack` runs an I/O pass per ack, which cost more client CPU than the rest of a
+            # plain delivery). Cancelling or closing sends it first: frames leave in order.
+            channel._impl.basic_ack(method.delivery_tag)
             self.processed += 1
             return
         reason = h.truncate(f"{type(error).__name__}: {error}")
@@ -407,7 +499,7 @@ class RetryingConsumer:
         so_far = h.rejected_attempts(headers, self.queue)
         if so_far < self.contract["max_retries"]:
             # The queue's dead-letter arguments send it to tier 1; the broker records the attempt in x-death.
-            channel.basic_reject(method.delivery_tag, requeue=False)
+            channel._impl.basic_reject(method.delivery_tag, requeue=False)  # queued, as an ack (`_handle`)
             self.retried += 1
             LOG.info("reject %s: attempt %d failed, broker retries after %d ms (%s)", properties.message_id,
                      so_far + 1, self.contract["tiers"][0]["delay_ms"], reason[:200])
@@ -423,7 +515,7 @@ class RetryingConsumer:
         the reason; a consumer that dies on it leaves the parking to the broker (reason `delivery_limit`)."""
         attempt = self._attempt(properties.headers or {})
         if attempt <= self.contract["max_retries"]:
-            channel.basic_reject(method.delivery_tag, requeue=True)
+            channel._impl.basic_reject(method.delivery_tag, requeue=True)  # queued, as an ack (`_handle`)
             self.retried += 1
             delay = min(self.contract["min_delay_ms"] * attempt, self.contract["max_delay_ms"])
             LOG.info("reject %s: attempt %d/%d failed, broker retries after %d ms (%s)", properties.message_id,

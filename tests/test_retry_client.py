@@ -1525,3 +1525,104 @@ def test_the_client_refuses_whatever_the_shipped_schema_refuses_minimums_and_nes
     tiers["tiers"] = [{**tiers["tiers"][0], "delay_ms": -1}, *tiers["tiers"][1:]]
     with pytest.raises(ContractError, match=r"tiers\[0\]\.delay_ms: -1 is less than the minimum of 0"):
         load_contract(tiers)
+
+
+class _Buffer:
+    """pika 1.x's buffer of deliveries already received for a BlockingChannel's consumer (`pending_events`)."""
+
+    def __init__(self, *tags: int) -> None:
+        from collections import deque
+        from types import SimpleNamespace
+
+        self.pending_events = deque(SimpleNamespace(method=_method(tag), body=f"m-{tag}".encode(),
+                                                    properties=BasicProperties(message_id=f"m-{tag}"))
+                                    for tag in tags)
+
+
+def _buffered_channel(calls: list[tuple[Any, ...]], *tags: int) -> RecordingChannel:
+    consuming = RecordingChannel(calls=calls)
+    consuming._queue_consumer_generator = _Buffer(*tags)  # type: ignore[attr-defined]
+    return consuming
+
+
+def test_deliveries_already_received_run_back_to_back_in_the_worker_and_are_settled_in_order() -> None:
+    seen: list[str] = []
+
+    def handler(body: bytes, properties: BasicProperties) -> None:
+        seen.append(str(properties.message_id))
+        if properties.message_id == "m-3":
+            raise RuntimeError("boom")
+
+    channel = RecordingChannel()
+    consumer = _consumer(contract(), handler, channel)
+    consuming = _buffered_channel(channel.calls, 3, 4, 5)
+    first = (_method(2), BasicProperties(message_id="m-2"), b"m-2")
+    assert consumer._handle_buffered(consuming, first, None) == 4  # type: ignore[arg-type]
+    assert seen == ["m-2", "m-3", "m-4", "m-5"]
+    assert channel.calls == [("ack", 2), ("reject", 3, False), ("ack", 4), ("ack", 5)]
+    assert (consumer.processed, consumer.retried) == (3, 1)
+    assert not consuming._queue_consumer_generator.pending_events  # type: ignore[attr-defined]
+
+    # `room` (what max_messages leaves) and stop() bound a batch: the rest stays for the consume loop.
+    consuming = _buffered_channel(channel.calls, 7, 8, 9)
+    assert consumer._handle_buffered(consuming, first, 2) == 2  # type: ignore[arg-type]
+    assert [e.method.delivery_tag for e in consuming._queue_consumer_generator.pending_events] == [8, 9]  # type: ignore[attr-defined]
+    consumer.stop()  # stopping: not even the delivery in hand is started; it goes back to the queue
+    assert consumer._handle_buffered(consuming, first, None) == 0  # type: ignore[arg-type]
+    assert channel.calls[-1] == ("nack", 2, True)
+    assert len(consuming._queue_consumer_generator.pending_events) == 2  # type: ignore[attr-defined]
+
+
+def test_a_batch_left_on_an_error_retires_its_worker_so_no_outcome_is_taken_for_another_delivery() -> None:
+    release = threading.Event()
+    seen: list[str] = []
+
+    def handler(body: bytes, properties: BasicProperties) -> None:
+        release.wait(5)
+        seen.append(str(properties.message_id))
+
+    channel = RecordingChannel()
+    consumer = _consumer(contract(), handler, channel)
+    consuming = _buffered_channel(channel.calls, 3, 4)
+
+    def broken(delivery_tag: int) -> None:
+        raise pika.exceptions.ChannelWrongStateError("Channel is closed.")
+
+    consuming.basic_ack = broken  # type: ignore[method-assign]
+    release.set()
+    first = (_method(2), BasicProperties(message_id="m-2"), b"m-2")
+    with pytest.raises(pika.exceptions.ChannelWrongStateError):
+        consumer._handle_buffered(consuming, first, None)  # type: ignore[arg-type]
+    assert consumer._worker is None, "the next delivery gets a new worker"
+    consumer._handle(RecordingChannel(calls=channel.calls), _method(9), BasicProperties(message_id="m-9"),  # type: ignore[arg-type]
+                     b"m-9")
+    assert channel.calls[-1] == ("ack", 9) and consumer.processed == 1
+
+
+def test_with_a_handler_timeout_each_delivery_is_handed_over_and_timed_alone() -> None:
+    channel = RecordingChannel()
+    consumer = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(), lambda body, properties: None, "reject", 10,
+                                publish_failure_pause=0, handler_timeout=5.0)
+    consumer._connection = FakeConnection(channel)  # type: ignore[assignment]
+    consuming = _buffered_channel(channel.calls, 3, 4)
+    first = (_method(2), BasicProperties(message_id="m-2"), b"m-2")
+    assert consumer._handle_buffered(consuming, first, None) == 1  # type: ignore[arg-type]
+    assert channel.calls == [("ack", 2)]
+    assert len(consuming._queue_consumer_generator.pending_events) == 2  # type: ignore[attr-defined]
+
+
+def test_a_stop_during_a_batch_finishes_the_handler_running_and_requeues_the_deliveries_not_started() -> None:
+    seen: list[str] = []
+    channel = RecordingChannel()
+
+    def handler(body: bytes, properties: BasicProperties) -> None:
+        seen.append(str(properties.message_id))
+        consumer.stop()  # as from another thread or a signal, while this handler runs
+
+    consumer = _consumer(contract(), handler, channel)
+    consuming = _buffered_channel(channel.calls, 3, 4)
+    first = (_method(2), BasicProperties(message_id="m-2"), b"m-2")
+    assert consumer._handle_buffered(consuming, first, None) == 1  # type: ignore[arg-type]
+    assert seen == ["m-2"]
+    assert channel.calls == [("ack", 2), ("nack", 3, True), ("nack", 4, True)]
+    assert consumer.processed == 1

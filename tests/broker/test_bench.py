@@ -5,33 +5,40 @@ plots. How late or how fast is never asserted (bench/results/ has the figures)."
 from __future__ import annotations
 
 import re
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 from pika.exceptions import ChannelClosedByBroker, UnroutableError
 
-from bench import accuracy, peers, report, throughput
+from bench import accuracy, floor, peers, report, throughput
 from bench.__main__ import QUEUE_TYPES, Progress, broker_file, p1_runs
 from bench.strategies import P1_STRATEGIES
 from tests.support import retrying
 from tests.support.admin import version
-from tests.support.amqp import drain
+from tests.support.amqp import drain, message_counts
 from tests.support.deploy import Deployer
 from tests.support.environment import missing
 from tests.support.mirror import Broker
+from tests.test_bench import table_rows
 
 TINY = accuracy.Delays(8, (50, 100), (50, 100), 2, 10)
 
 
 def test_p1_and_p2_on_tiny_inputs_write_the_broker_s_results_file(broker: Broker, tmp_path: Path) -> None:
     context = report.Context("2026-01-02", "2026-01-02 03:04 UTC", "make bench", True, report.machine(), "test")
-    path = broker_file(broker, context, tmp_path, TINY, 10, ["p1", "p2"], Progress(), p2_rounds=1)
+    path = broker_file(broker, context, tmp_path, TINY, 10, ["p1", "p2"], Progress(), p2_rounds=1, floor_messages=10)
     assert path is not None
     live = ".".join(map(str, version(broker)))
     assert path.name == f"2026-01-02-rabbitmq-{live}.md"
     text = path.read_text()
     assert f"| broker | RabbitMQ {live}, Erlang " in text and "## P1: delay accuracy" in text
-    assert "## P2: retry throughput" in text
+    assert "## P2: retry throughput" in text and "## P2 against the broker's floor" in text
+    floor_rows = table_rows(text, "## P2 against the broker's floor")
+    assert {(r[0], r[1]) for r in floor_rows} == {
+        (t, f"`{row}`") for t in QUEUE_TYPES for row in (*floor.ROWS, *floor.PARTS)
+        if row != "native" or (t == "quorum" and version(broker) >= (4, 3, 1))}
+    assert "## P1 over 1 round(s): our worst p99 against each peer's worst" in text
     for plot in ("p1", "p2"):
         assert f"![P{plot[1]}" in text and (tmp_path / f"2026-01-02-rabbitmq-{live}-{plot}.png").stat().st_size > 0
 
@@ -93,3 +100,27 @@ def test_p1_on_the_4_3_cluster_runs_our_strategies_on_replicated_quorum_queues_o
         per_message = TINY.native_retries if outcome.strategy.per_attempt else 1
         assert not outcome.skipped and sum(s.count for s in outcome.stats) == TINY.messages * per_message, \
             f"{outcome.strategy.name}: every message timed"
+
+
+def test_the_hand_wired_loops_lose_nothing_and_retry_each_failing_message_once(broker: Broker) -> None:
+    """Every row's hand-wired loop (and each part's variant) on the program's topology, each queue type: every
+    message delivered twice (once for plain), every first delivery retried, nothing left in any queue."""
+    with ExitStack() as stack:
+        for queue_type in QUEUE_TYPES:
+            for target in floor.prepare(stack, broker, version(broker), queue_type):
+                if target.skipped:
+                    assert target.row == "native" and (queue_type == "classic" or version(broker) < (4, 3, 1))
+                    continue
+                assert target.contract is not None
+                messages = 12
+                plain = target.row in (floor.PLAIN, floor.THREAD)
+                ids = [f"f{i:05d}" for i in range(2 * messages if plain else messages)]
+                retrying.publish_ids(broker, target.vhost, "in", ids)
+                loop = (floor.loop_of(broker, target, floor.PART_KINDS[target.row], messages, prefetch=5)
+                        if target.row in floor.PARTS else floor.hand_wired(broker, target, messages, prefetch=5))
+                loop.run(timeout=60)
+                assert loop.deliveries == dict.fromkeys(ids, 1 if plain else 2), (queue_type, target.row)
+                assert loop.retries == (0 if plain else messages)
+                tiers = [] if plain else target.contract.get("tiers") or []
+                queues = [target.contract["queue"], *(t["queue"] for t in tiers)]
+                assert set(message_counts(broker, target.vhost, queues).values()) == {0}, (queue_type, target.row)

@@ -317,11 +317,9 @@ def test_copies_refused_mid_flight_requeue_their_originals_lose_nothing_and_ack_
     ids = [f"f{i:02d}" for i in range(40)]
     deliveries: dict[str, list[Any]] = {i: [] for i in ids}
     succeeded: list[str] = []
-    handling: list[str] = []
 
     def handler(body: bytes, properties: BasicProperties) -> None:
         message_id, attempt = str(properties.message_id), (properties.headers or {}).get("retry-count")
-        handling.append(message_id)
         deliveries[message_id].append(attempt)
         if not attempt:
             raise RuntimeError(f"first attempt of {message_id}")
@@ -329,11 +327,18 @@ def test_copies_refused_mid_flight_requeue_their_originals_lose_nothing_and_ack_
 
     consumer = RetryingConsumer(parameters(broker, deployment.vhost), deployment.contracts["flight"], handler,
                                 "republish", prefetch=10, publish_failure_pause=0.05)
-    route = consumer.retry_route
+    route, fail = consumer.retry_route, consumer._fail_republish
     poisoned: list[str] = []
+    retrying: list[str] = []
+
+    def tracking(channel: Any, method: Any, properties: BasicProperties, body: bytes, reason: str) -> None:
+        retrying.append(str(properties.message_id))
+        fail(channel, method, properties, body, reason)
 
     def poisoning_route(attempt: int) -> tuple[str, str, int]:
-        message_id = handling[-1]  # the delivery whose handler just failed
+        # The delivery being retried (handlers of deliveries already received run back to back before any is
+        # settled, so the last one handled need not be it).
+        message_id = retrying[-1]
         if message_id in POISONED and message_id not in poisoned:
             poisoned.append(message_id)
             return ("no-such-exchange", "wait.1", 200) if poison == "missing-exchange" else (
@@ -341,6 +346,7 @@ def test_copies_refused_mid_flight_requeue_their_originals_lose_nothing_and_ack_
         return route(attempt)
 
     consumer.retry_route = poisoning_route  # type: ignore[method-assign]
+    consumer._fail_republish = tracking  # type: ignore[method-assign]
     publish_ids(broker, deployment.vhost, "in", ids)
     with caplog.at_level(logging.ERROR, logger="rabbitmq_retry_client"):
         run_consumers([consumer], lambda: set(succeeded) >= set(ids), timeout=60)
