@@ -13,7 +13,7 @@ tool_status = || { status=$$?; case $$status in 1) why=error;; 2) why="data loss
 	esac; echo "make $@: $(1) exit status $$status ($$why); make itself exits 2 on any failure" >&2; exit $$status; }
 
 .PHONY: setup test test-fast lint plan preview up brokers review mutate adopt drift contracts doctor bench \
-	migrate-status migrate-retire
+	migrate-status migrate-retire alerts
 
 setup:
 	scripts/setup.sh
@@ -38,6 +38,12 @@ plan:
 contracts:
 	@$(PY) -m tools.contracts --stack $(STACK) --output $(or $(OUTPUT),contracts.$(STACK).json) \
 		$(call tool_status,tools.contracts)
+
+# The stack's Prometheus alerting rules (docs/alerts.md): FORMAT=prometheus (a rule file, the default) or
+# prometheus-rule (a Kubernetes PrometheusRule); OUTPUT=file, else alerts.<stack>.yml.
+alerts:
+	@$(PY) -m tools.alerts --stack $(STACK) --format $(or $(FORMAT),prometheus) \
+		--output $(or $(OUTPUT),alerts.$(STACK).yml) $(call tool_status,tools.alerts)
 
 brokers:
 	scripts/brokers.sh status
