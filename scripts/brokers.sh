@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Make sure the local RabbitMQ brokers the tests need are installed and running.
 #
-#   3.10  Debian stable's rabbitmq-server on the host       AMQP 5672  management 15672
-#   4.3   Debian unstable's rabbitmq-server in a chroot      AMQP 5673  management 15673
+#   3.10  Debian stable's rabbitmq-server on the host       AMQP 5672  management 15672  prometheus 15772
+#   4.3   Debian unstable's rabbitmq-server in a chroot      AMQP 5673  management 15673  prometheus 15773
 #         (node rabbit43@localhost, epmd 4370, dist 25673, chroot at $RABBIT43_ROOT)
 #
 # Usage:
@@ -25,8 +25,10 @@ EPMD43=4370
 MIRROR=http://deb.debian.org/debian
 WAIT_SECS=${BROKERS_WAIT_SECS:-120}
 LOCK=/run/lock/rabbitmq-retry-brokers.lock
-# Management for the tests and the tools; the shovel and its HTTP API for migrations (make doctor checks them).
-PLUGINS="rabbitmq_management rabbitmq_shovel rabbitmq_shovel_management"
+# Management for the tests and the tools; the shovel and its HTTP API for migrations (make doctor checks them);
+# rabbitmq_prometheus for the alerts (docs/alerts.md), on a port of each node's own: its default, 15692, is the
+# management port of the 4.3 cluster's first node (scripts/clusters.sh).
+PLUGINS="rabbitmq_management rabbitmq_shovel rabbitmq_shovel_management rabbitmq_prometheus"
 # ERL_EPMD_PORT belongs to the chroot's node only; a caller exporting it would make the
 # host's CLI tools look for their node in the wrong epmd.
 unset ERL_EPMD_PORT
@@ -41,6 +43,7 @@ usage() {
 
 amqp_port() { case $1 in 3.10) echo 5672 ;; 4.3) echo 5673 ;; esac; }
 mgmt_port() { case $1 in 3.10) echo 15672 ;; 4.3) echo 15673 ;; esac; }
+prometheus_port() { case $1 in 3.10) echo 15772 ;; 4.3) echo 15773 ;; esac; }
 
 log_hint() {
   case $1 in
@@ -90,6 +93,13 @@ plugins_missing() { # file
     grep -Eq "[[,[:space:]]${p}[],[:space:]]" "$1" 2>/dev/null || missing+=("$p")
   done
   echo "${missing[*]}"
+}
+
+# The Erlang term that gives rabbitmq_prometheus its listener (what `prometheus.tcp.ip`/`.port` in rabbitmq.conf
+# set at boot), for a node that booted before its rabbitmq.conf had them: set in the running node before the
+# plugin is enabled online, so that it never starts on its default port.
+prometheus_env() { # port
+  echo "application:set_env(rabbitmq_prometheus, tcp_config, [{ip, \"127.0.0.1\"}, {port, $1}], [{persistent, true}])."
 }
 
 APT_UPDATED=0
@@ -183,23 +193,35 @@ start310() {
   plugins310
 }
 
+# Lines of the host's rabbitmq.conf this script needs (the rest of the file is the machine's): the Prometheus
+# listener on loopback and its own port.
+config310() {
+  local line file=/etc/rabbitmq/rabbitmq.conf
+  for line in "prometheus.tcp.ip = 127.0.0.1" "prometheus.tcp.port = $(prometheus_port 3.10)"; do
+    grep -qxF "$line" "$file" 2>/dev/null || printf '%s\n' "$line" >>"$file"
+  done
+}
+
 plugins310() {
   # Off after a plain package install; enabling them online needs the running node (no restart).
   local missing
   missing=$(plugins_missing /etc/rabbitmq/enabled_plugins)
   [[ -z $missing ]] && return 0
   log "enabling on RabbitMQ 3.10: $missing"
+  rabbitmqctl -q eval "$(prometheus_env "$(prometheus_port 3.10)")" >/dev/null
   # shellcheck disable=SC2086 # one argument per plugin
   rabbitmq-plugins -q enable $missing >/dev/null
 }
 
 ensure310() {
   if answering 3.10; then
+    config310
     plugins310
     return 0
   fi
   need_cmd curl
   install310
+  config310
   start310
   wait_up 3.10
 }
@@ -240,6 +262,8 @@ config43() {
   write_if_changed "$ROOT43/etc/rabbitmq/rabbitmq.conf" "listeners.tcp.default = 127.0.0.1:5673
 management.tcp.ip = 127.0.0.1
 management.tcp.port = 15673
+prometheus.tcp.ip = 127.0.0.1
+prometheus.tcp.port = $(prometheus_port 4.3)
 loopback_users = none"
   # The epmd settings here too (rabbitmq-env exports them), so that a hand-typed
   # `chroot $ROOT43 rabbitmqctl ...` also finds rabbit43 and never the host's epmd on 4369.
@@ -290,6 +314,7 @@ plugins43() { # online|offline
   [[ -z $missing ]] && return 0
   log "enabling on RabbitMQ 4.3 ($1): $missing"
   if [[ $1 == online ]]; then
+    ctl43 -q eval "$(prometheus_env "$(prometheus_port 4.3)")" >/dev/null
     # shellcheck disable=SC2086 # one argument per plugin
     in43 rabbitmq-plugins -q -n "$NODE43" enable $missing >/dev/null
   else
@@ -301,6 +326,7 @@ plugins43() { # online|offline
 ensure43() {
   if answering 4.3; then
     mount43
+    config43
     plugins43 online
     return 0
   fi
