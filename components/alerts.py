@@ -31,8 +31,15 @@ PREFIXES = {"detailed": "rabbitmq_detailed_queue_", "per_object": "rabbitmq_queu
 DROPPED_REASONS = ("expired", "maxlen", "rejected", "delivery_limit")
 """The reasons RabbitMQ counts a message dead-lettered for (`confirmed` counts at-least-once deliveries to the
 target, not drops)."""
+DROP_CAUSES = {"expired": "their TTL expired", "maxlen": "the queue was over its length limit",
+               "rejected": "a consumer rejected them without requeue",
+               "delivery_limit": "they were delivered more times than the delivery limit"}
 QUORUM_QUEUE_TYPE = "rabbit_quorum_queue"
 """The `queue_type` label of quorum queues in the global counters."""
+
+
+KEY_LABELS = ("vhost", "queue", "watched_queue", "reason")
+"""The labels that tell two rules of one kind apart."""
 
 
 @dataclass(frozen=True)
@@ -50,8 +57,8 @@ class Rule:
     @property
     def key(self) -> str:
         """What tells two rules of a stack apart (the review pairs them by it): kind and where it watches."""
-        where = "/".join(self.labels.get(k, "") for k in ("vhost", "queue", "watched_queue"))
-        return f"{self.kind} {where}".rstrip()
+        where = "/".join(self.labels.get(k, "") for k in KEY_LABELS)
+        return f"{self.kind} {where.rstrip('/')}".rstrip()
 
     def as_dict(self) -> dict[str, Any]:
         rule: dict[str, Any] = {"alert": self.alert, "expr": self.expr}
@@ -209,18 +216,20 @@ def _stack_rules(stack: str, config: AlertsConfig, plans: Sequence[VhostPlan]) -
     extra = f", {common}" if common else ""
     dropped = config.resolve("dead_lettered_to_nowhere")
     if dropped.enabled and dropped.window_ms:
-        names = "|".join(DROPPED_REASONS)
-        rules.append(_rule(
-            "dead_lettered_to_nowhere", dropped,
-            f'sum by (instance, queue_type) (increase({{__name__=~"rabbitmq_global_messages_dead_lettered_({names})'
-            f'_total", dead_letter_strategy="disabled"{extra}}}[{format_duration(dropped.window_ms)}])) '
-            f"> {dropped.threshold}",
-            _labels(stack, "dead_lettered_to_nowhere", dropped),
-            "Messages dropped: dead-lettered to no target",
-            f"{{{{ $value }}}} messages of {{{{ $labels.queue_type }}}} queues on {{{{ $labels.instance }}}} expired, "
-            f"overflowed or were rejected without a dead-letter target in the last "
-            f"{format_duration(dropped.window_ms)} (a broker-wide counter: any queue of the broker).",
-            f"make drift STACK={stack} (a policy that removed a dead-letter exchange); make doctor STACK={stack}"))
+        window = format_duration(dropped.window_ms)
+        # One rule per reason: `increase` drops the metric name, so one selector over the four counters would
+        # give series that differ by name only, which Prometheus refuses ("same labelset").
+        for reason in DROPPED_REASONS:
+            rules.append(_rule(
+                "dead_lettered_to_nowhere", dropped,
+                f"sum by (instance, queue_type) (increase(rabbitmq_global_messages_dead_lettered_{reason}_total"
+                f'{{dead_letter_strategy="disabled"{extra}}}[{window}])) > {dropped.threshold}',
+                _labels(stack, "dead_lettered_to_nowhere", dropped, reason=reason),
+                f"Messages dropped ({reason}): dead-lettered to no target",
+                f"{{{{ $value }}}} messages of {{{{ $labels.queue_type }}}} queues on {{{{ $labels.instance }}}} were "
+                f"dropped in the last {window} ({DROP_CAUSES[reason]}, and the queue has no dead-letter target); a "
+                "broker-wide counter: any queue of the broker.",
+                f"make drift STACK={stack} (a policy that removed a dead-letter exchange); make doctor STACK={stack}"))
     quorum = [r for plan in plans for r in plan.retryables if r.config.queue_type == "quorum"]
     limit = config.resolve("delivery_limit")
     # A `native` queue parks past its delivery limit by design: the broker-wide counter cannot tell its parking
@@ -285,6 +294,6 @@ def rules_by_key(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     for group in data.get("groups", []):
         for rule in group.get("rules", []):
             labels = rule.get("labels", {})
-            where = "/".join(labels.get(k, "") for k in ("vhost", "queue", "watched_queue"))
-            found[f"{labels.get('rabbitmq_retry_rule', rule.get('alert'))} {where}".rstrip()] = rule
+            where = "/".join(labels.get(k, "") for k in KEY_LABELS)
+            found[f"{labels.get('rabbitmq_retry_rule', rule.get('alert'))} {where.rstrip('/')}".rstrip()] = rule
     return found

@@ -68,11 +68,11 @@ def test_every_retryable_queue_of_the_plan_has_its_rules(name: str) -> None:
     rules = rules_by_key(rule_file(stack_rules(name, config.alerts, plans)))
     for plan in plans:
         for retryable in plan.retryables:
-            where = f"{plan.config.name}/{retryable.config.name}/"
+            where = f"{plan.config.name}/{retryable.config.name}"
             for kind in ("parked", "error_growing", "no_consumer"):
                 assert f"{kind} {where}" in rules
             for tier in (*retryable.tiers, *retryable.draining):
-                assert f"not_draining {where}{tier.queue}" in rules
+                assert f"not_draining {where}/{tier.queue}" in rules
             assert (f"no_leader {where}" in rules) == (retryable.config.queue_type == "quorum")
         if plan.delay_levels is not None:
             for queue in plan.delay_levels.level_queues:
@@ -235,7 +235,8 @@ def test_promtool_evaluates_every_rule_kind_firing_and_not_firing(tmp_path: Path
     with exactly these labels and annotations), one where it does not."""
     rules = rules_of(stack())
     found = kinds(rules)
-    by = {(r["labels"]["rabbitmq_retry_rule"], r["labels"].get("watched_queue", r["labels"].get("queue", ""))): r
+    by = {(r["labels"]["rabbitmq_retry_rule"],
+           r["labels"].get("watched_queue", r["labels"].get("queue", r["labels"].get("reason", "")))): r
           for r in (rule for group in rules["groups"] for rule in group["rules"])}
     inst = {"instance": "broker:15692", "job": "rabbitmq"}
     m = "rabbitmq_detailed_queue_"
@@ -289,7 +290,7 @@ def test_promtool_evaluates_every_rule_kind_firing_and_not_firing(tmp_path: Path
     case([_series("rabbitmq_global_messages_dead_lettered_expired_total", "0+2x10", dead_letter_strategy="disabled",
                   **qq, **inst),
           _series("rabbitmq_global_messages_dead_lettered_rejected_total", "0+5x10",
-                  dead_letter_strategy="at_least_once", **qq, **inst)], "10m", "dead_lettered_to_nowhere", "",
+                  dead_letter_strategy="at_least_once", **qq, **inst)], "10m", "dead_lettered_to_nowhere", "expired",
          [({"instance": inst["instance"], **qq}, "10")], instance=inst["instance"], **qq)
     # delivery_limit: quorum messages over their limit fire; classic ones (no such limit) are not counted.
     case([_series("rabbitmq_global_messages_dead_lettered_delivery_limit_total", "0+1x10",
