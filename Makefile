@@ -21,6 +21,7 @@ setup:
 test: lint
 	scripts/brokers.sh ensure all
 	scripts/clusters.sh ensure all
+	scripts/prometheus.sh start
 	scripts/test.sh
 
 test-fast:

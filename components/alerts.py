@@ -28,6 +28,9 @@ from .entries import RetryablePlan, VhostPlan
 FORMATS = ("prometheus", "prometheus-rule")
 """`make alerts FORMAT=…`: a Prometheus rule file, or a Kubernetes `PrometheusRule` manifest (prometheus-operator)."""
 PREFIXES = {"detailed": "rabbitmq_detailed_queue_", "per_object": "rabbitmq_queue_"}
+RAFT_PREFIXES = {"detailed": "rabbitmq_detailed_raft_", "per_object": "rabbitmq_raft_"}
+"""Each quorum queue member's Raft metrics (family `ra_metrics` of the detailed endpoint), one series per member:
+a node that is down reports none."""
 DROPPED_REASONS = ("expired", "maxlen", "rejected", "delivery_limit")
 """The reasons RabbitMQ counts a message dead-lettered for (`confirmed` counts at-least-once deliveries to the
 target, not drops)."""
@@ -88,6 +91,7 @@ class _Selectors:
 
     def __init__(self, config: AlertsConfig) -> None:
         self.prefix = PREFIXES[config.metrics]
+        self.raft_prefix = RAFT_PREFIXES[config.metrics]
         self.common = [f"{k}={string(v)}" for k, v in sorted(config.selector.items())]
 
     def matchers(self, *extra: str) -> str:
@@ -95,6 +99,12 @@ class _Selectors:
 
     def queue(self, metric: str, vhost: str, queue: str) -> str:
         return f"{self.prefix}{metric}" + self.matchers(f"vhost={string(vhost)}", f"queue={string(queue)}")
+
+    def members(self, vhost: str, queue: str) -> str:
+        """One series per member of a quorum queue: its Raft term, `…_raft_term_total` on 3.10, `…_raft_term`
+        on 4.x (measured on 3.10.8 and 4.3.6)."""
+        return self.matchers(f'__name__=~"{self.raft_prefix}term(_total)?"', f"vhost={string(vhost)}",
+                             f"queue={string(queue)}")
 
 
 def _draining_expr(s: _Selectors, vhost: str, queue: str, window_ms: int) -> str:
@@ -175,6 +185,21 @@ def _queue_rules(stack: str, config: AlertsConfig, s: _Selectors, plan: VhostPla
                            f"No node reports {where}: it has no leader (too many members offline, or the 3.10 "
                            "stall of docs/clusters.md), or the broker is not scraped, or the queue is gone.",
                            f"rabbitmq-queues quorum_status --vhost {vhost} {queue}; make doctor STACK={stack}"))
+    if retryable.config.queue_type == "quorum" and (r := settings("members_offline")) and r.window_ms:
+        members = s.members(vhost, queue)
+        size = retryable.config.quorum_group_size
+        counted = f"count by (vhost, queue) ({members})"
+        span = format_duration(r.window_ms)
+        expected = (str(size) if size is not None else
+                    f"on(vhost, queue) max_over_time(({counted})[{span}:])")
+        rules.append(_rule("members_offline", r, f"{counted} < {expected}", labels("members_offline", r),
+                           f"Quorum queue {queue} has members offline (vhost {vhost})",
+                           f"{{{{ $value }}}} members of {where} report, fewer than "
+                           + (f"its quorum_group_size {size}" if size is not None else f"in the last {span}")
+                           + ": a node is down or cut off. On 3.10, a failed leader stalls dead-lettering retries "
+                           "for about 3 minutes (docs/clusters.md).",
+                           f"rabbitmq-queues quorum_status --vhost {vhost} {queue}; bring the node back "
+                           f"(make doctor STACK={stack})"))
     return rules
 
 

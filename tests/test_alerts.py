@@ -45,7 +45,7 @@ def stack(**alerts: Any) -> dict[str, Any]:
         "queues": [
             {"name": "orders", "bindings": [{"exchange": "events", "routing_key": "o"}],
              "retry": {"delays": ["1s", "10s"], "max_retries": 3}},
-            {"name": "invoices", "bindings": [{"exchange": "events", "routing_key": "i"}],
+            {"name": "invoices", "bindings": [{"exchange": "events", "routing_key": "i"}], "quorum_group_size": 3,
              "retry": {"strategy": "levels", "backoff": {"initial": "1s", "multiplier": 2, "max": "4s"},
                        "max_retries": 3}},
             {"name": "audit", "bindings": [{"exchange": "events", "routing_key": "#"}]}]}]}
@@ -74,6 +74,7 @@ def test_every_retryable_queue_of_the_plan_has_its_rules(name: str) -> None:
             for tier in (*retryable.tiers, *retryable.draining):
                 assert f"not_draining {where}/{tier.queue}" in rules
             assert (f"no_leader {where}" in rules) == (retryable.config.queue_type == "quorum")
+            assert (f"members_offline {where}" in rules) == (retryable.config.queue_type == "quorum")
         if plan.delay_levels is not None:
             for queue in plan.delay_levels.level_queues:
                 assert f"not_draining {plan.config.name}//{queue.name}" in rules
@@ -281,6 +282,17 @@ def test_promtool_evaluates_every_rule_kind_firing_and_not_firing(tmp_path: Path
          [({**q, "queue": "orders"}, "1")])
     case([_series(f"{m}messages", "0x5", queue=name, **q, **inst) for name in ("orders", "invoices")], "5m",
          "no_leader", "invoices", [])
+    # members_offline: orders (no group size) had 3 members reporting and has 2 now (fires); invoices
+    # (quorum_group_size 3) keeps its 3. 3.10 names the series raft_term_total, 4.x raft_term.
+    raft, raft4 = "rabbitmq_detailed_raft_term_total", "rabbitmq_detailed_raft_term"
+    nodes = [{"instance": f"node{n}:15692", "job": "rabbitmq-detailed"} for n in (1, 2, 3)]
+    case([_series(raft, "1x10", queue="orders", **q, **nodes[0]), _series(raft, "1x10", queue="orders", **q, **nodes[1]),
+          _series(raft, "1 1 1 1 _ _ _ _ _ _ _", queue="orders", **q, **nodes[2])], "10m", "members_offline", "orders",
+         [({**q, "queue": "orders"}, "2")])
+    case([_series(raft4, "2x10", queue="invoices", **q, **node) for node in nodes], "10m", "members_offline",
+         "invoices", [])
+    case([_series(raft4, "2x10", queue="invoices", **q, **node) for node in nodes[:2]], "10m", "members_offline",
+         "invoices", [({**q, "queue": "invoices"}, "2")])
     # undeliverable: a copy in the undeliverable queue fires; an empty one does not.
     undeliverable = found["undeliverable"][0]["labels"]["watched_queue"]
     case([_series(f"{m}messages", "0 1 1 1", queue=undeliverable, **q, **inst)], "3m", "undeliverable",
