@@ -286,9 +286,10 @@ def test_promtool_evaluates_every_rule_kind_firing_and_not_firing(tmp_path: Path
     # (quorum_group_size 3) keeps its 3. 3.10 names the series raft_term_total, 4.x raft_term.
     raft, raft4 = "rabbitmq_detailed_raft_term_total", "rabbitmq_detailed_raft_term"
     nodes = [{"instance": f"node{n}:15692", "job": "rabbitmq-detailed"} for n in (1, 2, 3)]
-    case([_series(raft, "1x10", queue="orders", **q, **nodes[0]), _series(raft, "1x10", queue="orders", **q, **nodes[1]),
-          _series(raft, "1 1 1 1 _ _ _ _ _ _ _", queue="orders", **q, **nodes[2])], "10m", "members_offline", "orders",
-         [({**q, "queue": "orders"}, "2")])
+    case([_series(raft, "1x10", queue="orders", **q, **nodes[0]),
+          _series(raft, "1x10", queue="orders", **q, **nodes[1]),
+          _series(raft, "1 1 1 1 _ _ _ _ _ _ _", queue="orders", **q, **nodes[2])], "10m", "members_offline",
+         "orders", [({**q, "queue": "orders"}, "2")])
     case([_series(raft4, "2x10", queue="invoices", **q, **node) for node in nodes], "10m", "members_offline",
          "invoices", [])
     case([_series(raft4, "2x10", queue="invoices", **q, **node) for node in nodes[:2]], "10m", "members_offline",
