@@ -54,6 +54,7 @@ brokers:
 # bench/results/quick/); results and plots in bench/results/, durations and figures in bench/README.md.
 bench:
 	scripts/brokers.sh ensure all
+	scripts/prometheus.sh start
 	$(PY) -m bench
 
 preview:

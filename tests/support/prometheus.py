@@ -28,13 +28,23 @@ def get(path: str) -> Any:
         return json.load(response)["data"]
 
 
-def ensure() -> None:
-    """Start it (installing Debian's package when missing) unless it answers; skip the test when that fails, except
-    in CI."""
+class PrometheusError(Exception):
+    """scripts/prometheus.sh could not start it."""
+
+
+def ensure_running() -> None:
+    """Start it (installing Debian's package when missing) unless it answers."""
     result = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
-        missing(f"scripts/prometheus.sh start failed: {result.stderr.strip()[-500:]}",
-                because="CI=true: make setup should have installed prometheus")
+        raise PrometheusError(f"scripts/prometheus.sh start failed: {result.stderr.strip()[-500:]}")
+
+
+def ensure() -> None:
+    """`ensure_running` for a test: skip it when that fails, except in CI."""
+    try:
+        ensure_running()
+    except PrometheusError as error:
+        missing(str(error), because="CI=true: make setup should have installed prometheus")
 
 
 @contextmanager

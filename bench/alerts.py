@@ -1,0 +1,157 @@
+"""Alerts: how long the generated rules take to fire after the event, on the real Prometheus of
+scripts/prometheus.sh scraping each local broker's rabbitmq_prometheus, against the floor the configuration sets.
+
+Per broker, in a throw-away vhost (`alerts-…`) with one retryable quorum queue `work` and its rules as `make alerts`
+writes them (scoped to the broker by `alerts.selector`), each round times, polling `/api/v1/alerts` every 0.1 s:
+- `parked` (`for: 0s`, then `for: 10s`): from a message published (confirmed) into `work`'s error exchange, as the
+  client parks one, until the alert is firing; then from `queue.purge` of the error queue until it is gone;
+- `no_consumer` (`for: 0s`): from closing the only consumer of `work` while messages wait until the alert fires.
+
+The floor (the anchor): `for` + one scrape interval + one evaluation interval, the longest Prometheus itself can
+add. RabbitMQ adds its own: a queue's figures are refreshed every `collect_statistics_interval` (5 s by default),
+so the measured figure can exceed the floor by up to that much.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pika
+import yaml
+
+from bench import report
+from components.alerts import rule_file, stack_rules
+from components.config import load_stack_config
+from components.durations import parse_duration
+from components.stack import plan_stack
+from tests.support import prometheus
+from tests.support.amqp import parameters
+from tests.support.deploy import Deployer, unreachable
+from tests.support.mirror import Broker, call, esc
+from tests.support.retrying import retryable_queue
+
+STATS_INTERVAL_S = 5.0
+"""RabbitMQ's default `collect_statistics_interval`: how often a queue's figures change in the plugin's output."""
+TIMEOUT_S = 120.0
+"""A bound for an eventual condition (the alert fired or resolved), not a figure."""
+POLL_S = 0.1
+
+
+@dataclass
+class Timing:
+    broker: str
+    rule: str
+    for_s: float
+    fire_s: list[float] = field(default_factory=list)
+    resolve_s: list[float] = field(default_factory=list)
+
+
+def intervals() -> tuple[float, float]:
+    """(scrape, evaluation) interval of the running Prometheus, in seconds, from its loaded configuration."""
+    loaded = yaml.safe_load(prometheus.get("/api/v1/status/config")["yaml"])["global"]
+    return (parse_duration(loaded["scrape_interval"]) / 1000, parse_duration(loaded["evaluation_interval"]) / 1000)
+
+
+def _until(condition: Callable[[], bool], what: str) -> float:
+    start = time.monotonic()
+    while not condition():
+        if time.monotonic() - start > TIMEOUT_S:
+            raise TimeoutError(f"not within {TIMEOUT_S:.0f}s: {what}")
+        time.sleep(POLL_S)
+    return time.monotonic() - start
+
+
+def _rules(broker: Broker, config: dict[str, object], parked_for: str) -> dict[str, object]:
+    stack = load_stack_config({"vhosts": [config], "alerts": {
+        "selector": {"broker": broker.name}, "parked": {"for": parked_for}, "no_consumer": {"for": "0s"}}})
+    return rule_file(stack_rules("bench", stack.alerts, [p for _, p in plan_stack(stack, "shovel")]))
+
+
+def measure(broker: Broker, rounds: int, progress: Callable[[str], None]) -> list[Timing]:
+    """Every rule's timings on `broker`: `rounds` rounds each."""
+    vhost = f"alerts-{uuid.uuid4().hex[:10]}"
+    config: dict[str, object] = {"name": vhost, "exchanges": [{"name": "in", "type": "direct"}],
+                                 "queues": [retryable_queue("work", "quorum", ["1s"], 1, routing_key="work")]}
+    timings: list[Timing] = []
+    labels = {"alertname": "RabbitmqRetryMessagesParked", "vhost": vhost, "queue": "work"}
+    try:
+        Deployer(broker, vhost)(config)
+        connection = pika.BlockingConnection(parameters(broker, vhost))
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for parked_for in ("0s", "10s"):
+            parked = Timing(broker.name, "parked", 0.0 if parked_for == "0s" else parse_duration(parked_for) / 1000)
+            with prometheus.loaded(f"bench-{vhost}", _rules(broker, config, parked_for)):
+                for _ in range(rounds):
+                    _until(lambda: not prometheus.alerts(**labels), "no parked alert before the round")
+                    channel.basic_publish("work.error", "", b"parked", pika.BasicProperties(delivery_mode=2))
+                    parked.fire_s.append(_until(lambda: bool(prometheus.firing(**labels)), "parked fires"))
+                    channel.queue_purge("work.error")
+                    parked.resolve_s.append(_until(lambda: not prometheus.alerts(**labels), "parked resolves"))
+                    progress(f"{broker.name} alerts parked for {parked_for}: fired after {parked.fire_s[-1]:.1f} s, "
+                             f"resolved after {parked.resolve_s[-1]:.1f} s")
+            timings.append(parked)
+        idle = Timing(broker.name, "no_consumer", 0.0)
+        labels = {**labels, "alertname": "RabbitmqRetryNoConsumer"}
+        with prometheus.loaded(f"bench-{vhost}", _rules(broker, config, "0s")):
+            for _ in range(rounds):
+                consumer = pika.BlockingConnection(parameters(broker, vhost))
+                held = consumer.channel()
+                held.basic_qos(prefetch_count=1)
+                held.basic_consume("work", lambda ch, method, props, body: None)
+                for _ in range(3):
+                    channel.basic_publish("in", "work", b"waiting", pika.BasicProperties(delivery_mode=2))
+                consumer.process_data_events(0.5)
+                _until(lambda: not prometheus.alerts(**labels), "no alert while it consumes")
+                time.sleep(STATS_INTERVAL_S + 2)  # the broker's figures show the consumer before it stops
+                consumer.close()
+                idle.fire_s.append(_until(lambda: bool(prometheus.firing(**labels)), "no_consumer fires"))
+                channel.queue_purge("work")
+                idle.resolve_s.append(_until(lambda: not prometheus.alerts(**labels), "no_consumer resolves"))
+                progress(f"{broker.name} alerts no_consumer: fired after {idle.fire_s[-1]:.1f} s")
+        timings.append(idle)
+        connection.close()
+    finally:
+        call(broker, "DELETE", f"vhosts/{esc(vhost)}")
+    return timings
+
+
+def _s(values: Sequence[float]) -> str:
+    return f"{statistics.median(values):.1f} s ({min(values):.1f}–{max(values):.1f})"
+
+
+def results_file(brokers: Sequence[Broker], context: report.Context, out: Path, rounds: int,
+                 progress: Callable[[str], None]) -> Path | None:
+    """Every answering broker's timings in `<out>/<date>-alerts.md`; None when Prometheus or no broker answers."""
+    prometheus.ensure_running()
+    scrape, evaluation = intervals()
+    started = time.monotonic()
+    timings = [t for b in brokers if not unreachable(b) for t in measure(b, rounds, progress)]
+    if not timings:
+        return None
+    version = re.sub(r"\s+", " ", prometheus.get("/api/v1/status/buildinfo")["version"])
+    lines = [f"| Prometheus | {version} on 127.0.0.1 (scripts/prometheus.sh), scrape interval {scrape:g} s, "
+             f"evaluation interval {evaluation:g} s |",
+             f"| rounds | {rounds} per rule and broker |",
+             f"| load average | {report.load()} (1, 5, 15 min) at the end; shared machine |",
+             f"| duration | {time.monotonic() - started:.0f} s |"]
+    text = report.header(f"Benchmark: alerts firing on a real Prometheus, {context.date}", context, lines)
+    text += ["## Time to fire and to resolve", "",
+             "From the event (a message parked, the consumer gone; the error queue purged) until Prometheus's "
+             "`/api/v1/alerts` shows the alert firing (resolved: gone), median (min–max). The floor is `for` + one "
+             f"scrape interval + one evaluation interval; RabbitMQ refreshes a queue's figures every "
+             f"{STATS_INTERVAL_S:g} s (`collect_statistics_interval`), which the floor leaves out.", "",
+             "| broker | rule | `for` | floor | fired after | resolved after |", "|---|---|---|---|---|---|"]
+    for t in timings:
+        text.append(f"| {t.broker} | `{t.rule}` | {t.for_s:g} s | {t.for_s + scrape + evaluation:g} s | "
+                    f"{_s(t.fire_s)} | {_s(t.resolve_s)} |")
+    path = out / f"{context.date}-alerts.md"
+    path.write_text("\n".join([*text, ""]))
+    progress(f"wrote {path}")
+    return path
