@@ -197,7 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                1 if args.quick else throughput.ROUNDS, held)
             written += [path] if path else []
     if "alerts" in args.parts:
-        path = alerts.results_file(chosen, context, out, 2 if args.quick else 5, progress)
+        path = alerts.results_file(chosen, context, out, 2 if args.quick else 5, 3_000 if args.quick else 100_000,
+                                   1_000 if args.quick else alerts.LIST_LIMIT, progress)
         written += [path] if path else []
     if "p3" in args.parts:
         written.append(plan_cost_file(context, out, sizes, progress))

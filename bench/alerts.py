@@ -7,6 +7,9 @@ writes them (scoped to the broker by `alerts.selector`), each round times, polli
   client parks one, until the alert is firing; then from `queue.purge` of the error queue until it is gone;
 - `no_consumer` (`for: 0s`): from closing the only consumer of `work` while messages wait until the alert fires.
 
+And what the alert points to, at scale: reading 100,000 parked messages with `parked summary` and `parked list` at
+their default limit (10,000), beside `parked list` reading every one (quick: 3,000 at a limit of 1,000).
+
 The floor (the anchor): `for` + one scrape interval + one evaluation interval, the longest Prometheus itself can
 add. RabbitMQ adds its own: a queue's figures are refreshed every `collect_statistics_interval` (5 s by default),
 so the measured figure can exceed the floor by up to that much.
@@ -30,6 +33,8 @@ from components.alerts import rule_file, stack_rules
 from components.config import load_stack_config
 from components.durations import parse_duration
 from components.stack import plan_stack
+from rabbitmq_retry_client import ParkedQueue, Selection
+from rabbitmq_retry_client.cli import LIST_LIMIT
 from tests.support import prometheus
 from tests.support.amqp import parameters
 from tests.support.deploy import Deployer, unreachable
@@ -122,17 +127,72 @@ def measure(broker: Broker, rounds: int, progress: Callable[[str], None]) -> lis
     return timings
 
 
+@dataclass
+class ReadCost:
+    broker: str
+    parked: int
+    what: str
+    limit: int
+    read: int
+    seconds: float
+
+
+def parked_cost(broker: Broker, count: int, limit: int, progress: Callable[[str], None]) -> list[ReadCost]:
+    """What reading a large error queue costs: `count` messages parked in `work.error` (published straight into its
+    error exchange with the parking headers), then `parked summary` and `parked list` at their default limit beside
+    `parked list` reading every message (what it did before the limit: every one held unacknowledged)."""
+    vhost = f"alerts-{uuid.uuid4().hex[:10]}"
+    config: dict[str, object] = {"name": vhost, "exchanges": [{"name": "in", "type": "direct"}],
+                                 "queues": [retryable_queue("work", "quorum", ["1s"], 1, routing_key="work")]}
+    costs = []
+    try:
+        deployment = Deployer(broker, vhost)(config)
+        connection = pika.BlockingConnection(parameters(broker, vhost))
+        channel = connection.channel()
+        for n in range(count):
+            headers = {"error-reason": f"ValueError: case {n % 7}", "first-failure-at": "2026-11-27T00:00:00.000Z",
+                       "original-routing-key": "work", "attempts": 2}
+            channel.basic_publish("work.error", "", b"x" * 100, pika.BasicProperties(
+                delivery_mode=2, message_id=f"m{n}", headers=headers))
+            if n % 5000 == 4999:
+                connection.process_data_events(0)
+        _until_count(channel, count)
+        connection.close()
+        progress(f"{broker.name} alerts: {count:,} parked")
+        contract = deployment.contracts["work"]
+        for what, bound in (("summary", limit), ("list", limit), ("list, every message", count)):
+            started = time.monotonic()
+            with ParkedQueue(parameters(broker, vhost), contract) as queue:
+                if what == "summary":
+                    queue.count()
+                    queue.oldest()
+                read = sum(g.count for g in queue.summary(Selection(limit=bound)))
+            costs.append(ReadCost(broker.name, count, what, bound, read, time.monotonic() - started))
+            progress(f"{broker.name} alerts: parked {what} --limit {bound:,}: {costs[-1].seconds:.1f} s")
+    finally:
+        call(broker, "DELETE", f"vhosts/{esc(vhost)}")
+    return costs
+
+
+def _until_count(channel: pika.adapters.blocking_connection.BlockingChannel, count: int) -> None:
+    _until(lambda: int(channel.queue_declare("work.error", passive=True).method.message_count) >= count,
+           f"{count} messages parked")
+
+
 def _s(values: Sequence[float]) -> str:
     return f"{statistics.median(values):.1f} s ({min(values):.1f}–{max(values):.1f})"
 
 
-def results_file(brokers: Sequence[Broker], context: report.Context, out: Path, rounds: int,
-                 progress: Callable[[str], None]) -> Path | None:
+def results_file(brokers: Sequence[Broker], context: report.Context, out: Path, rounds: int, parked: int,
+                 limit: int, progress: Callable[[str], None]) -> Path | None:
+    """`parked` messages are read at `limit` (the commands' default, LIST_LIMIT, in a full run)."""
     """Every answering broker's timings in `<out>/<date>-alerts.md`; None when Prometheus or no broker answers."""
     prometheus.ensure_running()
     scrape, evaluation = intervals()
     started = time.monotonic()
-    timings = [t for b in brokers if not unreachable(b) for t in measure(b, rounds, progress)]
+    answering = [b for b in brokers if not unreachable(b)]
+    timings = [t for b in answering for t in measure(b, rounds, progress)]
+    costs = [c for b in answering for c in parked_cost(b, parked, limit, progress)]
     if not timings:
         return None
     version = re.sub(r"\s+", " ", prometheus.get("/api/v1/status/buildinfo")["version"])
@@ -151,6 +211,15 @@ def results_file(brokers: Sequence[Broker], context: report.Context, out: Path, 
     for t in timings:
         text.append(f"| {t.broker} | `{t.rule}` | {t.for_s:g} s | {t.for_s + scrape + evaluation:g} s | "
                     f"{_s(t.fire_s)} | {_s(t.resolve_s)} |")
+    text += ["", f"## Reading {parked:,} parked messages", "",
+             "What an alert points to: the error queue, read with `basic.get`, each message held unacknowledged "
+             f"until the read ends. `parked summary` (exact count, the oldest from the head, reasons of at most "
+             f"{limit:,}) and `parked list --limit {limit:,}` (the commands' default is {LIST_LIMIT:,}), beside "
+             "`parked list` reading every message (what it did before the limit). 100-byte bodies, one quorum "
+             "error queue.", "",
+             "| broker | parked | command | held at most | read | seconds |", "|---|---|---|---|---|---|"]
+    for c in costs:
+        text.append(f"| {c.broker} | {c.parked:,} | `parked {c.what}` | {c.limit:,} | {c.read:,} | {c.seconds:.1f} |")
     path = out / f"{context.date}-alerts.md"
     path.write_text("\n".join([*text, ""]))
     progress(f"wrote {path}")
