@@ -188,6 +188,22 @@ def test_the_tool_writes_what_the_program_exports(tmp_path: Path) -> None:
     assert manifest["kind"] == "PrometheusRule" and manifest["metadata"]["name"] == "rabbitmq-retry-dev"
 
 
+def test_the_program_exports_them_as_alert_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stack output `alert_rules` is what `make alerts` writes (the mocks record no stack export: caught here)."""
+    import pulumi
+
+    from tools.lib.mockrun import close_event_loop, record_program
+
+    exported: dict[str, Any] = {}
+    monkeypatch.setattr(pulumi, "export", lambda name, value: exported.__setitem__(name, value))
+    try:
+        record_program("prod", ROOT)
+    finally:
+        close_event_loop()
+    assert exported["alert_rules"] == stack_alert_rules("prod", ROOT)
+    assert set(exported) == {"retry_contracts", "alert_rules"}
+
+
 # --- promtool -----------------------------------------------------------------------------------------------------
 
 def promtool() -> str:
