@@ -27,6 +27,8 @@ SCRAPE=${PROMETHEUS_SCRAPE_INTERVAL:-2s}
 EVALUATION=${PROMETHEUS_EVALUATION_INTERVAL:-2s}
 WAIT_SECS=60
 URL=http://127.0.0.1:$PORT
+# Test runs side by side (scripts/test.sh) may all call start or reload: one at a time.
+LOCK=/run/lock/rabbitmq-retry-prometheus.lock
 
 log() { printf 'prometheus: %s\n' "$*" >&2; }
 die() {
@@ -119,7 +121,7 @@ start() {
   # Detached, its output in a file, without our descriptors: a caller capturing our output is not held open.
   setsid prometheus --config.file="$DIR/prometheus.yml" --storage.tsdb.path="$DIR/data" \
     --storage.tsdb.retention.time=2d --web.listen-address="127.0.0.1:$PORT" --web.enable-lifecycle \
-    >>"$DIR/prometheus.log" 2>&1 </dev/null &
+    >>"$DIR/prometheus.log" 2>&1 </dev/null 9>&- &
   echo $! >"$DIR/pid"
   local start=$SECONDS
   until answering; do
@@ -152,6 +154,15 @@ status() {
   printf 'prometheus %s %s (config %s)\n' "$URL" "$state" "$DIR/prometheus.yml"
 }
 
+locked() {
+  mkdir -p "$(dirname "$LOCK")"
+  exec 9>"$LOCK"
+  flock -w $((WAIT_SECS * 2)) 9 || die "another scripts/prometheus.sh holds $LOCK"
+}
+
+case ${1:-} in
+  install | start | reload | stop) locked ;;
+esac
 case ${1:-} in
   install) install ;;
   start)
