@@ -68,7 +68,8 @@ STACK_ALERTS_KEYS = ("metrics", "selector", *LEVEL_KEYS)
 VHOST_ALERTS_KEYS = ("labels", *(k for k, v in RULE_KINDS.items() if v.scope in SCOPES["vhost"]))
 QUEUE_ALERTS_KEYS = ("labels", *(k for k, v in RULE_KINDS.items() if v.scope in SCOPES["queue"]))
 LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-RESERVED_LABELS = ("alertname", "severity", "stack", "vhost", "queue", "strategy", "rabbitmq_retry_rule")
+RESERVED_LABELS = ("alertname", "severity", "stack", "vhost", "queue", "strategy", "rabbitmq_retry_rule",
+                   "watched_queue", "reason")
 """Labels every rule sets itself: extra labels may not replace them (`severity` has a key of its own)."""
 
 
