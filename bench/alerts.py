@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pika
+import pika.exceptions
 import yaml
 
 from bench import report
@@ -191,8 +192,15 @@ def results_file(brokers: Sequence[Broker], context: report.Context, out: Path, 
     scrape, evaluation = intervals()
     started = time.monotonic()
     answering = [b for b in brokers if not unreachable(b)]
-    timings = [t for b in answering for t in measure(b, rounds, progress)]
-    costs = [c for b in answering for c in parked_cost(b, parked, limit, progress)]
+    timings, costs, failed = [], [], []
+    for part, run in (("time to fire", lambda b: timings.extend(measure(b, rounds, progress))),
+                      (f"reading {parked:,} parked", lambda b: costs.extend(parked_cost(b, parked, limit, progress)))):
+        for b in answering:
+            try:
+                run(b)
+            except (OSError, pika.exceptions.AMQPError, TimeoutError) as error:  # e.g. the broker restarted
+                failed.append(f"- {b.name}, {part}: not measured, {type(error).__name__}: {error}")
+                progress(failed[-1][2:])
     if not timings:
         return None
     version = re.sub(r"\s+", " ", prometheus.get("/api/v1/status/buildinfo")["version"])
@@ -220,6 +228,8 @@ def results_file(brokers: Sequence[Broker], context: report.Context, out: Path, 
              "| broker | parked | command | held at most | read | seconds |", "|---|---|---|---|---|---|"]
     for c in costs:
         text.append(f"| {c.broker} | {c.parked:,} | `parked {c.what}` | {c.limit:,} | {c.read:,} | {c.seconds:.1f} |")
+    if failed:
+        text += ["", "## Not measured", "", *failed]
     path = out / f"{context.date}-alerts.md"
     path.write_text("\n".join([*text, ""]))
     progress(f"wrote {path}")
