@@ -13,7 +13,7 @@ tool_status = || { status=$$?; case $$status in 1) why=error;; 2) why="data loss
 	esac; echo "make $@: $(1) exit status $$status ($$why); make itself exits 2 on any failure" >&2; exit $$status; }
 
 .PHONY: setup test test-fast lint plan preview up brokers review mutate adopt drift contracts definitions doctor bench \
-	migrate-status migrate-retire
+	migrate-status migrate-retire alerts
 
 setup:
 	scripts/setup.sh
@@ -21,6 +21,7 @@ setup:
 test: lint
 	scripts/brokers.sh ensure all
 	scripts/clusters.sh ensure all
+	scripts/prometheus.sh start
 	scripts/test.sh
 
 test-fast:
@@ -44,6 +45,12 @@ definitions:
 	@$(PY) -m tools.definitions --stack $(STACK) --output $(or $(OUTPUT),definitions.$(STACK).json) \
 		$(call tool_status,tools.definitions)
 
+# The stack's Prometheus alerting rules (docs/alerts.md): FORMAT=prometheus (a rule file, the default) or
+# prometheus-rule (a Kubernetes PrometheusRule); OUTPUT=file, else alerts.<stack>.yml.
+alerts:
+	@$(PY) -m tools.alerts --stack $(STACK) --format $(or $(FORMAT),prometheus) \
+		--output $(or $(OUTPUT),alerts.$(STACK).yml) $(call tool_status,tools.alerts)
+
 brokers:
 	scripts/brokers.sh status
 	scripts/clusters.sh status
@@ -52,6 +59,7 @@ brokers:
 # bench/results/quick/); results and plots in bench/results/, durations and figures in bench/README.md.
 bench:
 	scripts/brokers.sh ensure all
+	scripts/prometheus.sh start
 	$(PY) -m bench
 
 preview:

@@ -5,6 +5,7 @@ import gc
 import pulumi
 
 from components import Vhost
+from components.alerts import rule_file, stack_rules
 from components.stack import (
     application_passwords,
     declare_shovel_user,
@@ -33,3 +34,6 @@ for name, plan in plans:
     retry_contracts[plan.config.name] = component.retry_contracts
 
 pulumi.export("retry_contracts", retry_contracts)
+# Prometheus alerting rules derived from the same plans (components/alerts.py, docs/alerts.md): `make alerts` writes
+# them as a rule file, and a new queue never ships without its rules.
+pulumi.export("alert_rules", rule_file(stack_rules(pulumi.get_stack(), config.alerts, [plan for _, plan in plans])))

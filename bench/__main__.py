@@ -7,10 +7,13 @@
   against the same broker mechanism wired by hand (bench/floor.py; `--parts floor` runs only that);
 - P3 plan cost (bench/plan_cost.py, broker-free): program under mocks, SDK floor, check_vhost, make plan and
   make review at 100 and 1,000 retryable queues;
+- alerts (bench/alerts.py): how long the generated alerting rules take to fire on the real Prometheus of
+  scripts/prometheus.sh, against `for` + scrape + evaluation interval;
 - levels-encoding (bench/levels_encoding.py, only when named in --parts): the broker's CPU and copies/s per
   delayed copy of today's `levels` routing key against cheaper encodings, on every broker, in one file.
 
-Writes `<out>/<date>-rabbitmq-<version>.md` per broker (P1, P2) and `<out>/<date>-plan-cost.md` (P3), each with
+Writes `<out>/<date>-rabbitmq-<version>.md` per broker (P1, P2), `<out>/<date>-alerts.md` and
+`<out>/<date>-plan-cost.md` (P3), each with
 its PNG plots beside it. `--quick` (or BENCH_QUICK=1): fewer messages, shorter delays, 10 and 100 queues, written
 to bench/results/quick/ (not kept in git) unless --out says otherwise. Brokers come from RABBITMQ_BROKERS as for
 the tests (tests/support/deploy.py); each strategy runs in a throw-away vhost.
@@ -27,7 +30,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import accuracy, cluster, floor, levels_encoding, peers, peers_report, plan_cost, report, throughput
+from bench import accuracy, alerts, cluster, floor, levels_encoding, peers, peers_report, plan_cost, report, throughput
 from bench.strategies import KOMBU, P1_STRATEGIES, SEED_003, Strategy
 from tests.support.admin import parse_version
 from tests.support.deploy import configured_brokers, unreachable
@@ -37,6 +40,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 P1_QUEUE_TYPE = "quorum"
 """The default queue type, the only one `native` runs on, and the anchor's: P1's tables name other types."""
 QUEUE_TYPES = ("classic", "quorum")
+DEFAULT_PARTS = ("p1", "p2", "p3", "alerts")
 P1_ROUNDS = 3
 """Rounds of P1 for ours and kombu in `make bench` (the anchor and dramatiq run in the first only: the anchor's p99
 is seconds, dramatiq's its worker_timeout, neither a few ms from ours): a few ms of the broker's own TTL expiry
@@ -175,7 +179,7 @@ def plan_cost_file(context: report.Context, out: Path, sizes: Sequence[int], pro
 
 def command(quick: bool, parts: Sequence[str], brokers: Sequence[str] | None) -> str:
     """How this run was started, as its results files name it."""
-    if set(parts) == {"p1", "p2", "p3"} and not brokers:
+    if set(parts) == set(DEFAULT_PARTS) and not brokers:
         return "BENCH_QUICK=1 make bench" if quick else "make bench"
     return (f"{'BENCH_QUICK=1 ' if quick else ''}.venv/bin/python -m bench --parts {' '.join(parts)}"
             + (f" --brokers {' '.join(brokers)}" if brokers else ""))
@@ -187,8 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", default=os.environ.get("BENCH_QUICK", "") not in ("", "0"),
                         help="CI smoke: fewer messages, shorter delays, smaller stacks (default: BENCH_QUICK)")
     parser.add_argument("--brokers", nargs="+", help="names from RABBITMQ_BROKERS (default: all)")
-    parser.add_argument("--parts", nargs="+", choices=("p1", "p2", "p3", "floor", "levels-encoding"),
-                        default=["p1", "p2", "p3"])
+    parser.add_argument("--parts", nargs="+", choices=(*DEFAULT_PARTS, "floor", "levels-encoding"),
+                        default=list(DEFAULT_PARTS))
     parser.add_argument("--out", type=Path, help="directory for results (default bench/results, quick: …/quick)")
     args = parser.parse_args(argv)
     known = [broker.name for broker in configured_brokers()]
@@ -217,6 +221,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                floor.QUICK_MESSAGES if args.quick else floor.MESSAGES,
                                1 if args.quick else floor.ROUNDS)
             written += [path] if path else []
+    if "alerts" in args.parts:
+        path = alerts.results_file(chosen, context, out, 2 if args.quick else 5, 3_000 if args.quick else 100_000,
+                                   1_000 if args.quick else alerts.LIST_LIMIT, progress)
+        written += [path] if path else []
     if "p3" in args.parts:
         written.append(plan_cost_file(context, out, sizes, progress))
     if "levels-encoding" in args.parts:

@@ -44,14 +44,18 @@ from pika.spec import BasicProperties
 from . import headers as h
 from .connection import DEFAULT_URL, BrokerRefusedError, BrokerUnreachableError, hosts, quiet_pika
 from .consumer import DEFAULT_PREFETCH, Handler, RetryingConsumer, contract_mode
-from .contract import Contract, ContractError, load_contract, stack_output
+from .contract import Contract, ContractError, contracts_in, load_contract, stack_output, validate
 from .durations import duration_ms
 from .management import TLS_SETTINGS, TlsSettings
-from .parked import Parked, ParkedQueue, Selection
+from .parked import Outcome, Parked, ParkedQueue, Selection
 from .publisher import Publisher
 from .strategies import MODES, behaviour_of
 
 PROG = "rabbitmq-retry"
+LIST_LIMIT = 10_000
+"""Messages `parked list` and `parked summary` read by default: each is held unacknowledged until the read ends
+(basic.get cannot page past a message without holding it), so the default bounds what a read holds however
+large the error queue; the count and the oldest are exact whatever the limit."""
 
 
 class UsageError(Exception):
@@ -153,6 +157,7 @@ def _parked_queue(args: argparse.Namespace) -> ParkedQueue:
 
 def _list(args: argparse.Namespace) -> int:
     with _parked_queue(args) as parked:
+        held = parked.count()
         groups = parked.summary(_selection(args))
         total = sum(g.count for g in groups)
         if args.json:
@@ -162,13 +167,54 @@ def _list(args: argparse.Namespace) -> int:
                       sys.stdout, indent=1)
             print()
             return 0
+        selection = _selection(args)
+        cut = selection.limit is not None and total >= selection.limit and held > total
         print(f"{total} parked in {parked.contract['vhost']}/{parked.queue}"
-              + (" (selected)" if _selection(args).filtered else ""))
+              + (" (selected)" if selection.filtered and not cut else "")
+              + (f": the first {total:,} of {held:,} read (--limit {selection.limit:,}: at most that many are held "
+                 "unacknowledged while they are read); raise --limit to read more" if cut else ""))
         if groups:
             print(f"{'count':>7}  {'redriven':>8}  {'oldest first failure':<24}  {'routing key':<24}  reason")
         for g in groups:
             oldest = h.utc_iso(g.oldest) if g.oldest else "-"
             print(f"{g.count:>7}  {g.redriven:>8}  {oldest:<24}  {g.routing_key:<24}  {g.reason[:args.reason_width]}")
+    return 0
+
+
+def _summary(args: argparse.Namespace) -> int:
+    """Every error queue of a contract file: how many are parked, since when, and why."""
+    source: Any = args.contract if args.contract is not None else stack_output(args.stack)
+    data = source if isinstance(source, dict) else json.loads(Path(source).read_text())
+    contracts = sorted((validate(c) for c in contracts_in(data)), key=lambda c: (c["vhost"], c["queue"]))
+    if args.vhost is not None:
+        contracts = [c for c in contracts if c["vhost"] == args.vhost]
+    if not contracts:
+        raise ContractError("no contract" + (f" of vhost {args.vhost!r}" if args.vhost else "") + " in the file")
+    rows = []
+    for contract in contracts:
+        with ParkedQueue(args.url, contract, connect_timeout=args.connect_timeout) as parked:
+            count = parked.count()
+            head = parked.oldest() if count else None
+            groups = parked.summary(Selection(limit=args.limit)) if count else []
+        reasons: dict[str, int] = {}
+        for g in groups:
+            reasons[g.reason] = reasons.get(g.reason, 0) + g.count
+        rows.append({"vhost": contract["vhost"], "queue": contract["queue"], "error_queue": contract["error_queue"],
+                     "parked": count, "read": sum(g.count for g in groups),
+                     "oldest_first_failure_at": h.utc_iso(head.first_failure_at)
+                     if head is not None and head.first_failure_at else None,
+                     "reasons": dict(sorted(reasons.items(), key=lambda r: (-r[1], r[0])))})
+    if args.json:
+        json.dump(rows, sys.stdout, indent=1)
+        print()
+        return 0
+    print(f"{sum(r['parked'] for r in rows):,} parked in {len(rows)} error queues; reasons from at most "
+          f"{args.limit:,} messages of each (--limit)")
+    print(f"{'parked':>9}  {'oldest first failure':<24}  {'queue':<40}  top reasons (of those read)")
+    for r in rows:
+        top = "; ".join(f"{n}× {reason[:args.reason_width]}" for reason, n in list(r["reasons"].items())[:3])
+        print(f"{r['parked']:>9,}  {r['oldest_first_failure_at'] or '-':<24}  {r['vhost'] + '/' + r['queue']:<40}  "
+              f"{top}")
     return 0
 
 
@@ -193,9 +239,19 @@ def _redrive(args: argparse.Namespace) -> int:
         if args.verbose:
             print(f"moved {message.properties.message_id} to {exchange!r} {routing_key!r}", flush=True)
 
-    with _parked_queue(args) as parked:
-        outcome = parked.redrive(_selection(args), to_original=args.to_original_exchange, dry_run=args.dry_run,
-                                 rate=args.rate, progress=progress)
+    outcome = Outcome()
+    try:
+        with _parked_queue(args) as parked:
+            parked.redrive(_selection(args), to_original=args.to_original_exchange, dry_run=args.dry_run,
+                           rate=args.rate, progress=progress, outcome=outcome)
+    except (pika.exceptions.AMQPConnectionError, pika.exceptions.AMQPChannelError, OSError) as error:
+        if args.dry_run:
+            raise
+        print(f"error: {type(error).__name__}: {error}: the connection was lost after {outcome.moved} of the "
+              f"{outcome.selected} selected so far moved; nothing is lost (what was not moved went back to the error "
+              "queue, a copy in flight may arrive twice); run the same command again once the node is back to move "
+              "the rest", file=sys.stderr)
+        return 1
     where = "; ".join(f"{n} to exchange {x!r} key {k!r}, reaching {parked.reaches(x, k, args.to_original_exchange)}"
                       for (x, k), n in sorted(outcome.destinations.items()))
     verb = "would move" if args.dry_run else "moved"
@@ -298,11 +354,28 @@ def parser() -> argparse.ArgumentParser:
     actions = parked.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", help="counts by error reason and original routing key, oldest first failure")
     _contract_options(listing)
-    _filter_options(listing)
+    _filter_options(listing, limit=LIST_LIMIT)
     listing.add_argument("--json", action="store_true", help="the groups as JSON")
     listing.add_argument("--reason-width", type=int, default=100, help="characters of each reason shown")
     _url_option(listing)
     listing.set_defaults(run=_list)
+
+    summary = actions.add_parser("summary", help="every error queue of the contract file: count, oldest, reasons")
+    source = summary.add_mutually_exclusive_group(required=True)
+    source.add_argument("--contract", type=Path, help="JSON of `pulumi stack output retry_contracts --json` (or "
+                        "`make contracts`)")
+    source.add_argument("--stack", help="read the contracts with `pulumi stack output retry_contracts --json "
+                        "--stack STACK`")
+    summary.add_argument("--vhost", help="only this vhost's queues")
+    summary.add_argument("--limit", type=positive(int), default=LIST_LIMIT,
+                         help="messages read per queue for the reasons, at most that many held unacknowledged at "
+                         "once (default %(default)s); the count and the oldest are exact")
+    summary.add_argument("--connect-timeout", type=float, default=10.0,
+                         help="seconds to wait for an unreachable broker (default %(default)s)")
+    summary.add_argument("--json", action="store_true", help="one object per queue")
+    summary.add_argument("--reason-width", type=int, default=60, help="characters of each reason shown")
+    _url_option(summary)
+    summary.set_defaults(run=_summary)
 
     show = actions.add_parser("show", help="a few parked messages with their headers, bodies truncated")
     _contract_options(show)

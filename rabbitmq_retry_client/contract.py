@@ -235,7 +235,9 @@ def load_contract(source: str | Path | Mapping[str, Any], queue: str | None = No
     if len(found) != 1:
         names = sorted(f"{c.get('vhost')}/{c.get('queue')}" for c in contracts_in(data))
         what = "no contract matches" if not found else "several contracts match"
-        raise ContractError(f"{what} queue={queue!r} vhost={vhost!r}; available: {', '.join(names) or 'none'}")
+        hint = ("; name one with --queue (and --vhost), or see every error queue with `rabbitmq-retry parked summary`"
+                if found else "")
+        raise ContractError(f"{what} queue={queue!r} vhost={vhost!r}{hint}; available: {', '.join(names) or 'none'}")
     return validate(found[0])
 
 

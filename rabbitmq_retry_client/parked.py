@@ -298,12 +298,22 @@ class ParkedQueue:
                              "--to-original-exchange")
         return exchange, message.original_routing_key
 
+    def oldest(self) -> Parked | None:
+        """The message at the head of the error queue, the first parked of those still there (None when empty):
+        read with one basic.get and returned at once."""
+        with self._reading() as reader:
+            reader.total = min(reader.total, 1)
+            return next(iter(reader), None)
+
     def redrive(self, selection: Selection, *, to_original: bool = False, dry_run: bool = False,
-                rate: float | None = None, progress: Callable[[Parked, str, str], None] | None = None) -> Outcome:
+                rate: float | None = None, progress: Callable[[Parked, str, str], None] | None = None,
+                outcome: Outcome | None = None) -> Outcome:
         """Send the selected messages back with a full retry budget, at most `rate` a second: publish the
         copy (confirmed, mandatory), then ack the parked original. `dry_run` only counts them. The copy reaches
-        `Q` alone (`queue_route`) unless `to_original`: then every queue bound to its original exchange."""
-        outcome = Outcome()
+        `Q` alone (`queue_route`) unless `to_original`: then every queue bound to its original exchange.
+        `outcome`: counted into as it goes, so that a caller still knows what moved when the connection is lost
+        halfway (every message not acked by then goes back to the error queue: nothing is lost)."""
+        outcome = Outcome() if outcome is None else outcome
         interval = 1.0 / rate if rate else 0.0
         publisher = None if dry_run else self._channel(confirms=True)
         next_at = time.monotonic()

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Make sure the local RabbitMQ brokers the tests need are installed and running.
 #
-#   3.10  Debian stable's rabbitmq-server on the host       AMQP 5672  management 15672
+#   3.10  Debian stable's rabbitmq-server on the host       AMQP 5672  management 15672  prometheus 15772
 #                                                           AMQPS 5671 HTTPS management 15671
-#   4.3   Debian unstable's rabbitmq-server in a chroot      AMQP 5673  management 15673
+#   4.3   Debian unstable's rabbitmq-server in a chroot      AMQP 5673  management 15673  prometheus 15773
 #                                                           AMQPS 5674 HTTPS management 15674
 #         (node rabbit43@localhost, epmd 4370, dist 25673, chroot at $RABBIT43_ROOT)
 #
@@ -35,8 +35,10 @@ LOCK=/run/lock/rabbitmq-retry-brokers.lock
 TLS_DIR=${RABBITMQ_TLS_DIR:-/var/lib/rabbitmq-retry/tls}
 TLS_CLIENT_CN=rabbitmq-retry-tls-client
 # Management for the tests and the tools; the shovel and its HTTP API for migrations (make doctor checks them);
-# login by client certificate (SASL EXTERNAL) over TLS.
-PLUGINS="rabbitmq_management rabbitmq_shovel rabbitmq_shovel_management rabbitmq_auth_mechanism_ssl"
+# login by client certificate (SASL EXTERNAL) over TLS; rabbitmq_prometheus for the alerts (docs/alerts.md), on a
+# port of each node's own: its default, 15692, is the management port of the 4.3 cluster's first node
+# (scripts/clusters.sh).
+PLUGINS="rabbitmq_management rabbitmq_shovel rabbitmq_shovel_management rabbitmq_auth_mechanism_ssl rabbitmq_prometheus"
 # ERL_EPMD_PORT belongs to the chroot's node only; a caller exporting it would make the
 # host's CLI tools look for their node in the wrong epmd.
 unset ERL_EPMD_PORT
@@ -53,6 +55,7 @@ amqp_port() { case $1 in 3.10) echo 5672 ;; 4.3) echo 5673 ;; esac; }
 mgmt_port() { case $1 in 3.10) echo 15672 ;; 4.3) echo 15673 ;; esac; }
 amqps_port() { case $1 in 3.10) echo 5671 ;; 4.3) echo 5674 ;; esac; }
 https_port() { case $1 in 3.10) echo 15671 ;; 4.3) echo 15674 ;; esac; }
+prometheus_port() { case $1 in 3.10) echo 15772 ;; 4.3) echo 15773 ;; esac; }
 
 log_hint() {
   case $1 in
@@ -111,6 +114,13 @@ plugins_missing() { # file
     grep -Eq "[[,[:space:]]${p}[],[:space:]]" "$1" 2>/dev/null || missing+=("$p")
   done
   echo "${missing[*]}"
+}
+
+# The Erlang term that gives rabbitmq_prometheus its listener (what `prometheus.tcp.ip`/`.port` in rabbitmq.conf
+# set at boot), for a node that booted before its rabbitmq.conf had them: set in the running node before the
+# plugin is enabled online, so that it never starts on its default port.
+prometheus_env() { # port
+  echo "application:set_env(rabbitmq_prometheus, tcp_config, [{ip, \"127.0.0.1\"}, {port, $1}], [{persistent, true}])."
 }
 
 APT_UPDATED=0
@@ -236,6 +246,17 @@ tls_conf() { # amqps-port https-port cert-dir mechanisms...
 TLS_BEGIN="# --- TLS listeners (scripts/brokers.sh) ---"
 TLS_END="# --- end of TLS listeners ---"
 
+# Writes `content` as a rabbitmq.conf's own lines and keeps its TLS block (`tls_block`) as it is, in the layout
+# `tls_block` writes: rewriting the file without it would drop the TLS listeners, and `ensure` would then restart
+# the broker every time to put them back.
+conf_keeping_tls() { # file content
+  local file=$1 content=$2 current="" block
+  [[ -f $file ]] && current=$(<"$file")
+  block=$(awk -v b="$TLS_BEGIN" -v e="$TLS_END" '$0==b{on=1} on{print} $0==e{on=0}' <<<"$current")
+  write_if_changed "$file" "$content${block:+
+$block}"
+}
+
 # Puts `content` between the TLS markers of a rabbitmq.conf, replacing what was there and keeping every other
 # line; returns 1 when the file already had exactly this.
 tls_block() { # file content
@@ -289,18 +310,29 @@ start310() {
   plugins310
 }
 
+# Lines of the host's rabbitmq.conf this script needs (the rest of the file is the machine's): the Prometheus
+# listener on loopback and its own port.
+config310() {
+  local line file=/etc/rabbitmq/rabbitmq.conf
+  for line in "prometheus.tcp.ip = 127.0.0.1" "prometheus.tcp.port = $(prometheus_port 3.10)"; do
+    grep -qxF "$line" "$file" 2>/dev/null || printf '%s\n' "$line" >>"$file"
+  done
+}
+
 plugins310() {
   # Off after a plain package install; enabling them online needs the running node (no restart).
   local missing
   missing=$(plugins_missing /etc/rabbitmq/enabled_plugins)
   [[ -z $missing ]] && return 0
   log "enabling on RabbitMQ 3.10: $missing"
+  rabbitmqctl -q eval "$(prometheus_env "$(prometheus_port 3.10)")" >/dev/null
   # shellcheck disable=SC2086 # one argument per plugin
   rabbitmq-plugins -q enable $missing >/dev/null
 }
 
 ensure310() {
   if answering 3.10; then
+    config310
     plugins310
     if tls310; then
       log "RabbitMQ 3.10: restarting once for the TLS listeners (plain ports unchanged)"
@@ -313,6 +345,7 @@ ensure310() {
   fi
   need_cmd curl
   install310
+  config310
   tls310 || true
   start310
   wait_up 3.10
@@ -351,9 +384,11 @@ umount43() {
 config43() {
   # Own ports beside the host's 3.10. Everything listens on loopback only, like the host's
   # broker: with loopback_users = none, guest/guest would otherwise be open to the network.
-  write_if_changed "$ROOT43/etc/rabbitmq/rabbitmq.conf" "listeners.tcp.default = 127.0.0.1:5673
+  conf_keeping_tls "$ROOT43/etc/rabbitmq/rabbitmq.conf" "listeners.tcp.default = 127.0.0.1:5673
 management.tcp.ip = 127.0.0.1
 management.tcp.port = 15673
+prometheus.tcp.ip = 127.0.0.1
+prometheus.tcp.port = $(prometheus_port 4.3)
 loopback_users = none"
   # The epmd settings here too (rabbitmq-env exports them), so that a hand-typed
   # `chroot $ROOT43 rabbitmqctl ...` also finds rabbit43 and never the host's epmd on 4369.
@@ -413,6 +448,7 @@ plugins43() { # online|offline
   [[ -z $missing ]] && return 0
   log "enabling on RabbitMQ 4.3 ($1): $missing"
   if [[ $1 == online ]]; then
+    ctl43 -q eval "$(prometheus_env "$(prometheus_port 4.3)")" >/dev/null
     # shellcheck disable=SC2086 # one argument per plugin
     in43 rabbitmq-plugins -q -n "$NODE43" enable $missing >/dev/null
   else
@@ -424,6 +460,7 @@ plugins43() { # online|offline
 ensure43() {
   if answering 4.3; then
     mount43
+    config43
     plugins43 online
     if tls43; then
       log "RabbitMQ 4.3: restarting once for the TLS listeners (plain ports unchanged)"

@@ -3,8 +3,10 @@
 # (whose install, chroot and daemon helpers this script sources).
 #
 #   3.10  nodes c310n1..3@localhost on the host     AMQP 5682-5684  management 15682-15684  dist 25682-25684  epmd 4380
+#         prometheus 15782-15784
 #   4.3   nodes c43n1..3@localhost in the chroot    AMQP 5692-5694  management 15692-15694  dist 25692-25694  epmd 4390
 #                                                 AMQPS 5695-5697  HTTPS management 15695-15697
+#         prometheus 15792-15794 (never rabbitmq_prometheus's default 15692: that is c43n1's management port)
 #
 # Usage:
 #   scripts/clusters.sh ensure [3.10|4.3|all]     install if missing, start what is down, form the cluster, enable the plugins, wait, print status
@@ -42,6 +44,7 @@ TLS_CLUSTERS="4.3"
 cluster_tls() { [[ " $TLS_CLUSTERS " == *" $1 "* ]]; }
 node_amqps() { echo $((5600 + $(port_offset "$1") + $2 + 3)); }
 node_https() { echo $((15600 + $(port_offset "$1") + $2 + 3)); }
+node_prometheus() { echo $((15700 + $(port_offset "$1") + $2)); }
 cluster_epmd() { case $1 in 3.10) echo 4380 ;; 4.3) echo 4390 ;; esac; }
 node_name() { echo "c${1//./}n$2@localhost"; }
 node_log() { echo "$(host_dir "$1")/$2/log/$(node_name "$1" "$2").log"; }
@@ -144,6 +147,8 @@ prepare() { # version: install RabbitMQ (under brokers.sh's lock: it builds the 
     write_if_changed "$dir/$n/rabbitmq.conf" "listeners.tcp.default = 127.0.0.1:$(node_amqp "$v" "$n")
 management.tcp.ip = 127.0.0.1
 management.tcp.port = $(node_mgmt "$v" "$n")
+prometheus.tcp.ip = 127.0.0.1
+prometheus.tcp.port = $(node_prometheus "$v" "$n")
 loopback_users = none
 queue_leader_locator = client-local"
   done
@@ -229,6 +234,8 @@ ensure_plugins() { # version: enable what a running node lacks, online (a cluste
     missing=$(node_plugins_missing "$v" "$n") || fail "$v" "node $(node_name "$v" "$n") does not answer" "$n"
     [[ -z $missing ]] && continue
     log "enabling on $(node_name "$v" "$n"): $missing"
+    # A node booted before its rabbitmq.conf had the Prometheus port would start the plugin on 15692.
+    ctl "$v" "$n" eval "$(prometheus_env "$(node_prometheus "$v" "$n")")" >/dev/null
     # shellcheck disable=SC2086 # one argument per plugin
     on "$v" RABBITMQ_ENABLED_PLUGINS_FILE="$(cluster_dir "$v")/enabled_plugins" \
       timeout 60 rabbitmq-plugins -q -n "$(node_name "$v" "$n")" enable $missing >/dev/null

@@ -4,8 +4,9 @@
 #      editable, with its `rabbitmq-retry` command;
 #   2. the Mermaid renderer the tests draw the review's diagrams with: npm's @mermaid-js/mermaid-cli,
 #      pinned, in .tools/mermaid/, driving the system's Chromium (Debian's `chromium` when none is there);
-#   3. the Node.js example consumer's pinned amqplib (examples/node-consumer, `npm ci`), and the local brokers
-#      the tests use (scripts/brokers.sh ensure all);
+#   3. the Node.js example consumer's pinned amqplib (examples/node-consumer, `npm ci`), the local brokers
+#      the tests use (scripts/brokers.sh ensure all) and the Prometheus the alert tests run (Debian's
+#      prometheus and promtool, scripts/prometheus.sh install; its service is not started);
 #   4. the main job: `pulumi up --stack dev` on a local file backend when the Pulumi CLI is installed,
 #      otherwise the dev plan (every resource `pulumi up` would create) and how to get the CLI.
 # SETUP_SKIP_UP=1 stops after step 3 (CI uses it: the CLI cannot be installed there).
@@ -64,6 +65,7 @@ if ! cmp -s "$NODE_EXAMPLE/package-lock.json" "$NODE_EXAMPLE/node_modules/.insta
 fi
 
 scripts/brokers.sh ensure all
+scripts/prometheus.sh install
 
 if [ "${SETUP_SKIP_UP:-0}" = 1 ]; then
     exit 0

@@ -131,7 +131,8 @@ BAD_CONFIGS = [
             (
                 "vhosts[0].queues[0].retries",
                 'unknown key; did you mean "retry"? (allowed: name, type, bindings, max_length, delivery_limit, retry, '
-                "policy_priority, max_length_bytes, message_ttl, single_active_consumer, quorum_group_size, arguments)",
+                "policy_priority, max_length_bytes, message_ttl, single_active_consumer, quorum_group_size, arguments, "
+                "alerts)",
             )
         ],
         id="unknown-key",
@@ -139,7 +140,7 @@ BAD_CONFIGS = [
     pytest.param(
         {"vhosts": [vhost_config()], "protekt": True},
         [("protekt", 'unknown key; did you mean "protect"? (allowed: protect, retain_error_queues, defaults, vhosts, '
-                     "passwords, broker, delete_with_messages, amqp_port)")],
+                     "passwords, broker, delete_with_messages, amqp_port, alerts)")],
         id="unknown-top-level-key",
     ),
     pytest.param(

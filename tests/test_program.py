@@ -72,7 +72,7 @@ config:
     assert type(error.value).__name__ == "ConfigError"
     assert error.value.problems == [
         ("vhost", 'unknown key; did you mean "vhosts"? (allowed: protect, retain_error_queues, defaults, vhosts, '
-                  "passwords, broker, delete_with_messages, amqp_port)"),
+                  "passwords, broker, delete_with_messages, amqp_port, alerts)"),
         ("vhosts", "missing; set rabbitmq-retry:vhosts to a list of vhosts (see docs/config.md)"),
         ("rabbitmq:endpoint", '"http://127.0.0.1:15672/" ends with "/": the management API answers 405; '
                               "remove the trailing slash"),

@@ -98,7 +98,8 @@ def test_the_vhost_picks_between_queues_of_the_same_name() -> None:
 def test_an_ambiguous_choice_fails_instead_of_guessing() -> None:
     with pytest.raises(ValueError) as error:
         load_contract(stack_output(), queue="orders")
-    assert str(error.value) == ("several contracts match queue='orders' vhost=None; "
+    assert str(error.value) == ("several contracts match queue='orders' vhost=None; name one with --queue (and "
+                                "--vhost), or see every error queue with `rabbitmq-retry parked summary`; "
                                 "available: shop/billing, shop/orders, test/orders")
 
 
@@ -589,8 +590,9 @@ def test_purge_with_a_filter_still_needs_yes(tmp_path: Path, capsys: pytest.Capt
 
 def test_an_ambiguous_contract_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["parked", "list", "--contract", _contract_file(tmp_path), "--queue", "orders"]) == 1
-    assert capsys.readouterr().err == ("error: several contracts match queue='orders' vhost=None; "
-                                       "available: shop/billing, shop/orders, test/orders\n")
+    assert capsys.readouterr().err == ("error: several contracts match queue='orders' vhost=None; name one with "
+                                       "--queue (and --vhost), or see every error queue with `rabbitmq-retry parked "
+                                       "summary`; available: shop/billing, shop/orders, test/orders\n")
 
 
 # --- an unreachable broker --------------------------------------------------------------------------

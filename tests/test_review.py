@@ -363,6 +363,21 @@ def test_cli_between_commits(repo: Path):
     assert cli(repo, "--base", "HEAD~1", "--stack", "dev", "--allow-data-loss").returncode == 0
 
 
+def test_cli_lists_the_alerting_rules_a_change_adds_removes_and_changes(repo: Path):
+    commit_edit(repo, "delays: [1s, 5s, 15s]", "delays: [1s, 5s, 20s, 1m]")
+    result = cli(repo, "--base", "HEAD~1", "--stack", "dev")
+    assert result.returncode == 0, result.stderr
+    section = result.stdout.split("### Alerting rules", 1)[1]
+    assert "**1 added, 0 removed, 1 changed**" in section
+    assert "- `RabbitmqRetryWaitNotDraining` `shop/orders.billing/orders.billing.wait.4`" in section
+    assert "- `RabbitmqRetryWaitNotDraining` `shop/orders.billing/orders.billing.wait.3`: expr" in section
+    commit_edit(repo, "  rabbitmq-retry:vhosts:", "  rabbitmq-retry:alerts: {parked: {for: 10m}}\n"
+                "  rabbitmq-retry:vhosts:")
+    section = cli(repo, "--base", "HEAD~1", "--stack", "dev").stdout.split("### Alerting rules", 1)[1]
+    assert "0 added, 0 removed, 4 changed" in section and "for 1m → 10m" in section
+    assert "No rule added, removed or changed" in cli(repo, "--base", "HEAD", "--stack", "dev").stdout
+
+
 def test_cli_a_stack_new_at_base_is_all_creates(repo: Path):
     shutil.copy(repo / "Pulumi.dev.yaml", repo / "Pulumi.staging.yaml")
     result = cli(repo, "--base", "HEAD", "--stack", "staging")

@@ -25,8 +25,8 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def test_the_commands_are_the_documented_ones() -> None:
-    assert COMMANDS == ["adopt", "contracts", "definitions", "doctor", "drift", "migrate_retire", "migrate_status",
-                        "mockrun", "mutate", "plan_report", "review"]
+    assert COMMANDS == ["adopt", "alerts", "contracts", "definitions", "doctor", "drift", "migrate_retire",
+                        "migrate_status", "mockrun", "mutate", "plan_report", "review"]
 
 
 def test_every_command_has_a_main_and_runs_as_a_module() -> None:

@@ -9,7 +9,8 @@ Exit status: 0 no data loss (or acknowledged with ALLOW_DATA_LOSS=1 / --allow-da
 vhost is deleted or replaced, `rabbitmq-retry:delete_with_messages` waives the queue guard, or `pulumi up`
 would fail halfway (a retained error queue replaced under its own name: no acknowledgement waives that),
 1 error (a config error is printed as `pulumi preview` prints it).
-Contract and protection risks are flagged, and do not change it.
+Contract and protection risks are flagged, and do not change it. The Prometheus alerting rules the change adds,
+removes or changes (docs/alerts.md) are listed last.
 With --endpoint (`make review ENDPOINT=…`) it also says what each deleted or replaced queue holds on that broker
 now, read-only (tools/lib/queue_guard.py); without it, it reads no broker.
 """
@@ -30,6 +31,7 @@ from tools.lib.definitions import DefinitionsError
 from tools.lib.mockrun import stack_config
 from tools.lib.queue_guard import depth_reader, review_section
 from tools.lib.review import BaseProgramError, ReviewError, evaluate_both, plans_of, render
+from tools.lib.review import alerts as alert_rules
 from tools.lib.review.migrations import migrations_of
 from tools.lib.stack_file import StackFileError
 
@@ -58,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                 old, new = evaluate_both(args.stack, project, Path(tmp) if at_base else None)
                 plans = plans_of(args.stack, project, Path(tmp) if at_base else None, (old, new))
                 migrations = migrations_of(args.stack, project)
+                rules = alert_rules.diff(args.stack, project, Path(tmp) if at_base else None)
             except BaseProgramError as error:
                 raise ReviewError(f"the program at BASE={args.base} ({commit}) fails:\n{error}") from None
         steps = engine.diff(old, new)
@@ -75,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     heading = f"## RabbitMQ review: stack `{args.stack}`, `{args.base}` ({commit}) → working tree"
     note = "" if at_base else f"\n\n`{stack_file}` does not exist at `{args.base}`: every resource is created."
-    compact, complete = (f"{heading}{note}\n\n{body}{guard.markdown}\n" for body in (review.compact, review.full))
+    compact, complete = (f"{heading}{note}\n\n{body}{guard.markdown}{alert_rules.section(rules, limit)}\n"
+                         for body, limit in ((review.compact, alert_rules.SHOWN), (review.full, None)))
     sys.stdout.write(compact)
     if args.output:
         args.output.write_text(compact)

@@ -9,23 +9,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .alerts import QUEUE_ALERTS_KEYS, RULE_KEYS, STACK_ALERTS_KEYS, VHOST_ALERTS_KEYS
+
 NAMESPACE = "rabbitmq-retry"
 """The Pulumi config namespace of every key below (`rabbitmq-retry:vhosts`, …), named once."""
 
 TOP_LEVEL_KEYS = ("protect", "retain_error_queues", "defaults", "vhosts", "passwords", "broker", "delete_with_messages",
-                  "amqp_port")
+                  "amqp_port", "alerts")
 """`delete_with_messages` and `amqp_port` belong to the queue guard, which parses them (components/guard.py);
-the topology parser only accepts them."""
+the topology parser only accepts them. `alerts` (here, in a vhost and in a queue) is parsed by `alerts.py`."""
 BROKER_KEYS = ("version",)
 DEFAULTS_KEYS = ("queue_type", "policy_priority", "delivery_limit", "quorum_group_size")
 VHOST_KEYS = ("name", "existing", "exchanges", "queues", "policies", "operator_policies", "applications", "operators",
-              "limits", "default_queue_type", "delay_levels", "import", "migrations")
+              "limits", "default_queue_type", "delay_levels", "import", "migrations", "alerts")
 DELAY_LEVELS_KEYS = ("unit", "max_delay", "type", "quorum_group_size")
 IMPORT_KINDS = ("queue", "exchange", "binding", "policy", "operator_policy")
 """What a `vhosts[].import` entry may adopt, written `<kind> <provider ID>`."""
 EXCHANGE_KEYS = ("name", "type")
 QUEUE_KEYS = ("name", "type", "bindings", "max_length", "delivery_limit", "retry", "policy_priority",
-              "max_length_bytes", "message_ttl", "single_active_consumer", "quorum_group_size", "arguments")
+              "max_length_bytes", "message_ttl", "single_active_consumer", "quorum_group_size", "arguments", "alerts")
 BINDING_KEYS = ("exchange", "routing_key", "arguments", "external")
 RETRY_KEYS = ("strategy", "delays", "backoff", "min_delay", "max_delay", "max_retries", "error_retention",
               "error_max_length")
@@ -88,6 +90,10 @@ KEY_TABLES: Mapping[str, tuple[str, ...]] = {
     "vhosts[].migrations[].move.external": EXTERNAL_KEYS,
     "vhosts[].migrations[].drain_tiers": DRAIN_TIERS_KEYS,
     "vhosts[].migrations[].drain_levels": DRAIN_LEVELS_KEYS,
+    "alerts": STACK_ALERTS_KEYS,
+    "alerts.<rule>": RULE_KEYS,
+    "vhosts[].alerts": VHOST_ALERTS_KEYS,
+    "vhosts[].queues[].alerts": QUEUE_ALERTS_KEYS,
 }
 """Each table by the config path of the mapping it belongs to (`[]`: every item of a list). Operator
 policies take the keys of `vhosts[].policies[]`; their definition is limited to the keys above."""

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..naming import SHOVEL_USER
 from ..strategies.levels import LevelsRetry, check_backoff_fits
+from .alerts import parse_alerts
 from .capabilities import TARGET_GROUP_SIZE_FROM, Version, parse_version, version_problems
 from .crosschecks import check_users, check_vhost, check_vhost_names
 from .fields import ABSENT, INVALID, Problems, boolean, describe, did_you_mean, items, mapping, optional
@@ -107,9 +108,11 @@ def load_stack_config(raw: Mapping[str, Any]) -> StackConfig:
     check_users(p, vhosts)
     check_vhost_names(p, vhosts)
     broker_version = parse_broker(p, top.get("broker", ABSENT))
+    alerts = parse_alerts(p, top) if _has_alerts(top) else None
     p.raise_if_any()
     config = StackConfig(vhosts=tuple(v.value for v in vhosts if isinstance(v.value, Vhost)), defaults=defaults,
-                         protect=protect is True, retain_error_queues=retain is True, broker_version=broker_version)
+                         protect=protect is True, retain_error_queues=retain is True, broker_version=broker_version,
+                         alerts=alerts)
     if broker_version is not None and broker_version >= TARGET_GROUP_SIZE_FROM:
         config = replace(config, vhosts=tuple(_reconciled(v) for v in config.vhosts))
     if broker_version is not None:
@@ -117,6 +120,14 @@ def load_stack_config(raw: Mapping[str, Any]) -> StackConfig:
             p.add(path, problem)
         p.raise_if_any()
     return config
+
+
+def _has_alerts(top: Mapping[str, Any]) -> bool:
+    """Whether any `alerts` key is written: without one the config stays as it always was (`alerts` None)."""
+    raw = top.get("vhosts")
+    vhosts = [v for v in raw if isinstance(v, Mapping)] if isinstance(raw, list) else []
+    queues = [q for v in vhosts if isinstance(v.get("queues"), list) for q in v["queues"] if isinstance(q, Mapping)]
+    return any("alerts" in entry for entry in (top, *vhosts, *queues))
 
 
 def _reconciled(vhost: Vhost) -> Vhost:

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from pulumi.errors import RunError
+
+if TYPE_CHECKING:
+    from .alerts import AlertsConfig
 
 QUEUE_TYPES = ("classic", "quorum")
 EXCHANGE_TYPES = ("direct", "topic", "fanout", "headers")
@@ -300,3 +303,5 @@ class StackConfig:
     """`retain_on_delete` on error queues: removing one from config leaves it on the broker."""
     broker_version: tuple[int, int, int] | None = None
     """`broker.version`: the RabbitMQ version the stack is meant for; preview refuses what it cannot run."""
+    alerts: AlertsConfig | None = None
+    """Every `alerts` block (stack, vhosts, queues); None when there is none: every rule with its defaults."""

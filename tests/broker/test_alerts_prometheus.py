@@ -1,0 +1,116 @@
+"""The generated alerting rules on a real Prometheus (scripts/prometheus.sh) scraping the real brokers'
+rabbitmq_prometheus (scripts/brokers.sh): a stack applied the provider's way, its rules loaded as `make alerts`
+writes them (scoped to the broker by `alerts.selector`), and alerts read from Prometheus's `/api/v1/alerts`.
+
+- a message the client parks makes `parked` fire for its queue; `rabbitmq-retry parked redrive` resolves it;
+- messages waiting in an input queue whose consumer stopped make `no_consumer` fire; while it consumes, nothing.
+
+Each asserts firing and resolving, never how fast (`make bench` measures that)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pika
+import pytest
+
+from components.alerts import rule_file, stack_rules
+from components.config import load_stack_config
+from components.stack import plan_stack
+from rabbitmq_retry_client import PermanentError, RetryingConsumer
+from rabbitmq_retry_client.cli import main
+from tests.support import prometheus
+from tests.support.amqp import message_counts, parameters
+from tests.support.mirror import Broker
+from tests.support.retrying import publish_ids, retryable_queue, run_consumers
+
+if TYPE_CHECKING:
+    from tests.support.deploy import Deployer
+
+FIRES_WITHIN = 120
+"""Seconds an alert is given to fire or resolve: far above scrape (2s) + the stats tick (5s) + `for`."""
+ALERTS = {"selector": {}, "parked": {"for": "0s"}, "no_consumer": {"for": "0s"}}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def running_prometheus() -> None:
+    prometheus.ensure()
+
+
+def rules_for(broker: Broker, vhost_config: dict[str, Any]) -> dict[str, Any]:
+    """The rules the stack holding `vhost_config` exports, scoped to `broker`'s series (label `broker`)."""
+    config = load_stack_config({"vhosts": [vhost_config], "alerts": {**ALERTS, "selector": {"broker": broker.name}}})
+    return rule_file(stack_rules("alerts-test", config.alerts, [p for _, p in plan_stack(config, "shovel")]))
+
+
+@pytest.fixture
+def work(broker: Broker, deploy: Deployer, vhost: str) -> Iterator[dict[str, Any]]:
+    """Queue `work` (quorum, `tiers`) applied to the broker, its rules loaded in Prometheus."""
+    config = {"name": vhost, "exchanges": [{"name": "in", "type": "topic"}],
+              "queues": [retryable_queue("work", "quorum", ["100ms"], 1, routing_key="#")]}
+    deployment = deploy(config)
+    with prometheus.loaded(vhost, rules_for(broker, config)):
+        yield {"vhost": vhost, "contracts": deployment.contracts}
+
+
+def test_a_parked_message_fires_the_error_queue_alert_and_a_redrive_resolves_it(
+        broker: Broker, work: dict[str, Any], tmp_path: Path) -> None:
+    vhost = work["vhost"]
+    parked = {"alertname": "RabbitmqRetryMessagesParked", "vhost": vhost, "queue": "work"}
+    query = "/api/v1/query?query=rabbitmq_detailed_queue_messages%7Bvhost%3D%22" + vhost + "%22%7D"
+    prometheus.wait(lambda: bool(prometheus.get(query)["result"]), FIRES_WITHIN, "Prometheus scrapes the queues")
+    assert prometheus.alerts(**parked) == [], "nothing is parked yet"
+
+    def failing(body: bytes, properties: pika.BasicProperties) -> None:
+        raise PermanentError("bad payload")
+
+    publish_ids(broker, vhost, "in", ["m1"], routing_key="x")
+    consumer = RetryingConsumer(parameters(broker, vhost), work["contracts"]["work"], failing, "republish")
+    run_consumers([consumer], lambda: consumer.parked >= 1, timeout=60)
+    assert message_counts(broker, vhost, ["work.error"]) == {"work.error": 1}
+
+    prometheus.wait(lambda: bool(prometheus.firing(**parked)), FIRES_WITHIN, "the parked alert fires")
+    alert = prometheus.firing(**parked)[0]
+    assert alert["labels"]["strategy"] == "tiers" and alert["labels"]["stack"] == "alerts-test"
+    assert alert["annotations"]["command"].startswith(f"rabbitmq-retry parked list --stack alerts-test --vhost {vhost} "
+                                                      "--queue work")
+
+    contracts = tmp_path / "contracts.json"
+    contracts.write_text(json.dumps({vhost: work["contracts"]}))
+    url = f"amqp://{broker.username}:{broker.password}@{broker.host}:{broker.amqp_port}/%2F"
+    assert main(["--url", url, "parked", "redrive", "--contract", str(contracts), "--queue", "work",
+                 "--to-queue"]) == 0
+    prometheus.wait(lambda: not prometheus.alerts(**parked), FIRES_WITHIN, "the parked alert resolves after a redrive")
+
+
+def test_messages_waiting_for_a_stopped_consumer_fire_the_no_consumer_alert(
+        broker: Broker, work: dict[str, Any]) -> None:
+    vhost = work["vhost"]
+    rule = {"alertname": "RabbitmqRetryNoConsumer", "vhost": vhost, "queue": "work"}
+    connection = pika.BlockingConnection(parameters(broker, vhost))
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=1)
+    channel.basic_consume("work", lambda ch, method, props, body: None)  # holds one, never acks
+    publish_ids(broker, vhost, "in", [f"m{n}" for n in range(5)], routing_key="x")
+    stop = threading.Event()
+    # Let the consumer's connection answer heartbeats while Prometheus scrapes a consumer and 4 ready messages.
+    pump = threading.Thread(target=lambda: [connection.process_data_events(0.2) for _ in iter(stop.is_set, True)])
+    pump.start()
+    try:
+        query = ("rabbitmq_detailed_queue_consumers%7Bqueue%3D%22work%22%2Cvhost%3D%22" + vhost + "%22%7D")
+        prometheus.wait(lambda: any(r["value"][1] == "1" for r in prometheus.get(f"/api/v1/query?query={query}")[
+            "result"]), FIRES_WITHIN, "Prometheus sees the consumer")
+        prometheus.wait(lambda: any(float(r["value"][1]) >= 4 for r in prometheus.get(
+            "/api/v1/query?query=rabbitmq_detailed_queue_messages_ready%7Bqueue%3D%22work%22%2Cvhost%3D%22" + vhost
+            + "%22%7D")["result"]), FIRES_WITHIN, "Prometheus sees the ready messages")
+        assert prometheus.alerts(**rule) == [], "a queue with a consumer does not alert"
+    finally:
+        stop.set()
+        pump.join()
+    connection.close()  # the consumer stops; its unacknowledged message is ready again
+    prometheus.wait(lambda: bool(prometheus.firing(**rule)), FIRES_WITHIN, "the no-consumer alert fires")
+    assert float(prometheus.firing(**rule)[0]["value"]) == 5
