@@ -7,6 +7,7 @@ traceback); with a majority of the nodes down, doctor blocks naming them, and a 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -34,9 +35,11 @@ def diagnose(cluster: Cluster, index: int, vhost: str) -> tuple[doctor.LiveFacts
 
 
 def tool(name: str, endpoint: str) -> subprocess.CompletedProcess[str]:
-    """`python -m tools.<name> --stack prod --endpoint …`, as `make <name>` runs it."""
+    """`python -m tools.<name> --stack prod --endpoint …`, as `make <name>` runs it, with the credentials a stack
+    other than dev must be given (docs/tls.md: no guest/guest fallback)."""
+    env = {**os.environ, "RABBITMQ_USERNAME": "guest", "RABBITMQ_PASSWORD": "guest"}
     return subprocess.run([sys.executable, "-m", f"tools.{name}", "--stack", "prod", "--endpoint", endpoint],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False, env=env)
 
 
 def test_doctor_reports_the_cluster_and_a_node_down_and_names_an_endpoint_that_is_down(
