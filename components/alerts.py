@@ -24,6 +24,7 @@ from . import naming
 from .config.alerts import DERIVED, DRAIN_MARGIN_MS, RULE_KINDS, AlertsConfig, Resolved
 from .durations import format_duration
 from .entries import RetryablePlan, VhostPlan
+from .strategies import levels as levels_strategy
 
 FORMATS = ("prometheus", "prometheus-rule")
 """`make alerts FORMAT=…`: a Prometheus rule file, or a Kubernetes `PrometheusRule` manifest (prometheus-operator)."""
@@ -215,7 +216,7 @@ def _vhost_rules(stack: str, config: AlertsConfig, s: _Selectors, plan: VhostPla
             delay = levels.config.unit_ms * 2**level
             window = draining.window_ms if draining.window_ms not in (None, DERIVED) else delay + DRAIN_MARGIN_MS
             rules.append(_rule("not_draining", draining, _draining_expr(s, vhost, queue.name, window),
-                               _labels(stack, "not_draining", draining, vhost=vhost, strategy="levels",
+                               _labels(stack, "not_draining", draining, vhost=vhost, strategy=levels_strategy.NAME,
                                        watched_queue=queue.name),
                                f"Delay level {queue.name} is not draining (vhost {vhost})",
                                f"{queue.name} held messages for {format_duration(window)} and none left it, though "
@@ -225,7 +226,7 @@ def _vhost_rules(stack: str, config: AlertsConfig, s: _Selectors, plan: VhostPla
     if undeliverable.enabled:
         rules.append(_rule("undeliverable", undeliverable,
                            f"{s.queue('messages', vhost, naming.UNDELIVERABLE)} > {undeliverable.threshold}",
-                           _labels(stack, "undeliverable", undeliverable, vhost=vhost, strategy="levels",
+                           _labels(stack, "undeliverable", undeliverable, vhost=vhost, strategy=levels_strategy.NAME,
                                    watched_queue=naming.UNDELIVERABLE),
                            f"Delayed retries undeliverable in vhost {vhost}",
                            f"{{{{ $value }}}} delayed copies found no queue when their delay was over (their queue "
