@@ -334,7 +334,9 @@ ensure310() {
   if answering 3.10; then
     config310
     plugins310
-    if tls310; then
+    # Also when the listeners are written but do not answer: a node started before they were (seen on a fresh
+    # machine, whose own 3.10 service was running) has never read them.
+    if tls310 || ! tls_answering 3.10; then
       log "RabbitMQ 3.10: restarting once for the TLS listeners (plain ports unchanged)"
       stop310
       start310
@@ -347,8 +349,12 @@ ensure310() {
   install310
   config310
   tls310 || true
+  # A node already running (the machine's own service, without the management plugin: not `answering`) started
+  # before the TLS listeners were written: start it again so that it reads them.
+  stop310
   start310
   wait_up 3.10
+  tls_answering 3.10 || log "warning: RabbitMQ 3.10's TLS listeners do not answer; see $(log_hint 3.10)"
 }
 
 stop310() {
