@@ -17,7 +17,7 @@ from tests.support import package
 from tests.support.package import as_typescript_sends, cases
 from tests.support.wire import engine_services, running_plugin
 from tools.lib.mockrun import record
-from tools.lib.stack_file import PROJECT
+from components.config.stack_file import PROJECT
 
 STACK = "test"
 

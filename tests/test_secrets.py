@@ -14,7 +14,7 @@ from pulumi import RunError
 
 from tools.lib import mockrun
 from tools.lib.mockrun import Registered, record_program
-from tools.lib.stack_file import is_secret_placeholder
+from components.config.stack_file import is_secret_placeholder
 
 USER = "rabbitmq:index/user:User"
 SECURE = {"secure": "AAABAHNlY3JldA=="}

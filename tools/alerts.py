@@ -19,7 +19,7 @@ import yaml
 from components.alerts import FORMATS, prometheus_rule
 from tools.lib.alerts import AlertsError, stack_alert_rules
 from tools.lib.mockrun import ROOT
-from tools.lib.stack_file import StackFileError
+from components.config.stack_file import StackFileError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,7 @@ import pulumi
 
 from tools.lib.export import counts, export, text
 from tools.lib.mockrun import ROOT, close_event_loop, record_program
-from tools.lib.stack_file import StackFileError
+from components.config.stack_file import StackFileError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,7 @@ from tools.lib.cli import broker_client, broker_command_parser, tls_summary
 from tools.lib.definitions import DefinitionsError
 from tools.lib.doctor import diagnose, planned_objects, read_facts, render, stack_file_value, stack_settings
 from tools.lib.mockrun import close_event_loop
-from tools.lib.stack_file import StackFileError
+from components.config.stack_file import StackFileError
 
 
 def main(argv: list[str] | None = None) -> int:

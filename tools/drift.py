@@ -27,7 +27,7 @@ from tools.lib.cli import broker_client, broker_command_parser
 from tools.lib.definitions import DefinitionsError, read_file, read_live
 from tools.lib.drift import DRIFT_COMPARED, findings, render
 from tools.lib.mockrun import close_event_loop, record_program, stack_config
-from tools.lib.stack_file import StackFileError
+from components.config.stack_file import StackFileError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ from tools.lib.definitions import DefinitionsError, read_live
 from tools.lib.doctor import stack_settings
 from tools.lib.migrate_retire import Broker, RetireError, find, retire
 from tools.lib.queue_guard import stack_amqp_port
-from tools.lib.stack_file import StackFileError
+from components.config.stack_file import StackFileError
 
 REFUSED = 3
 

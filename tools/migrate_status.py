@@ -23,7 +23,7 @@ from tools.lib.migrate_status import SAMPLE_S, render, status
 from tools.lib.mockrun import close_event_loop, stack_config
 from tools.lib.queue_guard import depth_reader
 from tools.lib.review.migrations import migrations_of
-from tools.lib.stack_file import StackFileError
+from components.config.stack_file import StackFileError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,7 @@ from tools.lib.queue_guard import depth_reader, review_section
 from tools.lib.review import BaseProgramError, ReviewError, evaluate_both, plans_of, render
 from tools.lib.review import alerts as alert_rules
 from tools.lib.review.migrations import migrations_of
-from tools.lib.stack_file import StackFileError
+from components.config.stack_file import StackFileError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,7 @@ from tools.lib.drift import COMPARED, binding_label, compare, import_id, markdow
 from tools.lib.markdown import code
 from tools.lib.mockrun import Registered, close_event_loop, record
 from tools.lib.recognise import Topology, dead_letter, queue_policy, recognise
-from tools.lib.stack_file import PROJECT
+from components.config.stack_file import PROJECT
 
 DEFAULT_SUFFIX = ".v2"
 PLAIN_ARGUMENTS = frozenset({"x-queue-type"})

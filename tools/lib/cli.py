@@ -13,7 +13,7 @@ import pulumi
 
 from rabbitmq_retry_client.management import INSECURE, TLS_SETTINGS, ManagementClient
 from tools.lib.mockrun import ROOT, Registered, close_event_loop, record_program
-from tools.lib.stack_file import StackFileError
+from components.config.stack_file import StackFileError
 
 DEV_STACK = "dev"
 """The only stack whose tools fall back to RabbitMQ's guest/guest (the local broker of `make setup`)."""

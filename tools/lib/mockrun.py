@@ -24,8 +24,8 @@ from pulumi.runtime import resource as resource_runtime
 from pulumi.runtime.config import set_all_config
 from pulumi.runtime.proto import source_pb2
 
-from tools.lib import stack_file
-from tools.lib.stack_file import PROJECT, SECRET_MARKER, is_secret_placeholder
+from components.config import stack_file
+from components.config.stack_file import PROJECT, SECRET_MARKER, is_secret_placeholder
 
 ROOT = Path(__file__).resolve().parents[2]
 """The project directory these tools belong to: the default program and stack files."""

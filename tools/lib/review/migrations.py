@@ -21,7 +21,7 @@ from tools.lib.inventory import physical_name
 from tools.lib.mockrun import Registered, root_components
 from tools.lib.planned import PlanIndex, family_of, stack_values
 from tools.lib.queue_guard import Reader
-from tools.lib.stack_file import PROJECT
+from components.config.stack_file import PROJECT
 
 
 @dataclass(frozen=True)

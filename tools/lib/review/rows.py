@@ -36,7 +36,7 @@ from tools.lib.risk import (
     password_changed,
     risk,
 )
-from tools.lib.stack_file import is_secret_placeholder
+from components.config.stack_file import is_secret_placeholder
 
 COLUMNS = ("op", "type", "logical name", "physical name", "what changed", "risk")
 
