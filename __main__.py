@@ -34,4 +34,5 @@ for name, plan in plans:
 pulumi.export("retry_contracts", retry_contracts)
 # Prometheus alerting rules derived from the same plans (components/alerts.py, docs/alerts.md): `make alerts` writes
 # them as a rule file, and a new queue never ships without its rules.
-pulumi.export("alert_rules", rule_file(stack_rules(pulumi.get_stack(), config.alerts, [plan for _, plan in plans])))
+alert_rules = rule_file(stack_rules(pulumi.get_stack(), config.alerts, [plan for _, plan in plans]))
+pulumi.export("alert_rules", alert_rules)
