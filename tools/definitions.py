@@ -20,7 +20,8 @@ from tools.lib.export import counts, export, text
 
 def _definitions(args: argparse.Namespace, evaluated: Evaluation) -> Written:
     found = export(evaluated.recording)
-    return Written(text(found), f"{counts(found)} of stack {args.stack}", [f"left out: {line}" for line in found.left_out])
+    return Written(text(found), f"{counts(found)} of stack {args.stack}",
+                   [f"left out: {line}" for line in found.left_out])
 
 
 def main(argv: list[str] | None = None) -> int:

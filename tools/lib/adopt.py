@@ -23,6 +23,7 @@ from components.config import (
     load_vhost,
 )
 from components.config.keys import NAMESPACE
+from components.config.stack_file import PROJECT
 from components.durations import format_duration
 from components.guard import AMQP_PORT
 from components.plan import plan_vhost
@@ -33,7 +34,6 @@ from tools.lib.drift import COMPARED, binding_label, compare, import_id, markdow
 from tools.lib.markdown import code
 from tools.lib.mockrun import Registered, close_event_loop, record
 from tools.lib.recognise import Topology, dead_letter, queue_policy, recognise
-from components.config.stack_file import PROJECT
 
 DEFAULT_SUFFIX = ".v2"
 PLAIN_ARGUMENTS = frozenset({"x-queue-type"})

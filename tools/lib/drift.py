@@ -14,6 +14,7 @@ from components.entries import PolicyPlan, QueuePlan
 from components.user_limits import LIMIT_NAMES
 from tools.lib import engine
 from tools.lib.definitions import Snapshot, binding_id
+from tools.lib.evaluation import MigrationInfo
 from tools.lib.markdown import code, row
 from tools.lib.mockrun import Registered
 
@@ -22,8 +23,42 @@ COMPARED = (engine.QUEUE, engine.EXCHANGE, engine.BINDING, engine.POLICY, engine
 DRIFT_COMPARED = (*COMPARED, engine.PERMISSIONS, engine.TOPIC_PERMISSIONS)
 USER_LIMIT_NAMES = frozenset(LIMIT_NAMES.values())
 """The user limits a UserLimits resource manages; it leaves any other limit of its user alone."""
-"""What `make drift` compares: also who may do what in the vhost. Users themselves are broker-wide and their
-passwords unreadable, so they are not compared."""
+"""What `make drift` compares: also who may do what in the vhost. The migrations' shovels are compared too when the
+snapshot carries them, and the users (broker-wide, passwords unreadable) are compared by name only."""
+SHOVEL_SETTINGS = (("sourceQueue", "src-queue"), ("destinationQueue", "dest-queue"), ("ackMode", "ack-mode"),
+                   ("sourceDeleteAfter", "src-delete-after"))
+"""A shovel's settings as the program declares them (`info`) and as the broker stores them; its URIs carry the
+shovel user's password and are not compared."""
+
+
+@dataclass(frozen=True)
+class Draining:
+    """What a vhost's migrations still drain: the old objects of a move (an external one's are not the stack's) or
+    a drain's tiers and levels, expected on the broker until its step retire."""
+
+    queues: frozenset[str] = frozenset()
+    exchanges: frozenset[str] = frozenset()
+    policies: frozenset[str] = frozenset()
+
+    def holds(self, kind: str, name: str) -> bool:
+        return name in {"Queue": self.queues, "Exchange": self.exchanges, "Policy": self.policies}.get(kind, ())
+
+    def binds(self, binding: dict[str, Any]) -> bool:
+        """A binding of the old topology: from one of its exchanges, or to one of its queues."""
+        return binding.get("source") in self.exchanges or (binding.get("destination_type") == "queue"
+                                                           and binding.get("destination") in self.queues)
+
+
+def draining(migrations: Iterable[MigrationInfo]) -> dict[str, Draining]:
+    """By vhost, what its migrations before step retire still drain (read from the evaluation's plan)."""
+    found: dict[str, Draining] = {}
+    for m in migrations:
+        if m.retiring:
+            continue
+        known = found.get(m.vhost, Draining())
+        found[m.vhost] = Draining(known.queues | set(m.old_queues), known.exchanges | set(m.old_exchanges),
+                                  known.policies | set(m.old_policies))
+    return found
 
 
 @dataclass(frozen=True)
@@ -141,6 +176,13 @@ def read_state(record: Registered, snapshot: Snapshot) -> tuple[dict[str, Any] |
         found = (snapshot.user_limits or {}).get(str(i.get("user")))
         managed = {k: v for k, v in (found or {}).items() if k in USER_LIMIT_NAMES}
         return (None if not managed else {"user": i.get("user"), "limits": managed}), None
+    if t == engine.SHOVEL:
+        value = (snapshot.shovels or {}).get(str(i.get("name")))
+        return (None if value is None else {
+            **i, "info": {**(i.get("info") or {}), **{ours: value.get(theirs) for ours, theirs in SHOVEL_SETTINGS}}}
+        ), None
+    if t == engine.USER:  # by name only: its password cannot be read back
+        return (dict(i) if str(i.get("name")) in (snapshot.users or ()) else None), None
     raise ValueError(f"{t} is not compared")
 
 
@@ -166,20 +208,25 @@ def import_id(comparison: Comparison, snapshot: Snapshot) -> str | None:
     return f"{i['name']}@{snapshot.vhost}"
 
 
-def extras(snapshot: Snapshot, records: Iterable[Registered], own_user: str = "") -> list[Finding]:
+def extras(snapshot: Snapshot, records: Iterable[Registered], own_user: str = "",
+           drained: Draining = Draining()) -> list[Finding]:
     """Objects of the vhost that no record declares (amq.* exchanges and their bindings are the broker's; the
-    permissions of `own_user`, the provider's user reading the vhost, are its own)."""
+    permissions of `own_user`, the provider's user reading the vhost, are its own; what a migration still drains,
+    `drained`, is expected until its step retire)."""
+    records = list(records)
     declared = {(r.type, r.inputs.get("name")) for r in records}
     bound = [find_binding(snapshot, r.inputs) for r in records if r.type == engine.BINDING]
     found = [Finding("extra", snapshot.vhost, "Queue", n, _queue_detail(snapshot, n))
-             for n in sorted(snapshot.queues) if (engine.QUEUE, n) not in declared]
+             for n in sorted(snapshot.queues) if (engine.QUEUE, n) not in declared and not drained.holds("Queue", n)]
     found += [Finding("extra", snapshot.vhost, "Exchange", n, f"type {x.get('type')}")
               for n, x in sorted(snapshot.exchanges.items())
-              if (engine.EXCHANGE, n) not in declared and not n.startswith("amq.")]
+              if (engine.EXCHANGE, n) not in declared and not n.startswith("amq.") and not drained.holds("Exchange", n)]
     found += [Finding("extra", snapshot.vhost, "Binding", binding_label(b), "")
-              for b in snapshot.bindings if not any(b is x for x in bound) and not b["source"].startswith("amq.")]
+              for b in snapshot.bindings if not any(b is x for x in bound) and not b["source"].startswith("amq.")
+              and not drained.binds(b)]
     found += [Finding("extra", snapshot.vhost, "Policy", n, f"pattern {p.get('pattern')}")
-              for n, p in sorted(snapshot.policies.items()) if (engine.POLICY, n) not in declared]
+              for n, p in sorted(snapshot.policies.items())
+              if (engine.POLICY, n) not in declared and not drained.holds("Policy", n)]
     found += [Finding("extra", snapshot.vhost, "OperatorPolicy", n, f"pattern {p.get('pattern')}")
               for n, p in sorted(snapshot.operator_policies.items()) if (engine.OPERATOR_POLICY, n) not in declared]
     granted = {str(r.inputs.get("user")) for r in records if r.type == engine.PERMISSIONS}
@@ -191,6 +238,8 @@ def extras(snapshot: Snapshot, records: Iterable[Registered], own_user: str = ""
                       ", ".join(str(e.get("exchange", "")) for e in entries))
               for user, entries in sorted(snapshot.topic_permissions.items())
               if user not in topics and user != own_user]
+    found += [Finding("extra", snapshot.vhost, "Shovel", n, f"{v.get('src-queue')} → {v.get('dest-queue')}")
+              for n, v in sorted((snapshot.shovels or {}).items()) if (engine.SHOVEL, n) not in declared]
     return found
 
 
@@ -208,6 +257,13 @@ def _queue_detail(snapshot: Snapshot, name: str) -> str:
         f"{consumers} consumers" if isinstance(consumers, int) else "") if part)
 
 
+def present_drained(snapshots: dict[str, Snapshot], migrations: Iterable[MigrationInfo]) -> list[str]:
+    """`vhost/queue` of each queue the migrations still drain that is on the broker: said in the report, not drift."""
+    drained = draining(migrations)
+    return [f"{vhost}/{name}" for vhost, snapshot in snapshots.items()
+            for name in sorted(snapshot.queues) if drained.get(vhost, Draining()).holds("Queue", name)]
+
+
 def _record_label(record: Registered) -> str:
     i = record.inputs
     if record.type == engine.BINDING:
@@ -216,8 +272,11 @@ def _record_label(record: Registered) -> str:
     return str(i.get("name") or i.get("user"))
 
 
-def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_user: str = "") -> list[Finding]:
-    """Missing, different and extra objects of every vhost in `snapshots`; `own_user`: see `extras`."""
+def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_user: str = "",
+             migrations: Iterable[MigrationInfo] = ()) -> list[Finding]:
+    """Missing, different and extra objects of every vhost in `snapshots`; `own_user`: see `extras`; `migrations`:
+    the stack's, whose old objects are expected until their step retire (`draining`)."""
+    drained = draining(migrations)
     found: list[Finding] = []
     created = {r.inputs.get("name") for r in records if r.type == engine.VHOST}
     for vhost, snapshot in snapshots.items():
@@ -228,6 +287,7 @@ def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_
                                  if absent == "missing" else "declared `existing: true`, so never created"))
         mine = [r for r in records if r.custom and r.type in DRIFT_COMPARED and r.inputs.get("vhost") == vhost]
         mine += _user_limits_of(records, mine, snapshot)
+        mine += _shovels_and_users_of(records, mine, snapshot)
         for record in mine:
             result = compare(record, snapshot)
             label, kind = _record_label(record), engine.short_type(record.type)
@@ -240,8 +300,22 @@ def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_
                 found.append(Finding("mutable", vhost, kind, label, _changes(result, result.changed)))
         reported = {f.name for f in found if f.vhost == vhost and f.type == "Queue"}
         found += [f for f in effective_findings(mine, snapshot) if f.name not in reported]
-        found += extras(snapshot, mine, own_user)
+        found += extras(snapshot, mine, own_user, drained.get(vhost, Draining()))
     return found
+
+
+def _shovels_and_users_of(records: Sequence[Registered], mine: Sequence[Registered],
+                          snapshot: Snapshot) -> list[Registered]:
+    """The vhost's shovels, when the snapshot carries shovels; and the users this vhost grants permissions to (the
+    shovel user of its migrations included), when it carries users (users are broker-wide: each is compared in the
+    vhosts that grant it)."""
+    vhost = snapshot.vhost
+    shovels = [r for r in records if r.type == engine.SHOVEL and r.inputs.get("vhost") == vhost] \
+        if snapshot.shovels is not None else []
+    granted = {r.inputs.get("user") for r in mine if r.type == engine.PERMISSIONS}
+    users = [r for r in records if r.type == engine.USER and r.inputs.get("name") in granted] \
+        if snapshot.users is not None else []
+    return shovels + users
 
 
 ROUTE_KEYS = ("message-ttl", "dead-letter-exchange", "dead-letter-routing-key", "dead-letter-strategy")
@@ -365,10 +439,14 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list
     return [row(header), row("---" for _ in header), *(row(r) for r in rows)]
 
 
-def render(stack: str, found: Sequence[Finding], snapshots: dict[str, Snapshot]) -> str:
+def render(stack: str, found: Sequence[Finding], snapshots: dict[str, Snapshot], drained: Sequence[str] = ()) -> str:
+    """The report; `drained`: the queues (`vhost/queue`) the migrations still drain (`present_drained`)."""
     sources = ", ".join(f"{code(v)} at {code(s.source)}" + (f" (RabbitMQ {s.broker_version})" if s.broker_version
                                                               else "") for v, s in snapshots.items())
     lines = [f"# Drift: stack `{stack}`", "", f"Read {sources}.", ""]
+    if drained:
+        lines += [f"Still draining, expected until their migration's step retire (with the old exchanges, bindings "
+                  f"and policies of an external move): {', '.join(code(q) for q in drained)}.", ""]
     if not found:
         return "\n".join([*lines, "**In sync**: every declared object is on the broker as the stack declares it, "
                           "and nothing else is.", ""])

@@ -1,8 +1,7 @@
 """One evaluation of a checkout's stack: its program (`__main__.py`) run once under Pulumi's mocks, as `pulumi
 preview` would run it, and everything the tools need of it taken from that one run: what it registered (the
-recording), what its plans knew of each registration (`planned.index_plans`), its migrations, its alerting rules, and its
-settings (`components.config.settings.StackSettings`, parsed once by the
-program itself).
+recording), what its plans knew of each registration (`planned.index_plans`), its migrations, its alerting rules,
+and its settings (`components.config.settings.StackSettings`, parsed once by the program itself).
 
 A command that looks at the working tree evaluates it in its own process (`evaluate`). `make review` evaluates
 each side in a process of its own (`start` / `finish`: `python -m tools.evaluate`, serialised as JSON), BASE's by

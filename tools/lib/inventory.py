@@ -9,12 +9,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from components.config.stack_file import SECRET_MARKER, is_secret_placeholder
 from components.effective import PolicyIndex
 from components.plan import PolicyPlan, QueuePlan
 from tools.lib.engine import USER_LIMITS, short_type
 from tools.lib.mockrun import Registered
 from tools.lib.planned import PlanIndex, QueueKey, planned
-from components.config.stack_file import SECRET_MARKER, is_secret_placeholder
 
 RETRYABLE_COMPONENT = "rabbitmq-retry:index:RetryableQueue"
 VHOST_COMPONENT = "rabbitmq-retry:index:Vhost"

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from components.config.stack_file import is_secret_placeholder
 from components.naming import DELAY_PREFIX
 from tools.lib import engine, markdown
 from tools.lib.engine import Step, short_type
@@ -36,7 +37,6 @@ from tools.lib.risk import (
     password_changed,
     risk,
 )
-from components.config.stack_file import is_secret_placeholder
 
 COLUMNS = ("op", "type", "logical name", "physical name", "what changed", "risk")
 
