@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from pulumi import RunError
 
+from components.config.stack_file import is_secret_placeholder
 from tools.lib import mockrun
 from tools.lib.mockrun import Registered, record_program
-from components.config.stack_file import is_secret_placeholder
 
 USER = "rabbitmq:index/user:User"
 SECURE = {"secure": "AAABAHNlY3JldA=="}
