@@ -43,10 +43,11 @@ def runtime_values() -> tuple[dict[str, Any], set[str]]:
 
 
 def project_directory() -> Path:
-    """Where Pulumi.yaml and the stack files are: the engine's root directory, else (under Pulumi's mocks,
-    which report the literal "root_directory") the directory of this program."""
+    """Where Pulumi.yaml and the stack files are: the engine's root directory (the tools' mocks give the directory
+    of the stack file they evaluate), else (under Pulumi's own default mocks, which report the literal
+    "root_directory") the directory of this program."""
     root = pulumi.get_root_directory()
-    if root and (Path(root) / "Pulumi.yaml").is_file():
+    if root and Path(root).is_dir():
         return Path(root)
     return Path(__file__).resolve().parent.parent
 

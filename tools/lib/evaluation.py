@@ -147,7 +147,8 @@ def evaluate(stack: str, root: Path = ROOT, *, preview: bool = True, written_ver
     values, secret_keys = stack_config(stack, root)
     handed = values if written_version else without_written_version(values)
     program = root if (root / "__main__.py").is_file() else ROOT
-    recording, namespace = run_program(stack, program, preview, config=(handed, secret_keys), exiting=exiting)
+    recording, namespace = run_program(stack, program, preview, config=(handed, secret_keys), exiting=exiting,
+                                       project=root)
     plans, settings = namespace.get("plans"), namespace.get("settings")
     if plans is None or settings is None:
         raise EvaluationError(f"{program / '__main__.py'} keeps no `plans` or `settings`: these tools read both from "

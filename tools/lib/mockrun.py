@@ -213,11 +213,12 @@ def _plain(value: Any) -> Any:
 
 @contextmanager
 def mocked_runtime(config: Mapping[str, str] | None = None, secret_keys: list[str] | None = None,
-                   stack: str = "test", preview: bool = True,
-                   reveal_secrets: bool = False) -> Iterator[RecordingMonitor]:
+                   stack: str = "test", preview: bool = True, reveal_secrets: bool = False,
+                   root_directory: Path | None = None) -> Iterator[RecordingMonitor]:
     """Install mocks and config; restore the SDK's settings afterwards. `preview`: the program sees
     `pulumi.runtime.is_dry_run()` as under `pulumi preview`, which is what plans and reviews model.
-    `reveal_secrets`: record secret inputs as they are (for tests of the wiring), not masked."""
+    `reveal_secrets`: record secret inputs as they are (for tests of the wiring), not masked. `root_directory`: the
+    project directory the program sees (`pulumi.get_root_directory()`), where its stack file is."""
     from copy import deepcopy
 
     from pulumi.runtime import settings
@@ -233,6 +234,8 @@ def mocked_runtime(config: Mapping[str, str] | None = None, secret_keys: list[st
         policy.set_event_loop(policy.new_event_loop())
     monitor = RecordingMonitor(reveal_secrets)
     mocks.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor)
+    if root_directory is not None:
+        settings.SETTINGS.root_directory = str(root_directory)
     set_all_config(dict(config or {}), list(secret_keys or []))
     try:
         with _without_source_positions():
@@ -246,9 +249,9 @@ def mocked_runtime(config: Mapping[str, str] | None = None, secret_keys: list[st
 
 def record(register: Callable[[], Any], config: Mapping[str, str] | None = None,
            secret_keys: list[str] | None = None, stack: str = "test", preview: bool = True,
-           reveal_secrets: bool = False) -> list[Registered]:
+           reveal_secrets: bool = False, root_directory: Path | None = None) -> list[Registered]:
     """Call `register` under mocks and return every resource it registered, in order."""
-    with mocked_runtime(config, secret_keys, stack, preview, reveal_secrets) as monitor:
+    with mocked_runtime(config, secret_keys, stack, preview, reveal_secrets, root_directory) as monitor:
         pulumi.runtime.test(register)()
         return list(monitor.registered)
 
@@ -284,10 +287,10 @@ def stack_config(stack: str, root: Path = ROOT) -> tuple[dict[str, str], list[st
 
 
 def run_program(stack: str, root: Path = ROOT, preview: bool = True, reveal_secrets: bool = False, *,
-                exiting: bool = False, config: tuple[dict[str, str], list[str]] | None = None
-                ) -> tuple[list[Registered], dict[str, Any]]:
+                exiting: bool = False, config: tuple[dict[str, str], list[str]] | None = None,
+                project: Path | None = None) -> tuple[list[Registered], dict[str, Any]]:
     """Run `<root>/__main__.py` with `Pulumi.<stack>.yaml` (or `config`: its values and secret keys, as
-    `stack_config` reads them), as `pulumi preview` (or, with `preview=False`, `pulumi up`) would, under mocks, with
+    `stack_config` reads them, from the stack file in `project`, default `root`), as `pulumi preview` (or, with `preview=False`, `pulumi up`) would, under mocks, with
     the `components` this process imports: what it registered, and the program's own globals once it ran (its
     settings and plans). `exiting`: the caller is a command that ends soon after, like the program's own process, so
     the cyclic collector the program turned off stays off; turned back on, its first pass walks every object the
@@ -297,7 +300,7 @@ def run_program(stack: str, root: Path = ROOT, preview: bool = True, reveal_secr
     namespace: dict[str, Any] = {}
     try:
         recording = record(lambda: namespace.update(runpy.run_path(str(root / "__main__.py"), run_name="__main__")),
-                           values, secret_keys, stack, preview, reveal_secrets)
+                           values, secret_keys, stack, preview, reveal_secrets, project or root)
     finally:
         if collecting:
             gc.enable()
