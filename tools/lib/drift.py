@@ -5,7 +5,7 @@ diff rules (tools/lib/engine.py). `make adopt` and `make doctor` compare the sam
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,12 +23,9 @@ COMPARED = (engine.QUEUE, engine.EXCHANGE, engine.BINDING, engine.POLICY, engine
 DRIFT_COMPARED = (*COMPARED, engine.PERMISSIONS, engine.TOPIC_PERMISSIONS)
 USER_LIMIT_NAMES = frozenset(LIMIT_NAMES.values())
 """The user limits a UserLimits resource manages; it leaves any other limit of its user alone."""
-"""What `make drift` compares: also who may do what in the vhost. The migrations' shovels are compared too when the
-snapshot carries them, and the users (broker-wide, passwords unreadable) are compared by name only."""
-SHOVEL_SETTINGS = (("sourceQueue", "src-queue"), ("destinationQueue", "dest-queue"), ("ackMode", "ack-mode"),
-                   ("sourceDeleteAfter", "src-delete-after"))
-"""A shovel's settings as the program declares them (`info`) and as the broker stores them; its URIs carry the
-shovel user's password and are not compared."""
+"""What `make drift` compares: also who may do what in the vhost. The migrations' shovels (as the evaluation's
+migrations have them: a recorded shovel's settings are one secret with its URIs) are compared too when the snapshot
+carries them, and the users (broker-wide, passwords unreadable) by name when it carries those."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +36,8 @@ class Draining:
     queues: frozenset[str] = frozenset()
     exchanges: frozenset[str] = frozenset()
     policies: frozenset[str] = frozenset()
+    shovels: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """Its shovels by name: (source queue, destination queue)."""
 
     def holds(self, kind: str, name: str) -> bool:
         return name in {"Queue": self.queues, "Exchange": self.exchanges, "Policy": self.policies}.get(kind, ())
@@ -57,7 +56,24 @@ def draining(migrations: Iterable[MigrationInfo]) -> dict[str, Draining]:
             continue
         known = found.get(m.vhost, Draining())
         found[m.vhost] = Draining(known.queues | set(m.old_queues), known.exchanges | set(m.old_exchanges),
-                                  known.policies | set(m.old_policies))
+                                  known.policies | set(m.old_policies),
+                                  {**known.shovels, **{name: (source, target) for name, source, target in m.shovels}})
+    return found
+
+
+def shovel_findings(snapshot: Snapshot, drained: Draining) -> list[Finding]:
+    """The migrations' shovels against the broker's, when the snapshot carries them: missing, or moving between
+    other queues (a shovel's settings are replaced, not updated). Shovels the migrations do not declare are extra
+    (`extras`); the user they connect as is compared with the other users (`_users_of`)."""
+    found = []
+    for name, (source, target) in sorted(drained.shovels.items()) if snapshot.shovels is not None else ():
+        live = snapshot.shovels.get(name)
+        if live is None:
+            found.append(Finding("missing", snapshot.vhost, "Shovel", name, f"`pulumi up` creates it ({source} → "
+                                 f"{target})"))
+        elif (live.get("src-queue"), live.get("dest-queue")) != (source, target):
+            found.append(Finding("immutable", snapshot.vhost, "Shovel", name, f"src-queue, dest-queue: stack "
+                                 f"{source} → {target}, broker {live.get('src-queue')} → {live.get('dest-queue')}"))
     return found
 
 
@@ -176,11 +192,6 @@ def read_state(record: Registered, snapshot: Snapshot) -> tuple[dict[str, Any] |
         found = (snapshot.user_limits or {}).get(str(i.get("user")))
         managed = {k: v for k, v in (found or {}).items() if k in USER_LIMIT_NAMES}
         return (None if not managed else {"user": i.get("user"), "limits": managed}), None
-    if t == engine.SHOVEL:
-        value = (snapshot.shovels or {}).get(str(i.get("name")))
-        return (None if value is None else {
-            **i, "info": {**(i.get("info") or {}), **{ours: value.get(theirs) for ours, theirs in SHOVEL_SETTINGS}}}
-        ), None
     if t == engine.USER:  # by name only: its password cannot be read back
         return (dict(i) if str(i.get("name")) in (snapshot.users or ()) else None), None
     raise ValueError(f"{t} is not compared")
@@ -239,7 +250,7 @@ def extras(snapshot: Snapshot, records: Iterable[Registered], own_user: str = ""
               for user, entries in sorted(snapshot.topic_permissions.items())
               if user not in topics and user != own_user]
     found += [Finding("extra", snapshot.vhost, "Shovel", n, f"{v.get('src-queue')} → {v.get('dest-queue')}")
-              for n, v in sorted((snapshot.shovels or {}).items()) if (engine.SHOVEL, n) not in declared]
+              for n, v in sorted((snapshot.shovels or {}).items()) if n not in drained.shovels]
     return found
 
 
@@ -287,7 +298,7 @@ def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_
                                  if absent == "missing" else "declared `existing: true`, so never created"))
         mine = [r for r in records if r.custom and r.type in DRIFT_COMPARED and r.inputs.get("vhost") == vhost]
         mine += _user_limits_of(records, mine, snapshot)
-        mine += _shovels_and_users_of(records, mine, snapshot)
+        mine += _users_of(records, mine, snapshot)
         for record in mine:
             result = compare(record, snapshot)
             label, kind = _record_label(record), engine.short_type(record.type)
@@ -300,22 +311,18 @@ def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_
                 found.append(Finding("mutable", vhost, kind, label, _changes(result, result.changed)))
         reported = {f.name for f in found if f.vhost == vhost and f.type == "Queue"}
         found += [f for f in effective_findings(mine, snapshot) if f.name not in reported]
+        found += shovel_findings(snapshot, drained.get(vhost, Draining()))
         found += extras(snapshot, mine, own_user, drained.get(vhost, Draining()))
     return found
 
 
-def _shovels_and_users_of(records: Sequence[Registered], mine: Sequence[Registered],
-                          snapshot: Snapshot) -> list[Registered]:
-    """The vhost's shovels, when the snapshot carries shovels; and the users this vhost grants permissions to (the
-    shovel user of its migrations included), when it carries users (users are broker-wide: each is compared in the
-    vhosts that grant it)."""
-    vhost = snapshot.vhost
-    shovels = [r for r in records if r.type == engine.SHOVEL and r.inputs.get("vhost") == vhost] \
-        if snapshot.shovels is not None else []
+def _users_of(records: Sequence[Registered], mine: Sequence[Registered], snapshot: Snapshot) -> list[Registered]:
+    """The users this vhost grants permissions to (the migrations' shovel user included), when the snapshot carries
+    users: users are broker-wide, and each is compared in the vhosts that grant it."""
+    if snapshot.users is None:
+        return []
     granted = {r.inputs.get("user") for r in mine if r.type == engine.PERMISSIONS}
-    users = [r for r in records if r.type == engine.USER and r.inputs.get("name") in granted] \
-        if snapshot.users is not None else []
-    return shovels + users
+    return [r for r in records if r.type == engine.USER and r.inputs.get("name") in granted]
 
 
 ROUTE_KEYS = ("message-ttl", "dead-letter-exchange", "dead-letter-routing-key", "dead-letter-strategy")

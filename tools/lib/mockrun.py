@@ -290,11 +290,12 @@ def run_program(stack: str, root: Path = ROOT, preview: bool = True, reveal_secr
                 exiting: bool = False, config: tuple[dict[str, str], list[str]] | None = None,
                 project: Path | None = None) -> tuple[list[Registered], dict[str, Any]]:
     """Run `<root>/__main__.py` with `Pulumi.<stack>.yaml` (or `config`: its values and secret keys, as
-    `stack_config` reads them, from the stack file in `project`, default `root`), as `pulumi preview` (or, with `preview=False`, `pulumi up`) would, under mocks, with
-    the `components` this process imports: what it registered, and the program's own globals once it ran (its
-    settings and plans). `exiting`: the caller is a command that ends soon after, like the program's own process, so
-    the cyclic collector the program turned off stays off; turned back on, its first pass walks every object the
-    program made (about 5 s at 1,000 queues)."""
+    `stack_config` reads them) as `pulumi preview` (or, with `preview=False`, `pulumi up`) would, under mocks, with
+    the `components` this process imports, in the project directory `project` (default `root`, where the stack file
+    is): what it registered, and the program's own globals once it ran (its settings and plans). `exiting`: the
+    caller is a command that ends soon after, like the program's own process, so the cyclic collector the program
+    turned off stays off; turned back on, its first pass walks every object the program made (about 5 s at 1,000
+    queues)."""
     values, secret_keys = config if config is not None else stack_config(stack, root)
     collecting = gc.isenabled() and not exiting  # the program turns it off for its own short life
     namespace: dict[str, Any] = {}
