@@ -65,8 +65,10 @@ def shovel_findings(snapshot: Snapshot, drained: Draining) -> list[Finding]:
     """The migrations' shovels against the broker's, when the snapshot carries them: missing, or moving between
     other queues (a shovel's settings are replaced, not updated). Shovels the migrations do not declare are extra
     (`extras`); the user they connect as is compared with the other users (`_users_of`)."""
-    found = []
-    for name, (source, target) in sorted(drained.shovels.items()) if snapshot.shovels is not None else ():
+    found: list[Finding] = []
+    if snapshot.shovels is None:
+        return found
+    for name, (source, target) in sorted(drained.shovels.items()):
         live = snapshot.shovels.get(name)
         if live is None:
             found.append(Finding("missing", snapshot.vhost, "Shovel", name, f"`pulumi up` creates it ({source} → "
