@@ -122,6 +122,7 @@ OVERFLOW_CHOICES = ("drop-head", "reject-publish", "reject-publish-dlx")
 DEAD_LETTER_STRATEGIES = ("at-most-once", "at-least-once")
 
 ALTERNATE_EXCHANGE = WireKey("alternate-exchange", "name")
+"""An exchange's key: as an exchange argument it has no `x-` (the delay levels' delivery exchange declares it so)."""
 DEAD_LETTER_EXCHANGE = WireKey("dead-letter-exchange", "name", queue_argument=True, argument_wins_on=EVERY_QUEUE_TYPE)
 DEAD_LETTER_ROUTING_KEY = WireKey("dead-letter-routing-key", "name", queue_argument=True,
                                   argument_wins_on=EVERY_QUEUE_TYPE)
