@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from pulumi.errors import RunError
 
+from . import wire
 from .config import DEFAULT_DELIVERY_LIMIT
 from .effective import Effective, PolicyIndex, Setting, effective_settings
 from .entries import (
@@ -145,10 +146,10 @@ def _overlaps(graph: _Graph) -> list[str]:
 def _drops_when_full(effective: Effective) -> tuple[str, Setting] | None:
     """The length limit (key, setting) that makes RabbitMQ drop or dead-letter the oldest message
     rather than refuse the publish (overflow other than reject-publish), or None."""
-    overflow = effective.get("overflow")
+    overflow = effective.get(wire.OVERFLOW.key)
     if overflow is not None and overflow.value == "reject-publish":
         return None
-    return next(((key, setting) for key in ("max-length", "max-length-bytes")
+    return next(((key, setting) for key in (wire.MAX_LENGTH.key, wire.MAX_LENGTH_BYTES.key)
                  if (setting := effective.get(key)) is not None), None)
 
 
@@ -157,13 +158,13 @@ def _dead_letter_edges(graph: _Graph, settings: Mapping[str, list[Effective]]) -
     (`rejected` comes from a consumer and is what makes a cycle legal)."""
     edges: dict[str, list[tuple[str, str]]] = {}
     for name, queue in graph.queues.items():
-        dlx = queue.arguments.get("x-dead-letter-exchange")
+        dlx = queue.arguments.get(wire.DEAD_LETTER_EXCHANGE.argument)
         if not isinstance(dlx, str):
             continue
-        key = queue.arguments.get("x-dead-letter-routing-key")
+        key = queue.arguments.get(wire.DEAD_LETTER_ROUTING_KEY.argument)
         targets = route(graph, dlx, key if isinstance(key, str) else None) or set()
         reasons = ["rejected"] if queue.role in ("input", "plain") else []
-        if any(e.get("message-ttl") for e in settings[name]):
+        if any(e.get(wire.MESSAGE_TTL.key) for e in settings[name]):
             reasons.append("expired")
         if any(_drops_when_full(e) for e in settings[name]):
             reasons.append("maxlen")
@@ -233,7 +234,7 @@ def _effective_problems(retryable: RetryablePlan, settings: Mapping[str, list[Ef
     for queue in retryable.queues:
         for effective in settings[queue.name]:
             role = queue.role
-            ttl, expires = effective.get("message-ttl"), effective.get("expires")
+            ttl, expires = effective.get(wire.MESSAGE_TTL.key), effective.get(wire.EXPIRES.key)
             if ttl is not None and role == "input":
                 problems.append(f'{_cause(ttl, effective)}: message-ttl {ttl.value} reaches input queue '
                                 f'"{queue.name}": waiting messages expire into the retry loop and RabbitMQ drops '
@@ -257,23 +258,23 @@ def _effective_problems(retryable: RetryablePlan, settings: Mapping[str, list[Ef
                                     f'"{queue.name}" is not the tier\'s delay ({delay} ms): RabbitMQ retries '
                                     f"after {ttl.value} ms instead; {_fix(ttl, queue.name)}")
             if role == "input" and retryable.strategy_module.DELIVERY_LIMIT_IS_MAX_RETRIES:
-                limit = effective.get("delivery-limit") or Setting(DEFAULT_DELIVERY_LIMIT, "")
+                limit = effective.get(wire.DELIVERY_LIMIT.key) or Setting(DEFAULT_DELIVERY_LIMIT, "")
                 if limit.value != retry.max_retries:
                     problems.append(f'{_cause(limit, effective)}: delivery-limit {limit.value} on quorum queue '
                                     f'"{queue.name}" is not retry.max_retries ({retry.max_retries}): with strategy '
                                     f"native it is the number of retries before the broker parks a message; "
                                     f"{_fix(limit, queue.name)}")
             elif role == "input" and queue.queue_type == "quorum":
-                limit = effective.get("delivery-limit") or Setting(DEFAULT_DELIVERY_LIMIT, "")
+                limit = effective.get(wire.DELIVERY_LIMIT.key) or Setting(DEFAULT_DELIVERY_LIMIT, "")
                 if isinstance(limit.value, int) and 0 <= limit.value <= retry.max_retries + 1:
                     or_narrow = f", or {_fix(limit, queue.name)}" if limit.operator else ""
                     problems.append(f'{_cause(limit, effective)}: delivery-limit {limit.value} on quorum queue '
                                     f'"{queue.name}" is not above max_retries + 1 ({retry.max_retries + 1}): on '
                                     "RabbitMQ 4 each retry counts toward it, and a message over it jams in a "
                                     f"dead-letter cycle; raise it above {retry.max_retries + 1}{or_narrow}")
-            if "x-dead-letter-exchange" in queue.arguments and (full := _drops_when_full(effective)):
+            if wire.DEAD_LETTER_EXCHANGE.argument in queue.arguments and (full := _drops_when_full(effective)):
                 key, length = full
-                overflow = effective.get("overflow")
+                overflow = effective.get(wire.OVERFLOW.key)
                 problems.append(f'{_cause(length, effective)}: {key} {length.value} on {role} queue "{queue.name}", '
                                 "which dead-letters, without overflow reject-publish (effective: "
                                 f'{overflow.value if overflow else "drop-head"}): when full, RabbitMQ '
@@ -292,10 +293,10 @@ def check_vhost(plan: VhostPlan, extra_policies: Iterable[PolicyPlan] = ()) -> l
         problems += retryable.strategy_module.path_problems(
             retryable, lambda exchange, key: route(graph, exchange, key))
     for name, queue in sorted(graph.queues.items()):
-        dlx = queue.arguments.get("x-dead-letter-exchange")
+        dlx = queue.arguments.get(wire.DEAD_LETTER_EXCHANGE.argument)
         if not isinstance(dlx, str):
             continue
-        key = queue.arguments.get("x-dead-letter-routing-key")
+        key = queue.arguments.get(wire.DEAD_LETTER_ROUTING_KEY.argument)
         reached = route(graph, dlx, key if isinstance(key, str) else None)
         if reached is not None and not reached:
             problems.append(f'queue "{name}" dead-letters to "{dlx}"' + (f" with key {key}" if key else "")
@@ -342,7 +343,7 @@ def _delay_level_problems(levels: DelayLevelsPlan, settings: Mapping[str, list[E
     for level, queue in enumerate(levels.level_queues):
         delay = levels.config.unit_ms * 2**level
         for effective in settings[queue.name]:
-            ttl, expires = effective.get("message-ttl"), effective.get("expires")
+            ttl, expires = effective.get(wire.MESSAGE_TTL.key), effective.get(wire.EXPIRES.key)
             if ttl is None or ttl.value != delay:
                 setting = ttl or Setting("", "")
                 when = "never come back" if ttl is None else "come back at the wrong time"

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .. import naming
+from .. import naming, wire
 from ..config.fields import INVALID, Invalid, Problems, integer, mapping, number, optional
 from ..config.keys import BACKOFF_KEYS
 from ..config.model import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry, TopicPermission
@@ -174,23 +174,23 @@ def plan_delay_levels(levels: DelayLevels, imports: Iterable[str] = (),
     below = [naming.DELIVERY_EXCHANGE, *(naming.delay_level(k) for k in range(levels.levels - 1))]
     queues: list[QueuePlan] = []
     exchanges = [ExchangePlan(naming.DELIVER_KEY, naming.DELIVERY_EXCHANGE, "topic",
-                              arguments={"alternate-exchange": naming.UNDELIVERABLE})]
+                              arguments={wire.ALTERNATE_EXCHANGE.key: naming.UNDELIVERABLE})]
     bindings: list[BindingPlan] = []
     policies: list[PolicyPlan] = []
     target = reconciliation(levels.target_group_size)
-    target_source = {"target-group-size": f"{path}.quorum_group_size"}
+    target_source = {wire.TARGET_GROUP_SIZE.key: f"{path}.quorum_group_size"}
     for level in range(levels.levels):
         name = naming.delay_level(level)
         queues.append(QueuePlan(naming.level_key(level), name, qtype, {
-            **group_size_arguments(qtype, levels.quorum_group_size), "x-dead-letter-exchange": below[level],
+            **group_size_arguments(qtype, levels.quorum_group_size), wire.DEAD_LETTER_EXCHANGE.argument: below[level],
             **quorum_dead_lettering(qtype)}, "delay"))
         exchanges.append(ExchangePlan(naming.level_exchange_key(level), name, "topic"))
         bindings += [BindingPlan(naming.level_wait_key(level), name, name, naming.delay_level_pattern(level, "1")),
                      BindingPlan(naming.level_pass_key(level), name, below[level],
                                  naming.delay_level_pattern(level, "0"), destination_type="exchange")]
         policies.append(queue_policy(naming.level_policy_key(level), name, levels.policy_priority,
-                                     {"message-ttl": str(levels.unit_ms * 2**level), **target},
-                                     {"message-ttl": f"{path}.unit", **target_source}))
+                                     {wire.MESSAGE_TTL.key: str(levels.unit_ms * 2**level), **target},
+                                     {wire.MESSAGE_TTL.key: f"{path}.unit", **target_source}))
     # A copy whose queue is gone (or was never bound) when its delay is over goes to the undeliverable queue
     # through the delivery exchange's alternate exchange, where an unroutable dead-letter would be dropped.
     undeliverable = naming.UNDELIVERABLE
@@ -202,8 +202,8 @@ def plan_delay_levels(levels: DelayLevels, imports: Iterable[str] = (),
         # As for the error queues (`error_policies`): RabbitMQ 4's default delivery limit of 20 would drop a
         # copy that readers returned 20 times, since this queue has nowhere to dead-letter.
         policies.append(queue_policy(naming.UNDELIVERABLE_POLICY_KEY, undeliverable, levels.policy_priority,
-                                     {"delivery-limit": str(ERROR_QUEUE_DELIVERY_LIMIT), **target},
-                                     {"delivery-limit": f"{path}.type", **target_source}))
+                                     {wire.DELIVERY_LIMIT.key: str(ERROR_QUEUE_DELIVERY_LIMIT), **target},
+                                     {wire.DELIVERY_LIMIT.key: f"{path}.type", **target_source}))
     return DelayLevelsPlan(levels, adopt(tuple(queues), "queue", imports),
                            adopt(tuple(exchanges), "exchange", imports), adopt(tuple(bindings), "binding", imports),
                            adopt(tuple(policies), "policy", imports))

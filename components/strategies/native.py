@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from rabbitmq_retry_client.contract import NATIVE_RETRY_CALL
 
-from .. import naming
+from .. import naming, wire
 from ..config.fields import INVALID, Invalid, Problems, integer, optional
 from ..config.model import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry, TopicPermission
 from ..entries import (
@@ -37,7 +37,7 @@ NAME = "native"
 RETRY_KEYS = ("min_delay", "max_delay")
 USES_DELAY_LEVELS = False
 DELIVERY_LIMIT_IS_MAX_RETRIES = True
-MIN_BROKER_VERSION = ((4, 3, 1), "strategy native (the delayed-retry-* policy keys)")
+MIN_BROKER_VERSION = (wire.NATIVE_DELAYED_RETRY.minimum, "strategy native (the delayed-retry-* policy keys)")
 """RabbitMQ 4.3.0 refuses the `delayed-retry-*` policy keys; 4.3.1 is the first version that takes them."""
 FEATURE_FLAG = FeatureFlag("rabbitmq_4.3.0", (4, 3, 0), "strategy native (RabbitMQ 4.3's delayed retry)")
 """The 4.3 series' own flag: a cluster upgraded from 4.2 keeps it disabled until an operator enables it."""
@@ -105,11 +105,13 @@ def plan(queue: Queue, retry: NativeRetry, path: str, levels: DelayLevels | None
     # A redrive's only route to `Q` alone: `Q.requeue` is bound to nothing else.
     requeue_exchange = ExchangePlan(naming.REQUEUE_EXCHANGE_KEY, requeue_x, "fanout")
     requeue_binding = BindingPlan(naming.REQUEUE_BINDING_KEY, requeue_x, queue.name)
-    definition = {**queue_limits(queue), "delayed-retry-type": "failed", "delayed-retry-min": str(retry.min_delay_ms),
-                  "delayed-retry-max": str(retry.max_delay_ms)}
-    sources = {**limit_sources(path, queue), "delivery-limit": f"{path}.retry.max_retries",
-               "delayed-retry-type": f"{path}.retry.strategy", "delayed-retry-min": f"{path}.retry.min_delay",
-               "delayed-retry-max": f"{path}.retry.max_delay"}
+    definition = {**queue_limits(queue), wire.DELAYED_RETRY_TYPE.key: "failed",
+                  wire.DELAYED_RETRY_MIN.key: str(retry.min_delay_ms),
+                  wire.DELAYED_RETRY_MAX.key: str(retry.max_delay_ms)}
+    sources = {**limit_sources(path, queue), wire.DELIVERY_LIMIT.key: f"{path}.retry.max_retries",
+               wire.DELAYED_RETRY_TYPE.key: f"{path}.retry.strategy",
+               wire.DELAYED_RETRY_MIN.key: f"{path}.retry.min_delay",
+               wire.DELAYED_RETRY_MAX.key: f"{path}.retry.max_delay"}
     policies = (queue_policy(naming.QUEUE_POLICY_KEY, queue.name, queue.policy_priority, definition, sources),
                 *error_policies(queue, retry, path))
     return RetryablePlan(config=queue, retry=retry, tiers=(), queues=adopt((input_queue, error), "queue", imports),

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .. import naming
+from .. import naming, wire
 from ..config.fields import ABSENT, INVALID, Invalid, Problems, duration, integer, items, optional
 from ..config.model import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry, TopicPermission
 from ..entries import (
@@ -108,13 +108,13 @@ def plan(queue: Queue, retry: TiersRetry, path: str, levels: DelayLevels | None,
     retry_x, requeue_x = naming.retry_exchange(name), naming.requeue_exchange(name)
     input_queue = QueuePlan(naming.INPUT_KEY, name, qtype, {
         **queue_type_arguments(queue),
-        "x-dead-letter-exchange": retry_x,
-        "x-dead-letter-routing-key": tiers[0].routing_key,
+        wire.DEAD_LETTER_EXCHANGE.argument: retry_x,
+        wire.DEAD_LETTER_ROUTING_KEY.argument: tiers[0].routing_key,
         **quorum_dead_lettering(qtype),
     }, "input")
     wait_queues = tuple(QueuePlan(naming.wait_key(t.number), t.queue, qtype, {
         **queue_type_arguments(queue),
-        "x-dead-letter-exchange": requeue_x,
+        wire.DEAD_LETTER_EXCHANGE.argument: requeue_x,
         **quorum_dead_lettering(qtype),
     }, "wait") for t in tiers)
     error, error_exchange, error_binding = error_queue_plans(queue)
@@ -129,9 +129,9 @@ def plan(queue: Queue, retry: TiersRetry, path: str, levels: DelayLevels | None,
         error_binding,
     )
     policies = [queue_policy(naming.wait_policy_key(t.number), t.queue, queue.policy_priority,
-                             {"message-ttl": str(t.delay_ms), **reconciliation(queue.target_group_size)},
-                             {"message-ttl": f"{path}.retry.delays[{t.number - 1}]",
-                              "target-group-size": f"{path}.quorum_group_size"})
+                             {wire.MESSAGE_TTL.key: str(t.delay_ms), **reconciliation(queue.target_group_size)},
+                             {wire.MESSAGE_TTL.key: f"{path}.retry.delays[{t.number - 1}]",
+                              wire.TARGET_GROUP_SIZE.key: f"{path}.quorum_group_size"})
                 for t in tiers]
     if limits := queue_limits(queue):
         policies.insert(0, queue_policy(naming.QUEUE_POLICY_KEY, name, queue.policy_priority, limits,

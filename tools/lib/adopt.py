@@ -13,7 +13,7 @@ from urllib.parse import quote_plus
 
 import yaml
 
-from components import Vhost, naming
+from components import Vhost, naming, wire
 from components.checks import check_vhost
 from components.config import (
     EXCHANGE_TYPES,
@@ -36,9 +36,9 @@ from tools.lib.mockrun import Registered, close_event_loop, record
 from tools.lib.recognise import Topology, dead_letter, queue_policy, recognise
 
 DEFAULT_SUFFIX = ".v2"
-PLAIN_ARGUMENTS = frozenset({"x-queue-type"})
+PLAIN_ARGUMENTS = frozenset({wire.QUEUE_TYPE.argument})
 """The only argument every plain queue of ours carries."""
-QUORUM_GROUP_ARGUMENT = "x-quorum-initial-group-size"
+QUORUM_GROUP_ARGUMENT = wire.QUORUM_INITIAL_GROUP_SIZE.argument
 """A quorum queue's argument the stack declares too (`quorum_group_size`): an adopted queue keeps it."""
 
 Action = str
@@ -244,17 +244,17 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
         if name in owned_queues:
             continue
         arguments = dict(info.get("arguments") or {})
-        queue_type = str(arguments.get("x-queue-type") or info.get("type") or "classic")
+        queue_type = str(arguments.get(wire.QUEUE_TYPE.argument) or info.get("type") or "classic")
         if info.get("auto_delete") or not info.get("durable") or name.startswith(naming.RESERVED_PREFIX):
             adoption.decide(ALONE, "Queue", name, "transient (auto-delete, non-durable or server-named)")
             continue
         if queue_type not in QUEUE_TYPES or not _valid_name(name):
             adoption.decide(ALONE, "Queue", name, f"a {queue_type} queue or a name the provider cannot manage")
             continue
-        if "x-expires" in arguments:
+        if wire.EXPIRES.argument in arguments:
             adoption.decide(ALONE, "Queue", name, f"deletes itself when unused (x-expires "
-                            f"{format_duration(int(arguments['x-expires']))}), so the stack cannot own it; left as it "
-                            "is, it " + _kept_detail(snapshot, name).replace("; a retry", ", and a retry"))
+                            f"{format_duration(int(arguments[wire.EXPIRES.argument]))}), so the stack cannot own it; "
+                            "left as it is, it " + _kept_detail(snapshot, name).replace("; a retry", ", and a retry"))
             continue
         if queue_type == "quorum" and (policy := queue_policy(snapshot, name)) is not None:
             adoption.decide(ALONE, "Queue", name, f"user policy {code(str(policy['name']))} applies to it "
@@ -267,7 +267,7 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
         group_size = arguments.get(QUORUM_GROUP_ARGUMENT)
         kept = PLAIN_ARGUMENTS | ({QUORUM_GROUP_ARGUMENT} if _group_size_of(queue_type, group_size) else set())
         entry = queue_entry(name, queue_type, name)
-        if set(arguments) <= kept and "x-queue-type" in arguments:
+        if set(arguments) <= kept and wire.QUEUE_TYPE.argument in arguments:
             if QUORUM_GROUP_ARGUMENT in kept:
                 entry["quorum_group_size"] = group_size
         else:
@@ -275,12 +275,12 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
             # back on time through its own dead-letter route; a shovel would end its wait early).
             entry["arguments"] = arguments
             adoption.kept[name] = _kept_detail(snapshot, name)
-            if "x-queue-type" not in arguments:
+            if wire.QUEUE_TYPE.argument not in arguments:
                 untyped.append(name)
         if queue_type == "quorum":
-            if isinstance(arguments.get("x-delivery-limit"), int) and not isinstance(arguments["x-delivery-limit"],
-                                                                                     bool):
-                entry["delivery_limit"] = arguments["x-delivery-limit"]
+            limit = arguments.get(wire.DELIVERY_LIMIT.argument)
+            if isinstance(limit, int) and not isinstance(limit, bool):
+                entry["delivery_limit"] = limit
             else:
                 adoption.warnings.append(f"quorum queue {name}: the stack gives it a `delivery-limit` policy "
                                          "(`defaults.delivery_limit`, 20; RabbitMQ 4's default, unlimited on 3.x): "

@@ -376,7 +376,7 @@ def _stale_policies(old: Sequence[Registered], new: Sequence[Registered],
 
 def model(steps: Sequence[Step], old: Sequence[Registered], new: Sequence[Registered],
           plans: tuple[PlanIndex, PlanIndex], migrations: Sequence[MigrationInfo] = ()) -> Model:
-    """`plans`: what the planner knew of each side's resources (`planned.plan_index`), BASE's first;
+    """`plans`: what the planner knew of each side's resources (`Evaluation.plan`), BASE's first;
     `migrations`: the working tree's (a deletion their step retire covers is not data loss)."""
     old_by, new_by = {r.urn: r for r in old}, {r.urn: r for r in new}
     old_contracts, new_contracts = contracts(old), contracts(new)
