@@ -253,7 +253,8 @@ def extras(snapshot: Snapshot, records: Iterable[Registered], own_user: str = ""
               for user, entries in sorted(snapshot.topic_permissions.items())
               if user not in topics and user != own_user]
     found += [Finding("extra", snapshot.vhost, "Shovel", n, f"{v.get('src-queue')} → {v.get('dest-queue')}")
-              for n, v in sorted((snapshot.shovels or {}).items()) if n not in drained.shovels]
+              for n, v in sorted((snapshot.shovels or {}).items())
+              if n not in drained.shovels and (engine.SHOVEL, n) not in declared]
     return found
 
 
@@ -315,7 +316,8 @@ def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_
         reported = {f.name for f in found if f.vhost == vhost and f.type == "Queue"}
         found += [f for f in effective_findings(mine, snapshot) if f.name not in reported]
         found += shovel_findings(snapshot, drained.get(vhost, Draining()))
-        found += extras(snapshot, mine, own_user, drained.get(vhost, Draining()))
+        shovels = [r for r in records if r.type == engine.SHOVEL and r.inputs.get("vhost") == vhost]
+        found += extras(snapshot, [*mine, *shovels], own_user, drained.get(vhost, Draining()))
     return found
 
 
