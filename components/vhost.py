@@ -29,6 +29,7 @@ from .plan import plan_vhost
 from .resources import BUILDERS, Scope, ShovelAccess, close_path_guard, declare_children, open_path_guard
 from .retryable_queue import RetryableQueue, RetryableQueuePythonArgs
 from .stack import stack_shovel_user
+from .stack_shape import load_typed
 
 TYPE_TOKEN = "rabbitmq-retry:index:Vhost"
 
@@ -182,7 +183,7 @@ def _plan(where: str, name: str, checked: Mapping[str, Any]) -> VhostPlan:
         return plan
     config = checked["vhost"]
     if not isinstance(config, VhostConfig):
-        config = load_vhost(config, f"{where}.vhost")
+        config = load_typed(load_vhost, config, VhostSpec, f"{where}.vhost")
     plan = plan_vhost(config, checked.get("config_path", f"{where}.vhost"), stack_shovel_user())
     if problems := check_vhost(plan) + check_logical_names([(name, plan)]):
         raise TopologyError(f'vhost "{config.name}"', problems)

@@ -39,6 +39,8 @@ QUEUE_ARGUMENT_INTEGERS = ("x-message-ttl", "x-expires", "x-max-length", "x-max-
                            "x-max-priority", "x-quorum-initial-group-size", "x-queue-version",
                            "x-max-in-memory-length", "x-max-in-memory-bytes")
 """Queue arguments RabbitMQ takes only as integers (a string is refused with 406 PRECONDITION_FAILED)."""
+QUEUE_ARGUMENT_BOOLEANS = ("x-single-active-consumer",)
+"""Queue arguments RabbitMQ takes as booleans."""
 QUEUE_ARGUMENT_CHOICES: Mapping[str, tuple[str, ...]] = {
     "x-overflow": ("drop-head", "reject-publish", "reject-publish-dlx"),
     "x-queue-mode": ("default", "lazy"),
