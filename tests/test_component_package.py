@@ -386,6 +386,17 @@ def test_from_another_language_the_error_names_from_and_import_as_the_schema_doe
                      "Vhost(root).vhost.alerts.noConsumer.for"]
 
 
+def test_from_another_language_a_moves_step_move_is_refused_at_the_step_it_needs_a_python_stack_for(
+        hosted: None) -> None:
+    """Its shovels connect as the stack's shovel user, which only a Python program passes (`shovel_access`)."""
+    vhost = {"name": "jobs", "queues": [{"name": "jobs.c", "type": "classic"}, {"name": "jobs.q", "type": "quorum"}],
+             "migrations": [{"name": "to-quorum", "step": "move", "move": {"from": "jobs.c", "to": "jobs.q"}}]}
+    [(path, problem)] = _refused("Vhost", "jobs", {"vhost": vhost})
+    assert path == "Vhost(jobs).vhost.migrations[0].step"
+    assert problem.startswith("migration to-quorum moves a queue with shovels, which connect as a shovel user only a "
+                              "Python program passes (shovel_access)")
+
+
 def test_both_spellings_of_one_key_are_refused_and_a_stack_file_takes_only_its_own() -> None:
     vhost = adopted_vhost()
     vhost["migrations"][0]["move"]["from"] = "legacy.jobs.c"  # type: ignore[typeddict-unknown-key]
