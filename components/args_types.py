@@ -7,11 +7,16 @@ description there, `snake_case` becomes `camelCase`. The run-time check stays th
 (`components/config`, `components/arguments.py`): as strict as the stack file, every problem with its key path.
 
 What the analyzer of pulumi 3.272 takes shapes these types: no `from __future__ import annotations` (string
-annotations break it), no unions (so durations are the strings users write, `"1m30s"`, and a key that takes
-"a string or a number" is left out, or written as a string: a policy's definition values, as the provider itself
-sends them), every optional key `NotRequired`. Keys that only a stack file carries for its tools (`import`,
-`migrations`) are in `VhostStackSpec`, for Python programs only (`import`, a Python keyword, not even there):
-the run-time check accepts them in any `vhost`.
+annotations break it), no unions (so durations are the strings users write, `"1m30s"`; a policy's definition values
+and a plain queue's `arguments` are strings, an integer as its digits; `move.external` is a mapping, `{}` for the
+stack file's `true`), every optional key `NotRequired`, each schema type a class of its own (the analyzer reads a
+field's description from the source of the class it is analysing, so an inherited field would have none). A key
+that is a Python keyword is its field with a trailing underscore (`move.from_`, `import_`, an alert rule's `for_`):
+the analyzer's `camel_case` drops the empty last part, so the schema property is `from` again, and the SDK hands
+another language's `from` over as `from_`. `stack_shape.py` takes these spellings and strings to the stack file's
+shape before the parser reads them; a Python program may also pass a stack file's entry as it is (`from`).
+Every stack-file key a component takes is a field here (`tests/test_component_package.py` compares them with
+`config/keys.py`). `alerts` is checked but registers nothing: a stack derives its alerting rules from its file.
 
 Pulumi-free: the contract types are the retry contract of `rabbitmq_retry_client/contract.schema.json`."""
 
