@@ -26,6 +26,7 @@ from rabbitmq_retry import (
     Vhost,
     VhostSpec,
     load_stack_config,
+    load_vhost,
 )
 from rabbitmq_retry.config.keys import KEY_TABLES
 
@@ -412,6 +413,18 @@ def test_both_spellings_of_one_key_are_refused_and_a_stack_file_takes_only_its_o
            for i in (0, 1)},
         **{f"vhosts[0].{at}.for_": 'unknown key; did you mean "for"? (allowed: enabled, for, severity, threshold, '
                                    'labels)' for at in ("alerts.no_consumer", "queues[1].alerts.parked")}}
+
+
+def test_an_empty_external_is_the_stack_files_external_true() -> None:
+    """`move.external` is `true` or a mapping in a stack file; typed, it is a mapping, and `{}` names what `true`
+    does (the old queue alone)."""
+    def config(external: object) -> Any:
+        vhost = _stack_spelled(adopted_vhost())
+        vhost["migrations"][1]["move"]["external"] = external
+        return load_vhost(vhost, "vhost").migrations[1]
+
+    assert config({}) == config(True) != config({"error_queue": "runtime.batch.dlq"})
+    assert config({}).external is not None
 
 
 def test_a_components_alerts_are_checked_though_it_registers_no_rule() -> None:
