@@ -81,13 +81,13 @@ def _shape(value: Any, hint: Any, path: str, caller: str, shaped: Shaped) -> Any
         hints = field_hints(hint)
         by_stack_key = {stack_key(name): name for name in hints}
         out: dict[Any, Any] = {}
-        written: dict[Any, Any] = {}
+        spelled_as: dict[Any, Any] = {}  # each key of `out`, as the caller wrote it
         for key, item in value.items():
             typed = key if key in hints else by_stack_key.get(key) if isinstance(key, str) else None
             name = stack_key(key) if key in hints else key
             if name in out:
-                shaped.problems.append((_child(caller, key), f"also written as {written[name]}; write one "
-                                        f"({key if key in hints else written[name]} is the typed spelling)"))
+                shaped.problems.append((_child(caller, key), f"also written as {spelled_as[name]}; write one "
+                                        f"({key if key in hints else spelled_as[name]} is the typed spelling)"))
                 continue
             if name != key:
                 shaped.written[_child(path, name)] = _child(caller, key)
@@ -97,7 +97,7 @@ def _shape(value: Any, hint: Any, path: str, caller: str, shaped: Shaped) -> Any
             else:
                 sub_hint = hints[typed] if typed is not None else None
                 out[name] = _shape(item, sub_hint, _child(path, name), _child(caller, key), shaped)
-            written[name] = key
+            spelled_as[name] = key
         return out
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is list and isinstance(value, list):
