@@ -25,6 +25,7 @@ from components.config import (
 from components.config.keys import NAMESPACE
 from components.durations import format_duration
 from components.guard import AMQP_PORT
+from components.migration_kinds import move
 from components.plan import plan_vhost
 from components.resources import ShovelAccess
 from tools.lib import engine
@@ -326,7 +327,7 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
     successors = {q["name"] for q in vhost["queues"]}
     names: set[str] = set()
     for migration in adoption.migrations:
-        if migration["move"]["to"] in successors:
+        if migration[move.NAME]["to"] in successors:
             migration["name"] = _unique(migration["name"], names)
             vhost.setdefault("migrations", []).append(migration)
     return adoption
@@ -348,8 +349,7 @@ def _migration(old: str, new: str, topology: Topology | None) -> dict[str, Any]:
                                       ("exchanges", list(topology.exchanges)),
                                       ("policies", list(topology.policies))) if v}
     slug = re.sub(r"[^a-z0-9]+", "-", old.lower()).strip("-") or "queue"
-    return {"name": f"adopt-{slug}"[:60].rstrip("-"), "move": {"from": old, "to": new, "external": external or True},
-            "step": "move"}
+    return move.written(f"adopt-{slug}"[:60].rstrip("-"), old, new, external or True)
 
 
 def _messages(snapshot: Snapshot, queue: str) -> str:
@@ -505,9 +505,9 @@ def _retire_steps(adoption: Adoption, stack: str) -> list[str]:
              f"'rabbitmq-retry:passwords.{naming.SHOVEL_USER}' <password>`. Every step is in "
              "docs/migrations.md (retire an adopted runtime topology).", ""]
     for migration in adoption.vhost.get("migrations", []):
-        old, new, name = migration["move"]["from"], migration["move"]["to"], migration["name"]
+        old, new, name = migration[move.NAME]["from"], migration[move.NAME]["to"], migration["name"]
         topology = next((t for t in adoption.topologies if t.queue == old), None)
-        external = migration["move"]["external"]
+        external = migration[move.NAME]["external"]
         error_queue = external.get("error_queue") if isinstance(external, dict) else None
         retire = f"make migrate-retire STACK={stack} MIGRATION={name}"
         moved = code(old) + (f" and {code(error_queue)} (parked)" if error_queue else "")
