@@ -256,7 +256,3 @@ def at_risk(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> dic
             if hit := sorted(p for p in needs.get(queue, [f"Queue {queue}"]) if p in gone):
                 found.setdefault(name, {})[str(queue)] = hit
     return found
-
-
-def queues_of(data: Mapping[str, Any] | None, path: str) -> list[str]:
-    return [str(q) for q in (_paths_of(data).get(path) or {}).get("queues") or ()]
