@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from . import wire
 from .args_types import QueueSpec
 from .config import ConfigError
-from .config.model import QUEUE_ARGUMENT_BOOLEANS, QUEUE_ARGUMENT_INTEGERS
 from .foreign import field_hints
 
 T = TypeVar("T")
@@ -36,10 +36,13 @@ def stack_key(field_name: str) -> str:
 
 
 def _queue_argument(name: str, value: Any) -> Any:
-    """A queue argument written as a string where RabbitMQ takes an integer or a boolean, as that value."""
-    if isinstance(value, str) and name in QUEUE_ARGUMENT_INTEGERS and value.isascii() and value.isdigit():
+    """A queue argument written as a string where RabbitMQ takes an integer or a boolean (`wire.py`), as that value."""
+    row = wire.BY_ARGUMENT.get(name)
+    if not isinstance(value, str) or row is None:
+        return value
+    if row.type == "integer" and value.isascii() and value.isdigit():
         return int(value)
-    if isinstance(value, str) and name in QUEUE_ARGUMENT_BOOLEANS and value in ("true", "false"):
+    if row.type == "boolean" and value in ("true", "false"):
         return value == "true"
     return value
 
