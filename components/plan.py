@@ -34,7 +34,7 @@ from .entries import (
     queue_policy,
     queue_type_arguments,
 )
-from .migrations import plan_migrations
+from .migration_kinds import plan_migrations
 from .strategies import strategy_of
 from .strategies.levels import plan_delay_levels
 

@@ -171,13 +171,8 @@ class Limits:
     max_queues: int | None = None
 
 
-MIGRATION_KINDS = ("move", "drain_tiers", "drain_levels")
-"""What a `migrations[]` entry does: move a queue's messages to a successor queue, or drain the wait tiers a
-queue's `retry.delays` dropped, or the delay levels a lower `delay_levels.max_delay` dropped."""
-MIGRATION_STEPS: Mapping[str, tuple[str, ...]] = {"move": ("move", "retire"), "drain_tiers": ("drain", "retire"),
-                                                  "drain_levels": ("drain", "retire")}
-"""The steps of each kind, in order; each is one commit whose `pulumi up` applies it."""
 RETIRE = "retire"
+"""The last step of every migration kind (`migration_kinds/`): the old objects leave the plan."""
 
 
 @dataclass(frozen=True)
@@ -204,9 +199,9 @@ class Migration:
 
     name: str
     kind: str
-    """One of MIGRATION_KINDS."""
+    """Its kind's name, one of `migration_kinds.KINDS` (which `migration_kinds.kind_of` returns the module of)."""
     step: str
-    """One of MIGRATION_STEPS[kind]."""
+    """One of its kind's `STEPS`."""
     index: int
     """Where it stands in the vhost's `migrations[]` (for key paths)."""
     source: str = ""

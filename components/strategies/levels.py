@@ -39,6 +39,7 @@ from ..entries import (
     quorum_dead_lettering,
     reconciliation,
 )
+from ..problems import Problem
 from .base import Route
 from .common import REDEPLOY, contract_ms, contract_number, parse_error_queue, positive_duration
 
@@ -47,6 +48,8 @@ RETRY_KEYS = ("backoff",)
 USES_DELAY_LEVELS = True
 DELIVERY_LIMIT_IS_MAX_RETRIES = False
 MIN_BROKER_VERSION = None
+DELAY_MISROUTED = "delay-misrouted"
+"""`Problem.code`: a delayed copy does not take its path through the levels back to exactly its queue."""
 FEATURE_FLAG = None
 KEY_FORMAT = ("the delay in units, ceil(delay_ms / delay_unit_ms) capped at 2^delay_levels - 1, as "
               "delay_words binary digits, most significant first, each followed by '.', then the queue name")
@@ -317,7 +320,7 @@ def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any],
     return breaks
 
 
-def path_problems(plan: RetryablePlan[Any], route: Route) -> list[str]:
+def path_problems(plan: RetryablePlan[Any], route: Route) -> list[Problem]:
     """A delayed copy of `Q` published to the top level goes first to the highest level its delay has a bit
     for, and with no bit left, back to exactly `Q`."""
     queue, levels = plan.config.name, plan.delay_levels
@@ -329,6 +332,6 @@ def path_problems(plan: RetryablePlan[Any], route: Route) -> list[str]:
         reached = route(plan.delay_exchange, key)
         want = {queue} if level is None else expected[level]
         if reached != want:
-            problems.append(f'"{plan.delay_exchange}" routes a delay of {units} units for "{queue}" to '
-                            f"{sorted(reached or [])} instead of exactly {sorted(want)}")
+            problems.append(Problem("", DELAY_MISROUTED, f'"{plan.delay_exchange}" routes a delay of {units} units for '
+                                    f'"{queue}" to {sorted(reached or [])} instead of exactly {sorted(want)}'))
     return problems

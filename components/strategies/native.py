@@ -30,6 +30,7 @@ from ..entries import (
     queue_limits,
     queue_policy,
 )
+from ..problems import Problem
 from .base import FeatureFlag, Route
 from .common import parse_error_queue, positive_duration
 
@@ -45,6 +46,8 @@ RETRY_CALL = NATIVE_RETRY_CALL
 """The only call RabbitMQ 4.3 counts toward the delivery limit and delays: `basic.nack(requeue=true)` is a
 "return" that neither counts nor waits, so a nack loop never ends (the contract's schema fixes it)."""
 ATTEMPT_HEADER = "x-delivery-count"
+REDRIVE_PATH_STRAYS = "redrive-path-strays"
+"""`Problem.code`: a redrive does not reach exactly its own queue."""
 """Set by the broker on a redelivery: the failed deliveries so far (absent on the first delivery)."""
 
 
@@ -167,10 +170,11 @@ def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any],
     return []
 
 
-def path_problems(plan: RetryablePlan[Any], route: Route) -> list[str]:
+def path_problems(plan: RetryablePlan[Any], route: Route) -> list[Problem]:
     """The message waits in its own queue: only the redrive path to check, which reaches exactly `Q`."""
     reached = route(plan.requeue_exchange, None)
     if reached != {plan.config.name}:
-        return [f'redrive path of "{plan.config.name}" reaches {sorted(reached or [])} instead of exactly '
-                f'"{plan.config.name}"; remove other bindings from "{plan.requeue_exchange}"']
+        return [Problem("", REDRIVE_PATH_STRAYS, f'redrive path of "{plan.config.name}" reaches '
+                        f'{sorted(reached or [])} instead of exactly "{plan.config.name}"; remove other bindings from '
+                        f'"{plan.requeue_exchange}"')]
     return []

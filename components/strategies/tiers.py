@@ -31,6 +31,7 @@ from ..entries import (
     quorum_dead_lettering,
     reconciliation,
 )
+from ..problems import Problem
 from .base import Route
 from .common import parse_error_queue
 
@@ -40,6 +41,10 @@ USES_DELAY_LEVELS = False
 DELIVERY_LIMIT_IS_MAX_RETRIES = False
 MIN_BROKER_VERSION = None
 FEATURE_FLAG = None
+RETRY_PATH_STRAYS = "retry-path-strays"
+"""`Problem.code`: a retry does not return to exactly its own queue."""
+TIER_MISROUTED = "tier-misrouted"
+"""`Problem.code`: a tier's routing key does not reach exactly its wait queue."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -211,19 +216,19 @@ def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any],
     return breaks
 
 
-def path_problems(plan: RetryablePlan[Any], route: Route) -> list[str]:
+def path_problems(plan: RetryablePlan[Any], route: Route) -> list[Problem]:
     """A retry returns to exactly `Q` (through `Q.requeue`), and each tier's routing key reaches exactly its
     wait queue."""
     queue = plan.config.name
     problems = []
     requeue = route(plan.requeue_exchange, None)
     if requeue != {queue}:
-        problems.append(f'retry path of "{queue}" returns to {sorted(requeue or [])} instead of exactly '
-                        f'"{queue}"; remove other bindings from "{plan.requeue_exchange}"')
+        problems.append(Problem("", RETRY_PATH_STRAYS, f'retry path of "{queue}" returns to {sorted(requeue or [])} '
+                                f'instead of exactly "{queue}"; remove other bindings from "{plan.requeue_exchange}"'))
     for tier in plan.tiers:
         reached = route(plan.retry_exchange, tier.routing_key)
         if reached != {tier.queue}:
-            problems.append(f'"{plan.retry_exchange}" routes {tier.routing_key} to {sorted(reached or [])} '
-                            f'instead of exactly "{tier.queue}"')
+            problems.append(Problem("", TIER_MISROUTED, f'"{plan.retry_exchange}" routes {tier.routing_key} to '
+                                    f'{sorted(reached or [])} instead of exactly "{tier.queue}"'))
     return problems
 

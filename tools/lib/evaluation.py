@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
 
+from components.config.model import RETIRE
 from tools.lib.mockrun import ROOT, Registered, run_program, stack_config
 from tools.lib.planned import Planned, index_plans
 
@@ -60,7 +61,7 @@ class MigrationInfo:
 
     @property
     def retiring(self) -> bool:
-        return self.step == "retire"
+        return self.step == RETIRE
 
 
 def infos(plans: Iterable[tuple[str, Any]]) -> list[MigrationInfo]:

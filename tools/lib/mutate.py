@@ -81,7 +81,7 @@ MUTATIONS = (
     Mutation("a secret's ciphertext is shown in plans and reviews",
              "components/config/stack_file.py", 'return f"{SECRET_MARKER} {digest}"',
              'return f"{SECRET_MARKER} {json.dumps(ciphertext)}"', ("tests/test_review.py",)),
-    # Migrations (components/migrations.py): what a bug there would lose or expose.
+    # Migrations (components/migrations.py, components/migration_kinds/): what a bug there would lose or expose.
     Mutation("a migration's shovel is registered with ack-mode on-publish (it acks before the successor confirmed)",
              "components/resources.py", "ack_mode=shovel.ack_mode,", 'ack_mode="on-publish",',
              ("tests/test_migrations.py",)),
@@ -112,16 +112,17 @@ MUTATIONS = (
              "components/naming.py", 'return f"{SHOVEL_USER}.{project}.{stack}"', "return SHOVEL_USER",
              ("tests/test_migrations.py",)),
     Mutation("a tier drain re-plans the kept tiers with the queue's new last delay (what waits there leaves early)",
-             "components/migrations.py",
-             "old_queue = replace(queue, retry=replace(plan.retry, delays_ms=m.delays_ms))",
-             "old_queue = replace(queue, retry=replace(plan.retry, delays_ms=(*plan.retry.delays_ms, *[plan.retry."
-             "delays_ms[-1]] * (len(m.delays_ms) - len(plan.retry.delays_ms)))))",
+             "components/migration_kinds/drain_tiers.py",
+             "old_queue = replace(current.config, retry=replace(current.retry, delays_ms=m.delays_ms))",
+             "old_queue = replace(current.config, retry=replace(current.retry, delays_ms=(*current.retry.delays_ms, "
+             "*[current.retry.delays_ms[-1]] * (len(m.delays_ms) - len(current.retry.delays_ms)))))",
              ("tests/test_migrations.py",)),
     Mutation("a level drain keeps no level (the removed top levels go at once, with what waits there)",
-             "components/migrations.py", "old = planner(DelayLevels(config.unit_ms, m.max_delay_ms,",
-             "old = planner(DelayLevels(config.unit_ms, config.max_delay_ms,", ("tests/test_migrations.py",)),
+             "components/migration_kinds/drain_levels.py",
+             "old = vhost.plan_levels(DelayLevels(config.unit_ms, m.max_delay_ms,",
+             "old = vhost.plan_levels(DelayLevels(config.unit_ms, config.max_delay_ms,", ("tests/test_migrations.py",)),
     Mutation("the review of step drain says a removed tier's republished retries are lost while its binding stays",
-             "tools/lib/review/migrations.py", 'if m.kind != "move" and not m.retiring:', "if False:",
+             "tools/lib/review/migrations.py", "if kind_of(m).KEEPS_OUT_OF_CONTRACT and not m.retiring:", "if False:",
              ("tests/test_migration_review.py",)),
 )
 
