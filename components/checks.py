@@ -389,8 +389,8 @@ def _shovel_problems(plan: VhostPlan, graph: _Graph) -> list[Problem]:
                                     "may delete the shovel before its source is drained (rabbitmq-server#14636); use "
                                     "never and remove it by config"))
         grant = grants.get(shovel.user)
-        if grant is None or not re.fullmatch(grant.read, shovel.source) or not re.fullmatch(grant.configure,
-                                                                                             shovel.destination):
+        if grant is None or not re.fullmatch(grant.read.regex, shovel.source) or not re.fullmatch(
+                grant.configure.regex, shovel.destination):
             problems.append(Problem("", SHOVEL_NOT_GRANTED, f'{what}: its user "{shovel.user}" may not read '
                                     f'"{shovel.source}" or declare "{shovel.destination}"; the shovel user\'s '
                                     "permissions must cover every shovel of the vhost"))

@@ -202,16 +202,54 @@ class DelayLevelsPlan:
 
 
 @dataclass(frozen=True)
+class Grant:
+    """One permission regex the plan grants (configure, write or read, or a topic permission's write or read), with
+    the names it allows when the plan built it from a finite list (`Grant.exactly`). The review says what a change
+    adds and removes, and whether it widens access, from `names`: it never reads a regex back."""
+
+    regex: str
+    """What RabbitMQ is given."""
+    names: tuple[str, ...] | None
+    """The names `regex` allows, sorted; None when it is not a finite list (the `levels` strategy's routing keys, a
+    regex written in the config)."""
+
+    @classmethod
+    def exactly(cls, names: Iterable[str]) -> Grant:
+        """Exactly `names` (`exact_names`), nothing when empty."""
+        unique = sorted(set(names))
+        return cls(exact_names(unique), tuple(unique))
+
+    @classmethod
+    def pattern(cls, regex: str) -> Grant:
+        """A regex that is not a finite list of names."""
+        return cls(regex, None)
+
+
+@dataclass(frozen=True)
+class TopicGrant:
+    """A topic permission on one exchange: the routing keys a user may publish (`write`) and bind (`read`)."""
+
+    exchange: str
+    write: Grant
+    read: Grant
+
+    @classmethod
+    def of(cls, written: TopicPermission) -> TopicGrant:
+        """A topic permission of the config (`applications[].topic_permissions`): its regexes as written."""
+        return cls(written.exchange, Grant.pattern(written.write), Grant.pattern(written.read))
+
+
+@dataclass(frozen=True)
 class PermissionPlan:
     """An application's or operator's derived permissions: it declares nothing, writes and reads exactly
     what its job needs."""
 
     key: str
     user: str
-    configure: str
-    write: str
-    read: str
-    topic: tuple[TopicPermission, ...] = ()
+    configure: Grant
+    write: Grant
+    read: Grant
+    topic: tuple[TopicGrant, ...] = ()
 
     @property
     def user_key(self) -> str:
@@ -260,7 +298,8 @@ class VhostPlan:
 
 
 def exact_names(names: Iterable[str]) -> str:
-    """A permission regex that matches exactly `names` (`^$`, nothing, when empty)."""
+    """A permission regex that matches exactly `names` (`^$`, nothing, when empty); `Grant.exactly` keeps the names
+    with it."""
     unique = sorted(set(names))
     return f"^({'|'.join(re.escape(n) for n in unique)})$" if unique else "^$"
 

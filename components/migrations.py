@@ -15,15 +15,16 @@ from typing import Any
 
 from . import naming
 from .config.model import Migration
-from .entries import BindingPlan, DelayLevelsPlan, PermissionPlan, RetryablePlan, exact_names
+from .entries import BindingPlan, DelayLevelsPlan, Grant, PermissionPlan, RetryablePlan
 
 SHOVEL_ACK_MODE = "on-confirm"
 """The only lossless acknowledgement mode: the shovel acks a message at the source once the destination confirmed it."""
 SHOVEL_DELETE_AFTER = "never"
 """The stack removes its shovels by config: `queue-length` counts only ready messages at (re)connect and a shovel
 may delete itself before everything moved (rabbitmq-server#14636)."""
-SHOVEL_WRITE = r"^amq\.default$"
-"""A shovel with a destination queue publishes through the default exchange."""
+SHOVEL_WRITE = Grant(r"^amq\.default$", ("amq.default",))
+"""A shovel with a destination queue publishes through the default exchange (RabbitMQ checks a publish to
+`""` as one to `amq.default`)."""
 DRAINS_BY = "shovel"
 """How the old queue of a move reaches its successor, as the contract says."""
 
@@ -89,5 +90,5 @@ def shovel_permissions(shovels: Sequence[ShovelPlan]) -> tuple[PermissionPlan, .
     if not shovels:
         return ()
     return (PermissionPlan(key=naming.permissions_key(naming.SHOVEL_USER), user=shovels[0].user,
-                           configure=exact_names(s.destination for s in shovels),
-                           write=SHOVEL_WRITE, read=exact_names(s.source for s in shovels)),)
+                           configure=Grant.exactly(s.destination for s in shovels),
+                           write=SHOVEL_WRITE, read=Grant.exactly(s.source for s in shovels)),)

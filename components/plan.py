@@ -14,17 +14,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from . import naming, wire
-from .config.model import Binding, ConfigError, DelayLevels, Policy, Queue, TopicPermission, Vhost
+from .config.model import Binding, ConfigError, DelayLevels, Policy, Queue, Vhost
 from .entries import (
     BindingPlan,
     DelayLevelsPlan,
     ExchangePlan,
+    Grant,
     PermissionPlan,
     PolicyPlan,
     PolicyRole,
     QueuePlan,
     RetryablePlan,
     Tier,
+    TopicGrant,
     UserLimitsPlan,
     VhostPlan,
     adopt,
@@ -38,9 +40,9 @@ from .migration_kinds import plan_migrations
 from .strategies import strategy_of
 from .strategies.levels import plan_delay_levels
 
-__all__ = ["BindingPlan", "DelayLevelsPlan", "ExchangePlan", "PermissionPlan", "PolicyPlan", "QueuePlan",
-           "RetryablePlan", "Tier", "UserLimitsPlan", "VhostPlan", "exact_names", "plan_delay_levels", "plan_retryable",
-           "plan_vhost"]
+__all__ = ["BindingPlan", "DelayLevelsPlan", "ExchangePlan", "Grant", "PermissionPlan", "PolicyPlan", "QueuePlan",
+           "RetryablePlan", "Tier", "TopicGrant", "UserLimitsPlan", "VhostPlan", "exact_names", "plan_delay_levels",
+           "plan_retryable", "plan_vhost"]
 
 
 def plan_retryable(queue: Queue, path: str = "queue", delay_levels: DelayLevels | None = None,
@@ -103,15 +105,15 @@ def _operator_permissions(user: str, retryables: Iterable[RetryablePlan]) -> Per
     return PermissionPlan(
         key=naming.permissions_key(user),
         user=user,
-        configure="^$",
-        write=exact_names([*(b.exchange for r in retryables for b in r.config.bindings),
-                           *(x for r in retryables for x in r.strategy_module.redrive_exchanges(r))]),
-        read=exact_names(r.error_queue for r in retryables),
+        configure=Grant.exactly(()),
+        write=Grant.exactly([*(b.exchange for r in retryables for b in r.config.bindings),
+                             *(x for r in retryables for x in r.strategy_module.redrive_exchanges(r))]),
+        read=Grant.exactly(r.error_queue for r in retryables),
     )
 
 
 def _strategy_topic_permissions(consumes: Iterable[str],
-                                retryables: Mapping[str, RetryablePlan]) -> tuple[TopicPermission, ...]:
+                                retryables: Mapping[str, RetryablePlan]) -> tuple[TopicGrant, ...]:
     """The topic permissions the strategies of the retryable queues an application consumes need (`levels`:
     its keys on each delay level limited to those queues)."""
     own: dict[str, list[RetryablePlan]] = {}
@@ -160,12 +162,13 @@ def plan_vhost(vhost: Vhost, path: str = "vhost", shovel_user: str | None = None
     permissions = tuple(PermissionPlan(
         key=naming.permissions_key(app.user),
         user=app.user,
-        configure="^$",
+        configure=Grant.exactly(()),
         # Retries (stepped republish, levels) and parking publish to the consumed queue's own exchanges.
-        write=exact_names([*app.publishes, *(x for q in app.consumes if q in retryable_queues
-                                             for x in retryable_queues[q].consumer_exchanges)]),
-        read=exact_names(app.consumes),
-        topic=(*app.topic_permissions, *_strategy_topic_permissions(app.consumes, retryable_queues)),
+        write=Grant.exactly([*app.publishes, *(x for q in app.consumes if q in retryable_queues
+                                               for x in retryable_queues[q].consumer_exchanges)]),
+        read=Grant.exactly(app.consumes),
+        topic=(*map(TopicGrant.of, app.topic_permissions),
+               *_strategy_topic_permissions(app.consumes, retryable_queues)),
     ) for app in vhost.applications)
     permissions += tuple(_operator_permissions(operator.user, retryables) for operator in vhost.operators)
     delay_levels = None if vhost.delay_levels is None else plan_delay_levels(vhost.delay_levels, imports,

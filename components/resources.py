@@ -198,7 +198,8 @@ def declare_permissions(scope: Scope, logical_name: str, grant: PermissionPlan) 
         logical_name,
         user=scope.names[("User", grant.user)],
         vhost=scope.vhost,
-        permissions=rabbitmq.PermissionsPermissionsArgs(configure=grant.configure, write=grant.write, read=grant.read),
+        permissions=rabbitmq.PermissionsPermissionsArgs(configure=grant.configure.regex, write=grant.write.regex,
+                                                        read=grant.read.regex),
         opts=scope.options(),
     )
     scope.add("Permissions", grant.user, resource)
@@ -244,8 +245,8 @@ def declare_topic_permissions(scope: Scope, logical_name: str, grant: Permission
         logical_name,
         user=scope.names[("User", grant.user)],
         vhost=scope.vhost,
-        permissions=[rabbitmq.TopicPermissionsPermissionArgs(exchange=t.exchange, write=t.write, read=t.read)
-                     for t in grant.topic],
+        permissions=[rabbitmq.TopicPermissionsPermissionArgs(exchange=t.exchange, write=t.write.regex,
+                                                             read=t.read.regex) for t in grant.topic],
         opts=scope.options(depends_on=[scope.resources[("Exchange", t.exchange)] for t in grant.topic
                                        if ("Exchange", t.exchange) in scope.resources]),
     ))

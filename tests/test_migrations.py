@@ -228,9 +228,12 @@ def test_step_move_adds_two_shovels_on_confirm_never_self_deleting_and_least_pri
     assert {(s.ack_mode, s.source_delete_after) for s in vhost.shovels} == {(SHOVEL_ACK_MODE, SHOVEL_DELETE_AFTER)}
     assert (SHOVEL_ACK_MODE, SHOVEL_DELETE_AFTER) == ("on-confirm", "never")
     [grant] = vhost.shovel_permissions
-    assert (grant.key, grant.user, grant.read, grant.write, grant.configure) == (
+    assert (grant.key, grant.user, grant.read.regex, grant.write.regex, grant.configure.regex) == (
         "permissions-rabbitmq-retry-shovel", SHOVEL_USER, r"^(orders|orders\.error)$", r"^amq\.default$",
         r"^(orders\.q|orders\.q\.error)$")
+    # The names each regex allows, as planned (what the review reads, never the regexes).
+    assert (grant.read.names, grant.write.names, grant.configure.names) == (
+        ("orders", "orders.error"), ("amq.default",), ("orders.q", "orders.q.error"))
     [migration] = vhost.migrations
     assert migration.old_queues == ("orders", "orders.wait.1", "orders.wait.2", "orders.wait.3", "orders.error")
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..config.fields import Invalid, Problems
-from ..config.model import DelayLevels, Queue, Retry, TopicPermission
-from ..entries import RetryablePlan
+from ..config.model import DelayLevels, Queue, Retry
+from ..entries import RetryablePlan, TopicGrant
 from ..problems import Problem
 
 Route = Callable[[str, str | None], set[str] | None]
@@ -68,7 +68,7 @@ class Strategy(Protocol):
 
     def redrive_exchanges(self, plan: RetryablePlan[Any]) -> tuple[str, ...]: ...
 
-    def topic_permissions(self, own: Iterable[RetryablePlan[Any]]) -> tuple[TopicPermission, ...]: ...
+    def topic_permissions(self, own: Iterable[RetryablePlan[Any]]) -> tuple[TopicGrant, ...]: ...
 
     def retry_exchange(self, plan: RetryablePlan[Any]) -> str | None: ...
 

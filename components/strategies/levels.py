@@ -18,15 +18,17 @@ from typing import Any, ClassVar
 from .. import naming, wire
 from ..config.fields import INVALID, Invalid, Problems, integer, mapping, number, optional
 from ..config.keys import BACKOFF_KEYS
-from ..config.model import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry, TopicPermission
+from ..config.model import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry
 from ..entries import (
     ERROR_QUEUE_DELIVERY_LIMIT,
     BindingPlan,
     DelayLevelsPlan,
     ExchangePlan,
+    Grant,
     PolicyPlan,
     QueuePlan,
     RetryablePlan,
+    TopicGrant,
     adopt,
     error_policies,
     error_queue_plans,
@@ -217,15 +219,15 @@ def levels_write_pattern(queues: Iterable[str]) -> str:
     return rf"^([01]\.){{{naming.DELAY_WORDS}}}{exact_names(queues)[1:]}"
 
 
-def topic_permissions(own: Iterable[RetryablePlan[Any]]) -> tuple[TopicPermission, ...]:
+def topic_permissions(own: Iterable[RetryablePlan[Any]]) -> tuple[TopicGrant, ...]:
     """An application that consumes the `levels` queues `own` may publish to the delay levels, and a topic
     permission on each level keeps its keys to those queues: without one, RabbitMQ lets it route a copy into any
     queue of the vhost."""
     own = tuple(own)
     if not own:
         return ()
-    write = levels_write_pattern(r.config.name for r in own)
-    return tuple(TopicPermission(exchange, write=write, read="^$") for exchange in own[0].delay_exchanges)
+    write = Grant.pattern(levels_write_pattern(r.config.name for r in own))
+    return tuple(TopicGrant(exchange, write=write, read=Grant.exactly(())) for exchange in own[0].delay_exchanges)
 
 
 def consumer_exchanges(plan: RetryablePlan[Any]) -> tuple[str, ...]:

@@ -17,11 +17,12 @@ from rabbitmq_retry_client.contract import NATIVE_RETRY_CALL
 
 from .. import naming, wire
 from ..config.fields import INVALID, Invalid, Problems, integer, optional
-from ..config.model import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry, TopicPermission
+from ..config.model import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry
 from ..entries import (
     BindingPlan,
     ExchangePlan,
     RetryablePlan,
+    TopicGrant,
     adopt,
     error_policies,
     error_queue_plans,
@@ -133,7 +134,7 @@ def redrive_exchanges(plan: RetryablePlan[Any]) -> tuple[str, ...]:
     return (plan.requeue_exchange,)
 
 
-def topic_permissions(own: Iterable[RetryablePlan[Any]]) -> tuple[TopicPermission, ...]:
+def topic_permissions(own: Iterable[RetryablePlan[Any]]) -> tuple[TopicGrant, ...]:
     """No topic exchange of its own to guard."""
     return ()
 

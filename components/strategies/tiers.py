@@ -14,13 +14,14 @@ from typing import Any, ClassVar
 
 from .. import naming, wire
 from ..config.fields import ABSENT, INVALID, Invalid, Problems, duration, integer, items, optional
-from ..config.model import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry, TopicPermission
+from ..config.model import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry
 from ..entries import (
     BindingPlan,
     ExchangePlan,
     QueuePlan,
     RetryablePlan,
     Tier,
+    TopicGrant,
     adopt,
     error_policies,
     error_queue_plans,
@@ -159,7 +160,7 @@ def redrive_exchanges(plan: RetryablePlan[Any]) -> tuple[str, ...]:
     return (plan.requeue_exchange,)
 
 
-def topic_permissions(own: Iterable[RetryablePlan[Any]]) -> tuple[TopicPermission, ...]:
+def topic_permissions(own: Iterable[RetryablePlan[Any]]) -> tuple[TopicGrant, ...]:
     """No topic exchange of its own to guard."""
     return ()
 
