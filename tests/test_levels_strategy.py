@@ -536,8 +536,8 @@ def test_a_consumer_of_a_levels_queue_writes_the_top_level_and_its_error_exchang
     # Every level, not only the top: a consumer still on the contract of a smaller max_delay keeps working.
     assert (grant.configure.regex, grant.write.regex, grant.read.regex) == (
         "^$", exact_names(["orders.error", *levels]), "^(orders)$")
-    assert (grant.configure.names, grant.write.names, grant.read.names) == ((), tuple(sorted(["orders.error", *levels])),
-                                                                            ("orders",))
+    assert (grant.configure.names, grant.write.names, grant.read.names) == (
+        (), tuple(sorted(["orders.error", *levels])), ("orders",))
     assert not re.search(grant.write.regex, "rabbitmq-retry.delay.deliver")  # no way around the delay
     assert [(t.exchange, t.write.regex, t.read.regex) for t in grant.topic] == [
         (level, r"^([01]\.){28}(orders)$", "^$") for level in levels]

@@ -6,6 +6,8 @@ plans that same run made, walked by the same project's own `components.layout` (
 resource up here instead of recovering its role from its name, so a change of a logical-key format in
 `components/naming.py` changes the plan and the recording alike. A registration is matched to its plan entry by
 what the recording says of it (its parents' kinds, its own kind and logical name), never by a URN rebuilt from names.
+A grant (Permissions, TopicPermissions) carries the names each of its regexes allows as the plan built them
+(`components.entries.Grant`), so that the review never reads a regex back.
 """
 
 from __future__ import annotations
@@ -20,6 +22,19 @@ from tools.lib.mockrun import Registered
 QueueKey = tuple[str, str]
 """(vhost, queue) of a retryable queue."""
 STACK = "pulumi:pulumi:Stack"
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """One regex a planned grant gives RabbitMQ, with the names it allows as the plan built it."""
+
+    exchange: str | None
+    """A topic permission's exchange; None for a permission of the vhost."""
+    kind: str
+    """`configure`, `write` or `read`."""
+    regex: str
+    names: tuple[str, ...] | None
+    """None: not a finite list of names (a pattern, or a plan that kept no names)."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +53,8 @@ class Planned:
     role: str
     """A queue's role (`input`, `wait`, `error`, `plain`, `delay`), a policy's (`queue`: derived for a planned
     queue, `config`: a `policies[]` entry, `operator`: an `operator_policies[]` entry), else ""."""
+    grants: tuple[Allowed, ...] = ()
+    """What a Permissions or TopicPermissions registration allows, per regex; () for anything else."""
 
 
 PlanIndex = Mapping[str, Planned]
@@ -49,6 +66,20 @@ Place = tuple[tuple[str, ...], str, str]
 def _role(entry: Any) -> str:
     role = getattr(entry, "role", "")
     return role if isinstance(role, str) else ""
+
+
+def _allowed(kind: str, entry: Any) -> tuple[Allowed, ...]:
+    """The regexes a Permissions or TopicPermissions entry (`PermissionPlan`) grants, each with its names. A plan
+    whose grants are bare regexes (a checkout from before `components.entries.Grant`) knows no names: the review
+    then treats any change of them as widening."""
+    if kind == "Permissions":
+        parts = [(None, part, getattr(entry, part)) for part in ("configure", "write", "read")]
+    elif kind == "TopicPermissions":
+        parts = [(topic.exchange, part, getattr(topic, part)) for topic in entry.topic for part in ("write", "read")]
+    else:
+        return ()
+    return tuple(Allowed(exchange, part, getattr(grant, "regex", grant), getattr(grant, "names", None))
+                 for exchange, part, grant in parts)
 
 
 def _places(plans: Sequence[tuple[str, Any]], layout: Any) -> dict[Place, Planned]:
@@ -73,7 +104,8 @@ def _places(plans: Sequence[tuple[str, Any]], layout: Any) -> dict[Place, Planne
                     and entry.destination in strategies:
                 leads_to = (vhost, entry.destination)
             strategy = strategies.get(family[1]) if family is not None else None
-            found[(chain, slot.kind, name)] = Planned(slot.kind, vhost, family, leads_to, strategy, _role(entry))
+            found[(chain, slot.kind, name)] = Planned(slot.kind, vhost, family, leads_to, strategy, _role(entry),
+                                                      _allowed(slot.kind, entry))
     return found
 
 

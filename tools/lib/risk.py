@@ -12,7 +12,7 @@ from components.strategies.common import REDEPLOY, contract_number
 from rabbitmq_retry_client.contract import strategy_of
 from tools.lib import engine
 from tools.lib.engine import Step
-from tools.lib.permissions import widens
+from tools.lib.permissions import NO_PLAN, Sides, widens
 
 FAILS, DATA_LOSS, ACCESS, CONTRACT, PROTECTION, SAFE = "fails", "data loss", "access", "contract", "protection", "safe"
 ORDER = {FAILS: 0, DATA_LOSS: 1, ACCESS: 2, CONTRACT: 3, PROTECTION: 4, SAFE: 5}
@@ -38,17 +38,18 @@ def password_changed(step: Step) -> bool:
     return step.type == engine.USER and step.op == "update" and "password" in step.changed
 
 
-def risk(step: Step, vhost_deleted: bool = False) -> str:
+def risk(step: Step, vhost_deleted: bool = False, sides: Sides = NO_PLAN) -> str:
     """fails: see `fails_halfway`; data loss: a queue or vhost deleted or replaced (a deleted queue retained on
     the broker is not lost, unless `vhost_deleted`: deleting its vhost deletes it); access: a grant created,
     moved or widened, or a password changed (its clients are locked out); safe: everything else (policies,
-    exchanges, bindings, revocations)."""
+    exchanges, bindings, revocations). `sides`: what each side's plan knew of the resource, whose grants say which
+    names a permission allows (`permissions.widens`)."""
     if fails_halfway(step, vhost_deleted):
         return FAILS
     if step.type in HOLDS_MESSAGES and (step.op == "replace" or (
             step.op == "delete" and (not step.retain_on_delete or vhost_deleted))):
         return DATA_LOSS
-    if step.type in GRANTS and (step.op in ("create", "replace") or (step.op == "update" and widens(step))):
+    if step.type in GRANTS and (step.op in ("create", "replace") or (step.op == "update" and widens(step, sides))):
         return ACCESS
     if password_changed(step):
         return ACCESS

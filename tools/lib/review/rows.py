@@ -22,7 +22,7 @@ from tools.lib.inventory import (
     physical_name,
 )
 from tools.lib.mockrun import Registered
-from tools.lib.permissions import literals
+from tools.lib.permissions import NO_PLAN, Names, Sides, kinds, names_of, permissions_of
 from tools.lib.planned import PlanIndex, QueueKey, family_of, planned
 from tools.lib.review.migrations import MigrationInfo, kept_by_drains, retired_by
 from tools.lib.risk import (
@@ -64,31 +64,35 @@ def _lookup(inputs: Mapping[str, Any] | None, path: str) -> Any:
     return value
 
 
-def _regex_change(kind: str, before: str, after: str) -> str:
-    """One permission regex's change: the names added and removed when both are lists of names (`+ a, − b`),
-    else both regexes as code (no JSON escaping). Markdown."""
-    old, new = literals(before), literals(after)
+def _regex_change(kind: str, before: str, after: str, old: Names, new: Names) -> str:
+    """One permission regex's change: the names added and removed when the plans built both from lists of names
+    (`old`, `new`: `permissions.names_of`; `+ a, − b`), else both regexes as code (no JSON escaping). Markdown."""
     if old is None or new is None:
         return f"{kind} {markdown.code(before) or '(none)'} → {markdown.code(after) or '(none)'}"
-    changes = [f"+ {markdown.code(name)}" for name in sorted(new - old)]
-    changes += [f"− {markdown.code(name)}" for name in sorted(old - new)]
+    changes = [f"+ {markdown.code(name)}" for name in sorted(set(new) - set(old))]
+    changes += [f"− {markdown.code(name)}" for name in sorted(set(old) - set(new))]
     return f"{kind} {', '.join(changes)}"
 
 
-def _grant_changes(step: Step) -> list[str] | None:
+def _grant_changes(step: Step, sides: Sides) -> list[str] | None:
     """What an update of Permissions or TopicPermissions adds and removes, per permission (and per exchange of
-    topic permissions), instead of both whole regexes; None for any other step. Markdown."""
-    old, new = step.old or {}, step.new or {}
+    topic permissions), instead of both whole regexes; None for any other step. `sides`: what each side's plan knew
+    of the resource. Markdown."""
     if step.op != "update" or step.type not in (engine.PERMISSIONS, engine.TOPIC_PERMISSIONS):
         return None
+
+    def change(exchange: str | None, kind: str, was: Any, now: Any) -> str:
+        before, after = str(was.get(kind, "")), str(now.get(kind, ""))
+        return _regex_change(kind, before, after, names_of(sides[0], exchange, kind, before),
+                             names_of(sides[1], exchange, kind, after))
+
+    before_by, after_by = permissions_of(step.type, step.old), permissions_of(step.type, step.new)
     if step.type == engine.PERMISSIONS:
-        before, after = old.get("permissions") or {}, new.get("permissions") or {}
-        return [_regex_change(kind, str(before.get(kind, "")), str(after.get(kind, "")))
-                for kind in ("configure", "write", "read") if before.get(kind, "") != after.get(kind, "")]
-    before_by = {str(p.get("exchange")): p for p in old.get("permissions") or []}
-    after_by = {str(p.get("exchange")): p for p in new.get("permissions") or []}
+        before, after = before_by[None], after_by[None]
+        return [change(None, kind, before, after) for kind in kinds(None)
+                if before.get(kind, "") != after.get(kind, "")]
     parts = []
-    for exchange in sorted(set(before_by) | set(after_by), key=natural):
+    for exchange in sorted({str(x) for x in (*before_by, *after_by)}, key=natural):
         was, now = before_by.get(exchange), after_by.get(exchange)
         if now is None:
             parts.append(f"− topic {markdown.code(exchange)}")
@@ -96,18 +100,18 @@ def _grant_changes(step: Step) -> list[str] | None:
             parts.append(f"+ topic {markdown.code(exchange)}: write {markdown.code(str(now.get('write', '')))} read "
                          f"{markdown.code(str(now.get('read', '')))}")
         else:
-            parts += [f"topic {markdown.code(exchange)} " + _regex_change(kind, str(was.get(kind, "")),
-                                                                          str(now.get(kind, "")))
-                      for kind in ("write", "read") if was.get(kind, "") != now.get(kind, "")]
+            parts += [f"topic {markdown.code(exchange)} " + change(exchange, kind, was, now)
+                      for kind in kinds(exchange) if was.get(kind, "") != now.get(kind, "")]
     return parts
 
 
-def what_changed(step: Step, names: Mapping[str, str]) -> str:
-    """`message-ttl 1000 → 2000` per changed path; a dragged replacement names its cause. Markdown."""
+def what_changed(step: Step, names: Mapping[str, str], sides: Sides = NO_PLAN) -> str:
+    """`message-ttl 1000 → 2000` per changed path; a dragged replacement names its cause. `sides`: what each side's
+    plan knew of the resource (a grant's names). Markdown."""
     parts = []
     if step.replaced_dependency:
         parts.append(f"replaced with {markdown.code(names.get(step.replaced_dependency, step.replaced_dependency))}")
-    if (grants := _grant_changes(step)) is not None:
+    if (grants := _grant_changes(step, sides)) is not None:
         return "; ".join([*parts, *grants])
     if step.op == "create":
         parts += [markdown.text(part) for part in _created(step)]
@@ -291,15 +295,17 @@ def _step_rows(steps: Sequence[Step], old_by: Mapping[str, Registered], new_by: 
         physical = physical_name(record)
         known = planned(record, plan)
         family = known.family or known.leads_to if known is not None else None
+        sides = (planned(old_by[s.urn], plans[0]) if s.urn in old_by else None,
+                 planned(new_by[s.urn], plans[1]) if s.urn in new_by else None)
         vhost_deleted = s.type != engine.VHOST and _vhost_of(s) in deleted_vhosts
-        level, notes = risk(s, vhost_deleted), _notes(s, vhost_deleted)
+        level, notes = risk(s, vhost_deleted, sides), _notes(s, vhost_deleted)
         if level == DATA_LOSS and s.op == "delete" and not vhost_deleted and (
                 retiring := retired_by(record, plans[0], migrations)) is not None:
             level, notes = SAFE, f"{notes} — retired by migration `{retiring.name}` once empty (see Migrations)"
-        rows.append(Row(level, s.op, short_type(s.type), s.name, physical, what_changed(s, names),
+        rows.append(Row(level, s.op, short_type(s.type), s.name, physical, what_changed(s, names, sides),
                         notes, _vhost(record), family,
                         relative(physical, family[1]) if family else any_level(physical),
-                        any_level(what_changed(s, alike_names))))
+                        any_level(what_changed(s, alike_names, sides))))
     return rows
 
 
