@@ -1,15 +1,20 @@
 """Problems are data: the preview-time checks return `Problem(path, code, message)`, and no tool acts on a message's
-text (tests/test_adopt.py rewords every message and finds the same decisions)."""
+text (tests/test_adopt.py rewords every message and finds the same decisions). Nor does a tool read a permission
+regex back into names: the plan says the names it granted (`components.entries.Grant`)."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from components import checks
 from components.config import load_vhost
+from components.entries import Grant
+from components.migrations import SHOVEL_WRITE
 from components.plan import plan_vhost
 from components.problems import Problem
+from components.strategies.levels import levels_write_pattern
 from tests.conftest import vhost_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,3 +64,36 @@ def test_a_problem_names_the_entry_it_is_about_and_what_it_is():
     problems = checks.check_vhost(plan_vhost(load_vhost(raw, "vhosts[0]"), "vhosts[0]"))
     assert {(p.path, p.code) for p in problems} >= {("vhosts[0].policies[0]", checks.POLICY_OVER_OURS)}
     assert all(isinstance(p, Problem) and p.code and str(p) == p.message for p in problems)
+
+
+GRANTED = (Grant.exactly(["orders", "orders.retry"]).regex, Grant.exactly(["a", "b", "c"]).regex, SHOVEL_WRITE.regex,
+           levels_write_pattern(["orders"]))
+"""Permission regexes the plan writes, each with its names beside it (`components.entries.Grant`)."""
+RE_CALLS = frozenset({"compile", "search", "match", "fullmatch", "findall", "finditer", "sub", "subn", "split"})
+
+
+def _reads_a_regex_back(path: Path) -> list[str]:
+    """Regex patterns of `path` that parse a permission regex: the pattern (the first argument of a `re` call, as a
+    literal) matches one the plan writes whole. What a grant allows is the plan's names (`Planned.grants`)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in RE_CALLS
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "re" and node.args
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            pattern = re.compile(node.args[0].value)
+            if any(pattern.fullmatch(granted) for granted in GRANTED):
+                found.append(f"{path.name}:{node.lineno}: parses a permission regex")
+    return found
+
+
+def test_no_tool_parses_a_permission_regex_back():
+    paths = sorted((ROOT / "tools").rglob("*.py"))
+    assert len(paths) > 30
+    assert [line for path in paths for line in _reads_a_regex_back(path)] == []
+
+
+def test_the_scan_finds_a_tool_that_parses_a_permission_regex(tmp_path: Path):
+    tool = tmp_path / "tool.py"
+    tool.write_text('import re\nre.fullmatch(r"\\^(?:\\((?:\\?:)?(.*)\\)|(.*))\\$", regex)\n'
+                    'LIST = re.compile(r"\\^\\((.*)\\)\\$")\nre.search(r"orders", name)\n')
+    assert _reads_a_regex_back(tool) == ["tool.py:2: parses a permission regex", "tool.py:3: parses a permission regex"]

@@ -24,7 +24,7 @@ from tools.lib.diagram import CHANGED_STYLE, REMOVED_STYLE
 from tools.lib.evaluation import Evaluation, evaluate, finish, start
 from tools.lib.inventory import VHOST_COMPONENT
 from tools.lib.mockrun import ROOT, Registered, record_program
-from tools.lib.planned import Planned
+from tools.lib.planned import Allowed, Planned, planned_from
 
 STACK = "review"
 BASE: dict[str, Any] = {
@@ -225,24 +225,65 @@ def permissions(read: str, configure: str = "^$", user: str = "billing") -> Regi
         inputs={"user": user, "vhost": "shop", "permissions": {"configure": configure, "write": "^a$", "read": read}})
 
 
-@pytest.mark.parametrize(("before", "after", "expected"), [
-    ("^a$", "^(a|b)$", risk.ACCESS),
-    ("^a$", ".*", risk.ACCESS),
-    ("^$", "^a$", risk.ACCESS),
-    ("", "^$", risk.ACCESS),  # "" matches nothing in RabbitMQ; ^$ matches the default exchange
-    ("^(a|b)$", "^a$", risk.SAFE),
-    (".*", "^(?:orders|orders\\.retry)$", risk.SAFE),
-    ("^orders\\..*$", "^orders\\.x$", risk.SAFE),
-    ("^a$", "", risk.SAFE),
-    ("^a.*$", "^ab.*$", risk.ACCESS),  # a narrowing, but not one we can prove: flagged
+def granted(record: Registered, read: tuple[str, ...] | None, read_regex: str | None = None) -> dict[str, Planned]:
+    """The plan index of `permissions(…)`: the names its plan says its read allows (None: a pattern); configure and
+    write as `permissions` registers them. `read_regex`: the regex the plan built, when not the one registered."""
+    inputs = record.inputs["permissions"]
+    return {record.urn: Planned("Permissions", "shop", None, None, None, "", (
+        Allowed(None, "configure", inputs["configure"], () if inputs["configure"] == "^$" else None),
+        Allowed(None, "write", "^a$", ("a",)),
+        Allowed(None, "read", inputs["read"] if read_regex is None else read_regex, read)))}
+
+
+@pytest.mark.parametrize(("before", "before_names", "after", "after_names", "expected"), [
+    ("^(a)$", ("a",), "^(a|b)$", ("a", "b"), risk.ACCESS),
+    ("^$", (), "^(a)$", ("a",), risk.ACCESS),
+    ("^(a|b)$", ("a", "b"), "^(a)$", ("a",), risk.SAFE),
+    ("^(a)$", ("a",), "^$", (), risk.SAFE),
+    ("^(a|b)$", ("a", "b"), "^(b|c)$", ("b", "c"), risk.ACCESS),
+    (".*", None, "^(orders)$", ("orders",), risk.ACCESS),  # a narrowing, but of a pattern: not one we can prove
+    ("^a.*$", None, "^ab.*$", None, risk.ACCESS),
 ])
-def test_widening_a_permission_is_access(before, after, expected):
-    steps = engine.diff([permissions(before)], [permissions(after)])
+def test_widening_a_permission_is_access(before, before_names, after, after_names, expected):
+    """Judged by the names each side's plan says its regex allows."""
+    old, new = permissions(before), permissions(after)
+    plans = (granted(old, before_names), granted(new, after_names))
+    steps = engine.diff([old], [new])
     assert [s.op for s in steps] == ["update"]
-    assert risk.risk(steps[0]) == expected
-    reviewed = review.render(steps, [permissions(before)], [permissions(after)], ({}, {}))
+    assert risk.risk(steps[0], sides=(plans[0][old.urn], plans[1][new.urn])) == expected
+    reviewed = review.render(steps, [old], [new], plans)
     markdown, status = reviewed.compact, reviewed.status
     assert status == 0 and (f"**{risk.ACCESS}**" in markdown) == (expected == risk.ACCESS)
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    ("^(a|b)$", "^(a)$"),  # a narrowing of two lists of names, but no plan says they are
+    (".*", "^(orders)$"),
+    ("^a$", ""),  # "" matches nothing in RabbitMQ
+    ("", "^$"),  # ^$ matches the default exchange
+])
+def test_without_a_plan_entry_any_change_of_a_regex_widens_and_shows_both_regexes(before, after):
+    """A grant the plan index does not know (the recording has it, the plan does not): no regex is read back into
+    names, so every change is access, and the row shows both regexes."""
+    old, new = permissions(before), permissions(after)
+    steps = engine.diff([old], [new])
+    assert risk.risk(steps[0]) == risk.ACCESS
+    compact = review.render(steps, [old], [new], ({}, {})).compact
+    (row,) = [line for line in compact.splitlines() if line.startswith("| update | Permissions |")]
+    assert "| **access** |" in row and "read " in row and " → " in row and "+ " not in row, row
+
+
+def test_the_names_of_a_grant_are_the_plan_s_not_read_from_its_regex():
+    """The review says what the plan granted: names the plan gives for the very regex registered (here deliberately
+    unlike the regex, which no reader of regexes would find), and none for a regex other than the one it built."""
+    old, new = permissions("^(a|b)$"), permissions("^(a)$")
+    steps = engine.diff([old], [new])
+    compact = review.render(steps, [old], [new], (granted(old, ("x", "y")), granted(new, ("x",)))).compact
+    assert "| read − `y` | safe |" in compact, compact
+    mismatched = (granted(old, ("a", "b")), granted(new, ("a",), read_regex="^(c)$"))
+    assert risk.risk(steps[0], sides=(mismatched[0][old.urn], mismatched[1][new.urn])) == risk.ACCESS
+    compact = review.render(steps, [old], [new], mismatched).compact
+    assert "read `^(a\\|b)$` → `^(a)$` | **access** |" in compact, compact
 
 
 def test_new_grants_are_access_and_revocations_are_safe():
@@ -261,11 +302,41 @@ def test_a_permission_update_shows_the_names_added_and_removed_not_both_regexes(
                          "configure": "^$", "write": r"^(orders|orders\.billing\.requeue)$", "read": "^(a)$"}})
     new = copy.deepcopy(old)
     new.inputs["permissions"]["write"] = r"^(notify\.push\.requeue|orders|rabbitmq\-retry\.delay\.0)$"
-    compact = review.render(engine.diff([old], [new]), [old], [new], ({}, {})).compact
+
+    def plan(record: Registered, write: tuple[str, ...]) -> dict[str, Planned]:
+        inputs = record.inputs["permissions"]
+        return {record.urn: Planned("Permissions", "shop", None, None, None, "", (
+            Allowed(None, "configure", "^$", ()), Allowed(None, "write", inputs["write"], write),
+            Allowed(None, "read", "^(a)$", ("a",))))}
+    plans = (plan(old, ("orders", "orders.billing.requeue")),
+             plan(new, ("notify.push.requeue", "orders", "rabbitmq-retry.delay.0")))
+    compact = review.render(engine.diff([old], [new]), [old], [new], plans).compact
     (row,) = [line for line in compact.splitlines() if line.startswith("| update | Permissions |")]
     assert ("| write + `notify.push.requeue`, + `rabbitmq-retry.delay.0`, − `orders.billing.requeue` | **access** |"
             in row), row
     assert "^(" not in row
+
+
+def test_a_consumer_s_grant_is_judged_by_its_plans_names_through_each_side_s_json_evaluation(review_of):
+    """As `make review` runs: each side evaluated in a process of its own, the names of each grant carried in its
+    JSON (`Planned.grants`)."""
+    def consuming(*queues: str) -> dict[str, Any]:
+        return changed(lambda c: c["vhosts"][0].update(applications=[{"user": "billing-app",
+                                                                        "consumes": list(queues)}]))
+    _, narrowed, status = review_of(consuming("orders", "audit"), consuming("orders"), apart=True)
+    assert status == 0 and "| read − `audit` | safe |" in narrowed, narrowed
+    _, widened, _ = review_of(consuming("orders"), consuming("orders", "audit"), apart=True)
+    assert "| read + `audit` | **access** |" in widened, widened
+
+
+def test_an_evaluation_without_grants_knows_no_names():
+    """BASE evaluated by tools from before `Planned.grants`: its grants have no names, so any change of their
+    regexes is judged as widening (`permissions.widens`)."""
+    entry = planned_from({"kind": "Permissions", "vhost": "shop", "family": None, "leads_to": None, "strategy": None,
+                          "role": ""})
+    assert entry.grants == ()
+    old, new = permissions("^(a|b)$"), permissions("^(a)$")
+    assert risk.risk(engine.diff([old], [new])[0], sides=(entry, entry)) == risk.ACCESS
 
 
 def test_a_topic_permission_update_is_shown_per_exchange_without_json_escapes():
@@ -683,8 +754,7 @@ def multiplied(recorded: Recorded, queues: int) -> Recorded:
         return Registered(**json.loads(json.dumps(asdict(record)).replace("q0000", f"q{index:04d}")))
 
     def renamed_planned(planned: Planned, index: int) -> Planned:
-        fields = json.loads(json.dumps(asdict(planned)).replace("q0000", f"q{index:04d}"))
-        return Planned(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+        return planned_from(json.loads(json.dumps(asdict(planned)).replace("q0000", f"q{index:04d}")))
     shared = [r for r in recording if "q0000" not in json.dumps(asdict(r)) or r.type == engine.STASH]
     own = [r for r in recording if "q0000" in json.dumps(asdict(r)) and r.type not in (VHOST_COMPONENT, engine.STASH)]
     vhost = next(r for r in recording if r.type == VHOST_COMPONENT)

@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from components.config.model import RETIRE
 from tools.lib.mockrun import ROOT, Registered, run_program, stack_config
-from tools.lib.planned import Allowed, Planned, index_plans
+from tools.lib.planned import Planned, index_plans, planned_from
 
 FORMAT = 1
 """The JSON's version: a side evaluated by another checkout's tools writes the format of those tools."""
@@ -123,14 +123,9 @@ class Evaluation:
                                   f"{FORMAT}: evaluate both sides with tools of one format")
         known = {f.name for f in fields(Registered)}
         return cls(data["stack"], [Registered(**{k: v for k, v in r.items() if k in known}) for r in data["recording"]],
-                   {urn: _planned(p) for urn, p in data["plan"].items()},
+                   {urn: planned_from(p) for urn, p in data["plan"].items()},
                    [MigrationInfo(**_tuples(m)) for m in data["migrations"]],
                    tuple(data["delete_with_messages"]), data["amqp_port"], dict(data["provider"]), data["alert_rules"])
-
-
-def _planned(item: dict[str, Any]) -> Planned:
-    """One plan index entry back from JSON; an evaluation whose tools kept no grants (`Planned.grants`) has none."""
-    return Planned(**{**_tuples(item), "grants": tuple(Allowed(**_tuples(a)) for a in item.get("grants", ()))})
 
 
 def _tuples(item: dict[str, Any]) -> dict[str, Any]:

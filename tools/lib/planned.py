@@ -68,6 +68,17 @@ def _role(entry: Any) -> str:
     return role if isinstance(role, str) else ""
 
 
+def planned_from(item: Mapping[str, Any]) -> Planned:
+    """A plan index entry back from its JSON (`dataclasses.asdict`): lists as the tuples it holds, its grants as
+    `Allowed`. An evaluation by tools that kept no grants has none (the review then treats any change of a regex as
+    widening)."""
+    def listed(value: Any) -> Any:
+        return tuple(value) if isinstance(value, list) else value
+    return Planned(**{**{key: listed(value) for key, value in item.items()},
+                      "grants": tuple(Allowed(**{key: listed(value) for key, value in allowed.items()})
+                                      for allowed in item.get("grants", ()))})
+
+
 def _allowed(kind: str, entry: Any) -> tuple[Allowed, ...]:
     """The regexes a Permissions or TopicPermissions entry (`PermissionPlan`) grants, each with its names. A plan
     whose grants are bare regexes (a checkout from before `components.entries.Grant`) knows no names: the review
