@@ -12,7 +12,7 @@ import pytest
 
 from components import Vhost
 from components.config import load_stack_config, password_problems
-from components.plan import plan_vhost
+from components.plan import Grant, plan_vhost
 from tests.conftest import of_type
 from tests.support.problems import config_problems
 from tests.test_access import PASSWORDS, PERMISSIONS, USER, shop
@@ -56,7 +56,7 @@ def test_an_operator_of_a_vhost_without_retryable_queues_may_do_nothing():
     config = {"name": "plain", "queues": [{"name": "audit"}], "operators": [OPERATOR]}
     stack = load_stack_config({"vhosts": [config]})
     [grant] = plan_vhost(stack.vhosts[0]).permissions
-    assert (grant.configure, grant.write, grant.read) == ("^$", "^$", "^$")
+    assert (grant.configure, grant.write, grant.read) == (Grant("^$", ()), Grant("^$", ()), Grant("^$", ()))
 
 
 def test_an_operator_needs_a_password_named_by_its_key_path():
