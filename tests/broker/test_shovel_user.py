@@ -57,7 +57,7 @@ def apply_shovels(broker: Broker, vhost: str, plan: VhostPlan) -> str:
             opened.queue_declare(queue.name, durable=True, arguments=queue.arguments)
     call(broker, "PUT", f"users/{esc(grant.user)}", {"password": PASSWORD, "tags": ""})
     call(broker, "PUT", f"permissions/{esc(vhost)}/{esc(grant.user)}",
-         {"configure": grant.configure, "write": grant.write, "read": grant.read})
+         {"configure": grant.configure.regex, "write": grant.write.regex, "read": grant.read.regex})
     uri = naming.shovel_uri(grant.user, PASSWORD, broker.amqp_port, vhost)
     for s in plan.shovels:
         assert s.user == grant.user
