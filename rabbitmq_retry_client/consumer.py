@@ -46,6 +46,7 @@ from .confirms import Confirms
 from .connection import ConnectionParams, connect, connection_params_of, hosts, quiet_pika
 from .contract import strategy_of, validate
 from .management import TlsSettings
+from .settlements import Settlements
 from .strategies import MODES, Mode, Retries, behaviour_of
 
 LOG = logging.getLogger("rabbitmq_retry_client")
@@ -186,6 +187,10 @@ class RetryingConsumer:
         self._channel: BlockingChannel | None = None
         self._confirms: Confirms | None = None
         self._worker: _Worker | None = None
+        self._settlements: Settlements | None = None
+        """The consuming channel's deliveries not settled yet (`settlements.py`)."""
+        self._to_flush: list[Settlements] = []
+        """Those holding acks of originals whose copies were confirmed, until `_settle` sends them."""
         self.max_in_flight = prefetch if prefetch > 0 else 1000
         """Copies published and not yet confirmed; at the bound the consumer waits for confirms. `prefetch`
         is the natural bound: each unconfirmed copy holds its original, unacked, and so one prefetch slot."""
@@ -244,10 +249,24 @@ class RetryingConsumer:
         for copy, error in answered:
             copy.answer(error)
             refused = refused or error is not None
+        self._flush_acks()
         if answered and self._connection is not None and self._connection.is_open:
             self._connection.process_data_events(time_limit=0)  # sends the acks of the whole batch at once
         if refused and self.publish_failure_pause > 0 and self._connection is not None:
             self._connection.sleep(self.publish_failure_pause)
+
+    def _flush_acks(self) -> None:
+        """Queue the acks of originals that `_settle` answered for (`Settlements.flush`)."""
+        while self._to_flush:
+            settlements = self._to_flush.pop()
+            if settlements.channel.is_open:
+                settlements.flush()
+
+    def _settlements_of(self, channel: BlockingChannel) -> Settlements:
+        """The record of `channel`'s unsettled deliveries (a new one for a new channel)."""
+        if self._settlements is None or self._settlements.channel is not channel:
+            self._settlements = Settlements(channel)
+        return self._settlements
 
     def _await_answers(self) -> None:
         """Wait (briefly) for the broker to answer for a copy in flight, then settle what it answered."""
@@ -412,6 +431,7 @@ class RetryingConsumer:
     def _before_handler(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
                         body: bytes) -> bool:
         """False when the delivery was parked before its handler (its delivery count reached the limit)."""
+        self._settlements_of(channel).delivered(method.delivery_tag)
         headers = properties.headers or {}
         limit = self.contract.get("delivery_limit")
         deliveries = h.counter(headers.get("x-delivery-count"))
@@ -441,12 +461,14 @@ class RetryingConsumer:
         (`NotRunError`: stopping) goes back to the queue."""
         if isinstance(error, NotRunError):
             channel._impl.basic_nack(method.delivery_tag, requeue=True)
+            self._settlements_of(channel).settled(method.delivery_tag)
             return
         if error is None:
             # Queued, not sent: the consumer's next wait for a delivery sends it with whatever else is queued
             # (`BlockingChannel.basic_ack` runs an I/O pass per ack, which cost more client CPU than the rest of a
             # plain delivery). Cancelling or closing sends it first: frames leave in order.
             channel._impl.basic_ack(method.delivery_tag)
+            self._settlements_of(channel).settled(method.delivery_tag)
             self.processed += 1
             return
         reason = h.truncate(f"{type(error).__name__}: {error}")
@@ -500,6 +522,7 @@ class RetryingConsumer:
         if so_far < self.contract["max_retries"]:
             # The queue's dead-letter arguments send it to tier 1; the broker records the attempt in x-death.
             channel._impl.basic_reject(method.delivery_tag, requeue=False)  # queued, as an ack (`_handle`)
+            self._settlements_of(channel).settled(method.delivery_tag)
             self.retried += 1
             LOG.info("reject %s: attempt %d failed, broker retries after %d ms (%s)", properties.message_id,
                      so_far + 1, self.contract["tiers"][0]["delay_ms"], reason[:200])
@@ -516,6 +539,7 @@ class RetryingConsumer:
         attempt = self._attempt(properties.headers or {})
         if attempt <= self.contract["max_retries"]:
             channel._impl.basic_reject(method.delivery_tag, requeue=True)  # queued, as an ack (`_handle`)
+            self._settlements_of(channel).settled(method.delivery_tag)
             self.retried += 1
             delay = min(self.contract["min_delay_ms"] * attempt, self.contract["max_delay_ms"])
             LOG.info("reject %s: attempt %d/%d failed, broker retries after %d ms (%s)", properties.message_id,
@@ -595,15 +619,22 @@ class RetryingConsumer:
         confirm channel closing. A crash in between duplicates, never loses. Returns without waiting for the
         confirm unless `max_in_flight` copies are unanswered."""
 
+        settlements = self._settlements_of(channel)
+
         def answer(error: BaseException | None) -> None:
             if not channel.is_open:
                 return  # the broker put the original back in the queue with its channel
-            # Queued on the channel, not sent yet: `_settle` sends a batch of answers with one I/O pass.
+            # Queued on the channel, not sent yet: `_settle` sends a batch of answers with one I/O pass, the acks
+            # of a run of originals as one multiple ack (`settlements.py`).
             if error is None:
-                channel._impl.basic_ack(method.delivery_tag)
+                settlements.ack_later(method.delivery_tag)
+                if settlements not in self._to_flush:
+                    self._to_flush.append(settlements)
                 confirmed()
                 return
+            self._flush_acks()  # the acks answered before this nack leave before it
             channel._impl.basic_nack(method.delivery_tag, requeue=True)
+            settlements.settled(method.delivery_tag)
             self.requeued += 1
             LOG.error("could not publish %s to %r (%s: %s); original requeued", properties.message_id, exchange,
                       type(error).__name__, error)

@@ -1007,8 +1007,8 @@ class RecordingChannel:
         elif self.outcome == "close":
             self.close_by_broker(404, f"NOT_FOUND - no exchange '{exchange}' in vhost 'shop'")
 
-    def basic_ack(self, delivery_tag: int) -> None:
-        self.calls.append(("ack", delivery_tag))
+    def basic_ack(self, delivery_tag: int, multiple: bool = False) -> None:
+        self.calls.append(("ack", delivery_tag, "multiple") if multiple else ("ack", delivery_tag))
 
     def basic_nack(self, delivery_tag: int, requeue: bool) -> None:
         self.calls.append(("nack", delivery_tag, requeue))
@@ -1295,7 +1295,16 @@ def _in_flight(outcome: str | None = None, prefetch: int = 10, contract: dict[st
 
 
 def _settlements(calls: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    return [c for c in calls if c[0] in ("ack", "nack")]
+    """The acks and nacks in `calls` as the broker applies them, one per delivery: a multiple ack of tag T settles
+    every delivery up to T not settled before (these tests deliver tags 1, 2, 3…)."""
+    settled: list[tuple[Any, ...]] = []
+    for call in calls:
+        if call[:1] == ("ack",) and call[2:] == ("multiple",):
+            done = {c[1] for c in settled}
+            settled += [("ack", tag) for tag in range(1, call[1] + 1) if tag not in done]
+        elif call[0] in ("ack", "nack"):
+            settled.append(call)
+    return settled
 
 
 def test_copies_in_flight_are_not_waited_for_and_a_return_in_the_middle_requeues_only_its_original() -> None:
