@@ -123,6 +123,22 @@ class _Worker:
 Delivery = tuple[Basic.Deliver, BasicProperties, bytes]
 
 
+class _Reason:
+    """Why an attempt failed, `Type: message` cut to `MAX_REASON_BYTES`, made only when read: a parked copy's
+    `error-reason` and the log lines read it, a retry logged below INFO does not."""
+
+    __slots__ = ("_error", "_text")
+
+    def __init__(self, error: BaseException) -> None:
+        self._error = error
+        self._text: str | None = None
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text = h.truncate(f"{type(self._error).__name__}: {self._error}")
+        return self._text
+
+
 def _buffered(channel: BlockingChannel) -> Delivery | None:
     """The next delivery pika already received for the channel's consumer, taken without any I/O, or None when
     there is none (or a cancellation is next: the consume loop sees it). The buffer is pika 1.x's own
@@ -471,7 +487,7 @@ class RetryingConsumer:
             self._settlements_of(channel).settled(method.delivery_tag)
             self.processed += 1
             return
-        reason = h.truncate(f"{type(error).__name__}: {error}")
+        reason = _Reason(error)
         if isinstance(error, PermanentError):
             self._park_permanent(channel, method, properties, body, reason)
         elif self.retries is Retries.BY_BROKER:
@@ -501,7 +517,7 @@ class RetryingConsumer:
         return h.counter(headers.get(self.contract["attempt_header"])) + 1
 
     def _park_permanent(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
-                        body: bytes, reason: str) -> None:
+                        body: bytes, reason: _Reason) -> None:
         headers = properties.headers or {}
         exchange, routing_key, first = self._origin(method, headers)
         attempt = self._attempt(headers)
@@ -516,7 +532,7 @@ class RetryingConsumer:
                    routing_key=routing_key, first_failure_at=first_failure_at, permanent=True)
 
     def _fail_reject(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
-                     body: bytes, reason: str) -> None:
+                     body: bytes, reason: _Reason) -> None:
         headers = properties.headers or {}
         so_far = h.rejected_attempts(headers, self.queue)
         if so_far < self.contract["max_retries"]:
@@ -524,15 +540,15 @@ class RetryingConsumer:
             channel._impl.basic_reject(method.delivery_tag, requeue=False)  # queued, as an ack (`_handle`)
             self._settlements_of(channel).settled(method.delivery_tag)
             self.retried += 1
-            LOG.info("reject %s: attempt %d failed, broker retries after %d ms (%s)", properties.message_id,
-                     so_far + 1, self.contract["tiers"][0]["delay_ms"], reason[:200])
+            LOG.info("reject %s: attempt %d failed, broker retries after %d ms (%.200s)", properties.message_id,
+                     so_far + 1, self.contract["tiers"][0]["delay_ms"], reason)
             return
         exchange, routing_key, first = self._origin(method, headers)
         self._park(channel, method, properties, body, reason, attempts=so_far + 1, exchange=exchange,
                    routing_key=routing_key, first_failure_at=h.utc_iso(first))
 
     def _fail_native(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
-                     body: bytes, reason: str) -> None:
+                     body: bytes, reason: _Reason) -> None:
         """Reject with requeue while retries are left: the broker keeps the message in the queue for
         `min(min_delay_ms × n, max_delay_ms)` and counts it. The last attempt is parked by the client, with
         the reason; a consumer that dies on it leaves the parking to the broker (reason `delivery_limit`)."""
@@ -542,8 +558,8 @@ class RetryingConsumer:
             self._settlements_of(channel).settled(method.delivery_tag)
             self.retried += 1
             delay = min(self.contract["min_delay_ms"] * attempt, self.contract["max_delay_ms"])
-            LOG.info("reject %s: attempt %d/%d failed, broker retries after %d ms (%s)", properties.message_id,
-                     attempt, self.contract["max_retries"], delay, reason[:200])
+            LOG.info("reject %s: attempt %d/%d failed, broker retries after %d ms (%.200s)", properties.message_id,
+                     attempt, self.contract["max_retries"], delay, reason)
             return
         exchange, routing_key, _ = self._origin(method, properties.headers or {})
         self._park(channel, method, properties, body, reason, attempts=attempt, exchange=exchange,
@@ -555,7 +571,7 @@ class RetryingConsumer:
         return self.behaviour.retry_route(self.contract, attempt)
 
     def _fail_republish(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
-                        body: bytes, reason: str) -> None:
+                        body: bytes, reason: _Reason) -> None:
         """Publish a copy that retries later (`retry_route`), counted in `attempt_header`; park it after
         `max_retries`."""
         headers = properties.headers or {}
@@ -576,14 +592,14 @@ class RetryingConsumer:
 
         def retried() -> None:
             self.retried += 1
-            LOG.info("retry %s: attempt %d/%d failed, next in %d ms via %s (%s)", properties.message_id,
-                     attempt, self.contract["max_retries"], wait_ms, retry_key, reason[:200])
+            LOG.info("retry %s: attempt %d/%d failed, next in %d ms via %s (%.200s)", properties.message_id,
+                     attempt, self.contract["max_retries"], wait_ms, retry_key, reason)
 
         self._publish_then_ack(channel, method, retry_exchange, retry_key, body,
                                h.copy_properties(properties, copy_headers), retried)
 
     def _park(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties, body: bytes,
-              reason: str, *, attempts: int, exchange: str, routing_key: str, first_failure_at: str | None,
+              reason: _Reason | str, *, attempts: int, exchange: str, routing_key: str, first_failure_at: str | None,
               permanent: bool = False) -> None:
         """Publish the parking copy (then ack). `first_failure_at` None (strategy native): the copy carries
         `last-failure-at`, now, instead: a native retry is the same message redelivered unchanged, so no time
@@ -592,7 +608,7 @@ class RetryingConsumer:
         headers = h.without_broker_headers(properties.headers)
         headers.pop(self.contract["attempt_header"], None)
         headers.update({
-            h.ERROR_REASON: reason, h.ERROR_QUEUE: self.queue, h.ORIGINAL_EXCHANGE: exchange,
+            h.ERROR_REASON: str(reason), h.ERROR_QUEUE: self.queue, h.ORIGINAL_EXCHANGE: exchange,
             h.ORIGINAL_ROUTING_KEY: routing_key, h.ATTEMPTS: attempts,
         })
         if first_failure_at is None:
@@ -605,8 +621,8 @@ class RetryingConsumer:
         def parked() -> None:
             self.parked += 1
             self.permanent += 1 if permanent else 0
-            LOG.info("park %s after %d attempts%s in %s (%s)", properties.message_id, attempts,
-                     " (permanent failure)" if permanent else "", self.contract["error_queue"], reason[:200])
+            LOG.info("park %s after %d attempts%s in %s (%.200s)", properties.message_id, attempts,
+                     " (permanent failure)" if permanent else "", self.contract["error_queue"], reason)
 
         self._publish_then_ack(channel, method, self.contract["error_exchange"], routing_key, body,
                                h.copy_properties(properties, headers), parked)

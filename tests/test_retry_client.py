@@ -46,6 +46,7 @@ from rabbitmq_retry_client.headers import (
 )
 from rabbitmq_retry_client.levels import delay_routing_key, delay_units, retry_delay_ms
 from rabbitmq_retry_client.parked import Parked, ParkedQueue, Selection
+from rabbitmq_retry_client.settlements import Settlements
 from rabbitmq_retry_client.strategies import BEHAVIOURS, Mode, Retries, check_covers
 from tests.conftest import ROOT, vhost_config
 
@@ -1637,3 +1638,43 @@ def test_a_stop_during_a_batch_finishes_the_handler_running_and_requeues_the_del
     assert seen == ["m-2"]
     assert channel.calls == [("ack", 2), ("nack", 3, True), ("nack", 4, True)]
     assert consumer.processed == 1
+
+
+def test_confirmed_originals_are_acked_together_only_from_the_oldest_unsettled_delivery() -> None:
+    channel = RecordingChannel()
+    settlements = Settlements(channel)
+    for tag in range(1, 7):
+        settlements.delivered(tag)
+    settlements.settled(2)  # a success, acked alone when it was handled
+    for tag in (1, 3, 5):
+        settlements.ack_later(tag)
+    assert channel.calls == [], "nothing leaves before the flush"
+    settlements.flush()
+    # 1 and 3 are every unsettled delivery up to 3; 4 is not confirmed, so 5 cannot be covered by a multiple ack.
+    assert channel.calls == [("ack", 3, "multiple"), ("ack", 5)]
+    settlements.ack_later(6)
+    settlements.flush()
+    assert channel.calls[2:] == [("ack", 6)], "4 is still unsettled before 6"
+    settlements.ack_later(4)
+    settlements.flush()
+    assert channel.calls[3:] == [("ack", 4)]
+
+
+def test_a_delivery_tag_out_of_sequence_turns_the_multiple_ack_off_for_the_channel() -> None:
+    channel = RecordingChannel()
+    settlements = Settlements(channel)
+    for tag in (1, 2, 4, 5):  # 3 was taken some other way: a multiple ack could settle it unseen
+        settlements.delivered(tag)
+    for tag in (1, 2, 4, 5):
+        settlements.ack_later(tag)
+    settlements.flush()
+    assert channel.calls == [("ack", 1), ("ack", 2), ("ack", 4), ("ack", 5)]
+
+
+def test_a_run_of_confirmed_copies_acks_its_originals_with_one_multiple_ack() -> None:
+    consumer, broker, consuming = _in_flight()
+    _fail_each(consumer, consuming, [1, 2, 3, 4])
+    broker.confirm(4, multiple=True)
+    consumer._settle()
+    assert [c for c in broker.calls if c[0] in ("ack", "nack")] == [("ack", 4, "multiple")]
+    assert (consumer.retried, consumer.in_flight()) == (4, 0)
