@@ -258,9 +258,7 @@ class RetryingConsumer:
     def _settle(self) -> None:
         """Settle the originals of the copies the broker answered for (see `_publish_then_ack`); after any
         refusal, pause once for `publish_failure_pause` (no hot loop on a broken topology)."""
-        if self._confirms is None:
-            return
-        answered = self._confirms.answers()
+        answered = self._confirms.answers() if self._confirms is not None else []
         refused = False
         for copy, error in answered:
             copy.answer(error)
@@ -271,8 +269,28 @@ class RetryingConsumer:
         if refused and self.publish_failure_pause > 0 and self._connection is not None:
             self._connection.sleep(self.publish_failure_pause)
 
+    def _ack(self, channel: BlockingChannel, delivery_tag: int) -> None:
+        """Ack a delivery with the next `_flush_acks`, before the connection's next I/O pass: the acks of a run of
+        deliveries from the oldest one unsettled leave as one `basic.ack(multiple=true)` (`settlements.py`)."""
+        settlements = self._settlements_of(channel)
+        settlements.ack_later(delivery_tag)
+        if settlements not in self._to_flush:
+            self._to_flush.append(settlements)
+
+    def _give_back(self, channel: BlockingChannel, delivery_tag: int, *, requeue: bool, reject: bool = False) -> None:
+        """`basic.nack` (or `basic.reject`) a delivery, queued on the channel after the acks asked for before it:
+        frames leave in the order the consumer settled them."""
+        self._flush_acks()
+        if reject:
+            channel._impl.basic_reject(delivery_tag, requeue=requeue)
+        else:
+            channel._impl.basic_nack(delivery_tag, requeue=requeue)
+        self._settlements_of(channel).settled(delivery_tag)
+
     def _flush_acks(self) -> None:
-        """Queue the acks of originals that `_settle` answered for (`Settlements.flush`)."""
+        """Queue the acks asked for since the last flush on their channels (`Settlements.flush`); the consumer
+        flushes before every I/O pass of the connection, so no ack waits longer than it did when each was queued
+        at once."""
         while self._to_flush:
             settlements = self._to_flush.pop()
             if settlements.channel.is_open:
@@ -287,6 +305,7 @@ class RetryingConsumer:
     def _await_answers(self) -> None:
         """Wait (briefly) for the broker to answer for a copy in flight, then settle what it answered."""
         if self._confirms is not None and self._connection is not None:
+            self._flush_acks()
             self._confirms.wait(self._connection, 0.2)
         self._settle()
 
@@ -372,6 +391,7 @@ class RetryingConsumer:
         """Cancel the consumer; prefetched, unhandled messages go back to the queue (not lost)."""
         if self._channel is not None and self._channel.is_open:
             try:
+                self._flush_acks()
                 self._channel.cancel()
             except pika.exceptions.AMQPError:
                 self._drop()
@@ -397,6 +417,7 @@ class RetryingConsumer:
             if finished:
                 return outcome
             if self._connection is not None:
+                self._flush_acks()
                 self._connection.process_data_events(time_limit=0)  # heartbeats during a long handler
                 self._settle()  # and confirms of earlier copies
             if timeout is not None and time.monotonic() - started >= timeout:
@@ -435,6 +456,7 @@ class RetryingConsumer:
                 outcome = self._await_outcome(None)
                 skipped += isinstance(outcome, NotRunError)
                 self._after_handler(channel, method, properties, body, outcome)
+            self._flush_acks()
         finally:
             if given and self._worker is not None:
                 # Leaving on an error with outcomes still owed: that worker finishes what it was given and exits,
@@ -469,6 +491,7 @@ class RetryingConsumer:
             return 1
         outcome = self._call_handler(body, properties)
         self._after_handler(channel, method, properties, body, outcome)
+        self._flush_acks()
         return 0 if isinstance(outcome, NotRunError) else 1
 
     def _after_handler(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
@@ -476,15 +499,13 @@ class RetryingConsumer:
         """Settle a delivery by its handler's outcome: ack it, or retry or park it; one whose handler never ran
         (`NotRunError`: stopping) goes back to the queue."""
         if isinstance(error, NotRunError):
-            channel._impl.basic_nack(method.delivery_tag, requeue=True)
-            self._settlements_of(channel).settled(method.delivery_tag)
+            self._give_back(channel, method.delivery_tag, requeue=True)
             return
         if error is None:
-            # Queued, not sent: the consumer's next wait for a delivery sends it with whatever else is queued
+            # Not sent yet: the consumer's next wait for a delivery sends it with whatever else is queued
             # (`BlockingChannel.basic_ack` runs an I/O pass per ack, which cost more client CPU than the rest of a
-            # plain delivery). Cancelling or closing sends it first: frames leave in order.
-            channel._impl.basic_ack(method.delivery_tag)
-            self._settlements_of(channel).settled(method.delivery_tag)
+            # plain delivery), with the acks before and after it as one multiple ack where it can (`_ack`).
+            self._ack(channel, method.delivery_tag)
             self.processed += 1
             return
         reason = _Reason(error)
@@ -537,8 +558,7 @@ class RetryingConsumer:
         so_far = h.rejected_attempts(headers, self.queue)
         if so_far < self.contract["max_retries"]:
             # The queue's dead-letter arguments send it to tier 1; the broker records the attempt in x-death.
-            channel._impl.basic_reject(method.delivery_tag, requeue=False)  # queued, as an ack (`_handle`)
-            self._settlements_of(channel).settled(method.delivery_tag)
+            self._give_back(channel, method.delivery_tag, requeue=False, reject=True)  # queued, not sent yet
             self.retried += 1
             LOG.info("reject %s: attempt %d failed, broker retries after %d ms (%.200s)", properties.message_id,
                      so_far + 1, self.contract["tiers"][0]["delay_ms"], reason)
@@ -554,8 +574,7 @@ class RetryingConsumer:
         the reason; a consumer that dies on it leaves the parking to the broker (reason `delivery_limit`)."""
         attempt = self._attempt(properties.headers or {})
         if attempt <= self.contract["max_retries"]:
-            channel._impl.basic_reject(method.delivery_tag, requeue=True)  # queued, as an ack (`_handle`)
-            self._settlements_of(channel).settled(method.delivery_tag)
+            self._give_back(channel, method.delivery_tag, requeue=True, reject=True)  # queued, not sent yet
             self.retried += 1
             delay = min(self.contract["min_delay_ms"] * attempt, self.contract["max_delay_ms"])
             LOG.info("reject %s: attempt %d/%d failed, broker retries after %d ms (%.200s)", properties.message_id,
@@ -635,22 +654,16 @@ class RetryingConsumer:
         confirm channel closing. A crash in between duplicates, never loses. Returns without waiting for the
         confirm unless `max_in_flight` copies are unanswered."""
 
-        settlements = self._settlements_of(channel)
-
         def answer(error: BaseException | None) -> None:
             if not channel.is_open:
                 return  # the broker put the original back in the queue with its channel
-            # Queued on the channel, not sent yet: `_settle` sends a batch of answers with one I/O pass, the acks
-            # of a run of originals as one multiple ack (`settlements.py`).
+            # Not sent yet: `_settle` sends a batch of answers with one I/O pass, the acks of a run of originals
+            # as one multiple ack (`_ack`).
             if error is None:
-                settlements.ack_later(method.delivery_tag)
-                if settlements not in self._to_flush:
-                    self._to_flush.append(settlements)
+                self._ack(channel, method.delivery_tag)
                 confirmed()
                 return
-            self._flush_acks()  # the acks answered before this nack leave before it
-            channel._impl.basic_nack(method.delivery_tag, requeue=True)
-            settlements.settled(method.delivery_tag)
+            self._give_back(channel, method.delivery_tag, requeue=True)
             self.requeued += 1
             LOG.error("could not publish %s to %r (%s: %s); original requeued", properties.message_id, exchange,
                       type(error).__name__, error)

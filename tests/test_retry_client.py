@@ -1592,15 +1592,18 @@ def test_a_batch_left_on_an_error_retires_its_worker_so_no_outcome_is_taken_for_
     def handler(body: bytes, properties: BasicProperties) -> None:
         release.wait(5)
         seen.append(str(properties.message_id))
+        if properties.message_id == "m-2":
+            raise RuntimeError("boom")
 
     channel = RecordingChannel()
     consumer = _consumer(contract(), handler, channel)
     consuming = _buffered_channel(channel.calls, 3, 4)
 
-    def broken(delivery_tag: int) -> None:
+    def broken(delivery_tag: int, requeue: bool) -> None:
         raise pika.exceptions.ChannelWrongStateError("Channel is closed.")
 
-    consuming.basic_ack = broken  # type: ignore[method-assign]
+    # The first delivery's reject fails while the outcomes of 3 and 4 are owed (acks wait for the batch's end).
+    consuming.basic_reject = broken  # type: ignore[method-assign]
     release.set()
     first = (_method(2), BasicProperties(message_id="m-2"), b"m-2")
     with pytest.raises(pika.exceptions.ChannelWrongStateError):
@@ -1678,3 +1681,18 @@ def test_a_run_of_confirmed_copies_acks_its_originals_with_one_multiple_ack() ->
     consumer._settle()
     assert [c for c in broker.calls if c[0] in ("ack", "nack")] == [("ack", 4, "multiple")]
     assert (consumer.retried, consumer.in_flight()) == (4, 0)
+
+
+def test_the_successes_of_a_batch_are_acked_together_and_a_reject_keeps_its_place_among_them() -> None:
+    def handler(body: bytes, properties: BasicProperties) -> None:
+        if properties.message_id == "m-3":
+            raise RuntimeError("boom")
+
+    channel = RecordingChannel()
+    consumer = _consumer(contract(), handler, channel)
+    consuming = _buffered_channel(channel.calls, 2, 3, 4, 5)
+    first = (_method(1), BasicProperties(message_id="m-1"), b"m-1")
+    assert consumer._handle_buffered(consuming, first, None) == 5  # type: ignore[arg-type]
+    # 1 and 2 leave before the reject of 3; 4 and 5 as one multiple ack once the batch is handled.
+    assert channel.calls == [("ack", 2, "multiple"), ("reject", 3, False), ("ack", 5, "multiple")]
+    assert (consumer.processed, consumer.retried) == (4, 1)
