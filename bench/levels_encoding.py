@@ -37,6 +37,8 @@ import pika
 
 from bench import report
 from bench.throughput import _cpu_seconds, broker_pid
+from components import wire
+from components.entries import quorum_dead_lettering
 from tests.support.amqp import parameters
 from tests.support.deploy import unreachable
 from tests.support.mirror import Broker, call, esc
@@ -114,18 +116,17 @@ def encoding_vhost(broker: Broker, encoding: Encoding, queue_type: str) -> Itera
              {"configure": ".*", "write": ".*", "read": ".*"})
         with pika.BlockingConnection(parameters(broker, vhost)) as connection:
             ch = connection.channel()
-            ch.queue_declare(QUEUE, durable=True, arguments={"x-queue-type": queue_type})
+            ch.queue_declare(QUEUE, durable=True, arguments={wire.QUEUE_TYPE.argument: queue_type})
             if encoding.words:
                 ch.exchange_declare(DELIVER, "topic", durable=True)
                 ch.queue_bind(QUEUE, DELIVER, encoding.delivery(QUEUE))
-                dead_letter = {"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"} \
-                    if queue_type == "quorum" else {}
+                dead_letter = quorum_dead_lettering(queue_type)
                 for k in range(LEVELS):
                     below = DELIVER if k == 0 else level(k - 1)
                     ch.exchange_declare(level(k), "topic", durable=True)
                     ch.queue_declare(level(k), durable=True, arguments={
-                        "x-queue-type": queue_type, "x-message-ttl": UNIT_MS * 2**k, "x-dead-letter-exchange": below,
-                        **dead_letter})
+                        wire.QUEUE_TYPE.argument: queue_type, wire.MESSAGE_TTL.argument: UNIT_MS * 2**k,
+                        wire.DEAD_LETTER_EXCHANGE.argument: below, **dead_letter})
                     ch.queue_bind(level(k), level(k), encoding.pattern(k, "1"))
                     ch.exchange_bind(below, level(k), encoding.pattern(k, "0"))
         yield vhost

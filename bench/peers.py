@@ -35,6 +35,7 @@ from urllib.parse import quote
 
 from bench.accuracy import SLACK_S, Delays, Outcome, stats_of
 from bench.strategies import EXCHANGE, KOMBU, LEVELS, QUEUE, Strategy, vhost_config
+from components import wire
 from tests.support.deploy import Deployer, throwaway_vhost
 from tests.support.mirror import Broker, call, esc
 
@@ -74,7 +75,7 @@ def declare_kombu(broker: Broker, vhost: str, queue_type: str) -> None:
     with kombu.Connection(amqp_url(broker, vhost)) as connection:
         declare_native_delayed_delivery_exchanges_and_queues(connection, queue_type)
         queue = kombu.Queue(QUEUE, kombu.Exchange(EXCHANGE, type="fanout"), routing_key=QUEUE,
-                            queue_arguments={"x-queue-type": queue_type})
+                            queue_arguments={wire.QUEUE_TYPE.argument: queue_type})
         bind_queue_to_native_delayed_delivery_exchange(connection, queue)
 
 

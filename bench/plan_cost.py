@@ -190,7 +190,7 @@ def _child_check(root: Path) -> dict[str, Any]:
     problems = [problem for plan in plans for problem in check_vhost(plan)]
     seconds = time.perf_counter() - start
     if problems:
-        raise RuntimeError(f"check_vhost found problems: {problems[:3]}")
+        raise RuntimeError(f"check_vhost found problems: {[p.message for p in problems[:3]]}")
     return {"seconds": seconds, "resources": 0}
 
 

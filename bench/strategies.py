@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from components import wire
 from components.config import ConfigError, load_vhost
 from rabbitmq_retry_client.levels import delay_exchange
 
@@ -166,4 +167,5 @@ def route(strategy: Strategy, contract: Mapping[str, Any], delay_ms: int) -> tup
 
 def anchor_arguments(queue_type: str) -> dict[str, Any]:
     """Seed 003's delay queue: dead-letters every expired message to QUEUE through the default exchange."""
-    return {"x-queue-type": queue_type, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": QUEUE}
+    return {wire.QUEUE_TYPE.argument: queue_type, wire.DEAD_LETTER_EXCHANGE.argument: "",
+            wire.DEAD_LETTER_ROUTING_KEY.argument: QUEUE}

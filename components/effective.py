@@ -5,15 +5,10 @@ Pure. Read in rabbitmq-server (3.10.8 and 4.3) `rabbit_policy.erl`, `rabbit_poli
 - a policy applies to a queue when its pattern matches the name (a regex search), its `apply-to` is
   `queues`, `all` or the queue's own type (`classic_queues`, `quorum_queues`; `streams` never matches
   a classic or quorum queue) and its definition holds no key the queue type refuses (then RabbitMQ
-  skips the whole policy for that queue: e.g. `delivery-limit` on a classic queue);
+  skips the whole policy for that queue);
 - of the user policies, and separately of the operator policies, only the highest priority applies
   (ties: RabbitMQ picks one, so every tied candidate is considered);
-- operator over user policy: the lower value wins for `message-ttl`, `expires`, `max-length`,
-  `max-length-bytes`, `max-in-memory-*` and `delivery-limit` (a negative, unlimited, delivery limit
-  loses to a finite one); the operator's value wins for `overflow` and `queue-version`;
-- policy over queue argument: the lower value wins for TTLs, lengths and the delivery limit; the
-  argument wins for the dead-letter exchange, routing key and strategy; for `overflow` the argument
-  wins on classic queues and the policy on quorum queues.
+- operator over user policy, and policy over queue argument, key by key as components/wire.py says.
 """
 
 from __future__ import annotations
@@ -24,22 +19,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from . import wire
 from .naming import exact_pattern
 from .plan import PolicyPlan, QueuePlan
 
-LOWER_WINS = frozenset(("message-ttl", "expires", "max-length", "max-length-bytes", "max-in-memory-length",
-                        "max-in-memory-bytes", "delivery-limit"))
-OPERATOR_WINS = frozenset(("overflow", "queue-version"))
-ARGUMENT_WINS = {"classic": frozenset(("dead-letter-exchange", "dead-letter-routing-key", "overflow")),
-                 "quorum": frozenset(("dead-letter-exchange", "dead-letter-routing-key", "dead-letter-strategy"))}
-UNSUPPORTED_KEYS = {
-    # Keys that make RabbitMQ skip a policy for the queue type, on 3.10 and 4.x alike.
-    "classic": frozenset(("delivery-limit", "dead-letter-strategy", "max-age", "stream-max-segment-size-bytes",
-                          "initial-cluster-size")),
-    "quorum": frozenset(("max-priority", "queue-mode", "ha-mode", "ha-params", "ha-sync-mode",
-                         "ha-promote-on-shutdown", "ha-promote-on-failure", "queue-master-locator", "max-age",
-                         "stream-max-segment-size-bytes", "initial-cluster-size")),
-}
+LOWER_WINS = frozenset(row.key for row in wire.ROWS if row.lower_wins)
+OPERATOR_WINS = frozenset(row.key for row in wire.ROWS if row.operator_wins)
+UNLIMITED_BELOW_ZERO = frozenset(row.key for row in wire.ROWS if row.unlimited_below_zero)
 QUEUE_APPLY_TO = ("queues", "all")
 EXCHANGE_APPLY_TO = ("exchanges", "all")
 
@@ -47,7 +33,7 @@ EXCHANGE_APPLY_TO = ("exchanges", "all")
 def applies_to_queue_type(policy: PolicyPlan, queue_type: str) -> bool:
     """`apply-to` and the definition's keys allow `policy` on a queue of `queue_type`."""
     return ((policy.apply_to in QUEUE_APPLY_TO or policy.apply_to == f"{queue_type}_queues")
-            and not UNSUPPORTED_KEYS.get(queue_type, frozenset()).intersection(policy.definition))
+            and not wire.skipped_keys(queue_type).intersection(policy.definition))
 
 
 class PolicyIndex:
@@ -125,7 +111,7 @@ def _value(raw: str | int) -> str | int:
 def _lower(key: str, a: Setting, b: Setting) -> Setting:
     if not (isinstance(a.value, int) and isinstance(b.value, int)):
         return a
-    if key == "delivery-limit" and (a.value < 0 or b.value < 0):
+    if key in UNLIMITED_BELOW_ZERO and (a.value < 0 or b.value < 0):
         return a if a.value >= b.value else b
     return a if a.value <= b.value else b
 
@@ -145,13 +131,13 @@ def merge(queue: QueuePlan, policy: PolicyPlan | None, operator_policy: PolicyPl
             merged[key] = setting
         elif key in LOWER_WINS:
             merged[key] = _lower(key, merged[key], setting)
-    argument_wins = ARGUMENT_WINS.get(queue.queue_type, frozenset())
     for argument, value in queue.arguments.items():
         key = argument.removeprefix("x-")
-        if argument == key or key == "queue-type":
+        if argument == key or argument == wire.QUEUE_TYPE.argument:
             continue
         own = Setting(value, "")
-        if key not in merged or key in argument_wins:
+        row = wire.BY_KEY.get(key)
+        if key not in merged or (row is not None and row.combine(queue.queue_type) == "argument"):
             merged[key] = own
         elif key in LOWER_WINS:
             merged[key] = _lower(key, own, merged[key])

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Generic, Literal, TypeVar
 from urllib.parse import unquote_plus
 
-from . import naming
+from . import naming, wire
 from .config.model import DelayLevels, Queue, Retry, TopicPermission, Vhost
 
 if TYPE_CHECKING:
@@ -276,47 +276,47 @@ def queue_type_arguments(queue: Queue) -> dict[str, str | int]:
 def group_size_arguments(queue_type: str, group_size: int | None) -> dict[str, str | int]:
     """`queue_type_arguments` for queues that are not a config queue's (the shared delay levels)."""
     if group_size is None:
-        return {"x-queue-type": queue_type}
-    return {"x-queue-type": queue_type, "x-quorum-initial-group-size": group_size}
+        return {wire.QUEUE_TYPE.argument: queue_type}
+    return {wire.QUEUE_TYPE.argument: queue_type, wire.QUORUM_INITIAL_GROUP_SIZE.argument: group_size}
 
 
 def reconciliation(target_group_size: int | None) -> dict[str, str]:
     """The policy key that has RabbitMQ 4 grow a quorum queue's membership back to its group size after it lost a
     member (`target-group-size`); empty unless the config asks for it (`Queue.target_group_size`), so that a stack
     without it keeps its policies byte for byte."""
-    return {} if target_group_size is None else {"target-group-size": str(target_group_size)}
+    return {} if target_group_size is None else {wire.TARGET_GROUP_SIZE.key: str(target_group_size)}
 
 
 def quorum_dead_lettering(queue_type: str) -> dict[str, str]:
     """Without both keys a quorum queue silently dead-letters at-most-once."""
     if queue_type != "quorum":
         return {}
-    return {"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
+    return {wire.DEAD_LETTER_STRATEGY.argument: "at-least-once", wire.OVERFLOW.argument: "reject-publish"}
 
 
 def limit_sources(path: str, queue: Queue | None = None) -> dict[str, str]:
     """The config key path of each key `queue_limits` sets (`overflow` comes with a length limit)."""
     by_bytes = queue is not None and queue.max_length is None and queue.max_length_bytes is not None
-    return {"max-length": f"{path}.max_length", "overflow": f"{path}.max_length{'_bytes' * by_bytes}",
-            "delivery-limit": f"{path}.delivery_limit", "max-length-bytes": f"{path}.max_length_bytes",
-            "message-ttl": f"{path}.message_ttl", "target-group-size": f"{path}.quorum_group_size"}
+    return {wire.MAX_LENGTH.key: f"{path}.max_length", wire.OVERFLOW.key: f"{path}.max_length{'_bytes' * by_bytes}",
+            wire.DELIVERY_LIMIT.key: f"{path}.delivery_limit", wire.MAX_LENGTH_BYTES.key: f"{path}.max_length_bytes",
+            wire.MESSAGE_TTL.key: f"{path}.message_ttl", wire.TARGET_GROUP_SIZE.key: f"{path}.quorum_group_size"}
 
 
 def queue_limits(queue: Queue) -> dict[str, str]:
     """A queue's tunables, for its policy: changing them updates the policy in place, never the queue."""
     definition: dict[str, str] = {}
     if queue.max_length is not None:
-        definition["max-length"] = str(queue.max_length)
+        definition[wire.MAX_LENGTH.key] = str(queue.max_length)
     if queue.max_length is not None or queue.max_length_bytes is not None:
         # The default, drop-head, would silently drop (or dead-letter into the retry loop) the oldest
         # message; reject-publish nacks the publisher instead.
-        definition["overflow"] = "reject-publish"
+        definition[wire.OVERFLOW.key] = "reject-publish"
     if queue.delivery_limit is not None:
-        definition["delivery-limit"] = str(queue.delivery_limit)
+        definition[wire.DELIVERY_LIMIT.key] = str(queue.delivery_limit)
     if queue.max_length_bytes is not None:
-        definition["max-length-bytes"] = str(queue.max_length_bytes)
+        definition[wire.MAX_LENGTH_BYTES.key] = str(queue.max_length_bytes)
     if queue.message_ttl_ms is not None:
-        definition["message-ttl"] = str(queue.message_ttl_ms)
+        definition[wire.MESSAGE_TTL.key] = str(queue.message_ttl_ms)
     return {**definition, **reconciliation(queue.target_group_size)}
 
 
@@ -332,7 +332,7 @@ def parking_input_queue(queue: Queue) -> QueuePlan:
     dead-letters, a message rejected for good or past the delivery limit, is parked in the error queue."""
     return QueuePlan(naming.INPUT_KEY, queue.name, queue.queue_type, {
         **queue_type_arguments(queue),
-        "x-dead-letter-exchange": naming.error_exchange(queue.name),
+        wire.DEAD_LETTER_EXCHANGE.argument: naming.error_exchange(queue.name),
         **quorum_dead_lettering(queue.queue_type),
     }, "input")
 
@@ -351,25 +351,25 @@ def error_policies(queue: Queue, retry: Retry, path: str) -> list[PolicyPlan]:
     """The error queue's retention and length limit, when the retry block sets them."""
     error_definition = {}
     if retry.error_retention_ms is not None:
-        error_definition["message-ttl"] = str(retry.error_retention_ms)
+        error_definition[wire.MESSAGE_TTL.key] = str(retry.error_retention_ms)
     if retry.error_max_length is not None:
-        error_definition["max-length"] = str(retry.error_max_length)
+        error_definition[wire.MAX_LENGTH.key] = str(retry.error_max_length)
         # A full error queue nacks the parking publish (the client then keeps the message in Q); the
         # default, drop-head, would silently drop the oldest parked message.
-        error_definition["overflow"] = "reject-publish"
+        error_definition[wire.OVERFLOW.key] = "reject-publish"
     if queue.queue_type == "quorum":
         # RabbitMQ 4 gives a quorum queue a delivery limit of 20 and the error queue has nowhere to
         # dead-letter: a parked message returned 20 times by crashed readers would be dropped. 3.10
         # refuses -1 (unlimited), so the limit is set out of reach instead.
-        error_definition["delivery-limit"] = str(ERROR_QUEUE_DELIVERY_LIMIT)
+        error_definition[wire.DELIVERY_LIMIT.key] = str(ERROR_QUEUE_DELIVERY_LIMIT)
     error_definition.update(reconciliation(queue.target_group_size))
     if not error_definition:
         return []
     return [queue_policy(naming.ERROR_POLICY_KEY, naming.error_queue(queue.name), queue.policy_priority,
                          error_definition, {
-        "message-ttl": f"{path}.retry.error_retention", "max-length": f"{path}.retry.error_max_length",
-        "delivery-limit": f"{path}.type", "overflow": f"{path}.retry.error_max_length",
-        "target-group-size": f"{path}.quorum_group_size"})]
+        wire.MESSAGE_TTL.key: f"{path}.retry.error_retention", wire.MAX_LENGTH.key: f"{path}.retry.error_max_length",
+        wire.DELIVERY_LIMIT.key: f"{path}.type", wire.OVERFLOW.key: f"{path}.retry.error_max_length",
+        wire.TARGET_GROUP_SIZE.key: f"{path}.quorum_group_size"})]
 
 
 Importable = QueuePlan | ExchangePlan | BindingPlan | PolicyPlan

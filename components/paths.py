@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import wire
 from .entries import BindingPlan, DelayLevelsPlan, ExchangePlan, QueuePlan, RetryablePlan, VhostPlan
 from .migrations import ShovelPlan
 
@@ -112,11 +113,11 @@ class Routes:
         """The parts on `queue`'s dead-letter route: its exchange, each binding out of it (and of every exchange it
         routes to), and each queue it reaches; the default exchange routes by the dead-letter routing key."""
         arguments = queue.arguments
-        if "x-dead-letter-exchange" not in arguments:
+        if wire.DEAD_LETTER_EXCHANGE.argument not in arguments:
             return []
-        exchange = str(arguments["x-dead-letter-exchange"])
+        exchange = str(arguments[wire.DEAD_LETTER_EXCHANGE.argument])
         if exchange == "":
-            target = arguments.get("x-dead-letter-routing-key")
+            target = arguments.get(wire.DEAD_LETTER_ROUTING_KEY.argument)
             return [queue_part(str(target))] if target else []
         found: list[str] = []
         todo, seen = [exchange], set()
@@ -256,7 +257,3 @@ def at_risk(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> dic
             if hit := sorted(p for p in needs.get(queue, [f"Queue {queue}"]) if p in gone):
                 found.setdefault(name, {})[str(queue)] = hit
     return found
-
-
-def queues_of(data: Mapping[str, Any] | None, path: str) -> list[str]:
-    return [str(q) for q in (_paths_of(data).get(path) or {}).get("queues") or ()]

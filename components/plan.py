@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from . import naming
+from . import naming, wire
 from .config.model import Binding, ConfigError, DelayLevels, Policy, Queue, TopicPermission, Vhost
 from .entries import (
     BindingPlan,
@@ -34,7 +34,7 @@ from .entries import (
     queue_policy,
     queue_type_arguments,
 )
-from .migrations import plan_migrations
+from .migration_kinds import plan_migrations
 from .strategies import strategy_of
 from .strategies.levels import plan_delay_levels
 
@@ -139,9 +139,10 @@ def plan_vhost(vhost: Vhost, path: str = "vhost", shovel_user: str | None = None
     the program passes it, so the plan stays free of Pulumi."""
     exchanges = tuple(ExchangePlan(naming.exchange_key(e.name), e.name, e.type) for e in vhost.exchanges)
     plain = [(i, q) for i, q in enumerate(vhost.queues) if q.retry is None]
+    single_active = {wire.SINGLE_ACTIVE_CONSUMER.argument: True}
     queues = tuple(QueuePlan(naming.plain_queue_key(q.name), q.name, q.queue_type, dict(q.arguments) if q.arguments
-                             is not None else {**queue_type_arguments(q), **({"x-single-active-consumer": True}
-                                                                           if q.single_active_consumer else {})},
+                             is not None else {**queue_type_arguments(q),
+                                               **(single_active if q.single_active_consumer else {})},
                              "plain") for _, q in plain)
     policies = (*(queue_policy(naming.plain_queue_policy_key(q.name), q.name, q.policy_priority, limits,
                                limit_sources(f"{path}.queues[{i}]", q))

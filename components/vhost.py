@@ -105,7 +105,7 @@ class Vhost(pulumi.ComponentResource):
                                 "stack.declare_shovel_user(...)")])
         super().__init__(TYPE_TOKEN, name, None, opts)
         for warning in stale_policies(self.plan):
-            pulumi.log.warn(warning, resource=self)
+            pulumi.log.warn(warning.message, resource=self)
         scope = Scope(self, config.name, protect_queues=checked.get("protect_queues", False),
                       retain_error_queues=checked.get("retain_error_queues", False), passwords=passwords,
                       shovel_access=shovel_access)

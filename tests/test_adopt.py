@@ -6,6 +6,7 @@ The same adoption on real 3.10 and 4.3 brokers: tests/broker/test_adoption.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components import Vhost, naming
+from components import Vhost, checks, naming
 from components.config import ConfigError, load_vhost
 from components.naming import vhost_key
 from components.plan import plan_vhost
@@ -397,3 +398,20 @@ def test_the_report_says_what_is_kept_and_only_true_sentences() -> None:
     assert "Right away" not in text
     assert "Producers that publish to `mailer` by name" in text
     assert text.count("\n### ") == 1
+
+
+def test_a_refusal_of_the_checks_is_placed_by_its_key_path_never_by_its_message(monkeypatch) -> None:
+    """An operator policy whose expiry would reach the new queues is left alone because of where the problem is
+    (its `Problem.path`); reworded messages change nothing but the reason shown."""
+    snapshot = dataclasses.replace(SNEAKERS, operator_policies={"ops": {
+        "name": "ops", "pattern": "^mailer", "apply-to": "queues", "priority": 0,
+        "definition": {"expires": 3600000}}})
+    as_written = adopt(snapshot)
+    assert ("OperatorPolicy", "ops") in summary(as_written.decisions)[ALONE]
+    monkeypatch.setattr("tools.lib.adopt.check_vhost", lambda plan: [
+        dataclasses.replace(problem, message=f"reworded: {problem.code}") for problem in checks.check_vhost(plan)])
+    reworded = adopt(snapshot)
+    assert {action: sorted(decided) for action, decided in summary(reworded.decisions).items()} == {
+        action: sorted(decided) for action, decided in summary(as_written.decisions).items()}
+    assert [d.detail for d in reworded.decisions if d.name == "ops"] == [
+        f"refused by the config or the preview checks: reworded: {checks.EXPIRES_ON_QUEUE}"]

@@ -15,6 +15,7 @@ from components.config import load_vhost
 from components.layout import logical_names
 from components.plan import PolicyPlan, plan_vhost
 from tests.conftest import vhost_config
+from tests.support.problems import messages
 from tools.lib.mockrun import mocked_runtime
 
 
@@ -23,7 +24,7 @@ def plan(raw):
 
 
 def problems(raw) -> list[str]:
-    return check_vhost(plan(raw))
+    return messages(check_vhost(plan(raw)))
 
 
 def test_the_shipped_topologies_pass():
@@ -80,7 +81,7 @@ def test_a_dead_letter_exchange_that_routes_nowhere_is_refused():
     plan = plan_vhost(load_vhost(vhost_config(), "v"))
     (orders,) = plan.retryables
     broken = dataclasses.replace(orders, bindings=tuple(b for b in orders.bindings if b.routing_key != "wait.1"))
-    found = check_vhost(dataclasses.replace(plan, retryables=(broken,)))
+    found = messages(check_vhost(dataclasses.replace(plan, retryables=(broken,))))
     assert '"orders.retry" routes wait.1 to [] instead of exactly "orders.wait.1"' in found
     assert ('queue "orders" dead-letters to "orders.retry" with key wait.1, which routes to no queue: '
             "RabbitMQ would drop those messages") in found
@@ -111,7 +112,7 @@ def test_logical_names_joined_with_dashes_that_meet_are_refused():
              for v, q in (("a", "x-queue-y"), ("a-queue-x", "y"))]
     advice = 'rename a queue, exchange or vhost so that names joined with "-" stay distinct'
     # Quorum by default: each plain queue has a delivery-limit policy too.
-    assert check_logical_names(plans) == [
+    assert messages(check_logical_names(plans)) == [
         f'vhost "a" and vhost "a-queue-x" would both register a {kind} named "{name}"; {advice}'
         for kind, name in (("Queue", "a-queue-x-queue-y"), ("Policy", "a-queue-x-queue-y-policy"))]
 
@@ -298,7 +299,7 @@ def test_a_policy_with_a_key_the_queue_type_refuses_does_not_apply_at_all():
     raw = vhost_config(queues=[{"name": "q", "type": "classic", "retry": {"delays": ["1s"]}}],
                        **operator({"message-ttl": 1000, "delivery-limit": 5}))
     assert problems(raw) == []
-    assert stale_policies(plan(raw)) == [
+    assert messages(stale_policies(plan(raw))) == [
         f"{OPS}: operator policy \"ops\" (pattern '.*', apply-to queues) matches no queue or exchange this stack "
         'plans in vhost "shop"; if a queue was renamed, update the pattern, otherwise ignore this']
 
@@ -309,7 +310,7 @@ def test_policies_that_match_nothing_planned_are_warnings_not_errors():
                                   "definition": {"alternate-exchange": "unrouted"}}],
                        **operator({"max-length": 5}, "^payments\\."))
     assert problems(raw) == []
-    assert stale_policies(plan(raw)) == [
+    assert messages(stale_policies(plan(raw))) == [
         "vhosts[0].policies[0]: policy \"old-orders\" (pattern '^order$', apply-to queues) matches no queue or "
         'exchange this stack plans in vhost "shop"; if a queue was renamed, update the pattern, otherwise ignore '
         "this",

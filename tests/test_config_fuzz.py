@@ -48,6 +48,7 @@ from components.config import (
 )
 from components.durations import MAX_MS, DurationError, format_duration, parse_duration
 from components.plan import VhostPlan, plan_vhost
+from components.problems import Problem
 from tests.support.environment import IN_CI
 
 FUZZ_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "1000"))
@@ -793,7 +794,7 @@ def check_accepted(raw: Tree, config: StackConfig) -> str:
     for vhost in config.vhosts:
         plan = plan_vhost(vhost)
         problems = check_vhost(plan)
-        assert isinstance(problems, list) and all(isinstance(p, str) and p for p in problems), problems
+        assert isinstance(problems, list) and all(isinstance(p, Problem) and p.message for p in problems), problems
         plans.append(plan)
         queues, exchanges, others = physical_names(plan)
         for name in [vhost.name, *queues, *exchanges, *others]:
@@ -810,7 +811,7 @@ def check_accepted(raw: Tree, config: StackConfig) -> str:
     clashes = urn_clashes(urns(config, plans))
     refusals = check_logical_names((naming.vhost_key(v.name), plan) for v, plan in zip(config.vhosts, plans,
                                                                                          strict=True))
-    assert isinstance(refusals, list) and all(isinstance(p, str) and p for p in refusals), refusals
+    assert isinstance(refusals, list) and all(isinstance(p, Problem) and p.message for p in refusals), refusals
     if bool(clashes) != bool(refusals):
         violations.append(Violation("URN clash check disagrees", f"model: {clashes}; check_logical_names: {refusals}"))
     if violations:

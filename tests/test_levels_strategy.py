@@ -34,7 +34,7 @@ from components.plan import DelayLevelsPlan, VhostPlan, exact_names, plan_delay_
 from rabbitmq_retry_client import levels as client_levels
 from rabbitmq_retry_client.contract import ContractError, load_contract, validate
 from tests.conftest import vhost_config
-from tests.support.problems import config_problems
+from tests.support.problems import config_problems, messages
 
 LEVELS_RETRY: dict[str, Any] = {"strategy": "levels", "max_retries": 6, "backoff": {"initial": "1s", "max": "10s"}}
 SMALL = {"unit": "1s", "max_delay": "15s"}
@@ -466,7 +466,7 @@ def test_an_operator_policy_ttl_shorter_than_a_level_is_refused_with_its_key_pat
     plan = planned(levels_vhost(delay_levels=SMALL,
                                 operator_policies=[operator_policy(r"^rabbitmq-retry\.delay\.[23]$",
                                                                    **{"message-ttl": 3000})]))
-    assert check_vhost(plan) == [
+    assert messages(check_vhost(plan)) == [
         'vhosts[0].operator_policies[0].definition.message-ttl: message-ttl 3000 on delay level '
         '"rabbitmq-retry.delay.2" is not its 4000 ms: messages would come back at the wrong time; narrow the '
         'operator policy\'s pattern so that it does not match "rabbitmq-retry.delay.2"',
@@ -484,7 +484,7 @@ def test_an_operator_policy_ttl_longer_than_every_level_changes_nothing():
 def test_an_operator_policy_expiry_on_a_level_is_refused_with_its_key_path():
     plan = planned(levels_vhost(delay_levels=SMALL,
                                 operator_policies=[operator_policy(r"^rabbitmq-retry\.delay\.1$", expires=3_600_000)]))
-    assert check_vhost(plan) == [
+    assert messages(check_vhost(plan)) == [
         'vhosts[0].operator_policies[0].definition.expires: expires 3600000 reaches delay level '
         '"rabbitmq-retry.delay.1", which has no consumer: RabbitMQ would delete it with its messages; narrow the '
         'operator policy\'s pattern so that it does not match "rabbitmq-retry.delay.1"']
@@ -496,7 +496,7 @@ def test_an_operator_max_length_on_a_classic_level_is_refused_but_a_quorum_level
     at least once) wait instead."""
     capped = [operator_policy(r"^rabbitmq-retry\.delay\.0$", **{"max-length": 1000})]
     classic = planned(levels_vhost(delay_levels={**SMALL, "type": "classic"}, operator_policies=capped))
-    assert check_vhost(classic) == [
+    assert messages(check_vhost(classic)) == [
         'vhosts[0].operator_policies[0].definition.max-length: max-length 1000 on delay level '
         '"rabbitmq-retry.delay.0" without overflow reject-publish: when full, RabbitMQ sends the oldest message on '
         'before its delay is over; narrow the operator policy\'s pattern so that it does not match '
@@ -507,7 +507,7 @@ def test_an_operator_max_length_on_a_classic_level_is_refused_but_a_quorum_level
 def test_a_user_policy_on_a_level_overlaps_the_levels_own_policy():
     plan = planned(levels_vhost(delay_levels=SMALL, policies=[
         {"name": "lazy", "pattern": r"^rabbitmq-retry\.delay\.0$", "priority": 99, "definition": {"max-length": 5}}]))
-    assert check_vhost(plan) == [
+    assert messages(check_vhost(plan)) == [
         "vhosts[0].policies[0] (policy 'lazy') matches 1 queue that has a policy of this stack "
         '("rabbitmq-retry.delay.0"): RabbitMQ applies only one policy per queue; narrow the pattern to leave them '
         "out, and set what it sets through the queue's own keys (max_length, delivery_limit; message_ttl, "
@@ -522,7 +522,7 @@ def test_a_binding_that_taps_the_delivery_exchange_is_refused():
     config = levels_vhost(delay_levels=SMALL)
     config["queues"][1]["bindings"].append({"exchange": "rabbitmq-retry.delay.deliver", "external": True,
                                             "routing_key": "#"})
-    assert check_vhost(planned(config)) == [
+    assert messages(check_vhost(planned(config))) == [
         '"rabbitmq-retry.delay.3" routes a delay of 0 units for "orders" to [\'audit\', \'orders\'] instead of '
         'exactly [\'orders\']']
 

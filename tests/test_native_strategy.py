@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from components.checks import check_vhost
+from components.checks import DELIVERY_LIMIT_NOT_MAX_RETRIES, check_vhost
 from components.config import NativeRetry, load_queue, load_stack_config, load_vhost
 from components.plan import plan_retryable, plan_vhost
+from components.problems import Problem
 from rabbitmq_retry_client.contract import ContractError, load_contract
 from tests.conftest import RETRYABLE, vhost_config
 from tests.support.problems import problems_of
@@ -122,10 +123,11 @@ def test_an_operator_policy_lowering_a_native_delivery_limit_is_refused():
     config = native_vhost(operator_policies=[{"name": "ops", "pattern": "^orders$",
                                               "definition": {"delivery-limit": 2}}])
     problems = check_vhost(plan_vhost(load_vhost(config, "vhosts[0]"), "vhosts[0]"))
-    assert problems == ['vhosts[0].operator_policies[0].definition.delivery-limit: delivery-limit 2 on quorum queue '
-                        '"orders" is not retry.max_retries (5): with strategy native it is the number of retries '
-                        'before the broker parks a message; narrow the operator policy\'s pattern so that it does '
-                        'not match "orders"']
+    path = "vhosts[0].operator_policies[0].definition.delivery-limit"
+    assert problems == [Problem(path, DELIVERY_LIMIT_NOT_MAX_RETRIES, f'{path}: delivery-limit 2 on quorum queue '
+                                '"orders" is not retry.max_retries (5): with strategy native it is the number of '
+                                "retries before the broker parks a message; narrow the operator policy's pattern so "
+                                'that it does not match "orders"')]
 
 
 def test_a_native_consumer_may_publish_only_to_the_error_exchange():

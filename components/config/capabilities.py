@@ -10,16 +10,17 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from ..strategies import native, strategy_of
+from .. import wire
+from ..strategies import strategy_of
 from .keys import OPERATOR_POLICY_KEYS
 from .model import Policy, StackConfig
 
-Version = tuple[int, int, int]
+Version = wire.Version
 VERSION = re.compile(r"([0-9]+)\.([0-9]+)\.([0-9]+)")
 QUORUM_MIN_VERSION: Version = (3, 8, 0)
 """Quorum queues first shipped in RabbitMQ 3.8.0."""
-AT_LEAST_ONCE_MIN_VERSION: Version = (3, 10, 0)
-"""`x-dead-letter-strategy: at-least-once` (every retryable quorum queue dead-letters so) came with 3.10.0."""
+AT_LEAST_ONCE_MIN_VERSION: Version = wire.AT_LEAST_ONCE_SINCE.minimum
+"""`x-dead-letter-strategy: at-least-once` (every retryable quorum queue dead-letters so)."""
 COMMUNITY_SUPPORT_ENDED: dict[tuple[int, int], str] = {
     (4, 1): "2026-01-30", (4, 0): "2025-04-15", (3, 13): "2024-09-17", (3, 12): "2024-02-21",
     (3, 11): "2023-06-01", (3, 10): "2022-09-28", (3, 9): "2023-01-31", (3, 8): "2022-07-31",
@@ -28,19 +29,26 @@ COMMUNITY_SUPPORT_ENDED: dict[tuple[int, int], str] = {
 read in 2026: RabbitMQ gives community support to the latest minor series only, so mostly the day the next
 series came out; some series' own release notes had promised later dates, e.g. 3.10's July 31st, 2023). A
 series older than these ended earlier still."""
-OLDEST_MEASURED: Version = (3, 10, 8)
-NEWEST_MEASURED: Version = (4, 3, 6)
+OLDEST_MEASURED: Version = wire.OLDEST_MEASURED
+NEWEST_MEASURED: Version = wire.NEWEST_MEASURED
 """The two brokers every policy key and `apply-to` value was PUT to (tests/broker/test_policy_acceptance.py);
 versions between them were not measured."""
 NOT_ON_3_10 = (OLDEST_MEASURED, NEWEST_MEASURED)
 """(refused by, accepted by): 3.10.8 answers 400, 4.3.6 accepts."""
+
+
+def _measured(since: wire.Since | None) -> tuple[Version, Version] | None:
+    """(refused by, accepted by) of a measured `since`; None when every broker takes the key, or when read."""
+    return None if since is None or since.refused_by is None else (since.refused_by, since.minimum)
+
+
 USER_POLICY_KEY_VERSIONS: dict[str, tuple[Version, Version]] = {
-    key: NOT_ON_3_10 for key in ("consumer-timeout", "target-group-size", "stream-filter-size-bytes")}
-"""User policy keys not every measured broker takes (`delayed-retry-*`, also refused by 3.10.8, are strategy
-native's keys and need `strategies.native.MIN_BROKER_VERSION`). 3.10.8 still takes the `ha-*` and
-`queue-master-locator` keys that 4.3.6 refuses; the config refuses those on every version (keys.RETIRED_POLICY_KEYS)."""
+    row.key: versions for row in wire.ROWS if row.policy and (versions := _measured(row.since))}
+"""User policy keys not every measured broker takes (keys whose version was read, e.g. `delayed-retry-*`, are
+required by `requirements` on their own). 3.10.8 still takes the `ha-*` and `queue-master-locator` keys that 4.3.6
+refuses; the config refuses those on every version (wire.RETIRED_POLICY_KEYS)."""
 OPERATOR_POLICY_KEY_VERSIONS: dict[str, tuple[Version, Version]] = {
-    key: NOT_ON_3_10 for key in ("overflow", "queue-version")}
+    row.key: versions for row in wire.ROWS if row.operator_policy and (versions := _measured(row.operator_since))}
 """Operator policy keys (of keys.OPERATOR_POLICY_KEYS) not every measured broker takes."""
 OPERATOR_POLICY_KEYS_ON_3_10 = tuple(k for k in OPERATOR_POLICY_KEYS if k not in OPERATOR_POLICY_KEY_VERSIONS)
 TARGET_GROUP_SIZE_FROM: Version = (4, 0, 0)
@@ -87,9 +95,7 @@ def requirements(config: StackConfig) -> Iterator[Requirement]:
                     yield Requirement(f"{path}.retry", AT_LEAST_ONCE_MIN_VERSION,
                                       "at-least-once dead-lettering of quorum queues")
             if queue.target_group_size is not None:
-                refused_by, accepted_by = USER_POLICY_KEY_VERSIONS["target-group-size"]
-                yield Requirement(f"{path}.quorum_group_size", accepted_by, "the policy key target-group-size",
-                                  refused_by, "remove quorum_group_size")
+                yield _target_group_size(f"{path}.quorum_group_size")
             if queue.retry is not None and (needs := strategy_of(queue.retry).MIN_BROKER_VERSION) is not None:
                 yield Requirement(f"{path}.retry.strategy", *needs)
         if vhost.delay_levels is not None and vhost.delay_levels.queue_type == "quorum":
@@ -97,16 +103,23 @@ def requirements(config: StackConfig) -> Iterator[Requirement]:
             yield Requirement(f"vhosts[{i}].delay_levels.type", AT_LEAST_ONCE_MIN_VERSION,
                               "at-least-once dead-lettering of quorum queues (between delay levels)")
         if vhost.delay_levels is not None and vhost.delay_levels.target_group_size is not None:
-            refused_by, accepted_by = USER_POLICY_KEY_VERSIONS["target-group-size"]
-            yield Requirement(f"vhosts[{i}].delay_levels.quorum_group_size", accepted_by,
-                              "the policy key target-group-size", refused_by, "remove quorum_group_size")
+            yield _target_group_size(f"vhosts[{i}].delay_levels.quorum_group_size")
         for kind, policies in (("policies", vhost.policies), ("operator_policies", vhost.operator_policies)):
             for j, policy in enumerate(policies):
                 for key in policy.definition:
-                    if key.startswith("delayed-retry-"):
-                        yield Requirement(f"vhosts[{i}].{kind}[{j}].definition.{key}", native.MIN_BROKER_VERSION[0],
+                    row = wire.BY_KEY.get(key)
+                    since = None if row is None else row.operator_since if kind == "operator_policies" else row.since
+                    if since is not None and since.refused_by is None:
+                        yield Requirement(f"vhosts[{i}].{kind}[{j}].definition.{key}", since.minimum,
                                           f"the policy key {key}")
         yield from _measured_policy_requirements(i, vhost.policies, vhost.operator_policies)
+
+
+def _target_group_size(path: str) -> Requirement:
+    """The plan's own `target-group-size` (a `quorum_group_size` on a 4.x `broker.version`)."""
+    refused_by, accepted_by = USER_POLICY_KEY_VERSIONS[wire.TARGET_GROUP_SIZE.key]
+    return Requirement(path, accepted_by, f"the policy key {wire.TARGET_GROUP_SIZE.key}", refused_by,
+                       "remove quorum_group_size")
 
 
 def _measured_policy_requirements(i: int, policies: Sequence[Policy],

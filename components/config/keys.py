@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .. import wire
 from .alerts import QUEUE_ALERTS_KEYS, RULE_KEYS, STACK_ALERTS_KEYS, VHOST_ALERTS_KEYS
 
 NAMESPACE = "rabbitmq-retry"
@@ -35,23 +36,11 @@ RETRY_KEYS = ("strategy", "delays", "backoff", "min_delay", "max_delay", "max_re
 others are its own (`RETRY_KEYS`)."""
 BACKOFF_KEYS = ("initial", "multiplier", "max", "jitter")
 POLICY_KEYS = ("name", "pattern", "priority", "apply_to", "definition")
-OPERATOR_POLICY_KEYS = ("expires", "message-ttl", "max-length", "max-length-bytes", "max-in-memory-length",
-                        "max-in-memory-bytes", "delivery-limit", "queue-version", "overflow")
-"""What RabbitMQ accepts in an operator policy's definition."""
-POLICY_DEFINITION_KEYS = ("alternate-exchange", "dead-letter-exchange", "dead-letter-routing-key",
-                          "dead-letter-strategy", "message-ttl", "expires", "max-length", "max-length-bytes",
-                          "max-in-memory-length", "max-in-memory-bytes", "overflow", "delivery-limit", "queue-mode",
-                          "queue-version", "queue-leader-locator", "initial-cluster-size", "max-age",
-                          "stream-max-segment-size-bytes", "consumer-timeout", "target-group-size",
-                          "stream-filter-size-bytes", "delayed-retry-type", "delayed-retry-min", "delayed-retry-max")
-"""What RabbitMQ accepts in a user policy's definition, measured on 3.10.8 and 4.3.6. Both take the keys up
-to `stream-max-segment-size-bytes`; 3.10 refuses the last six (`delayed-retry-*` needs 4.3.1 or later)."""
-RETIRED_POLICY_KEYS: Mapping[str, str] = {
-    **{key: "a classic queue mirroring key: RabbitMQ 4.0 removed mirroring (4.3 refuses it); use quorum queues"
-       for key in ("ha-mode", "ha-params", "ha-sync-mode", "ha-sync-batch-size", "ha-promote-on-shutdown",
-                   "ha-promote-on-failure")},
-    "queue-master-locator": "deprecated, and refused by RabbitMQ 4.3; use queue-leader-locator",
-}
+OPERATOR_POLICY_KEYS = wire.OPERATOR_POLICY_KEYS
+"""What RabbitMQ accepts in an operator policy's definition (components/wire.py)."""
+POLICY_DEFINITION_KEYS = wire.POLICY_KEYS
+"""What RabbitMQ accepts in a user policy's definition (components/wire.py: which versions take which)."""
+RETIRED_POLICY_KEYS = wire.RETIRED_POLICY_KEYS
 """Keys RabbitMQ 3.10 still takes in a user policy but 4.x refuses, with what to use instead."""
 MIGRATION_KEYS = ("name", "move", "drain_tiers", "drain_levels", "step")
 MOVE_KEYS = ("from", "to", "external")

@@ -12,40 +12,15 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pulumi.errors import RunError
 
+from .. import wire
+
 if TYPE_CHECKING:
     from .alerts import AlertsConfig
 
-QUEUE_TYPES = ("classic", "quorum")
+QUEUE_TYPES = wire.QUEUE_TYPES
 EXCHANGE_TYPES = ("direct", "topic", "fanout", "headers")
 X_MATCH = ("all", "any", "all-with-x", "any-with-x")
 APPLY_TO = ("queues", "classic_queues", "quorum_queues", "streams", "exchanges", "all")
-STRING_POLICY_KEYS = ("dead-letter-exchange", "dead-letter-routing-key", "alternate-exchange")
-"""Policy keys whose value names something: the provider would send a digits-only value as an integer."""
-INTEGER_POLICY_KEYS = ("message-ttl", "expires", "max-length", "max-length-bytes", "max-in-memory-length",
-                       "max-in-memory-bytes", "delivery-limit", "queue-version", "initial-cluster-size",
-                       "stream-max-segment-size-bytes", "consumer-timeout", "target-group-size",
-                       "stream-filter-size-bytes", "delayed-retry-min", "delayed-retry-max")
-"""Policy keys RabbitMQ takes only as integers: the provider sends a value as one only when it is all digits."""
-POLICY_VALUE_CHOICES: Mapping[str, tuple[str, ...]] = {
-    "overflow": ("drop-head", "reject-publish", "reject-publish-dlx"),
-    "queue-mode": ("default", "lazy"),
-    "dead-letter-strategy": ("at-most-once", "at-least-once"),
-    "queue-leader-locator": ("client-local", "balanced", "random", "least-leaders"),
-    "delayed-retry-type": ("disabled", "all", "failed", "returned"),
-}
-"""Policy keys that take one of a few words (measured on 3.10.8 and 4.3.6; `delayed-retry-type` from RabbitMQ
-4.3's source): anything else, `"true"` included, is refused by the broker at `pulumi up`."""
-QUEUE_ARGUMENT_INTEGERS = ("x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes", "x-delivery-limit",
-                           "x-max-priority", "x-quorum-initial-group-size", "x-queue-version",
-                           "x-max-in-memory-length", "x-max-in-memory-bytes")
-"""Queue arguments RabbitMQ takes only as integers (a string is refused with 406 PRECONDITION_FAILED)."""
-QUEUE_ARGUMENT_CHOICES: Mapping[str, tuple[str, ...]] = {
-    "x-overflow": ("drop-head", "reject-publish", "reject-publish-dlx"),
-    "x-queue-mode": ("default", "lazy"),
-    "x-dead-letter-strategy": ("at-most-once", "at-least-once"),
-    "x-queue-type": QUEUE_TYPES,
-}
-"""Queue arguments that take one of a few words."""
 MAX_AGE = r"[0-9]+[YMDhms]"
 """A stream's `max-age`: a count and a unit (years, months, days, hours, minutes, seconds), e.g. `7D`."""
 DEFAULT_QUEUE_TYPE = "quorum"
@@ -196,13 +171,8 @@ class Limits:
     max_queues: int | None = None
 
 
-MIGRATION_KINDS = ("move", "drain_tiers", "drain_levels")
-"""What a `migrations[]` entry does: move a queue's messages to a successor queue, or drain the wait tiers a
-queue's `retry.delays` dropped, or the delay levels a lower `delay_levels.max_delay` dropped."""
-MIGRATION_STEPS: Mapping[str, tuple[str, ...]] = {"move": ("move", "retire"), "drain_tiers": ("drain", "retire"),
-                                                  "drain_levels": ("drain", "retire")}
-"""The steps of each kind, in order; each is one commit whose `pulumi up` applies it."""
 RETIRE = "retire"
+"""The last step of every migration kind (`migration_kinds/`): the old objects leave the plan."""
 
 
 @dataclass(frozen=True)
@@ -229,9 +199,9 @@ class Migration:
 
     name: str
     kind: str
-    """One of MIGRATION_KINDS."""
+    """Its kind's name, one of `migration_kinds.KINDS` (which `migration_kinds.kind_of` returns the module of)."""
     step: str
-    """One of MIGRATION_STEPS[kind]."""
+    """One of its kind's `STEPS`."""
     index: int
     """Where it stands in the vhost's `migrations[]` (for key paths)."""
     source: str = ""

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from .. import naming
+from .. import naming, wire
 from ..strategies import DEFAULT, STRATEGIES, strategy_of
 from ..strategies.common import positive_duration
 from ..strategies.levels import LevelsRetry, check_backoff_fits
@@ -57,14 +57,9 @@ from .migrations import parse_migrations
 from .model import (
     APPLY_TO,
     EXCHANGE_TYPES,
-    INTEGER_POLICY_KEYS,
     MAX_AGE,
     MAX_MESSAGE_TTL_MS,
-    POLICY_VALUE_CHOICES,
-    QUEUE_ARGUMENT_CHOICES,
-    QUEUE_ARGUMENT_INTEGERS,
     QUEUE_TYPES,
-    STRING_POLICY_KEYS,
     X_MATCH,
     Application,
     Binding,
@@ -343,8 +338,8 @@ PLAIN_QUEUE_ONLY = {
     "arguments": "a retryable queue's arguments are its strategy's",
 }
 """Queue keys a retryable queue refuses, and why."""
-WRITTEN_IN_ARGUMENTS = {"single_active_consumer": "x-single-active-consumer",
-                        "quorum_group_size": "x-quorum-initial-group-size"}
+WRITTEN_IN_ARGUMENTS = {"single_active_consumer": wire.SINGLE_ACTIVE_CONSUMER.argument,
+                        "quorum_group_size": wire.QUORUM_INITIAL_GROUP_SIZE.argument}
 """Keys that set a queue argument: with `arguments` the argument is written there (or left out) instead."""
 
 
@@ -365,22 +360,24 @@ def parse_queue_arguments(p: Problems, path: str, raw: object,
         elif not isinstance(value, (str, int, bool)):
             p.add(where, f"expected a string, integer or boolean, got {describe(value)}")
             ok = False
-        elif key in QUEUE_ARGUMENT_INTEGERS and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        elif (row := wire.BY_ARGUMENT.get(key)) is not None and row.type == "integer" and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0):
             p.add(where, f"{value!r}: RabbitMQ takes {key} only as a non-negative integer, e.g. 60000")
             ok = False
-        elif key in QUEUE_ARGUMENT_CHOICES and value not in QUEUE_ARGUMENT_CHOICES[key]:
-            p.add(where, f"{value!r} is not one of {', '.join(QUEUE_ARGUMENT_CHOICES[key])}")
+        elif row is not None and row.type == "choice" and value not in row.choices:
+            p.add(where, f"{value!r} is not one of {', '.join(row.choices)}")
             ok = False
         else:
             arguments[key] = value
     if not ok:
         return INVALID
-    if isinstance(queue_type, str) and arguments.get("x-queue-type", queue_type) != queue_type:
-        p.add(f"{path}.x-queue-type", f"{arguments['x-queue-type']!r} differs from the queue's type {queue_type!r}: "
-              "make them equal")
+    type_argument = wire.QUEUE_TYPE.argument
+    if isinstance(queue_type, str) and arguments.get(type_argument, queue_type) != queue_type:
+        p.add(f"{path}.{type_argument}", f"{arguments[type_argument]!r} differs from the queue's type "
+              f"{queue_type!r}: make them equal")
         return INVALID
-    if queue_type == "quorum" and "x-queue-type" not in arguments:
-        p.add(f"{path}.x-queue-type", "missing: a quorum queue always holds x-queue-type: quorum; add it")
+    if queue_type == "quorum" and type_argument not in arguments:
+        p.add(f"{path}.{type_argument}", f"missing: a quorum queue always holds {type_argument}: quorum; add it")
         return INVALID
     return arguments
 
@@ -469,17 +466,19 @@ def policy_value(p: Problems, path: str, key: str, value: object) -> str | Inval
         return INVALID
     text = str(value)
     number = provider_integer(text)
-    if key in STRING_POLICY_KEYS and number is not None:
+    row = wire.BY_KEY.get(key)
+    value_type = row.type if row is not None else None
+    if value_type == "name" and number is not None:
         p.add(path, f"{value!r}: the provider sends digits-only values as integers, which RabbitMQ refuses here; "
               "use a name with a letter in it")
     elif number is not None and text != str(number):
         p.add(path, f"{value!r} is sent as the integer {number} and read back as \"{number}\", so every "
               f"`pulumi up` would update this policy again; write {number}")
-    elif key in INTEGER_POLICY_KEYS and number is None:
+    elif value_type == "integer" and number is None:
         p.add(path, f"{value!r} is not an integer; RabbitMQ takes only an integer for {key}")
-    elif key in POLICY_VALUE_CHOICES and text not in POLICY_VALUE_CHOICES[key]:
-        p.add(path, f"{value!r} is not one of {', '.join(POLICY_VALUE_CHOICES[key])}")
-    elif key == "max-age" and not re.fullmatch(MAX_AGE, text):
+    elif row is not None and value_type == "choice" and text not in row.choices:
+        p.add(path, f"{value!r} is not one of {', '.join(row.choices)}")
+    elif value_type == "age" and not re.fullmatch(MAX_AGE, text):
         p.add(path, f"{value!r} is not a max-age: a count and a unit (Y, M, D, h, m or s), e.g. 7D")
     else:
         return text

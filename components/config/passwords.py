@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 
+from ..migration_kinds import kind_of
 from ..naming import SHOVEL_USER
 from .fields import describe
 from .keys import NAMESPACE
@@ -63,13 +64,13 @@ def password_problems(config: StackConfig, passwords: object) -> list[tuple[str,
 
 def moves_queues(config: StackConfig) -> bool:
     """A migration of the stack moves a queue with shovels (a move in step move): the shovel user is needed."""
-    return any(m.kind == "move" and not m.retiring for vhost in config.vhosts for m in vhost.migrations)
+    return any(kind_of(m).runs_shovels(m) for vhost in config.vhosts for m in vhost.migrations)
 
 
 def _shovel_password_problems(config: StackConfig, passwords: Mapping[object, object]) -> list[tuple[str, str]]:
     """The shovel user's password, like an application's, once a migration moves a queue."""
     where = next((f"vhosts[{i}].migrations[{m.index}]" for i, vhost in enumerate(config.vhosts)
-                  for m in vhost.migrations if m.kind == "move" and not m.retiring), None)
+                  for m in vhost.migrations if kind_of(m).runs_shovels(m)), None)
     if where is None:
         return []
     # Filed under the shovel users' common name: the stack's own user is named after the Pulumi project and stack

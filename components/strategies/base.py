@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from ..config.fields import Invalid, Problems
 from ..config.model import DelayLevels, Queue, Retry, TopicPermission
 from ..entries import RetryablePlan
+from ..problems import Problem
 
 Route = Callable[[str, str | None], set[str] | None]
 """Queues a message published to an exchange with a routing key reaches in the planned topology (None when
@@ -73,7 +74,7 @@ class Strategy(Protocol):
 
     def contract(self, plan: RetryablePlan[Any], vhost: str) -> dict[str, object]: ...
 
-    def path_problems(self, plan: RetryablePlan[Any], route: Route) -> list[str]: ...
+    def path_problems(self, plan: RetryablePlan[Any], route: Route) -> list[Problem]: ...
 
     REVIEWED_CONTRACT_KEYS: frozenset[str]
     """The keys of its contract that `contract_breaks` judges, or that its consumers do not act on; the review

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .. import naming
+from .. import naming, wire
 from ..config.fields import INVALID, Invalid, Problems, integer, mapping, number, optional
 from ..config.keys import BACKOFF_KEYS
 from ..config.model import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry, TopicPermission
@@ -39,6 +39,7 @@ from ..entries import (
     quorum_dead_lettering,
     reconciliation,
 )
+from ..problems import Problem
 from .base import Route
 from .common import REDEPLOY, contract_ms, contract_number, parse_error_queue, positive_duration
 
@@ -47,6 +48,8 @@ RETRY_KEYS = ("backoff",)
 USES_DELAY_LEVELS = True
 DELIVERY_LIMIT_IS_MAX_RETRIES = False
 MIN_BROKER_VERSION = None
+DELAY_MISROUTED = "delay-misrouted"
+"""`Problem.code`: a delayed copy does not take its path through the levels back to exactly its queue."""
 FEATURE_FLAG = None
 KEY_FORMAT = ("the delay in units, ceil(delay_ms / delay_unit_ms) capped at 2^delay_levels - 1, as "
               "delay_words binary digits, most significant first, each followed by '.', then the queue name")
@@ -174,23 +177,23 @@ def plan_delay_levels(levels: DelayLevels, imports: Iterable[str] = (),
     below = [naming.DELIVERY_EXCHANGE, *(naming.delay_level(k) for k in range(levels.levels - 1))]
     queues: list[QueuePlan] = []
     exchanges = [ExchangePlan(naming.DELIVER_KEY, naming.DELIVERY_EXCHANGE, "topic",
-                              arguments={"alternate-exchange": naming.UNDELIVERABLE})]
+                              arguments={wire.ALTERNATE_EXCHANGE.key: naming.UNDELIVERABLE})]
     bindings: list[BindingPlan] = []
     policies: list[PolicyPlan] = []
     target = reconciliation(levels.target_group_size)
-    target_source = {"target-group-size": f"{path}.quorum_group_size"}
+    target_source = {wire.TARGET_GROUP_SIZE.key: f"{path}.quorum_group_size"}
     for level in range(levels.levels):
         name = naming.delay_level(level)
         queues.append(QueuePlan(naming.level_key(level), name, qtype, {
-            **group_size_arguments(qtype, levels.quorum_group_size), "x-dead-letter-exchange": below[level],
+            **group_size_arguments(qtype, levels.quorum_group_size), wire.DEAD_LETTER_EXCHANGE.argument: below[level],
             **quorum_dead_lettering(qtype)}, "delay"))
         exchanges.append(ExchangePlan(naming.level_exchange_key(level), name, "topic"))
         bindings += [BindingPlan(naming.level_wait_key(level), name, name, naming.delay_level_pattern(level, "1")),
                      BindingPlan(naming.level_pass_key(level), name, below[level],
                                  naming.delay_level_pattern(level, "0"), destination_type="exchange")]
         policies.append(queue_policy(naming.level_policy_key(level), name, levels.policy_priority,
-                                     {"message-ttl": str(levels.unit_ms * 2**level), **target},
-                                     {"message-ttl": f"{path}.unit", **target_source}))
+                                     {wire.MESSAGE_TTL.key: str(levels.unit_ms * 2**level), **target},
+                                     {wire.MESSAGE_TTL.key: f"{path}.unit", **target_source}))
     # A copy whose queue is gone (or was never bound) when its delay is over goes to the undeliverable queue
     # through the delivery exchange's alternate exchange, where an unroutable dead-letter would be dropped.
     undeliverable = naming.UNDELIVERABLE
@@ -202,8 +205,8 @@ def plan_delay_levels(levels: DelayLevels, imports: Iterable[str] = (),
         # As for the error queues (`error_policies`): RabbitMQ 4's default delivery limit of 20 would drop a
         # copy that readers returned 20 times, since this queue has nowhere to dead-letter.
         policies.append(queue_policy(naming.UNDELIVERABLE_POLICY_KEY, undeliverable, levels.policy_priority,
-                                     {"delivery-limit": str(ERROR_QUEUE_DELIVERY_LIMIT), **target},
-                                     {"delivery-limit": f"{path}.type", **target_source}))
+                                     {wire.DELIVERY_LIMIT.key: str(ERROR_QUEUE_DELIVERY_LIMIT), **target},
+                                     {wire.DELIVERY_LIMIT.key: f"{path}.type", **target_source}))
     return DelayLevelsPlan(levels, adopt(tuple(queues), "queue", imports),
                            adopt(tuple(exchanges), "exchange", imports), adopt(tuple(bindings), "binding", imports),
                            adopt(tuple(policies), "policy", imports))
@@ -317,7 +320,7 @@ def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any],
     return breaks
 
 
-def path_problems(plan: RetryablePlan[Any], route: Route) -> list[str]:
+def path_problems(plan: RetryablePlan[Any], route: Route) -> list[Problem]:
     """A delayed copy of `Q` published to the top level goes first to the highest level its delay has a bit
     for, and with no bit left, back to exactly `Q`."""
     queue, levels = plan.config.name, plan.delay_levels
@@ -329,6 +332,6 @@ def path_problems(plan: RetryablePlan[Any], route: Route) -> list[str]:
         reached = route(plan.delay_exchange, key)
         want = {queue} if level is None else expected[level]
         if reached != want:
-            problems.append(f'"{plan.delay_exchange}" routes a delay of {units} units for "{queue}" to '
-                            f"{sorted(reached or [])} instead of exactly {sorted(want)}")
+            problems.append(Problem("", DELAY_MISROUTED, f'"{plan.delay_exchange}" routes a delay of {units} units for '
+                                    f'"{queue}" to {sorted(reached or [])} instead of exactly {sorted(want)}'))
     return problems

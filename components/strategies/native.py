@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from rabbitmq_retry_client.contract import NATIVE_RETRY_CALL
 
-from .. import naming
+from .. import naming, wire
 from ..config.fields import INVALID, Invalid, Problems, integer, optional
 from ..config.model import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry, TopicPermission
 from ..entries import (
@@ -30,6 +30,7 @@ from ..entries import (
     queue_limits,
     queue_policy,
 )
+from ..problems import Problem
 from .base import FeatureFlag, Route
 from .common import parse_error_queue, positive_duration
 
@@ -37,7 +38,7 @@ NAME = "native"
 RETRY_KEYS = ("min_delay", "max_delay")
 USES_DELAY_LEVELS = False
 DELIVERY_LIMIT_IS_MAX_RETRIES = True
-MIN_BROKER_VERSION = ((4, 3, 1), "strategy native (the delayed-retry-* policy keys)")
+MIN_BROKER_VERSION = (wire.NATIVE_DELAYED_RETRY.minimum, "strategy native (the delayed-retry-* policy keys)")
 """RabbitMQ 4.3.0 refuses the `delayed-retry-*` policy keys; 4.3.1 is the first version that takes them."""
 FEATURE_FLAG = FeatureFlag("rabbitmq_4.3.0", (4, 3, 0), "strategy native (RabbitMQ 4.3's delayed retry)")
 """The 4.3 series' own flag: a cluster upgraded from 4.2 keeps it disabled until an operator enables it."""
@@ -45,6 +46,8 @@ RETRY_CALL = NATIVE_RETRY_CALL
 """The only call RabbitMQ 4.3 counts toward the delivery limit and delays: `basic.nack(requeue=true)` is a
 "return" that neither counts nor waits, so a nack loop never ends (the contract's schema fixes it)."""
 ATTEMPT_HEADER = "x-delivery-count"
+REDRIVE_PATH_STRAYS = "redrive-path-strays"
+"""`Problem.code`: a redrive does not reach exactly its own queue."""
 """Set by the broker on a redelivery: the failed deliveries so far (absent on the first delivery)."""
 
 
@@ -105,11 +108,13 @@ def plan(queue: Queue, retry: NativeRetry, path: str, levels: DelayLevels | None
     # A redrive's only route to `Q` alone: `Q.requeue` is bound to nothing else.
     requeue_exchange = ExchangePlan(naming.REQUEUE_EXCHANGE_KEY, requeue_x, "fanout")
     requeue_binding = BindingPlan(naming.REQUEUE_BINDING_KEY, requeue_x, queue.name)
-    definition = {**queue_limits(queue), "delayed-retry-type": "failed", "delayed-retry-min": str(retry.min_delay_ms),
-                  "delayed-retry-max": str(retry.max_delay_ms)}
-    sources = {**limit_sources(path, queue), "delivery-limit": f"{path}.retry.max_retries",
-               "delayed-retry-type": f"{path}.retry.strategy", "delayed-retry-min": f"{path}.retry.min_delay",
-               "delayed-retry-max": f"{path}.retry.max_delay"}
+    definition = {**queue_limits(queue), wire.DELAYED_RETRY_TYPE.key: "failed",
+                  wire.DELAYED_RETRY_MIN.key: str(retry.min_delay_ms),
+                  wire.DELAYED_RETRY_MAX.key: str(retry.max_delay_ms)}
+    sources = {**limit_sources(path, queue), wire.DELIVERY_LIMIT.key: f"{path}.retry.max_retries",
+               wire.DELAYED_RETRY_TYPE.key: f"{path}.retry.strategy",
+               wire.DELAYED_RETRY_MIN.key: f"{path}.retry.min_delay",
+               wire.DELAYED_RETRY_MAX.key: f"{path}.retry.max_delay"}
     policies = (queue_policy(naming.QUEUE_POLICY_KEY, queue.name, queue.policy_priority, definition, sources),
                 *error_policies(queue, retry, path))
     return RetryablePlan(config=queue, retry=retry, tiers=(), queues=adopt((input_queue, error), "queue", imports),
@@ -165,10 +170,11 @@ def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any],
     return []
 
 
-def path_problems(plan: RetryablePlan[Any], route: Route) -> list[str]:
+def path_problems(plan: RetryablePlan[Any], route: Route) -> list[Problem]:
     """The message waits in its own queue: only the redrive path to check, which reaches exactly `Q`."""
     reached = route(plan.requeue_exchange, None)
     if reached != {plan.config.name}:
-        return [f'redrive path of "{plan.config.name}" reaches {sorted(reached or [])} instead of exactly '
-                f'"{plan.config.name}"; remove other bindings from "{plan.requeue_exchange}"']
+        return [Problem("", REDRIVE_PATH_STRAYS, f'redrive path of "{plan.config.name}" reaches '
+                        f'{sorted(reached or [])} instead of exactly "{plan.config.name}"; remove other bindings from '
+                        f'"{plan.requeue_exchange}"')]
     return []

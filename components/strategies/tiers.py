@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .. import naming
+from .. import naming, wire
 from ..config.fields import ABSENT, INVALID, Invalid, Problems, duration, integer, items, optional
 from ..config.model import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry, TopicPermission
 from ..entries import (
@@ -31,6 +31,7 @@ from ..entries import (
     quorum_dead_lettering,
     reconciliation,
 )
+from ..problems import Problem
 from .base import Route
 from .common import parse_error_queue
 
@@ -40,6 +41,10 @@ USES_DELAY_LEVELS = False
 DELIVERY_LIMIT_IS_MAX_RETRIES = False
 MIN_BROKER_VERSION = None
 FEATURE_FLAG = None
+RETRY_PATH_STRAYS = "retry-path-strays"
+"""`Problem.code`: a retry does not return to exactly its own queue."""
+TIER_MISROUTED = "tier-misrouted"
+"""`Problem.code`: a tier's routing key does not reach exactly its wait queue."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,13 +113,13 @@ def plan(queue: Queue, retry: TiersRetry, path: str, levels: DelayLevels | None,
     retry_x, requeue_x = naming.retry_exchange(name), naming.requeue_exchange(name)
     input_queue = QueuePlan(naming.INPUT_KEY, name, qtype, {
         **queue_type_arguments(queue),
-        "x-dead-letter-exchange": retry_x,
-        "x-dead-letter-routing-key": tiers[0].routing_key,
+        wire.DEAD_LETTER_EXCHANGE.argument: retry_x,
+        wire.DEAD_LETTER_ROUTING_KEY.argument: tiers[0].routing_key,
         **quorum_dead_lettering(qtype),
     }, "input")
     wait_queues = tuple(QueuePlan(naming.wait_key(t.number), t.queue, qtype, {
         **queue_type_arguments(queue),
-        "x-dead-letter-exchange": requeue_x,
+        wire.DEAD_LETTER_EXCHANGE.argument: requeue_x,
         **quorum_dead_lettering(qtype),
     }, "wait") for t in tiers)
     error, error_exchange, error_binding = error_queue_plans(queue)
@@ -129,9 +134,9 @@ def plan(queue: Queue, retry: TiersRetry, path: str, levels: DelayLevels | None,
         error_binding,
     )
     policies = [queue_policy(naming.wait_policy_key(t.number), t.queue, queue.policy_priority,
-                             {"message-ttl": str(t.delay_ms), **reconciliation(queue.target_group_size)},
-                             {"message-ttl": f"{path}.retry.delays[{t.number - 1}]",
-                              "target-group-size": f"{path}.quorum_group_size"})
+                             {wire.MESSAGE_TTL.key: str(t.delay_ms), **reconciliation(queue.target_group_size)},
+                             {wire.MESSAGE_TTL.key: f"{path}.retry.delays[{t.number - 1}]",
+                              wire.TARGET_GROUP_SIZE.key: f"{path}.quorum_group_size"})
                 for t in tiers]
     if limits := queue_limits(queue):
         policies.insert(0, queue_policy(naming.QUEUE_POLICY_KEY, name, queue.policy_priority, limits,
@@ -211,19 +216,19 @@ def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any],
     return breaks
 
 
-def path_problems(plan: RetryablePlan[Any], route: Route) -> list[str]:
+def path_problems(plan: RetryablePlan[Any], route: Route) -> list[Problem]:
     """A retry returns to exactly `Q` (through `Q.requeue`), and each tier's routing key reaches exactly its
     wait queue."""
     queue = plan.config.name
     problems = []
     requeue = route(plan.requeue_exchange, None)
     if requeue != {queue}:
-        problems.append(f'retry path of "{queue}" returns to {sorted(requeue or [])} instead of exactly '
-                        f'"{queue}"; remove other bindings from "{plan.requeue_exchange}"')
+        problems.append(Problem("", RETRY_PATH_STRAYS, f'retry path of "{queue}" returns to {sorted(requeue or [])} '
+                                f'instead of exactly "{queue}"; remove other bindings from "{plan.requeue_exchange}"'))
     for tier in plan.tiers:
         reached = route(plan.retry_exchange, tier.routing_key)
         if reached != {tier.queue}:
-            problems.append(f'"{plan.retry_exchange}" routes {tier.routing_key} to {sorted(reached or [])} '
-                            f'instead of exactly "{tier.queue}"')
+            problems.append(Problem("", TIER_MISROUTED, f'"{plan.retry_exchange}" routes {tier.routing_key} to '
+                                    f'{sorted(reached or [])} instead of exactly "{tier.queue}"'))
     return problems
 

@@ -21,6 +21,7 @@ from tests.broker.test_delivery_limit import EMPTY, STATS_S, _jammed, _settles
 from tests.support.amqp import channel as _channel
 from tests.support.amqp import message_count, returned_by_crashed_readers
 from tests.support.mirror import Broker, esc, get
+from tests.support.problems import messages
 
 if TYPE_CHECKING:
     from tests.broker.conftest import Deployer, Deployment
@@ -31,7 +32,7 @@ QUIET_S = 2.5
 
 
 def _problems(vhost: str, config: Mapping[str, Any]) -> list[str]:
-    return check_vhost(plan_vhost(load_vhost({"name": vhost, **config}, "vhost")))
+    return messages(check_vhost(plan_vhost(load_vhost({"name": vhost, **config}, "vhost"))))
 
 
 def _apply_anyway(deploy: Deployer, monkeypatch: pytest.MonkeyPatch, config: dict[str, Any],

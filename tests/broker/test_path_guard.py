@@ -193,32 +193,23 @@ def test_the_escape_hatch_must_name_every_holding_queue_and_then_drops_the_path_
     assert all(get(broker, f"queues/{esc(vhost)}/{esc(q)}") is None for q in before.queues())
 
 
-def test_a_tier_removed_with_messages_waiting_in_it_is_refused(broker: Broker, vhost: str):
-    before = record_stack(broker, vhost, stack_config(tiers("orders", (WAIT, "20s"))))
-    after = record_stack(broker, vhost, stack_config(tiers("orders", (WAIT,))))
+@pytest.mark.parametrize(("before_queue", "after_queue", "tier"), [
+    (tiers("orders", (WAIT, "20s")), tiers("orders", (WAIT,)), 2),
+    (tiers("orders", queue_type="quorum"), levels("orders"), 1),
+], ids=["a tier removed", "the strategy switched without a migration"])
+def test_a_change_that_deletes_a_wait_tier_holding_messages_is_refused(
+        broker: Broker, vhost: str, before_queue: dict[str, Any], after_queue: dict[str, Any], tier: int):
+    before = record_stack(broker, vhost, stack_config(before_queue))
+    after = record_stack(broker, vhost, stack_config(after_queue))
     apply(broker, before.resources)
-    wait_in_tier(broker, vhost, before.contracts["orders"], 2)
+    wait_in_tier(broker, vhost, before.contracts["orders"], tier)
 
     why = refused(broker, before, after, ProgramHooks(broker))
-    assert f'"orders.wait.2" holds {HELD} messages' in why
+    assert f'"orders.wait.{tier}" holds {HELD} messages' in why
 
-    assert returned(broker, vhost, "orders") == [f"w2-{i}" for i in range(HELD)]
+    assert returned(broker, vhost, "orders") == [f"w{tier}-{i}" for i in range(HELD)]
     applied(broker, before, after)
-    assert get(broker, f"queues/{esc(vhost)}/orders.wait.2") is None
-
-
-def test_a_strategy_switched_without_a_migration_while_retries_wait_is_refused(broker: Broker, vhost: str):
-    before = record_stack(broker, vhost, stack_config(tiers("orders", queue_type="quorum")))
-    after = record_stack(broker, vhost, stack_config(levels("orders")))
-    apply(broker, before.resources)
-    wait_in_tier(broker, vhost, before.contracts["orders"], 1)
-
-    why = refused(broker, before, after, ProgramHooks(broker))
-    assert f'"orders.wait.1" holds {HELD} messages' in why
-
-    assert returned(broker, vhost, "orders") == [f"w1-{i}" for i in range(HELD)]
-    applied(broker, before, after)
-    assert get(broker, f"queues/{esc(vhost)}/orders.wait.1") is None
+    assert get(broker, f"queues/{esc(vhost)}/orders.wait.{tier}") is None
 
 
 def test_a_levels_queue_removed_while_copies_wait_in_the_shared_levels_is_refused(broker: Broker, vhost: str):

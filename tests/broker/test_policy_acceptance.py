@@ -1,6 +1,7 @@
 """Which policy keys and `apply-to` values each broker takes: every definition key the config accepts and every
 `apply-to` value, PUT through the management API as a user policy and as an operator policy, must be refused
-(400) exactly where components/config/capabilities.py says preview refuses it. Re-run it to re-measure a broker
+(400) exactly where the wire table (components/wire.py, read by components/config/capabilities.py) says preview
+refuses it. Re-run it to re-measure a broker
 version (`-s` prints what each broker refused)."""
 
 from __future__ import annotations
@@ -9,13 +10,8 @@ from collections.abc import Mapping
 
 import pytest
 
-from components.config.capabilities import (
-    APPLY_TO_VERSIONS,
-    NEWEST_MEASURED,
-    OPERATOR_POLICY_KEY_VERSIONS,
-    USER_POLICY_KEY_VERSIONS,
-    Version,
-)
+from components import wire
+from components.config.capabilities import APPLY_TO_VERSIONS, NEWEST_MEASURED, Version
 from components.config.keys import OPERATOR_POLICY_KEYS, POLICY_DEFINITION_KEYS, RETIRED_POLICY_KEYS
 from components.config.model import APPLY_TO
 from components.strategies import native
@@ -50,14 +46,20 @@ def _refusal(broker: Broker, vhost: str, kind: str, apply_to: str, definition: M
     return None
 
 
-def _refused_by_table(key: str, table: Mapping[str, tuple[Version, Version]], version: Version) -> bool | None:
-    """What preview says of `key` on `version`: refused, taken, or None between the measured versions."""
-    if key.startswith("delayed-retry-"):
-        return version < native.MIN_BROKER_VERSION[0]
-    if key not in table:
+def _refused_by_table(since: wire.Since | None, version: Version) -> bool | None:
+    """What the wire table says of a key on `version`: refused, taken, or None between the measured versions."""
+    if since is None:
         return False
-    refused_by, accepted_by = table[key]
-    return True if version <= refused_by else False if version >= accepted_by else None
+    if since.refused_by is None:
+        return version < since.minimum
+    return True if version <= since.refused_by else False if version >= since.minimum else None
+
+
+def _apply_to_refused(value: str, version: Version) -> bool | None:
+    if value not in APPLY_TO_VERSIONS:
+        return False
+    refused_by, accepted_by = APPLY_TO_VERSIONS[value]
+    return _refused_by_table(wire.Since(accepted_by, refused_by), version)
 
 
 def _probe(broker: Broker, kind: str, keys: tuple[str, ...]) -> tuple[dict[str, str | None], dict[str, str | None]]:
@@ -74,15 +76,15 @@ def test_the_broker_refuses_exactly_the_keys_and_apply_to_values_preview_refuses
         broker: Broker, kind: str) -> None:
     running = version(broker)
     operator = kind == "operator-policies"
-    keys, table = ((OPERATOR_POLICY_KEYS, OPERATOR_POLICY_KEY_VERSIONS) if operator
-                   else (POLICY_DEFINITION_KEYS, USER_POLICY_KEY_VERSIONS))
+    keys = OPERATOR_POLICY_KEYS if operator else POLICY_DEFINITION_KEYS
     by_key, by_apply_to = _probe(broker, kind, keys)
     print(f"\nRabbitMQ {'.'.join(map(str, running))} {KINDS[kind]} policies refuse: "
           f"{[k for k, r in by_key.items() if r]}; apply-to {[v for v, r in by_apply_to.items() if r]}")
-    expected = {key: _refused_by_table(key, table, running) for key in keys}
+    expected = {key: _refused_by_table(wire.BY_KEY[key].operator_since if operator else wire.BY_KEY[key].since,
+                                       running) for key in keys}
     assert {k: r is not None for k, r in by_key.items() if expected[k] is not None} == \
         {k: e for k, e in expected.items() if e is not None}, by_key
-    expected_apply_to = {v: _refused_by_table(v, APPLY_TO_VERSIONS, running) for v in APPLY_TO}
+    expected_apply_to = {v: _apply_to_refused(v, running) for v in APPLY_TO}
     assert {v: r is not None for v, r in by_apply_to.items() if expected_apply_to[v] is not None} == \
         {v: e for v, e in expected_apply_to.items() if e is not None}, by_apply_to
 

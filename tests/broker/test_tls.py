@@ -266,25 +266,30 @@ def test_a_hostname_the_certificate_does_not_name_is_one_line(tls_broker: Broker
                                        f"not for {name!r}")
 
 
+def refusal(url: str, tls: TlsSettings | None, error: type[Exception]) -> str:
+    """What the management client says when `url` is not the management API it expects: one line."""
+    with pytest.raises(error) as refused:
+        ManagementClient(url, "guest", "guest", tls).get("overview")
+    said = str(refused.value)
+    assert "\n" not in said
+    return said
+
+
 def test_https_to_the_plain_port_and_http_to_the_tls_port_say_so(tls_broker: Broker) -> None:
     plain = plain_of(tls_broker)
-    with pytest.raises(TlsError) as https_to_plain:
-        ManagementClient(f"https://{plain.host}:{plain.management_port}", "guest", "guest", tls_broker.tls).get(
-            "overview")
-    assert f"https://{plain.host}:{plain.management_port} does not speak TLS" in str(https_to_plain.value)
-    with pytest.raises(TlsError) as http_to_tls:
-        ManagementClient(f"http://{tls_broker.host}:{tls_broker.management_port}", "guest", "guest").get("overview")
-    assert str(http_to_tls.value).startswith(f"http://{tls_broker.host}:{tls_broker.management_port} speaks TLS: "
-                                             "use https:// in rabbitmq:endpoint")
+    https_to_plain = f"https://{plain.host}:{plain.management_port}"
+    assert f"{https_to_plain} does not speak TLS" in refusal(https_to_plain, tls_broker.tls, TlsError)
+    http_to_tls = f"http://{tls_broker.host}:{tls_broker.management_port}"
+    assert refusal(http_to_tls, None, TlsError).startswith(f"{http_to_tls} speaks TLS: use https:// in "
+                                                           "rabbitmq:endpoint")
 
 
 def test_http_to_an_amqp_port_says_it_is_the_amqp_port(tls_broker: Broker) -> None:
     """Point 6 of the TLS issue: this was `[Errno 104] Connection reset by peer`."""
     plain = plain_of(tls_broker)
-    with pytest.raises(UnreachableError) as error:
-        ManagementClient(f"http://{plain.host}:{plain.amqp_port}", "guest", "guest").get("overview")
-    assert str(error.value).startswith(f"http://{plain.host}:{plain.amqp_port} is an AMQP port, not the management "
-                                       "API: give the management port in rabbitmq:endpoint")
+    url = f"http://{plain.host}:{plain.amqp_port}"
+    assert refusal(url, None, UnreachableError).startswith(
+        f"{url} is an AMQP port, not the management API: give the management port in rabbitmq:endpoint")
 
 
 def test_the_wrong_scheme_or_port_for_amqp_is_one_line(tls_broker: Broker) -> None:

@@ -13,7 +13,7 @@ from urllib.parse import quote_plus
 
 import yaml
 
-from components import Vhost, naming
+from components import Vhost, naming, wire
 from components.checks import check_vhost
 from components.config import (
     EXCHANGE_TYPES,
@@ -25,6 +25,7 @@ from components.config import (
 from components.config.keys import NAMESPACE
 from components.durations import format_duration
 from components.guard import AMQP_PORT
+from components.migration_kinds import move
 from components.plan import plan_vhost
 from components.resources import ShovelAccess
 from tools.lib import engine
@@ -36,9 +37,9 @@ from tools.lib.recognise import Topology, dead_letter, queue_policy, recognise
 from tools.lib.stack_file import PROJECT
 
 DEFAULT_SUFFIX = ".v2"
-PLAIN_ARGUMENTS = frozenset({"x-queue-type"})
+PLAIN_ARGUMENTS = frozenset({wire.QUEUE_TYPE.argument})
 """The only argument every plain queue of ours carries."""
-QUORUM_GROUP_ARGUMENT = "x-quorum-initial-group-size"
+QUORUM_GROUP_ARGUMENT = wire.QUORUM_INITIAL_GROUP_SIZE.argument
 """A quorum queue's argument the stack declares too (`quorum_group_size`): an adopted queue keeps it."""
 
 Action = str
@@ -244,17 +245,17 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
         if name in owned_queues:
             continue
         arguments = dict(info.get("arguments") or {})
-        queue_type = str(arguments.get("x-queue-type") or info.get("type") or "classic")
+        queue_type = str(arguments.get(wire.QUEUE_TYPE.argument) or info.get("type") or "classic")
         if info.get("auto_delete") or not info.get("durable") or name.startswith(naming.RESERVED_PREFIX):
             adoption.decide(ALONE, "Queue", name, "transient (auto-delete, non-durable or server-named)")
             continue
         if queue_type not in QUEUE_TYPES or not _valid_name(name):
             adoption.decide(ALONE, "Queue", name, f"a {queue_type} queue or a name the provider cannot manage")
             continue
-        if "x-expires" in arguments:
+        if wire.EXPIRES.argument in arguments:
             adoption.decide(ALONE, "Queue", name, f"deletes itself when unused (x-expires "
-                            f"{format_duration(int(arguments['x-expires']))}), so the stack cannot own it; left as it "
-                            "is, it " + _kept_detail(snapshot, name).replace("; a retry", ", and a retry"))
+                            f"{format_duration(int(arguments[wire.EXPIRES.argument]))}), so the stack cannot own it; "
+                            "left as it is, it " + _kept_detail(snapshot, name).replace("; a retry", ", and a retry"))
             continue
         if queue_type == "quorum" and (policy := queue_policy(snapshot, name)) is not None:
             adoption.decide(ALONE, "Queue", name, f"user policy {code(str(policy['name']))} applies to it "
@@ -267,7 +268,7 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
         group_size = arguments.get(QUORUM_GROUP_ARGUMENT)
         kept = PLAIN_ARGUMENTS | ({QUORUM_GROUP_ARGUMENT} if _group_size_of(queue_type, group_size) else set())
         entry = queue_entry(name, queue_type, name)
-        if set(arguments) <= kept and "x-queue-type" in arguments:
+        if set(arguments) <= kept and wire.QUEUE_TYPE.argument in arguments:
             if QUORUM_GROUP_ARGUMENT in kept:
                 entry["quorum_group_size"] = group_size
         else:
@@ -275,12 +276,12 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
             # back on time through its own dead-letter route; a shovel would end its wait early).
             entry["arguments"] = arguments
             adoption.kept[name] = _kept_detail(snapshot, name)
-            if "x-queue-type" not in arguments:
+            if wire.QUEUE_TYPE.argument not in arguments:
                 untyped.append(name)
         if queue_type == "quorum":
-            if isinstance(arguments.get("x-delivery-limit"), int) and not isinstance(arguments["x-delivery-limit"],
-                                                                                     bool):
-                entry["delivery_limit"] = arguments["x-delivery-limit"]
+            limit = arguments.get(wire.DELIVERY_LIMIT.argument)
+            if isinstance(limit, int) and not isinstance(limit, bool):
+                entry["delivery_limit"] = limit
             else:
                 adoption.warnings.append(f"quorum queue {name}: the stack gives it a `delivery-limit` policy "
                                          "(`defaults.delivery_limit`, 20; RabbitMQ 4's default, unlimited on 3.x): "
@@ -326,7 +327,7 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
     successors = {q["name"] for q in vhost["queues"]}
     names: set[str] = set()
     for migration in adoption.migrations:
-        if migration["move"]["to"] in successors:
+        if migration[move.NAME]["to"] in successors:
             migration["name"] = _unique(migration["name"], names)
             vhost.setdefault("migrations", []).append(migration)
     return adoption
@@ -348,8 +349,7 @@ def _migration(old: str, new: str, topology: Topology | None) -> dict[str, Any]:
                                       ("exchanges", list(topology.exchanges)),
                                       ("policies", list(topology.policies))) if v}
     slug = re.sub(r"[^a-z0-9]+", "-", old.lower()).strip("-") or "queue"
-    return {"name": f"adopt-{slug}"[:60].rstrip("-"), "move": {"from": old, "to": new, "external": external or True},
-            "step": "move"}
+    return move.written(f"adopt-{slug}"[:60].rstrip("-"), old, new, external or True)
 
 
 def _messages(snapshot: Snapshot, queue: str) -> str:
@@ -364,30 +364,22 @@ def _messages(snapshot: Snapshot, queue: str) -> str:
 
 
 ENTRY_PATH = re.compile(r"vhost\.(policies|operator_policies|queues|exchanges)\[(\d+)\]")
+"""A key path within an entry the adoption may leave alone (`vhost.policies[2].definition.max-length`)."""
 
 
 def _drop_refused(adoption: Adoption) -> None:
     """Entries the config or the preview checks refuse (e.g. a policy that overlaps one of ours, a retired
-    3.10 mirroring key) are left alone, with the reason; what remains must plan cleanly."""
+    3.10 mirroring key) are left alone, with the reason; what remains must plan cleanly. Each problem is placed by
+    its key path (a `Problem`'s `path`, a ConfigError's), never by what its message says."""
     for _ in range(100):
         try:
             # Any shovel user plans the same objects; the stack's own is named when the stack file is written.
             plan = plan_vhost(load_vhost(copy.deepcopy(adoption.vhost), "vhost"), "vhost", naming.SHOVEL_USER)
-            problems = [(m.group(1), int(m.group(2)), text) for text in check_vhost(plan)
-                        if (m := ENTRY_PATH.search(text))]
-            unplaced = [text for text in check_vhost(plan) if not ENTRY_PATH.search(text)]
+            found = [(problem.path, problem.message) for problem in check_vhost(plan)]
         except ConfigError as error:
-            problems = [(m.group(1), int(m.group(2)), f"{path}: {message}") for path, message in error.problems
-                        if (m := ENTRY_PATH.search(path))]
-            unplaced = [f"{path}: {message}" for path, message in error.problems if not ENTRY_PATH.search(path)]
-        for text in list(unplaced):
-            overlapping = set(re.findall(r"'([^']*)'", text.split("RabbitMQ applies only one")[0]))
-            user = [i for i, p in enumerate(adoption.vhost["policies"]) if p["name"] in overlapping]
-            if "matched by policies" in text and user:
-                problems.append(("policies", user[0], f"{text}. Left alone it no longer applies there once our "
-                                 "policy exists (ours has a higher priority): move its settings into the queue's "
-                                 "config (e.g. max_length) or narrow its pattern"))
-                unplaced.remove(text)
+            found = [(path, f"{path}: {message}") for path, message in error.problems]
+        problems = [(m.group(1), int(m.group(2)), text) for path, text in found if (m := ENTRY_PATH.match(path))]
+        unplaced = [text for path, text in found if not ENTRY_PATH.match(path)]
         if unplaced:
             raise DefinitionsError("the adopted config does not plan: " + "; ".join(unplaced))
         if not problems:
@@ -505,9 +497,9 @@ def _retire_steps(adoption: Adoption, stack: str) -> list[str]:
              f"'rabbitmq-retry:passwords.{naming.SHOVEL_USER}' <password>`. Every step is in "
              "docs/migrations.md (retire an adopted runtime topology).", ""]
     for migration in adoption.vhost.get("migrations", []):
-        old, new, name = migration["move"]["from"], migration["move"]["to"], migration["name"]
+        old, new, name = migration[move.NAME]["from"], migration[move.NAME]["to"], migration["name"]
         topology = next((t for t in adoption.topologies if t.queue == old), None)
-        external = migration["move"]["external"]
+        external = migration[move.NAME]["external"]
         error_queue = external.get("error_queue") if isinstance(external, dict) else None
         retire = f"make migrate-retire STACK={stack} MIGRATION={name}"
         moved = code(old) + (f" and {code(error_queue)} (parked)" if error_queue else "")

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from components import wire
 from components.effective import PolicyIndex, effective_settings
 from components.entries import PolicyPlan, QueuePlan
 from components.user_limits import LIMIT_NAMES
@@ -244,12 +245,14 @@ def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_
     return found
 
 
-ROUTE_KEYS = ("message-ttl", "dead-letter-exchange", "dead-letter-routing-key", "dead-letter-strategy")
+ROUTE_KEYS = (wire.MESSAGE_TTL.key, wire.DEAD_LETTER_EXCHANGE.key, wire.DEAD_LETTER_ROUTING_KEY.key,
+              wire.DEAD_LETTER_STRATEGY.key)
 """What decides how long a message waits in a queue and where it goes when it expires or is rejected."""
 
 
 def _queue_plan(name: str, arguments: dict[str, Any], queue_type: str | None) -> QueuePlan:
-    return QueuePlan(name, name, str(arguments.get("x-queue-type") or queue_type or "classic"), arguments, "plain")
+    return QueuePlan(name, name, str(arguments.get(wire.QUEUE_TYPE.argument) or queue_type or "classic"), arguments,
+                     "plain")
 
 
 def _record_arguments(record: Registered) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from components import wire
 from components.effective import PolicyIndex
 from components.plan import PolicyPlan, QueuePlan
 from tools.lib.engine import USER_LIMITS, short_type
@@ -115,7 +116,7 @@ def config_policies(recording: Sequence[Registered], plan: PlanIndex) -> dict[tu
         vhost = str(r.inputs.get("vhost", "/"))
         if short_type(r.type) == "Queue":
             arguments = json.loads(r.inputs.get("settings", {}).get("argumentsJson") or "{}")
-            queue_type = str(arguments.get("x-queue-type", "classic"))
+            queue_type = str(arguments.get(wire.QUEUE_TYPE.argument, "classic"))
             queues.setdefault(vhost, []).append(QueuePlan("", str(r.inputs["name"]), queue_type, arguments, "plain"))
         elif short_type(r.type) == "Exchange":
             exchanges.setdefault(vhost, []).append(str(r.inputs["name"]))

@@ -15,6 +15,7 @@ from typing import Any
 
 from components import naming
 from components.durations import format_duration
+from components.migration_kinds import kind_of
 from rabbitmq_retry_client.depth import QueueDepth
 from tools.lib.queue_guard import Reader
 from tools.lib.review.migrations import MigrationInfo
@@ -38,12 +39,14 @@ class Status:
 
 
 def old_queues(m: MigrationInfo, read: Reader) -> list[tuple[str, QueueDepth | None]]:
-    """Every old queue of `m` with what it holds. In step retire of a move the config no longer says how many wait
-    tiers the old queue had: they are read until the first one missing."""
+    """Every old queue of `m` with what it holds. In step retire of a kind that retires a queue's every queue (a
+    move's old queue, `retired_family`) the config no longer says how many wait tiers that queue had: they are read
+    until the first one missing."""
     found = [(queue, read(m.vhost, queue)) for queue in m.old_queues]
-    if m.kind == "move" and m.retiring and not m.external:  # an external move names its old queues
+    whole = kind_of(m).retired_family(m)
+    if whole is not None and m.retiring and not m.external:  # an external move names its old queues
         for tier in range(1, MOST_WAIT_TIERS + 1):
-            queue = naming.wait_queue(m.source, tier)
+            queue = naming.wait_queue(whole, tier)
             depth = read(m.vhost, queue)
             if depth is None:
                 break
@@ -94,9 +97,7 @@ def next_step(m: MigrationInfo, depths: Sequence[tuple[str, QueueDepth | None]],
         return f"not yet: {queue} holds {depth.messages:,}{more}{hint}"
     if m.external:
         return "drained: set step: retire in a commit, apply it, then `" + retire + " APPLY=1`"
-    if m.kind == "move":
-        return (f"drained: remove {m.source} from {m.path.rsplit('.', 1)[0]}.queues and set step: retire in a commit")
-    return "drained: set step: retire in a commit"
+    return kind_of(m).drained(m)
 
 
 def shovel_state(shovel: Mapping[str, Any]) -> str:

@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from components import naming
+from components import naming, wire
+from components.entries import quorum_dead_lettering
 from tools.lib.definitions import Snapshot
 
 SNEAKERS_MAX_RETRIES = 5
@@ -80,33 +81,34 @@ def queue_policy(snapshot: Snapshot, queue: str) -> Mapping[str, Any] | None:
 
 def queue_type(snapshot: Snapshot, queue: str) -> str:
     info = snapshot.queues[queue]
-    return str((info.get("arguments") or {}).get("x-queue-type") or info.get("type") or "classic")
+    return str((info.get("arguments") or {}).get(wire.QUEUE_TYPE.argument) or info.get("type") or "classic")
 
 
 def dead_letter(snapshot: Snapshot, queue: str) -> DeadLetter:
     arguments = snapshot.queues[queue].get("arguments") or {}
     policy = queue_policy(snapshot, queue)
     definition = (policy or {}).get("definition") or {}
-    exchange = arguments.get("x-dead-letter-exchange")
-    from_policy = exchange is None and "dead-letter-exchange" in definition
+    exchange = arguments.get(wire.DEAD_LETTER_EXCHANGE.argument)
+    from_policy = exchange is None and wire.DEAD_LETTER_EXCHANGE.key in definition
     if from_policy:
-        exchange = definition["dead-letter-exchange"]
-    key = arguments.get("x-dead-letter-routing-key", definition.get("dead-letter-routing-key"))
-    ttls = [int(t) for t in (arguments.get("x-message-ttl"), definition.get("message-ttl")) if t is not None]
+        exchange = definition[wire.DEAD_LETTER_EXCHANGE.key]
+    key = arguments.get(wire.DEAD_LETTER_ROUTING_KEY.argument, definition.get(wire.DEAD_LETTER_ROUTING_KEY.key))
+    ttls = [int(t) for t in (arguments.get(wire.MESSAGE_TTL.argument), definition.get(wire.MESSAGE_TTL.key))
+            if t is not None]
     return DeadLetter(exchange, key, min(ttls) if ttls else None,
                       str(policy["name"]) if from_policy and policy else None)
 
 
-WORK_ARGUMENTS = frozenset({"x-queue-type", "x-dead-letter-exchange", "x-dead-letter-routing-key",
-                            "x-quorum-initial-group-size"})
+WORK_ARGUMENTS = frozenset({wire.QUEUE_TYPE.argument, wire.DEAD_LETTER_EXCHANGE.argument,
+                            wire.DEAD_LETTER_ROUTING_KEY.argument, wire.QUORUM_INITIAL_GROUP_SIZE.argument})
 """Arguments of a recognised work queue that the strategy taking it over replaces with its own (the dead-letter
 route into its retry path); any other argument (a length limit, a TTL, a priority …) would be dropped: then the
 topology is not recognised, and its queues are kept as they are, every argument with them."""
-WAIT_ARGUMENTS = WORK_ARGUMENTS | {"x-message-ttl"}
+WAIT_ARGUMENTS = WORK_ARGUMENTS | {wire.MESSAGE_TTL.argument}
 """Arguments of a recognised wait queue: its delay and its route back."""
-PLAIN = frozenset({"x-queue-type", "x-quorum-initial-group-size"})
+PLAIN = frozenset({wire.QUEUE_TYPE.argument, wire.QUORUM_INITIAL_GROUP_SIZE.argument})
 """Arguments of a recognised error queue (it parks; the successor's error queue takes its messages)."""
-QUORUM_DEAD_LETTERING = {"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
+QUORUM_DEAD_LETTERING = quorum_dead_lettering("quorum")
 """What this project's quorum queues always declare: a recognised quorum queue may hold exactly these."""
 
 
@@ -140,8 +142,8 @@ def _ours(snapshot: Snapshot, q: str) -> Topology | None:
     exchanges = (retry_x, requeue_x, *([error_x] if error_x in snapshot.exchanges else []))
     bindings = [i for x in exchanges for d in queues for i in _bound(snapshot, x, d)]
     limits: dict[str, int] = {}
-    for name, keys in ((q, {"max-length": "max_length", "delivery-limit": "delivery_limit"}),
-                       (error, {"message-ttl": "error_retention", "max-length": "error_max_length"})):
+    for name, keys in ((q, {wire.MAX_LENGTH.key: "max_length", wire.DELIVERY_LIMIT.key: "delivery_limit"}),
+                       (error, {wire.MESSAGE_TTL.key: "error_retention", wire.MAX_LENGTH.key: "error_max_length"})):
         definition = (snapshot.policies.get(name or "") or {}).get("definition") or {}
         limits |= {ours: int(definition[theirs]) for theirs, ours in keys.items() if theirs in definition}
     return Topology("ours", q, queue_type(snapshot, q), delays, len(delays), queues, exchanges, tuple(bindings),

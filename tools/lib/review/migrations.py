@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.durations import format_duration
+from components.config.model import RETIRE
+from components.migration_kinds import kind_of
 from rabbitmq_retry_client.depth import DepthError
 from tools.lib import engine, markdown
 from tools.lib.engine import Step
@@ -53,7 +54,7 @@ class MigrationInfo:
 
     @property
     def retiring(self) -> bool:
-        return self.step == "retire"
+        return self.step == RETIRE
 
 
 def infos(plans: Iterable[tuple[str, Any]]) -> list[MigrationInfo]:
@@ -91,8 +92,9 @@ def retired_by(record: Registered, base_plan: PlanIndex, migrations: Sequence[Mi
     vhost, name = str(record.inputs.get("vhost", "/")), physical_name(record)
     family = family_of(record, base_plan)
     for m in migrations:
-        if m.vhost == vhost and m.retiring and (name in m.old_queues or (m.kind == "move" and (
-                family == (vhost, m.source) or name == m.source))):
+        whole = kind_of(m).retired_family(m)
+        if m.vhost == vhost and m.retiring and (name in m.old_queues or (whole is not None and (
+                family == (vhost, whole) or name == whole))):
             return m
     return None
 
@@ -102,7 +104,7 @@ def kept_by_drains(migrations: Sequence[MigrationInfo]) -> dict[str, dict[str, s
     keeps declared out of the contract, with the drain's name: what routes there breaks only at its step retire."""
     kept: dict[str, dict[str, str]] = {}
     for m in migrations:
-        if m.kind != "move" and not m.retiring:
+        if kind_of(m).KEEPS_OUT_OF_CONTRACT and not m.retiring:
             kept.setdefault(m.vhost, {}).update((name, m.name) for name in m.old_queues)
     return kept
 
@@ -123,70 +125,22 @@ def _depth(read: Reader, vhost: str, queue: str) -> str:
     return f"holds **{depth.messages:,}** now ({markdown.text(depth.describe())})"
 
 
-def _what(m: MigrationInfo) -> str:
-    if m.kind == "move":
-        return f"move {markdown.code(m.source)} → {markdown.code(m.target)}"
-    if m.kind == "drain_tiers":
-        return f"drain the removed wait tiers of {markdown.code(m.source)}"
-    return "drain the removed delay levels"
-
-
-def what_retire_breaks(m: MigrationInfo) -> str:
-    """What a drain's step retire breaks for a consumer still on the contract from before its step drain."""
-    if m.kind == "drain_tiers":
-        return (f"one still on the contract from before the drain loses the retries it publishes in republish mode "
-                f"with a removed tier's routing key (no queue is bound to it any more; {markdown.code(m.source)}'s "
-                "retry exchange drops them).")
-    return ("one still on the contract from before the drain fails to publish a delayed copy to a removed level "
-            "(channel error 404 NOT_FOUND).")
-
-
 def _lines(m: MigrationInfo, stack: str, deleted: Sequence[str], read: Reader | None,
            endpoint: str | None) -> list[str]:
     status = f"`make migrate-status STACK={stack}{' ENDPOINT=' + endpoint if endpoint else ''}`"
-    out = ["", f"#### {markdown.code(m.vhost)} / {markdown.code(m.name)}: {_what(m)}, step `{m.step}`", ""]
+    kind = kind_of(m)
+    out = ["", f"#### {markdown.code(m.vhost)} / {markdown.code(m.name)}: {kind.title(m, markdown.code)}, "
+           f"step `{m.step}`", ""]
     if m.external:
         return out + _external_lines(m, stack, status, read)
-    if m.kind == "move" and not m.retiring:
-        moves = "; ".join(f"shovel {markdown.code(n)} {markdown.code(s)} → {markdown.code(d)}" for n, s, d in m.shovels)
-        out += [f"- Moves: {moves} (ack-mode on-confirm, src-delete-after never, as this stack's user "
-                f"{markdown.code(m.shovel_user or '')}).",
-                f"- Bindings: {markdown.code(m.source)} has none now; new publishes reach {markdown.code(m.target)} "
-                "only.",
-                f"- Kept as they were (nothing replaced): {_code(m.old_queues)}. What waits there returns to "
-                f"{markdown.code(m.source)} on time and the shovel carries it on: no wait restarts or ends early.",
-                f"- Consumers: the successor's contract says `migration.predecessor: {m.source}`; one still on "
-                f"{markdown.code(m.source)} keeps working until step retire.",
-                f"- Next: once {status} says drained, remove {markdown.code(m.source)} from {m.path.rsplit('.', 1)[0]}"
-                ".queues and set `step: retire` in one commit."]
-    elif not m.retiring:
-        out += [f"- Kept out of the contract, declared exactly as before until retire: {_code(m.old_queues)}. "
-                "Consumers on the new contract stop routing there; what waits there returns on time, and so does "
-                "what a consumer still on the old contract routes there: the contract rows above say what breaks "
-                "from step retire on.",
-                f"- Next: once {status} says drained and the consumers run the new contract, set `step: retire` in "
-                "one commit."]
-    else:
-        gone = list(deleted) or list(m.old_queues)
-        out += ["- Deletes, each only once empty (the queue guard fails `pulumi up` on one that holds messages): "
-                + (_code(gone) if read is None else "")]
-        if read is not None:
-            out += [f"  - {markdown.code(q)}: {_depth(read, m.vhost, q)}" for q in gone]
-        if m.kind == "move":
-            out += ["- Shovels and the shovel user's permissions in this vhost leave the plan (the user too when no "
-                    "other migration needs it)."]
-        if m.straggler_binding and m.max_delay_ms is not None:
-            out += [f"- {markdown.code(m.target)} is bound for {markdown.code(m.source)}'s key on the delay levels: a "
-                    "copy still waiting there reaches it. Remove the entry once delay_levels.max_delay "
-                    f"({format_duration(m.max_delay_ms)}) has passed since this is applied."]
-        elif m.kind == "move":
-            out += ["- After this is applied, removing the entry changes no resource (the successor's contract "
-                    "loses its `migration` object)."]
-        else:
-            out += [f"- Consumers must run the contract of step drain by now: {what_retire_breaks(m)}",
-                    "- After this is applied, removing the entry changes no resource."]
-        out += [f"- Check first: {status}."]
-    return out
+    if not m.retiring:
+        return out + kind.review_first_step(m, markdown.code, status)
+    gone = list(deleted) or list(m.old_queues)
+    out += ["- Deletes, each only once empty (the queue guard fails `pulumi up` on one that holds messages): "
+            + (_code(gone) if read is None else "")]
+    if read is not None:
+        out += [f"  - {markdown.code(q)}: {_depth(read, m.vhost, q)}" for q in gone]
+    return [*out, *kind.review_retire(m, markdown.code), f"- Check first: {status}."]
 
 
 def _external_lines(m: MigrationInfo, stack: str, status: str, read: Reader | None) -> list[str]:

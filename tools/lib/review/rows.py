@@ -198,10 +198,10 @@ RETRYABLE = "RetryableQueue"
 DELAY_LEVEL = re.compile(rf"{re.escape(DELAY_PREFIX)}\.[0-9]+")
 
 
-def any_level(text: str) -> str:
-    """`text` with each delay level `rabbitmq-retry.delay.<k>` as `rabbitmq-retry.delay.*`, so that the same change
+def any_level(line: str) -> str:
+    """`line` with each delay level `rabbitmq-retry.delay.<k>` as `rabbitmq-retry.delay.*`, so that the same change
     to every level of a vhost's shared delay levels reads alike (and is one row)."""
-    return DELAY_LEVEL.sub(f"{DELAY_PREFIX}.*", text)
+    return DELAY_LEVEL.sub(f"{DELAY_PREFIX}.*", line)
 
 
 def relative(name: str, queue: str) -> str:
