@@ -6,23 +6,21 @@ import pulumi
 
 from components import Vhost
 from components.alerts import rule_file, stack_rules
-from components.stack import (
-    application_passwords,
-    declare_shovel_user,
-    plan_stack,
-    read_stack_config,
-    register_guard,
-)
+from components.runtime_settings import read_stack_settings
+from components.stack import application_passwords, declare_shovel_user, plan_stack, register_guard
 
 # A short-lived process whose SDK object graph only grows: the cyclic collector's repeated passes over it were
 # most of the cost of a big stack (measured by `make bench`, P3: bench/README.md).
 gc.disable()
-config = read_stack_config()
-passwords = application_passwords(config)
+settings = read_stack_settings()  # everything the stack says, parsed once (components/config/settings.py)
+config = settings.config
+passwords = application_passwords(settings)
 retry_contracts = {}
 plans = plan_stack(config)  # planned and checked once; each component registers its part
-register_guard(plans)  # the queues' before-delete hook (components/guard.py), whatever the stack still declares
-shovel_access = declare_shovel_user(plans, passwords)  # when a migration moves a queue (components/migrations.py)
+# The queues' before-delete hook (components/guard.py), whatever the stack still declares.
+register_guard(plans, settings.delete_with_messages)
+# When a migration moves a queue (components/migrations.py).
+shovel_access = declare_shovel_user(plans, passwords, settings.amqp_port)
 for name, plan in plans:
     component = Vhost(name, {
         "plan": plan,
@@ -36,4 +34,5 @@ for name, plan in plans:
 pulumi.export("retry_contracts", retry_contracts)
 # Prometheus alerting rules derived from the same plans (components/alerts.py, docs/alerts.md): `make alerts` writes
 # them as a rule file, and a new queue never ships without its rules.
-pulumi.export("alert_rules", rule_file(stack_rules(pulumi.get_stack(), config.alerts, [plan for _, plan in plans])))
+alert_rules = rule_file(stack_rules(pulumi.get_stack(), config.alerts, [plan for _, plan in plans]))
+pulumi.export("alert_rules", alert_rules)

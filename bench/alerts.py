@@ -36,6 +36,7 @@ from components.durations import parse_duration
 from components.stack import plan_stack
 from rabbitmq_retry_client import ParkedQueue, Selection
 from rabbitmq_retry_client.cli import LIST_LIMIT
+from rabbitmq_retry_client.management import ManagementError
 from tests.support import prometheus
 from tests.support.amqp import parameters
 from tests.support.deploy import Deployer, unreachable
@@ -198,7 +199,7 @@ def results_file(brokers: Sequence[Broker], context: report.Context, out: Path, 
         for b in answering:
             try:
                 run(b)
-            except (OSError, pika.exceptions.AMQPError, TimeoutError) as error:  # e.g. the broker restarted
+            except (OSError, pika.exceptions.AMQPError, ManagementError, TimeoutError) as error:  # a broker restarted
                 failed.append(f"- {b.name}, {part}: not measured, {type(error).__name__}: {error}")
                 progress(failed[-1][2:])
     if not timings:

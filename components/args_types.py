@@ -7,16 +7,20 @@ description there, `snake_case` becomes `camelCase`. The run-time check stays th
 (`components/config`, `components/arguments.py`): as strict as the stack file, every problem with its key path.
 
 What the analyzer of pulumi 3.272 takes shapes these types: no `from __future__ import annotations` (string
-annotations break it), no unions (so durations are the strings users write, `"1m30s"`, and a key that takes
-"a string or a number" is left out, or written as a string: a policy's definition values, as the provider itself
-sends them), every optional key `NotRequired`. Keys that only a stack file carries for its tools (`import`,
-`migrations`) are in `VhostStackSpec`, for Python programs only (`import`, a Python keyword, not even there):
-the run-time check accepts them in any `vhost`.
+annotations break it), no unions (so durations are the strings users write, `"1m30s"`; a policy's definition values
+and a plain queue's `arguments` are strings, an integer as its digits; `move.external` is a mapping, `{}` for the
+stack file's `true`), every optional key `NotRequired`, each schema type a class of its own (the analyzer reads a
+field's description from the source of the class it is analysing, so an inherited field would have none). A key
+that is a Python keyword is its field with a trailing underscore (`move.from_`, `import_`, an alert rule's `for_`):
+the analyzer's `camel_case` drops the empty last part, so the schema property is `from` again, and the SDK hands
+another language's `from` over as `from_`. `stack_shape.py` takes these spellings and strings to the stack file's
+shape before the parser reads them; a Python program may also pass a stack file's entry as it is (`from`).
+Every stack-file key a component takes is a field here (`tests/test_component_package.py` compares them with
+`config/keys.py`). `alerts` is checked but registers nothing: a stack derives its alerting rules from its file.
 
 Pulumi-free: the contract types are the retry contract of `rabbitmq_retry_client/contract.schema.json`."""
 
-from collections.abc import Mapping
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 
 class BackoffSpec(TypedDict):
@@ -67,6 +71,42 @@ class BindingSpec(TypedDict):
     """The exchange is not declared by this stack (e.g. amq.topic)."""
 
 
+class AlertRuleSpec(TypedDict):
+    """One alerting rule's settings at this level (docs/alerts.md); unset keys come from the level above."""
+
+    enabled: NotRequired[bool]
+    """false switches the rule off here and below (a level below may switch it on again)."""
+    for_: NotRequired[str]
+    """`for` (Python: `for_`): how long the condition holds before the alert fires, a duration or "0s"."""
+    severity: NotRequired[str]
+    """The severity label: "critical", "warning" or "info"."""
+    threshold: NotRequired[int]
+    """Rules that count something (parked, error_growing, no_consumer, undeliverable): fires above it, at least 0."""
+    window: NotRequired[str]
+    """error_growing, not_draining, members_offline only: the range the rule looks back over, a duration."""
+    labels: NotRequired[dict[str, str]]
+    """Extra labels on this rule."""
+
+
+class QueueAlertsSpec(TypedDict):
+    """A retryable queue's own alerting rules; each overrides its vhost's and the stack's."""
+
+    labels: NotRequired[dict[str, str]]
+    """Extra labels on the queue's rules."""
+    parked: NotRequired[AlertRuleSpec]
+    """A message parked in the error queue."""
+    error_growing: NotRequired[AlertRuleSpec]
+    """The error queue growing."""
+    no_consumer: NotRequired[AlertRuleSpec]
+    """The input queue holding ready messages with no consumer."""
+    not_draining: NotRequired[AlertRuleSpec]
+    """A wait tier not draining past its delay."""
+    no_leader: NotRequired[AlertRuleSpec]
+    """A quorum queue reported by no node (no leader)."""
+    members_offline: NotRequired[AlertRuleSpec]
+    """A quorum queue with fewer members reporting than it had."""
+
+
 class QueueSpec(TypedDict):
     """A queue, as a `queues[]` entry of the stack file: plain, or retryable with a `retry` block."""
 
@@ -92,6 +132,10 @@ class QueueSpec(TypedDict):
     """Plain queues only: x-single-active-consumer (a change replaces the queue)."""
     quorum_group_size: NotRequired[int]
     """Quorum only: replication factor of the queue and every queue it owns; a change replaces them."""
+    arguments: NotRequired[dict[str, str]]
+    """Plain queues only: its arguments as the broker holds them; an integer as digits ("60000"), a bool "true"."""
+    alerts: NotRequired[QueueAlertsSpec]
+    """Retryable queues only: its alerting rules, read by the stack's alert rules (the component registers none)."""
 
 
 class DelayLevelsSpec(TypedDict):
@@ -182,6 +226,82 @@ class PolicySpec(TypedDict):
     """RabbitMQ's policy keys and values, each a string; an integer as its digits ("60000"), sent as an integer."""
 
 
+class VhostAlertsSpec(TypedDict):
+    """A vhost's alerting rules: those of its retryable queues and of its delay levels; each overrides the stack's."""
+
+    labels: NotRequired[dict[str, str]]
+    """Extra labels on the vhost's rules."""
+    parked: NotRequired[AlertRuleSpec]
+    """A message parked in an error queue of the vhost."""
+    error_growing: NotRequired[AlertRuleSpec]
+    """An error queue growing."""
+    no_consumer: NotRequired[AlertRuleSpec]
+    """An input queue holding ready messages with no consumer."""
+    not_draining: NotRequired[AlertRuleSpec]
+    """A wait tier or delay level not draining past its delay."""
+    no_leader: NotRequired[AlertRuleSpec]
+    """A retryable quorum queue reported by no node (no leader)."""
+    members_offline: NotRequired[AlertRuleSpec]
+    """A retryable quorum queue with fewer members reporting than it had."""
+    undeliverable: NotRequired[AlertRuleSpec]
+    """The delay levels' undeliverable queue holding messages."""
+
+
+class MoveExternalSpec(TypedDict):
+    """The old runtime topology of an external move, by name; none of it may be declared by the stack."""
+
+    error_queue: NotRequired[str]
+    """Where the old topology parks messages: shovelled to the successor's error queue (`to` needs a retry block)."""
+    queues: NotRequired[list[str]]
+    """Its other queues (wait or retry queues): deleted first by make migrate-retire, each only once empty."""
+    exchanges: NotRequired[list[str]]
+    """Its own exchanges: deleted by make migrate-retire once unused, after its queues."""
+    policies: NotRequired[list[str]]
+    """User policies that wired it (dead-lettering, TTL): deleted last by make migrate-retire."""
+
+
+class MoveSpec(TypedDict):
+    """A queue moves to a successor queue (rename, classic ↔ quorum, another strategy)."""
+
+    from_: str
+    """`from` (Python: `from_`): the old queue; in queues as it was, without bindings, in step move; gone in retire."""
+    to: str
+    """The successor, an ordinary queue of this vhost (a retryable one when the old queue is retryable)."""
+    external: NotRequired[MoveExternalSpec]
+    """The old queue is not the stack's (declared at runtime, adopted): {} is the stack file's `external: true`."""
+
+
+class DrainTiersSpec(TypedDict):
+    """Wait tiers removed from a queue's retry.delays drain before they are deleted."""
+
+    queue: str
+    """The queue (strategy tiers) whose retry.delays lost tiers."""
+    delays: list[str]
+    """Its retry.delays as they were before the change (more tiers than now), durations such as "1m"."""
+
+
+class DrainLevelsSpec(TypedDict):
+    """Delay levels removed by a lower delay_levels.max_delay drain before they are deleted."""
+
+    max_delay: str
+    """The vhost's delay_levels.max_delay as it was before the change (more levels than now), a duration."""
+
+
+class MigrationSpec(TypedDict):
+    """A change that would lose messages, in steps: exactly one of move, drain_tiers and drain_levels."""
+
+    name: str
+    """Unique in the vhost, of a-z, 0-9 and "-"; names the migration's shovels and shows in review and status."""
+    move: NotRequired[MoveSpec]
+    """A queue moves to a successor queue."""
+    drain_tiers: NotRequired[DrainTiersSpec]
+    """Wait tiers removed from a queue's retry.delays drain before they are deleted."""
+    drain_levels: NotRequired[DrainLevelsSpec]
+    """Delay levels removed by a lower delay_levels.max_delay drain before they are deleted."""
+    step: str
+    """Which commit this is: "move" then "retire" (move); "drain" then "retire" (drain_tiers, drain_levels)."""
+
+
 class VhostSpec(TypedDict):
     """A vhost, as a `vhosts[]` entry of the stack file."""
 
@@ -207,15 +327,16 @@ class VhostSpec(TypedDict):
     """Other user policies of the vhost."""
     operator_policies: NotRequired[list[PolicySpec]]
     """Operator policies: a definition of RabbitMQ's operator policy keys only (message-ttl, max-length, …)."""
+    import_: NotRequired[list[str]]
+    """`import` (Python: `import_`): objects Pulumi adopts, each "<kind> <provider ID>"; only in an existing vhost."""
+    migrations: NotRequired[list[MigrationSpec]]
+    """Changes that would lose messages, carried through step by step (docs/migrations.md)."""
+    alerts: NotRequired[VhostAlertsSpec]
+    """This vhost's alerting rules, read by the stack's alert rules (the component registers none)."""
 
 
-class VhostStackSpec(VhostSpec):
-    """Python only: a `vhosts[]` entry with the keys a stack file carries for its tools, whose shapes a component
-    package's schema cannot spell (`migrations[].move.from`: `from` is a Python keyword, and the analyzer takes field
-    descriptions from class bodies). Pass one where a `VhostSpec` is taken."""
-
-    migrations: NotRequired[list[Mapping[str, Any]]]
-    """Changes that would lose messages, carried through step by step (docs/config.md, Migrations)."""
+VhostStackSpec = VhostSpec
+"""The name `VhostSpec` had while `migrations` and `import` were typed for Python alone; kept for programs using it."""
 
 
 class ContractTier(TypedDict):

@@ -32,7 +32,7 @@ def schema_name(field: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
-def _hints(typed_dict: type) -> dict[str, Any]:
+def field_hints(typed_dict: type) -> dict[str, Any]:
     """A TypedDict's field types, NotRequired taken off. Not `typing.get_type_hints`: `pulumi.Input` holds a
     forward reference to `Output` that it cannot resolve."""
     wrappers: tuple[Any, ...] = (typing.NotRequired, typing.Required)
@@ -48,7 +48,7 @@ def _typed_dicts(annotation: Any) -> Iterator[type]:
     """Every TypedDict an annotation names, at any depth of lists, dicts, unions and Inputs."""
     if typing.is_typeddict(annotation):
         yield annotation
-        for hint in _hints(annotation).values():
+        for hint in field_hints(annotation).values():
             yield from _typed_dicts(hint)
     for arg in typing.get_args(annotation):
         yield from _typed_dicts(arg)
@@ -56,7 +56,7 @@ def _typed_dicts(annotation: Any) -> Iterator[type]:
 
 def field_names(args_type: type) -> frozenset[str]:
     """The field names of an args type and of every type inside it."""
-    return frozenset(name for typed_dict in _typed_dicts(args_type) for name in _hints(typed_dict))
+    return frozenset(name for typed_dict in _typed_dicts(args_type) for name in field_hints(typed_dict))
 
 
 def _wants_int(hint: Any) -> bool:
@@ -77,7 +77,7 @@ def integers(value: Any, hint: Any, path: str, problems: list[tuple[str, str]]) 
         problems.append((path, f"expected an integer, got {value!r}"))
         return value
     if typing.is_typeddict(hint) and isinstance(value, Mapping):
-        hints = _hints(hint)
+        hints = field_hints(hint)
         return {key: integers(item, hints[key], f"{path}.{schema_name(key)}", problems) if key in hints else item
                 for key, item in value.items()}
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -110,7 +110,7 @@ def spelled(path: str, where: str, fields: frozenset[str]) -> str:
 def schema_spelled(value: Any, hint: Any) -> Any:
     """`value`, typed by `hint`, with every field of every TypedDict in it named as the schema names it."""
     if typing.is_typeddict(hint) and isinstance(value, Mapping):
-        hints = _hints(hint)
+        hints = field_hints(hint)
         return {schema_name(key) if key in hints else key: schema_spelled(item, hints.get(key))
                 for key, item in value.items()}
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -131,7 +131,7 @@ def for_state(value: Any, hint: Any) -> Any:
     is: `contract.tiers[0].routing_key`, every contract of `Vhost.retry_contracts`. Those are spelled here, the
     rest left for the SDK."""
     if typing.is_typeddict(hint) and isinstance(value, Mapping):
-        hints = _hints(hint)
+        hints = field_hints(hint)
         return {key: for_state(item, hints[key]) if key in hints else item for key, item in value.items()}
     return schema_spelled(value, hint)
 
@@ -151,7 +151,7 @@ def _containers(hint: Any) -> Iterator[Any]:
     if typing.get_origin(hint) in (list, dict) and any(True for _ in _typed_dicts(hint)):
         yield hint
     if typing.is_typeddict(hint):
-        for field in _hints(hint).values():
+        for field in field_hints(hint).values():
             yield from _containers(field)
 
 

@@ -17,28 +17,28 @@ from __future__ import annotations
 import asyncio
 import os
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pulumi
-from pulumi.runtime import config as runtime_config
 
 from rabbitmq_retry_client.depth import BrokerAccess, DepthError, DepthReader, QueueDepth
 from rabbitmq_retry_client.management import truthy
 
 from .config import ConfigError
 from .config.keys import NAMESPACE
+from .config.settings import AMQP_PORT, DELETE_WITH_MESSAGES, parse_amqp_port, parse_delete_with_messages
 from .entries import VhostPlan
 from .paths import at_risk
+from .runtime_settings import runtime_guard_settings, runtime_provider_settings
 
 QUEUE_GUARD = "rabbitmq-retry-queue-guard"
 """The hook's name, recorded in the stack's state for every queue: the program must register a hook of this name
 in every later run, or the engine cannot delete those queues (`hook … was not registered`)."""
 PATH_GUARD = "rabbitmq-retry-path-guard"
 """The hook of the path guards (docs/guard.md, "The path guard"), recorded in the stack's state like QUEUE_GUARD."""
-DELETE_WITH_MESSAGES = "delete_with_messages"
-AMQP_PORT = "amqp_port"
-"""The guard's own keys (docs/guard.md): the topology parser accepts them (config/keys.py), this module parses them."""
+__all__ = ["AMQP_PORT", "DELETE_WITH_MESSAGES", "parse_amqp_port", "parse_delete_with_messages"]
+"""The guard's keys, parsed with the rest of the stack's settings (components/config/settings.py)."""
 
 
 class GuardError(Exception):
@@ -48,45 +48,6 @@ class GuardError(Exception):
 def queue_key(vhost: str, queue: str) -> str:
     """`<vhost>/<queue>`, as `delete_with_messages` names a queue (the default vhost: `//orders`)."""
     return f"{vhost}/{queue}"
-
-
-def _names_a_queue(entry: str) -> bool:
-    """Some `/` has a vhost before it and a queue after it."""
-    return any(entry[:i] and entry[i + 1:] for i, char in enumerate(entry) if char == "/")
-
-
-def parse_delete_with_messages(raw: object) -> tuple[frozenset[str], list[tuple[str, str]]]:
-    """(entries, problems) of `rabbitmq-retry:delete_with_messages`: a list of distinct `<vhost>/<queue>`."""
-    path = DELETE_WITH_MESSAGES
-    if raw is None:
-        return frozenset(), []
-    if isinstance(raw, (str, bytes)) or not isinstance(raw, Sequence):
-        return frozenset(), [(path, f"expected a list of <vhost>/<queue>, got {type(raw).__name__}: e.g. "
-                              '["shop/orders"] ("//orders" for a queue of the default vhost)')]
-    problems, seen = [], set()
-    for i, entry in enumerate(raw):
-        if not isinstance(entry, str) or not _names_a_queue(entry):
-            problems.append((f"{path}[{i}]", f"{entry!r} is not <vhost>/<queue>, e.g. \"shop/orders\" "
-                             '("//orders" for a queue of the default vhost)'))
-        elif entry in seen:
-            problems.append((f"{path}[{i}]", f"{entry!r} is listed twice; remove one"))
-        seen.add(entry)
-    return frozenset(e for e in raw if isinstance(e, str)), problems
-
-
-def parse_amqp_port(raw: object) -> tuple[int | None, list[tuple[str, str]]]:
-    """`rabbitmq-retry:amqp_port`: the broker's AMQP port as reached from where `pulumi up` runs."""
-    if raw is None:
-        return None, []
-    if isinstance(raw, bool) or not isinstance(raw, int) or not 0 < raw < 65536:
-        return None, [(AMQP_PORT, f"expected a port number (1-65535), got {raw!r}")]
-    return raw, []
-
-
-def check_guard_config(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Problems of the guard's keys in the namespace `raw` (keys without the `rabbitmq-retry:` prefix)."""
-    return (parse_delete_with_messages(raw.get(DELETE_WITH_MESSAGES))[1]
-            + parse_amqp_port(raw.get(AMQP_PORT))[1])
 
 
 def planned_queues(plans: Iterable[VhostPlan]) -> set[str]:
@@ -138,37 +99,27 @@ def check_queue_delete(vhost: str, queue: str, read: Callable[[str, str], QueueD
              f"listed in {NAMESPACE}:{DELETE_WITH_MESSAGES}")
 
 
-def _config(key: str) -> Any:
-    """A config value, decoded as the program decodes its own (structured values arrive as JSON text)."""
-    from .stack import _decode  # stack.py imports this module
-
-    return _decode(runtime_config.get_config(key))
-
-
 def provider_access() -> BrokerAccess:
     """The broker and user `pulumi up` deploys with: the provider's config, else its environment variables
     (docs/provider.md §9); `rabbitmq-retry:amqp_port` when the AMQP port cannot be read from the broker. DepthError
     without an endpoint."""
-    def setting(key: str, variable: str) -> str:
-        value = runtime_config.get_config(f"rabbitmq:{key}")
-        return str(value) if value else os.environ.get(variable, "")
+    def setting(value: str | None, variable: str) -> str:
+        return value or os.environ.get(variable, "")
 
-    port, problems = parse_amqp_port(_config(f"{NAMESPACE}:{AMQP_PORT}"))
-    if problems:
-        raise ConfigError(problems)
-    insecure = truthy(setting("insecure", "RABBITMQ_INSECURE"))
-    return BrokerAccess(setting("endpoint", "RABBITMQ_ENDPOINT"), setting("username", "RABBITMQ_USERNAME"),
-                        setting("password", "RABBITMQ_PASSWORD"), port,
-                        setting("cacertFile", "RABBITMQ_CACERT") or None, insecure,
-                        setting("clientcertFile", "RABBITMQ_CLIENTCERT") or None,
-                        setting("clientkeyFile", "RABBITMQ_CLIENTKEY") or None)
+    port = runtime_guard_settings().amqp_port
+    provider = runtime_provider_settings()
+    insecure = truthy(setting(provider.insecure, "RABBITMQ_INSECURE"))
+    return BrokerAccess(setting(provider.endpoint, "RABBITMQ_ENDPOINT"),
+                        setting(provider.username, "RABBITMQ_USERNAME"),
+                        setting(provider.password, "RABBITMQ_PASSWORD"), port,
+                        setting(provider.cacert_file, "RABBITMQ_CACERT") or None, insecure,
+                        setting(provider.clientcert_file, "RABBITMQ_CLIENTCERT") or None,
+                        setting(provider.clientkey_file, "RABBITMQ_CLIENTKEY") or None)
 
 
 def allowed_deletions() -> frozenset[str]:
-    entries, problems = parse_delete_with_messages(_config(f"{NAMESPACE}:{DELETE_WITH_MESSAGES}"))
-    if problems:
-        raise ConfigError(problems)
-    return entries
+    """The `delete_with_messages` entries as the engine hands them over when the hook runs."""
+    return runtime_guard_settings().delete_with_messages
 
 
 def _queue_of(args: pulumi.ResourceHookArgs) -> tuple[str, str]:

@@ -140,16 +140,25 @@ def children(component: str, layout: Iterable[Slot[PlanT]], plan: PlanT) -> Iter
             yield slot, logical_name(component, slot.key(entry)), entry
 
 
+Placed = tuple[tuple[str, ...], Slot[Any], str, Any, Any]
+"""(kinds of the components above it, its row, its logical name, its plan entry, the plan of the component that
+registers it)."""
+
+
+def walk(component: str, plan: VhostPlan) -> Iterator[Placed]:
+    """Everything the Vhost component `component` registers below itself, nested components included, in order:
+    the one walk of these tables, for the clash check and for the tools that look a registration up in the plan."""
+    def nested(chain: tuple[str, ...], layout: Iterable[Slot[Any]], name: str, owner: Any) -> Iterator[Placed]:
+        for slot, child, entry in children(name, layout, owner):
+            yield chain, slot, child, entry, owner
+            if slot.kind in NESTED:
+                yield from nested((*chain, slot.kind), NESTED[slot.kind], child, entry)
+
+    yield from nested(("Vhost",), VHOST, component, plan)
+
+
 def logical_names(component: str, plan: VhostPlan) -> list[tuple[str, str, str]]:
     """(parent type chain, kind, logical name) of everything the Vhost component `component` registers,
     itself and nested components included: what must be unique in a stack for the URNs to be."""
-    names = [("", "Vhost", component)]
-
-    def walk(chain: str, layout: Iterable[Slot[Any]], name: str, entries_of: Any) -> None:
-        for slot, child, entry in children(name, layout, entries_of):
-            names.append((chain, slot.kind, child))
-            if slot.kind in NESTED:
-                walk(f"{chain}${slot.kind}", NESTED[slot.kind], child, entry)
-
-    walk("Vhost", VHOST, component, plan)
-    return names
+    return [("", "Vhost", component),
+            *(("$".join(chain), slot.kind, name) for chain, slot, name, _, _ in walk(component, plan))]

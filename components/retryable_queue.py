@@ -1,5 +1,6 @@
 """RetryableQueue: one queue with delayed retries and an error (parking) queue, as its strategy plans them."""
 
+import functools
 from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict, cast
 
@@ -23,6 +24,7 @@ from .foreign import accepts_other_languages
 from .paths import inventory, retryable_path
 from .plan import plan_retryable
 from .resources import Scope, close_path_guard, declare_children, open_path_guard
+from .stack_shape import load_typed
 from .strategies import strategy_of
 
 TYPE_TOKEN = "rabbitmq-retry:index:RetryableQueue"
@@ -80,7 +82,8 @@ def _plan(where: str, checked: Mapping[str, Any]) -> RetryablePlan:
         queue = checked["queue"]
         config = levels.plan.config if levels is not None else None
         if not isinstance(queue, Queue):
-            queue = load_queue(queue, f"{where}.queue", delay_levels=config, levels_path=f"{where}.delay_levels")
+            queue = load_typed(functools.partial(load_queue, delay_levels=config, levels_path=f"{where}.delay_levels"),
+                               queue, QueueSpec, f"{where}.queue")
         elif config is not None:
             check_queue_levels(queue, f"{where}.queue", config, f"{where}.delay_levels")
     if queue.retry is None:

@@ -23,12 +23,13 @@ from .config import ConfigError, load_vhost
 from .config import Vhost as VhostConfig
 from .delay_levels import DelayLevels, DelayLevelsPythonArgs
 from .entries import DelayLevelsPlan, RetryablePlan, VhostPlan
-from .foreign import accepts_other_languages
+from .foreign import accepts_other_languages, hosted
 from .paths import inventory, vhost_paths
 from .plan import plan_vhost
 from .resources import BUILDERS, Scope, ShovelAccess, close_path_guard, declare_children, open_path_guard
 from .retryable_queue import RetryableQueue, RetryableQueuePythonArgs
 from .stack import stack_shovel_user
+from .stack_shape import load_typed
 
 TYPE_TOKEN = "rabbitmq-retry:index:Vhost"
 
@@ -100,9 +101,7 @@ class Vhost(pulumi.ComponentResource):
                                 "per application user")])
         shovel_access: ShovelAccess | None = checked.get("shovel_access")
         if self.plan.shovels and shovel_access is None:
-            raise ConfigError([(f"{where}.shovel_access", f"missing; migration {self.plan.shovels[0].migration} "
-                                "moves a queue with shovels, which connect as the stack's shovel user: pass "
-                                "stack.declare_shovel_user(...)")])
+            raise _no_shovel_access(where, self.plan)
         super().__init__(TYPE_TOKEN, name, None, opts)
         for warning in stale_policies(self.plan):
             pulumi.log.warn(warning.message, resource=self)
@@ -182,11 +181,24 @@ def _plan(where: str, name: str, checked: Mapping[str, Any]) -> VhostPlan:
         return plan
     config = checked["vhost"]
     if not isinstance(config, VhostConfig):
-        config = load_vhost(config, f"{where}.vhost")
+        config = load_typed(load_vhost, config, VhostSpec, f"{where}.vhost")
     plan = plan_vhost(config, checked.get("config_path", f"{where}.vhost"), stack_shovel_user())
     if problems := check_vhost(plan) + check_logical_names([(name, plan)]):
         raise TopologyError(f'vhost "{config.name}"', problems)
     return plan
+
+
+def _no_shovel_access(where: str, plan: VhostPlan) -> ConfigError:
+    """Step move of a migration without the stack's shovel user. Only a Python program can pass one: from another
+    language the problem is the step, said at the migration (the schema has no `shovel_access`)."""
+    migration = plan.shovels[0].migration
+    if not hosted():
+        return ConfigError([(f"{where}.shovel_access", f"missing; migration {migration} moves a queue with shovels, "
+                             "which connect as the stack's shovel user: pass stack.declare_shovel_user(...)")])
+    index = next(m.index for m in plan.config.migrations if m.name == migration)
+    return ConfigError([(f"{where}.vhost.migrations[{index}].step", f"migration {migration} moves a queue with "
+                         "shovels, which connect as a shovel user only a Python program passes (shovel_access): "
+                         "carry out step move from a Python stack; step retire and the drains need none")])
 
 
 def _password(where: str, user: str, passwords: Mapping[str, str]) -> str:

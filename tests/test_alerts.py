@@ -19,8 +19,7 @@ from components.config.alerts import RULE_KINDS
 from components.stack import plan_stack
 from tests.conftest import ROOT
 from tests.support.environment import missing
-from tools.lib.alerts import stack_alert_rules
-from tools.lib.planned import stack_values
+from tools.lib.evaluation import evaluate
 
 STACKS = {"dev": ROOT, "prod": ROOT, "every": ROOT / "tests" / "recordings"}
 
@@ -63,7 +62,7 @@ def kinds(rules: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 @pytest.mark.parametrize("name", sorted(STACKS))
 def test_every_retryable_queue_of_the_plan_has_its_rules(name: str) -> None:
-    config = load_stack_config(stack_values(name, STACKS[name]))
+    config = evaluate(name, STACKS[name]).settings.config
     plans = [p for _, p in plan_stack(config, "shovel")]
     rules = rules_by_key(rule_file(stack_rules(name, config.alerts, plans)))
     for plan in plans:
@@ -181,7 +180,7 @@ def test_the_tool_writes_what_the_program_exports(tmp_path: Path) -> None:
 
     assert main(["--stack", "dev", "--output", str(tmp_path / "a.yml")]) == 0
     written = yaml.safe_load((tmp_path / "a.yml").read_text(encoding="utf-8"))
-    assert written == stack_alert_rules("dev", ROOT)
+    assert written == evaluate("dev", ROOT).alert_rules
     assert main(["--stack", "dev", "--format", "prometheus-rule", "--output", str(tmp_path / "k.yml")]) == 0
     manifest = yaml.safe_load((tmp_path / "k.yml").read_text(encoding="utf-8"))
     assert manifest == prometheus_rule("dev", written)
@@ -200,7 +199,7 @@ def test_the_program_exports_them_as_alert_rules(monkeypatch: pytest.MonkeyPatch
         record_program("prod", ROOT)
     finally:
         close_event_loop()
-    assert exported["alert_rules"] == stack_alert_rules("prod", ROOT)
+    assert exported["alert_rules"] == evaluate("prod", ROOT).alert_rules
     assert set(exported) == {"retry_contracts", "alert_rules"}
 
 
@@ -221,7 +220,7 @@ def run_promtool(*args: str) -> str:
 
 @pytest.mark.parametrize("name", sorted(STACKS))
 def test_promtool_accepts_every_generated_file(name: str, tmp_path: Path) -> None:
-    rules = stack_alert_rules(name, STACKS[name])
+    rules = evaluate(name, STACKS[name]).alert_rules
     assert rules is not None
     path = tmp_path / "rules.yml"
     path.write_text(yaml.safe_dump(rules, sort_keys=False), encoding="utf-8")

@@ -23,10 +23,15 @@ from pulumi.provider.experimental import host
 from rabbitmq_retry import (
     ConfigError,
     RetryableQueue,
+    Vhost,
+    VhostSpec,
+    load_stack_config,
+    load_vhost,
 )
+from rabbitmq_retry.config.keys import KEY_TABLES
 
 from tests.support import package
-from tests.support.package import as_typescript_sends, cases
+from tests.support.package import adopted_vhost, as_typescript_sends, cases
 from tools.lib.mockrun import record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,6 +79,73 @@ def test_every_input_and_output_has_a_description_and_a_type_none_is_any() -> No
                 untyped.append(where)
     assert undescribed == []
     assert untyped == []
+
+
+STACK_ONLY = {"rabbitmq-retry": "the stack's top level", "defaults": "the stack's defaults, applied by its parser",
+              "broker": "the stack's broker version", "alerts": "the stack's own alerts block (metrics, selector)"}
+"""Key tables no component takes, and why."""
+MAPS_OF_RABBITMQ_KEYS = {"vhosts[].operator_policies[].definition"}
+"""Key tables of RabbitMQ's own names (`message-ttl`): a map of strings in the schema, not fields."""
+
+
+def _schema_object(schema: dict[str, Any], table: str) -> dict[str, Any]:
+    """The schema object a key table's mapping is: `vhosts[].queues[].retry` → VhostSpec.queues.items.retry;
+    `alerts.<rule>` → the rule settings of `vhosts[].alerts.parked`."""
+    segments = table.replace("alerts.<rule>", "vhosts[].alerts.parked").replace("vhosts[]", "vhost", 1).split(".")
+    properties = schema["resources"]["rabbitmq-retry:index:Vhost"]["inputProperties"]
+    prop: dict[str, Any] = {}
+    for segment in segments:
+        prop = properties[package.camel(segment.removesuffix("[]"))]
+        if segment.endswith("[]"):
+            prop = prop["items"]
+        if "$ref" in prop:
+            properties = schema["types"][prop["$ref"].removeprefix("#/types/")]["properties"]
+    return prop if "$ref" not in prop else {"properties": properties}
+
+
+def _untyped(tables: dict[str, tuple[str, ...]], schema: dict[str, Any]) -> list[str]:
+    """Each stack-file key without a field of that name (schema spelling) in the typed args, and each field
+    without a key; a table neither a component's nor listed above is one problem."""
+    problems = []
+    for table, keys in tables.items():
+        if table in STACK_ONLY:
+            continue
+        try:
+            typed = _schema_object(schema, table)
+        except KeyError:
+            problems.append(f"{table}: no typed field holds it (a stack-only table goes in STACK_ONLY)")
+            continue
+        if table in MAPS_OF_RABBITMQ_KEYS:
+            if typed.get("additionalProperties", {}).get("type") != "string":
+                problems.append(f"{table}: not a map of strings")
+            continue
+        fields = set(typed.get("properties", ()))
+        written = {package.camel(key) for key in keys}
+        problems += [f"{table}.{key}: no typed field" for key in sorted(written - fields)]
+        problems += [f"{table}.{key}: no stack-file key" for key in sorted(fields - written)]
+    return problems
+
+
+def test_every_stack_file_key_a_component_takes_is_a_typed_field_of_the_schema() -> None:
+    """components/config/keys.py against the schema other languages get: a new stack-file key cannot ship untyped.
+    Keywords included: the field `from_` is the schema's `from` (the analyzer's camel_case drops the empty tail)."""
+    schema = package.schema()
+    assert _untyped(dict(KEY_TABLES), schema) == []
+    move = schema["types"]["rabbitmq-retry:index:MoveSpec"]
+    assert set(move["required"]) == {"from", "to"}
+    assert move["properties"]["from"]["description"].startswith("`from` (Python: `from_`)")
+    vhost_type = schema["resources"]["rabbitmq-retry:index:Vhost"]["inputProperties"]["vhost"]["$ref"]
+    queues = schema["types"][vhost_type.removeprefix("#/types/")]["properties"]["queues"]["items"]["$ref"]
+    assert schema["resources"]["rabbitmq-retry:index:RetryableQueue"]["inputProperties"]["queue"]["$ref"] == queues
+
+
+def test_the_key_comparison_names_a_key_without_a_field_and_a_table_no_component_takes() -> None:
+    """The check above can fail: a key added to a table, and a table of its own."""
+    tables = {**KEY_TABLES, "vhosts[].migrations[].move": (*KEY_TABLES["vhosts[].migrations[].move"], "via"),
+              "vhosts[].shovels[]": ("name",)}
+    assert _untyped(tables, package.schema()) == [
+        "vhosts[].migrations[].move.via: no typed field",
+        "vhosts[].shovels[]: no typed field holds it (a stack-only table goes in STACK_ONLY)"]
 
 
 def test_the_retry_contract_output_is_a_typed_object_with_every_field_of_the_contract_schema() -> None:
@@ -239,6 +311,133 @@ def test_a_python_call_is_untouched_floats_are_refused_and_paths_stay_snake_case
     assert [path for path, _ in refused.value.problems] == ["RetryableQueue(billing).queue.retry.max_retries"]
 
 
+def test_the_adopted_vhost_with_migrations_sent_as_typescript_does_imports_migrates_and_converts(
+        hosted: None) -> None:
+    """What the construct tests compare, made visible: `import` adopts its queue, the retired move's old queue and
+    the drained tier stay as they should, the queue arguments written as strings are RabbitMQ's integer and
+    boolean, and the alert rule's integer came as a float. A TypeScript program writes `from` and `import`."""
+    sent = as_typescript_sends({"vhost": adopted_vhost()}, package.vhost_args())
+    assert "from" in sent["vhost"]["migrations"][0]["move"] and "import" in sent["vhost"]
+    assert sent["vhost"]["queues"][1]["alerts"]["parked"] == {"for": "5m", "threshold": 2.0}
+    rows = {r.name: r for r in record(lambda: _construct("Vhost", "root", sent))}
+    assert rows["root-legacy.jobs-input"].import_id == "legacy.jobs@/"
+    assert "root-legacy.jobs-wait-2" in rows  # drain_tiers keeps the removed tier until retire
+    assert json.loads(rows["root-queue-legacy.ttl"].inputs["settings"]["argumentsJson"]) == {
+        "x-message-ttl": 60000, "x-queue-type": "classic", "x-single-active-consumer": True}
+
+
+def _keywords_as_the_stack_file_writes_them(vhost: Any) -> dict[str, Any]:
+    """`vhost` with `from_`, `import_` and `for_` written `from`, `import` and `for`."""
+    text = json.dumps(vhost)
+    for key in ("from", "import", "for"):
+        text = text.replace(f'"{key}_"', f'"{key}"')
+    spelled: dict[str, Any] = json.loads(text)
+    return spelled
+
+
+def _stack_spelled(vhost: Any) -> dict[str, Any]:
+    """`adopted_vhost()` as a stack file writes it: `from`, `import`, `for`, queue arguments as their values."""
+    spelled = _keywords_as_the_stack_file_writes_them(vhost)
+    spelled["queues"][-1]["arguments"].update({"x-message-ttl": 60000, "x-single-active-consumer": True})
+    return spelled
+
+
+def test_a_python_caller_writes_from_and_import_with_an_underscore_or_as_the_stack_file_does_alike() -> None:
+    typed = _rows(record(lambda: Vhost("root", {"vhost": adopted_vhost()})))
+    assert _rows(record(lambda: Vhost("root", {"vhost": _stack_spelled(adopted_vhost())}))) == typed  # type: ignore[typeddict-item]
+    assert any(row["import_id"] for row in typed)
+
+
+def _python_refused(vhost: Any) -> list[tuple[str, str]]:
+    with pytest.raises(ConfigError) as refused:
+        Vhost("root", {"vhost": vhost})
+    return refused.value.problems
+
+
+def _wrong(vhost: VhostSpec) -> VhostSpec:
+    """`vhost` with a move onto itself, an import of another vhost's queue and a `for` that is no duration."""
+    vhost["migrations"][0]["move"]["from_"] = "legacy.jobs.q"
+    vhost["import_"] = ["queue orders@shop"]
+    vhost["alerts"]["no_consumer"]["for_"] = "soon"
+    return vhost
+
+
+def test_errors_name_a_keyword_key_as_the_caller_wrote_it() -> None:
+    """`from_` from Python's typed args, `from` from Python given a stack file's entry and from a stack file."""
+    expected = {"import{}[0]": "'orders@shop' is not an ID of this vhost (name@/)",
+                "migrations[0].move.to": '"legacy.jobs.q" is the queue it moves from; name the successor queue (a new '
+                                         "name: a queue keeps its type and its strategy for life)",
+                "alerts.no_consumer.for{}": '"soon" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)'}
+
+    def paths(prefix: str, suffix: str) -> dict[str, str]:
+        return {f"{prefix}.{key.format(suffix)}": message for key, message in expected.items()}
+
+    stack_spelled = _stack_spelled(_wrong(adopted_vhost()))
+    assert dict(_python_refused(_wrong(adopted_vhost()))) == paths("Vhost(root).vhost", "_")
+    assert dict(_python_refused(stack_spelled)) == paths("Vhost(root).vhost", "")
+    with pytest.raises(ConfigError) as refused:
+        load_stack_config({"vhosts": [stack_spelled]})
+    assert dict(refused.value.problems) == paths("vhosts[0]", "")
+
+
+def test_from_another_language_the_error_names_from_and_import_as_the_schema_does(hosted: None) -> None:
+    sent = as_typescript_sends({"vhost": _wrong(adopted_vhost())}, package.vhost_args())
+    paths = [path for path, _ in _refused("Vhost", "root", sent)]
+    assert paths == ["Vhost(root).vhost.import[0]", "Vhost(root).vhost.migrations[0].move.to",
+                     "Vhost(root).vhost.alerts.noConsumer.for"]
+
+
+def test_from_another_language_a_moves_step_move_is_refused_at_the_step_it_needs_a_python_stack_for(
+        hosted: None) -> None:
+    """Its shovels connect as the stack's shovel user, which only a Python program passes (`shovel_access`)."""
+    vhost = {"name": "jobs", "queues": [{"name": "jobs.c", "type": "classic"}, {"name": "jobs.q", "type": "quorum"}],
+             "migrations": [{"name": "to-quorum", "step": "move", "move": {"from": "jobs.c", "to": "jobs.q"}}]}
+    [(path, problem)] = _refused("Vhost", "jobs", {"vhost": vhost})
+    assert path == "Vhost(jobs).vhost.migrations[0].step"
+    assert problem.startswith("migration to-quorum moves a queue with shovels, which connect as a shovel user only a "
+                              "Python program passes (shovel_access)")
+
+
+def test_both_spellings_of_one_key_are_refused_and_a_stack_file_takes_only_its_own() -> None:
+    vhost = adopted_vhost()
+    vhost["migrations"][0]["move"]["from"] = "legacy.jobs.c"  # type: ignore[typeddict-unknown-key]
+    assert _python_refused(vhost) == [("Vhost(root).vhost.migrations[0].move.from",
+                                       "also written as from_; write one (from_ is the typed spelling)")]
+    with pytest.raises(ConfigError) as refused:
+        load_stack_config({"vhosts": [adopted_vhost()]})
+    assert {path: problem for path, problem in refused.value.problems if "_" in path.rsplit(".", 1)[-1]} == {
+        "vhosts[0].import_": 'unknown key; did you mean "import"? (allowed: name, existing, exchanges, queues, '
+                             "policies, operator_policies, applications, operators, limits, default_queue_type, "
+                             "delay_levels, import, migrations, alerts)",
+        **{f"vhosts[0].migrations[{i}].move.from_": 'unknown key; did you mean "from"? (allowed: from, to, external)'
+           for i in (0, 1)},
+        **{f"vhosts[0].{at}.for_": 'unknown key; did you mean "for"? (allowed: enabled, for, severity, threshold, '
+                                   'labels)' for at in ("alerts.no_consumer", "queues[1].alerts.parked")}}
+
+
+def test_an_empty_external_is_the_stack_files_external_true() -> None:
+    """`move.external` is `true` or a mapping in a stack file; typed, it is a mapping, and `{}` names what `true`
+    does (the old queue alone)."""
+    def config(external: object) -> Any:
+        vhost = _stack_spelled(adopted_vhost())
+        vhost["migrations"][1]["move"]["external"] = external
+        return load_vhost(vhost, "vhost").migrations[1]
+
+    assert config({}) == config(True) != config({"error_queue": "runtime.batch.dlq"})
+    assert config({}).external is not None
+
+
+def test_a_components_alerts_are_checked_though_it_registers_no_rule() -> None:
+    vhost = adopted_vhost()
+    vhost["alerts"]["no_consumer"]["severity"] = "loud"
+    assert _python_refused(vhost) == [("Vhost(root).vhost.alerts.no_consumer.severity",
+                                       "'loud' is not one of critical, warning, info")]
+    queue = {"name": "billing", "retry": {"delays": ["1s"]}, "alerts": {"undeliverable": {}}}
+    with pytest.raises(ConfigError) as refused:
+        RetryableQueue("billing", {"vhost": "payments", "queue": queue})  # type: ignore[typeddict-item]
+    assert [path for path, _ in refused.value.problems] == ["RetryableQueue(billing).queue.alerts.undeliverable"]
+
+
 # --- Python users: the same types, checked by mypy ---------------------------------------------------------
 
 
@@ -258,14 +457,17 @@ def _mypy(program: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
 
 def test_mypy_refuses_a_wrong_key_or_type_in_a_retryable_queue_call_and_takes_a_right_one(tmp_path: Path) -> None:
     wrong = _mypy("""
-        from rabbitmq_retry import RetryableQueue
+        from rabbitmq_retry import RetryableQueue, Vhost
 
         RetryableQueue("billing", {"vhost": "payments", "protect": True,
                                    "queue": {"name": "billing", "retry": {"delays": ["5s"], "max_retries": "6"}}})
+        Vhost("jobs", {"vhost": {"name": "jobs", "migrations": [
+            {"name": "to-quorum", "step": "move", "move": {"from": "jobs.c", "to": "jobs.q"}}]}})
     """, tmp_path)
     assert wrong.returncode == 1
     assert 'Extra key "protect" for TypedDict "RetryableQueueArgs"' in wrong.stdout
     assert '(expression has type "str", TypedDict item "max_retries" has type "int")' in wrong.stdout
+    assert 'Extra key "from" for TypedDict "MoveSpec"' in wrong.stdout
     right = _mypy("""
         from rabbitmq_retry import RetryableQueue, Vhost
 
@@ -274,6 +476,9 @@ def test_mypy_refuses_a_wrong_key_or_type_in_a_retryable_queue_call_and_takes_a_
             "queue": {"name": "billing", "type": "quorum", "retry": {"delays": ["5s", "1m"], "max_retries": 6}}})
         shop = Vhost("shop", {"vhost": {"name": "shop", "queues": [
             {"name": "refunds", "retry": {"strategy": "levels", "backoff": {"max": "5m"}, "max_retries": 6}}]}})
+        jobs = Vhost("jobs", {"vhost": {"name": "jobs", "existing": True, "import_": ["queue jobs.c@jobs"], "queues": [
+            {"name": "jobs.c", "type": "classic"}, {"name": "jobs.q", "type": "quorum"}], "migrations": [
+            {"name": "to-quorum", "step": "move", "move": {"from_": "jobs.c", "to": "jobs.q"}}]}})
         retries: int = billing.contract.apply(lambda c: c["max_retries"])  # wrong on purpose: an Output, not an int
     """, tmp_path)
     assert right.stdout.count("error:") == 1

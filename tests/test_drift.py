@@ -196,3 +196,92 @@ def test_a_policy_the_stack_does_not_declare_that_changes_a_queue_s_ttl_or_route
     assert effective.detail == ("message-ttl: stack none, broker 1000 (policy ttl-all); dead-letter-exchange: stack "
                                 "none, broker 'elsewhere' (policy ttl-all)")
     assert "## Different where it counts" in render("s", found, {"shop": _in_sync()})
+
+
+# What a migration still drains (issue 33, point 11): after `make adopt` and `pulumi up` of step move, the adopted
+# runtime topology is on the broker beside its successor until step retire; drift reads the migration from the
+# stack's evaluation, expects those objects, and compares the migration's shovels and user like the rest.
+
+def _adopted_stack(project: Path, step: str = "move") -> str:
+    from tests.test_migrate_external import adopted
+
+    (project / "Pulumi.moving.yaml").write_text(yaml.safe_dump({"config": {"rabbitmq-retry:vhosts": [adopted(step)]}}))
+    return "moving"
+
+
+def _broker_after_step_move(project: Path, stack: str) -> dict[str, Any]:
+    """A broker-wide export as `pulumi up` of the stack leaves it beside the runtime topology it adopted (the
+    Sneakers queues `orders`, `orders-retry`, `orders-error` and their exchanges, still draining), with the shovels
+    as the broker stores them and every user."""
+    from tools.lib.evaluation import evaluate
+    from tools.lib.export import export
+
+    recording = evaluate(stack, project).recording
+    definitions = export(recording).definitions
+    definitions["vhosts"].append({"name": "shop"})  # `existing: true`: the broker's, never the stack's
+    runtime = {"orders": {"x-dead-letter-exchange": "orders-retry"},
+               "orders-retry": {"x-dead-letter-exchange": "orders-retry-requeue", "x-message-ttl": 600000},
+               "orders-error": {}}
+    definitions["queues"] += [{"name": name, "vhost": "shop", "durable": True, "auto_delete": False,
+                               "arguments": arguments} for name, arguments in runtime.items()]
+    definitions["exchanges"] += [{"name": name, "vhost": "shop", "type": "topic", "durable": True,
+                                  "auto_delete": False, "internal": False, "arguments": {}}
+                                 for name in ("orders-retry", "orders-retry-requeue", "orders-error")]
+    old_bindings = (("orders-retry", "orders-retry"), ("orders-error", "orders-error"),
+                    ("orders-retry-requeue", "orders"))
+    definitions["bindings"] += [{"source": source, "vhost": "shop", "destination": queue, "destination_type": "queue",
+                                 "routing_key": "#", "arguments": {}} for source, queue in old_bindings]
+    definitions["parameters"] += [
+        {"vhost": "shop", "component": "shovel", "name": name,
+         "value": {"src-uri": "amqp://", "dest-uri": "amqp://", "src-queue": source, "dest-queue": target,
+                   "ack-mode": "on-confirm", "src-delete-after": "never"}}
+        for name, source, target in (("rabbitmq-retry.migrate.adopt-orders", "orders", "orders.v2"),
+                                     ("rabbitmq-retry.migrate.adopt-orders.error", "orders-error", "orders.v2.error"))]
+    return definitions
+
+
+def test_what_a_migration_still_drains_is_expected_and_its_shovels_and_user_are_compared(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stack = _adopted_stack(project)
+    definitions = _broker_after_step_move(project, stack)
+    shovels = [p["name"] for p in definitions["parameters"] if p["component"] == "shovel"]
+    assert any(u["name"].startswith("rabbitmq-retry-shovel") for u in definitions["users"])
+
+    def drift(edited: dict[str, Any]) -> tuple[int, str]:
+        path = project / "broker.json"
+        path.write_text(json.dumps(edited))
+        status = drift_command.main(["--stack", stack, "--root", str(project), "--definitions", str(path)])
+        return status, capsys.readouterr().out
+
+    status, report = drift(definitions)
+    assert status == 0, report
+    assert "**In sync**" in report
+    assert "Still draining, expected until their migration's step retire" in report
+    assert "`shop/orders`, `shop/orders-error`, `shop/orders-retry`" in report
+
+    without_shovel = {**definitions, "parameters": [p for p in definitions["parameters"] if p["name"] != shovels[0]]}
+    status, report = drift(without_shovel)
+    assert status == 2 and f"| shop | Shovel | {shovels[0]} |" in report.split("## Missing", 1)[1]
+
+    stray = {"vhost": "shop", "component": "shovel", "name": "by-hand", "value": {"src-queue": "orders",
+                                                                                "dest-queue": "elsewhere"}}
+    status, report = drift({**definitions, "parameters": [*definitions["parameters"], stray]})
+    assert status == 2 and "| shop | Shovel | by-hand | orders → elsewhere |" in report.split("## Extra", 1)[1]
+
+    moved = [{**p, "value": {**p["value"], "dest-queue": "elsewhere"}} if p["name"] == shovels[0] else p
+             for p in definitions["parameters"]]
+    status, report = drift({**definitions, "parameters": moved})
+    assert status == 2 and f"| shop | Shovel | {shovels[0]} | src-queue, dest-queue: stack orders → orders.v2, " \
+        "broker orders → elsewhere |" in report.split("## Different, immutable", 1)[1]
+
+    users = [u for u in definitions["users"] if not u["name"].startswith("rabbitmq-retry-shovel")]
+    status, report = drift({**definitions, "users": users})
+    assert status == 2 and "| shop | User | rabbitmq-retry-shovel" in report.split("## Missing", 1)[1]
+
+
+def test_at_step_retire_the_old_objects_are_extra_until_make_migrate_retire_removes_them(project: Path) -> None:
+    definitions = _broker_after_step_move(project, _adopted_stack(project))
+    _adopted_stack(project, "retire")
+    path = project / "broker.json"
+    path.write_text(json.dumps({**definitions, "parameters": []}))
+    assert drift_command.main(["--stack", "moving", "--root", str(project), "--definitions", str(path)]) == 2

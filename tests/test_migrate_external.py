@@ -135,8 +135,8 @@ def test_the_review_of_each_step_says_the_old_objects_are_not_the_stacks_and_exi
 
 def test_migrate_status_sends_an_external_retire_to_make_migrate_retire():
     from rabbitmq_retry_client.depth import QueueDepth
+    from tools.lib.evaluation import MigrationInfo
     from tools.lib.migrate_status import next_step
-    from tools.lib.review.migrations import MigrationInfo
 
     move = MigrationInfo("shop", "adopt-mailer", "move", "move", "vhosts[0].migrations[0]", "mailer", "mailer.v2",
                          (), ("mailer-retry", "mailer", "mailer-error"), False, None, external=True)
@@ -158,8 +158,8 @@ def test_migrate_status_prints_a_stopped_shovel_s_reason_and_what_to_check():
     Reason}` → `reason`); one that cannot connect stays `starting` (seen on 3.10.8 with a wrong port or vhost) unless
     its reconnect-delay is 0: then 4.3.6 reports it terminated, "failed to connect to source" (seen live)."""
     from rabbitmq_retry_client.depth import QueueDepth
+    from tools.lib.evaluation import MigrationInfo
     from tools.lib.migrate_status import next_step, shovel_state
-    from tools.lib.review.migrations import MigrationInfo
 
     stopped = {"name": "s", "state": "terminated", "reason": "{shutdown,\n  {server_initiated_close,530,\n"
                "   <<\"NOT_ALLOWED - vhost shop not found\">>}}"}

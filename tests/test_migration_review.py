@@ -14,9 +14,8 @@ import pytest
 from rabbitmq_retry_client.depth import QueueDepth
 from tests.test_review import BASE, STACK, orders, stack_file
 from tools.lib import engine, review
-from tools.lib.mockrun import record_program
-from tools.lib.planned import plan_index
-from tools.lib.review.migrations import Reader, migrations_of
+from tools.lib.evaluation import evaluate
+from tools.lib.review.migrations import Reader
 
 Run = Callable[..., tuple[str, int]]
 EVENTS = [{"exchange": "events", "routing_key": "order.created"}]
@@ -26,13 +25,13 @@ EVENTS = [{"exchange": "events", "routing_key": "order.created"}]
 def review_of(program_copy: Path) -> Run:
     """old config, new config → (the review for a comment, exit status), as `make review` computes them."""
     def run(old: dict[str, Any], new: dict[str, Any], read: Reader | None = None) -> tuple[str, int]:
-        recordings, plans = [], []
+        evaluations = []
         for config in (old, new):
             (program_copy / f"Pulumi.{STACK}.yaml").write_text(stack_file(config))
-            recordings.append(record_program(STACK, program_copy))
-            plans.append(plan_index(STACK, program_copy))
-        migrations = migrations_of(STACK, program_copy)
-        reviewed = review.render(engine.diff(*recordings), *recordings, (plans[0], plans[1]), migrations=migrations,
+            evaluations.append(evaluate(STACK, program_copy))
+        recordings = [e.recording for e in evaluations]
+        plans = (evaluations[0].plan, evaluations[1].plan)
+        reviewed = review.render(engine.diff(*recordings), *recordings, plans, migrations=evaluations[1].migrations,
                                  stack=STACK, read=read, endpoint="http://broker:15672" if read else None)
         return reviewed.compact, reviewed.status
     return run
@@ -198,8 +197,8 @@ def test_migrate_status_exits_1_with_one_line_naming_an_endpoint_it_cannot_read(
 
 
 def test_migrate_status_says_what_each_step_needs_next():
+    from tools.lib.evaluation import MigrationInfo
     from tools.lib.migrate_status import next_step
-    from tools.lib.review.migrations import MigrationInfo
 
     move = MigrationInfo("shop", "m", "move", "move", "vhosts[0].migrations[0]", "orders", "orders.q", (),
                          ("orders", "orders.wait.2"), False, None)
@@ -225,8 +224,8 @@ def test_migrate_status_says_what_each_step_needs_next():
 
 def test_migrate_status_warns_of_uncounted_copies_only_for_a_queue_that_retries_through_the_delay_levels():
     """Copies waiting in the shared delay levels cannot be counted per queue; a `tiers` queue has none there."""
+    from tools.lib.evaluation import MigrationInfo
     from tools.lib.migrate_status import Status, render
-    from tools.lib.review.migrations import MigrationInfo
 
     def rendered(source_in_levels: bool) -> str:
         move = MigrationInfo("shop", "m", "move", "move", "vhosts[0].migrations[0]", "orders", "orders.q", (),
@@ -245,15 +244,15 @@ def test_only_a_levels_queue_is_said_to_wait_in_the_delay_levels(program_copy: P
                                                                       "max_retries": 3,
                                                                       "backoff": {"initial": "1s", "max": "5m"}}})
     (program_copy / f"Pulumi.{STACK}.yaml").write_text(stack_file(config))
-    [move] = migrations_of(STACK, program_copy)
+    [move] = evaluate(STACK, program_copy).migrations
     assert move.max_delay_ms == 3_600_000 and not move.source_in_levels
 
 
 def test_migrate_status_says_drained_only_when_a_read_one_sample_later_agrees():
     """A message rejected just before the first read may not show in the management API's sample yet (a native
     delayed retry shows nowhere else): "drained" needs a second read, one sample later, that agrees."""
+    from tools.lib.evaluation import MigrationInfo
     from tools.lib.migrate_status import status
-    from tools.lib.review.migrations import MigrationInfo
 
     move = MigrationInfo("shop", "m", "move", "move", "vhosts[0].migrations[0]", "orders", "orders.q", (),
                          ("orders",), False, None)

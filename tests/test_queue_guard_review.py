@@ -4,7 +4,6 @@ to answer (tests/broker/test_guard.py reads a real one). Without an endpoint and
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rabbitmq_retry_client.depth import DepthError, QueueDepth
@@ -46,7 +45,7 @@ def test_live_depths_of_every_deleted_or_replaced_queue_fullest_first(program_co
             return None
         return held.get(queue, QueueDepth("shop", queue, 0, 0, 0, 0, "classic"))
 
-    section = guard_section(steps, {}, read, "http://rabbit:15672")
+    section = guard_section(steps, (), read, "http://rabbit:15672")
     assert sorted(read_queues) == sorted(q.queue for q in lost)
     lines = section.markdown.splitlines()
     depths = lines[lines.index("### What the deleted or replaced queues hold now (http://rabbit:15672)"):]
@@ -67,28 +66,26 @@ def test_live_depths_of_every_deleted_or_replaced_queue_fullest_first(program_co
         "- ⛔ `shop` / `orders`: `pulumi up` refuses this change now, because `orders` holds **1,234**, "
         "`orders.wait.2` holds **5**, `orders.error` cannot be read; it deletes nothing of the path until every queue "
         "of it is empty (a migration: `make migrate-status` says when)"]
-    waived = guard_section(steps, {"rabbitmq-retry:delete_with_messages": json.dumps(
-        ["shop/orders", "shop/orders.wait.2", "shop/orders.error"])}, read)
+    waived = guard_section(steps, ["shop/orders", "shop/orders.wait.2", "shop/orders.error"], read)
     assert "### Refused if applied now" not in waived.markdown
 
 
 def test_offline_and_without_waivers_the_review_gets_nothing(program_copy: Path):
     steps = steps_of(program_copy, BASE, changed(quorum_orders_without_audit))
-    assert guard_section(steps, {}, None) == guard_section(steps, {}, None, "x")
-    offline = guard_section(steps, {}, None)
+    assert guard_section(steps, (), None) == guard_section(steps, (), None, "x")
+    offline = guard_section(steps, (), None)
     assert not offline.data_loss and "### What the deleted or replaced queues hold now" not in offline.markdown
     # Offline, the paths the change deletes a part of are still listed, with what the guard reads first.
     assert offline.markdown.startswith("\n\n### Retry paths this change deletes a part of")
     assert "- `shop` / `audit`: deletes or replaces `Queue audit`. `pulumi up` first reads `audit`, whose messages " \
            "need what changes, and refuses, touching nothing, while any of them holds one" in offline.markdown
     unchanged = steps_of(program_copy, BASE, BASE)
-    assert guard_section(unchanged, {}, lambda v, q: None).markdown == ""  # nothing deleted: nothing read
+    assert guard_section(unchanged, (), lambda v, q: None).markdown == ""  # nothing deleted: nothing read
 
 
 def test_each_waiver_is_a_data_loss_line_and_a_stale_one_says_to_remove_it(program_copy: Path):
     steps = steps_of(program_copy, BASE, changed(quorum_orders_without_audit))
-    config = {"rabbitmq-retry:delete_with_messages": json.dumps(["shop/orders", "shop/payments"])}
-    section = guard_section(steps, config, None)
+    section = guard_section(steps, ["shop/orders", "shop/payments"], None)
     assert section.data_loss
     assert "- ⚠️ **data loss**: `shop/orders` — this change replaces it, and `delete_with_messages` lets " \
            "`pulumi up` do so with every message it holds" in section.markdown

@@ -689,8 +689,8 @@ def test_publish_takes_its_vhost_from_the_url_unless_vhost_is_given() -> None:
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_make_contracts_writes_the_plans_contracts_in_the_stack_outputs_shape(stack: str, tmp_path: Path) -> None:
     from components.config import load_stack_config
+    from components.config.stack_file import load
     from tools import contracts as make_contracts
-    from tools.lib.stack_file import load
 
     output = tmp_path / f"contracts.{stack}.json"
     assert make_contracts.main(["--stack", stack, "--output", str(output)]) == 0

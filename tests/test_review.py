@@ -9,6 +9,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -19,9 +21,10 @@ import yaml
 
 from tools.lib import engine, review, risk
 from tools.lib.diagram import CHANGED_STYLE, REMOVED_STYLE
+from tools.lib.evaluation import Evaluation, evaluate, finish, start
 from tools.lib.inventory import VHOST_COMPONENT
 from tools.lib.mockrun import ROOT, Registered, record_program
-from tools.lib.planned import Planned, plan_index
+from tools.lib.planned import Planned
 
 STACK = "review"
 BASE: dict[str, Any] = {
@@ -55,20 +58,27 @@ def orders(config: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture
 def review_of(program_copy: Path) -> Callable[..., tuple[list[engine.Step], str, int]]:
     """old config, new config → (changed steps but the path guards', the review for a comment, exit status),
-    evaluated in-process;
-    `run.full` is then the full report. One stack name for both sides: the stack is part of every URN."""
-    def run(old: dict[str, Any], new: dict[str, Any], allow_data_loss: bool = False):
+    evaluated in-process (`apart`: each in a process of its own, as `make review` does, with the copy's own
+    components); `run.full` is then the full report. One stack name for both sides: the stack is part of every URN."""
+    def run(old: dict[str, Any], new: dict[str, Any], allow_data_loss: bool = False, apart: bool = False):
         recordings, plans = [], []
         for config in (old, new):
             (program_copy / f"Pulumi.{STACK}.yaml").write_text(stack_file(config))
-            recordings.append(record_program(STACK, program_copy))
-            plans.append(plan_index(STACK, program_copy))
+            evaluated = evaluated_apart(STACK, program_copy) if apart else evaluate(STACK, program_copy)
+            recordings.append(evaluated.recording)
+            plans.append(evaluated.plan)
         steps = engine.diff(*recordings)
         reviewed = review.render(steps, *recordings, (plans[0], plans[1]), allow_data_loss=allow_data_loss)
         run.full = reviewed.full
         shown = [s for s in steps if s.custom and s.op != "same" and s.type != engine.STASH]
         return shown, reviewed.compact, reviewed.status
     return run
+
+
+def evaluated_apart(stack: str, root: Path) -> Evaluation:
+    """`root` evaluated in a process of its own (`python -m tools.evaluate`), as `make review` evaluates each side."""
+    with tempfile.TemporaryFile("w+") as output:
+        return finish(start(stack, root, output), output)
 
 
 def ops(steps: list[engine.Step]) -> set[tuple[str, str, str]]:
@@ -482,6 +492,44 @@ def test_make_review_and_make_plan_name_the_tools_exit_status(repo: Path):
     assert run(repo, "make", "-s", "plan", "STACK=dev").returncode == 0
 
 
+COUNTED = """
+
+import functools as _functools
+import os as _os
+
+
+def _counted(function):
+    @_functools.wraps(function)
+    def counted(*args, **kwargs):
+        with open(_os.environ["EVALUATION_LOG"], "a", encoding="utf-8") as log:
+            log.write(f"{function.__name__} {_os.path.abspath(__file__)}\\n")
+        return function(*args, **kwargs)
+    return counted
+
+
+NAME = _counted(NAME)
+"""
+
+
+def test_make_review_plans_and_parses_each_side_once(repo: Path, tmp_path: Path):
+    """Counted: the copy's planner entry point (`components.stack.plan_stack`) and topology parser
+    (`components.config.load.load_stack_config`) log each call with the project they belong to; `make review`
+    between two commits calls each once per side, BASE's in BASE's checkout."""
+    for module, name in (("components/stack.py", "plan_stack"), ("components/config/load.py", "load_stack_config")):
+        path = repo / module
+        path.write_text(path.read_text(encoding="utf-8") + COUNTED.replace("NAME", name), encoding="utf-8")
+    git(repo, "commit", "-qam", "count the planner's and the parser's calls")
+    commit_edit(repo, "delays: [1s, 5s, 15s]", "delays: [1s, 5s, 30s]")
+    log = tmp_path / "evaluations.log"
+    done = run(repo, "make", "-s", "review", "BASE=HEAD~1", "STACK=dev", EVALUATION_LOG=str(log))
+    assert done.returncode == 0, done.stderr
+    calls = Counter((function, module.split("/components/")[0]) for function, module in
+                    (line.split(" ", 1) for line in log.read_text(encoding="utf-8").splitlines()))
+    sides = {project for _, project in calls}
+    assert len(sides) == 2 and str(repo) in sides  # the working tree, and BASE's checkout
+    assert calls == {(function, project): 1 for function in ("plan_stack", "load_stack_config") for project in sides}
+
+
 # What a reviewer must see: new grants, protect/retain toggles, broken retry contracts, stale policies.
 
 PASSWORD = {"billing-app": {"secure": "v1:YmlsbGluZy1wYXNzd29yZA=="}}
@@ -606,7 +654,7 @@ def test_the_review_reads_roles_from_the_plan_not_from_logical_names(review_of, 
     old = changed(with_policy)
     new = changed(lambda c: (with_policy(c), c["vhosts"][0]["queues"][1].update(name="audit-v2"),
                              orders(c)["retry"].update(delays=["1s", "10s", "2m"])))
-    _, markdown, _ = review_of(old, new)
+    _, markdown, _ = review_of(old, new, apart=True)
     assert ("- policy `audit-limit` in vhost `shop` (pattern `^audit$`, apply-to queues) matches no queue or exchange "
             "after this change (it matched 1 before): if a queue was renamed, update the pattern") in markdown
     assert "| update | Policy | `shop-orders-wait-3-policy` | `orders.wait.3` | message-ttl 60000 → 120000 |" in \
@@ -654,7 +702,8 @@ def multiplied(recorded: Recorded, queues: int) -> Recorded:
 def record_stack(program_copy: Path) -> Callable[[dict[str, Any]], Recorded]:
     def run(config: dict[str, Any]) -> Recorded:
         (program_copy / f"Pulumi.{STACK}.yaml").write_text(stack_file(config))
-        return record_program(STACK, program_copy), plan_index(STACK, program_copy)
+        evaluated = evaluate(STACK, program_copy)
+        return evaluated.recording, evaluated.plan
     return run
 
 

@@ -12,9 +12,8 @@ from typing import Any
 import pytest
 from pulumi import RunError
 
-from tools.lib import mockrun
+from components.config.stack_file import SECRET_MARKER, is_secret_placeholder
 from tools.lib.mockrun import Registered, record_program
-from tools.lib.stack_file import is_secret_placeholder
 
 USER = "rabbitmq:index/user:User"
 SECURE = {"secure": "AAABAHNlY3JldA=="}
@@ -114,7 +113,7 @@ def test_a_preview_plans_a_missing_password_as_a_secret_placeholder_and_warns(pr
             ] == [users["billing.svc"].name]
     # Plans and reviews show it as a secret, the same every run, so a review sees no change.
     assert {r.inputs["name"]: r.inputs["password"] for r in shown if r.type == USER}["billing.svc"] == (
-        mockrun.SECRET_MARKER)
+        SECRET_MARKER)
     warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
     assert ('no password for application user "billing.svc": this preview uses a placeholder and `pulumi up` will '
             "refuse; set it with `pulumi config set --secret --path 'rabbitmq-retry:passwords[\"billing.svc\"]' "

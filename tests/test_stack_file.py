@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from components.config.stack_file import SECRET_MARKER, StackFileError, load, stack_config
 from tools.lib.mockrun import ROOT
-from tools.lib.stack_file import SECRET_MARKER, StackFileError, load, stack_config
 
 CIPHERTEXT = "v1:Zm9yLXRoZS10ZXN0cy1vbmx5LWRpc3RpbmN0aXZl"
 """A distinctive fake `secure:` value: it must never be printed."""

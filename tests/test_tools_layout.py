@@ -25,7 +25,7 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def test_the_commands_are_the_documented_ones() -> None:
-    assert COMMANDS == ["adopt", "alerts", "contracts", "definitions", "doctor", "drift", "migrate_retire",
+    assert COMMANDS == ["adopt", "alerts", "contracts", "definitions", "doctor", "drift", "evaluate", "migrate_retire",
                         "migrate_status", "mockrun", "mutate", "plan_report", "review"]
 
 

@@ -12,38 +12,21 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-import pulumi
-
+from tools.lib.cli import Written, stack_file_command
+from tools.lib.evaluation import Evaluation
 from tools.lib.export import counts, export, text
-from tools.lib.mockrun import ROOT, close_event_loop, record_program
-from tools.lib.stack_file import StackFileError
+
+
+def _definitions(args: argparse.Namespace, evaluated: Evaluation) -> Written:
+    found = export(evaluated.recording)
+    return Written(text(found), f"{counts(found)} of stack {args.stack}",
+                   [f"left out: {line}" for line in found.left_out])
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.definitions", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stack", default="dev")
-    parser.add_argument("--root", type=Path, default=ROOT, help="project directory holding __main__.py")
-    parser.add_argument("--output", type=Path, help="file to write (default: standard output)")
-    args = parser.parse_args(argv)
-    try:
-        recording = record_program(args.stack, args.root, preview=False)
-    except (pulumi.RunError, StackFileError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    finally:
-        close_event_loop()
-    found = export(recording)
-    if args.output is None:
-        sys.stdout.write(text(found))
-    else:
-        args.output.write_text(text(found))
-        print(f"wrote {args.output}: {counts(found)} of stack {args.stack}", file=sys.stderr)
-    for line in found.left_out:
-        print(f"left out: {line}", file=sys.stderr)
-    return 0
+    # As `pulumi up` runs the program: every user's password is required.
+    return stack_file_command(__doc__ or "", "python -m tools.definitions", argv, _definitions, preview=False)
 
 
 if __name__ == "__main__":

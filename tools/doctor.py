@@ -18,32 +18,31 @@ import sys
 
 import pulumi
 
-from components.config.keys import NAMESPACE
-from components.guard import AMQP_PORT
+from components.config.stack_file import StackFileError
 from rabbitmq_retry_client.management import ManagementError
 from tools.lib.cli import broker_client, broker_command_parser, tls_summary
 from tools.lib.definitions import DefinitionsError
-from tools.lib.doctor import diagnose, planned_objects, read_facts, render, stack_file_value, stack_settings
+from tools.lib.doctor import diagnose, read_facts, render
+from tools.lib.evaluation import EvaluationError, evaluate
 from tools.lib.mockrun import close_event_loop
-from tools.lib.stack_file import StackFileError
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = broker_command_parser(__doc__)
     args = parser.parse_args(argv)
     try:
-        config, raw = stack_settings(args.stack, args.root)
-        records = planned_objects(config)
-        endpoint = broker_client(args, raw, args.stack)
+        # The written broker.version is compared with the live one, not checked against what the stack uses.
+        evaluated = evaluate(args.stack, args.root, written_version=False, exiting=True)
+        config = evaluated.settings.config
+        endpoint = broker_client(args, evaluated.provider, args.stack)
         vhosts = sorted(v.name for v in config.vhosts)
         facts = read_facts(endpoint, vhosts)
-    except (pulumi.RunError, StackFileError, DefinitionsError, ManagementError) as error:
+    except (pulumi.RunError, StackFileError, EvaluationError, DefinitionsError, ManagementError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     finally:
         close_event_loop()
-    port = stack_file_value(raw.get(f"{NAMESPACE}:{AMQP_PORT}"))
-    found = diagnose(config, records, facts, port if isinstance(port, int) and not isinstance(port, bool) else None)
+    found = diagnose(config, evaluated.recording, facts, evaluated.amqp_port)
     print(render(args.stack, endpoint.url, facts, found, tls_summary(endpoint)))
     return found.status
 

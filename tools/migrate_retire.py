@@ -13,15 +13,14 @@ import sys
 
 import pulumi
 
-from components.guard import parse_amqp_port
+from components.config.stack_file import StackFileError
 from rabbitmq_retry_client.depth import BrokerAccess, DepthError
 from rabbitmq_retry_client.management import ManagementError
 from tools.lib.cli import broker_client, broker_command_parser
 from tools.lib.definitions import DefinitionsError, read_live
-from tools.lib.doctor import stack_settings
+from tools.lib.evaluation import EvaluationError, evaluate
 from tools.lib.migrate_retire import Broker, RetireError, find, retire
-from tools.lib.queue_guard import stack_amqp_port
-from tools.lib.stack_file import StackFileError
+from tools.lib.mockrun import close_event_loop
 
 REFUSED = 3
 
@@ -32,16 +31,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--apply", action="store_true", help="do it (default: print what it would do)")
     args = parser.parse_args(argv)
     try:
-        config, raw = stack_settings(args.stack, args.root)
-        found = find(config, args.migration)
-        endpoint = broker_client(args, raw, args.stack)
-        port, _ = parse_amqp_port(stack_amqp_port(raw))
+        try:
+            evaluated = evaluate(args.stack, args.root, written_version=False, exiting=True)
+        finally:
+            close_event_loop()
+        found = find(evaluated.settings.config, args.migration)
+        endpoint = broker_client(args, evaluated.provider, args.stack)
+        port = evaluated.amqp_port
         snapshot = read_live(endpoint, found.vhost)
         if not snapshot.exists:
             raise RetireError(f"vhost {found.vhost!r} does not exist at {endpoint.url}")
         broker = Broker(BrokerAccess.of(endpoint, port), found.vhost)
         finished = retire(found, snapshot, broker, args.apply, print)
-    except (pulumi.RunError, StackFileError, DefinitionsError, DepthError, RetireError, ManagementError) as error:
+    except (pulumi.RunError, StackFileError, EvaluationError, DefinitionsError, DepthError, RetireError,
+            ManagementError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0 if finished else REFUSED

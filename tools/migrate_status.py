@@ -15,15 +15,15 @@ import time
 
 import pulumi
 
+from components.config.stack_file import StackFileError
 from rabbitmq_retry_client.depth import DepthError
 from rabbitmq_retry_client.management import ManagementError, path_escape
 from tools.lib.cli import broker_client, broker_command_parser
 from tools.lib.definitions import DefinitionsError
+from tools.lib.evaluation import EvaluationError, evaluate
 from tools.lib.migrate_status import SAMPLE_S, render, status
-from tools.lib.mockrun import close_event_loop, stack_config
+from tools.lib.mockrun import close_event_loop
 from tools.lib.queue_guard import depth_reader
-from tools.lib.review.migrations import migrations_of
-from tools.lib.stack_file import StackFileError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,19 +31,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     url = args.endpoint or "the broker"
     try:
-        config, _ = stack_config(args.stack, args.root)
-        endpoint = broker_client(args, config, args.stack)
+        evaluated = evaluate(args.stack, args.root, exiting=True)
+        endpoint = broker_client(args, evaluated.provider, args.stack)
         url = endpoint.url
         endpoint.get("overview")  # unreachable or refused: one line, exit 1, even without migrations
-        migrations = migrations_of(args.stack, args.root)
-        read = depth_reader(args.stack, args.root, endpoint)
+        migrations = evaluated.migrations
+        read = depth_reader(evaluated.amqp_port, endpoint)
         assert read is not None
 
         def shovels(vhost: str) -> list[dict[str, object]]:
             return list(endpoint.get(f"shovels/{path_escape(vhost)}") or [])
 
         statuses = [status(m, read, shovels, args.stack, settle=lambda: time.sleep(SAMPLE_S)) for m in migrations]
-    except (pulumi.RunError, StackFileError, DefinitionsError, DepthError, ManagementError) as error:
+    except (pulumi.RunError, StackFileError, EvaluationError, DefinitionsError, DepthError, ManagementError) as error:
         print(f"error: {url}: {error}".replace("\n", " "), file=sys.stderr)
         return 1
     finally:

@@ -1,8 +1,10 @@
 """`make review BASE=<rev> STACK=<stack>`: what `pulumi up` would do to a stack between git revision BASE
 and the working tree, as Markdown for a pull-request comment, with the risk of every change.
 
-Both sides run under Pulumi's mocks (no CLI, broker or secrets), at once, each in its own `tools.mockrun`
-subprocess so that BASE's own `__main__.py` and `components/` are evaluated; `tools/lib/engine.py` compares them.
+Both sides are evaluated once each under Pulumi's mocks (no CLI, broker or secrets), at once, each in a process of
+its own (`python -m tools.evaluate`, tools/lib/evaluation.py) so that BASE's own `__main__.py` and `components/`
+are evaluated by BASE's own code; `tools/lib/engine.py` compares the two recordings, and the review reads each
+side's plan, migrations and alerting rules from its evaluation.
 The review printed (and written to --output) fits one comment: identical changes are grouped, diagrams
 are drawn for retry paths whose shape or risk changed; --output-full gets every change and diagram.
 Exit status: 0 no data loss (or acknowledged with ALLOW_DATA_LOSS=1 / --allow-data-loss), 2 a queue or
@@ -23,17 +25,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+from components.config.stack_file import StackFileError
 from rabbitmq_retry_client.management import ManagementError
 from tools.lib import engine
 from tools.lib.checkout import CheckoutError, checkout
 from tools.lib.cli import add_tls_arguments, broker_client
 from tools.lib.definitions import DefinitionsError
-from tools.lib.mockrun import stack_config
 from tools.lib.queue_guard import depth_reader, review_section
-from tools.lib.review import BaseProgramError, ReviewError, evaluate_both, plans_of, render
+from tools.lib.review import BaseProgramError, ReviewError, evaluate_both, render
 from tools.lib.review import alerts as alert_rules
-from tools.lib.review.migrations import migrations_of
-from tools.lib.stack_file import StackFileError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,22 +57,22 @@ def main(argv: list[str] | None = None) -> int:
             commit = checkout(args.base, project, Path(tmp))
             at_base = (Path(tmp) / stack_file).exists()
             try:
-                old, new = evaluate_both(args.stack, project, Path(tmp) if at_base else None)
-                plans = plans_of(args.stack, project, Path(tmp) if at_base else None, (old, new))
-                migrations = migrations_of(args.stack, project)
-                rules = alert_rules.diff(args.stack, project, Path(tmp) if at_base else None)
+                base, head = evaluate_both(args.stack, project, Path(tmp) if at_base else None)
             except BaseProgramError as error:
                 raise ReviewError(f"the program at BASE={args.base} ({commit}) fails:\n{error}") from None
-        steps = engine.diff(old, new)
+        old = base.recording if base is not None else []
+        plans = (base.plan if base is not None else {}, head.plan)
+        rules = alert_rules.diff(base.alert_rules if base is not None else None, head.alert_rules)
+        steps = engine.diff(old, head.recording)
     except (ReviewError, CheckoutError) as error:
         print(error, file=sys.stderr)
         return 1
     try:
-        client = broker_client(args, stack_config(args.stack, project)[0], args.stack) if args.endpoint else None
-        reader = depth_reader(args.stack, project, client)
-        review = render(steps, old, new, plans, allow_data_loss=allow, migrations=migrations, stack=args.stack,
-                        read=reader, endpoint=args.endpoint)
-        guard = review_section(steps, args.stack, project, client)
+        client = broker_client(args, head.provider, args.stack) if args.endpoint else None
+        reader = depth_reader(head.amqp_port, client)
+        review = render(steps, old, head.recording, plans, allow_data_loss=allow, migrations=head.migrations,
+                        stack=args.stack, read=reader, endpoint=args.endpoint)
+        guard = review_section(steps, head.delete_with_messages, head.amqp_port, client)
     except (DefinitionsError, StackFileError, ManagementError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -227,24 +227,40 @@ def parse_alerts(p: Problems, top: Mapping[str, Any]) -> AlertsConfig:
     for i, vhost in enumerate(raw_vhosts if isinstance(raw_vhosts, list) else ()):
         if not isinstance(vhost, Mapping):
             continue
-        name = vhost.get("name")
-        if vhost.get("alerts") is not None:
-            data = _block(p, f"vhosts[{i}].alerts", vhost["alerts"], VHOST_ALERTS_KEYS)
-            if data is not INVALID and isinstance(name, str):
-                vhosts[name] = _level(p, f"vhosts[{i}].alerts", data, SCOPES["vhost"])
-        raw_queues = vhost.get("queues")
-        for j, queue in enumerate(raw_queues if isinstance(raw_queues, list) else ()):
-            if not isinstance(queue, Mapping) or queue.get("alerts") is None:
-                continue
-            path = f"vhosts[{i}].queues[{j}].alerts"
-            if queue.get("retry") is None:
-                p.add(path, "alerts are derived for retryable queues only: this queue has no `retry` block; remove "
-                      "the key")
-                continue
-            data = _block(p, path, queue["alerts"], QUEUE_ALERTS_KEYS)
-            if data is not INVALID and isinstance(name, str) and isinstance(queue.get("name"), str):
-                queues[(name, queue["name"])] = _level(p, path, data, SCOPES["queue"])
+        level, queue_levels = vhost_alerts(p, f"vhosts[{i}]", vhost)
+        if isinstance(name := vhost.get("name"), str):
+            vhosts.update({name: level} if level is not None else {})
+            queues.update({(name, queue): level for queue, level in queue_levels.items()})
     return replace(config, vhosts=vhosts, queues=queues)
+
+
+def vhost_alerts(p: Problems, path: str, vhost: Mapping[str, Any]) -> tuple[Level | None, dict[str, Level]]:
+    """The `alerts` of one raw vhost entry at `path`, and of each of its queues by name (a Vhost component checks
+    them through this too)."""
+    level = None
+    if vhost.get("alerts") is not None:
+        data = _block(p, f"{path}.alerts", vhost["alerts"], VHOST_ALERTS_KEYS)
+        if data is not INVALID:
+            level = _level(p, f"{path}.alerts", data, SCOPES["vhost"])
+    queues: dict[str, Level] = {}
+    raw_queues = vhost.get("queues")
+    for j, queue in enumerate(raw_queues if isinstance(raw_queues, list) else ()):
+        queue_level = queue_alerts(p, f"{path}.queues[{j}]", queue) if isinstance(queue, Mapping) else None
+        if queue_level is not None and isinstance(queue.get("name"), str):
+            queues[queue["name"]] = queue_level
+    return level, queues
+
+
+def queue_alerts(p: Problems, path: str, queue: Mapping[str, Any]) -> Level | None:
+    """The `alerts` of one raw queue entry at `path`, None when it has none (a RetryableQueue checks them too)."""
+    if queue.get("alerts") is None:
+        return None
+    if queue.get("retry") is None:
+        p.add(f"{path}.alerts", "alerts are derived for retryable queues only: this queue has no `retry` block; "
+              "remove the key")
+        return None
+    data = _block(p, f"{path}.alerts", queue["alerts"], QUEUE_ALERTS_KEYS)
+    return None if data is INVALID else _level(p, f"{path}.alerts", data, SCOPES["queue"])
 
 
 def _selector(p: Problems, raw: object) -> dict[str, str]:

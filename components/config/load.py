@@ -8,7 +8,7 @@ from typing import Any
 
 from ..naming import SHOVEL_USER
 from ..strategies.levels import LevelsRetry, check_backoff_fits
-from .alerts import parse_alerts
+from .alerts import parse_alerts, queue_alerts, vhost_alerts
 from .capabilities import TARGET_GROUP_SIZE_FROM, Version, parse_version, version_problems
 from .crosschecks import check_users, check_vhost, check_vhost_names
 from .fields import ABSENT, INVALID, Problems, boolean, describe, did_you_mean, items, mapping, optional
@@ -146,6 +146,8 @@ def load_queue(raw: Mapping[str, Any], path: str, defaults: Defaults = BUILT_IN_
     `levels_path` names where they come from in the problems."""
     p = Problems()
     queue = parse_queue(p, path, 0, raw, defaults).value
+    if isinstance(raw, Mapping):
+        queue_alerts(p, path, raw)  # checked only: a stack derives its alerting rules from its own file
     p.raise_if_any()
     assert isinstance(queue, Queue)
     if delay_levels is not None:
@@ -175,6 +177,8 @@ def load_vhost(raw: Mapping[str, Any], path: str, defaults: Defaults = BUILT_IN_
     p = Problems()
     entry = parse_vhost(p, path, 0, raw, defaults)
     check_vhost(p, entry)
+    if isinstance(raw, Mapping):
+        vhost_alerts(p, path, raw)  # checked only: a stack derives its alerting rules from its own file
     p.raise_if_any()
     assert isinstance(entry.value, Vhost)
     return entry.value

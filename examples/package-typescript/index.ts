@@ -27,6 +27,11 @@ const shop = new rabbitmqRetry.Vhost("shop", {
             },
         }],
         delayLevels: { unit: "1s", maxDelay: "1h" },
+        // A change that would lose messages goes through a migration (docs/migrations.md). Lowering maxDelay to
+        // "30m", say, drops a level: keep the old value here until what waits there has come back, then retire it:
+        //   migrations: [{ name: "levels-to-30m", step: "drain", drainLevels: { maxDelay: "1h" } }],
+        // A moved queue is `move: { from: "old", to: "new" }`; its step "move" runs from a Python stack (its
+        // shovels need the stack's shovel user), its step "retire" from here.
         applications: [{
             user: "refunds-app",
             publishes: ["orders"],

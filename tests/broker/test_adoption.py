@@ -20,6 +20,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from components import Vhost, naming
 from components.config import load_vhost
+from components.plan import plan_vhost
 from components.resources import ShovelAccess
 from rabbitmq_retry_client.depth import BrokerAccess
 from tests.support.admin import version
@@ -29,6 +30,7 @@ from tools.lib import engine
 from tools.lib.adopt import BESIDE, IMPORT, RETIRE, adopt, record_vhost, summary
 from tools.lib.definitions import Snapshot, read_live
 from tools.lib.drift import findings
+from tools.lib.evaluation import infos
 from tools.lib.migrate_retire import Broker as RetireBroker
 from tools.lib.migrate_retire import Found, retire
 from tools.lib.mockrun import record
@@ -182,6 +184,10 @@ def test_adopting_runtime_topologies_imports_what_matches_and_loses_nothing(brok
     found = findings(records, {vhost: _snapshot(broker, vhost)}, broker.username)
     assert [f for f in found if f.kind != "extra"] == []
     assert {(f.type, f.name) for f in found} == set(decided[RETIRE])
+    # What `make drift` reads from the stack's evaluation: its migrations, in step move. The objects left to retire
+    # are what they still drain, expected until step retire, and their shovels are on the broker as planned.
+    plan = plan_vhost(load_vhost(adoption.vhost, "vhosts[0]"), "vhosts[0]", str(shovel_user.user))
+    assert findings(records, {vhost: _snapshot(broker, vhost)}, broker.username, infos([("shop", plan)])) == []
 
 
 def test_the_adopted_retry_loop_works_for_messages_published_after_adoption(

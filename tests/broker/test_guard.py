@@ -200,15 +200,14 @@ def test_the_review_reads_what_each_deleted_or_replaced_queue_holds_now_and_crea
     steps = [engine.Step(op, f"urn:{name}", engine.QUEUE, name, {"name": name, "vhost": guard_vhost},
                          None if op == "delete" else {"name": name, "vhost": guard_vhost})
              for op, name in (("replace", "orders"), ("replace", "orders.wait.1"), ("delete", "never-declared"))]
-    (tmp_path / "Pulumi.guard.yaml").write_text(f"config:\n  rabbitmq:username: {broker.username}\n")
     monkeypatch.delenv("RABBITMQ_USERNAME", raising=False)
     monkeypatch.setenv("RABBITMQ_PASSWORD", broker.password)
-    section = review_section(steps, "guard", tmp_path, broker.client())
+    section = review_section(steps, (), None, broker.client())
     lines = [line for line in section.markdown.splitlines() if line.startswith("- ")]
     assert lines == [f"- `{guard_vhost}` / `orders` (replace): holds **3** messages now (3 ready, 0 unacknowledged)",
                      "- 1 other queue holds no message now", "- 1 queue is not on the broker"]
     assert get(broker, f"queues/{esc(guard_vhost)}/never-declared") is None
-    assert review_section(steps, "guard", tmp_path, None).markdown == ""
+    assert review_section(steps, (), None, None).markdown == ""
 
 
 def test_a_replacement_applied_the_providers_way_stops_at_the_guard_and_goes_through_once_waived(

@@ -21,8 +21,8 @@ from tests.support.amqp import channel
 from tests.support.deploy import throwaway_vhost
 from tests.support.environment import missing
 from tests.support.mirror import Broker, call, esc, get
+from tools.lib.evaluation import MigrationInfo, infos
 from tools.lib.migrate_status import Status, status
-from tools.lib.review.migrations import MigrationInfo, infos
 
 CONFIG: dict[str, Any] = {
     "queues": [{"name": "orders", "type": "classic", "retry": {"delays": ["1s"]}},

@@ -47,8 +47,8 @@ from tests.support.stack import Stack, record_stack, stack_vhost
 from tools.lib import engine
 from tools.lib.definitions import read_live
 from tools.lib.drift import findings
+from tools.lib.evaluation import infos
 from tools.lib.migrate_status import status as migration_status
-from tools.lib.review.migrations import infos
 
 EARLY_MS = 5
 """Clock tolerance for "never early": the times are taken by the test and the handler, not by the broker."""

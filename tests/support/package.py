@@ -6,10 +6,13 @@ import tomllib
 import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 import yaml
+
+if TYPE_CHECKING:
+    from rabbitmq_retry import VhostSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "pulumi-plugin"
@@ -74,9 +77,9 @@ def as_typescript_sends(value: Any, hint: Any) -> Any:
     return value
 
 
-def stack_vhosts(stack: str) -> list[dict[str, Any]]:
-    """The `vhosts` entries of `Pulumi.<stack>.yaml`."""
-    config = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+def stack_vhosts(stack: str, folder: Path = ROOT) -> list[dict[str, Any]]:
+    """The `vhosts` entries of `Pulumi.<stack>.yaml` (in `folder`)."""
+    config = yaml.safe_load((folder / f"Pulumi.{stack}.yaml").read_text())["config"]
     vhosts: list[dict[str, Any]] = config["rabbitmq-retry:vhosts"]
     return vhosts
 
@@ -97,6 +100,39 @@ APPLICATION = {"user": "billing-app", "publishes": ["orders"], "consumes": ["ord
                "limits": {"max_connections": 10, "max_channels": 50}}
 
 
+def adopted_vhost() -> "VhostSpec":
+    """The existing vhost "/" of `tests/recordings/Pulumi.every.yaml` (an adopted queue, `import`), written the typed
+    way (mypy checks it), with every key that is a keyword or a string standing for another type: migrations of each
+    kind (`move.from_`, an external move), a plain queue's arguments as strings, alerting rules (`for_`)."""
+    every = stack_vhosts("every", ROOT / "tests" / "recordings")[1]
+    return {
+        "name": every["name"],
+        "exchanges": every["exchanges"],
+        "import_": every["import"],
+        "queues": [*every["queues"],
+                   {"name": "legacy.jobs.q", "type": "quorum", "retry": {"delays": ["10s"]},
+                    "alerts": {"parked": {"for_": "5m", "threshold": 2}}},
+                   {"name": "legacy.batch", "type": "classic", "retry": {"delays": ["1m"]}},
+                   {"name": "legacy.ttl", "type": "classic",
+                    "arguments": {"x-message-ttl": "60000", "x-queue-type": "classic",
+                                  "x-single-active-consumer": "true"}}],
+        "migrations": [
+            {"name": "jobs-to-quorum", "step": "retire", "move": {"from_": "legacy.jobs.c", "to": "legacy.jobs.q"}},
+            {"name": "runtime-batch", "step": "retire",
+             "move": {"from_": "runtime.batch", "to": "legacy.batch",
+                      "external": {"error_queue": "runtime.batch.dlq", "queues": ["runtime.batch.wait"]}}},
+            {"name": "jobs-tiers", "step": "drain", "drain_tiers": {"queue": "legacy.jobs", "delays": ["10s", "1m"]}},
+        ],
+        "alerts": {"labels": {"team": "ops"}, "no_consumer": {"for_": "10m", "severity": "warning"}},
+    }
+
+
+def vhost_args() -> type:
+    from rabbitmq_retry import VhostArgs
+
+    return VhostArgs
+
+
 def cases() -> dict[str, tuple[type, type, str, Callable[[], dict[str, Any]]]]:
     """What the package tests construct both ways: component, its args type, name, and a function making the
     args as a Python program writes them (a new secret Output each call)."""
@@ -113,6 +149,7 @@ def cases() -> dict[str, tuple[type, type, str, Callable[[], dict[str, Any]]]]:
             {"name": "reports-ttl", "pattern": "^reports$", "priority": 5, "apply_to": "queues",
              "definition": {"message-ttl": "60000", "overflow": "reject-publish"}}], "operator_policies": [
             {"name": "cap", "pattern": ".*", "definition": {"max-length": "100000"}}]}}),
+        "vhost-with-migrations-and-import": (Vhost, VhostArgs, "root", lambda: {"vhost": adopted_vhost()}),
         "standalone-tiers": (RetryableQueue, RetryableQueueArgs, "billing", lambda: {
             "vhost": "payments", "protect_queues": True, "retain_error_queues": True,
             "queue": {"name": "billing", "type": "quorum", "bindings": [{"exchange": "amq.topic", "external": True,

@@ -40,21 +40,22 @@ class Stack:
 
 def record_stack(broker: Broker, vhost: str, vhost_config: dict[str, Any]) -> Stack:
     """The program's registrations for a one-vhost stack (as __main__.py makes them: plan, the stack's shovel user,
-    the Vhost component), with the broker's AMQP port as `rabbitmq-retry:amqp_port`."""
+    the Vhost component), with the broker's AMQP port as the stack's `rabbitmq-retry:amqp_port`."""
     config = {"name": vhost, **vhost_config}
     stack = load_stack_config({"vhosts": [config]})
     contracts: dict[str, Any] = {}
 
     def program() -> None:
         plans = plan_stack(stack)
-        access = declare_shovel_user(plans, {naming.SHOVEL_USER: pulumi.Output.secret(SHOVEL_PASSWORD)})
+        access = declare_shovel_user(plans, {naming.SHOVEL_USER: pulumi.Output.secret(SHOVEL_PASSWORD)},
+                                     broker.amqp_port)
         for name, plan in plans:
             args: VhostPythonArgs = {"plan": plan, "passwords": {}}
             if access is not None and plan.shovels:
                 args["shovel_access"] = access
             Vhost(name, args).retry_contracts.apply(contracts.update)
 
-    resources = record(program, {"rabbitmq-retry:amqp_port": str(broker.amqp_port)}, reveal_secrets=True)
+    resources = record(program, reveal_secrets=True)
     return Stack(config, resources, _integers(contracts))
 
 

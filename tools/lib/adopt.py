@@ -23,6 +23,7 @@ from components.config import (
     load_vhost,
 )
 from components.config.keys import NAMESPACE
+from components.config.stack_file import PROJECT
 from components.durations import format_duration
 from components.guard import AMQP_PORT
 from components.migration_kinds import move
@@ -34,7 +35,6 @@ from tools.lib.drift import COMPARED, binding_label, compare, import_id, markdow
 from tools.lib.markdown import code
 from tools.lib.mockrun import Registered, close_event_loop, record
 from tools.lib.recognise import Topology, dead_letter, queue_policy, recognise
-from tools.lib.stack_file import PROJECT
 
 DEFAULT_SUFFIX = ".v2"
 PLAIN_ARGUMENTS = frozenset({wire.QUEUE_TYPE.argument})

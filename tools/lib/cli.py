@@ -1,19 +1,22 @@
-"""What the commands in `tools/` share on the command line: the `--stack`/`--root` arguments and a recording
-of the program, with errors printed as one `error: …` line set."""
+"""What the commands in `tools/` share on the command line: the `--stack`/`--root` arguments, the stack's one
+evaluation (tools/lib/evaluation.py) with errors printed as one `error: …` line set, the broker's client, and the
+`main` of a command that writes a file from the evaluation (`stack_file_command`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pulumi
 
+from components.config.stack_file import StackFileError
 from rabbitmq_retry_client.management import INSECURE, TLS_SETTINGS, ManagementClient
-from tools.lib.mockrun import ROOT, Registered, close_event_loop, record_program
-from tools.lib.stack_file import StackFileError
+from tools.lib.evaluation import Evaluation, EvaluationError, evaluate
+from tools.lib.mockrun import ROOT, Registered, close_event_loop
 
 DEV_STACK = "dev"
 """The only stack whose tools fall back to RabbitMQ's guest/guest (the local broker of `make setup`)."""
@@ -66,17 +69,66 @@ def broker_command_parser(doc: str | None) -> argparse.ArgumentParser:
     return parser
 
 
-def record_for_command(description: str, argv: list[str] | None) -> tuple[str, list[Registered] | None]:
-    """A command's `--stack`/`--root` arguments and its recording; None after printing the error as one
+def evaluation_for_command(stack: str, root: Path, *, preview: bool = True) -> Evaluation | None:
+    """The stack's one evaluation for a command that ends soon after; None after printing the error as one
     `error: …` line set (a config error as `pulumi preview` prints it, a stack file error with its line)."""
+    try:
+        return evaluate(stack, root, preview=preview, exiting=True)
+    except (pulumi.RunError, StackFileError, EvaluationError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return None
+    except (ImportError, AttributeError) as error:  # a checkout whose components these tools cannot run
+        print(f"error: {root} cannot be evaluated by these tools ({error}): its components predate one evaluation "
+              "per side (tools/evaluate.py); review against a newer BASE", file=sys.stderr)
+        return None
+    finally:
+        close_event_loop()
+
+
+def record_for_command(description: str, argv: list[str] | None) -> tuple[str, list[Registered] | None]:
+    """A command's `--stack`/`--root` arguments and the recording of its evaluation; None after printing the error
+    (`evaluation_for_command`)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--stack", default="dev")
     parser.add_argument("--root", type=Path, default=ROOT, help="project directory holding __main__.py")
     args = parser.parse_args(argv)
-    try:
-        return args.stack, record_program(args.stack, args.root, exiting=True)
-    except (pulumi.RunError, StackFileError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return args.stack, None
-    finally:
-        close_event_loop()
+    evaluated = evaluation_for_command(args.stack, args.root)
+    return args.stack, None if evaluated is None else evaluated.recording
+
+
+@dataclass(frozen=True)
+class Written:
+    """What a file-writing command produced from the evaluation."""
+
+    text: str
+    summary: str
+    """`12 retry contracts of stack dev`: said after `wrote <file>: ` when the text goes to a file."""
+    notes: Sequence[str] = ()
+    """Lines for standard error after the text (`left out: …`)."""
+
+
+def stack_file_command(doc: str, prog: str, argv: list[str] | None,
+                       produce: Callable[[argparse.Namespace, Evaluation], Written], *, preview: bool = True,
+                       arguments: Callable[[argparse.ArgumentParser], None] | None = None) -> int:
+    """The `main` of a command that writes one file from the stack's evaluation (contracts, definitions, alerts):
+    `--stack`, `--root`, `--output` (default: standard output) and the command's own `arguments`; `produce` makes
+    the text. 0, or 1 after one `error: …` line set. `preview=False`: evaluated as `pulumi up` runs the program."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stack", default="dev")
+    parser.add_argument("--root", type=Path, default=ROOT, help="project directory holding __main__.py")
+    if arguments is not None:
+        arguments(parser)
+    parser.add_argument("--output", type=Path, help="file to write (default: standard output)")
+    args = parser.parse_args(argv)
+    evaluated = evaluation_for_command(args.stack, args.root, preview=preview)
+    if evaluated is None:
+        return 1
+    written = produce(args, evaluated)
+    if args.output is None:
+        sys.stdout.write(written.text)
+    else:
+        args.output.write_text(written.text, encoding="utf-8")
+        print(f"wrote {args.output}: {written.summary}", file=sys.stderr)
+    for line in written.notes:
+        print(line, file=sys.stderr)
+    return 0

@@ -49,6 +49,11 @@ class Snapshot:
     live: bool = False
     exists: bool = True
     """False when the vhost itself is not on the broker."""
+    shovels: dict[str, dict[str, Any]] | None = None
+    """Dynamic shovels of this vhost by name (their parameter's value: `src-queue`, `dest-queue`, …); None when the
+    source does not carry them."""
+    users: frozenset[str] | None = None
+    """Every user of the broker (broker-wide); None when the source does not carry them (a single-vhost export)."""
 
     def messages(self, queue: str) -> int | None:
         """Messages in `queue` (ready and unacknowledged) when read live; None from a file."""
@@ -73,12 +78,15 @@ BINDING_FIELDS = ("source", "destination", "destination_type", "routing_key", "a
 POLICY_FIELDS = ("name", "pattern", "apply-to", "priority", "definition")
 PERMISSION_FIELDS = ("configure", "write", "read")
 TOPIC_PERMISSION_FIELDS = ("exchange", "write", "read")
+SHOVEL_COMPONENT = "shovel"
+"""The runtime parameter component of a dynamic shovel (`/api/parameters/shovel/<vhost>`)."""
 
 
 def _snapshot(vhost: str, source: str, queues: list[Any], exchanges: list[Any], bindings: list[Any],
               policies: list[Any], operator_policies: list[Any], version: str, live: bool,
               permissions: list[Any], topic_permissions: list[Any],
-              user_limits: dict[str, dict[str, Any]] | None = None) -> Snapshot:
+              user_limits: dict[str, dict[str, Any]] | None = None, parameters: list[Any] | None = None,
+              users: list[Any] | None = None) -> Snapshot:
     def mine(items: list[Any]) -> list[dict[str, Any]]:
         return [i for i in items if isinstance(i, dict) and i.get("vhost", vhost) == vhost]
 
@@ -96,6 +104,9 @@ def _snapshot(vhost: str, source: str, queues: list[Any], exchanges: list[Any], 
         permissions={p["user"]: _keep(p, PERMISSION_FIELDS) for p in mine(permissions) if p.get("user")},
         topic_permissions=topics,
         user_limits=user_limits,
+        shovels=None if parameters is None else {p["name"]: dict(p.get("value") or {}) for p in mine(parameters)
+                                                 if p.get("component") == SHOVEL_COMPONENT and p.get("name")},
+        users=None if users is None else frozenset(u["name"] for u in users if isinstance(u, dict) and "name" in u),
     )
 
 
@@ -121,7 +132,10 @@ def read_live(endpoint: ManagementClient, vhost: str) -> Snapshot:
                          live=True, permissions=endpoint.get(f"vhosts/{v}/permissions") or [],
                          topic_permissions=endpoint.get(f"vhosts/{v}/topic-permissions") or [],
                          user_limits={e["user"]: dict(e.get("value") or {}) for e in endpoint.get("user-limits") or []
-                                      if isinstance(e, dict) and "user" in e})
+                                      if isinstance(e, dict) and "user" in e},
+                         parameters=[{**p, "component": SHOVEL_COMPONENT}
+                                     for p in endpoint.get(f"parameters/{SHOVEL_COMPONENT}/{v}") or []],
+                         users=endpoint.get("users") or [])
     return replace(snapshot, amqp_ports=amqp_ports(overview))
 
 
@@ -141,4 +155,6 @@ def read_file(path: Path, vhost: str) -> Snapshot:
                      version, live=False, permissions=data.get("permissions") or [],
                      topic_permissions=data.get("topic_permissions") or [],
                      user_limits=None if "users" not in data else {
-                         u["name"]: dict(u.get("limits") or {}) for u in data["users"] if isinstance(u, dict)})
+                         u["name"]: dict(u.get("limits") or {}) for u in data["users"] if isinstance(u, dict)},
+                     parameters=data.get("parameters") if "parameters" in data else None,
+                     users=data.get("users") if "users" in data else None)

@@ -4,14 +4,12 @@ members of the stack's quorum queues) against what the stack needs, as blocking 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from components import Vhost, VhostPythonArgs, naming
-from components.config import StackConfig, load_stack_config
+from components.config import StackConfig
 from components.config.capabilities import (
     AT_LEAST_ONCE_MIN_VERSION,
     Version,
@@ -22,7 +20,6 @@ from components.config.capabilities import (
     version_problems,
     version_warnings,
 )
-from components.config.keys import NAMESPACE
 from components.config.model import Limits
 from components.config.passwords import moves_queues
 from components.naming import vhost_key
@@ -31,7 +28,7 @@ from components.strategies import strategy_of
 from rabbitmq_retry_client.management import ManagementClient, path_escape
 from tools.lib import drift
 from tools.lib.definitions import Snapshot, amqp_ports, read_live
-from tools.lib.mockrun import Registered, record, stack_config
+from tools.lib.mockrun import Registered, record
 
 ADMINISTRATOR = "administrator"
 POLICYMAKER = "policymaker"
@@ -361,28 +358,6 @@ def _cluster_lines(facts: LiveFacts) -> list[str]:
     lines.append(f"- plugin {SHOVEL_PLUGIN}: {'enabled' if SHOVEL_PLUGIN in facts.plugins else 'not enabled'} "
                  "(moving messages out of a queue that a change would replace needs it)")
     return lines
-
-
-def stack_settings(stack: str, root: Path) -> tuple[StackConfig, dict[str, Any]]:
-    """The stack's parsed config and its raw keys. `broker.version` is parsed but not checked here (the live
-    version is): a stack refused for its written version can still be examined."""
-    raw, _ = stack_config(stack, root)
-    ours = {key.partition(":")[2]: stack_file_value(value) for key, value in raw.items()
-            if key.partition(":")[0] == NAMESPACE}
-    broker = ours.pop("broker", None)
-    written = broker.get("version") if isinstance(broker, Mapping) else None
-    config = load_stack_config(ours)
-    return replace(config, broker_version=parse_version(written) if isinstance(written, str) else None), raw
-
-
-def stack_file_value(value: Any) -> Any:
-    """The engine hands structured values to the program as JSON strings."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
 
 
 def planned_objects(config: StackConfig) -> list[Registered]:

@@ -5,7 +5,7 @@ diff rules (tools/lib/engine.py). `make adopt` and `make doctor` compare the sam
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +15,7 @@ from components.entries import PolicyPlan, QueuePlan
 from components.user_limits import LIMIT_NAMES
 from tools.lib import engine
 from tools.lib.definitions import Snapshot, binding_id
+from tools.lib.evaluation import MigrationInfo
 from tools.lib.markdown import code, row
 from tools.lib.mockrun import Registered
 
@@ -23,8 +24,60 @@ COMPARED = (engine.QUEUE, engine.EXCHANGE, engine.BINDING, engine.POLICY, engine
 DRIFT_COMPARED = (*COMPARED, engine.PERMISSIONS, engine.TOPIC_PERMISSIONS)
 USER_LIMIT_NAMES = frozenset(LIMIT_NAMES.values())
 """The user limits a UserLimits resource manages; it leaves any other limit of its user alone."""
-"""What `make drift` compares: also who may do what in the vhost. Users themselves are broker-wide and their
-passwords unreadable, so they are not compared."""
+"""What `make drift` compares: also who may do what in the vhost. The migrations' shovels (as the evaluation's
+migrations have them: a recorded shovel's settings are one secret with its URIs) are compared too when the snapshot
+carries them, and the users (broker-wide, passwords unreadable) by name when it carries those."""
+
+
+@dataclass(frozen=True)
+class Draining:
+    """What a vhost's migrations still drain: the old objects of a move (an external one's are not the stack's) or
+    a drain's tiers and levels, expected on the broker until its step retire."""
+
+    queues: frozenset[str] = frozenset()
+    exchanges: frozenset[str] = frozenset()
+    policies: frozenset[str] = frozenset()
+    shovels: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """Its shovels by name: (source queue, destination queue)."""
+
+    def holds(self, kind: str, name: str) -> bool:
+        return name in {"Queue": self.queues, "Exchange": self.exchanges, "Policy": self.policies}.get(kind, ())
+
+    def binds(self, binding: dict[str, Any]) -> bool:
+        """A binding of the old topology: from one of its exchanges, or to one of its queues."""
+        return binding.get("source") in self.exchanges or (binding.get("destination_type") == "queue"
+                                                           and binding.get("destination") in self.queues)
+
+
+def draining(migrations: Iterable[MigrationInfo]) -> dict[str, Draining]:
+    """By vhost, what its migrations before step retire still drain (read from the evaluation's plan)."""
+    found: dict[str, Draining] = {}
+    for m in migrations:
+        if m.retiring:
+            continue
+        known = found.get(m.vhost, Draining())
+        found[m.vhost] = Draining(known.queues | set(m.old_queues), known.exchanges | set(m.old_exchanges),
+                                  known.policies | set(m.old_policies),
+                                  {**known.shovels, **{name: (source, target) for name, source, target in m.shovels}})
+    return found
+
+
+def shovel_findings(snapshot: Snapshot, drained: Draining) -> list[Finding]:
+    """The migrations' shovels against the broker's, when the snapshot carries them: missing, or moving between
+    other queues (a shovel's settings are replaced, not updated). Shovels the migrations do not declare are extra
+    (`extras`); the user they connect as is compared with the other users (`_users_of`)."""
+    found: list[Finding] = []
+    if snapshot.shovels is None:
+        return found
+    for name, (source, target) in sorted(drained.shovels.items()):
+        live = snapshot.shovels.get(name)
+        if live is None:
+            found.append(Finding("missing", snapshot.vhost, "Shovel", name, f"`pulumi up` creates it ({source} → "
+                                 f"{target})"))
+        elif (live.get("src-queue"), live.get("dest-queue")) != (source, target):
+            found.append(Finding("immutable", snapshot.vhost, "Shovel", name, f"src-queue, dest-queue: stack "
+                                 f"{source} → {target}, broker {live.get('src-queue')} → {live.get('dest-queue')}"))
+    return found
 
 
 @dataclass(frozen=True)
@@ -142,6 +195,8 @@ def read_state(record: Registered, snapshot: Snapshot) -> tuple[dict[str, Any] |
         found = (snapshot.user_limits or {}).get(str(i.get("user")))
         managed = {k: v for k, v in (found or {}).items() if k in USER_LIMIT_NAMES}
         return (None if not managed else {"user": i.get("user"), "limits": managed}), None
+    if t == engine.USER:  # by name only: its password cannot be read back
+        return (dict(i) if str(i.get("name")) in (snapshot.users or ()) else None), None
     raise ValueError(f"{t} is not compared")
 
 
@@ -167,20 +222,25 @@ def import_id(comparison: Comparison, snapshot: Snapshot) -> str | None:
     return f"{i['name']}@{snapshot.vhost}"
 
 
-def extras(snapshot: Snapshot, records: Iterable[Registered], own_user: str = "") -> list[Finding]:
+def extras(snapshot: Snapshot, records: Iterable[Registered], own_user: str = "",
+           drained: Draining = Draining()) -> list[Finding]:
     """Objects of the vhost that no record declares (amq.* exchanges and their bindings are the broker's; the
-    permissions of `own_user`, the provider's user reading the vhost, are its own)."""
+    permissions of `own_user`, the provider's user reading the vhost, are its own; what a migration still drains,
+    `drained`, is expected until its step retire)."""
+    records = list(records)
     declared = {(r.type, r.inputs.get("name")) for r in records}
     bound = [find_binding(snapshot, r.inputs) for r in records if r.type == engine.BINDING]
     found = [Finding("extra", snapshot.vhost, "Queue", n, _queue_detail(snapshot, n))
-             for n in sorted(snapshot.queues) if (engine.QUEUE, n) not in declared]
+             for n in sorted(snapshot.queues) if (engine.QUEUE, n) not in declared and not drained.holds("Queue", n)]
     found += [Finding("extra", snapshot.vhost, "Exchange", n, f"type {x.get('type')}")
               for n, x in sorted(snapshot.exchanges.items())
-              if (engine.EXCHANGE, n) not in declared and not n.startswith("amq.")]
+              if (engine.EXCHANGE, n) not in declared and not n.startswith("amq.") and not drained.holds("Exchange", n)]
     found += [Finding("extra", snapshot.vhost, "Binding", binding_label(b), "")
-              for b in snapshot.bindings if not any(b is x for x in bound) and not b["source"].startswith("amq.")]
+              for b in snapshot.bindings if not any(b is x for x in bound) and not b["source"].startswith("amq.")
+              and not drained.binds(b)]
     found += [Finding("extra", snapshot.vhost, "Policy", n, f"pattern {p.get('pattern')}")
-              for n, p in sorted(snapshot.policies.items()) if (engine.POLICY, n) not in declared]
+              for n, p in sorted(snapshot.policies.items())
+              if (engine.POLICY, n) not in declared and not drained.holds("Policy", n)]
     found += [Finding("extra", snapshot.vhost, "OperatorPolicy", n, f"pattern {p.get('pattern')}")
               for n, p in sorted(snapshot.operator_policies.items()) if (engine.OPERATOR_POLICY, n) not in declared]
     granted = {str(r.inputs.get("user")) for r in records if r.type == engine.PERMISSIONS}
@@ -192,6 +252,9 @@ def extras(snapshot: Snapshot, records: Iterable[Registered], own_user: str = ""
                       ", ".join(str(e.get("exchange", "")) for e in entries))
               for user, entries in sorted(snapshot.topic_permissions.items())
               if user not in topics and user != own_user]
+    found += [Finding("extra", snapshot.vhost, "Shovel", n, f"{v.get('src-queue')} → {v.get('dest-queue')}")
+              for n, v in sorted((snapshot.shovels or {}).items())
+              if n not in drained.shovels and (engine.SHOVEL, n) not in declared]
     return found
 
 
@@ -209,6 +272,13 @@ def _queue_detail(snapshot: Snapshot, name: str) -> str:
         f"{consumers} consumers" if isinstance(consumers, int) else "") if part)
 
 
+def present_drained(snapshots: dict[str, Snapshot], migrations: Iterable[MigrationInfo]) -> list[str]:
+    """`vhost/queue` of each queue the migrations still drain that is on the broker: said in the report, not drift."""
+    drained = draining(migrations)
+    return [f"{vhost}/{name}" for vhost, snapshot in snapshots.items()
+            for name in sorted(snapshot.queues) if drained.get(vhost, Draining()).holds("Queue", name)]
+
+
 def _record_label(record: Registered) -> str:
     i = record.inputs
     if record.type == engine.BINDING:
@@ -217,8 +287,11 @@ def _record_label(record: Registered) -> str:
     return str(i.get("name") or i.get("user"))
 
 
-def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_user: str = "") -> list[Finding]:
-    """Missing, different and extra objects of every vhost in `snapshots`; `own_user`: see `extras`."""
+def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_user: str = "",
+             migrations: Iterable[MigrationInfo] = ()) -> list[Finding]:
+    """Missing, different and extra objects of every vhost in `snapshots`; `own_user`: see `extras`; `migrations`:
+    the stack's, whose old objects are expected until their step retire (`draining`)."""
+    drained = draining(migrations)
     found: list[Finding] = []
     created = {r.inputs.get("name") for r in records if r.type == engine.VHOST}
     for vhost, snapshot in snapshots.items():
@@ -229,6 +302,7 @@ def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_
                                  if absent == "missing" else "declared `existing: true`, so never created"))
         mine = [r for r in records if r.custom and r.type in DRIFT_COMPARED and r.inputs.get("vhost") == vhost]
         mine += _user_limits_of(records, mine, snapshot)
+        mine += _users_of(records, mine, snapshot)
         for record in mine:
             result = compare(record, snapshot)
             label, kind = _record_label(record), engine.short_type(record.type)
@@ -241,8 +315,19 @@ def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_
                 found.append(Finding("mutable", vhost, kind, label, _changes(result, result.changed)))
         reported = {f.name for f in found if f.vhost == vhost and f.type == "Queue"}
         found += [f for f in effective_findings(mine, snapshot) if f.name not in reported]
-        found += extras(snapshot, mine, own_user)
+        found += shovel_findings(snapshot, drained.get(vhost, Draining()))
+        shovels = [r for r in records if r.type == engine.SHOVEL and r.inputs.get("vhost") == vhost]
+        found += extras(snapshot, [*mine, *shovels], own_user, drained.get(vhost, Draining()))
     return found
+
+
+def _users_of(records: Sequence[Registered], mine: Sequence[Registered], snapshot: Snapshot) -> list[Registered]:
+    """The users this vhost grants permissions to (the migrations' shovel user included), when the snapshot carries
+    users: users are broker-wide, and each is compared in the vhosts that grant it."""
+    if snapshot.users is None:
+        return []
+    granted = {r.inputs.get("user") for r in mine if r.type == engine.PERMISSIONS}
+    return [r for r in records if r.type == engine.USER and r.inputs.get("name") in granted]
 
 
 ROUTE_KEYS = (wire.MESSAGE_TTL.key, wire.DEAD_LETTER_EXCHANGE.key, wire.DEAD_LETTER_ROUTING_KEY.key,
@@ -368,10 +453,14 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list
     return [row(header), row("---" for _ in header), *(row(r) for r in rows)]
 
 
-def render(stack: str, found: Sequence[Finding], snapshots: dict[str, Snapshot]) -> str:
+def render(stack: str, found: Sequence[Finding], snapshots: dict[str, Snapshot], drained: Sequence[str] = ()) -> str:
+    """The report; `drained`: the queues (`vhost/queue`) the migrations still drain (`present_drained`)."""
     sources = ", ".join(f"{code(v)} at {code(s.source)}" + (f" (RabbitMQ {s.broker_version})" if s.broker_version
                                                               else "") for v, s in snapshots.items())
     lines = [f"# Drift: stack `{stack}`", "", f"Read {sources}.", ""]
+    if drained:
+        lines += [f"Still draining, expected until their migration's step retire (with the old exchanges, bindings "
+                  f"and policies of an external move): {', '.join(code(q) for q in drained)}.", ""]
     if not found:
         return "\n".join([*lines, "**In sync**: every declared object is on the broker as the stack declares it, "
                           "and nothing else is.", ""])

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from components import wire
+from components.config.stack_file import SECRET_MARKER, is_secret_placeholder
 from components.effective import PolicyIndex
 from components.plan import PolicyPlan, QueuePlan
 from tools.lib.engine import USER_LIMITS, short_type
 from tools.lib.mockrun import Registered
 from tools.lib.planned import PlanIndex, QueueKey, planned
-from tools.lib.stack_file import SECRET_MARKER, is_secret_placeholder
 
 RETRYABLE_COMPONENT = "rabbitmq-retry:index:RetryableQueue"
 VHOST_COMPONENT = "rabbitmq-retry:index:Vhost"

@@ -1,8 +1,10 @@
 """Run the Pulumi program (or any function that registers resources) under Pulumi's mocks and record
 every resource it registers: type, logical name, URN, parent, options and exact inputs.
 
-No CLI, broker or secrets: secret config values are replaced by a placeholder (`tools.stack_file`), and
-the inputs that carry them are reported as secret. `python -m tools.mockrun --stack dev` prints the recording as JSON.
+No CLI, broker or secrets: secret config values are replaced by a placeholder (`components/config/stack_file.py`),
+and the inputs that carry them are reported as secret. `python -m tools.mockrun --stack dev` prints the recording as
+JSON. Imports nothing of `components` until a stack file is read or a secret is masked: `docs/components.md`'s reuse
+example records a program of its own beside a `components` folder of the user's.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import runpy
-import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -24,11 +25,10 @@ from pulumi.runtime import resource as resource_runtime
 from pulumi.runtime.config import set_all_config
 from pulumi.runtime.proto import source_pb2
 
-from tools.lib import stack_file
-from tools.lib.stack_file import PROJECT, SECRET_MARKER, is_secret_placeholder
-
 ROOT = Path(__file__).resolve().parents[2]
 """The project directory these tools belong to: the default program and stack files."""
+PROJECT = "rabbitmq-retry"
+"""The Pulumi project's name (Pulumi.yaml), part of every URN the mocks give."""
 
 
 @dataclass
@@ -189,6 +189,8 @@ def _masked(value: Any) -> tuple[Any, bool]:
     ciphertext, so a changed password shows as a change) or, for a secret the program made itself (e.g. a
     preview's stand-in for a missing password), as just SECRET_MARKER; and whether there was a secret."""
     if rpc.is_rpc_secret(value):
+        from components.config.stack_file import SECRET_MARKER, is_secret_placeholder
+
         inner = rpc.unwrap_rpc_secret(value)
         return (inner if is_secret_placeholder(inner) else SECRET_MARKER), True
     if isinstance(value, Mapping):
@@ -211,11 +213,12 @@ def _plain(value: Any) -> Any:
 
 @contextmanager
 def mocked_runtime(config: Mapping[str, str] | None = None, secret_keys: list[str] | None = None,
-                   stack: str = "test", preview: bool = True,
-                   reveal_secrets: bool = False) -> Iterator[RecordingMonitor]:
+                   stack: str = "test", preview: bool = True, reveal_secrets: bool = False,
+                   root_directory: Path | None = None) -> Iterator[RecordingMonitor]:
     """Install mocks and config; restore the SDK's settings afterwards. `preview`: the program sees
     `pulumi.runtime.is_dry_run()` as under `pulumi preview`, which is what plans and reviews model.
-    `reveal_secrets`: record secret inputs as they are (for tests of the wiring), not masked."""
+    `reveal_secrets`: record secret inputs as they are (for tests of the wiring), not masked. `root_directory`: the
+    project directory the program sees (`pulumi.get_root_directory()`), where its stack file is."""
     from copy import deepcopy
 
     from pulumi.runtime import settings
@@ -231,6 +234,8 @@ def mocked_runtime(config: Mapping[str, str] | None = None, secret_keys: list[st
         policy.set_event_loop(policy.new_event_loop())
     monitor = RecordingMonitor(reveal_secrets)
     mocks.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor)
+    if root_directory is not None:
+        settings.SETTINGS.root_directory = str(root_directory)
     set_all_config(dict(config or {}), list(secret_keys or []))
     try:
         with _without_source_positions():
@@ -244,9 +249,9 @@ def mocked_runtime(config: Mapping[str, str] | None = None, secret_keys: list[st
 
 def record(register: Callable[[], Any], config: Mapping[str, str] | None = None,
            secret_keys: list[str] | None = None, stack: str = "test", preview: bool = True,
-           reveal_secrets: bool = False) -> list[Registered]:
+           reveal_secrets: bool = False, root_directory: Path | None = None) -> list[Registered]:
     """Call `register` under mocks and return every resource it registered, in order."""
-    with mocked_runtime(config, secret_keys, stack, preview, reveal_secrets) as monitor:
+    with mocked_runtime(config, secret_keys, stack, preview, reveal_secrets, root_directory) as monitor:
         pulumi.runtime.test(register)()
         return list(monitor.registered)
 
@@ -276,38 +281,34 @@ def close_event_loop() -> None:
 
 def stack_config(stack: str, root: Path = ROOT) -> tuple[dict[str, str], list[str]]:
     """Config of `<root>/Pulumi.<stack>.yaml` as the engine hands it to the program."""
-    return stack_file.stack_config(root / f"Pulumi.{stack}.yaml")
+    from components.config.stack_file import stack_config as read
+
+    return read(root / f"Pulumi.{stack}.yaml")
+
+
+def run_program(stack: str, root: Path = ROOT, preview: bool = True, reveal_secrets: bool = False, *,
+                exiting: bool = False, config: tuple[dict[str, str], list[str]] | None = None,
+                project: Path | None = None) -> tuple[list[Registered], dict[str, Any]]:
+    """Run `<root>/__main__.py` with `Pulumi.<stack>.yaml` (or `config`: its values and secret keys, as
+    `stack_config` reads them) as `pulumi preview` (or, with `preview=False`, `pulumi up`) would, under mocks, with
+    the `components` this process imports, in the project directory `project` (default `root`, where the stack file
+    is): what it registered, and the program's own globals once it ran (its settings and plans). `exiting`: the
+    caller is a command that ends soon after, like the program's own process, so the cyclic collector the program
+    turned off stays off; turned back on, its first pass walks every object the program made (about 5 s at 1,000
+    queues)."""
+    values, secret_keys = config if config is not None else stack_config(stack, root)
+    collecting = gc.isenabled() and not exiting  # the program turns it off for its own short life
+    namespace: dict[str, Any] = {}
+    try:
+        recording = record(lambda: namespace.update(runpy.run_path(str(root / "__main__.py"), run_name="__main__")),
+                           values, secret_keys, stack, preview, reveal_secrets, project or root)
+    finally:
+        if collecting:
+            gc.enable()
+    return recording, namespace
 
 
 def record_program(stack: str, root: Path = ROOT, preview: bool = True,
                    reveal_secrets: bool = False, *, exiting: bool = False) -> list[Registered]:
-    """Run `<root>/__main__.py` with `Pulumi.<stack>.yaml`, as `pulumi preview` (or, with `preview=False`,
-    `pulumi up`) would, under mocks. `exiting`: the caller is a command that ends soon after, like the program's
-    own process, so the cyclic collector the program turned off stays off; turned back on, its first pass
-    walks every object the program made (about 5 s at 1,000 queues)."""
-    config, secret_keys = stack_config(stack, root)
-    collecting = gc.isenabled() and not exiting  # the program turns it off for its own short life
-    try:
-        with root_components(root):
-            return record(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__"),
-                          config, secret_keys, stack, preview, reveal_secrets)
-    finally:
-        if collecting:
-            gc.enable()
-
-
-@contextmanager
-def root_components(root: Path) -> Iterator[None]:
-    """Import `root`'s own `components` inside the block (a review evaluates an older checkout), then put back
-    whatever the caller had imported."""
-    saved = {name: module for name, module in sys.modules.items() if name.split(".")[0] == "components"}
-    for name in saved:
-        del sys.modules[name]
-    sys.path.insert(0, str(root))
-    try:
-        yield
-    finally:
-        sys.path.remove(str(root))
-        for name in [name for name in sys.modules if name.split(".")[0] == "components"]:
-            del sys.modules[name]
-        sys.modules.update(saved)
+    """What `run_program` registers."""
+    return run_program(stack, root, preview, reveal_secrets, exiting=exiting)[0]

@@ -79,7 +79,7 @@ MUTATIONS = (
              "components/user_limits.py", 'self.password = ""\n',
              'self.password = os.environ.get("RABBITMQ_PASSWORD", "")\n', ("tests/test_user_limits.py",)),
     Mutation("a secret's ciphertext is shown in plans and reviews",
-             "tools/lib/stack_file.py", 'return f"{SECRET_MARKER} {digest}"',
+             "components/config/stack_file.py", 'return f"{SECRET_MARKER} {digest}"',
              'return f"{SECRET_MARKER} {json.dumps(ciphertext)}"', ("tests/test_review.py",)),
     # Migrations (components/migrations.py, components/migration_kinds/): what a bug there would lose or expose.
     Mutation("a migration's shovel is registered with ack-mode on-publish (it acks before the successor confirmed)",

@@ -14,26 +14,18 @@ Without an endpoint and without entries the review is exactly what it was.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from components.guard import (
-    AMQP_PORT,
-    DELETE_WITH_MESSAGES,
-    NAMESPACE,
-    parse_amqp_port,
-    parse_delete_with_messages,
-    queue_key,
-)
+from components.config.keys import NAMESPACE
+from components.config.settings import DELETE_WITH_MESSAGES
+from components.guard import queue_key
 from components.paths import at_risk, changed_parts
 from rabbitmq_retry_client.depth import BrokerAccess, DepthError, DepthReader, QueueDepth
 from rabbitmq_retry_client.management import ManagementClient
 from tools.lib import engine, markdown
 from tools.lib.cli import tls_summary
-from tools.lib.doctor import stack_file_value
 from tools.lib.engine import Step
-from tools.lib.mockrun import stack_config
 
 Reader = Callable[[str, str], QueueDepth | None]
 """(vhost, queue) → what the queue holds now, None when it does not exist; DepthError when it cannot be read."""
@@ -110,18 +102,6 @@ def path_lines(paths: Sequence[TouchedPath], entries: frozenset[str]) -> list[st
                  else "no message waiting on it needs what changes: nothing is read")
         lines.append(f"- {_where(path.vhost, path.path)}: deletes or replaces {parts}{more}. {reads}{note}")
     return lines
-
-
-def waivers(config: Mapping[str, str]) -> frozenset[str]:
-    """The stack's `delete_with_messages` entries, from its config as the engine hands it over (JSON text)."""
-    entries, _ = parse_delete_with_messages(  # the program refuses bad entries before this runs
-        stack_file_value(config.get(f"{NAMESPACE}:{DELETE_WITH_MESSAGES}")))
-    return entries
-
-
-def stack_amqp_port(config: Mapping[str, str]) -> object:
-    """The stack's `amqp_port` as written (parsed by `components.guard.parse_amqp_port`)."""
-    return stack_file_value(config.get(f"{NAMESPACE}:{AMQP_PORT}"))
 
 
 def _where(vhost: str, queue: str) -> str:
@@ -207,11 +187,12 @@ def refusal_lines(paths: Sequence[TouchedPath], depths: Depths, entries: frozens
     return lines
 
 
-def guard_section(steps: Sequence[Step], config: Mapping[str, str], read: Reader | None,
+def guard_section(steps: Sequence[Step], waivers: Iterable[str], read: Reader | None,
                   where: str = "") -> GuardSection:
-    """The review's queue guard section: `config` is the stack's (at the working tree), `read` None offline."""
+    """The review's queue guard section: `waivers` are the stack's `delete_with_messages` entries (at the working
+    tree), `read` None offline."""
     lost = lost_queues(steps)
-    entries = waivers(config)
+    entries = frozenset(waivers)
     out: list[str] = []
     if paths := touched_paths(steps):
         out += ["", "### Retry paths this change deletes a part of", "",
@@ -233,25 +214,21 @@ def guard_section(steps: Sequence[Step], config: Mapping[str, str], read: Reader
     return GuardSection("\n" + "\n".join(out) if out else "", bool(entries))
 
 
-def depth_reader(stack: str, project: Path, endpoint: ManagementClient | None) -> Reader | None:
-    """What a queue holds on `endpoint`'s broker now (its user and TLS settings), read as `review_section` reads it;
-    None offline."""
+def depth_reader(amqp_port: int | None, endpoint: ManagementClient | None) -> Reader | None:
+    """What a queue holds on `endpoint`'s broker now (its user and TLS settings; `amqp_port`: the stack's), read as
+    `review_section` reads it; None offline."""
     if endpoint is None:
         return None
-    config, _ = stack_config(stack, project)
-    port, _ = parse_amqp_port(stack_amqp_port(config))
-    return DepthReader(BrokerAccess.of(endpoint, port)).read
+    return DepthReader(BrokerAccess.of(endpoint, amqp_port)).read
 
 
-def review_section(steps: Sequence[Step], stack: str, project: Path,
+def review_section(steps: Sequence[Step], waivers: Iterable[str], amqp_port: int | None,
                    endpoint: ManagementClient | None) -> GuardSection:
-    """The section for `make review`: the stack's waivers (its stack file in `project`), and with `endpoint` what the
-    deleted or replaced queues hold now, read as drift reads (RABBITMQ_USERNAME / RABBITMQ_PASSWORD, else the stack's
-    `rabbitmq:username`; `make review` gives the dev stack guest/guest)."""
-    config, _ = stack_config(stack, project)
-    if endpoint is None:
-        return guard_section(steps, config, None)
-    port, _ = parse_amqp_port(stack_amqp_port(config))
-    reader = DepthReader(BrokerAccess.of(endpoint, port))
+    """The section for `make review`: the stack's waivers and AMQP port (its settings at the working tree), and with
+    `endpoint` what the deleted or replaced queues hold now, read as drift reads (RABBITMQ_USERNAME /
+    RABBITMQ_PASSWORD, else the stack's `rabbitmq:username`; `make review` gives the dev stack guest/guest)."""
+    read = depth_reader(amqp_port, endpoint)
+    if endpoint is None or read is None:
+        return guard_section(steps, waivers, None)
     where = endpoint.url + (f" ({tls_summary(endpoint)})" if endpoint.tls.insecure else "")
-    return guard_section(steps, config, reader.read, where)
+    return guard_section(steps, waivers, read, where)

@@ -1,16 +1,14 @@
 """The review's alerting-rules section: the Prometheus rules a change adds, removes or changes, each side's rules
-computed by its own project's components from the same stack file (`tools/lib/alerts.py`), beside the topology
-diff. A queue the change adds shows its new rules here, so none ships without them."""
+as its own program exports them in its one evaluation (tools/lib/evaluation.py), beside the topology diff. A queue
+the change adds shows its new rules here, so none ships without them."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from components.alerts import rules_by_key
 from tools.lib import markdown
-from tools.lib.alerts import AlertsError, stack_alert_rules
 
 SHOWN = 40
 """Rules listed per kind of change in a pull-request comment; the full review lists every one."""
@@ -31,14 +29,10 @@ def _line(key: str, rule: Mapping[str, Any]) -> str:
     return f"{markdown.code(rule.get('alert', kind))} {markdown.code(where) if where else '(the broker)'}"
 
 
-def diff(stack: str, head: Path, base: Path | None) -> tuple[list[str], list[str], list[tuple[str, list[str]]]] | None:
-    """(added, removed, changed) rules between BASE and HEAD, as lines; None when HEAD's components derive none.
-    BASE without rules (older components, or no stack file) counts as none."""
-    try:
-        new = stack_alert_rules(stack, head)
-        old = stack_alert_rules(stack, base) if base is not None else None
-    except AlertsError:
-        return None  # the program's own error is the review's (evaluate_both reports it first)
+def diff(old: Mapping[str, Any] | None,
+         new: Mapping[str, Any] | None) -> tuple[list[str], list[str], list[tuple[str, list[str]]]] | None:
+    """(added, removed, changed) rules between BASE's (`old`) and HEAD's (`new`) exported rule files, as lines; None
+    when HEAD's program exports none. BASE without rules (an older program, or no stack file) counts as none."""
     if new is None:
         return None
     before, after = rules_by_key(old or {}), rules_by_key(new)

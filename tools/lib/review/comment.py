@@ -222,8 +222,8 @@ def render(steps: Sequence[Step], old: Sequence[Registered], new: Sequence[Regis
            migrations: Sequence[MigrationInfo] = (), stack: str = "<stack>", read: Reader | None = None,
            endpoint: str | None = None) -> Review:
     """The review's Markdown (grouped for a comment, and in full) and the exit status; `plans` say what the
-    planner knew of each side's resources (`planned.plan_index`), BASE's first; `migrations`: the working tree's
-    (`migrations.migrations_of`), each with a section of its own (what each old queue holds now with `read`)."""
+    planner knew of each side's resources (`Evaluation.plan`), BASE's first; `migrations`: the working tree's
+    (the working tree's evaluation), each with a section of its own (what each old queue holds now with `read`)."""
     # The path guards (pulumi:index:Stash) are not topology: the guard section shows the paths they guard.
     steps = [s for s in steps if s.type != engine.STASH]
     old = [r for r in old if r.type != engine.STASH]

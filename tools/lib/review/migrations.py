@@ -2,86 +2,23 @@
 "Migrations" section per migration (what moves where, what is left to do), and which deletions a migration's step
 retire covers, so that they are not unacknowledged data loss.
 
-The migrations are read from the working tree's own plan (`migrations_of`), never re-derived from names here.
+The migrations are read from the working tree's own evaluation (tools/lib/evaluation.py: its plan, `infos`), never
+re-derived from names here.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-from components.config.model import RETIRE
 from components.migration_kinds import kind_of
 from rabbitmq_retry_client.depth import DepthError
 from tools.lib import engine, markdown
 from tools.lib.engine import Step
+from tools.lib.evaluation import MigrationInfo
 from tools.lib.inventory import physical_name
-from tools.lib.mockrun import Registered, root_components
-from tools.lib.planned import PlanIndex, family_of, stack_values
+from tools.lib.mockrun import Registered
+from tools.lib.planned import PlanIndex, family_of
 from tools.lib.queue_guard import Reader
-from tools.lib.stack_file import PROJECT
-
-
-@dataclass(frozen=True)
-class MigrationInfo:
-    """One `migrations[]` entry as the working tree plans it."""
-
-    vhost: str
-    name: str
-    kind: str
-    step: str
-    path: str
-    source: str
-    target: str
-    shovels: tuple[tuple[str, str, str], ...]
-    """(shovel name, source queue, destination queue)."""
-    old_queues: tuple[str, ...]
-    """What drains and is retired (components/migrations.py `MigrationPlan.old_queues`)."""
-    straggler_binding: bool
-    """Step retire of a move with delay levels: the successor is bound for the old queue's key."""
-    max_delay_ms: int | None
-    """The vhost's `delay_levels.max_delay` (None without delay levels)."""
-    external: bool = False
-    """`move.external`: the old objects are not the stack's (an adopted runtime topology); `make migrate-retire`
-    retires them on the broker, `pulumi up` never deletes them."""
-    source_in_levels: bool = False
-    """Step move: the old queue retries through the vhost's shared delay levels, where copies for it wait uncounted."""
-    shovel_user: str | None = None
-    """The user its shovels connect as: the stack's own (`components.naming.shovel_user`); None without shovels."""
-
-    @property
-    def retiring(self) -> bool:
-        return self.step == RETIRE
-
-
-def infos(plans: Iterable[tuple[str, Any]]) -> list[MigrationInfo]:
-    """The migrations of planned vhosts ((component name, VhostPlan)), in config order."""
-    found = []
-    for _, plan in plans:
-        levels = plan.config.delay_levels
-        in_levels = {r.config.name for r in plan.retryables if r.delay_levels is not None}
-        for m in getattr(plan, "migrations", ()):
-            found.append(MigrationInfo(
-                plan.config.name, m.name, m.config.kind, m.config.step, m.path, m.config.source, m.config.target,
-                tuple((s.name, s.source, s.destination) for s in m.shovels), tuple(m.old_queues), bool(m.bindings),
-                None if levels is None else levels.max_delay_ms, getattr(m.config, "external", None) is not None,
-                m.config.source in in_levels, m.shovels[0].user if m.shovels else None))
-    return found
-
-
-def migrations_of(stack: str, root: Path) -> list[MigrationInfo]:
-    """The migrations of `root`'s stack `stack`, planned by `root`'s own planner ([] when it has none), with the
-    shovel user the program names for that stack (of the project the tools run it as)."""
-    with root_components(root):
-        config = importlib.import_module("components.config")
-        stack_module = importlib.import_module("components.stack")
-        naming = importlib.import_module("components.naming")
-        # A checkout from before per-stack shovel users plans without one (and one from before migrations has none).
-        user = (naming.shovel_user(PROJECT, stack),) if hasattr(naming, "shovel_user") else ()
-        return infos(stack_module.plan_stack(config.load_stack_config(stack_values(stack, root)), *user))
 
 
 def retired_by(record: Registered, base_plan: PlanIndex, migrations: Sequence[MigrationInfo]) -> MigrationInfo | None:

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from components.config.stack_file import is_secret_placeholder
 from components.naming import DELAY_PREFIX
 from tools.lib import engine, markdown
 from tools.lib.engine import Step, short_type
@@ -36,7 +37,6 @@ from tools.lib.risk import (
     password_changed,
     risk,
 )
-from tools.lib.stack_file import is_secret_placeholder
 
 COLUMNS = ("op", "type", "logical name", "physical name", "what changed", "risk")
 
@@ -376,7 +376,7 @@ def _stale_policies(old: Sequence[Registered], new: Sequence[Registered],
 
 def model(steps: Sequence[Step], old: Sequence[Registered], new: Sequence[Registered],
           plans: tuple[PlanIndex, PlanIndex], migrations: Sequence[MigrationInfo] = ()) -> Model:
-    """`plans`: what the planner knew of each side's resources (`planned.plan_index`), BASE's first;
+    """`plans`: what the planner knew of each side's resources (`Evaluation.plan`), BASE's first;
     `migrations`: the working tree's (a deletion their step retire covers is not data loss)."""
     old_by, new_by = {r.urn: r for r in old}, {r.urn: r for r in new}
     old_contracts, new_contracts = contracts(old), contracts(new)

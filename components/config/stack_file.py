@@ -19,7 +19,10 @@ import yaml
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode
 
-PROJECT = "rabbitmq-retry"
+from .keys import NAMESPACE
+
+PROJECT = NAMESPACE
+"""The Pulumi project's name, which is also its config namespace: a key written without one is the project's."""
 SECRET_MARKER = "[secret]"
 """What a `secure:` value reads as, followed by a fingerprint of its ciphertext (see `secret_placeholder`)."""
 

@@ -1,0 +1,179 @@
+"""One evaluation of a checkout's stack: its program (`__main__.py`) run once under Pulumi's mocks, as `pulumi
+preview` would run it, and everything the tools need of it taken from that one run: what it registered (the
+recording), what its plans knew of each registration (`planned.index_plans`), its migrations, its alerting rules,
+and its settings (`components.config.settings.StackSettings`, parsed once by the program itself).
+
+A command that looks at the working tree evaluates it in its own process (`evaluate`). `make review` evaluates
+each side in a process of its own (`start` / `finish`: `python -m tools.evaluate`, serialised as JSON), BASE's by
+BASE's own code in its checkout; nothing is planned or parsed again.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import IO, Any
+
+from components.config.model import RETIRE
+from tools.lib.mockrun import ROOT, Registered, run_program, stack_config
+from tools.lib.planned import Planned, index_plans
+
+FORMAT = 1
+"""The JSON's version: a side evaluated by another checkout's tools writes the format of those tools."""
+ENTRY_POINT = Path("tools") / "evaluate.py"
+"""A checkout's own evaluation command (`python -m tools.evaluate`)."""
+
+
+@dataclass(frozen=True)
+class MigrationInfo:
+    """One `migrations[]` entry as its checkout plans it."""
+
+    vhost: str
+    name: str
+    kind: str
+    step: str
+    path: str
+    source: str
+    target: str
+    shovels: tuple[tuple[str, str, str], ...]
+    """(shovel name, source queue, destination queue)."""
+    old_queues: tuple[str, ...]
+    """What drains and is retired (components/migrations.py `MigrationPlan.old_queues`)."""
+    straggler_binding: bool
+    """Step retire of a move with delay levels: the successor is bound for the old queue's key."""
+    max_delay_ms: int | None
+    """The vhost's `delay_levels.max_delay` (None without delay levels)."""
+    external: bool = False
+    """`move.external`: the old objects are not the stack's (an adopted runtime topology); `make migrate-retire`
+    retires them on the broker, `pulumi up` never deletes them."""
+    source_in_levels: bool = False
+    """Step move: the old queue retries through the vhost's shared delay levels, where copies for it wait uncounted."""
+    shovel_user: str | None = None
+    """The user its shovels connect as: the stack's own (`components.naming.shovel_user`); None without shovels."""
+    old_exchanges: tuple[str, ...] = ()
+    """`move.external`: the old topology's own exchanges, retired by `make migrate-retire` after its queues."""
+    old_policies: tuple[str, ...] = ()
+    """`move.external`: the user policies that wired the old topology, retired last."""
+
+    @property
+    def retiring(self) -> bool:
+        return self.step == RETIRE
+
+
+def infos(plans: Iterable[tuple[str, Any]]) -> list[MigrationInfo]:
+    """The migrations of planned vhosts ((component name, VhostPlan)), in config order."""
+    found = []
+    for _, plan in plans:
+        levels = plan.config.delay_levels
+        in_levels = {r.config.name for r in plan.retryables if r.delay_levels is not None}
+        for m in getattr(plan, "migrations", ()):
+            found.append(MigrationInfo(
+                plan.config.name, m.name, m.config.kind, m.config.step, m.path, m.config.source, m.config.target,
+                tuple((s.name, s.source, s.destination) for s in m.shovels), tuple(m.old_queues), bool(m.bindings),
+                None if levels is None else levels.max_delay_ms, getattr(m.config, "external", None) is not None,
+                m.config.source in in_levels, m.shovels[0].user if m.shovels else None,
+                *_external_objects(m.config)))
+    return found
+
+
+def _external_objects(migration: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(exchanges, policies) of an external move's old topology; nothing for any other migration."""
+    external = getattr(migration, "external", None)
+    return (tuple(external.exchanges), tuple(external.policies)) if external is not None else ((), ())
+
+
+class EvaluationError(Exception):
+    """The checkout cannot be evaluated; the message is one line set (the program's own for a config error)."""
+
+
+@dataclass
+class Evaluation:
+    """Everything the tools know of one checkout's stack."""
+
+    stack: str
+    recording: list[Registered]
+    plan: dict[str, Planned]
+    """What the plans knew of each registration, by URN."""
+    migrations: list[MigrationInfo]
+    delete_with_messages: tuple[str, ...] = ()
+    amqp_port: int | None = None
+    provider: dict[str, str] = field(default_factory=dict)
+    """The provider's `rabbitmq:*` settings as written (what the management client reads)."""
+    alert_rules: dict[str, Any] | None = None
+    """The Prometheus rule file the program exports (`alert_rules`); None when it exports none (older programs)."""
+    settings: Any = None
+    """The program's `StackSettings`, when evaluated in this process (not serialised)."""
+
+    def to_json(self) -> str:
+        return json.dumps({"format": FORMAT, "stack": self.stack, "recording": [asdict(r) for r in self.recording],
+                           "plan": {urn: asdict(p) for urn, p in self.plan.items()},
+                           "migrations": [asdict(m) for m in self.migrations],
+                           "delete_with_messages": list(self.delete_with_messages), "amqp_port": self.amqp_port,
+                           "provider": self.provider, "alert_rules": self.alert_rules}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Evaluation:
+        data = json.loads(text)
+        if data.get("format") != FORMAT:
+            raise EvaluationError(f"an evaluation of format {data.get('format')!r}, and these tools read format "
+                                  f"{FORMAT}: evaluate both sides with tools of one format")
+        known = {f.name for f in fields(Registered)}
+        return cls(data["stack"], [Registered(**{k: v for k, v in r.items() if k in known}) for r in data["recording"]],
+                   {urn: Planned(**_tuples(p)) for urn, p in data["plan"].items()},
+                   [MigrationInfo(**_tuples(m)) for m in data["migrations"]],
+                   tuple(data["delete_with_messages"]), data["amqp_port"], dict(data["provider"]), data["alert_rules"])
+
+
+def _tuples(item: dict[str, Any]) -> dict[str, Any]:
+    """JSON lists back as the tuples the frozen dataclasses hold (shovels: tuples of tuples)."""
+    def of(value: Any) -> Any:
+        return tuple(of(v) for v in value) if isinstance(value, list) else value
+    return {key: of(value) for key, value in item.items()}
+
+
+def evaluate(stack: str, root: Path = ROOT, *, preview: bool = True, written_version: bool = True,
+             exiting: bool = False) -> Evaluation:
+    """`root`'s stack `stack` evaluated in this process, with the `components` it imports: `root/__main__.py` when
+    `root` has one, else this project's (a directory holding only a stack file). `preview=False`: as `pulumi up`
+    runs it (every password required). `written_version=False`: `broker.version` is not checked against what the
+    stack uses (`make doctor` checks the live version instead) but kept in the settings. `pulumi.RunError` (the
+    program refused the config) or StackFileError."""
+    from components import layout
+    from components.config.settings import with_written_version, without_written_version
+
+    values, secret_keys = stack_config(stack, root)
+    handed = values if written_version else without_written_version(values)
+    program = root if (root / "__main__.py").is_file() else ROOT
+    recording, namespace = run_program(stack, program, preview, config=(handed, secret_keys), exiting=exiting,
+                                       project=root)
+    plans, settings = namespace.get("plans"), namespace.get("settings")
+    if plans is None or settings is None:
+        raise EvaluationError(f"{program / '__main__.py'} keeps no `plans` or `settings`: these tools read both from "
+                              "the program's one run (issue 33)")
+    if not written_version:
+        settings = with_written_version(settings, values)
+    return Evaluation(stack, recording, index_plans(recording, plans, layout), infos(plans),
+                      tuple(sorted(settings.delete_with_messages)), settings.amqp_port,
+                      dict(settings.provider.written), namespace.get("alert_rules"), settings)
+
+
+def start(stack: str, root: Path, output: IO[str]) -> subprocess.Popen[str]:
+    """`root` evaluated in a process of its own, writing the JSON to `output`: by `root`'s own `tools.evaluate`
+    when it has one, else by these tools with `root`'s own `components` first on the import path (a checkout of the
+    program alone, as the tests make)."""
+    own = (root / ENTRY_POINT).is_file()
+    return subprocess.Popen([sys.executable, "-m", "tools.evaluate", "--stack", stack, "--root", str(root)],
+                            cwd=root if own else ROOT, stdout=output, stderr=subprocess.PIPE, text=True)
+
+
+def finish(process: subprocess.Popen[str], output: IO[str]) -> Evaluation:
+    """The evaluation `start` made; EvaluationError with its error line set when it failed."""
+    _, stderr = process.communicate()
+    if process.returncode != 0:
+        raise EvaluationError(stderr.rstrip() or f"error: tools.evaluate exited {process.returncode}")
+    output.seek(0)
+    return Evaluation.from_json(output.read())
