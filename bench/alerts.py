@@ -1,5 +1,5 @@
 """Alerts: how long the generated rules take to fire after the event, on the real Prometheus of
-scripts/prometheus.sh scraping each local broker's rabbitmq_prometheus, against the floor the configuration sets.
+scripts/prometheus.sh scraping each local broker's rabbitmq_prometheus, against the bound the configuration sets.
 
 Per broker, in a throw-away vhost (`alerts-…`) with one retryable quorum queue `work` and its rules as `make alerts`
 writes them (scoped to the broker by `alerts.selector`), each round times, polling `/api/v1/alerts` every 0.1 s:
@@ -10,9 +10,10 @@ writes them (scoped to the broker by `alerts.selector`), each round times, polli
 And what the alert points to, at scale: reading 100,000 parked messages with `parked summary` and `parked list` at
 their default limit (10,000), beside `parked list` reading every one (quick: 3,000 at a limit of 1,000).
 
-The floor (the anchor): `for` + one scrape interval + one evaluation interval, the longest Prometheus itself can
-add. RabbitMQ adds its own: a queue's figures are refreshed every `collect_statistics_interval` (5 s by default),
-so the measured figure can exceed the floor by up to that much.
+The anchor: `for` + one scrape interval + one evaluation interval, the longest Prometheus itself can take (an
+alert can fire as soon as `for` after the event, when a scrape and an evaluation follow it at once). RabbitMQ adds
+its own: a queue's figures are refreshed every `collect_statistics_interval` (5 s by default), so the measured
+figure can exceed the anchor by up to that much.
 """
 
 from __future__ import annotations
@@ -213,10 +214,11 @@ def results_file(brokers: Sequence[Broker], context: report.Context, out: Path, 
     text = report.header(f"Benchmark: alerts firing on a real Prometheus, {context.date}", context, lines)
     text += ["## Time to fire and to resolve", "",
              "From the event (a message parked, the consumer gone; the error queue purged) until Prometheus's "
-             "`/api/v1/alerts` shows the alert firing (resolved: gone), median (min–max). The floor is `for` + one "
-             f"scrape interval + one evaluation interval; RabbitMQ refreshes a queue's figures every "
-             f"{STATS_INTERVAL_S:g} s (`collect_statistics_interval`), which the floor leaves out.", "",
-             "| broker | rule | `for` | floor | fired after | resolved after |", "|---|---|---|---|---|---|"]
+             "`/api/v1/alerts` shows the alert firing (resolved: gone), median (min–max). Prometheus takes at most "
+             f"`for` + one scrape interval + one evaluation interval; RabbitMQ refreshes a queue's figures every "
+             f"{STATS_INTERVAL_S:g} s (`collect_statistics_interval`), which that bound leaves out.", "",
+             "| broker | rule | `for` | `for` + scrape + evaluation | fired after | resolved after |",
+             "|---|---|---|---|---|---|"]
     for t in timings:
         text.append(f"| {t.broker} | `{t.rule}` | {t.for_s:g} s | {t.for_s + scrape + evaluation:g} s | "
                     f"{_s(t.fire_s)} | {_s(t.resolve_s)} |")

@@ -180,11 +180,11 @@ def _child_floor(recording: Path) -> dict[str, Any]:
 
 def _child_check(root: Path) -> dict[str, Any]:
     from components.checks import check_vhost
-    from components.config import load_stack_config
+    from components.config.settings import parse_stack_settings
+    from components.config.stack_file import stack_config
     from components.plan import plan_vhost
 
-    raw = yaml.safe_load((root / f"Pulumi.{STACK}.yaml").read_text())["config"]
-    config = load_stack_config({key.split(":", 1)[1]: value for key, value in raw.items()})
+    config = parse_stack_settings(*stack_config(root / f"Pulumi.{STACK}.yaml"))[0].config
     plans = [plan_vhost(vhost, f"vhosts[{i}]") for i, vhost in enumerate(config.vhosts)]
     start = time.perf_counter()
     problems = [problem for plan in plans for problem in check_vhost(plan)]
