@@ -41,6 +41,9 @@ P1_QUEUE_TYPE = "quorum"
 """The default queue type, the only one `native` runs on, and the anchor's: P1's tables name other types."""
 QUEUE_TYPES = ("classic", "quorum")
 DEFAULT_PARTS = ("p1", "p2", "p3", "alerts")
+QUICK_PARTS = ("p1", "p2", "p3")
+"""`BENCH_QUICK=1 make bench` leaves the alerts out: their rounds wait on Prometheus's scrape and evaluation
+intervals and `for`, which a quick run cannot shorten (`--quick --parts alerts` runs them quick)."""
 P1_ROUNDS = 3
 """Rounds of P1 for ours and kombu in `make bench` (the anchor and dramatiq run in the first only: the anchor's p99
 is seconds, dramatiq's its worker_timeout, neither a few ms from ours): a few ms of the broker's own TTL expiry
@@ -179,7 +182,7 @@ def plan_cost_file(context: report.Context, out: Path, sizes: Sequence[int], pro
 
 def command(quick: bool, parts: Sequence[str], brokers: Sequence[str] | None) -> str:
     """How this run was started, as its results files name it."""
-    if set(parts) == set(DEFAULT_PARTS) and not brokers:
+    if set(parts) == set(QUICK_PARTS if quick else DEFAULT_PARTS) and not brokers:
         return "BENCH_QUICK=1 make bench" if quick else "make bench"
     return (f"{'BENCH_QUICK=1 ' if quick else ''}.venv/bin/python -m bench --parts {' '.join(parts)}"
             + (f" --brokers {' '.join(brokers)}" if brokers else ""))
@@ -192,9 +195,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="CI smoke: fewer messages, shorter delays, smaller stacks (default: BENCH_QUICK)")
     parser.add_argument("--brokers", nargs="+", help="names from RABBITMQ_BROKERS (default: all)")
     parser.add_argument("--parts", nargs="+", choices=(*DEFAULT_PARTS, "floor", "levels-encoding"),
-                        default=list(DEFAULT_PARTS))
+                        help=f"default: {' '.join(DEFAULT_PARTS)}; quick: {' '.join(QUICK_PARTS)}")
     parser.add_argument("--out", type=Path, help="directory for results (default bench/results, quick: …/quick)")
     args = parser.parse_args(argv)
+    args.parts = args.parts or list(QUICK_PARTS if args.quick else DEFAULT_PARTS)
     known = [broker.name for broker in configured_brokers()]
     if unknown := [name for name in args.brokers or [] if name not in known]:
         parser.error(f"--brokers: no broker named {', '.join(unknown)} in RABBITMQ_BROKERS; its brokers are "

@@ -79,11 +79,16 @@ REJECT, REPUBLISH = "tiers (reject)", "tiers (republish)"
 ROWS = (REJECT, REPUBLISH, NATIVE.name, PLAIN)
 THREAD = "plain + handler thread"
 HEADERS = "republish + our headers"
-PARTS = (THREAD, HEADERS)
+MULTIPLE = "plain + multiple acks"
+PARTS = (THREAD, HEADERS, MULTIPLE)
 """What a difference between ours and the floor buys, measured alone, each as the hand-wired loop with only that
 added (the `ours` side of its Pair) against the bare hand-wired loop: our handler thread (heartbeats and
 `handler_timeout` during a long handler) on plain consume; the headers our republished copy carries (its attempt
-and origin) with `mandatory` set (an unroutable copy comes back instead of vanishing). Information, no target."""
+and origin) with `mandatory` set (an unroutable copy comes back instead of vanishing); our acks, the deliveries
+of an I/O pass acked as one `basic.ack(multiple=true)` (rabbitmq_retry_client/settlements.py), on plain consume.
+Information, no target."""
+PLAIN_ROWS = (PLAIN, THREAD, MULTIPLE)
+"""The rows of plain consume: twice the messages, none failing."""
 
 
 def shown(ratio: float, bound: float) -> str:
@@ -183,8 +188,8 @@ class Pair:
                      f"(target ≤ {BROKER_CPU_TARGET})")
 
 
-KINDS = ("reject", "republish", "native", "plain", "plain-thread", "republish-headers")
-PART_KINDS = {THREAD: "plain-thread", HEADERS: "republish-headers"}
+KINDS = ("reject", "republish", "native", "plain", "plain-thread", "republish-headers", "plain-multiple")
+PART_KINDS = {THREAD: "plain-thread", HEADERS: "republish-headers", MULTIPLE: "plain-multiple"}
 """The hand-wired kind that measures each of PARTS."""
 
 
@@ -210,6 +215,8 @@ class HandWired:
         self._connection: pika.SelectConnection | None = None
         self._error: BaseException | None = None
         self._worker = _Worker(lambda body, properties: None) if kind == "plain-thread" else None
+        self._to_ack = 0
+        """"plain-multiple": the highest delivery tag to ack with the I/O pass's one multiple ack (0: none)."""
 
     def run(self, timeout: float = TIMEOUT_S) -> None:
         self._connection = pika.SelectConnection(
@@ -251,6 +258,11 @@ class HandWired:
         if self._worker is not None:  # our consumer's hand-off to its handler thread, and back
             self._worker.submit(body, properties)
             self._worker.outcome(TIMEOUT_S)
+        if self.kind == "plain-multiple":  # every delivery before it is acked too: one ack for the pass's run
+            if not self._to_ack and self._connection is not None:
+                self._connection.ioloop.call_later(0, self._ack_run)
+            self._to_ack = method.delivery_tag
+            return
         if seen > 1 or self.kind.startswith("plain"):
             channel.basic_ack(method.delivery_tag)
             self.acked += 1
@@ -271,6 +283,15 @@ class HandWired:
                                   mandatory=self.kind == "republish-headers")
             self._published += 1
             self._waiting[self._published] = method.delivery_tag
+
+    def _ack_run(self) -> None:
+        """Ack every delivery up to the pass's last one with one `basic.ack(multiple=true)`."""
+        assert self._channel is not None
+        tag, self._to_ack = self._to_ack, 0
+        if tag and self._channel.is_open:
+            self._channel.basic_ack(tag, multiple=True)
+            self.acked = tag
+            self._finish()
 
     def _confirmed(self, frame: Method) -> None:
         assert self._channel is not None
@@ -335,12 +356,13 @@ def prepare(stack: ExitStack, broker: Broker, version: Sequence[int], queue_type
     else:
         targets.append(Target(NATIVE.name, *_deploy(stack, broker, queue_type, NATIVE)))
     plain = Target(PLAIN, *_deploy(stack, broker, queue_type, None))
-    return [*targets, plain, Target(THREAD, plain.vhost, plain.contract), Target(HEADERS, vhost, contract)]
+    return [*targets, plain, Target(THREAD, plain.vhost, plain.contract), Target(HEADERS, vhost, contract),
+            Target(MULTIPLE, plain.vhost, plain.contract)]
 
 
 def _published(row: str, messages: int) -> int:
     """Plain consume gets twice the messages: as many deliveries as a retry run's."""
-    return 2 * messages if row in (PLAIN, THREAD) else messages
+    return 2 * messages if row in PLAIN_ROWS else messages
 
 
 def run_ours(broker: Broker, target: Target, messages: int, prefetch: int = PREFETCH) -> Sample:
@@ -371,7 +393,7 @@ def hand_wired(broker: Broker, target: Target, messages: int, prefetch: int = PR
     """The hand-wired consumer of the target's queue (not run yet), retrying where the contract's tier 1 is."""
     assert target.contract is not None
     kind = {REJECT: "reject", REPUBLISH: "republish", NATIVE.name: "native", PLAIN: "plain", THREAD: "plain",
-            HEADERS: "republish"}[target.row]
+            HEADERS: "republish", MULTIPLE: "plain"}[target.row]
     return loop_of(broker, target, kind, messages, prefetch)
 
 
@@ -420,7 +442,7 @@ def measure(broker: Broker, version: Sequence[int], messages: int, rounds: int,
                         sample = run(broker, target, messages)
                         (pair.ours if side == "ours" else pair.hand).append(sample)
                     pair.loads.append(load_average())
-                    unit = "deliveries" if pair.row in (PLAIN, THREAD) else "retries"
+                    unit = "deliveries" if pair.row in PLAIN_ROWS else "retries"
                     progress(f"floor {queue_type} round {number}/{rounds} {pair.row}: ours {pair.ours[-1].rate:,.0f}"
                              f", hand-wired {pair.hand[-1].rate:,.0f} {unit}/s (load {pair.loads[-1]})")
             pairs += rows
@@ -468,12 +490,15 @@ def section(pairs: Sequence[Pair], messages: int, rounds: int) -> list[str]:
             f"{o.rate:,.0f} ÷ {h.rate:,.0f} = {o.rate / h.rate if h.rate else 0:.2f}, broker "
             f"{o.broker_us:,.0f} ÷ {h.broker_us:,.0f} µs (load {load})"
             for o, h, load in zip(p.ours, p.hand, p.loads, strict=True)) + ".")
-    out += ["", "What a difference costs alone: in the rows "
-            + " and ".join(f"`{row}`" for row in PARTS) + ", the `ours` columns are the hand-wired loop with only "
+    out += ["", "What a difference costs (or buys) alone: in the rows "
+            + ", ".join(f"`{row}`" for row in PARTS) + ", the `ours` columns are the hand-wired loop with only "
             "that added: our consumer's hand-off of each delivery to its handler thread and back (which keeps the "
-            "connection's heartbeats going and `handler_timeout` working while a handler runs long), and the "
+            "connection's heartbeats going and `handler_timeout` working while a handler runs long); the "
             "headers our republished copy carries (its attempt and origin) with `mandatory` set (an unroutable copy "
-            "comes back, and its original is requeued, instead of vanishing).", "", "Targets:", ""]
+            "comes back, and its original is requeued, instead of vanishing); and our way of acking, the "
+            "deliveries of an I/O pass acked with one `basic.ack(multiple=true)` instead of one ack each (ours "
+            "does so for every run of acks from its oldest unsettled delivery, the hand-wired loops ack one by "
+            "one).", "", "Targets:", ""]
     for p in pairs:
         if not p.skipped and p.row not in PARTS:
             met, why = p.verdict()

@@ -46,6 +46,7 @@ from .confirms import Confirms
 from .connection import ConnectionParams, connect, connection_params_of, hosts, quiet_pika
 from .contract import strategy_of, validate
 from .management import TlsSettings
+from .settlements import Settlements
 from .strategies import MODES, Mode, Retries, behaviour_of
 
 LOG = logging.getLogger("rabbitmq_retry_client")
@@ -122,6 +123,22 @@ class _Worker:
 Delivery = tuple[Basic.Deliver, BasicProperties, bytes]
 
 
+class _Reason:
+    """Why an attempt failed, `Type: message` cut to `MAX_REASON_BYTES`, made only when read: a parked copy's
+    `error-reason` and the log lines read it, a retry logged below INFO does not."""
+
+    __slots__ = ("_error", "_text")
+
+    def __init__(self, error: BaseException) -> None:
+        self._error = error
+        self._text: str | None = None
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text = h.truncate(f"{type(self._error).__name__}: {self._error}")
+        return self._text
+
+
 def _buffered(channel: BlockingChannel) -> Delivery | None:
     """The next delivery pika already received for the channel's consumer, taken without any I/O, or None when
     there is none (or a cancellation is next: the consume loop sees it). The buffer is pika 1.x's own
@@ -186,6 +203,10 @@ class RetryingConsumer:
         self._channel: BlockingChannel | None = None
         self._confirms: Confirms | None = None
         self._worker: _Worker | None = None
+        self._settlements: Settlements | None = None
+        """The consuming channel's deliveries not settled yet (`settlements.py`)."""
+        self._to_flush: list[Settlements] = []
+        """Those holding acks of originals whose copies were confirmed, until `_settle` sends them."""
         self.max_in_flight = prefetch if prefetch > 0 else 1000
         """Copies published and not yet confirmed; at the bound the consumer waits for confirms. `prefetch`
         is the natural bound: each unconfirmed copy holds its original, unacked, and so one prefetch slot."""
@@ -237,21 +258,54 @@ class RetryingConsumer:
     def _settle(self) -> None:
         """Settle the originals of the copies the broker answered for (see `_publish_then_ack`); after any
         refusal, pause once for `publish_failure_pause` (no hot loop on a broken topology)."""
-        if self._confirms is None:
-            return
-        answered = self._confirms.answers()
+        answered = self._confirms.answers() if self._confirms is not None else []
         refused = False
         for copy, error in answered:
             copy.answer(error)
             refused = refused or error is not None
+        self._flush_acks()
         if answered and self._connection is not None and self._connection.is_open:
             self._connection.process_data_events(time_limit=0)  # sends the acks of the whole batch at once
         if refused and self.publish_failure_pause > 0 and self._connection is not None:
             self._connection.sleep(self.publish_failure_pause)
 
+    def _ack(self, channel: BlockingChannel, delivery_tag: int) -> None:
+        """Ack a delivery with the next `_flush_acks`, before the connection's next I/O pass: the acks of a run of
+        deliveries from the oldest one unsettled leave as one `basic.ack(multiple=true)` (`settlements.py`)."""
+        settlements = self._settlements_of(channel)
+        settlements.ack_later(delivery_tag)
+        if settlements not in self._to_flush:
+            self._to_flush.append(settlements)
+
+    def _give_back(self, channel: BlockingChannel, delivery_tag: int, *, requeue: bool, reject: bool = False) -> None:
+        """`basic.nack` (or `basic.reject`) a delivery, queued on the channel after the acks asked for before it:
+        frames leave in the order the consumer settled them."""
+        self._flush_acks()
+        if reject:
+            channel._impl.basic_reject(delivery_tag, requeue=requeue)
+        else:
+            channel._impl.basic_nack(delivery_tag, requeue=requeue)
+        self._settlements_of(channel).settled(delivery_tag)
+
+    def _flush_acks(self) -> None:
+        """Queue the acks asked for since the last flush on their channels (`Settlements.flush`); the consumer
+        flushes before every I/O pass of the connection, so no ack waits longer than it did when each was queued
+        at once."""
+        while self._to_flush:
+            settlements = self._to_flush.pop()
+            if settlements.channel.is_open:
+                settlements.flush()
+
+    def _settlements_of(self, channel: BlockingChannel) -> Settlements:
+        """The record of `channel`'s unsettled deliveries (a new one for a new channel)."""
+        if self._settlements is None or self._settlements.channel is not channel:
+            self._settlements = Settlements(channel)
+        return self._settlements
+
     def _await_answers(self) -> None:
         """Wait (briefly) for the broker to answer for a copy in flight, then settle what it answered."""
         if self._confirms is not None and self._connection is not None:
+            self._flush_acks()
             self._confirms.wait(self._connection, 0.2)
         self._settle()
 
@@ -337,6 +391,7 @@ class RetryingConsumer:
         """Cancel the consumer; prefetched, unhandled messages go back to the queue (not lost)."""
         if self._channel is not None and self._channel.is_open:
             try:
+                self._flush_acks()
                 self._channel.cancel()
             except pika.exceptions.AMQPError:
                 self._drop()
@@ -362,6 +417,7 @@ class RetryingConsumer:
             if finished:
                 return outcome
             if self._connection is not None:
+                self._flush_acks()
                 self._connection.process_data_events(time_limit=0)  # heartbeats during a long handler
                 self._settle()  # and confirms of earlier copies
             if timeout is not None and time.monotonic() - started >= timeout:
@@ -400,6 +456,7 @@ class RetryingConsumer:
                 outcome = self._await_outcome(None)
                 skipped += isinstance(outcome, NotRunError)
                 self._after_handler(channel, method, properties, body, outcome)
+            self._flush_acks()
         finally:
             if given and self._worker is not None:
                 # Leaving on an error with outcomes still owed: that worker finishes what it was given and exits,
@@ -412,6 +469,7 @@ class RetryingConsumer:
     def _before_handler(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
                         body: bytes) -> bool:
         """False when the delivery was parked before its handler (its delivery count reached the limit)."""
+        self._settlements_of(channel).delivered(method.delivery_tag)
         headers = properties.headers or {}
         limit = self.contract.get("delivery_limit")
         deliveries = h.counter(headers.get("x-delivery-count"))
@@ -433,6 +491,7 @@ class RetryingConsumer:
             return 1
         outcome = self._call_handler(body, properties)
         self._after_handler(channel, method, properties, body, outcome)
+        self._flush_acks()
         return 0 if isinstance(outcome, NotRunError) else 1
 
     def _after_handler(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
@@ -440,16 +499,16 @@ class RetryingConsumer:
         """Settle a delivery by its handler's outcome: ack it, or retry or park it; one whose handler never ran
         (`NotRunError`: stopping) goes back to the queue."""
         if isinstance(error, NotRunError):
-            channel._impl.basic_nack(method.delivery_tag, requeue=True)
+            self._give_back(channel, method.delivery_tag, requeue=True)
             return
         if error is None:
-            # Queued, not sent: the consumer's next wait for a delivery sends it with whatever else is queued
+            # Not sent yet: the consumer's next wait for a delivery sends it with whatever else is queued
             # (`BlockingChannel.basic_ack` runs an I/O pass per ack, which cost more client CPU than the rest of a
-            # plain delivery). Cancelling or closing sends it first: frames leave in order.
-            channel._impl.basic_ack(method.delivery_tag)
+            # plain delivery), with the acks before and after it as one multiple ack where it can (`_ack`).
+            self._ack(channel, method.delivery_tag)
             self.processed += 1
             return
-        reason = h.truncate(f"{type(error).__name__}: {error}")
+        reason = _Reason(error)
         if isinstance(error, PermanentError):
             self._park_permanent(channel, method, properties, body, reason)
         elif self.retries is Retries.BY_BROKER:
@@ -479,7 +538,7 @@ class RetryingConsumer:
         return h.counter(headers.get(self.contract["attempt_header"])) + 1
 
     def _park_permanent(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
-                        body: bytes, reason: str) -> None:
+                        body: bytes, reason: _Reason) -> None:
         headers = properties.headers or {}
         exchange, routing_key, first = self._origin(method, headers)
         attempt = self._attempt(headers)
@@ -494,32 +553,32 @@ class RetryingConsumer:
                    routing_key=routing_key, first_failure_at=first_failure_at, permanent=True)
 
     def _fail_reject(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
-                     body: bytes, reason: str) -> None:
+                     body: bytes, reason: _Reason) -> None:
         headers = properties.headers or {}
         so_far = h.rejected_attempts(headers, self.queue)
         if so_far < self.contract["max_retries"]:
             # The queue's dead-letter arguments send it to tier 1; the broker records the attempt in x-death.
-            channel._impl.basic_reject(method.delivery_tag, requeue=False)  # queued, as an ack (`_handle`)
+            self._give_back(channel, method.delivery_tag, requeue=False, reject=True)  # queued, not sent yet
             self.retried += 1
-            LOG.info("reject %s: attempt %d failed, broker retries after %d ms (%s)", properties.message_id,
-                     so_far + 1, self.contract["tiers"][0]["delay_ms"], reason[:200])
+            LOG.info("reject %s: attempt %d failed, broker retries after %d ms (%.200s)", properties.message_id,
+                     so_far + 1, self.contract["tiers"][0]["delay_ms"], reason)
             return
         exchange, routing_key, first = self._origin(method, headers)
         self._park(channel, method, properties, body, reason, attempts=so_far + 1, exchange=exchange,
                    routing_key=routing_key, first_failure_at=h.utc_iso(first))
 
     def _fail_native(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
-                     body: bytes, reason: str) -> None:
+                     body: bytes, reason: _Reason) -> None:
         """Reject with requeue while retries are left: the broker keeps the message in the queue for
         `min(min_delay_ms × n, max_delay_ms)` and counts it. The last attempt is parked by the client, with
         the reason; a consumer that dies on it leaves the parking to the broker (reason `delivery_limit`)."""
         attempt = self._attempt(properties.headers or {})
         if attempt <= self.contract["max_retries"]:
-            channel._impl.basic_reject(method.delivery_tag, requeue=True)  # queued, as an ack (`_handle`)
+            self._give_back(channel, method.delivery_tag, requeue=True, reject=True)  # queued, not sent yet
             self.retried += 1
             delay = min(self.contract["min_delay_ms"] * attempt, self.contract["max_delay_ms"])
-            LOG.info("reject %s: attempt %d/%d failed, broker retries after %d ms (%s)", properties.message_id,
-                     attempt, self.contract["max_retries"], delay, reason[:200])
+            LOG.info("reject %s: attempt %d/%d failed, broker retries after %d ms (%.200s)", properties.message_id,
+                     attempt, self.contract["max_retries"], delay, reason)
             return
         exchange, routing_key, _ = self._origin(method, properties.headers or {})
         self._park(channel, method, properties, body, reason, attempts=attempt, exchange=exchange,
@@ -531,7 +590,7 @@ class RetryingConsumer:
         return self.behaviour.retry_route(self.contract, attempt)
 
     def _fail_republish(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
-                        body: bytes, reason: str) -> None:
+                        body: bytes, reason: _Reason) -> None:
         """Publish a copy that retries later (`retry_route`), counted in `attempt_header`; park it after
         `max_retries`."""
         headers = properties.headers or {}
@@ -552,14 +611,14 @@ class RetryingConsumer:
 
         def retried() -> None:
             self.retried += 1
-            LOG.info("retry %s: attempt %d/%d failed, next in %d ms via %s (%s)", properties.message_id,
-                     attempt, self.contract["max_retries"], wait_ms, retry_key, reason[:200])
+            LOG.info("retry %s: attempt %d/%d failed, next in %d ms via %s (%.200s)", properties.message_id,
+                     attempt, self.contract["max_retries"], wait_ms, retry_key, reason)
 
         self._publish_then_ack(channel, method, retry_exchange, retry_key, body,
                                h.copy_properties(properties, copy_headers), retried)
 
     def _park(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties, body: bytes,
-              reason: str, *, attempts: int, exchange: str, routing_key: str, first_failure_at: str | None,
+              reason: _Reason | str, *, attempts: int, exchange: str, routing_key: str, first_failure_at: str | None,
               permanent: bool = False) -> None:
         """Publish the parking copy (then ack). `first_failure_at` None (strategy native): the copy carries
         `last-failure-at`, now, instead: a native retry is the same message redelivered unchanged, so no time
@@ -568,7 +627,7 @@ class RetryingConsumer:
         headers = h.without_broker_headers(properties.headers)
         headers.pop(self.contract["attempt_header"], None)
         headers.update({
-            h.ERROR_REASON: reason, h.ERROR_QUEUE: self.queue, h.ORIGINAL_EXCHANGE: exchange,
+            h.ERROR_REASON: str(reason), h.ERROR_QUEUE: self.queue, h.ORIGINAL_EXCHANGE: exchange,
             h.ORIGINAL_ROUTING_KEY: routing_key, h.ATTEMPTS: attempts,
         })
         if first_failure_at is None:
@@ -581,8 +640,8 @@ class RetryingConsumer:
         def parked() -> None:
             self.parked += 1
             self.permanent += 1 if permanent else 0
-            LOG.info("park %s after %d attempts%s in %s (%s)", properties.message_id, attempts,
-                     " (permanent failure)" if permanent else "", self.contract["error_queue"], reason[:200])
+            LOG.info("park %s after %d attempts%s in %s (%.200s)", properties.message_id, attempts,
+                     " (permanent failure)" if permanent else "", self.contract["error_queue"], reason)
 
         self._publish_then_ack(channel, method, self.contract["error_exchange"], routing_key, body,
                                h.copy_properties(properties, headers), parked)
@@ -598,12 +657,13 @@ class RetryingConsumer:
         def answer(error: BaseException | None) -> None:
             if not channel.is_open:
                 return  # the broker put the original back in the queue with its channel
-            # Queued on the channel, not sent yet: `_settle` sends a batch of answers with one I/O pass.
+            # Not sent yet: `_settle` sends a batch of answers with one I/O pass, the acks of a run of originals
+            # as one multiple ack (`_ack`).
             if error is None:
-                channel._impl.basic_ack(method.delivery_tag)
+                self._ack(channel, method.delivery_tag)
                 confirmed()
                 return
-            channel._impl.basic_nack(method.delivery_tag, requeue=True)
+            self._give_back(channel, method.delivery_tag, requeue=True)
             self.requeued += 1
             LOG.error("could not publish %s to %r (%s: %s); original requeued", properties.message_id, exchange,
                       type(error).__name__, error)

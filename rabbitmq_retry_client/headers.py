@@ -50,8 +50,9 @@ def counter(value: object) -> int:
 
 
 def utc_iso(moment: datetime | None = None) -> str:
-    moment = (moment or datetime.now(UTC)).astimezone(UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """`moment` (default now) in UTC to the millisecond, as `2026-11-27T07:15:35.123Z`."""
+    moment = datetime.now(UTC) if moment is None else moment.astimezone(UTC)
+    return moment.isoformat(timespec="milliseconds")[:-len("+00:00")] + "Z"
 
 
 def parse_utc(value: object) -> datetime | None:

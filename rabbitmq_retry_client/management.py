@@ -373,9 +373,21 @@ class ManagementClient:
         self._raise_for(method, path, answer)
         return answer.data
 
+    def _from_management_api(self, method: str, path: str, answer: Response) -> None:
+        """The management API answers JSON, a 404 too (`{"error": "Object Not Found", …}`): any other body comes from
+        something else on that port (Prometheus, a web server, a proxy's error page), and reading its 404 as "not
+        there" would report an empty broker."""
+        if isinstance(answer.data, dict) or (answer.status < 400 and not isinstance(answer.data, str)):
+            return
+        raise UnreachableError(f"{self.url} is not RabbitMQ's management API: it answered {method} /api/{path} with "
+                               f"HTTP {answer.status} and no JSON; give the management port in {ENDPOINT.names()} "
+                               "(15672 by default, 15671 with TLS)")
+
     def get(self, path: str) -> Any:
         """JSON of `GET /api/<path>`, None for 404 (the object is not there)."""
         answer = self.request("GET", path)
+        if answer.status in (200, 404):
+            self._from_management_api("GET", path, answer)
         if answer.status == 404:
             return None
         self._raise_for("GET", path, answer)
@@ -391,6 +403,7 @@ class ManagementClient:
         """True when deleted, False when it was not there (404, success for the provider too)."""
         answer = self.request("DELETE", path)
         if answer.status == 404:
+            self._from_management_api("DELETE", path, answer)
             return False
         self._raise_for("DELETE", path, answer)
         return True

@@ -188,7 +188,9 @@ def test_a_results_file_names_the_command_that_made_it() -> None:
     from bench.__main__ import command
 
     assert command(False, ["p1", "p2", "p3", "alerts"], None) == "make bench"
-    assert command(True, ["p3", "alerts", "p1", "p2"], None) == "BENCH_QUICK=1 make bench"
+    assert command(True, ["p3", "p1", "p2"], None) == "BENCH_QUICK=1 make bench"
+    assert command(True, ["p3", "alerts", "p1", "p2"], None) == \
+        "BENCH_QUICK=1 .venv/bin/python -m bench --parts p3 alerts p1 p2"
     assert command(False, ["p1", "p2"], None) == ".venv/bin/python -m bench --parts p1 p2"
     assert command(True, ["p2"], ["4.3"]) == "BENCH_QUICK=1 .venv/bin/python -m bench --parts p2 --brokers 4.3"
 

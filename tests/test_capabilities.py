@@ -76,10 +76,11 @@ def facts(version: str = "4.3.6", tags: tuple[str, ...] = ("administrator",), **
 
 
 def diagnosis(raw: dict[str, Any], live):
+    from tests.support.doctor import planned_objects
     from tools.lib import doctor
 
     config = load_stack_config(raw)
-    return doctor.diagnose(config, doctor.planned_objects(config), live)
+    return doctor.diagnose(config, planned_objects(config), live)
 
 
 def test_doctor_passes_a_native_stack_on_4_3_6_and_blocks_it_on_3_10_8():

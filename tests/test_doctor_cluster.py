@@ -8,6 +8,7 @@ from typing import Any
 
 from components.config import load_stack_config
 from tests.conftest import RETRYABLE, vhost_config
+from tests.support.doctor import planned_objects
 from tools.lib import doctor
 from tools.lib.doctor import DEAD_LETTER_STALL, LiveFacts, NodeFacts, QuorumMembers
 
@@ -24,7 +25,7 @@ def facts(version: str, running: tuple[bool, ...] = (True, True, True), flags: d
 
 def diagnosis(live: LiveFacts, queue: dict[str, Any] = QUORUM_RETRY) -> doctor.Diagnosis:
     config = load_stack_config({"vhosts": [vhost_config(queues=[queue])]})
-    return doctor.diagnose(config, doctor.planned_objects(config), live)
+    return doctor.diagnose(config, planned_objects(config), live)
 
 
 def test_a_3_x_cluster_states_the_dead_letter_stall_and_4_x_does_not():
@@ -84,7 +85,7 @@ def test_a_group_size_above_the_running_nodes_warns_naming_the_key_and_the_node_
     """Single node, three nodes with one down, and a size inherited from defaults; never at or below the count."""
     def group_warnings(live: LiveFacts, raw: dict[str, Any]) -> list[str]:
         config = load_stack_config(raw)
-        return [w for w in doctor.diagnose(config, doctor.planned_objects(config), live).warnings
+        return [w for w in doctor.diagnose(config, planned_objects(config), live).warnings
                 if "quorum_group_size" in w]
 
     asks_three = {"vhosts": [vhost_config(queues=[{**QUORUM_RETRY, "quorum_group_size": 3}])]}
@@ -126,7 +127,7 @@ def test_doctor_finds_the_migrations_of_a_stack_and_blocks_them_without_the_shov
     raw["migrations"] = [{"name": "to-quorum", "move": {"from": queues[0]["name"], "to": "orders.q"}, "step": "move"}]
     config = load_stack_config({"vhosts": [raw]})
     assert doctor.migrations_of(config) == ["vhosts[0].migrations"]
-    found = doctor.diagnose(config, doctor.planned_objects(config), facts("4.3.6"))
+    found = doctor.diagnose(config, planned_objects(config), facts("4.3.6"))
     assert [b for b in found.blocking if b.startswith("vhosts[0].migrations: the stack declares migrations")]
 
 
@@ -141,15 +142,15 @@ def test_doctor_blocks_a_migration_whose_shovels_would_connect_to_a_port_the_bro
     raw["migrations"] = [{"name": "to-quorum", "move": {"from": queues[0]["name"], "to": "orders.q"}, "step": "move"}]
     config = load_stack_config({"vhosts": [raw]})
     live = replace(facts("4.3.6", plugins=("rabbitmq_shovel", "rabbitmq_shovel_management")), amqp_ports=(5673,))
-    [refusal] = [b for b in doctor.diagnose(config, doctor.planned_objects(config), live).blocking if "AMQP port" in b]
+    [refusal] = [b for b in doctor.diagnose(config, planned_objects(config), live).blocking if "AMQP port" in b]
     assert refusal.startswith("vhosts[0].migrations: the migrations' shovels connect to the broker's own AMQP port "
                               "(rabbitmq-retry:amqp_port is unset: 5672), but the broker listens for AMQP on 5673")
     assert refusal.endswith("`pulumi config set --path rabbitmq-retry:amqp_port 5673`")
-    assert not [b for b in doctor.diagnose(config, doctor.planned_objects(config), live, 5673).blocking
+    assert not [b for b in doctor.diagnose(config, planned_objects(config), live, 5673).blocking
                 if "AMQP port" in b]
     # Step retire has no shovel: nothing to check.
     raw["migrations"][0]["step"] = "retire"
     raw["queues"].pop(0)
     retired = load_stack_config({"vhosts": [raw]})
-    assert not [b for b in doctor.diagnose(retired, doctor.planned_objects(retired), live).blocking
+    assert not [b for b in doctor.diagnose(retired, planned_objects(retired), live).blocking
                 if "AMQP port" in b]

@@ -285,3 +285,14 @@ def test_at_step_retire_the_old_objects_are_extra_until_make_migrate_retire_remo
     path = project / "broker.json"
     path.write_text(json.dumps({**definitions, "parameters": []}))
     assert drift_command.main(["--stack", "moving", "--root", str(project), "--definitions", str(path)]) == 2
+
+
+def test_the_report_lists_rows_in_a_fixed_order_whatever_order_the_program_registered_in() -> None:
+    """The program registers its resources in no fixed order; the same broker reports the same bytes."""
+    absent = Snapshot("shop", "test", exists=False)
+    records = record(lambda: Vhost("shop", {"vhost": {**CONFIG, "existing": False}}))
+    forward = render("s", findings(records, {"shop": absent}), {"shop": absent})
+    backward = render("s", findings(records[::-1], {"shop": absent}), {"shop": absent})
+    assert forward == backward
+    rows = [line for line in forward.splitlines() if line.startswith("| shop |")]
+    assert rows[0].startswith("| shop | VHost | shop |") and len(rows) > 3

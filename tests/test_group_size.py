@@ -12,6 +12,7 @@ import pytest
 from components.config import ConfigError, load_stack_config
 from components.stack import plan_stack
 from tests.conftest import vhost_config
+from tests.support.doctor import planned_objects
 from tests.test_doctor_cluster import facts
 from tools.lib import doctor
 
@@ -135,7 +136,7 @@ def test_a_group_size_on_classic_levels_or_below_one_is_refused_with_its_key_pat
 def test_doctor_warns_when_the_delay_levels_ask_for_more_replicas_than_running_nodes() -> None:
     def group_warnings(raw: dict[str, Any], running: tuple[bool, ...]) -> list[str]:
         config = load_stack_config(raw)
-        return [w for w in doctor.diagnose(config, doctor.planned_objects(config), facts("4.3.6", running)).warnings
+        return [w for w in doctor.diagnose(config, planned_objects(config), facts("4.3.6", running)).warnings
                 if "delay_levels.quorum_group_size" in w]
 
     raw = stack(None, group_size=None, queues=[LEVELS_QUEUE], levels={"quorum_group_size": 3})

@@ -135,6 +135,21 @@ def test_a_port_nothing_listens_on_is_unreachable_in_one_line() -> None:
     assert "\n" not in str(error.value)
 
 
+def test_another_http_server_on_the_port_is_not_read_as_an_empty_broker() -> None:
+    """Prometheus (or any web server) answers 404 in plain text: that is not "the object is not there", which would
+    make doctor report a broker without version, plugins or user, and drift a vhost with everything missing."""
+    not_found = b"HTTP/1.1 404 Not Found\r\ncontent-type: text/plain\r\ncontent-length: 18\r\n\r\n404 page not found"
+    with server(not_found) as port, pytest.raises(UnreachableError) as error:
+        ManagementClient(f"http://127.0.0.1:{port}", "guest", "guest", timeout=5).get("overview")
+    assert str(error.value) == (f"http://127.0.0.1:{port} is not RabbitMQ's management API: it answered GET "
+                                "/api/overview with HTTP 404 and no JSON; give the management port in "
+                                "rabbitmq:endpoint (RABBITMQ_ENDPOINT, --endpoint) (15672 by default, 15671 with TLS)")
+    management_404 = (b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: 49\r\n\r\n"
+                      b'{"error":"Object Not Found","reason":"Not Found"}')
+    with server(management_404) as port:
+        assert ManagementClient(f"http://127.0.0.1:{port}", "guest", "guest", timeout=5).get("vhosts/shop") is None
+
+
 def test_an_amqp_url_is_not_an_endpoint() -> None:
     with pytest.raises(UnreachableError, match=r"^endpoint 'amqps://h:5671' is not an http\(s\) URL"):
         ManagementClient("amqps://h:5671", "u", "p")

@@ -193,7 +193,13 @@ def test_migrate_status_exits_1_with_one_line_naming_an_endpoint_it_cannot_read(
     assert migrate_status.main(["--stack", STACK, "--root", str(program_copy), "--endpoint",
                                 "http://127.0.0.1:9"]) == 1
     error = capsys.readouterr().err
-    assert error.startswith("error: http://127.0.0.1:9: ") and error.count("\n") == 1
+    assert error.startswith("error: ") and error.count("\n") == 1
+    assert error.count("http://127.0.0.1:9") == 1, "the endpoint named once, not before its own error again"
+    # A stack file that is not there is no broker's error: the line names the file alone.
+    assert migrate_status.main(["--stack", "nosuch", "--root", str(program_copy), "--endpoint",
+                                "http://127.0.0.1:9"]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("error: Pulumi.nosuch.yaml not found") and error.count("\n") == 1
 
 
 def test_migrate_status_says_what_each_step_needs_next():

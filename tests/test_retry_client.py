@@ -46,6 +46,7 @@ from rabbitmq_retry_client.headers import (
 )
 from rabbitmq_retry_client.levels import delay_routing_key, delay_units, retry_delay_ms
 from rabbitmq_retry_client.parked import Parked, ParkedQueue, Selection
+from rabbitmq_retry_client.settlements import Settlements
 from rabbitmq_retry_client.strategies import BEHAVIOURS, Mode, Retries, check_covers
 from tests.conftest import ROOT, vhost_config
 
@@ -1007,8 +1008,8 @@ class RecordingChannel:
         elif self.outcome == "close":
             self.close_by_broker(404, f"NOT_FOUND - no exchange '{exchange}' in vhost 'shop'")
 
-    def basic_ack(self, delivery_tag: int) -> None:
-        self.calls.append(("ack", delivery_tag))
+    def basic_ack(self, delivery_tag: int, multiple: bool = False) -> None:
+        self.calls.append(("ack", delivery_tag, "multiple") if multiple else ("ack", delivery_tag))
 
     def basic_nack(self, delivery_tag: int, requeue: bool) -> None:
         self.calls.append(("nack", delivery_tag, requeue))
@@ -1295,7 +1296,16 @@ def _in_flight(outcome: str | None = None, prefetch: int = 10, contract: dict[st
 
 
 def _settlements(calls: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    return [c for c in calls if c[0] in ("ack", "nack")]
+    """The acks and nacks in `calls` as the broker applies them, one per delivery: a multiple ack of tag T settles
+    every delivery up to T not settled before (these tests deliver tags 1, 2, 3…)."""
+    settled: list[tuple[Any, ...]] = []
+    for call in calls:
+        if call[:1] == ("ack",) and call[2:] == ("multiple",):
+            done = {c[1] for c in settled}
+            settled += [("ack", tag) for tag in range(1, call[1] + 1) if tag not in done]
+        elif call[0] in ("ack", "nack"):
+            settled.append(call)
+    return settled
 
 
 def test_copies_in_flight_are_not_waited_for_and_a_return_in_the_middle_requeues_only_its_original() -> None:
@@ -1582,15 +1592,18 @@ def test_a_batch_left_on_an_error_retires_its_worker_so_no_outcome_is_taken_for_
     def handler(body: bytes, properties: BasicProperties) -> None:
         release.wait(5)
         seen.append(str(properties.message_id))
+        if properties.message_id == "m-2":
+            raise RuntimeError("boom")
 
     channel = RecordingChannel()
     consumer = _consumer(contract(), handler, channel)
     consuming = _buffered_channel(channel.calls, 3, 4)
 
-    def broken(delivery_tag: int) -> None:
+    def broken(delivery_tag: int, requeue: bool) -> None:
         raise pika.exceptions.ChannelWrongStateError("Channel is closed.")
 
-    consuming.basic_ack = broken  # type: ignore[method-assign]
+    # The first delivery's reject fails while the outcomes of 3 and 4 are owed (acks wait for the batch's end).
+    consuming.basic_reject = broken  # type: ignore[method-assign]
     release.set()
     first = (_method(2), BasicProperties(message_id="m-2"), b"m-2")
     with pytest.raises(pika.exceptions.ChannelWrongStateError):
@@ -1628,3 +1641,58 @@ def test_a_stop_during_a_batch_finishes_the_handler_running_and_requeues_the_del
     assert seen == ["m-2"]
     assert channel.calls == [("ack", 2), ("nack", 3, True), ("nack", 4, True)]
     assert consumer.processed == 1
+
+
+def test_confirmed_originals_are_acked_together_only_from_the_oldest_unsettled_delivery() -> None:
+    channel = RecordingChannel()
+    settlements = Settlements(channel)
+    for tag in range(1, 7):
+        settlements.delivered(tag)
+    settlements.settled(2)  # a success, acked alone when it was handled
+    for tag in (1, 3, 5):
+        settlements.ack_later(tag)
+    assert channel.calls == [], "nothing leaves before the flush"
+    settlements.flush()
+    # 1 and 3 are every unsettled delivery up to 3; 4 is not confirmed, so 5 cannot be covered by a multiple ack.
+    assert channel.calls == [("ack", 3, "multiple"), ("ack", 5)]
+    settlements.ack_later(6)
+    settlements.flush()
+    assert channel.calls[2:] == [("ack", 6)], "4 is still unsettled before 6"
+    settlements.ack_later(4)
+    settlements.flush()
+    assert channel.calls[3:] == [("ack", 4)]
+
+
+def test_a_delivery_tag_out_of_sequence_turns_the_multiple_ack_off_for_the_channel() -> None:
+    channel = RecordingChannel()
+    settlements = Settlements(channel)
+    for tag in (1, 2, 4, 5):  # 3 was taken some other way: a multiple ack could settle it unseen
+        settlements.delivered(tag)
+    for tag in (1, 2, 4, 5):
+        settlements.ack_later(tag)
+    settlements.flush()
+    assert channel.calls == [("ack", 1), ("ack", 2), ("ack", 4), ("ack", 5)]
+
+
+def test_a_run_of_confirmed_copies_acks_its_originals_with_one_multiple_ack() -> None:
+    consumer, broker, consuming = _in_flight()
+    _fail_each(consumer, consuming, [1, 2, 3, 4])
+    broker.confirm(4, multiple=True)
+    consumer._settle()
+    assert [c for c in broker.calls if c[0] in ("ack", "nack")] == [("ack", 4, "multiple")]
+    assert (consumer.retried, consumer.in_flight()) == (4, 0)
+
+
+def test_the_successes_of_a_batch_are_acked_together_and_a_reject_keeps_its_place_among_them() -> None:
+    def handler(body: bytes, properties: BasicProperties) -> None:
+        if properties.message_id == "m-3":
+            raise RuntimeError("boom")
+
+    channel = RecordingChannel()
+    consumer = _consumer(contract(), handler, channel)
+    consuming = _buffered_channel(channel.calls, 2, 3, 4, 5)
+    first = (_method(1), BasicProperties(message_id="m-1"), b"m-1")
+    assert consumer._handle_buffered(consuming, first, None) == 5  # type: ignore[arg-type]
+    # 1 and 2 leave before the reject of 3; 4 and 5 as one multiple ack once the batch is handled.
+    assert channel.calls == [("ack", 2, "multiple"), ("reject", 3, False), ("ack", 5, "multiple")]
+    assert (consumer.processed, consumer.retried) == (4, 1)

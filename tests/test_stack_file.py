@@ -114,4 +114,14 @@ def test_the_commands_print_one_error_line_and_exit_1(program_copy: Path, tool: 
     missing = subprocess.run([sys.executable, "-m", tool, "--stack", "nope", "--root", str(program_copy)],
                              cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert missing.returncode == 1 and missing.stderr.startswith("error: Pulumi.nope.yaml not found in ")
+    assert missing.stderr.endswith("(its stacks: broken)\n"), "the stacks there, so a misspelt STACK= shows the name"
     assert "Traceback" not in missing.stderr
+
+
+def test_make_review_names_a_missing_stack_file_as_the_other_commands_do(program_copy: Path, capsys):
+    from tools import review
+
+    write(program_copy, DUPLICATED_DELAYS)
+    assert review.main(["--base", "HEAD", "--stack", "nope", "--root", str(program_copy)]) == 1
+    assert capsys.readouterr().err == (f"error: Pulumi.nope.yaml not found in {program_copy.resolve()}: "
+                                       "is STACK=nope a stack of this project? (its stacks: broken)\n")

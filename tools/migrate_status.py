@@ -5,7 +5,7 @@ step: "drained: set step: retire in a commit", "not yet: orders.billing.wait.2 h
 removed". Read-only. Credentials as for `make drift` (RABBITMQ_USERNAME / RABBITMQ_PASSWORD, else the stack's
 `rabbitmq:username`, else guest).
 
-Exit status: 0 read, 1 error (one line naming the endpoint).
+Exit status: 0 read, 1 error (one line; a broker's error names its endpoint).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from tools.lib.queue_guard import depth_reader
 def main(argv: list[str] | None = None) -> int:
     parser = broker_command_parser(__doc__)
     args = parser.parse_args(argv)
-    url = args.endpoint or "the broker"
+    url = ""  # known once the stack file is read: its errors name the file, a broker's name its endpoint
     try:
         evaluated = evaluate(args.stack, args.root, exiting=True)
         endpoint = broker_client(args, evaluated.provider, args.stack)
@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
 
         statuses = [status(m, read, shovels, args.stack, settle=lambda: time.sleep(SAMPLE_S)) for m in migrations]
     except (pulumi.RunError, StackFileError, EvaluationError, DefinitionsError, DepthError, ManagementError) as error:
-        print(f"error: {url}: {error}".replace("\n", " "), file=sys.stderr)
+        where = f"{url}: " if url and url not in str(error) else ""
+        print(f"error: {where}{error}".replace("\n", " "), file=sys.stderr)
         return 1
     finally:
         close_event_loop()

@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from components.config.stack_file import StackFileError
+from components.config.stack_file import StackFileError, not_found
 from rabbitmq_retry_client.management import ManagementError
 from tools.lib import engine
 from tools.lib.checkout import CheckoutError, checkout
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     project, stack_file = args.root.resolve(), f"Pulumi.{args.stack}.yaml"
     try:
         if not (project / stack_file).exists():
-            raise ReviewError(f"error: {stack_file} not found in {project}: is STACK={args.stack} a stack here?")
+            raise ReviewError(f"error: {not_found(project / stack_file)}")
         with tempfile.TemporaryDirectory(prefix="rabbitmq-retry-review-") as tmp:
             commit = checkout(args.base, project, Path(tmp))
             at_base = (Path(tmp) / stack_file).exists()

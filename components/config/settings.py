@@ -32,7 +32,9 @@ them into `GuardSettings`."""
 PASSWORDS_KEY = f"{NAMESPACE}:passwords"
 BROKER_KEY = f"{NAMESPACE}:broker"
 
-Problem = tuple[str, str]
+KeyProblem = tuple[str, str]
+"""(key path, what to fix), raised together as one ConfigError; not `components.problems.Problem`, which the plan's
+checks find with a code."""
 
 
 def decode(value: Any) -> Any:
@@ -56,7 +58,7 @@ def _names_a_queue(entry: str) -> bool:
     return any(entry[:i] and entry[i + 1:] for i, char in enumerate(entry) if char == "/")
 
 
-def parse_delete_with_messages(raw: object) -> tuple[frozenset[str], list[Problem]]:
+def parse_delete_with_messages(raw: object) -> tuple[frozenset[str], list[KeyProblem]]:
     """(entries, problems) of `rabbitmq-retry:delete_with_messages`: a list of distinct `<vhost>/<queue>`."""
     path = DELETE_WITH_MESSAGES
     if raw is None:
@@ -75,7 +77,7 @@ def parse_delete_with_messages(raw: object) -> tuple[frozenset[str], list[Proble
     return frozenset(e for e in raw if isinstance(e, str)), problems
 
 
-def parse_amqp_port(raw: object) -> tuple[int | None, list[Problem]]:
+def parse_amqp_port(raw: object) -> tuple[int | None, list[KeyProblem]]:
     """`rabbitmq-retry:amqp_port`: the broker's AMQP port as reached from where `pulumi up` runs."""
     if raw is None:
         return None, []
@@ -94,7 +96,7 @@ class GuardSettings:
     """The broker's AMQP port as reached from where `pulumi up` runs (None: read it from the broker, else 5672)."""
 
 
-def parse_guard_settings(values: Mapping[str, Any]) -> tuple[GuardSettings, list[Problem]]:
+def parse_guard_settings(values: Mapping[str, Any]) -> tuple[GuardSettings, list[KeyProblem]]:
     """The guard's keys of `values` (`namespace:key` → text); what the hook reads again when it runs."""
     allowed, problems = parse_delete_with_messages(decode(values.get(f"{NAMESPACE}:{DELETE_WITH_MESSAGES}")))
     port, port_problems = parse_amqp_port(decode(values.get(f"{NAMESPACE}:{AMQP_PORT}")))
@@ -123,7 +125,7 @@ _PROVIDER_FIELDS = {"endpoint": "endpoint", "username": "username", "password": 
 
 
 def parse_provider_settings(values: Mapping[str, Any],
-                            secret_keys: Collection[str] = ()) -> tuple[ProviderSettings, list[Problem]]:
+                            secret_keys: Collection[str] = ()) -> tuple[ProviderSettings, list[KeyProblem]]:
     """The provider's settings, and what would fail `pulumi up`: a key the provider does not read (misspelt, so its
     setting is silently not used), an endpoint that is not the management API's http(s) URL or ends in "/" (the API
     answers 405), and a provider password in plain text."""
@@ -150,7 +152,7 @@ def parse_provider_settings(values: Mapping[str, Any],
 
 
 def password_storage_problems(values: Mapping[str, Any], secret_keys: Collection[str],
-                              stack_file: tuple[bool, object]) -> list[Problem]:
+                              stack_file: tuple[bool, object]) -> list[KeyProblem]:
     """Passwords stored in plain text: each plain value of the stack file (`stack_file`: whether there is one, and
     its `passwords` value as written, `{secure: …}` leaves and all), or, without a stack file, the whole key when
     it is not handed over as a secret."""
@@ -190,7 +192,7 @@ class StackSettings:
 
 
 def parse_stack_settings(values: Mapping[str, Any], secret_keys: Collection[str] = (),
-                         stack_file: tuple[bool, object] = (False, None)) -> tuple[StackSettings, list[Problem]]:
+                         stack_file: tuple[bool, object] = (False, None)) -> tuple[StackSettings, list[KeyProblem]]:
     """The settings of `values` (every `namespace:key` → text), and the problems that do not stop the topology from
     being parsed (plain-text passwords, the provider's settings, the guard's keys), for the caller to add its own to
     and raise. ConfigError with every problem when the topology itself is refused."""

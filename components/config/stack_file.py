@@ -85,11 +85,18 @@ def _where(path: Path, error: yaml.MarkedYAMLError) -> str:
     return f"{path.name}:{_at(mark)}: {problem or context or 'not valid YAML'}"
 
 
+def not_found(path: Path) -> str:
+    """The one line for a stack file that is not there, with the stacks that are: a misspelt STACK= is the usual
+    cause, and the right name is then in the line."""
+    stacks = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in path.parent.glob("Pulumi.*.yaml"))
+    return (f"{path.name} not found in {path.parent}: is STACK={path.stem.split('.', 1)[-1]} a stack of this "
+            f"project? (its stacks: {', '.join(stacks) or 'none'})")
+
+
 def load(path: Path) -> dict[str, Any]:
     """The `config:` mapping of a stack file (empty when there is none)."""
     if not path.exists():
-        raise StackFileError(f"{path.name} not found in {path.parent}: is STACK={path.stem.split('.', 1)[-1]} "
-                             "a stack of this project?")
+        raise StackFileError(not_found(path))
     try:
         document = yaml.load(path.read_text(), Loader=UniqueKeyLoader)  # a SafeLoader subclass
     except yaml.MarkedYAMLError as error:

@@ -113,7 +113,7 @@ def test_the_hand_wired_loops_lose_nothing_and_retry_each_failing_message_once(b
                     continue
                 assert target.contract is not None
                 messages = 12
-                plain = target.row in (floor.PLAIN, floor.THREAD)
+                plain = target.row in floor.PLAIN_ROWS
                 ids = [f"f{i:05d}" for i in range(2 * messages if plain else messages)]
                 retrying.publish_ids(broker, target.vhost, "in", ids)
                 loop = (floor.loop_of(broker, target, floor.PART_KINDS[target.row], messages, prefetch=5)

@@ -10,6 +10,7 @@ import pytest
 
 from components.config import load_stack_config
 from tests.conftest import record_vhost
+from tests.support.doctor import planned_objects
 from tests.support.mirror import Broker, MirrorError, apply, get
 from tools.lib import doctor, engine
 from tools.lib.definitions import read_live
@@ -24,7 +25,7 @@ def _config(vhost: str, existing: bool) -> dict[str, Any]:
 def _doctor(broker: Broker, vhost: str, existing: bool) -> doctor.Diagnosis:
     config = load_stack_config({"vhosts": [_config(vhost, existing)]})
     endpoint = broker.client()
-    return doctor.diagnose(config, doctor.planned_objects(config), doctor.read_facts(endpoint, [vhost]))
+    return doctor.diagnose(config, planned_objects(config), doctor.read_facts(endpoint, [vhost]))
 
 
 def test_applying_into_an_existing_vhost_the_broker_lacks_fails_with_404(broker: Broker, vhost: str) -> None:

@@ -25,6 +25,7 @@ from components.config import ConfigError, load_stack_config
 from rabbitmq_retry_client.parked import ParkedQueue, Selection
 from tests.support.admin import version, wait_for_queue
 from tests.support.amqp import channel, drain, message_counts, parameters
+from tests.support.doctor import planned_objects
 from tests.support.mirror import Broker
 from tests.support.retrying import fail_every_attempt, publish_ids
 from tools.lib import doctor
@@ -112,7 +113,7 @@ def test_past_max_retries_the_broker_itself_parks_a_message_nothing_lost(broker:
 def _doctor(broker: Broker, vhost: str, vhost_config: dict[str, Any], **top: Any) -> doctor.Diagnosis:
     config = load_stack_config({"vhosts": [{"name": vhost, **vhost_config}], **top})
     endpoint = broker.client()
-    return doctor.diagnose(config, doctor.planned_objects(config), doctor.read_facts(endpoint, [vhost]))
+    return doctor.diagnose(config, planned_objects(config), doctor.read_facts(endpoint, [vhost]))
 
 
 def test_doctor_refuses_native_below_4_3_1_and_passes_it_on_4_3(broker: Broker, vhost: str) -> None:

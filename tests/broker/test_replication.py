@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from components.config import load_stack_config
 from tests.support.deploy import Deployer
+from tests.support.doctor import planned_objects
 from tests.support.mirror import Broker, call, esc
 from tools.lib import doctor
 
@@ -23,7 +24,7 @@ def test_a_single_node_declares_a_group_of_3_with_one_member_and_doctor_warns(br
 
     config = load_stack_config({"vhosts": [{"name": vhost, **CONFIG}]})
     facts = doctor.read_facts(broker.client(), [vhost])
-    [warning] = [w for w in doctor.diagnose(config, doctor.planned_objects(config), facts).warnings
+    [warning] = [w for w in doctor.diagnose(config, planned_objects(config), facts).warnings
                  if "quorum_group_size" in w]
     assert warning.startswith("vhosts[0].queues[0].quorum_group_size asks for 3 replicas of quorum queue 'replicated'")
     assert "the broker is a single-node broker" in warning

@@ -19,6 +19,7 @@ from components.config import load_stack_config
 from tests.support.admin import STATS_S, wait_for
 from tests.support.cluster import ROOT, Cluster
 from tests.support.deploy import Deployer
+from tests.support.doctor import planned_objects
 from tests.support.mirror import MirrorError, apply
 from tests.support.retrying import retryable_queue
 from tools.lib import doctor
@@ -31,7 +32,7 @@ def diagnose(cluster: Cluster, index: int, vhost: str) -> tuple[doctor.LiveFacts
     config = load_stack_config({"vhosts": [{"name": vhost, **CONFIG}]})
     broker = cluster.node(index).broker
     facts = doctor.read_facts(broker.client(), [vhost])
-    return facts, doctor.diagnose(config, doctor.planned_objects(config), facts)
+    return facts, doctor.diagnose(config, planned_objects(config), facts)
 
 
 def tool(name: str, endpoint: str) -> subprocess.CompletedProcess[str]:

@@ -15,6 +15,7 @@ import pytest
 from components.config import load_stack_config
 from tests.support.cluster import Cluster
 from tests.support.deploy import Deployer, throwaway_vhost
+from tests.support.doctor import planned_objects
 from tests.support.retrying import retryable_queue
 from tools.lib import doctor
 
@@ -50,7 +51,7 @@ def test_a_quorum_group_size_sets_the_members_of_the_queue_and_of_every_queue_it
     config = load_stack_config({"vhosts": [{"name": vhost, **CONFIG}]})
     broker = cluster.node(1).broker
     facts = doctor.read_facts(broker.client(), [vhost])
-    warnings = [w for w in doctor.diagnose(config, doctor.planned_objects(config), facts).warnings
+    warnings = [w for w in doctor.diagnose(config, planned_objects(config), facts).warnings
                 if "quorum_group_size" in w]
     assert len(warnings) == 1 and warnings[0].startswith(
         "vhosts[0].queues[3].quorum_group_size asks for 4 replicas of quorum queue 'four'"), warnings

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
-from components import Vhost, VhostPythonArgs, naming
 from components.config import StackConfig
 from components.config.capabilities import (
     AT_LEAST_ONCE_MIN_VERSION,
@@ -22,13 +21,12 @@ from components.config.capabilities import (
 )
 from components.config.model import Limits
 from components.config.passwords import moves_queues
-from components.naming import vhost_key
-from components.resources import DEFAULT_AMQP_PORT, ShovelAccess
+from components.resources import DEFAULT_AMQP_PORT
 from components.strategies import strategy_of
 from rabbitmq_retry_client.management import ManagementClient, path_escape
 from tools.lib import drift
 from tools.lib.definitions import Snapshot, amqp_ports, read_live
-from tools.lib.mockrun import Registered, record
+from tools.lib.mockrun import Registered
 
 ADMINISTRATOR = "administrator"
 POLICYMAKER = "policymaker"
@@ -358,18 +356,3 @@ def _cluster_lines(facts: LiveFacts) -> list[str]:
     lines.append(f"- plugin {SHOVEL_PLUGIN}: {'enabled' if SHOVEL_PLUGIN in facts.plugins else 'not enabled'} "
                  "(moving messages out of a queue that a change would replace needs it)")
     return lines
-
-
-def planned_objects(config: StackConfig) -> list[Registered]:
-    """The queues, exchanges, bindings and policies the stack declares, recorded from its Vhost components
-    under mocks (passwords do not matter here: users are not compared; nor do the shovels' URIs, so a vhost whose
-    migrations move queues gets a stand-in shovel user)."""
-    access = ShovelAccess(naming.SHOVEL_USER, "unused")
-
-    def program() -> None:
-        for index, vhost in enumerate(config.vhosts):
-            # A parsed vhost is taken at run time; the typed args (VhostPythonArgs) say the stack file's shape.
-            args = {"vhost": vhost, "config_path": f"vhosts[{index}]",
-                    "passwords": {user: "unused" for user, _ in vhost.user_paths()}, "shovel_access": access}
-            Vhost(vhost_key(vhost.name), cast(VhostPythonArgs, args))
-    return record(program)

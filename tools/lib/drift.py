@@ -453,6 +453,13 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list
     return [row(header), row("---" for _ in header), *(row(r) for r in rows)]
 
 
+def _row_order(row: tuple[str, str, str, str]) -> tuple[str, bool, str, str, str]:
+    """Rows by vhost, the vhost itself first, then by type and name: the program registers its resources in no fixed
+    order, and the same broker reports the same bytes, as the review's rows do."""
+    vhost, kind, name, detail = row
+    return vhost, kind != "VHost", kind, name, detail
+
+
 def render(stack: str, found: Sequence[Finding], snapshots: dict[str, Snapshot], drained: Sequence[str] = ()) -> str:
     """The report; `drained`: the queues (`vhost/queue`) the migrations still drain (`present_drained`)."""
     sources = ", ".join(f"{code(v)} at {code(s.source)}" + (f" (RabbitMQ {s.broker_version})" if s.broker_version
@@ -468,7 +475,7 @@ def render(stack: str, found: Sequence[Finding], snapshots: dict[str, Snapshot],
                        if any(f.kind == k for f in found))
     lines += [f"**Drift**: {counts}.", ""]
     for kind, (title, meaning) in HEADINGS.items():
-        rows = [(f.vhost, f.type, f.name, f.detail) for f in found if f.kind == kind]
+        rows = sorted(((f.vhost, f.type, f.name, f.detail) for f in found if f.kind == kind), key=_row_order)
         if rows:
             header = ("vhost", "type", "object", "detail")
             lines += [f"## {title}", "", meaning + ".", "", *markdown_table(header, rows), ""]

@@ -153,7 +153,7 @@ def evaluate(stack: str, root: Path = ROOT, *, preview: bool = True, written_ver
     plans, settings = namespace.get("plans"), namespace.get("settings")
     if plans is None or settings is None:
         raise EvaluationError(f"{program / '__main__.py'} keeps no `plans` or `settings`: these tools read both from "
-                              "the program's one run (issue 33)")
+                              "the program's one run: keep them as module globals, as this project's __main__.py does")
     if not written_version:
         settings = with_written_version(settings, values)
     return Evaluation(stack, recording, index_plans(recording, plans, layout), infos(plans),
