@@ -14,11 +14,12 @@ import pytest
 import yaml
 
 from components.alerts import prometheus_rule, rule_file, rules_by_key, stack_rules
-from components.config import ConfigError, load_stack_config
+from components.config import load_stack_config
 from components.config.alerts import RULE_KINDS
 from components.stack import plan_stack
 from tests.conftest import ROOT
 from tests.support.environment import missing
+from tests.support.problems import config_problems
 from tools.lib.evaluation import evaluate
 
 STACKS = {"dev": ROOT, "prod": ROOT, "every": ROOT / "tests" / "recordings"}
@@ -27,12 +28,6 @@ STACKS = {"dev": ROOT, "prod": ROOT, "every": ROOT / "tests" / "recordings"}
 def rules_of(raw: dict[str, Any], stack: str = "test") -> dict[str, Any]:
     config = load_stack_config(raw)
     return rule_file(stack_rules(stack, config.alerts, [p for _, p in plan_stack(config, "shovel")]))
-
-
-def problems_of(raw: dict[str, Any]) -> list[tuple[str, str]]:
-    with pytest.raises(ConfigError) as error:
-        load_stack_config(raw)
-    return error.value.problems
 
 
 def stack(**alerts: Any) -> dict[str, Any]:
@@ -161,7 +156,7 @@ def test_each_mistake_is_a_key_path_problem(alerts: Any, vhost: Any, queue: Any,
         raw["vhosts"][0]["alerts"] = vhost
     if queue is not None:
         raw["vhosts"][0]["queues"][0]["alerts"] = queue
-    problems = problems_of(raw)
+    problems = config_problems(raw)
     assert [path for path, _ in problems] == [path for path, _ in expected], problems
     for (_, message), (_, start) in zip(problems, expected, strict=True):
         assert start in message, message
@@ -170,7 +165,7 @@ def test_each_mistake_is_a_key_path_problem(alerts: Any, vhost: Any, queue: Any,
 def test_alerts_on_a_plain_queue_are_refused() -> None:
     raw = stack()
     raw["vhosts"][0]["queues"][2]["alerts"] = {"parked": {}}
-    assert problems_of(raw) == [("vhosts[0].queues[2].alerts", "alerts are derived for retryable queues only: this "
+    assert config_problems(raw) == [("vhosts[0].queues[2].alerts", "alerts are derived for retryable queues only: this "
                                  "queue has no `retry` block; remove the key")]
 
 
