@@ -12,8 +12,8 @@ import pytest
 from components.config.keys import KEY_TABLES, MIGRATION_KEYS
 from components.config.model import RETIRE
 from components.migration_kinds import KINDS
+from tests.support.sources import ROOT, python_files
 
-ROOT = Path(__file__).resolve().parent.parent
 REGISTRY = ROOT / "components" / "migration_kinds"
 KEY_TABLES_FILE = ROOT / "components" / "config" / "keys.py"
 """The key tables name each kind as a key of a `migrations[]` entry (checked against the registry below)."""
@@ -54,9 +54,8 @@ def _choices_by_kind(path: Path, root: Path = ROOT) -> list[str]:
 def test_nothing_outside_the_registry_compares_a_kind_with_a_name():
     """Outside `components/migration_kinds/`, no kind's name is written as a string (the key tables aside) and
     nothing is compared with a kind's name or module: code asks the kind's module (`kind_of(m)`)."""
-    paths = sorted(p for folder in ("components", "tools", "rabbitmq_retry_client", "bench")
-                   for p in (ROOT / folder).rglob("*.py")
-                   if REGISTRY not in p.parents and p != KEY_TABLES_FILE)
+    paths = python_files("components", "tools", "rabbitmq_retry_client", "bench",
+                         leaving_out=lambda p: REGISTRY in p.parents or p == KEY_TABLES_FILE)
     assert len(paths) > 50
     assert [line for path in paths for line in _choices_by_kind(path)] == []
 

@@ -16,8 +16,8 @@ from components.plan import plan_vhost
 from components.problems import Problem
 from components.strategies.levels import levels_write_pattern
 from tests.conftest import vhost_config
+from tests.support.sources import python_files
 
-ROOT = Path(__file__).resolve().parent.parent
 TEXT_TESTS = frozenset({"search", "match", "fullmatch", "findall", "finditer", "sub", "split", "startswith",
                         "endswith", "find", "index", "count", "partition", "rpartition"})
 """What reads a text's content: regex calls and str methods."""
@@ -45,7 +45,7 @@ def _reads_a_message(path: Path) -> list[str]:
 
 
 def test_no_tool_acts_on_a_message_s_text():
-    paths = sorted(p for p in (ROOT / "tools").rglob("*.py") if p.name not in NOT_PROBLEMS)
+    paths = python_files("tools", leaving_out=lambda p: p.name in NOT_PROBLEMS)
     assert len(paths) > 30
     assert [line for path in paths for line in _reads_a_message(path)] == []
 
@@ -87,7 +87,7 @@ def _reads_a_regex_back(path: Path) -> list[str]:
 
 
 def test_no_tool_parses_a_permission_regex_back():
-    paths = sorted((ROOT / "tools").rglob("*.py"))
+    paths = python_files("tools")
     assert len(paths) > 30
     assert [line for path in paths for line in _reads_a_regex_back(path)] == []
 

@@ -19,9 +19,9 @@ from components.config.parsers import parse_queue_arguments, policy_value
 from components.effective import applies_to_queue_type, merge
 from components.entries import PolicyPlan, QueuePlan
 from tests.conftest import RETRYABLE, vhost_config
+from tests.support.sources import ROOT, python_files
 from tools.lib import engine
 
-ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("components", "tools", "rabbitmq_retry_client", "bench", "__main__.py")
 """Everything the project ships or runs, except the tests."""
 WIRE_NAMES = {name for row in wire.ROWS for name in (row.key, *([row.argument] if row.queue_argument else []))}
@@ -34,8 +34,7 @@ def spellings(path: Path) -> list[str]:
 
 
 def test_each_wire_key_is_spelt_at_most_once_outside_the_table_and_the_tests():
-    files = [path for root in SOURCES for path in ((ROOT / root).rglob("*.py") if (ROOT / root).is_dir()
-                                                    else [ROOT / root])]
+    files = python_files(*SOURCES)
     counts = Counter(name for path in files if path != ROOT / "components" / "wire.py" for name in spellings(path))
     assert {name: n for name, n in counts.items() if n > 1} == {}
 
