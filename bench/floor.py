@@ -86,7 +86,9 @@ added (the `ours` side of its Pair) against the bare hand-wired loop: our handle
 `handler_timeout` during a long handler) on plain consume; the headers our republished copy carries (its attempt
 and origin) with `mandatory` set (an unroutable copy comes back instead of vanishing); our acks, the deliveries
 of an I/O pass acked as one `basic.ack(multiple=true)` (rabbitmq_retry_client/settlements.py), on plain consume.
-Information, no target."""
+No target of their own. The headers' part runs in the same rounds as the republish row, as its third side: a
+republish row short of the bare loop is judged against it (`Pair.verdict`), the issue's "say what the difference
+buys and measure that alone"."""
 PLAIN_ROWS = (PLAIN, THREAD, MULTIPLE)
 """The rows of plain consume: twice the messages, none failing."""
 
@@ -146,9 +148,15 @@ class Pair:
     ours: list[Sample] = field(default_factory=list)
     hand: list[Sample] = field(default_factory=list)
     loads: list[str] = field(default_factory=list)
+    carrying: list[Sample] = field(default_factory=list)
+    """`tiers (republish)` only: the hand-wired loop whose copy carries what ours must (`HEADERS`), run in the same
+    rounds, so that a shortfall against the bare loop is measured apart from what the copy carries."""
 
-    def _paired(self, pick: Callable[[Sample], float]) -> list[float]:
-        return [pick(o) / pick(h) for o, h in zip(self.ours, self.hand, strict=True) if pick(h)]
+    def _paired(self, pick: Callable[[Sample], float], ours: list[Sample] | None = None,
+                hand: list[Sample] | None = None) -> list[float]:
+        ours = self.ours if ours is None else ours
+        hand = self.hand if hand is None else hand
+        return [pick(o) / pick(h) for o, h in zip(ours, hand, strict=True) if pick(h)]
 
     @property
     def rate_ratios(self) -> list[float]:
@@ -170,8 +178,27 @@ class Pair:
         samples = self.ours if side == "ours" else self.hand
         return statistics.median(pick(s) for s in samples) if samples else 0.0
 
+    def carried(self) -> Pair | None:
+        """The `HEADERS` part of this republish row: the loop carrying our copy's headers against the bare one, in
+        the same rounds (None when it was not run)."""
+        if not self.carrying:
+            return None
+        return Pair(self.queue_type, HEADERS, ours=self.carrying, hand=self.hand, loads=self.loads)
+
+    def _against_carrying(self) -> tuple[float, float | None] | None:
+        """(ours ÷ the carrying loop's retries/s, broker CPU ratio), medians of the rounds' pairs."""
+        if not self.carrying:
+            return None
+        rates = self._paired(lambda s: s.rate, hand=self.carrying)
+        brokers = self._paired(lambda s: s.broker_us, hand=self.carrying)
+        if not rates:
+            return None
+        return statistics.median(rates), statistics.median(brokers) if brokers else None
+
     def verdict(self) -> tuple[bool, str]:
-        """(met, why) against the targets: rate ≥ 0.9 ×, and for retries broker CPU ≤ 1.1 ×."""
+        """(met, why) against the targets: rate ≥ 0.9 ×, and for retries broker CPU ≤ 1.1 ×. A republish row short
+        of the bare loop is met only by the issue's other way: ours within the same targets of the hand-wired loop
+        that carries what our copy must carry, that cost measured alone in the same rounds (`carried`)."""
         rate = self.rate_ratio or 0.0
         if self.row in PARTS:
             broker = self.broker_ratio
@@ -184,8 +211,21 @@ class Pair:
         met = rate >= RATE_TARGET and (broker is None or broker <= BROKER_CPU_TARGET)
         cpu = ("broker CPU not local" if broker is None
                else f"{shown(broker, BROKER_CPU_TARGET)} × its broker CPU per retry")
-        return met, (f"{shown(rate, RATE_TARGET)} × the hand-wired retries/s (target ≥ {RATE_TARGET}), {cpu} "
-                     f"(target ≤ {BROKER_CPU_TARGET})")
+        why = (f"{shown(rate, RATE_TARGET)} × the hand-wired retries/s (target ≥ {RATE_TARGET}), {cpu} "
+               f"(target ≤ {BROKER_CPU_TARGET})")
+        against = self._against_carrying()
+        carried = self.carried()
+        if met or against is None or carried is None:
+            return met, why
+        carried_rate, carried_broker = against
+        cost = carried.rate_ratio or 0.0
+        explained = carried_rate >= RATE_TARGET and (carried_broker is None or carried_broker <= BROKER_CPU_TARGET)
+        carried_cpu = ("broker CPU not local" if carried_broker is None
+                       else f"{shown(carried_broker, BROKER_CPU_TARGET)} × its broker CPU per retry")
+        return explained, (f"{why}; {'explained' if explained else 'not explained'} by what our copy carries (its "
+                           f"attempt and origin headers, `mandatory`), measured alone in the same rounds: the "
+                           f"hand-wired loop carrying it runs at {cost:.2f} × the bare loop's retries/s, and ours at "
+                           f"{shown(carried_rate, RATE_TARGET)} × that loop's, {carried_cpu}")
 
 
 KINDS = ("reject", "republish", "native", "plain", "plain-thread", "republish-headers", "plain-multiple")
@@ -347,8 +387,9 @@ def _deploy(stack: ExitStack, broker: Broker, queue_type: str, strategy: Strateg
 
 
 def prepare(stack: ExitStack, broker: Broker, version: Sequence[int], queue_type: str) -> list[Target]:
-    """Every row of ROWS and PARTS for `queue_type`; both `tiers` modes share one deployment (the mode is the
-    client's), as do plain consume and the handler thread's part."""
+    """Every row of ROWS and PARTS for `queue_type` but `HEADERS`, which runs within the republish row (its
+    `carrying` side); both `tiers` modes share one deployment (the mode is the client's), as do plain consume and
+    the handler thread's and the acks' parts."""
     vhost, contract = _deploy(stack, broker, queue_type, TIERS)
     targets = [Target(REJECT, vhost, contract), Target(REPUBLISH, vhost, contract)]
     if why := NATIVE.unsupported(version, queue_type):
@@ -356,8 +397,7 @@ def prepare(stack: ExitStack, broker: Broker, version: Sequence[int], queue_type
     else:
         targets.append(Target(NATIVE.name, *_deploy(stack, broker, queue_type, NATIVE)))
     plain = Target(PLAIN, *_deploy(stack, broker, queue_type, None))
-    return [*targets, plain, Target(THREAD, plain.vhost, plain.contract), Target(HEADERS, vhost, contract),
-            Target(MULTIPLE, plain.vhost, plain.contract)]
+    return [*targets, plain, Target(THREAD, plain.vhost, plain.contract), Target(MULTIPLE, plain.vhost, plain.contract)]
 
 
 def _published(row: str, messages: int) -> int:
@@ -437,15 +477,19 @@ def measure(broker: Broker, version: Sequence[int], messages: int, rounds: int,
                 for target, pair in zip(targets, rows, strict=True):
                     if target.skipped:
                         continue
-                    sides = [("ours", run_ours), ("hand", run_hand)]
+                    sides: list[tuple[str, Callable[[Broker, Target, int], Sample]]] = [
+                        ("ours", run_ours), ("hand", run_hand)]
+                    if target.row == REPUBLISH:
+                        sides.append(("carrying", lambda b, t, n: run_hand(b, t, n, kind=PART_KINDS[HEADERS])))
                     for side, run in sides if number % 2 else reversed(sides):
                         sample = run(broker, target, messages)
-                        (pair.ours if side == "ours" else pair.hand).append(sample)
+                        {"ours": pair.ours, "hand": pair.hand, "carrying": pair.carrying}[side].append(sample)
                     pair.loads.append(load_average())
                     unit = "deliveries" if pair.row in PLAIN_ROWS else "retries"
                     progress(f"floor {queue_type} round {number}/{rounds} {pair.row}: ours {pair.ours[-1].rate:,.0f}"
                              f", hand-wired {pair.hand[-1].rate:,.0f} {unit}/s (load {pair.loads[-1]})")
             pairs += rows
+            pairs += [carried for pair in rows if (carried := pair.carried()) is not None]
     return pairs
 
 
@@ -473,7 +517,8 @@ def section(pairs: Sequence[Pair], messages: int, rounds: int) -> list[str]:
         if p.skipped:
             continue
         met, _ = p.verdict()
-        judged = "information" if p.row in PARTS else "yes" if met else "**no**"
+        judged = ("information" if p.row in PARTS else "**no**" if not met
+                  else "yes" if (p.rate_ratio or 0.0) >= RATE_TARGET else "explained")
         broker = p.broker_ratio
         cpu = "" if broker is None else shown(broker, BROKER_CPU_TARGET)
         out.append(f"| {p.queue_type} | `{p.row}` | {p.median('ours', lambda s: s.rate):,.0f} | "

@@ -21,6 +21,7 @@ from pika.adapters.blocking_connection import BlockingConnection
 from pika.connection import Parameters
 
 from .management import ManagementError, TlsSettings, tls_failure
+from .writes import send_joined
 
 LOG = logging.getLogger("rabbitmq_retry_client")
 
@@ -207,6 +208,7 @@ def connect(params: Parameters | Sequence[Parameters], timeout: float, interval:
                 last_reason = why
             sleep(interval)
             continue
+        send_joined(connection)  # one write per I/O pass, not one per frame (writes.py)
         if last_reason is not None:
             LOG.info("broker reachable again at %s after %.1f s", where(params), time.monotonic() - started)
         if not isinstance(params, Parameters) and len(params) > 1:
