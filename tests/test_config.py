@@ -336,6 +336,21 @@ BAD_CONFIGS = [
     ),
     pytest.param({"vhosts": "shop"}, [("vhosts", "expected a list, got str")], id="vhosts-not-a-list"),
     pytest.param(
+        with_queue(retryable(delays="2s")),
+        [("vhosts[0].queues[0].retry.delays", "expected a list, got str; write delays: [2s]")],
+        id="delays-not-a-list",
+    ),
+    pytest.param(
+        with_queue(retryable(delays="1s, 10s")),
+        [("vhosts[0].queues[0].retry.delays", "expected a list, got str; write delays: [1s, 10s]")],
+        id="delays-comma-separated-not-a-list",
+    ),
+    pytest.param(
+        with_queue(retryable(delays="a: b")),
+        [("vhosts[0].queues[0].retry.delays", 'expected a list, got str; write delays: ["a: b"]')],
+        id="delays-not-a-list-quoted-where-yaml-needs-it",
+    ),
+    pytest.param(
         {}, [("vhosts", "missing; set rabbitmq-retry:vhosts to a list of vhosts (see docs/config.md)")], id="no-vhosts"
     ),
     pytest.param(
@@ -397,6 +412,15 @@ BILLING = {"user": "billing-app", "consumes": ["orders"], "publishes": ["events"
 
 def with_billing(**vhost: Any) -> dict[str, Any]:
     return {"vhosts": [vhost_config(applications=[BILLING], **vhost)]}
+
+
+def test_a_lone_name_where_a_list_of_names_is_expected_is_suggested_as_that_list():
+    """Each list of names (like retry.delays) shows the value written alone as the list it stands for."""
+    application = {**BILLING, "publishes": "events", "consumes": "orders"}
+    assert config_problems({"vhosts": [vhost_config(applications=[application])]}) == [
+        ("vhosts[0].applications[0].publishes", "expected a list, got str; write publishes: [events]"),
+        ("vhosts[0].applications[0].consumes", "expected a list, got str; write consumes: [orders]"),
+    ]
 
 
 def bad_orders(**change: Any) -> list[dict[str, Any]]:

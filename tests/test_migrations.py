@@ -168,6 +168,13 @@ def test_drain_tiers_needs_more_tiers_before_than_now():
     assert "nothing to drain" in message
 
 
+def test_drain_tiers_delays_written_alone_are_suggested_as_a_list():
+    config = draining_tiers()
+    config["migrations"][0]["drain_tiers"]["delays"] = "1m"
+    assert problems(config) == [("vhosts[0].migrations[0].drain_tiers.delays",
+                                 "expected a list, got str; write delays: [1m]")]
+
+
 def test_drain_tiers_of_a_queue_without_tiers_points_to_a_move():
     config = draining_tiers()
     config["migrations"][0]["drain_tiers"]["queue"] = "audit"

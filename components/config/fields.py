@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -75,14 +76,25 @@ def mapping(p: Problems, path: str, value: object, allowed: Sequence[str]) -> Ma
     return value
 
 
-def items(p: Problems, path: str, value: object) -> Sequence[Any]:
-    """The entries of an optional list: none when the key is absent or null."""
+def items(p: Problems, path: str, value: object, scalars: bool = False) -> Sequence[Any]:
+    """The entries of an optional list: none when the key is absent or null. `scalars`: a list of names or
+    durations, whose entry written alone (`delays: 2s`) is shown as the list it stands for (`delays: [2s]`)."""
     if value is ABSENT or value is None:
         return ()
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        p.add(path, f"expected a list, got {describe(value)}")
+        fix = (f"; write {path.rsplit('.', 1)[-1]}: [{_flow_entry(value)}]"
+               if scalars and isinstance(value, (str, int, float)) and not isinstance(value, bool) else "")
+        p.add(path, f"expected a list, got {describe(value)}{fix}")
         return ()
     return value
+
+
+def _flow_entry(value: str | int | float) -> str:
+    """`value` as written inside `[…]` in YAML: plain when it reads back as itself (commas then separate entries, as
+    in `1s, 10s`), else quoted."""
+    if not isinstance(value, str):
+        return json.dumps(value)
+    return value if re.fullmatch(r"[\w.\-/]+(, ?[\w.\-/]+)*", value) else json.dumps(value)
 
 
 def optional(data: Mapping[str, Any], key: str, parse: Callable[[object], T | Invalid], default: D) -> T | D | Invalid:

@@ -567,8 +567,8 @@ def parse_application(p: Problems, path: str, index: int, raw: object) -> Applic
     if data is INVALID:
         return ApplicationEntry(index, None, None, INVALID, path)
     user = entity_name(p, f"{path}.user", data.get("user"), "user", allow_reserved=True)
-    publishes = items(p, f"{path}.publishes", data.get("publishes", ABSENT))
-    consumes = items(p, f"{path}.consumes", data.get("consumes", ABSENT))
+    publishes = items(p, f"{path}.publishes", data.get("publishes", ABSENT), scalars=True)
+    consumes = items(p, f"{path}.consumes", data.get("consumes", ABSENT), scalars=True)
     topics = tuple(parse_topic_permission(p, f"{path}.topic_permissions[{i}]", t) for i, t in
                    enumerate(items(p, f"{path}.topic_permissions", data.get("topic_permissions", ABSENT))))
     limits = optional(data, "limits", lambda v: parse_user_limits(p, f"{path}.limits", v), UserLimits())
@@ -656,7 +656,7 @@ def parse_import(p: Problems, path: str, raw: object, name: str | Invalid,
                  existing: object) -> tuple[str, ...] | Invalid:
     """`import: ["queue orders@shop", "binding shop/orders/orders/queue/~", …]`: written by `make adopt`.
     The plan checks that each one names an object the vhost declares."""
-    entries = items(p, path, raw)
+    entries = items(p, path, raw, scalars=True)
     ok = True
     if entries and existing is not True:
         p.add(path, "only objects of an existing vhost can be imported; set existing: true")

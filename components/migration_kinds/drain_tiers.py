@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -29,9 +29,9 @@ def _delays(p: Problems, path: str, raw: object) -> tuple[int, ...] | Invalid:
     if raw is None:
         p.add(path, "missing; list the queue's retry.delays as they were before the change, e.g. [2s, 10s, 1m]")
         return INVALID
-    delays = [positive_duration(p, f"{path}[{i}]", value) for i, value in enumerate(items(p, path, raw))]
+    delays = [positive_duration(p, f"{path}[{i}]", value) for i, value in enumerate(items(p, path, raw, scalars=True))]
     if not delays or INVALID in delays:
-        if not delays:
+        if not delays and isinstance(raw, Sequence) and not isinstance(raw, str):  # else `items` said what is wrong
             p.add(path, "empty; list the queue's retry.delays as they were before the change")
         return INVALID
     return tuple(d for d in delays if isinstance(d, int))

@@ -36,7 +36,7 @@ KEEPS_OUT_OF_CONTRACT = False
 
 
 def _names(p: Problems, path: str, raw: object, kind: str) -> tuple[str, ...] | Invalid:
-    names = [entity_name(p, f"{path}[{i}]", value, kind) for i, value in enumerate(items(p, path, raw))]
+    names = [entity_name(p, f"{path}[{i}]", value, kind) for i, value in enumerate(items(p, path, raw, scalars=True))]
     if INVALID in names:
         return INVALID
     return tuple(n for n in names if isinstance(n, str))

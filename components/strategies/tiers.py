@@ -63,7 +63,7 @@ def parse_delays(p: Problems, path: str, raw: object) -> tuple[int, ...] | Inval
     if raw is None:
         p.add(path, "null; list one delay per wait tier, e.g. [1s, 10s, 1m]")
         return INVALID
-    written = items(p, path, raw)
+    written = items(p, path, raw, scalars=True)
     if not written and isinstance(raw, Sequence) and not isinstance(raw, str):
         p.add(path, "empty; list at least one delay, e.g. [10s]")
     delays = [duration(p, f"{path}[{i}]", value) for i, value in enumerate(written)]
