@@ -139,8 +139,11 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         {"vhosts": [vhost_config()], "protekt": True},
-        [("protekt", 'unknown key; did you mean "protect"? (allowed: protect, retain_error_queues, defaults, vhosts, '
-                     "passwords, broker, delete_with_messages, amqp_port, alerts)")],
+        [("rabbitmq-retry:protekt", 'unknown key; did you mean "rabbitmq-retry:protect"? (allowed: '
+                                    "rabbitmq-retry:protect, rabbitmq-retry:retain_error_queues, "
+                                    "rabbitmq-retry:defaults, rabbitmq-retry:vhosts, rabbitmq-retry:passwords, "
+                                    "rabbitmq-retry:broker, rabbitmq-retry:delete_with_messages, "
+                                    "rabbitmq-retry:amqp_port, rabbitmq-retry:alerts)")],
         id="unknown-top-level-key",
     ),
     pytest.param(

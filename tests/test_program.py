@@ -71,8 +71,11 @@ config:
         record_program("broken", program_copy)
     assert type(error.value).__name__ == "ConfigError"
     assert error.value.problems == [
-        ("vhost", 'unknown key; did you mean "vhosts"? (allowed: protect, retain_error_queues, defaults, vhosts, '
-                  "passwords, broker, delete_with_messages, amqp_port, alerts)"),
+        ("rabbitmq-retry:vhost", 'unknown key; did you mean "rabbitmq-retry:vhosts"? (allowed: rabbitmq-retry:protect, '
+                                 "rabbitmq-retry:retain_error_queues, rabbitmq-retry:defaults, rabbitmq-retry:vhosts, "
+                                 "rabbitmq-retry:passwords, rabbitmq-retry:broker, "
+                                 "rabbitmq-retry:delete_with_messages, rabbitmq-retry:amqp_port, "
+                                 "rabbitmq-retry:alerts)"),
         ("vhosts", "missing; set rabbitmq-retry:vhosts to a list of vhosts (see docs/config.md)"),
         ("rabbitmq:endpoint", '"http://127.0.0.1:15672/" ends with "/": the management API answers 405; '
                               "remove the trailing slash"),

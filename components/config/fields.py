@@ -59,10 +59,11 @@ def child(path: str, key: object) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
-def did_you_mean(value: object, known: Sequence[str]) -> str:
-    """` did you mean "x"?` for the closest of `known` to a misspelt `value`, or "" when none is close."""
+def did_you_mean(value: object, known: Sequence[str], prefix: str = "") -> str:
+    """` did you mean "x"?` for the closest of `known` to a misspelt `value`, or "" when none is close; `prefix`
+    goes before the suggestion (a config namespace, not compared: every key shares it)."""
     close = difflib.get_close_matches(str(value), list(known), n=1, cutoff=0.6) if isinstance(value, str) else []
-    return f' did you mean "{close[0]}"?' if close else ""
+    return f' did you mean "{prefix}{close[0]}"?' if close else ""
 
 
 def mapping(p: Problems, path: str, value: object, allowed: Sequence[str]) -> Mapping[str, Any] | Invalid:
