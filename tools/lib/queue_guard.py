@@ -100,7 +100,7 @@ def path_lines(paths: Sequence[TouchedPath], entries: frozenset[str]) -> list[st
         reads = (f"`pulumi up` first reads {', '.join(markdown.code(q) for q in path.queues)}, whose messages need "
                  "what changes, and refuses, touching nothing, while any of them holds one" if path.queues
                  else "no message waiting on it needs what changes: nothing is read")
-        lines.append(f"- {_where(path.vhost, path.path)}: deletes or replaces {parts}{more}. {reads}{note}")
+        lines.append(f"- {_where(path.vhost, path.path)}: deletes or replaces {parts}{more}. {reads}{note}.")
     return lines
 
 
@@ -115,10 +115,10 @@ def waiver_lines(entries: frozenset[str], lost: Sequence[Lost]) -> list[str]:
         if (queue := by_key.get(entry)) is not None:
             did = "deletes a part of its retry path" if queue.op == "path" else f"{queue.op}s it"
             lines.append(f"- ⚠️ **data loss**: {markdown.code(entry)} — this change {did}, and "
-                         f"`{DELETE_WITH_MESSAGES}` lets `pulumi up` do so with every message it holds")
+                         f"`{DELETE_WITH_MESSAGES}` lets `pulumi up` do so with every message it holds.")
         else:
             lines.append(f"- ⚠️ **data loss**: {markdown.code(entry)} — this change neither deletes nor replaces it: "
-                         "remove the entry, or a later change deletes it with its messages unguarded")
+                         "remove the entry, or a later change deletes it with its messages unguarded.")
     return lines
 
 
@@ -183,7 +183,7 @@ def refusal_lines(paths: Sequence[TouchedPath], depths: Depths, entries: frozens
         if holding:
             lines.append(f"- ⛔ {_where(path.vhost, path.path)}: `pulumi up` refuses this change now, because "
                          f"{', '.join(holding)}; it deletes nothing of the path until every queue of it is empty "
-                         "(a migration: `make migrate-status` says when)")
+                         "(a migration: `make migrate-status` says when).")
     return lines
 
 
