@@ -190,7 +190,7 @@ def test_switching_to_quorum_replaces_every_queue(review_of):
     assert replaced == {"orders", "orders.wait.1", "orders.wait.2", "orders.wait.3", "orders.error", "audit"}
     assert status == 2 and "data loss: 6" in markdown
     assert "x-queue-type classic → quorum" in markdown
-    assert "replaced with `shop-orders-input`" in markdown  # bindings are dragged along
+    assert "replaced by `shop-orders-input`" in markdown  # bindings are dragged along (replaced because it is)
     assert "Retry contract: delivery\\_limit (unset) → 25; queue\\_type classic → quorum" in markdown
 
 

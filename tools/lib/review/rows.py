@@ -110,7 +110,7 @@ def what_changed(step: Step, names: Mapping[str, str], sides: Sides = NO_PLAN) -
     plan knew of the resource (a grant's names). Markdown."""
     parts = []
     if step.replaced_dependency:
-        parts.append(f"replaced with {markdown.code(names.get(step.replaced_dependency, step.replaced_dependency))}")
+        parts.append(f"replaced by {markdown.code(names.get(step.replaced_dependency, step.replaced_dependency))}")
     if (grants := _grant_changes(step, sides)) is not None:
         return "; ".join([*parts, *grants])
     if step.op == "create":
