@@ -194,6 +194,22 @@ def test_switching_to_quorum_replaces_every_queue(review_of):
     assert "Retry contract: delivery\\_limit (unset) → 25; queue\\_type classic → quorum" in markdown
 
 
+def test_under_retry_paths_diagrams_alone_follow_the_heading_after_one_blank_line(review_of):
+    _, markdown, _ = review_of(BASE, changed(lambda c: c["defaults"].update(queue_type="quorum")))
+    assert "### Retry paths\n\nDiagrams of the retry paths whose shape or risk changed" in markdown
+    assert "\n\n\n" not in markdown
+
+
+def test_under_retry_paths_contract_lines_then_diagrams_are_one_blank_line_apart(review_of):
+    def edit(c: dict[str, Any]) -> None:
+        orders(c)["retry"]["delays"] = ["1s", "20s", "1m"]
+        c["vhosts"][0]["queues"].append({"name": "payments", "retry": {"delays": ["5s"]}})
+    _, markdown, _ = review_of(BASE, changed(edit))
+    assert ("### Retry paths\n\n- Retry contract: delays 1s, 10s, 1m → 1s, 20s, 1m — `shop` / `orders`\n\n"
+            "Diagrams of the retry paths") in markdown
+    assert "\n\n\n" not in markdown
+
+
 def test_renaming_a_queue_deletes_the_old_and_creates_the_new(review_of):
     steps, markdown, status = review_of(BASE, changed(lambda c: orders(c).update(name="invoices")))
     queues = {(s.op, (s.new or s.old or {})["name"]) for s in steps if s.type == engine.QUEUE}

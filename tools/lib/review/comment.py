@@ -189,9 +189,9 @@ def compact(m: Model, allow_data_loss: bool = False) -> str:
     shown = 0
     for key in drawn:
         diagram = _diagram(m, key)
-        if shown == 0:
-            diagram[:0] = ["", "Diagrams of the retry paths whose shape or risk changed; yellow = created, updated "
-                           "or replaced; red = deleted."]
+        if shown == 0:  # one blank line after the contract lines, or after the heading when there is none
+            diagram[:0] = [*([""] if out[-1] else []), "Diagrams of the retry paths whose shape or risk changed; "
+                           "yellow = created, updated or replaced; red = deleted."]
         length = len("\n".join(diagram)) + 1
         if shown == MAX_DIAGRAMS or size + length > LIMIT:
             break
