@@ -25,6 +25,8 @@ from tools.lib.evaluation import Evaluation, evaluate, finish, start
 from tools.lib.inventory import VHOST_COMPONENT
 from tools.lib.mockrun import ROOT, Registered, record_program
 from tools.lib.planned import Allowed, Planned, planned_from
+from tools.lib.review.grouping import grouped_rows
+from tools.lib.review.rows import Model, Row
 
 STACK = "review"
 BASE: dict[str, Any] = {
@@ -208,6 +210,25 @@ def test_under_retry_paths_contract_lines_then_diagrams_are_one_blank_line_apart
     assert ("### Retry paths\n\n- Retry contract: delays 1s, 10s, 1m → 1s, 20s, 1m — `shop` / `orders`\n\n"
             "Diagrams of the retry paths") in markdown
     assert "\n\n\n" not in markdown
+
+
+def test_the_grouping_note_explains_the_star_only_when_a_row_shows_one(review_of):
+    """The rows at risk are grouped (`orders`' queues; `orders.error` with `audit`), by their own names only."""
+    _, markdown, _ = review_of(BASE, changed(lambda c: c["defaults"].update(queue_type="quorum")))
+    assert "| replace | Queue | 4 queues | in vhost `shop`: `orders`, `orders.wait.1`, " in markdown
+    assert markdown.endswith("\n\n_Identical changes are grouped; the full report (`--output-full`, in CI the "
+                             "artifact `review-<stack>-full`) lists every change and diagram._")
+
+
+def test_a_group_whose_star_is_in_what_changed_alone_is_marked_for_the_note():
+    """Two removed retryable queues: "the queue of 2 retryable queues" names no `*`, what changed does."""
+    def removed(queue: str) -> Row:
+        return Row(risk.CONTRACT, "contract", "RetryableQueue", f"shop-{queue}", queue,
+                   f"retryable queue {queue} removed", "", "shop", ("shop", queue), "*",
+                   "retryable queue \\* removed", alike_relative=True)
+    (line,) = grouped_rows(Model([], Counter(), ({}, {}), {}, {}, {}, {}, []), [removed("orders"), removed("payments")])
+    assert "`shop`: the queue of 2 retryable queues: `orders`, `payments` | retryable queue \\* removed |" in line.text
+    assert line.stars
 
 
 def test_renaming_a_queue_deletes_the_old_and_creates_the_new(review_of):
@@ -808,6 +829,7 @@ def test_a_delay_change_of_1000_queues_is_one_row(record_stack):
             in result.compact)
     assert "```mermaid" not in result.compact and len(result.compact) < 3_000
     assert result.full.count("```mermaid") == 1000 and result.full.count("| update | Policy |") == 1000
+    assert "_Identical changes are grouped (`*` stands for each retryable queue's name); " in result.compact
 
 
 def test_deleting_1000_queues_fits_a_comment_and_names_every_queue(record_stack):

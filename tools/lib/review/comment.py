@@ -15,7 +15,7 @@ from tools.lib.diagram import retry_path
 from tools.lib.engine import Step
 from tools.lib.mockrun import Registered
 from tools.lib.planned import PlanIndex, QueueKey
-from tools.lib.review.grouping import NAMES_SHOWN, grouped_rows, listed
+from tools.lib.review.grouping import NAMES_SHOWN, Line, grouped_rows, listed
 from tools.lib.review.migrations import MigrationInfo, Reader
 from tools.lib.review.migrations import section as migration_section
 from tools.lib.review.rows import COLUMNS, Model, formatted, model, relative_contract
@@ -138,7 +138,9 @@ def compact(m: Model, allow_data_loss: bool = False) -> str:
     out = _summary(m, allow_data_loss)
     if m.rows:
         out += TABLE
-    out += grouped_rows(m, must)
+    must_lines = grouped_rows(m, must)
+    out += [line.text for line in must_lines]
+    stars = any(line.stars for line in must_lines)  # some line shown writes a retryable queue's name as `*`
     tail: list[str] = []
     size = len("\n".join(out)) + 600  # the heading and the notes below
     if size > LIMIT:
@@ -147,27 +149,32 @@ def compact(m: Model, allow_data_loss: bool = False) -> str:
     safe_lines = grouped_rows(m, [r for r in m.rows if r.risk not in MUST_SEE])
     kept = 0
     for line in safe_lines:
-        if size + len(line) + 1 > LIMIT - RETRY_PATHS_ROOM * bool(m.touched):
+        if size + len(line.text) + 1 > LIMIT - RETRY_PATHS_ROOM * bool(m.touched):
             break
-        out.append(line)
-        size += len(line) + 1
+        out.append(line.text)
+        stars = stars or line.stars
+        size += len(line.text) + 1
         kept += 1
     if kept < len(safe_lines):
         tail.append(f"{len(safe_lines) - kept:,} more rows of safe changes are in the full report.")
-    grouped = len(safe_lines) + len(grouped_rows(m, must)) < len(m.rows)
+    grouped = len(safe_lines) + len(must_lines) < len(m.rows)
 
     risky = {r.family for r in m.rows if r.risk in MUST_SEE and r.family}
     drawn = sorted((k for k in m.touched if k in risky or _shape(m.contracts[0].get(k)) != _shape(
         m.contracts[1].get(k))), key=lambda k: (k not in risky, k))
     not_drawn = [k for k in sorted(m.touched) if k not in set(drawn)]
     lines: dict[str, list[str]] = {}
+    starred: set[str] = set()
     for key in not_drawn:
         before, after = m.contracts[0].get(key), m.contracts[1].get(key)
         if before == after:
             continue
-        text = "; ".join(_contract_changes(relative_contract(before) if before else None,
-                                           relative_contract(after) if after else None))
+        changes = _contract_changes(relative_contract(before) if before else None,
+                                    relative_contract(after) if after else None)
+        text = "; ".join(changes)
         lines.setdefault(f"{key[0]}\0{text}", []).append(key[1])
+        if changes != _contract_changes(before, after):  # names of the queue's own objects, written `*.retry`
+            starred.add(f"{key[0]}\0{text}")
     paths = []
     for joined, queues in sorted(lines.items()):
         vhost, text = joined.split("\0")
@@ -175,17 +182,18 @@ def compact(m: Model, allow_data_loss: bool = False) -> str:
         who = (f"every retryable queue in vhost {markdown.code(vhost)} ({len(queues):,})"
                if len(queues) > 1 and set(queues) == every else
                f"{markdown.code(vhost)} / " + listed(queues, NAMES_SHOWN))
-        paths.append(f"- Retry contract: {markdown.text(text)} — {who}")
+        paths.append(Line(f"- Retry contract: {markdown.text(text)} — {who}", joined in starred))
     header = ["", "### Retry paths", ""]
     if paths or drawn:
         size += len("\n".join(header)) + 80
         out += header
     for line in paths:
-        if size + len(line) + 1 > LIMIT:
+        if size + len(line.text) + 1 > LIMIT:
             tail.append("More retry contract changes are in the full report.")
             break
-        out.append(line)
-        size += len(line) + 1
+        out.append(line.text)
+        stars = stars or line.stars
+        size += len(line.text) + 1
     shown = 0
     for key in drawn:
         diagram = _diagram(m, key)
@@ -202,8 +210,9 @@ def compact(m: Model, allow_data_loss: bool = False) -> str:
         tail.append(f"{len(drawn) - shown:,} more retry paths changed shape or risk; their diagrams are in the full "
                     "report.")
     if tail or grouped:
-        tail.append("Identical changes are grouped (`*` stands for each retryable queue's name); the full report "
-                    "(`--output-full`, in CI the artifact `review-<stack>-full`) lists every change and diagram.")
+        star = " (`*` stands for each retryable queue's name)" if stars else ""
+        tail.append(f"Identical changes are grouped{star}; the full report (`--output-full`, in CI the artifact "
+                    "`review-<stack>-full`) lists every change and diagram.")
     return "\n".join([*out, *(["", *(f"_{t}_" for t in tail)] if tail else [])])
 
 

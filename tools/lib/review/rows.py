@@ -234,6 +234,8 @@ class Row:
     """The physical name relative to `family` (`*.wait.3`), or the physical name."""
     what_alike: str
     """`what` with names relative to their retryable queue: equal for the same change in sibling queues."""
+    alike_relative: bool = False
+    """`what_alike` writes a retryable queue's name as `*` (`replaced by `*.wait.1``), which `what` does not."""
 
     def cells(self) -> list[str]:
         label = f"**{self.risk}**" if self.risk != SAFE else SAFE
@@ -282,10 +284,13 @@ def _step_rows(steps: Sequence[Step], old_by: Mapping[str, Registered], new_by: 
                plans: tuple[PlanIndex, PlanIndex], migrations: Sequence[MigrationInfo] = ()) -> list[Row]:
     names = {urn: r.name for by in (old_by, new_by) for urn, r in by.items()}
     alike_names = dict(names)
+    starred: set[str] = set()  # written as `*` in `what_alike` (relative to their retryable queue)
     for by, plan in zip((old_by, new_by), plans, strict=True):
         for urn, record in by.items():
             if (family := family_of(record, plan)) is not None:
                 alike_names[urn] = relative(physical_name(record), family[1])
+                if alike_names[urn] != physical_name(record):
+                    starred.add(urn)
     deleted_vhosts = {str((s.old or {}).get("name")) for s in steps
                       if s.type == engine.VHOST and s.op in ("delete", "replace") and not s.retain_on_delete}
     rows = []
@@ -305,7 +310,7 @@ def _step_rows(steps: Sequence[Step], old_by: Mapping[str, Registered], new_by: 
         rows.append(Row(level, s.op, short_type(s.type), s.name, physical, what_changed(s, names, sides),
                         notes, _vhost(record), family,
                         relative(physical, family[1]) if family else any_level(physical),
-                        any_level(what_changed(s, alike_names, sides))))
+                        any_level(what_changed(s, alike_names, sides)), s.replaced_dependency in starred))
     return rows
 
 
@@ -342,9 +347,9 @@ def _contract_rows(old_contracts: Mapping[QueueKey, dict[str, Any]], new_contrac
         still = kept.get(key[0], {})
         alike = contract_breaks(relative_contract(before), relative_contract(after),
                                 {relative(name, key[1]): m for name, m in still.items()})
-        for text, text_alike in zip(contract_breaks(before, after, still), alike, strict=True):
-            rows.append(Row(CONTRACT, "contract", RETRYABLE, components.get(key, ""), key[1], markdown.text(text),
-                            "", key[0], key, "*", markdown.text(text_alike)))
+        for broken, broken_alike in zip(contract_breaks(before, after, still), alike, strict=True):
+            rows.append(Row(CONTRACT, "contract", RETRYABLE, components.get(key, ""), key[1], markdown.text(broken),
+                            "", key[0], key, "*", markdown.text(broken_alike), broken_alike != broken))
     added = [key for key in new_contracts if key not in old_contracts]
     for key in sorted(set(old_contracts) - set(new_contracts)):
         vhost, queue = key
@@ -359,7 +364,8 @@ def _contract_rows(old_contracts: Mapping[QueueKey, dict[str, Any]], new_contrac
         renamed = f"renamed to {successors[0]}? " if len(successors) == 1 else ""
         rows.append(Row(CONTRACT, "contract", RETRYABLE, components.get(key, ""), queue,
                         markdown.text(removed(queue, renamed, error_exchange)), "", vhost, key, "*",
-                        markdown.text(removed("*", "renamed? " * bool(renamed), relative(error_exchange, queue)))))
+                        markdown.text(removed("*", "renamed? " * bool(renamed), relative(error_exchange, queue))),
+                        True))
     return rows
 
 
