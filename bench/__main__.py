@@ -8,7 +8,8 @@
 - P3 plan cost (bench/plan_cost.py, broker-free): program under mocks, SDK floor, check_vhost, make plan and
   make review at 100 and 1,000 retryable queues;
 - alerts (bench/alerts.py): how long the generated alerting rules take to fire on the real Prometheus of
-  scripts/prometheus.sh, against `for` + scrape + evaluation interval;
+  scripts/prometheus.sh, against `for` + scrape + evaluation interval; their rounds run beside P3 (they wait on
+  Prometheus, P3 keeps one core busy), their reads of 100,000 parked messages after it, alone;
 - levels-encoding (bench/levels_encoding.py, only when named in --parts): the broker's CPU and copies/s per
   delayed copy of today's `levels` routing key against cheaper encodings, on every broker, in one file.
 
@@ -25,8 +26,9 @@ import argparse
 import os
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -163,7 +165,39 @@ def broker_file(broker: Broker, context: report.Context, out: Path, plan: accura
     return path
 
 
-def plan_cost_file(context: report.Context, out: Path, sizes: Sequence[int], progress: Progress) -> Path:
+ALERT_ROUNDS = ("the alerts' rounds (bench/alerts.py: a message parked or a consumer closed, then `/api/v1/alerts` "
+                "polled every 0.1 s until Prometheus fires), not their reads of the parked messages")
+P3_BESIDE = ("P3 (bench/plan_cost.py: broker-free, one core busy); the rounds' figures are seconds set by Prometheus's "
+             "intervals and `for`; the reads of the parked messages ran after P3, alone")
+
+
+class Beside:
+    """`work()` in a thread of its own, beside what this thread does next; `result()` waits for it and returns
+    what it returned, or raises what it raised."""
+
+    def __init__(self, work: Callable[[], Path]) -> None:
+        self._result: Path | None = None
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self._result = work()
+            except BaseException as error:  # re-raised in the caller's thread by result()
+                self._error = error
+
+        self._thread = threading.Thread(target=run, name="bench-beside", daemon=True)
+        self._thread.start()
+
+    def result(self) -> Path:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+
+def plan_cost_file(context: report.Context, out: Path, sizes: Sequence[int], progress: Progress,
+                   beside: str = "") -> Path:
     started = time.monotonic()
     costs = [c for queues in sizes for layout in plan_cost.LAYOUTS
              for c in plan_cost.measure(queues, layout, progress)]
@@ -171,6 +205,7 @@ def plan_cost_file(context: report.Context, out: Path, sizes: Sequence[int], pro
     report.p3_plot(costs, f"P3 plan cost at {' and '.join(f'{s:,}' for s in sizes)} retryable queues × 3 tiers",
                    out / f"{stem}.png")
     lines = [f"| load average | {report.load()} (1, 5, 15 min) at the end; shared machine |",
+             *([f"| beside it | {beside} |"] if beside else []),
              f"| duration | {time.monotonic() - started:.0f} s |"]
     text = report.header(f"Benchmark: plan cost (broker-free), {context.date}", context, lines)
     text += report.p3_section(costs, sizes, f"{stem}.png")
@@ -226,10 +261,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                                1 if args.quick else floor.ROUNDS)
             written += [path] if path else []
     if "alerts" in args.parts:
-        path = alerts.results_file(chosen, context, out, 2 if args.quick else 5, 3_000 if args.quick else 100_000,
-                                   1_000 if args.quick else alerts.LIST_LIMIT, progress)
+        # P3 is broker-free and keeps one core busy; the alerts' rounds wait on Prometheus's intervals and `for`
+        # (seconds) and load the machine with a message and a poll now and then: they run together, and the reads
+        # of the parked messages, which load the broker and the client, after P3 is done.
+        p3 = Beside(lambda: plan_cost_file(context, out, sizes, progress, beside=ALERT_ROUNDS)) \
+            if "p3" in args.parts else None
+        try:
+            path = alerts.results_file(chosen, context, out, 2 if args.quick else alerts.ROUNDS,
+                                       3_000 if args.quick else 100_000, 1_000 if args.quick else alerts.LIST_LIMIT,
+                                       progress, beside=P3_BESIDE if p3 else "",
+                                       before_reads=p3.result if p3 else lambda: None)
+        finally:
+            written += [p3.result()] if p3 else []
         written += [path] if path else []
-    if "p3" in args.parts:
+    elif "p3" in args.parts:
         written.append(plan_cost_file(context, out, sizes, progress))
     if "levels-encoding" in args.parts:
         written += levels_encoding.results_file(

@@ -44,6 +44,9 @@ from tests.support.deploy import Deployer, unreachable
 from tests.support.mirror import Broker, call, esc
 from tests.support.retrying import retryable_queue
 
+ROUNDS = 3
+"""Rounds per rule and broker in `make bench`: each waits on Prometheus's intervals and `for`, about 15 s; five
+rounds made the alerts the longest part of `make bench` (546 s) for figures whose spread is the 2 s intervals."""
 STATS_INTERVAL_S = 5.0
 """RabbitMQ's default `collect_statistics_interval`: how often a queue's figures change in the plugin's output."""
 TIMEOUT_S = 120.0
@@ -195,16 +198,27 @@ def _s(values: Sequence[float]) -> str:
 
 
 def results_file(brokers: Sequence[Broker], context: report.Context, out: Path, rounds: int, parked: int,
-                 limit: int, progress: Callable[[str], None]) -> Path | None:
-    """`parked` messages are read at `limit` (the commands' default, LIST_LIMIT, in a full run)."""
-    """Every answering broker's timings in `<out>/<date>-alerts.md`; None when Prometheus or no broker answers."""
+                 limit: int, progress: Callable[[str], None], beside: str = "",
+                 before_reads: Callable[[], None] = lambda: None) -> Path | None:
+    """Every answering broker's timings in `<out>/<date>-alerts.md`; None when Prometheus or no broker answers.
+    `parked` messages are read at `limit` (the commands' default, LIST_LIMIT, in a full run). `beside`: what ran
+    beside the rounds (for the file's header); `before_reads` is called between the rounds and the reads, which
+    load the broker and the client and so run alone."""
     prometheus.ensure_running()
     scrape, evaluation = intervals()
     started = time.monotonic()
     answering = [b for b in brokers if not unreachable(b)]
-    timings, costs, failed = [], [], []
+    timings: list[Timing] = []
+    costs: list[ReadCost] = []
+    failed: list[str] = []
+
+    def reads(b: Broker) -> None:
+        costs.extend(parked_cost(b, parked, limit, progress))
+
     for part, run in (("time to fire", lambda b: timings.extend(measure(b, rounds, progress))),
-                      (f"reading {parked:,} parked", lambda b: costs.extend(parked_cost(b, parked, limit, progress)))):
+                      (f"reading {parked:,} parked", reads)):
+        if run is reads:
+            before_reads()
         for b in answering:
             try:
                 run(b)
@@ -217,6 +231,7 @@ def results_file(brokers: Sequence[Broker], context: report.Context, out: Path, 
     lines = [f"| Prometheus | {version} on 127.0.0.1 (scripts/prometheus.sh), scrape interval {scrape:g} s, "
              f"evaluation interval {evaluation:g} s |",
              f"| rounds | {rounds} per rule and broker |",
+             *([f"| beside the rounds | {beside} |"] if beside else []),
              f"| load average | {report.load()} (1, 5, 15 min) at the end; shared machine |",
              f"| duration | {time.monotonic() - started:.0f} s |"]
     text = report.header(f"Benchmark: alerts firing on a real Prometheus, {context.date}", context, lines)

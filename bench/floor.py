@@ -59,9 +59,9 @@ from tests.support.retrying import publish_ids, run_consumers
 
 MESSAGES = 2000
 """Messages per run of `make bench` (each fails once: 2,000 retries, 4,000 deliveries): a run lasts about a second,
-long enough to pair, short enough for 4 rounds of every row on both brokers in `make bench`."""
+long enough to pair, short enough for 6 rounds of every row on both brokers in `make bench` (about 40 s a broker)."""
 QUICK_MESSAGES = 300
-ROUNDS = 4
+ROUNDS = 6
 PREFETCH = 250
 TIER_MS = 10
 """The one tier of `tiers` (reject mode waits in tier 1 only; a message failing once waits there in both modes)."""

@@ -13,6 +13,7 @@ import logging
 import math
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -402,6 +403,15 @@ def test_the_current_time_is_used_by_default() -> None:
     before = datetime.now(UTC).replace(microsecond=0)
     stamped = datetime.fromisoformat(utc_iso().replace("Z", "+00:00"))
     assert stamped.tzinfo is not None and stamped >= before
+
+
+def test_the_current_time_follows_the_clock_to_the_millisecond() -> None:
+    """Now is written once per millisecond and reused within it: it still moves with the clock."""
+    first = utc_iso()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", first)
+    time.sleep(0.002)
+    later = utc_iso()
+    assert later > first and utc_iso(datetime.fromisoformat(later.replace("Z", "+00:00"))) == later
 
 
 # --- strategy -------------------------------------------------------------------------------------
