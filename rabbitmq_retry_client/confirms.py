@@ -57,28 +57,40 @@ class Confirms:
     """One confirm-mode channel on which `publish` does not wait: `pending` maps each publish sequence number
     to its copy until `answers()` hands the copy back with its outcome."""
 
-    def __init__(self, channel: BlockingChannel) -> None:
+    def __init__(self, channel: BlockingChannel, on_event: Callable[[], None] | None = None) -> None:
         self.channel = channel
         self.pending: dict[int, InFlight] = {}
         """In publish order (dicts keep insertion order): a `multiple` ack covers a prefix."""
+        self.on_event = on_event
+        """Called, inside pika's I/O pass, after each ack, nack, return or close is recorded: a caller that waits
+        for something else meanwhile (a consumer waiting for deliveries) settles what arrived at once
+        (`answers()` there may only queue frames on channels, never wait on the connection)."""
+        self.answered = 0
+        """Copies `answers()` has handed back so far: `wait` returns once it grows, wherever they were taken."""
         self._events: deque[_Event] = deque()
         self._published = 0
         selected: list[Method] = []
         impl = channel._impl
         impl.add_on_return_callback(self._on_return)
         impl.add_on_close_callback(self._on_close)
-        impl.confirm_delivery(ack_nack_callback=self._events.append, callback=selected.append)
+        impl.confirm_delivery(ack_nack_callback=self._record, callback=selected.append)
         channel._flush_output(lambda: bool(selected))
+
+    def _record(self, event: _Event) -> None:
+        self._events.append(event)
+        if self.on_event is not None:
+            self.on_event()
 
     @property
     def is_open(self) -> bool:
         return bool(self.channel.is_open)
 
     def _on_return(self, channel: Channel, method: Basic.Return, properties: BasicProperties, body: bytes) -> None:
+        # Not handed on at once: the ack of the returned copy follows, and answers it with the return.
         self._events.append(ReturnedMessage(method, properties, body))
 
     def _on_close(self, channel: Channel, reason: BaseException) -> None:
-        self._events.append(reason)
+        self._record(reason)
 
     def publish(self, exchange: str, routing_key: str, body: bytes, properties: BasicProperties,
                 answer: Answer) -> None:
@@ -98,9 +110,11 @@ class Confirms:
         if self._events or not self.is_open:
             return
         deadline = time.monotonic() + timeout
+        answered = self.answered
         timer = connection.call_later(timeout, _nothing)
         try:
-            self.channel._flush_output(lambda: bool(self._events) or time.monotonic() >= deadline)
+            self.channel._flush_output(lambda: bool(self._events) or self.answered != answered
+                                       or time.monotonic() >= deadline)
         except pika.exceptions.ChannelClosedByBroker:
             pass  # recorded by _on_close: answers() refuses what was in flight
         finally:
@@ -123,6 +137,7 @@ class Confirms:
             closed = pika.exceptions.ChannelWrongStateError("the confirm channel closed")
             answered += [(copy, closed) for copy in self.pending.values()]
             self.pending.clear()
+        self.answered += len(answered)
         return answered
 
     def _confirmed(self, method: Basic.Ack | Basic.Nack) -> list[tuple[InFlight, BaseException | None]]:

@@ -205,6 +205,10 @@ class RetryingConsumer:
         self._worker: _Worker | None = None
         self._settlements: Settlements | None = None
         """The consuming channel's deliveries not settled yet (`settlements.py`)."""
+        self._pause_owed = False
+        """A copy was refused while settling inside an I/O pass, where the consumer cannot pause."""
+        self._answer_scheduled = False
+        """`_settle_in_io` is due once the I/O loop has dispatched what it read."""
         self._to_flush: list[Settlements] = []
         """Those holding acks of originals whose copies were confirmed, until `_settle` sends them."""
         self.max_in_flight = prefetch if prefetch > 0 else 1000
@@ -248,26 +252,53 @@ class RetryingConsumer:
         if self._confirms is None or not self._confirms.is_open:
             if self._confirms is not None:
                 self._settle()
-            self._confirms = Confirms(self._connection.channel())
+            self._confirms = Confirms(self._connection.channel(), on_event=self._answer_after_this_read)
         return self._confirms
 
     def in_flight(self) -> int:
         """Copies published whose originals wait for the broker's answer."""
         return len(self._confirms.pending) if self._confirms is not None else 0
 
-    def _settle(self) -> None:
-        """Settle the originals of the copies the broker answered for (see `_publish_then_ack`); after any
-        refusal, pause once for `publish_failure_pause` (no hot loop on a broken topology)."""
+    def _answer(self) -> tuple[int, bool]:
+        """Settle the originals of the copies the broker answered for (see `_publish_then_ack`), queueing their
+        frames; (how many, whether any was refused)."""
         answered = self._confirms.answers() if self._confirms is not None else []
         refused = False
         for copy, error in answered:
             copy.answer(error)
             refused = refused or error is not None
         self._flush_acks()
+        return len(answered), refused
+
+    def _settle(self) -> None:
+        """Settle what the broker answered for and send it; after any refusal, pause once for
+        `publish_failure_pause` (no hot loop on a broken topology)."""
+        answered, refused = self._answer()
         if answered and self._connection is not None and self._connection.is_open:
             self._connection.process_data_events(time_limit=0)  # sends the acks of the whole batch at once
-        if refused and self.publish_failure_pause > 0 and self._connection is not None:
+        if (refused or self._pause_owed) and self.publish_failure_pause > 0 and self._connection is not None:
+            self._pause_owed = False
             self._connection.sleep(self.publish_failure_pause)
+
+    def _answer_after_this_read(self) -> None:
+        """The confirm channel's hook, inside pika's I/O pass, for each answer that arrives: settle once what this
+        read brought (`_settle_in_io`, as a timer of the I/O loop, which runs after the read is dispatched), so one
+        multiple ack covers the originals of all its confirms."""
+        connection = self._connection
+        if self._answer_scheduled or connection is None or not connection.is_open:
+            return
+        self._answer_scheduled = True
+        connection._impl.ioloop.call_later(0, self._settle_in_io)
+
+    def _settle_in_io(self) -> None:
+        """Settle inside pika's I/O loop what the broker answered for, so the acks leave with its next write. A
+        consumer whose prefetch is taken by originals waiting for their copies' confirms receives nothing until it
+        acks them; settling only once a delivery arrived stalled it, on classic queues (whose confirms of
+        persistent copies come late) until its poll ran out. Only frames are queued here; a refusal's pause is
+        taken by the next `_settle`, outside the I/O loop."""
+        self._answer_scheduled = False
+        _, refused = self._answer()
+        self._pause_owed = self._pause_owed or refused
 
     def _ack(self, channel: BlockingChannel, delivery_tag: int) -> None:
         """Ack a delivery with the next `_flush_acks`, before the connection's next I/O pass: the acks of a run of

@@ -1051,14 +1051,32 @@ class RecordingChannel:
             callback(self, pika.exceptions.ChannelClosedByBroker(code, text))
 
 
+class FakeIoloop:
+    """pika's I/O loop, as `_impl.ioloop`: a timer of `call_later(0, …)` runs once the loop has dispatched what it
+    read, here at the connection's next `process_data_events` or when a test calls `run_timers`."""
+
+    def __init__(self) -> None:
+        self.timers: list[Callable[[], None]] = []
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> None:
+        self.timers.append(callback)
+
+    def run_timers(self) -> None:
+        due, self.timers = self.timers, []
+        for callback in due:
+            callback()
+
+
 class FakeConnection:
     """The consumer's connection around a RecordingChannel: every channel it opens is that channel (a closed
-    one is opened again); pauses and I/O are recorded or run the channel's `on_flush`."""
+    one is opened again); pauses and I/O are recorded or run the channel's `on_flush`, then the I/O loop's timers."""
 
     def __init__(self, channel: RecordingChannel) -> None:
         self.channel_ = channel
         self.is_open = True
         self.slept: list[float] = []
+        self.ioloop = FakeIoloop()
+        self._impl = self
 
     def channel(self) -> RecordingChannel:
         self.channel_.reopen()
@@ -1067,6 +1085,7 @@ class FakeConnection:
     def process_data_events(self, time_limit: float | None = 0) -> None:
         if self.channel_.on_flush is not None:
             self.channel_.on_flush()
+        self.ioloop.run_timers()
 
     def sleep(self, duration: float) -> None:
         self.slept.append(duration)
@@ -1404,10 +1423,37 @@ def test_the_copies_in_flight_are_bounded_by_the_prefetch_and_the_consumer_waits
     broker.on_flush = broker_answers_the_oldest
     _fail_each(consumer, consuming, [1])
     _fail_each(consumer, consuming, [2])
-    assert [c[0] for c in broker.calls] == ["publish", "publish", "ack"], "waited at 2 in flight, until 1 was acked"
+    # It waited at 2 in flight until 1 was confirmed and acked; the confirm of 2, which came in the I/O pass that
+    # sent that ack, was settled within that pass (`_settle_in_io`), not left for a later delivery.
+    assert [c[:2] for c in broker.calls][2:] == [("ack", 1), ("ack", 2)] and consumer.in_flight() == 0
     _fail_each(consumer, consuming, [3])
-    assert [c[0] for c in broker.calls][3:] == ["publish", "ack"] and consumer.in_flight() == 1
+    assert [c[0] for c in broker.calls][4:] == ["publish"] and consumer.in_flight() == 1
     assert max(seen) == 2 and consumer.retried == 2
+
+
+def test_confirms_that_arrive_while_the_consumer_waits_for_deliveries_are_settled_after_that_read() -> None:
+    """A consumer whose prefetch is held by originals waiting for their copies' confirms receives no delivery until
+    it acks them: the confirms of one read are settled right after the I/O loop dispatched it, with one multiple
+    ack, not when a delivery next comes (none can)."""
+    consumer, broker, consuming = _in_flight(prefetch=10)
+    _fail_each(consumer, consuming, [1, 2, 3])
+    loop = consumer._connection.ioloop  # type: ignore[union-attr]
+    assert _settlements(broker.calls) == [] and loop.timers == []
+    broker.confirm(2, multiple=True)
+    broker.confirm(3)
+    assert len(loop.timers) == 1, "one settling per read, however many answers it brought"
+    assert _settlements(broker.calls) == [], "nothing settles inside the read itself"
+    loop.run_timers()
+    assert [c for c in broker.calls if c[0] == "ack"] == [("ack", 3, "multiple")] and consumer.in_flight() == 0
+    assert consumer.retried == 3
+    _fail_each(consumer, consuming, [4])
+    broker.close_by_broker(404, "NOT_FOUND - no exchange 'rabbitmq-retry.delay.0' in vhost 'shop'")
+    loop.run_timers()
+    assert _settlements(broker.calls)[3:] == [("nack", 4, True)] and consumer.requeued == 1
+    assert consumer._connection.slept == [], "no pause inside the I/O loop"  # type: ignore[union-attr]
+    consumer.publish_failure_pause = 0.5
+    consumer._settle()
+    assert consumer._connection.slept == [0.5], "the pause owed is taken by the next settle"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("stop", ["max_messages", "idle_timeout", "until", "stop"])
