@@ -223,6 +223,7 @@ class RetryingConsumer:
         if self._connection is None or not self._connection.is_open:
             self._connection = connect(self._params, self.reconnect_timeout if self.reconnect else 0.0)
             self._channel, self._confirms = None, None
+            self._answer_scheduled = False  # a timer of the old connection's I/O loop never runs
         if self._channel is None or not self._channel.is_open:
             self._channel = self._connection.channel()
             self._channel.basic_qos(prefetch_count=self.prefetch)

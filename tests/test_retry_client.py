@@ -997,6 +997,9 @@ class RecordingChannel:
     def cancel(self) -> None:
         self.calls.append(("cancel",))
 
+    def basic_qos(self, prefetch_count: int) -> None:
+        pass
+
     def _flush_output(self, *waiters: Callable[[], bool]) -> None:
         if self.on_flush is not None:
             self.on_flush()
@@ -1454,6 +1457,22 @@ def test_confirms_that_arrive_while_the_consumer_waits_for_deliveries_are_settle
     consumer.publish_failure_pause = 0.5
     consumer._settle()
     assert consumer._connection.slept == [0.5], "the pause owed is taken by the next settle"  # type: ignore[union-attr]
+
+
+def test_a_new_connection_settles_its_confirms_after_each_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A settling due on a lost connection's I/O loop never runs: the new connection must not wait for it."""
+    from rabbitmq_retry_client import consumer as module
+
+    consumer, broker, consuming = _in_flight()
+    consumer._connection.is_open = False  # type: ignore[union-attr]
+    consumer._answer_scheduled = True
+    monkeypatch.setattr(module, "connect", lambda params, timeout: FakeConnection(broker))
+    consumer._connect()
+    assert consumer._answer_scheduled is False
+    _fail_each(consumer, consuming, [1])
+    broker.confirm(1)
+    consumer._connection.ioloop.run_timers()  # type: ignore[union-attr]
+    assert _settlements(broker.calls) == [("ack", 1)]
 
 
 @pytest.mark.parametrize("stop", ["max_messages", "idle_timeout", "until", "stop"])
