@@ -59,8 +59,8 @@ class Delays:
 
 FULL = Delays(1000, (1000, 2000, 3000, 5000), (1000, 5000), 5, 1000)
 """`levels` at its default unit, 1 s (kombu's too): every delay here is whole seconds. Up to 5 s: a run lasts about
-its longest delay, and P1 runs about 25 times per broker (three rounds, the peers, the cluster); up to 10 s, as
-until 2026-11-27, P1 alone took about 8 minutes of `make bench`."""
+its longest delay (11 s with the 10 s of the runs before 2026-11-27's third session, 6 s now), and P1 runs about 25
+times per broker (three rounds, the peers, the cluster)."""
 QUICK = Delays(200, (200, 500, 1000), (100, 500), 5, 20)
 """A smoke run: the peers get its 1 s only."""
 
