@@ -62,9 +62,10 @@ class Confirms:
         self.pending: dict[int, InFlight] = {}
         """In publish order (dicts keep insertion order): a `multiple` ack covers a prefix."""
         self.on_event = on_event
-        """Called, inside pika's I/O pass, after each ack, nack, return or close is recorded: a caller that waits
-        for something else meanwhile (a consumer waiting for deliveries) settles what arrived at once
-        (`answers()` there may only queue frames on channels, never wait on the connection)."""
+        """Called, inside pika's I/O pass, after each ack, nack or close is recorded (a return waits for the ack
+        that follows it): a caller that waits for something else meanwhile (a consumer waiting for deliveries) can
+        settle what arrived without waiting for that (`answers()` there may only queue frames on channels, never
+        wait on the connection)."""
         self.answered = 0
         """Copies `answers()` has handed back so far: `wait` returns once it grows, wherever they were taken."""
         self._events: deque[_Event] = deque()
