@@ -26,9 +26,9 @@ import argparse
 import os
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -171,31 +171,6 @@ P3_BESIDE = ("P3 (bench/plan_cost.py: broker-free, one core busy); the rounds' f
              "intervals and `for`; the reads of the parked messages ran after P3, alone")
 
 
-class Beside:
-    """`work()` in a thread of its own, beside what this thread does next; `result()` waits for it and returns
-    what it returned, or raises what it raised."""
-
-    def __init__(self, work: Callable[[], Path]) -> None:
-        self._result: Path | None = None
-        self._error: BaseException | None = None
-
-        def run() -> None:
-            try:
-                self._result = work()
-            except BaseException as error:  # re-raised in the caller's thread by result()
-                self._error = error
-
-        self._thread = threading.Thread(target=run, name="bench-beside", daemon=True)
-        self._thread.start()
-
-    def result(self) -> Path:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
-
-
 def plan_cost_file(context: report.Context, out: Path, sizes: Sequence[int], progress: Progress,
                    beside: str = "") -> Path:
     started = time.monotonic()
@@ -264,14 +239,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # P3 is broker-free and keeps one core busy; the alerts' rounds wait on Prometheus's intervals and `for`
         # (seconds) and load the machine with a message and a poll now and then: they run together, and the reads
         # of the parked messages, which load the broker and the client, after P3 is done.
-        p3 = Beside(lambda: plan_cost_file(context, out, sizes, progress, beside=ALERT_ROUNDS)) \
-            if "p3" in args.parts else None
-        try:
+        with ThreadPoolExecutor(max_workers=1) as beside:
+            p3 = (beside.submit(plan_cost_file, context, out, sizes, progress, beside=ALERT_ROUNDS)
+                  if "p3" in args.parts else None)
             path = alerts.results_file(chosen, context, out, 2 if args.quick else alerts.ROUNDS,
                                        3_000 if args.quick else 100_000, 1_000 if args.quick else alerts.LIST_LIMIT,
                                        progress, beside=P3_BESIDE if p3 else "",
                                        before_reads=p3.result if p3 else lambda: None)
-        finally:
             written += [p3.result()] if p3 else []
         written += [path] if path else []
     elif "p3" in args.parts:

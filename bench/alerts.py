@@ -212,19 +212,17 @@ def results_file(brokers: Sequence[Broker], context: report.Context, out: Path, 
     costs: list[ReadCost] = []
     failed: list[str] = []
 
-    def reads(b: Broker) -> None:
-        costs.extend(parked_cost(b, parked, limit, progress))
-
-    for part, run in (("time to fire", lambda b: timings.extend(measure(b, rounds, progress))),
-                      (f"reading {parked:,} parked", reads)):
-        if run is reads:
-            before_reads()
+    def on_each_broker(part: str, run: Callable[[Broker], None]) -> None:
         for b in answering:
             try:
                 run(b)
             except (OSError, pika.exceptions.AMQPError, ManagementError, TimeoutError) as error:  # a broker restarted
                 failed.append(f"- {b.name}, {part}: not measured, {type(error).__name__}: {error}")
                 progress(failed[-1][2:])
+
+    on_each_broker("time to fire", lambda b: timings.extend(measure(b, rounds, progress)))
+    before_reads()
+    on_each_broker(f"reading {parked:,} parked", lambda b: costs.extend(parked_cost(b, parked, limit, progress)))
     if not timings:
         return None
     version = re.sub(r"\s+", " ", prometheus.get("/api/v1/status/buildinfo")["version"])

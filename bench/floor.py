@@ -152,11 +152,8 @@ class Pair:
     """`tiers (republish)` only: the hand-wired loop whose copy carries what ours must (`HEADERS`), run in the same
     rounds, so that a shortfall against the bare loop is measured apart from what the copy carries."""
 
-    def _paired(self, pick: Callable[[Sample], float], ours: list[Sample] | None = None,
-                hand: list[Sample] | None = None) -> list[float]:
-        ours = self.ours if ours is None else ours
-        hand = self.hand if hand is None else hand
-        return [pick(o) / pick(h) for o, h in zip(ours, hand, strict=True) if pick(h)]
+    def _paired(self, pick: Callable[[Sample], float]) -> list[float]:
+        return [pick(o) / pick(h) for o, h in zip(self.ours, self.hand, strict=True) if pick(h)]
 
     @property
     def rate_ratios(self) -> list[float]:
@@ -185,16 +182,6 @@ class Pair:
             return None
         return Pair(self.queue_type, HEADERS, ours=self.carrying, hand=self.hand, loads=self.loads)
 
-    def _against_carrying(self) -> tuple[float, float | None] | None:
-        """(ours ÷ the carrying loop's retries/s, broker CPU ratio), medians of the rounds' pairs."""
-        if not self.carrying:
-            return None
-        rates = self._paired(lambda s: s.rate, hand=self.carrying)
-        brokers = self._paired(lambda s: s.broker_us, hand=self.carrying)
-        if not rates:
-            return None
-        return statistics.median(rates), statistics.median(brokers) if brokers else None
-
     def verdict(self) -> tuple[bool, str]:
         """(met, why) against the targets: rate ≥ 0.9 ×, and for retries broker CPU ≤ 1.1 ×. A republish row short
         of the bare loop is met only by the issue's other way: ours within the same targets of the hand-wired loop
@@ -213,11 +200,11 @@ class Pair:
                else f"{shown(broker, BROKER_CPU_TARGET)} × its broker CPU per retry")
         why = (f"{shown(rate, RATE_TARGET)} × the hand-wired retries/s (target ≥ {RATE_TARGET}), {cpu} "
                f"(target ≤ {BROKER_CPU_TARGET})")
-        against = self._against_carrying()
         carried = self.carried()
-        if met or against is None or carried is None:
+        if met or carried is None or not carried.rate_ratios:
             return met, why
-        carried_rate, carried_broker = against
+        against = Pair(self.queue_type, self.row, ours=self.ours, hand=self.carrying, loads=self.loads)
+        carried_rate, carried_broker = against.rate_ratio or 0.0, against.broker_ratio
         cost = carried.rate_ratio or 0.0
         explained = carried_rate >= RATE_TARGET and (carried_broker is None or carried_broker <= BROKER_CPU_TARGET)
         carried_cpu = ("broker CPU not local" if carried_broker is None
