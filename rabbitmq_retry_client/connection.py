@@ -20,7 +20,8 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingConnection
 from pika.connection import Parameters
 
-from .management import ManagementError, TlsSettings, tls_failure
+from .certificates import from_pem_file
+from .management import ManagementError, TlsFault, TlsSettings, what_speaks
 from .writes import send_joined
 
 LOG = logging.getLogger("rabbitmq_retry_client")
@@ -41,6 +42,37 @@ VHOST_STARTING = re.compile(r"\bis down\b|not (yet )?(running|started)", re.IGNO
 """What RabbitMQ says (530 NOT_ALLOWED) of a vhost that exists but is not running yet, e.g. while it restarts."""
 
 
+STREAM_LOST = ("ALERT_", "SSL", "EOF", "reset", "Stream connection lost", "closed")
+"""What pika says of a connection the server closed under it: over TLS, maybe a refused certificate."""
+
+
+class TlsOptions(pika.SSLOptions):
+    """pika's SSL options with the settings they were made from, so that a failure can name the client
+    certificate."""
+
+    def __init__(self, settings: TlsSettings, server_hostname: str) -> None:
+        super().__init__(settings.context(), server_hostname)
+        self.settings = settings
+
+
+class CertificateCredentials(pika.credentials.ExternalCredentials):
+    """SASL EXTERNAL: the client certificate is the login. `subject` names it in a refusal."""
+
+    def __init__(self, clientcert_file: str) -> None:
+        super().__init__()
+        found = from_pem_file(clientcert_file)
+        self.subject = f"{found.subject} ({clientcert_file})" if found else clientcert_file
+
+
+def login(credentials: object) -> str:
+    """Who logs in, for an error line: the user, or the subject of the client certificate."""
+    if isinstance(credentials, CertificateCredentials):
+        return f"the client certificate {credentials.subject}"
+    if isinstance(credentials, pika.credentials.ExternalCredentials):
+        return "the client certificate"
+    return f"user {getattr(credentials, 'username', '?')!r}"
+
+
 class BrokerRefusedError(ConnectionError):
     """The broker answered and refused the connection for good (403 login refused, 530 vhost not found or not
     allowed): retrying cannot help, so it is raised at once; the message says what to check."""
@@ -51,22 +83,22 @@ def refusal(error: BaseException, params: Parameters | Sequence[Parameters]) -> 
     granted), in one line; None for anything worth retrying (connection refused, timeouts, a broker starting).
     A cluster's nodes share their users and vhosts, so one node's refusal is every node's."""
     first = params if isinstance(params, Parameters) else params[0]
-    user = getattr(first.credentials, "username", "?")
+    user = login(first.credentials)
     at = where(params).partition(" vhost ")[0]
     if isinstance(error, pika.exceptions.ProbableAuthenticationError):
         if isinstance(first.credentials, pika.credentials.ExternalCredentials):
-            return (f"login by client certificate (SASL EXTERNAL) refused by {at}: enable the broker's "
-                    "rabbitmq_auth_mechanism_ssl and create the user named by the certificate, or put a user and "
-                    "password in --url")
-        return (f"login refused by {at} for user {user!r} (403 ACCESS_REFUSED): check the user and password in "
+            return (f"login by {user} (SASL EXTERNAL) refused by {at}: enable the broker's "
+                    "rabbitmq_auth_mechanism_ssl and create the user the certificate names (its CN, with "
+                    "ssl_cert_login_from = common_name), or put a user and password in --url")
+        return (f"login refused by {at} for {user} (403 ACCESS_REFUSED): check the user and password in "
                 "--url or $RABBITMQ_URL")
-    if isinstance(_innermost(error), ssl.SSLError):  # a certificate or a scheme: no retry changes it
-        return amqp_failure(error, first.host, first.port, first.ssl_options is not None)
+    if first.ssl_options is not None and (fault := amqp_failure(error, first)) is not None:
+        return fault  # a certificate, a scheme: no retry changes it
     if isinstance(error, pika.exceptions.ProbableAccessDeniedError):
         said = re.search(r"\((\d+)\) '([^']*)'", str(error.args[0]) if error.args else "")
         if said and VHOST_STARTING.search(said[2]):
             return None  # a vhost still starting (a broker restart) answers 530 too: worth waiting for
-        return (f"vhost {first.virtual_host!r} refused by {at} for user {user!r}"
+        return (f"vhost {first.virtual_host!r} refused by {at} for {user}"
                 + (f" ({said[1]} {said[2]})" if said else "")
                 + ": check that the vhost exists and that the user has permissions on it")
     return None
@@ -90,13 +122,17 @@ def parameters(params: Parameters | str, vhost: str | None = None, tls: TlsSetti
         external = False
     if vhost is not None:
         result.virtual_host = vhost
+    if tls is not None and tls.configured and result.ssl_options is None:
+        raise ValueError(f"amqp://{result.host}:{result.port} is plain AMQP, but TLS settings are given "
+                         f"({tls.given()}): the password would cross in clear; use amqps:// and the broker's TLS "
+                         "port (5671 by default)")
     if tls is not None and result.ssl_options is not None:
         try:
-            result.ssl_options = pika.SSLOptions(tls.context(), result.host)
+            result.ssl_options = TlsOptions(tls, result.host)
         except ManagementError as error:
             raise ValueError(str(error)) from None
         if external and tls.clientcert_file:
-            result.credentials = pika.credentials.ExternalCredentials()
+            result.credentials = CertificateCredentials(tls.clientcert_file)
     return result
 
 
@@ -123,16 +159,24 @@ def _innermost(error: BaseException) -> BaseException:
     return error
 
 
-def amqp_failure(error: BaseException, host: str, port: int, tls: bool) -> str | None:
+def amqp_failure(error: BaseException, params: Parameters) -> str | None:
     """One line for a connection that failed because of TLS or a wrong port, naming what to fix; None otherwise.
-    A TLS port answers a plain AMQP header by closing the connection (4.3.6) or resetting it (3.10.8), the management
-    (HTTP) port by closing it: the handshake ends with EOF or a reset; a plain AMQP port answers a TLS handshake with
-    its protocol header, which TLS reads as a wrong version."""
+    Over TLS, a certificate fault is named from the server's alert (`TlsFault`: when pika reports only a closed
+    stream, a probe handshake hears the alert). Without TLS: a TLS port answers a plain AMQP header by closing the
+    connection (4.3.6) or resetting it (3.10.8), the management (HTTP) port by closing it; a plain AMQP port
+    answers a TLS handshake with its protocol header, which TLS reads as a wrong version."""
     inner = _innermost(error)
-    if isinstance(inner, ssl.SSLError):
-        return tls_failure(inner, f"{host}:{port}", host, "amqp://")
+    host, port = params.host, params.port
     said = f"{inner} {reason(error)}"
-    if not tls and ("Transport indicated EOF" in said or "Connection reset by peer" in said):
+    if params.ssl_options is not None:
+        if not isinstance(inner, ssl.SSLError) and not any(s in said for s in STREAM_LOST):
+            return None  # the broker answered AMQP: not TLS's doing
+        settings = getattr(params.ssl_options, "settings", TlsSettings())
+        return TlsFault(f"{host}:{port}", host, port, "amqp://", settings).of(inner, params.ssl_options.context)
+    if "Transport indicated EOF" in said or "Connection reset by peer" in said:
+        if what_speaks(host, port, 3.0) == "tls":
+            return (f"{host}:{port} speaks TLS, not plain AMQP: use amqps:// for this port (the password is not "
+                    "sent in clear)")
         return (f"{host}:{port} closed the connection during the AMQP handshake: it is not a plain AMQP port; a TLS "
                 "port (use amqps://, 5671 by default) or the management port (AMQP is 5672 by default)?")
     return None
@@ -142,8 +186,8 @@ def where(params: Parameters | Sequence[Parameters]) -> str:
     """"host:port vhost 'v' as user", with every host of a list ("a:5672, b:5672 vhost …")."""
     every = [params] if isinstance(params, Parameters) else list(params)
     first = every[0]
-    user = getattr(first.credentials, "username", "the client certificate")
     addresses = ", ".join(f"{p.host}:{p.port}" for p in every)
+    user = getattr(first.credentials, "username", None) or login(first.credentials).removeprefix("the ")
     return f"{addresses} vhost {first.virtual_host!r} as {user}"
 
 
@@ -188,12 +232,14 @@ def connect(params: Parameters | Sequence[Parameters], timeout: float, interval:
             connection = BlockingConnection(params if isinstance(params, Parameters) else list(params))
         except ssl.SSLError as error:  # pika raises a failed handshake as it is: a certificate or a scheme
             last = params if isinstance(params, Parameters) else params[-1]
-            raise BrokerRefusedError(tls_failure(error, f"{last.host}:{last.port}", last.host, "amqp://")) from None
+            raise BrokerRefusedError(amqp_failure(error, last) or f"TLS: {last.host}:{last.port}: {error}") from None
         except pika.exceptions.AMQPConnectionError as error:
             if (permanent := refusal(error, params)) is not None:
                 raise BrokerRefusedError(permanent) from None
             last = params if isinstance(params, Parameters) else params[-1]
-            wrong = amqp_failure(error, last.host, last.port, last.ssl_options is not None)
+            wrong = amqp_failure(error, last) if last.ssl_options is None else None
+            if wrong is not None and " speaks TLS" in wrong:
+                raise BrokerRefusedError(wrong) from None
             # A port that closes every handshake is not AMQP; a node shutting down may close one or two.
             wrong_port = wrong_port + 1 if wrong is not None else 0
             if wrong is not None and wrong_port >= WRONG_PORT_ATTEMPTS:

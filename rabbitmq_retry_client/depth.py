@@ -30,10 +30,12 @@ from typing import Any
 import pika
 import pika.exceptions
 
-from .connection import amqp_failure, quiet_pika, reason
+from .connection import CertificateCredentials, TlsOptions, amqp_failure, quiet_pika, reason
 from .management import ManagementClient, ManagementError, TlsSettings, path_escape
 
 TIMEOUT_S = 10.0
+AMQP_PORT_KEY = "amqp_port"
+"""The stack setting (`rabbitmq-retry:amqp_port`) that gives the AMQP port when the overview's is not the one."""
 """Per HTTP request and AMQP connection: a broker that has not answered by then is unreachable here."""
 
 
@@ -126,28 +128,33 @@ class BrokerAccess:
     def amqp_parameters(self, host: str, port: int, tls: bool, vhost: str, timeout: float) -> pika.ConnectionParameters:
         """One attempt to `host:port` in `vhost` as this access's user (by SASL EXTERNAL, the client certificate,
         when there is a certificate and no password), over TLS with its settings when `tls`."""
+        if self.tls and not tls:
+            raise DepthError(f"AMQP at {host}:{port} is plain, but the management endpoint {self.management_url} is "
+                             f"https: the password would cross in clear; give the AMQPS port in "
+                             f"rabbitmq-retry:{AMQP_PORT_KEY}")
         external = tls and bool(self.clientcert_file) and not self.password
         return pika.ConnectionParameters(
             host=host, port=port, virtual_host=vhost,
-            credentials=pika.credentials.ExternalCredentials() if external else pika.PlainCredentials(
+            credentials=CertificateCredentials(str(self.clientcert_file)) if external else pika.PlainCredentials(
                 self.username, self.password),
             connection_attempts=1, socket_timeout=timeout, blocked_connection_timeout=timeout, stack_timeout=timeout,
-            ssl_options=pika.SSLOptions(self.ssl_context(), host) if tls else None)
+            ssl_options=self.ssl_options(host) if tls else None)
 
-    def ssl_context(self) -> ssl.SSLContext:
+    def ssl_options(self, host: str) -> TlsOptions:
         """For AMQPS; DepthError naming the setting when a file is missing."""
         try:
-            return self.tls_settings.context()
+            return TlsOptions(self.tls_settings, host)
         except ManagementError as error:
             raise DepthError(str(error)) from None
 
 
 def amqp_listener(listeners: Sequence[Mapping[str, Any]], tls: bool) -> tuple[int, bool] | None:
-    """(port, TLS) of the AMQP listener to use from `/api/overview`'s `listeners`: the TLS one (`amqp/ssl`) first
-    for an https endpoint, the plain one first otherwise; None when the broker lists neither."""
+    """(port, TLS) of the AMQP listener to use from `/api/overview`'s `listeners`: for an https endpoint the TLS one
+    (`amqp/ssl`) only (the password never goes to a plain port where TLS is configured), otherwise the plain one
+    first; None when the broker lists none of them."""
     by_protocol = {str(item.get("protocol")): int(item["port"]) for item in reversed(listeners)
                    if isinstance(item, Mapping) and isinstance(item.get("port"), int)}
-    for protocol in (("amqp/ssl", "amqp") if tls else ("amqp", "amqp/ssl")):
+    for protocol in (("amqp/ssl",) if tls else ("amqp", "amqp/ssl")):
         if protocol in by_protocol:
             return by_protocol[protocol], protocol == "amqp/ssl"
     return None
@@ -175,10 +182,16 @@ class DepthReader:
             return self.access.host, self.access.amqp_port, self.access.tls
         if self._amqp is None:
             overview = self._get("overview") or {}
-            found = amqp_listener(overview.get("listeners") or [], self.access.tls)
+            listeners = overview.get("listeners") or []
+            found = amqp_listener(listeners, self.access.tls)
+            if found is None and self.access.tls and amqp_listener(listeners, False) is not None:
+                raise DepthError(f"the broker at {self.access.management_url} lists no AMQPS listener (amqp/ssl) in "
+                                 "/api/overview, only plain AMQP: not used, the password would cross in clear; enable "
+                                 "its TLS listener (listeners.ssl.default) or give the AMQPS port in "
+                                 f"rabbitmq-retry:{AMQP_PORT_KEY}")
             if found is None:
                 raise DepthError(f"the broker at {self.access.management_url} lists no AMQP listener in /api/overview; "
-                                 "set rabbitmq-retry:amqp_port")
+                                 f"set rabbitmq-retry:{AMQP_PORT_KEY}")
             self._amqp = found
         return self.access.host, *self._amqp
 
@@ -194,7 +207,7 @@ class DepthReader:
                 return None  # the vhost is gone, and the queue with it
             raise DepthError(f"AMQP at {host}:{port} vhost {vhost!r}: {reason(error)}") from None
         except (pika.exceptions.AMQPError, ssl.SSLError) as error:
-            raise DepthError(amqp_failure(error, host, port, tls) or (
+            raise DepthError(amqp_failure(error, params) or (
                 f"AMQP at {host}:{port} unreachable: {reason(error)} (set rabbitmq-retry:amqp_port if the broker's "
                 "AMQP port is another one from here)")) from None
         try:

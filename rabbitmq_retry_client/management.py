@@ -19,6 +19,7 @@ import base64
 import http.client
 import json
 import os
+import re
 import socket
 import ssl
 import urllib.error
@@ -26,7 +27,10 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
+
+from .certificates import Certificate, from_der, from_pem_file, stamp
 
 TIMEOUT_S = 30.0
 """Per request: a management API that has not answered by then is reported unreachable."""
@@ -154,6 +158,10 @@ class TlsSettings:
     def configured(self) -> bool:
         return bool(self.cacert_file or self.clientcert_file or self.clientkey_file or self.insecure)
 
+    def given(self) -> str:
+        """The names of the settings that are set, for an error line: `rabbitmq:cacertFile (RABBITMQ_CACERT, …)`."""
+        return ", ".join(TLS_SETTINGS[field].names() for field in TLS_SETTINGS if getattr(self, field))
+
     def context(self) -> ssl.SSLContext:
         """A client context verifying the broker (unless `insecure`), with the client certificate when given.
         TlsError naming the setting when a file is missing or unreadable, or a certificate comes without its key."""
@@ -174,6 +182,10 @@ class TlsSettings:
             try:
                 context.load_cert_chain(self.clientcert_file, self.clientkey_file)
             except ssl.SSLError as error:
+                if "KEY_VALUES_MISMATCH" in f"{error.reason} {error}".upper():
+                    raise TlsError(f"{CLIENTKEY.names()}: {self.clientkey_file} is not the key of the client "
+                                   f"certificate {describe_certificate(self.clientcert_file)}: give the key it was "
+                                   "issued with") from None
                 raise TlsError(f"{CLIENTCERT.names()} and {CLIENTKEY.names()}: {self.clientcert_file} with "
                                f"{self.clientkey_file} is not a PEM certificate and its unencrypted key "
                                f"({error.reason or error})") from None
@@ -183,36 +195,183 @@ class TlsSettings:
         return context
 
 
-def tls_failure(error: ssl.SSLError, where: str, host: str, plain: str) -> str:
-    """One line for a failed TLS handshake with `where` (`https://h:p` or `h:p`), naming what to fix; `plain` is what
-    to use instead when the port does not speak TLS (`http://` or `amqp://`)."""
-    if isinstance(error, ssl.SSLCertVerificationError):
+NOT_TLS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST")
+"""What OpenSSL says when the server answered a ClientHello with something that is not TLS."""
+TLS_RECORD = (b"\x15", b"\x16")
+"""The first byte of a TLS alert or handshake record: the server speaks TLS."""
+CLIENT_CERT_DISTRUSTED = ("UNKNOWN_CA", "BAD_CERTIFICATE", "CERTIFICATE_UNKNOWN", "UNSUPPORTED_CERTIFICATE",
+                          "DECRYPT_ERROR", "CERTIFICATE_REVOKED", "ACCESS_DENIED")
+"""The alerts a server sends about the client's certificate (RFC 8446 §6.2)."""
+PROBE_WAIT_S = 1.0
+"""After a probe's handshake: how long a server that refuses the client certificate has to say so (it does at once)."""
+
+
+@dataclass(frozen=True)
+class Handshake:
+    """What a server did with one TLS handshake (`probe_handshake`), reading without sending application data."""
+
+    outcome: str
+    """`accepted` (it waits for data, or sent some), `refused` (an alert or a verification failure: `error`),
+    `closed` (it started the handshake, then closed or reset the connection without an alert), `plain` (it answered
+    something that is not TLS, or closed before answering), `unreachable` (no connection)."""
+    error: ssl.SSLError | None = None
+
+
+def probe_handshake(host: str, port: int, context: ssl.SSLContext, timeout: float = 3.0) -> Handshake:
+    """One TLS handshake with `context`, then a read without sending anything: a server that refuses the client's
+    certificate says so then (TLS 1.3 completes the client's side of the handshake before the server has checked
+    it), and with nothing sent by the client, no reset can overtake its alert."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname=host)
+    first, done = b"", False
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw:
+            def exchange(wait: float) -> None:
+                nonlocal first
+                if pending := outgoing.read():
+                    raw.sendall(pending)
+                raw.settimeout(wait)
+                data = raw.recv(65536)
+                first = first or data[:1]
+                incoming.write(data) if data else incoming.write_eof()
+
+            while not done:
+                try:
+                    tls.do_handshake()
+                    done = True
+                except ssl.SSLWantReadError:
+                    exchange(timeout)
+            if pending := outgoing.read():
+                raw.sendall(pending)
+            while True:
+                try:
+                    tls.read(1)
+                    return Handshake("accepted")
+                except ssl.SSLWantReadError:
+                    try:
+                        exchange(PROBE_WAIT_S)
+                    except TimeoutError:
+                        return Handshake("accepted")
+    except (ssl.SSLEOFError, ssl.SSLZeroReturnError, ConnectionError, TimeoutError) as error:
+        if not first and not done:
+            return Handshake("unreachable" if isinstance(error, ConnectionRefusedError) else "plain")
+        return Handshake("closed" if first in TLS_RECORD else "plain")
+    except ssl.SSLError as error:
+        said = f"{error.reason} {error}".upper()
+        if not isinstance(error, ssl.SSLCertVerificationError) and any(s in said for s in NOT_TLS):
+            return Handshake("plain", error)
+        return Handshake("refused", error)
+    except OSError:
+        return Handshake("unreachable")
+
+
+def peer_certificate(host: str, port: int, timeout: float = 3.0) -> Certificate | None:
+    """The certificate a server presents, unverified: only to name its dates in an error line."""
+    probe = ssl.create_default_context()
+    probe.check_hostname = False
+    probe.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw, \
+                probe.wrap_socket(raw, server_hostname=host) as tls:
+            der = tls.getpeercert(binary_form=True)
+        return from_der(der) if der else None
+    except (OSError, ValueError):
+        return None
+
+
+def describe_certificate(path: str) -> str:
+    """`/etc/app/client.pem (CN=app, valid from … to …)`: a certificate file as an error line names it."""
+    found = from_pem_file(path)
+    return f"{path} ({found.subject}, {found.validity()})" if found else path
+
+
+def now() -> str:
+    return stamp(datetime.now(UTC))
+
+
+class TlsFault:
+    """Names what failed in a TLS connection to one server, and what to fix, in one line."""
+
+    def __init__(self, where: str, host: str, port: int, plain: str, tls: TlsSettings) -> None:
+        self.where, self.host, self.port, self.plain, self.tls = where, host, port, plain, tls
+
+    def of(self, error: BaseException, context: ssl.SSLContext | None) -> str | None:
+        """The line for a connection that failed with `error`; None when TLS is not the cause (the server accepts
+        the handshake: a network problem, worth retrying). An error that says no more than "closed" or "reset" is
+        explained by `probe_handshake` with `context`, the connection's own."""
+        if isinstance(error, ssl.SSLCertVerificationError):
+            return self.verification(error)
+        said = f"{getattr(error, 'reason', '') or ''} {error}".upper()
+        if "ALERT_" in said:
+            return self.alert(said, error)
+        if any(s in said for s in NOT_TLS):
+            return self.not_tls(error)
+        if context is None:
+            return None
+        probe = probe_handshake(self.host, self.port, context)
+        if probe.outcome == "refused" and probe.error is not None:
+            return self.of(probe.error, None)
+        if probe.outcome == "plain":
+            return self.not_tls(probe.error or error)
+        if probe.outcome == "closed":
+            return self.closed()
+        return None
+
+    def reason(self, error: BaseException) -> str:
+        return str(getattr(error, "reason", None) or error)
+
+    def verification(self, error: ssl.SSLCertVerificationError) -> str:
         said = error.verify_message or str(error)
+        where = f"TLS: the certificate of {self.where}"
         if error.verify_code == 62 or "hostname" in said.lower() or "IP address mismatch" in said:
-            return (f"TLS: the certificate of {where} is not for {host!r} ({said}): connect by a name the "
-                    f"certificate lists (see its subjectAltName), or fix the broker's certificate")
-        if error.verify_code == 10 or "expired" in said.lower():
-            return f"TLS: the certificate of {where} has expired ({said}): renew the broker's certificate"
-        return (f"TLS: the certificate of {where} is not signed by a CA this client trusts ({said}): set "
-                f"{CACERT.names()} to the CA file that signed it")
-    text = f"{error.reason or ''} {error}".upper()
-    if any(s in text for s in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
-                               "UNEXPECTED_EOF", "HTTP_REQUEST", "EOF OCCURRED")):
-        return (f"TLS: {where} does not speak TLS ({error.reason or error}): use {plain} for this port, or the "
+            return (f"{where} is not for {self.host!r} ({said}): connect by a name the certificate lists (see its "
+                    "subjectAltName), or fix the broker's certificate")
+        if error.verify_code in (9, 10):
+            peer = peer_certificate(self.host, self.port)
+            dates = f"{peer.subject}, {peer.validity()}" if peer else said
+            if error.verify_code == 9:
+                return (f"{where} is not valid yet ({dates}; this machine's clock says {now()}): fix this machine's "
+                        "clock, or the broker's certificate if it was issued for a later date")
+            return (f"{where} has expired ({dates}; this machine's clock says {now()}): renew the broker's "
+                    "certificate, or fix this machine's clock if it is wrong")
+        return (f"{where} is not signed by a CA this client trusts ({said}): set {CACERT.names()} to the CA file "
+                "that signed it")
+
+    def alert(self, said: str, error: BaseException) -> str:
+        """The server's alert about the client's certificate (or the lack of one)."""
+        name = next((word for word in re.findall(r"[A-Z0-9_]*ALERT_[A-Z_]+", said)), self.reason(error))
+        given = self.tls.clientcert_file
+        if "CERTIFICATE_REQUIRED" in said or ("HANDSHAKE_FAILURE" in said and not given):
+            return (f"TLS: {self.where} requires a client certificate and none was given ({name}): set "
+                    f"{CLIENTCERT.names()} and {CLIENTKEY.names()} to one signed by a CA the broker trusts")
+        if given and "CERTIFICATE_EXPIRED" in said:
+            return (f"TLS: {self.where} refused the client certificate {describe_certificate(given)}: it has "
+                    f"expired or is not valid yet ({name}; this machine's clock says {now()}): renew it in "
+                    f"{CLIENTCERT.names()}")
+        if given and any(s in said for s in CLIENT_CERT_DISTRUSTED):
+            return (f"TLS: {self.where} does not trust the client certificate ({name}) {describe_certificate(given)}: "
+                    f"set {CLIENTCERT.names()} and {CLIENTKEY.names()} to one signed by a CA the broker trusts (its "
+                    "ssl_options.cacertfile, management.ssl.cacertfile for HTTPS)")
+        return (f"TLS: {self.where} refused the handshake ({name}): check {CACERT.names()}, "
+                f"{CLIENTCERT.names()} and the port")
+
+    def closed(self) -> str:
+        """A server that started the handshake and closed without an alert: in practice, a refused certificate."""
+        given = self.tls.clientcert_file
+        cert = (f"the client certificate {describe_certificate(given)}: set {CLIENTCERT.names()} to one signed by a "
+                "CA the broker trusts" if given else
+                f"no client certificate: set {CLIENTCERT.names()} and {CLIENTKEY.names()} if it requires one")
+        return (f"TLS: {self.where} closed the connection during the TLS handshake, without saying why; it was "
+                f"given {cert}")
+
+    def not_tls(self, error: BaseException) -> str:
+        return (f"TLS: {self.where} does not speak TLS ({self.reason(error)}): use {self.plain} for this port, or the "
                 "broker's TLS port")
-    if "CERTIFICATE_REQUIRED" in text or "HANDSHAKE_FAILURE" in text:
-        return (f"TLS: {where} refused the handshake ({error.reason or error}): it wants a client certificate it "
-                f"trusts: set {CLIENTCERT.names()} and {CLIENTKEY.names()}")
-    if "UNKNOWN_CA" in text or "BAD_CERTIFICATE" in text:
-        return (f"TLS: {where} does not trust the client certificate ({error.reason or error}): use one signed by a "
-                f"CA the broker trusts in {CLIENTCERT.names()}")
-    return f"TLS: handshake with {where} failed ({error.reason or error}): check {CACERT.names()} and the port"
 
 
 def what_speaks(host: str, port: int, timeout: float) -> str | None:
     """"amqp" when the port answers an AMQP 0-9-1 header with a method frame (Connection.Start), "tls" when it
-    completes a TLS handshake (not verified: only to name the mistake), None otherwise. Used only after a plain
-    HTTP request got no HTTP answer, to say which port it was."""
+    answers a TLS handshake (not verified: only to name the mistake), None otherwise."""
     try:
         with socket.create_connection((host, port), timeout=timeout) as raw:
             raw.sendall(b"AMQP\x00\x00\x09\x01")
@@ -223,10 +382,14 @@ def what_speaks(host: str, port: int, timeout: float) -> str | None:
     probe = ssl.create_default_context()
     probe.check_hostname = False
     probe.verify_mode = ssl.CERT_NONE
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as raw, probe.wrap_socket(raw):
-            return "tls"
-    except OSError:
+    return "tls" if probe_handshake(host, port, probe, timeout).outcome in ("accepted", "refused", "closed") else None
+
+
+class NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects come back as their 3xx answer (`ManagementClient._redirected`), never followed."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> None:
         return None
 
 
@@ -258,6 +421,10 @@ class ManagementClient:
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self._context: ssl.SSLContext | None = None
+        if self.scheme == "http" and self.tls.configured:
+            raise TlsError(f"{self.url} is plain HTTP, but TLS settings are given ({self.tls.given()}): the password "
+                           f"would cross in clear; use https:// and the broker's TLS port (15671 by default) in "
+                           f"{ENDPOINT.names()}")
 
     @classmethod
     def from_settings(cls, endpoint: str | None = None, config: Mapping[str, Any] | None = None,
@@ -304,27 +471,45 @@ class ManagementClient:
         if method != "GET":  # as rabbit-hole does
             request.add_header("Content-Type", "application/json")
         context = self.ssl_context() if self.scheme == "https" else None
+        opener = urllib.request.build_opener(NoRedirects, urllib.request.HTTPSHandler(context=context))
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout, context=context) as answer:
+            with opener.open(request, timeout=self.timeout) as answer:
                 status, raw, headers = answer.status, answer.read(), dict(answer.headers)
         except urllib.error.HTTPError as error:
             status, raw, headers = error.code, error.read(), dict(error.headers or {})
         except (OSError, http.client.HTTPException) as error:
             raise self._failure(method, path, error) from None
+        if 300 <= status < 400:
+            raise self._redirected(method, path, status, str(headers.get("Location") or "nowhere"))
         try:
             data = json.loads(raw) if raw else None
         except ValueError:
             data = raw.decode(errors="replace")
         return Response(status, data, headers)
 
+    def _redirected(self, method: str, path: str, status: int, location: str) -> ManagementError:
+        """A redirect is never followed: the user and password would go with it, wherever it points (another host,
+        or plain HTTP). The management API itself never redirects an /api request."""
+        target = urllib.parse.urljoin(f"{self.url}/api/{path}", location)
+        base = target.split("/api/", 1)[0]
+        clear = " in clear" if urllib.parse.urlsplit(target).scheme != "https" else ""
+        return UnreachableError(f"{method} {self.url}/api/{path} answered HTTP {status}, a redirect to {target}: not "
+                                f"followed, it would send the password there{clear}; if the management API is "
+                                f"there, set {ENDPOINT.names()} to {base}, else fix what answers at {self.url}")
+
     def _failure(self, method: str, path: str, error: BaseException) -> ManagementError:
         """The one line for a request that got no HTTP answer."""
         cause: Any = getattr(error, "reason", error) if isinstance(error, urllib.error.URLError) else error
         what = f"{method} /api/{path}"
-        if isinstance(cause, ssl.SSLError):
-            return TlsError(tls_failure(cause, self.url, self.host, "http://"))
         if isinstance(cause, ManagementError):
             return cause
+        if self.scheme == "https" and isinstance(cause, (ssl.SSLError, ConnectionError, http.client.HTTPException)):
+            fault = TlsFault(self.url, self.host, self.port, "http://", self.tls).of(cause, self.ssl_context())
+            if fault is not None:
+                return TlsError(fault)
+            if isinstance(cause, ssl.SSLError):
+                return TlsError(f"TLS: handshake with {self.url} failed ({cause.reason or cause}): check "
+                                f"{CACERT.names()} and the port")
         said = str(cause)
         if isinstance(cause, http.client.BadStatusLine) and "AMQP" in said:
             return UnreachableError(f"{self.url} is an AMQP port, not the management API: give the management "

@@ -9,8 +9,10 @@
 #
 # TLS: a test CA, a server certificate for localhost and 127.0.0.1 and a client certificate (CN
 # rabbitmq-retry-tls-client, for SASL EXTERNAL) are made with openssl in $TLS_DIR at set-up, once; the keys never
-# leave this machine. Clients verify with $TLS_DIR/ca.pem; the brokers ask for a client certificate and accept
-# a connection without one (fail_if_no_peer_cert = false), so the plain-password login works over TLS too.
+# leave this machine. Clients verify with $TLS_DIR/ca.pem; the brokers ask for a client certificate on AMQPS and
+# HTTPS alike and accept a connection without one (fail_if_no_peer_cert = false), so the plain-password login works
+# over TLS too, and a client certificate that is presented is verified (the management listener asks only with
+# management.ssl.verify = verify_peer).
 #
 # Usage:
 #   scripts/brokers.sh ensure [3.10|4.3|all]   install if missing, start if down, enable the plugins, wait, print status
@@ -236,7 +238,8 @@ tls_conf() { # amqps-port https-port cert-dir mechanisms...
     "ssl_options.keyfile = $dir/server.key" "ssl_options.verify = verify_peer" \
     "ssl_options.fail_if_no_peer_cert = false" "ssl_cert_login_from = common_name" \
     "management.ssl.ip = 127.0.0.1" "management.ssl.port = $https" "management.ssl.cacertfile = $dir/ca.pem" \
-    "management.ssl.certfile = $dir/server.pem" "management.ssl.keyfile = $dir/server.key"
+    "management.ssl.certfile = $dir/server.pem" "management.ssl.keyfile = $dir/server.key" \
+    "management.ssl.verify = verify_peer" "management.ssl.fail_if_no_peer_cert = false"
   for m in "$@"; do
     printf 'auth_mechanisms.%d = %s\n' "$i" "$m"
     i=$((i + 1))

@@ -155,7 +155,7 @@ def test_the_amqp_listener_follows_the_endpoint_scheme():
                  {"protocol": "amqp/ssl", "port": 5671}, {"protocol": "http", "port": 15672}]
     assert amqp_listener(listeners, tls=False) == (5672, False)
     assert amqp_listener(listeners, tls=True) == (5671, True)
-    assert amqp_listener(listeners[:2], tls=True) == (5672, False)
+    assert amqp_listener(listeners[:2], tls=True) is None  # an https endpoint never leads to plain AMQP
     assert amqp_listener([{"protocol": "http", "port": 15672}], tls=False) is None
 
 

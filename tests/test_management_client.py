@@ -4,11 +4,7 @@ tests/broker/test_tls.py runs it against both brokers' HTTPS listeners."""
 
 from __future__ import annotations
 
-import contextlib
-import shutil
 import socket
-import ssl
-import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -166,51 +162,3 @@ def test_doctor_for_another_stack_does_not_log_in_as_guest(monkeypatch: pytest.M
     assert error.count("\n") == 1 and "guest" not in error.replace("guest/guest is assumed only", "")
     assert error.startswith("error: no user for http://127.0.0.1:1: set RABBITMQ_USERNAME") or error.startswith(
         "error: no password for user"), error
-
-
-def _expired_certificate(where: Path) -> tuple[Path, Path, Path]:
-    """(CA, certificate, key): a certificate for 127.0.0.1 that expired on 2020-01-02, signed by a fresh CA, made
-    with openssl (`openssl ca` takes explicit dates)."""
-    def run(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=where, check=True, capture_output=True, timeout=60)
-
-    (where / "db").mkdir()
-    (where / "db" / "index.txt").write_text("")
-    (where / "db" / "serial").write_text("01\n")
-    (where / "ca.cnf").write_text("[ca]\ndefault_ca = d\n[d]\ndatabase = db/index.txt\nnew_certs_dir = db\n"
-                                  "serial = db/serial\ndefault_md = sha256\npolicy = p\n[p]\ncommonName = supplied\n"
-                                  "[ext]\nsubjectAltName = IP:127.0.0.1,DNS:localhost\n")
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=expiry test CA",
-        "-keyout", "ca.key", "-out", "ca.pem")
-    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout", "server.key", "-out", "s.csr")
-    run("ca", "-batch", "-config", "ca.cnf", "-cert", "ca.pem", "-keyfile", "ca.key", "-in", "s.csr", "-out",
-        "server.pem", "-startdate", "20200101000000Z", "-enddate", "20200102000000Z", "-extensions", "ext")
-    return where / "ca.pem", where / "server.pem", where / "server.key"
-
-
-def test_an_expired_broker_certificate_is_one_line(tmp_path: Path) -> None:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed")
-    ca, cert, key = _expired_certificate(tmp_path)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    port = listener.getsockname()[1]
-
-    def serve() -> None:
-        conn, _ = listener.accept()
-        with conn, contextlib.suppress(OSError):  # the client refuses the certificate
-            context.wrap_socket(conn, server_side=True).close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        with pytest.raises(TlsError) as error:
-            ManagementClient(f"https://127.0.0.1:{port}", "u", "p", TlsSettings(str(ca)), timeout=10).get("overview")
-    finally:
-        thread.join(10)
-        listener.close()
-    assert str(error.value).startswith(f"TLS: the certificate of https://127.0.0.1:{port} has expired (")
-    assert str(error.value).endswith("renew the broker's certificate")

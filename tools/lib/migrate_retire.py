@@ -165,7 +165,7 @@ class Broker:
         try:
             self._connection = pika.BlockingConnection(params)
         except (pika.exceptions.AMQPError, ssl.SSLError) as error:
-            raise RetireError(amqp_failure(error, host, port, tls)
+            raise RetireError(amqp_failure(error, params)
                               or f"AMQP at {host}:{port} vhost {self.vhost!r}: {reason(error)}") from None
         try:
             yield self
