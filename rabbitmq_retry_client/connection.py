@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import re
 import ssl
 import time
@@ -107,8 +108,10 @@ def refusal(error: BaseException, params: Parameters | Sequence[Parameters]) -> 
 def parameters(params: Parameters | str, vhost: str | None = None, tls: TlsSettings | None = None) -> Parameters:
     """pika parameters from a URL or parameters (one host), with `vhost` replacing theirs; the caller's are not
     changed. An `amqps://` URL (or parameters with ssl_options) speaks TLS with `tls` (a CA file, a client
-    certificate) when given; a client certificate without a password in the URL logs in by SASL EXTERNAL (the
-    broker's rabbitmq_auth_mechanism_ssl). ValueError for a URL that is not AMQP (an http(s) management URL)."""
+    certificate) when given; for a URL without `tls`, with the settings of the environment (RABBITMQ_CACERT, …: the
+    names the error lines give). A client certificate without a password in the URL logs in by SASL EXTERNAL (the
+    broker's rabbitmq_auth_mechanism_ssl). ValueError for a URL that is not AMQP (an http(s) management URL), or a
+    plain amqp:// one where TLS settings are given: the password would cross in clear."""
     if isinstance(params, str):
         scheme = params.partition("://")[0].lower()
         if scheme not in ("amqp", "amqps"):
@@ -116,6 +119,7 @@ def parameters(params: Parameters | str, vhost: str | None = None, tls: TlsSetti
                              + (": that looks like the management API's; give amqp://host:5672 or amqps://host:5671"
                                 if scheme in ("http", "https") else ": give amqp://host:5672 or amqps://host:5671"))
         result = pika.URLParameters(params)
+        tls = TlsSettings.from_sources(None, os.environ) if tls is None else tls
         external = "@" not in params.partition("://")[2].partition("/")[0]
     else:
         result = copy.copy(params)

@@ -27,12 +27,17 @@ from typing import Any
 class CertificateAuthority:
     """A CA in `directory` that issues certificates with openssl."""
 
-    def __init__(self, directory: Path, name: str = "rabbitmq-retry test CA") -> None:
+    def __init__(self, directory: Path, name: str = "rabbitmq-retry test CA",
+                 existing: tuple[Path, Path] | None = None) -> None:
+        """A new CA named `name`, or the `existing` (certificate, key), e.g. the one the local brokers trust."""
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
-        self.cert, self.key = directory / "ca.pem", directory / "ca.key"
-        self._openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650", "-subj", f"/CN={name}",
-                      "-keyout", str(self.key), "-out", str(self.cert))
+        if existing is not None:
+            self.cert, self.key = existing
+        else:
+            self.cert, self.key = directory / "ca.pem", directory / "ca.key"
+            self._openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650", "-subj", f"/CN={name}",
+                          "-keyout", str(self.key), "-out", str(self.cert))
         (directory / "index.txt").write_text("")
         (directory / "serial").write_text("1000\n")
         (directory / "ca.cnf").write_text(
@@ -98,24 +103,32 @@ class _Listener:
 
 class TlsServer(_Listener):
     """Presents `cert`; asks for a client certificate signed by `client_ca` (`require`: refuses a handshake without
-    one, as `ssl_options.fail_if_no_peer_cert = true` does). After the handshake it waits for the client to close."""
+    one, as `ssl_options.fail_if_no_peer_cert = true` does). After the handshake it waits for the client to close,
+    or (`hang_up`) closes the connection at once without a word, as a server that dislikes the client's certificate
+    but whose alert is lost would appear."""
 
-    def __init__(self, cert: Path, key: Path, client_ca: Path | None = None, require: bool = False) -> None:
+    def __init__(self, cert: Path, key: Path, client_ca: Path | None = None, require: bool = False,
+                 hang_up: bool = False) -> None:
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.load_cert_chain(cert, key)
         if client_ca is not None:
             self.context.load_verify_locations(client_ca)
             self.context.verify_mode = ssl.CERT_REQUIRED if require else ssl.CERT_OPTIONAL
+        self.hang_up = hang_up
         super().__init__()
 
     def serve(self, connection: socket.socket) -> None:
         connection.settimeout(10)
         try:
-            with self.context.wrap_socket(connection, server_side=True) as tls:
-                while tls.recv(4096):
-                    pass
+            tls = self.context.wrap_socket(connection, server_side=True)
         except ssl.SSLError:
-            pass
+            return
+        if self.hang_up:
+            tls.close()  # the TCP connection only: Python sends no close_notify without unwrap()
+            return
+        with tls:
+            while tls.recv(4096):
+                pass
 
 
 class RecordingRelay(_Listener):
