@@ -5,8 +5,9 @@ It speaks as pulumi-rabbitmq 3.5.3 does (docs/provider.md §1), so that what a t
 see: each path segment escaped with Go's `url.PathEscape` (`path_escape`), Basic auth, a JSON body, no keep-alive.
 Unlike the provider it has a timeout (`TIMEOUT_S`) and says what went wrong in one line naming what to fix, in one
 vocabulary of errors (`ManagementError` and its five kinds): the API is unreachable, the login was refused, the
-object is not there, the request was refused, or TLS failed (an unknown CA, a certificate for another host, an
-expired certificate, a missing key file, or a URL scheme that does not match what the port speaks).
+object is not there, the request was refused, or TLS failed (`TlsFault`: the broker's certificate, the client's as
+the broker's alert says, a file, or a URL scheme that does not match what the port speaks). A redirect is never
+followed (the password would go with it), and where TLS settings are given an http:// endpoint is refused.
 
 TLS settings carry one set of names everywhere (`TLS_SETTINGS`): the provider's stack config keys
 (`rabbitmq:cacertFile`, …) and environment variables (`RABBITMQ_CACERT`, …), and the same words as command flags
