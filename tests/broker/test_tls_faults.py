@@ -21,13 +21,15 @@ from pathlib import Path
 import pytest
 
 from components.user_limits import UserLimitsError, UserLimitsProvider
-from rabbitmq_retry_client import BrokerRefusedError, Publisher, TlsSettings
+from rabbitmq_retry_client import BrokerRefusedError, Publisher, RetryingConsumer, TlsSettings
 from rabbitmq_retry_client.depth import BrokerAccess, DepthError, DepthReader
 from rabbitmq_retry_client.management import ManagementClient, TlsError, path_escape
 from tests.support.deploy import configured_tls_brokers, throwaway_vhost, tls_dir, unreachable
 from tests.support.environment import missing
 from tests.support.mirror import Broker, call, esc
+from tests.support.retrying import Recorder
 from tests.support.tls import CertificateAuthority, TlsServer
+from tests.test_retry_client import contract
 
 ROOT = Path(__file__).resolve().parents[2]
 TLS_BROKERS = configured_tls_brokers()
@@ -203,6 +205,13 @@ def test_the_brokers_refuse_a_client_certificate_they_do_not_trust(tls_broker: B
     for line in broker_refusals(tls_broker, tls, caplog):
         assert "does not trust the client certificate (TLSV1_ALERT_UNKNOWN_CA)" in line, line
         assert "(CN=stranger-client, valid from" in line and "\n" not in line
+    url = f"amqps://{tls_broker.username}:{tls_broker.password}@{tls_broker.host}:{tls_broker.amqp_port}/%2F"
+    consumer = RetryingConsumer(url, contract(vhost="/"), Recorder(lambda _: 0), reconnect_timeout=60, tls=tls)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, "rabbitmq_retry_client"), pytest.raises(BrokerRefusedError) as consumed:
+        consumer.run(max_messages=1)
+    assert "does not trust the client certificate (TLSV1_ALERT_UNKNOWN_CA)" in str(consumed.value)
+    assert not [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
 
 
 def test_the_brokers_refuse_an_expired_client_certificate(tls_broker: Broker, brokers_ca: CertificateAuthority,
