@@ -22,7 +22,7 @@ from pika.adapters.blocking_connection import BlockingConnection
 from pika.connection import Parameters
 
 from .certificates import from_pem_file
-from .management import ManagementError, TlsFault, TlsSettings, what_speaks
+from .management import HUNG_UP, ManagementError, TlsFault, TlsSettings, what_speaks
 from .writes import send_joined
 
 LOG = logging.getLogger("rabbitmq_retry_client")
@@ -93,8 +93,6 @@ def refusal(error: BaseException, params: Parameters | Sequence[Parameters]) -> 
                     "ssl_cert_login_from = common_name), or put a user and password in --url")
         return (f"login refused by {at} for {user} (403 ACCESS_REFUSED): check the user and password in "
                 "--url or $RABBITMQ_URL")
-    if first.ssl_options is not None and (fault := amqp_failure(error, first)) is not None:
-        return fault  # a certificate, a scheme: no retry changes it
     if isinstance(error, pika.exceptions.ProbableAccessDeniedError):
         said = re.search(r"\((\d+)\) '([^']*)'", str(error.args[0]) if error.args else "")
         if said and VHOST_STARTING.search(said[2]):
@@ -169,6 +167,9 @@ def amqp_failure(error: BaseException, params: Parameters) -> str | None:
     stream, a probe handshake hears the alert). Without TLS: a TLS port answers a plain AMQP header by closing the
     connection (4.3.6) or resetting it (3.10.8), the management (HTTP) port by closing it; a plain AMQP port
     answers a TLS handshake with its protocol header, which TLS reads as a wrong version."""
+    if isinstance(error, (pika.exceptions.ProbableAuthenticationError, pika.exceptions.ProbableAccessDeniedError,
+                          pika.exceptions.ConnectionClosedByBroker)):
+        return None  # the broker answered AMQP: past TLS
     inner = _innermost(error)
     host, port = params.host, params.port
     said = f"{inner} {reason(error)}"
@@ -238,13 +239,14 @@ def connect(params: Parameters | Sequence[Parameters], timeout: float, interval:
             last = params if isinstance(params, Parameters) else params[-1]
             raise BrokerRefusedError(amqp_failure(error, last) or f"TLS: {last.host}:{last.port}: {error}") from None
         except pika.exceptions.AMQPConnectionError as error:
+            last = params if isinstance(params, Parameters) else params[-1]
+            wrong = amqp_failure(error, last)
+            if wrong is not None and HUNG_UP not in wrong and (last.ssl_options is not None or " speaks TLS" in wrong):
+                raise BrokerRefusedError(wrong) from None  # a certificate or a scheme: no retry changes it
             if (permanent := refusal(error, params)) is not None:
                 raise BrokerRefusedError(permanent) from None
-            last = params if isinstance(params, Parameters) else params[-1]
-            wrong = amqp_failure(error, last) if last.ssl_options is None else None
-            if wrong is not None and " speaks TLS" in wrong:
-                raise BrokerRefusedError(wrong) from None
-            # A port that closes every handshake is not AMQP; a node shutting down may close one or two.
+            # A port that closes every handshake is not AMQP (nor a TLS port that accepts this client); a node
+            # shutting down may close one or two: said after a few in a row, without a warning before.
             wrong_port = wrong_port + 1 if wrong is not None else 0
             if wrong is not None and wrong_port >= WRONG_PORT_ATTEMPTS:
                 raise BrokerRefusedError(wrong) from None
@@ -252,7 +254,7 @@ def connect(params: Parameters | Sequence[Parameters], timeout: float, interval:
             if time.monotonic() + interval > deadline:
                 raise BrokerUnreachableError(f"broker unreachable at {where(params)}: {wrong or why} "
                                         f"(gave up after {time.monotonic() - started:.0f} s)") from None
-            if why != last_reason:
+            if wrong is None and why != last_reason:
                 LOG.warning("broker unreachable at %s: %s; retrying every %.0f s for up to %.0f s",
                             where(params), why, interval, timeout)
                 last_reason = why

@@ -203,6 +203,9 @@ TLS_RECORD = (b"\x15", b"\x16")
 CLIENT_CERT_DISTRUSTED = ("UNKNOWN_CA", "BAD_CERTIFICATE", "CERTIFICATE_UNKNOWN", "UNSUPPORTED_CERTIFICATE",
                           "DECRYPT_ERROR", "CERTIFICATE_REVOKED", "ACCESS_DENIED")
 """The alerts a server sends about the client's certificate (RFC 8446 §6.2)."""
+HUNG_UP = "closed the connection during the TLS handshake"
+"""Said of a server that started a handshake and closed it without an alert: a refused certificate whose alert was
+lost, or a node stopping; a client retrying tells them apart by whether it happens again."""
 PROBE_WAIT_S = 1.0
 """After a probe's handshake: how long a server that refuses the client certificate has to say so (it does at once)."""
 
@@ -362,8 +365,7 @@ class TlsFault:
         cert = (f"the client certificate {describe_certificate(given)}: set {CLIENTCERT.names()} to one signed by a "
                 "CA the broker trusts" if given else
                 f"no client certificate: set {CLIENTCERT.names()} and {CLIENTKEY.names()} if it requires one")
-        return (f"TLS: {self.where} closed the connection during the TLS handshake, without saying why; it was "
-                f"given {cert}")
+        return f"TLS: {self.where} {HUNG_UP}, without saying why; it was given {cert}"
 
     def not_tls(self, error: BaseException) -> str:
         return (f"TLS: {self.where} does not speak TLS ({self.reason(error)}): use {self.plain} for this port, or the "
