@@ -44,7 +44,7 @@ from pika.spec import BasicProperties
 from . import headers as h
 from .connection import DEFAULT_URL, BrokerRefusedError, BrokerUnreachableError, hosts, quiet_pika
 from .consumer import DEFAULT_PREFETCH, Handler, RetryingConsumer, contract_mode
-from .contract import Contract, ContractError, contracts_in, load_contract, stack_output, validate
+from .contract import Contract, ContractError, contracts_in, load_contract, read_contracts, stack_output, validate
 from .durations import duration_ms
 from .management import TLS_SETTINGS, TlsSettings
 from .parked import Outcome, Parked, ParkedQueue, Selection
@@ -184,7 +184,7 @@ def _list(args: argparse.Namespace) -> int:
 def _summary(args: argparse.Namespace) -> int:
     """Every error queue of a contract file: how many are parked, since when, and why."""
     source: Any = args.contract if args.contract is not None else stack_output(args.stack)
-    data = source if isinstance(source, dict) else json.loads(Path(source).read_text())
+    data = source if isinstance(source, dict) else read_contracts(source)
     contracts = sorted((validate(c) for c in contracts_in(data)), key=lambda c: (c["vhost"], c["queue"]))
     if args.vhost is not None:
         contracts = [c for c in contracts if c["vhost"] == args.vhost]

@@ -606,6 +606,24 @@ def test_an_ambiguous_contract_is_one_error_line(tmp_path: Path, capsys: pytest.
                                        "summary`; available: shop/billing, shop/orders, test/orders\n")
 
 
+@pytest.mark.parametrize("command", [["consume", "--queue", "orders.invoices"], ["parked", "summary"]])
+def test_a_missing_contract_file_is_one_line_naming_the_command_that_writes_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
+    missing = tmp_path / "contracts.dev.json"
+    assert main([*command, "--contract", str(missing)]) == 1
+    assert capsys.readouterr().err == (f"error: {missing}: no such file; write it with `make contracts STACK=dev` in "
+                                       "the project (or `pulumi stack output retry_contracts --json > "
+                                       f"{missing}`)\n")
+
+
+def test_a_contract_file_that_is_not_json_says_to_write_it_again(tmp_path: Path) -> None:
+    broken = tmp_path / "mine.json"
+    broken.write_text("{")
+    with pytest.raises(ContractError, match=r"mine\.json: not a contract file \(.*\); write it again with "
+                       r"`make contracts STACK=<stack>`$"):
+        load_contract(broken)
+
+
 # --- an unreachable broker --------------------------------------------------------------------------
 
 def test_an_unreachable_broker_is_one_warning_with_the_reason_then_one_error(
