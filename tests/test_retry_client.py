@@ -48,7 +48,7 @@ from rabbitmq_retry_client.headers import (
 from rabbitmq_retry_client.levels import delay_routing_key, delay_units, retry_delay_ms
 from rabbitmq_retry_client.parked import Parked, ParkedQueue, Selection
 from rabbitmq_retry_client.settlements import Settlements
-from rabbitmq_retry_client.strategies import BEHAVIOURS, Mode, Retries, check_covers
+from rabbitmq_retry_client.strategies import BEHAVIOURS, Mode, Retries, behaviour_of, check_covers
 from tests.conftest import ROOT, vhost_config
 
 
@@ -128,6 +128,11 @@ def test_a_contract_file_is_read_from_a_path_or_a_string(tmp_path: Path) -> None
     assert load_contract(path, queue="billing") == contract("shop", "billing")
     assert load_contract(str(path), queue="orders", vhost="shop") == contract("shop", "orders")
 
+
+def test_the_consumers_first_line_shows_each_delay_as_the_stack_file_writes_it() -> None:
+    tiers = contract(tiers=[{"routing_key": "wait.1", "queue": "orders.wait.1", "delay_ms": 1000.0},
+                            {"routing_key": "wait.2", "queue": "orders.wait.2", "delay_ms": 7_200_000}])
+    assert behaviour_of(tiers).describe(tiers, "republish") == "republish mode; tiers wait.1=1s, wait.2=2h"
 
 def test_pulumi_floats_become_whole_numbers() -> None:
     source = contract(max_retries=5.0, delivery_limit=25.0,
