@@ -25,6 +25,7 @@ from pulumi.errors import RunError
 
 from . import wire
 from .config import DEFAULT_DELIVERY_LIMIT
+from .durations import format_duration
 from .effective import Effective, PolicyIndex, Setting, effective_settings
 from .entries import (
     BindingPlan,
@@ -286,28 +287,28 @@ def _effective_problems(retryable: RetryablePlan, settings: Mapping[str, list[Ef
                 problems.append(Problem(
                     _source(ttl, effective), TTL_ON_ERROR_QUEUE,
                     f'{_cause(ttl, effective)}: message-ttl {ttl.value} reaches error queue '
-                    f'"{queue.name}": RabbitMQ deletes parked messages after {ttl.value} ms; set '
+                    f'"{queue.name}": RabbitMQ deletes parked messages after {format_duration(ttl.value)}; set '
                     f"retry.error_retention instead, or {_fix(ttl, queue.name)}"))
             if expires is not None:
                 problems.append(Problem(
                     _source(expires, effective), EXPIRES_ON_QUEUE,
                     f'{_cause(expires, effective)}: expires {expires.value} reaches {role} queue '
                     f'"{queue.name}": RabbitMQ deletes the queue with its messages once it has had no '
-                    f"consumer for {expires.value} ms; {_fix(expires, queue.name)}"))
+                    f"consumer for {format_duration(expires.value)}; {_fix(expires, queue.name)}"))
             if role == "wait":
                 delay = tiers[queue.name].delay_ms
                 if ttl is None:
                     problems.append(Problem(
                         _source(Setting("", ""), effective), WAIT_WITHOUT_TTL,
                         f'{_cause(Setting("", ""), effective)}: wait queue "{queue.name}" gets no '
-                        f"message-ttl (the tier's delay is {delay} ms): its messages would never "
+                        f"message-ttl (the tier's delay is {format_duration(delay)}): its messages would never "
                         "come back; leave the wait queue to its own policy"))
                 elif ttl.value != delay:
                     problems.append(Problem(
                         _source(ttl, effective), WAIT_TTL_NOT_DELAY,
                         f'{_cause(ttl, effective)}: message-ttl {ttl.value} on wait queue '
-                        f'"{queue.name}" is not the tier\'s delay ({delay} ms): RabbitMQ retries '
-                        f"after {ttl.value} ms instead; {_fix(ttl, queue.name)}"))
+                        f'"{queue.name}" is not the tier\'s delay ({format_duration(delay)}): RabbitMQ retries '
+                        f"after {format_duration(ttl.value)} instead; {_fix(ttl, queue.name)}"))
             if role == "input" and retryable.strategy_module.DELIVERY_LIMIT_IS_MAX_RETRIES:
                 limit = effective.get(wire.DELIVERY_LIMIT.key) or Setting(DEFAULT_DELIVERY_LIMIT, "")
                 if limit.value != retry.max_retries:
@@ -410,7 +411,7 @@ def _delay_level_problems(levels: DelayLevelsPlan, settings: Mapping[str, list[E
                 problems.append(Problem(
                     _source(setting, effective), LEVEL_TTL_NOT_DELAY,
                     f'{_cause(setting, effective)}: message-ttl {ttl.value if ttl else "none"} on delay '
-                    f'level "{queue.name}" is not its {delay} ms: messages would {when}; '
+                    f'level "{queue.name}" is not its {format_duration(delay)}: messages would {when}; '
                     f"{_fix(setting, queue.name)}"))
             if expires is not None:
                 problems.append(Problem(

@@ -5,7 +5,8 @@ The grammar is the client's (`rabbitmq_retry_client.durations`), so the stack fi
 
 from __future__ import annotations
 
-from rabbitmq_retry_client.durations import UNIT_MS, duration_ms
+from rabbitmq_retry_client.durations import duration_ms
+from rabbitmq_retry_client.durations import format_duration as format_duration  # one spelling everywhere
 
 MIN_MS = 1
 MAX_MS = 2**32 - 1
@@ -29,11 +30,3 @@ def parse_duration(text: object) -> int:
         shown = text if len(text) <= 20 else f"{text[:20]}…"
         raise DurationError(f'"{shown}" is out of range (1ms … {MAX_MS}ms, about 49 days)')
     return ms
-
-
-def format_duration(ms: int) -> str:
-    """The shortest exact spelling of `ms`: 90000 → "90s", 3600000 → "1h"."""
-    for unit in ("h", "m", "s"):
-        if ms % UNIT_MS[unit] == 0:
-            return f"{ms // UNIT_MS[unit]}{unit}"
-    return f"{ms}ms"

@@ -24,6 +24,7 @@ Exit status: 0 done; 1 error (one `error: …` line); 2 usage, including a purge
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import os
@@ -44,7 +45,7 @@ from pika.spec import BasicProperties
 from . import headers as h
 from .connection import DEFAULT_URL, BrokerRefusedError, BrokerUnreachableError, hosts, quiet_pika
 from .consumer import DEFAULT_PREFETCH, Handler, RetryingConsumer, contract_mode
-from .contract import Contract, ContractError, contracts_in, load_contract, stack_output, validate
+from .contract import Contract, ContractError, contracts_in, load_contract, read_contracts, stack_output, validate
 from .durations import duration_ms
 from .management import TLS_SETTINGS, TlsSettings
 from .parked import Outcome, Parked, ParkedQueue, Selection
@@ -52,6 +53,10 @@ from .publisher import Publisher
 from .strategies import MODES, behaviour_of
 
 PROG = "rabbitmq-retry"
+PROJECT_COMMANDS = {"plan": "plan_report", "review": "review", "drift": "drift", "doctor": "doctor",
+                    "definitions": "definitions", "alerts": "alerts", "contracts": "contracts"}
+"""The project's tools (`python -m tools.<module>`, `make <command>`) run as `rabbitmq-retry <command>` in the
+project's checkout: what `pip install "rabbitmq-retry[tools]"` is for."""
 LIST_LIMIT = 10_000
 """Messages `parked list` and `parked summary` read by default: each is held unacknowledged until the read ends
 (basic.get cannot page past a message without holding it), so the default bounds what a read holds however
@@ -184,7 +189,7 @@ def _list(args: argparse.Namespace) -> int:
 def _summary(args: argparse.Namespace) -> int:
     """Every error queue of a contract file: how many are parked, since when, and why."""
     source: Any = args.contract if args.contract is not None else stack_output(args.stack)
-    data = source if isinstance(source, dict) else json.loads(Path(source).read_text())
+    data = source if isinstance(source, dict) else read_contracts(source)
     contracts = sorted((validate(c) for c in contracts_in(data)), key=lambda c: (c["vhost"], c["queue"]))
     if args.vhost is not None:
         contracts = [c for c in contracts if c["vhost"] == args.vhost]
@@ -324,6 +329,9 @@ def parser() -> argparse.ArgumentParser:
     root.add_argument("-v", dest="log_info", action="store_true",
                       help="log at INFO, pika's connection lines included (default: warnings only)")
     commands = root.add_subparsers(dest="command", required=True)
+    for command, module in PROJECT_COMMANDS.items():  # main runs them; listed here for --help
+        commands.add_parser(command, help=f"`make {command}` (python -m tools.{module}), run in the project's "
+                            f"checkout; its options: rabbitmq-retry {command} --help")
 
     consume = commands.add_parser("consume", help="consume a retryable queue with a demo handler that fails at random")
     _contract_options(consume)
@@ -421,7 +429,22 @@ def urls(given: Sequence[str] | None, environment: str | None) -> list[str]:
     return listed
 
 
+def project_command(command: str, argv: list[str], project: Path) -> int:
+    """`rabbitmq-retry plan …`: the project's own tool, run from its checkout (the current directory), so that the
+    stack is evaluated by the components it is deployed with; nothing of Pulumi's is imported before."""
+    if not (project / "tools" / "__init__.py").is_file() or not (project / "__main__.py").is_file():
+        print(f"{PROG} {command}: error: {project} is not a rabbitmq-retry project (no tools/ and __main__.py): run "
+              "it in the project's checkout, where Pulumi.yaml is", file=sys.stderr)
+        return 1
+    sys.path.insert(0, str(project))
+    tool = importlib.import_module(f"tools.{PROJECT_COMMANDS[command]}")
+    return int(tool.main(argv))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in PROJECT_COMMANDS:
+        return project_command(argv[0], argv[1:], Path.cwd())
     args = parser().parse_args(argv)
     # Warnings only (pika logs a line per connection step at INFO); our own lines (a broker reachable again)
     # stay. -v: everything at INFO.

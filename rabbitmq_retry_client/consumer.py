@@ -45,6 +45,7 @@ from . import headers as h
 from .confirms import Confirms
 from .connection import ConnectionParams, connect, connection_params_of, hosts, quiet_pika
 from .contract import strategy_of, validate
+from .durations import format_duration
 from .management import TlsSettings
 from .settlements import Settlements
 from .strategies import MODES, Mode, Retries, behaviour_of
@@ -592,8 +593,8 @@ class RetryingConsumer:
             # The queue's dead-letter arguments send it to tier 1; the broker records the attempt in x-death.
             self._give_back(channel, method.delivery_tag, requeue=False, reject=True)  # queued, not sent yet
             self.retried += 1
-            LOG.info("reject %s: attempt %d failed, broker retries after %d ms (%.200s)", properties.message_id,
-                     so_far + 1, self.contract["tiers"][0]["delay_ms"], reason)
+            LOG.info("reject %s: attempt %d failed, broker retries after %s (%.200s)", properties.message_id,
+                     so_far + 1, format_duration(self.contract["tiers"][0]["delay_ms"]), reason)
             return
         exchange, routing_key, first = self._origin(method, headers)
         self._park(channel, method, properties, body, reason, attempts=so_far + 1, exchange=exchange,
@@ -609,8 +610,8 @@ class RetryingConsumer:
             self._give_back(channel, method.delivery_tag, requeue=True, reject=True)  # queued, not sent yet
             self.retried += 1
             delay = min(self.contract["min_delay_ms"] * attempt, self.contract["max_delay_ms"])
-            LOG.info("reject %s: attempt %d/%d failed, broker retries after %d ms (%.200s)", properties.message_id,
-                     attempt, self.contract["max_retries"], delay, reason)
+            LOG.info("reject %s: attempt %d/%d failed, broker retries after %s (%.200s)", properties.message_id,
+                     attempt, self.contract["max_retries"], format_duration(delay), reason)
             return
         exchange, routing_key, _ = self._origin(method, properties.headers or {})
         self._park(channel, method, properties, body, reason, attempts=attempt, exchange=exchange,
@@ -643,8 +644,8 @@ class RetryingConsumer:
 
         def retried() -> None:
             self.retried += 1
-            LOG.info("retry %s: attempt %d/%d failed, next in %d ms via %s (%.200s)", properties.message_id,
-                     attempt, self.contract["max_retries"], wait_ms, retry_key, reason)
+            LOG.info("retry %s: attempt %d/%d failed, next in %s via %s (%.200s)", properties.message_id,
+                     attempt, self.contract["max_retries"], format_duration(wait_ms), retry_key, reason)
 
         self._publish_then_ack(channel, method, retry_exchange, retry_key, body,
                                h.copy_properties(properties, copy_headers), retried)

@@ -222,6 +222,21 @@ def validate(source: Mapping[str, Any]) -> Contract:
     return json.loads(json.dumps(contract))  # plain and independent of the caller's dict
 
 
+def read_contracts(path: str | Path) -> Any:
+    """The JSON of a contract file; a missing or unreadable file is a ContractError naming the command that writes
+    it (`contracts.<stack>.json` names its stack)."""
+    path = Path(path)
+    stack = path.name.removeprefix("contracts.").removesuffix(".json") if path.name.startswith("contracts.") else ""
+    make = f"make contracts STACK={stack or '<stack>'}"
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ContractError(f"{path}: no such file; write it with `{make}` in the project (or `pulumi stack output "
+                            f"retry_contracts --json > {path}`)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ContractError(f"{path}: not a contract file ({error}); write it again with `{make}`") from None
+
+
 def load_contract(source: str | Path | Mapping[str, Any], queue: str | None = None,
                   vhost: str | None = None) -> Contract:
     """Read one queue's contract from a dict or a JSON file.
@@ -229,7 +244,7 @@ def load_contract(source: str | Path | Mapping[str, Any], queue: str | None = No
     Accepts a single contract or the whole stack output (`{vhost: {queue: contract}}`); `queue` and
     `vhost` pick one when there are several, and an ambiguous choice fails instead of guessing.
     """
-    data = source if isinstance(source, Mapping) else json.loads(Path(source).read_text())
+    data = source if isinstance(source, Mapping) else read_contracts(source)
     found = [c for c in contracts_in(data)
              if (queue is None or c.get("queue") == queue) and (vhost is None or c.get("vhost") == vhost)]
     if len(found) != 1:

@@ -26,3 +26,16 @@ def duration_ms(text: str) -> int | None:
     if any(later <= earlier for earlier, later in itertools.pairwise(ranks)):
         return None
     return sum((int(number) if len(number) <= _DIGITS else 10**_DIGITS) * UNIT_MS[unit] for number, unit in parts)
+
+
+def format_duration(ms: object) -> str:
+    """The shortest exact spelling of `ms` in this grammar, as messages show a duration: 90000 → "90s", 7200000 →
+    "2h", 1500 → "1500ms". What is not a whole number of milliseconds (a contract's value gone wrong) is shown as
+    it is, with "ms"."""
+    if isinstance(ms, bool) or not isinstance(ms, (int, float)) or ms != int(ms):
+        return f"{ms}ms"
+    whole = int(ms)
+    for unit in ("h", "m", "s"):
+        if whole % UNIT_MS[unit] == 0 and whole:
+            return f"{whole // UNIT_MS[unit]}{unit}"
+    return f"{whole}ms"

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Literal
 
 from .contract import SCHEMA, SUPPORTED_STRATEGIES, strategy_of
+from .durations import format_duration
 from .levels import delay_exchange, delay_routing_key, delay_units, retry_delay_ms
 
 Mode = Literal["reject", "republish"]
@@ -75,7 +76,7 @@ class Tiers(StrategyBehaviour):
         return contract["retry_exchange"], tier["routing_key"], tier["delay_ms"]
 
     def describe(self, contract: Mapping[str, Any], mode: Mode) -> str:
-        tiers = ", ".join(f"{t['routing_key']}={t['delay_ms']}ms" for t in contract["tiers"])
+        tiers = ", ".join(f"{t['routing_key']}={format_duration(t['delay_ms'])}" for t in contract["tiers"])
         return f"{mode} mode; tiers {tiers}"
 
 
@@ -83,8 +84,8 @@ class Native(StrategyBehaviour):
     name = "native"
 
     def describe(self, contract: Mapping[str, Any], mode: Mode) -> str:
-        return (f"native delayed retry ({contract['retry_call']}, {contract['min_delay_ms']} ms × attempt, "
-                f"at most {contract['max_delay_ms']} ms)")
+        return (f"native delayed retry ({contract['retry_call']}, {format_duration(contract['min_delay_ms'])} × "
+                f"attempt, at most {format_duration(contract['max_delay_ms'])})")
 
 
 class Levels(StrategyBehaviour):
@@ -103,8 +104,9 @@ class Levels(StrategyBehaviour):
 
     def describe(self, contract: Mapping[str, Any], mode: Mode) -> str:
         backoff = contract["backoff"]
-        return (f"delay levels via {contract['delay_exchange']} (back-off {backoff['initial_ms']} ms × "
-                f"{backoff['multiplier']}^(attempt-1), at most {backoff['max_ms']} ms, jitter {backoff['jitter']})")
+        return (f"delay levels via {contract['delay_exchange']} (back-off {format_duration(backoff['initial_ms'])} "
+                f"× {backoff['multiplier']}^(attempt-1), at most {format_duration(backoff['max_ms'])}, "
+                f"jitter {backoff['jitter']})")
 
 
 BEHAVIOURS: Mapping[str, StrategyBehaviour] = {b.name: b for b in (Tiers(), Native(), Levels())}

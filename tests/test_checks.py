@@ -182,7 +182,7 @@ def test_an_operator_message_ttl_on_every_queue_is_refused_for_the_input_and_the
         "into the retry loop and RabbitMQ drops them when they come round (nothing rejected them); "
         + narrow("orders"),
         f'{OPS}.definition.message-ttl: message-ttl 60000 reaches error queue "orders.error": RabbitMQ deletes '
-        "parked messages after 60000 ms; set retry.error_retention instead, or " + narrow("orders.error"),
+        "parked messages after 1m; set retry.error_retention instead, or " + narrow("orders.error"),
         "dead-letter cycle with no rejection in it: orders → orders.wait.1 → orders; RabbitMQ drops such messages "
         "(remove the TTL or length limit that moves them)"]
 
@@ -195,14 +195,14 @@ def test_our_own_error_retention_is_the_one_ttl_an_error_queue_may_have():
     assert problems({**raw, **operator({"message-ttl": 7200000}, "error$")}) == []
     assert problems({**raw, **operator({"message-ttl": 60000}, "error$")}) == [
         f'{OPS}.definition.message-ttl: message-ttl 60000 reaches error queue "orders.error": RabbitMQ deletes '
-        "parked messages after 60000 ms; set retry.error_retention instead, or " + narrow("orders.error")]
+        "parked messages after 1m; set retry.error_retention instead, or " + narrow("orders.error")]
 
 
 def test_expires_is_refused_on_every_queue_of_the_retry_topology():
     found = problems(vhost_config(**operator({"expires": 3600000}, "^orders")))
     assert found == [
         f'{OPS}.definition.expires: expires 3600000 reaches {role} queue "{queue}": RabbitMQ deletes the queue with '
-        f"its messages once it has had no consumer for 3600000 ms; " + narrow(queue)
+        f"its messages once it has had no consumer for 1h; " + narrow(queue)
         for role, queue in (("input", "orders"), ("wait", "orders.wait.1"), ("wait", "orders.wait.2"),
                             ("wait", "orders.wait.3"), ("error", "orders.error"))]
 
@@ -210,7 +210,7 @@ def test_expires_is_refused_on_every_queue_of_the_retry_topology():
 def test_a_lower_operator_ttl_on_a_wait_tier_is_refused():
     assert problems(vhost_config(**operator({"message-ttl": 30000}, r"\.wait\."))) == [
         f'{OPS}.definition.message-ttl: message-ttl 30000 on wait queue "orders.wait.3" is not the tier\'s delay '
-        '(60000 ms): RabbitMQ retries after 30000 ms instead; ' + narrow("orders.wait.3")]
+        '(1m): RabbitMQ retries after 30s instead; ' + narrow("orders.wait.3")]
 
 
 def test_a_delivery_limit_at_or_below_max_retries_plus_one_is_refused():

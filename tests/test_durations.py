@@ -47,3 +47,9 @@ def test_the_stack_config_and_the_command_share_one_grammar():
 
     for text in ("90s", "1m30s", "1h30m", "7d", "1s500ms"):
         assert duration(text) == timedelta(milliseconds=parse_duration(text))
+
+
+@pytest.mark.parametrize(("ms", "text"), [(60_000.0, "1m"), (0, "0ms"), (1.5, "1.5ms"), ("soon", "soonms")])
+def test_a_contracts_float_is_formatted_as_its_whole_number_and_anything_else_as_it_is(ms, text):
+    """Pulumi carries a contract's numbers as floats; a value gone wrong is shown, not hidden."""
+    assert format_duration(ms) == text

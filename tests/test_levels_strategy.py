@@ -88,15 +88,15 @@ def with_backoff(**backoff: Any) -> dict[str, Any]:
                  [(f"{Q}.retry.max_retries", "missing; strategy levels needs it (the retries before a message is "
                                              "parked)")], id="max-retries-missing"),
     pytest.param(with_backoff(initial="500ms"),
-                 [(f"{Q}.retry.backoff.initial", "500 ms is shorter than vhosts[0].delay_levels.unit (1000 ms), the "
+                 [(f"{Q}.retry.backoff.initial", "500ms is shorter than vhosts[0].delay_levels.unit (1s), the "
                                                  "shortest delay the levels make; raise initial or lower the unit")],
                  id="initial-below-unit"),
     pytest.param(stack(levels_vhost([levels_queue(backoff={"max": "25h"})])),
-                 [(f"{Q}.retry.backoff.max", "90000000 ms is longer than vhosts[0].delay_levels.max_delay (86400000 "
-                                             "ms), the longest delay the levels hold; lower max or raise max_delay")],
+                 [(f"{Q}.retry.backoff.max", "25h is longer than vhosts[0].delay_levels.max_delay (24h), the "
+                                             "longest delay the levels hold; lower max or raise max_delay")],
                  id="max-over-max-delay"),
     pytest.param(stack(levels_vhost([levels_queue(backoff={"max": "16s", "jitter": 0.5})], SMALL)),
-                 [(f"{Q}.retry.backoff.max", "16000 ms is longer than vhosts[0].delay_levels.max_delay (15000 ms), "
+                 [(f"{Q}.retry.backoff.max", "16s is longer than vhosts[0].delay_levels.max_delay (15s), "
                                              "the longest delay the levels hold; lower max or raise max_delay")],
                  id="max-over-small-levels"),
     pytest.param(with_backoff(multiplier=0.5),
@@ -120,13 +120,14 @@ def with_backoff(**backoff: Any) -> dict[str, Any]:
     pytest.param(stack(levels_vhost(delay_levels={"unit": "10s", "max_delay": "5s"})),
                  [("vhosts[0].delay_levels.max_delay", "'5s' is shorter than unit '10s'")], id="unit-over-max-delay"),
     pytest.param(stack(levels_vhost(delay_levels={"unit": "1ms", "max_delay": "4d"})),
-                 [("vhosts[0].delay_levels.max_delay", "29 levels of 1 ms are more than the 28 a routing key carries; "
+                 [("vhosts[0].delay_levels.max_delay", "29 levels of 1ms are more than the 28 a routing key carries; "
                                                        "raise unit or lower max_delay")], id="29-levels"),
     pytest.param(stack(levels_vhost([levels_queue(backoff={"initial": "3000000000ms", "max": "3000000000ms",
                                                            "jitter": 0})],
                                     {"unit": "3000000000ms", "max_delay": "4000000000ms"})),
-                 [("vhosts[0].delay_levels.max_delay", "the top level would hold messages 6000000000 ms, over "
-                                                       "RabbitMQ's longest message-ttl (4294967295 ms); lower "
+                 [("vhosts[0].delay_levels.max_delay", "the top level would hold messages 100000m, over "
+                                                       "RabbitMQ's longest message-ttl (4294967295ms, about 49 "
+                                                       "days); lower "
                                                        "max_delay or unit")],
                  id="top-level-ttl-over-2^32-1"),
     pytest.param(stack(levels_vhost(delay_levels={"unit": "1s", "size": 3})),
@@ -468,10 +469,10 @@ def test_an_operator_policy_ttl_shorter_than_a_level_is_refused_with_its_key_pat
                                                                    **{"message-ttl": 3000})]))
     assert messages(check_vhost(plan)) == [
         'vhosts[0].operator_policies[0].definition.message-ttl: message-ttl 3000 on delay level '
-        '"rabbitmq-retry.delay.2" is not its 4000 ms: messages would come back at the wrong time; narrow the '
+        '"rabbitmq-retry.delay.2" is not its 4s: messages would come back at the wrong time; narrow the '
         'operator policy\'s pattern so that it does not match "rabbitmq-retry.delay.2"',
         'vhosts[0].operator_policies[0].definition.message-ttl: message-ttl 3000 on delay level '
-        '"rabbitmq-retry.delay.3" is not its 8000 ms: messages would come back at the wrong time; narrow the '
+        '"rabbitmq-retry.delay.3" is not its 8s: messages would come back at the wrong time; narrow the '
         'operator policy\'s pattern so that it does not match "rabbitmq-retry.delay.3"']
 
 
@@ -513,7 +514,7 @@ def test_a_user_policy_on_a_level_overlaps_the_levels_own_policy():
         "out, and set what it sets through the queue's own keys (max_length, delivery_limit; message_ttl, "
         "max_length_bytes on a plain queue)",
         # The higher priority wins, and it sets no TTL: the level would hold its messages for ever.
-        'vhosts[0].policies[0]: message-ttl none on delay level "rabbitmq-retry.delay.0" is not its 1000 ms: '
+        'vhosts[0].policies[0]: message-ttl none on delay level "rabbitmq-retry.delay.0" is not its 1s: '
         'messages would never come back; narrow its pattern so that it does not match "rabbitmq-retry.delay.0"']
 
 
@@ -799,7 +800,7 @@ def test_the_delay_levels_of_a_tiers_queue_another_vhost_or_too_short_a_backoff_
     assert refused({"vhost": "w", "queue": levels_queue("billing")}) == [(
         "RetryableQueue(billing).delay_levels", 'the DelayLevels component is in vhost "v", not "w"; pass the one '
         'of vhost "w"')]
-    too_long = ("60000 ms is longer than RetryableQueue(billing).delay_levels.max_delay (15000 ms), the longest delay "
+    too_long = ("1m is longer than RetryableQueue(billing).delay_levels.max_delay (15s), the longest delay "
                 "the levels hold; lower max or raise max_delay")
     assert refused({"queue": levels_queue("billing", backoff={"max": "1m"})}) == [
         ("RetryableQueue(billing).queue.retry.backoff.max", too_long)]

@@ -52,7 +52,7 @@ def reuse_example() -> str:
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`pip install --target` of a copy of the packaging sources (pip builds in the source tree)."""
     source = tmp_path_factory.mktemp("source")
-    for name in ("pyproject.toml", "setup.py"):
+    for name in ("pyproject.toml", "setup.py", "LICENSE"):
         shutil.copy(ROOT / name, source)
     for package in ("components", "rabbitmq_retry_client"):
         shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
@@ -163,7 +163,8 @@ def test_the_client_installs_with_pika_and_jsonschema_alone_and_the_components_a
     """jsonschema: the client validates each contract against the schema it ships, as consumers in other languages
     can (rabbitmq_retry_client/contract.py)."""
     assert requirements(installed) == {None: ["pika", "jsonschema"],
-                                       "components": ["pulumi", "pulumi-rabbitmq", "PyYAML"]}
+                                       "components": ["pulumi", "pulumi-rabbitmq", "PyYAML"],
+                                       "tools": ["rabbitmq-retry[components]"]}
 
 
 # Every module of the installed client imported, and its command run, in an interpreter that refuses to

@@ -48,7 +48,7 @@ from rabbitmq_retry_client.headers import (
 from rabbitmq_retry_client.levels import delay_routing_key, delay_units, retry_delay_ms
 from rabbitmq_retry_client.parked import Parked, ParkedQueue, Selection
 from rabbitmq_retry_client.settlements import Settlements
-from rabbitmq_retry_client.strategies import BEHAVIOURS, Mode, Retries, check_covers
+from rabbitmq_retry_client.strategies import BEHAVIOURS, Mode, Retries, behaviour_of, check_covers
 from tests.conftest import ROOT, vhost_config
 
 
@@ -128,6 +128,11 @@ def test_a_contract_file_is_read_from_a_path_or_a_string(tmp_path: Path) -> None
     assert load_contract(path, queue="billing") == contract("shop", "billing")
     assert load_contract(str(path), queue="orders", vhost="shop") == contract("shop", "orders")
 
+
+def test_the_consumers_first_line_shows_each_delay_as_the_stack_file_writes_it() -> None:
+    tiers = contract(tiers=[{"routing_key": "wait.1", "queue": "orders.wait.1", "delay_ms": 1000.0},
+                            {"routing_key": "wait.2", "queue": "orders.wait.2", "delay_ms": 7_200_000}])
+    assert behaviour_of(tiers).describe(tiers, "republish") == "republish mode; tiers wait.1=1s, wait.2=2h"
 
 def test_pulumi_floats_become_whole_numbers() -> None:
     source = contract(max_retries=5.0, delivery_limit=25.0,
@@ -604,6 +609,24 @@ def test_an_ambiguous_contract_is_one_error_line(tmp_path: Path, capsys: pytest.
     assert capsys.readouterr().err == ("error: several contracts match queue='orders' vhost=None; name one with "
                                        "--queue (and --vhost), or see every error queue with `rabbitmq-retry parked "
                                        "summary`; available: shop/billing, shop/orders, test/orders\n")
+
+
+@pytest.mark.parametrize("command", [["consume", "--queue", "orders.invoices"], ["parked", "summary"]])
+def test_a_missing_contract_file_is_one_line_naming_the_command_that_writes_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
+    missing = tmp_path / "contracts.dev.json"
+    assert main([*command, "--contract", str(missing)]) == 1
+    assert capsys.readouterr().err == (f"error: {missing}: no such file; write it with `make contracts STACK=dev` in "
+                                       "the project (or `pulumi stack output retry_contracts --json > "
+                                       f"{missing}`)\n")
+
+
+def test_a_contract_file_that_is_not_json_says_to_write_it_again(tmp_path: Path) -> None:
+    broken = tmp_path / "mine.json"
+    broken.write_text("{")
+    with pytest.raises(ContractError, match=r"mine\.json: not a contract file \(.*\); write it again with "
+                       r"`make contracts STACK=<stack>`$"):
+        load_contract(broken)
 
 
 # --- an unreachable broker --------------------------------------------------------------------------

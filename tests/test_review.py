@@ -955,8 +955,8 @@ def test_a_new_delay_unit_updates_the_level_policies_in_place(review_of):
     assert status == 0 and "data loss" not in markdown
     assert "| update | Policy | `shop-delay-levels-level-3-policy` | `rabbitmq-retry.delay.3` | message-ttl 8000 → " \
         "9600 | safe |" in markdown
-    assert ("delay unit 1000 ms → 1200 ms: consumers on the old contract count delays in units of 1000 ms, which the "
-            "levels now hold 1200 ms each: their retries wait 1.2 times as long until they are redeployed") in markdown
+    assert ("delay unit 1s → 1200ms: consumers on the old contract count delays in units of 1s, which the "
+            "levels now hold 1200ms each: their retries wait 1.2 times as long until they are redeployed") in markdown
 
 
 def test_a_new_backoff_changes_only_the_contract_and_breaks_nothing(review_of):

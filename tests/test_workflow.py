@@ -102,8 +102,10 @@ def test_pull_requests_run_the_tests_and_review_against_the_base():
     assert any(s.get("run", "").endswith("make test") for s in steps("test"))
     review = step("review", "Review")
     assert review["env"]["BASE"] == "${{ github.event.pull_request.base.sha }}"
-    # python -m, not make: make turns every failure into 2, and the step must tell an error from data loss
-    assert review["run"].startswith('.venv/bin/python -m tools.review --base "$BASE" --stack "$STACK"')
+    # the lean install's command, not make: make turns every failure into 2, and the step must tell an error from
+    # data loss
+    assert step("review", "Install")["run"].endswith('.venv/bin/pip install ".[tools]"')
+    assert review["run"].startswith('.venv/bin/rabbitmq-retry review --base "$BASE" --stack "$STACK"')
     assert '--output "review-$STACK.md"' in review["run"] and "make " not in review["run"]
     assert "exit 1 = error" in review["name"] and "exit 2 = unacknowledged data loss" in review["name"]
     assert load()["jobs"]["review"]["permissions"]["pull-requests"] == "write"

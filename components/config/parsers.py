@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from .. import naming, wire
+from ..durations import format_duration
 from ..strategies import DEFAULT, STRATEGIES, strategy_of
 from ..strategies.common import positive_duration
 from ..strategies.levels import LevelsRetry, check_backoff_fits
@@ -288,11 +289,12 @@ def parse_delay_levels(p: Problems, path: str, raw: object, defaults: Defaults) 
     if longest < unit:
         p.add(f"{path}.max_delay", f"{data.get('max_delay', '1d')!r} is shorter than unit {data.get('unit', '1s')!r}")
     elif levels.levels > naming.DELAY_WORDS:
-        p.add(f"{path}.max_delay", f"{levels.levels} levels of {unit} ms are more than the {naming.DELAY_WORDS} a "
-              "routing key carries; raise unit or lower max_delay")
+        p.add(f"{path}.max_delay", f"{levels.levels} levels of {format_duration(unit)} are more than the "
+              f"{naming.DELAY_WORDS} a routing key carries; raise unit or lower max_delay")
     elif unit * 2 ** (levels.levels - 1) > MAX_MESSAGE_TTL_MS:
-        p.add(f"{path}.max_delay", f"the top level would hold messages {unit * 2 ** (levels.levels - 1)} ms, over "
-              f"RabbitMQ's longest message-ttl ({MAX_MESSAGE_TTL_MS} ms); lower max_delay or unit")
+        top = format_duration(unit * 2 ** (levels.levels - 1))
+        p.add(f"{path}.max_delay", f"the top level would hold messages {top}, over RabbitMQ's longest message-ttl "
+              f"({MAX_MESSAGE_TTL_MS}ms, about 49 days); lower max_delay or unit")
     else:
         return levels
     return INVALID

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config.fields import INVALID, Invalid, Problems, duration, integer, optional
+from ..durations import format_duration
 
 
 def parse_error_queue(p: Problems, path: str, data: Mapping[str, Any]) -> tuple[int | Invalid | None,
@@ -28,9 +29,9 @@ def contract_number(value: Any) -> float | None:
 
 
 def contract_ms(value: Any) -> str:
-    """`1000 ms`: a contract's milliseconds as a reviewer reads them."""
+    """`1s`: a contract's milliseconds as a reviewer reads them, as the stack file writes a duration."""
     number = contract_number(value)
-    return f"{number:g} ms" if number is not None else str(value)
+    return format_duration(number) if number is not None else str(value)
 
 
 def positive_duration(p: Problems, path: str, value: object) -> int | Invalid:

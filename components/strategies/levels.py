@@ -19,6 +19,7 @@ from .. import naming, wire
 from ..config.fields import INVALID, Invalid, Problems, integer, mapping, number, optional
 from ..config.keys import BACKOFF_KEYS
 from ..config.model import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry
+from ..durations import format_duration
 from ..entries import (
     ERROR_QUEUE_DELIVERY_LIMIT,
     BindingPlan,
@@ -116,13 +117,15 @@ def check_backoff_fits(p: Problems, path: str, retry: LevelsRetry, levels: Delay
     backoff = retry.backoff
     ok = True
     if backoff.initial_ms < levels.unit_ms:
-        p.add(f"{path}.backoff.initial", f"{backoff.initial_ms} ms is shorter than {levels_path}.unit "
-              f"({levels.unit_ms} ms), the shortest delay the levels make; raise initial or lower the unit")
+        p.add(f"{path}.backoff.initial", f"{format_duration(backoff.initial_ms)} is shorter than {levels_path}.unit "
+              f"({format_duration(levels.unit_ms)}), the shortest delay the levels make; raise initial or lower "
+              "the unit")
         ok = False
     # A client never waits longer than backoff.max, jitter included (rabbitmq_retry_client.levels.retry_delay_ms).
     if backoff.max_ms > levels.max_delay_ms:
-        p.add(f"{path}.backoff.max", f"{backoff.max_ms} ms is longer than {levels_path}.max_delay "
-              f"({levels.max_delay_ms} ms), the longest delay the levels hold; lower max or raise max_delay")
+        p.add(f"{path}.backoff.max", f"{format_duration(backoff.max_ms)} is longer than {levels_path}.max_delay "
+              f"({format_duration(levels.max_delay_ms)}), the longest delay the levels hold; lower max or raise "
+              "max_delay")
         ok = False
     return ok
 

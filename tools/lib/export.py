@@ -5,7 +5,7 @@ as the provider converts them).
 
 Importing definitions only adds and updates: it never deletes a queue, an exchange or a binding, never replaces a
 queue whose arguments differ (the import fails on it instead), and knows nothing of the stack's state. It puts a
-topology on a broker without the Pulumi CLI (the README's tour, a throw-away broker for tests); it is not
+topology on a broker without the Pulumi CLI (the quick start's tour, a throw-away broker for tests); it is not
 `pulumi up`.
 
 What a recording cannot carry is left out and said (`Export.left_out`): the users' passwords (secrets of the stack:
