@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from . import naming, wire
+from .config.key_paths import entry_paths, with_paths
 from .config.model import Binding, ConfigError, DelayLevels, Policy, Queue, Vhost
 from .entries import (
     BindingPlan,
@@ -126,38 +127,37 @@ def _strategy_topic_permissions(consumes: Iterable[str],
 def _user_limits(vhost: Vhost, path: str) -> tuple[UserLimitsPlan, ...]:
     """The limits of each application that sets some, by RabbitMQ's names."""
     plans = []
-    for index, app in zip(vhost.application_indexes, vhost.applications, strict=True):
+    for at, app in with_paths(path, "applications", vhost.applications):
         limits = {name: value for name, value in (("max-connections", app.limits.max_connections),
                                                   ("max-channels", app.limits.max_channels)) if value is not None}
         if limits:
-            plans.append(UserLimitsPlan(naming.user_limits_key(app.user), app.user, limits,
-                                        f"{path}.applications[{index}].limits"))
+            plans.append(UserLimitsPlan(naming.user_limits_key(app.user), app.user, limits, f"{at}.limits"))
     return tuple(plans)
 
 
 def plan_vhost(vhost: Vhost, path: str = "vhost", shovel_user: str | None = None) -> VhostPlan:
-    """`path`: the vhost's config key path, e.g. "vhosts[0]", named by the checks. `shovel_user`: the user this
+    """`path`: the vhost's config key path, e.g. "vhosts[shop]", named by the checks. `shovel_user`: the user this
     stack's shovels connect as (`naming.shovel_user(project, stack)`), required when a migration moves a queue;
     the program passes it, so the plan stays free of Pulumi."""
     exchanges = tuple(ExchangePlan(naming.exchange_key(e.name), e.name, e.type) for e in vhost.exchanges)
-    plain = [(i, q) for i, q in enumerate(vhost.queues) if q.retry is None]
+    queue_paths = entry_paths(path, "queues", vhost.queues)
+    plain = [(at, q) for at, q in zip(queue_paths, vhost.queues, strict=True) if q.retry is None]
     single_active = {wire.SINGLE_ACTIVE_CONSUMER.argument: True}
     queues = tuple(QueuePlan(naming.plain_queue_key(q.name), q.name, q.queue_type, dict(q.arguments) if q.arguments
                              is not None else {**queue_type_arguments(q),
                                                **(single_active if q.single_active_consumer else {})},
                              "plain") for _, q in plain)
     policies = (*(queue_policy(naming.plain_queue_policy_key(q.name), q.name, q.policy_priority, limits,
-                               limit_sources(f"{path}.queues[{i}]", q))
-                  for i, q in plain if (limits := queue_limits(q))),
-                *(_config_policy(naming.config_policy_key(p.name), p, f"{path}.policies[{j}]", "config")
-                  for j, p in enumerate(vhost.policies)))
+                               limit_sources(at, q))
+                  for at, q in plain if (limits := queue_limits(q))),
+                *(_config_policy(naming.config_policy_key(p.name), p, at, "config")
+                  for at, p in with_paths(path, "policies", vhost.policies)))
     bindings = tuple(_config_binding(q, b) for q in vhost.queues for b in q.bindings)
     imports = vhost.imports
-    retryables = tuple(plan_retryable(q, f"{path}.queues[{i}]", vhost.delay_levels, imports)
-                       for i, q in enumerate(vhost.queues) if q.retry is not None)
-    operator_policies = tuple(_config_policy(naming.operator_policy_key(p.name), p, f"{path}.operator_policies[{j}]",
-                                             "operator")
-                              for j, p in enumerate(vhost.operator_policies))
+    retryables = tuple(plan_retryable(q, at, vhost.delay_levels, imports)
+                       for at, q in zip(queue_paths, vhost.queues, strict=True) if q.retry is not None)
+    operator_policies = tuple(_config_policy(naming.operator_policy_key(p.name), p, at, "operator")
+                              for at, p in with_paths(path, "operator_policies", vhost.operator_policies))
     retryable_queues = {r.config.name: r for r in retryables}
     permissions = tuple(PermissionPlan(
         key=naming.permissions_key(app.user),

@@ -17,6 +17,7 @@ from pulumi.runtime import config as runtime_config
 from .config import ConfigError, StackConfig, password_problems
 from .config.capabilities import end_of_support, version_warnings
 from .config.crosschecks import LOCK_OUT
+from .config.key_paths import with_paths
 from .config.settings import (
     GuardSettings,
     ProviderSettings,
@@ -72,9 +73,10 @@ def provider_username(provider: ProviderSettings) -> str | None:
 def lock_out_problems(config: StackConfig, deployer: str | None) -> list[tuple[str, str]]:
     """An application whose user is the provider's own: its User resource would replace that user's tags
     (with none) and its password while `pulumi up` still needs them."""
-    return [(f"vhosts[{i}].{path}", f'"{user}" is the provider\'s user '
+    return [(f"{at}.{path}", f'"{user}" is the provider\'s user '
              f"(rabbitmq:username or RABBITMQ_USERNAME): {LOCK_OUT}")
-            for i, vhost in enumerate(config.vhosts) for user, path in vhost.user_paths() if user == deployer]
+            for at, vhost in with_paths("", "vhosts", config.vhosts)
+            for user, path in vhost.user_paths() if user == deployer]
 
 
 def read_stack_settings() -> StackSettings:

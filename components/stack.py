@@ -13,6 +13,7 @@ import pulumi_rabbitmq as rabbitmq
 from . import naming
 from .checks import TopologyError, check_logical_names, check_vhost
 from .config import StackConfig, password_command
+from .config.key_paths import with_paths
 from .config.keys import NAMESPACE
 from .config.passwords import moves_queues
 from .config.settings import DELETE_WITH_MESSAGES, StackSettings
@@ -36,7 +37,8 @@ def plan_stack(config: StackConfig, shovel_user: str | None = None) -> list[tupl
     register these plans as they are. `shovel_user`: the stack's shovel user; default this program's own
     (`stack_shovel_user()`), which a tool running outside the program passes for the stack it looks at."""
     user = shovel_user or stack_shovel_user()
-    plans = [(vhost_key(v.name), plan_vhost(v, f"vhosts[{i}]", user)) for i, v in enumerate(config.vhosts)]
+    plans = [(vhost_key(v.name), plan_vhost(v, at, user))
+             for at, v in with_paths("", "vhosts", config.vhosts)]
     topology = [problem for _, plan in plans for problem in check_vhost(plan)]
     if problems := topology + check_logical_names(plans):
         raise TopologyError("the stack", problems)

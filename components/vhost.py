@@ -21,6 +21,7 @@ from .arguments import (
 from .checks import TopologyError, check_logical_names, check_vhost, stale_policies
 from .config import ConfigError, load_vhost
 from .config import Vhost as VhostConfig
+from .config.key_paths import entry_path
 from .delay_levels import DelayLevels, DelayLevelsPythonArgs
 from .entries import DelayLevelsPlan, RetryablePlan, VhostPlan
 from .foreign import accepts_other_languages, hosted
@@ -196,7 +197,8 @@ def _no_shovel_access(where: str, plan: VhostPlan) -> ConfigError:
         return ConfigError([(f"{where}.shovel_access", f"missing; migration {migration} moves a queue with shovels, "
                              "which connect as the stack's shovel user: pass stack.declare_shovel_user(...)")])
     index = next(m.index for m in plan.config.migrations if m.name == migration)
-    return ConfigError([(f"{where}.vhost.migrations[{index}].step", f"migration {migration} moves a queue with "
+    at = entry_path(f"{where}.vhost", "migrations", plan.config.migrations, index)
+    return ConfigError([(f"{at}.step", f"migration {migration} moves a queue with "
                          "shovels, which connect as a shovel user only a Python program passes (shovel_access): "
                          "carry out step move from a Python stack; step retire and the drains need none")])
 

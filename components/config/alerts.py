@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from .fields import ABSENT, INVALID, Invalid, Problems, boolean, child, choice, describe, duration, integer, mapping
+from .key_paths import with_paths
 
 Scope = Literal["queue", "vhost", "stack"]
 """Where a rule is generated: once per retryable queue, once per vhost, or once per stack (broker-wide metrics)."""
@@ -224,10 +225,10 @@ def parse_alerts(p: Problems, top: Mapping[str, Any]) -> AlertsConfig:
     vhosts: dict[str, Level] = {}
     queues: dict[tuple[str, str], Level] = {}
     raw_vhosts = top.get("vhosts")
-    for i, vhost in enumerate(raw_vhosts if isinstance(raw_vhosts, list) else ()):
+    for at, vhost in with_paths("", "vhosts", raw_vhosts if isinstance(raw_vhosts, list) else []):
         if not isinstance(vhost, Mapping):
             continue
-        level, queue_levels = vhost_alerts(p, f"vhosts[{i}]", vhost)
+        level, queue_levels = vhost_alerts(p, at, vhost)
         if isinstance(name := vhost.get("name"), str):
             vhosts.update({name: level} if level is not None else {})
             queues.update({(name, queue): level for queue, level in queue_levels.items()})
@@ -244,8 +245,8 @@ def vhost_alerts(p: Problems, path: str, vhost: Mapping[str, Any]) -> tuple[Leve
             level = _level(p, f"{path}.alerts", data, SCOPES["vhost"])
     queues: dict[str, Level] = {}
     raw_queues = vhost.get("queues")
-    for j, queue in enumerate(raw_queues if isinstance(raw_queues, list) else ()):
-        queue_level = queue_alerts(p, f"{path}.queues[{j}]", queue) if isinstance(queue, Mapping) else None
+    for at, queue in with_paths(path, "queues", raw_queues if isinstance(raw_queues, list) else []):
+        queue_level = queue_alerts(p, at, queue) if isinstance(queue, Mapping) else None
         if queue_level is not None and isinstance(queue.get("name"), str):
             queues[queue["name"]] = queue_level
     return level, queues

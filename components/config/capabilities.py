@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .. import wire
 from ..strategies import strategy_of
+from .key_paths import with_paths
 from .keys import OPERATOR_POLICY_KEYS
 from .model import Policy, StackConfig
 
@@ -86,9 +87,8 @@ def shown(version: Version) -> str:
 
 def requirements(config: StackConfig) -> Iterator[Requirement]:
     """Every feature of the broker the stack uses, with the key path that uses it."""
-    for i, vhost in enumerate(config.vhosts):
-        for j, queue in enumerate(vhost.queues):
-            path = f"vhosts[{i}].queues[{j}]"
+    for at, vhost in with_paths("", "vhosts", config.vhosts):
+        for path, queue in with_paths(at, "queues", vhost.queues):
             if queue.queue_type == "quorum":
                 yield Requirement(f"{path}.type", QUORUM_MIN_VERSION, "quorum queues")
                 if queue.retry is not None:
@@ -99,20 +99,20 @@ def requirements(config: StackConfig) -> Iterator[Requirement]:
             if queue.retry is not None and (needs := strategy_of(queue.retry).MIN_BROKER_VERSION) is not None:
                 yield Requirement(f"{path}.retry.strategy", *needs)
         if vhost.delay_levels is not None and vhost.delay_levels.queue_type == "quorum":
-            yield Requirement(f"vhosts[{i}].delay_levels.type", QUORUM_MIN_VERSION, "quorum queues")
-            yield Requirement(f"vhosts[{i}].delay_levels.type", AT_LEAST_ONCE_MIN_VERSION,
+            yield Requirement(f"{at}.delay_levels.type", QUORUM_MIN_VERSION, "quorum queues")
+            yield Requirement(f"{at}.delay_levels.type", AT_LEAST_ONCE_MIN_VERSION,
                               "at-least-once dead-lettering of quorum queues (between delay levels)")
         if vhost.delay_levels is not None and vhost.delay_levels.target_group_size is not None:
-            yield _target_group_size(f"vhosts[{i}].delay_levels.quorum_group_size")
+            yield _target_group_size(f"{at}.delay_levels.quorum_group_size")
         for kind, policies in (("policies", vhost.policies), ("operator_policies", vhost.operator_policies)):
-            for j, policy in enumerate(policies):
+            for path, policy in with_paths(at, kind, policies):
                 for key in policy.definition:
                     row = wire.BY_KEY.get(key)
                     since = None if row is None else row.operator_since if kind == "operator_policies" else row.since
                     if since is not None and since.refused_by is None:
-                        yield Requirement(f"vhosts[{i}].{kind}[{j}].definition.{key}", since.minimum,
+                        yield Requirement(f"{path}.definition.{key}", since.minimum,
                                           f"the policy key {key}")
-        yield from _measured_policy_requirements(i, vhost.policies, vhost.operator_policies)
+        yield from _measured_policy_requirements(at, vhost.policies, vhost.operator_policies)
 
 
 def _target_group_size(path: str) -> Requirement:
@@ -122,13 +122,12 @@ def _target_group_size(path: str) -> Requirement:
                        "remove quorum_group_size")
 
 
-def _measured_policy_requirements(i: int, policies: Sequence[Policy],
+def _measured_policy_requirements(vhost_path: str, policies: Sequence[Policy],
                                   operator_policies: Sequence[Policy]) -> Iterator[Requirement]:
     for kind, kind_policies, keys in (("policies", policies, USER_POLICY_KEY_VERSIONS),
                                       ("operator_policies", operator_policies, OPERATOR_POLICY_KEY_VERSIONS)):
         what = "an operator policy" if kind == "operator_policies" else "a policy"
-        for j, policy in enumerate(kind_policies):
-            path = f"vhosts[{i}].{kind}[{j}]"
+        for path, policy in with_paths(vhost_path, kind, kind_policies):
             if policy.apply_to in APPLY_TO_VERSIONS:
                 refused_by, accepted_by = APPLY_TO_VERSIONS[policy.apply_to]
                 yield Requirement(f"{path}.apply_to", accepted_by, f"apply_to: {policy.apply_to}", refused_by,

@@ -14,23 +14,23 @@ from .model import Exchange, Policy
 from .parsers import ApplicationEntry, Entry, OperatorEntry, QueueEntry, VhostEntry
 
 
-def check_policy_names(p: Problems, path: str, policies: Sequence[Entry[Policy]],
+def check_policy_names(p: Problems, policies: Sequence[Entry[Policy]],
                        derived: Collection[str] = ()) -> None:
     """Policy names are unique in a vhost, and none is a name this stack derives for a queue's policy."""
-    first: dict[str, int] = {}
+    first: dict[str, str] = {}
     for entry in policies:
         if entry.name is None:
             continue
-        where = f"{path}[{entry.index}].name"
+        where = f"{entry.path}.name"
         if entry.name in first:
-            p.add(where, f'duplicate policy "{entry.name}" (also {path}[{first[entry.name]}]); rename or merge them')
+            p.add(where, f'duplicate policy "{entry.name}" (also {first[entry.name]}); rename or merge them')
             continue
-        first[entry.name] = entry.index
+        first[entry.name] = entry.path
         if entry.name in derived:
             p.add(where, f'"{entry.name}" is the name of a policy this stack derives for that queue; rename the policy')
 
 
-def check_queue_and_exchange_names(p: Problems, path: str, exchanges: Sequence[Entry[Exchange]],
+def check_queue_and_exchange_names(p: Problems, exchanges: Sequence[Entry[Exchange]],
                                    queues: Sequence[QueueEntry]) -> None:
     """No queue or exchange is declared twice, including those a retryable queue derives."""
     queue_owner: dict[str, str] = {}
@@ -38,13 +38,13 @@ def check_queue_and_exchange_names(p: Problems, path: str, exchanges: Sequence[E
     for exchange in exchanges:
         if exchange.name is None:
             continue
-        where = f"{path}.exchanges[{exchange.index}].name"
+        where = f"{exchange.path}.name"
         if exchange.name in exchange_owner:
             p.add(where, f'duplicate exchange "{exchange.name}" (also {exchange_owner[exchange.name]})')
         exchange_owner.setdefault(exchange.name, where)
     declared_by: dict[str, str] = {}
     for queue in queues:
-        where = f"{path}.queues[{queue.index}].name"
+        where = f"{queue.path}.name"
         if queue.name is not None and queue.name in declared_by:
             # One problem for a queue written twice, not one per name it derives.
             p.add(where, f'duplicate queue "{queue.name}" (also {declared_by[queue.name]}); keep one')
@@ -59,7 +59,7 @@ def check_queue_and_exchange_names(p: Problems, path: str, exchanges: Sequence[E
                 owners.setdefault(name, where)
 
 
-def check_bindings(p: Problems, path: str, exchanges: Sequence[Entry[Exchange]],
+def check_bindings(p: Problems, exchanges: Sequence[Entry[Exchange]],
                    queues: Sequence[QueueEntry]) -> None:
     """Each binding's exchange is declared in the vhost, or marked external, and not both."""
     written = {e.written for e in exchanges if e.written is not None}
@@ -68,7 +68,7 @@ def check_bindings(p: Problems, path: str, exchanges: Sequence[Entry[Exchange]],
         for entry in queue.bindings:
             if entry.value is INVALID:
                 continue
-            binding, where = entry.value, f"{path}.queues[{queue.index}].bindings[{entry.index}]"
+            binding, where = entry.value, entry.path
             if binding.exchange not in written and not binding.external:
                 p.add(f"{where}.exchange", f'"{binding.exchange}" is not declared in this vhost; '
                       "add it to exchanges or mark the binding external: true")
@@ -119,13 +119,13 @@ def check_applications(p: Problems, vhost: VhostEntry) -> None:
 def check_vhost(p: Problems, vhost: VhostEntry) -> None:
     """Every check across the entries of one vhost."""
     derived_policy_names = {name for queue in vhost.queues for name in queue.owned_queues}
-    check_policy_names(p, f"{vhost.path}.policies", vhost.policies, derived_policy_names)
-    check_policy_names(p, f"{vhost.path}.operator_policies", vhost.operator_policies)
-    check_queue_and_exchange_names(p, vhost.path, vhost.exchanges, vhost.queues)
+    check_policy_names(p, vhost.policies, derived_policy_names)
+    check_policy_names(p, vhost.operator_policies)
+    check_queue_and_exchange_names(p, vhost.exchanges, vhost.queues)
     # A list written as something else (exchanges as a map) is its own one problem: what refers to its names
     # is not checked against an empty list.
     if "exchanges" not in vhost.unreadable:
-        check_bindings(p, vhost.path, vhost.exchanges, vhost.queues)
+        check_bindings(p, vhost.exchanges, vhost.queues)
     if not {"exchanges", "queues"} & vhost.unreadable:
         check_applications(p, vhost)
 
@@ -159,11 +159,10 @@ def check_users(p: Problems, vhosts: Sequence[VhostEntry]) -> None:
 
 
 def check_vhost_names(p: Problems, vhosts: Sequence[VhostEntry]) -> None:
-    first: dict[str, int] = {}
+    first: dict[str, str] = {}
     for vhost in vhosts:
         if vhost.name is None:
             continue
         if vhost.name in first:
-            p.add(f"{vhost.path}.name", f'duplicate vhost "{vhost.name}" (also vhosts[{first[vhost.name]}]); '
-                  "merge them")
-        first.setdefault(vhost.name, vhost.index)
+            p.add(f"{vhost.path}.name", f'duplicate vhost "{vhost.name}" (also {first[vhost.name]}); merge them')
+        first.setdefault(vhost.name, vhost.path)

@@ -23,6 +23,7 @@ from .fields import (
     mapping,
     optional,
 )
+from .key_paths import with_paths
 from .keys import BROKER_KEYS, NAMESPACE, TOP_LEVEL_KEYS
 from .model import Defaults, DelayLevels, Queue, StackConfig, Vhost
 from .parsers import (
@@ -81,8 +82,9 @@ def parse_vhosts(p: Problems, top: Mapping[str, Any], defaults: Defaults) -> lis
         p.add("vhosts", "null; list the vhosts, or write [] to manage none (that deletes what this stack created)")
         return []
     vhosts = []
-    for i, raw in enumerate(items(p, "vhosts", top["vhosts"])):
-        vhost = parse_vhost(p, f"vhosts[{i}]", i, raw, defaults)
+    written = items(p, "vhosts", top["vhosts"])
+    for i, (path, raw) in enumerate(with_paths("", "vhosts", written)):
+        vhost = parse_vhost(p, path, i, raw, defaults)
         check_vhost(p, vhost)
         vhosts.append(vhost)
     return vhosts

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..migration_kinds import KINDS, CheckScope, MigrationKind, kind_of
 from .fields import INVALID, Invalid, Problems, choice, items, mapping
+from .key_paths import entry_paths
 from .keys import MIGRATION_KEYS
 from .model import DelayLevels, Migration
 
@@ -65,31 +66,34 @@ def parse_migrations(p: Problems, path: str, raw: object, queues: Sequence[Queue
                      delay_levels: DelayLevels | Invalid | None,
                      exchanges: Sequence[Entry[Any]] = ()) -> tuple[Migration, ...] | Invalid:
     """`migrations:` of a vhost, each entry checked against the vhost's queues, exchanges and delay levels."""
-    entries = [parse_migration(p, f"{path}.migrations[{i}]", i, item)
-               for i, item in enumerate(items(p, f"{path}.migrations", raw))]
+    written = items(p, f"{path}.migrations", raw)
+    paths = entry_paths(path, "migrations", written)
+    entries = [parse_migration(p, at, i, item) for i, (at, item) in enumerate(zip(paths, written, strict=True))]
     migrations = tuple(m for m in entries if isinstance(m, Migration))
     before = len(p.items)
-    check_migrations(p, path, migrations, queues, delay_levels, exchanges)
+    check_migrations(p, path, migrations, queues, delay_levels, exchanges, paths)
     if len(migrations) != len(entries) or len(p.items) != before:
         return INVALID
     return migrations
 
 
-def _check_names(p: Problems, path: str, migrations: Sequence[Migration]) -> None:
-    first: dict[str, int] = {}
+def _check_names(p: Problems, migrations: Sequence[Migration], paths: Sequence[str]) -> None:
+    first: dict[str, str] = {}
     for m in migrations:
         if m.name in first:
-            p.add(f"{path}.migrations[{m.index}].name", f'"{m.name}" is also migrations[{first[m.name]}]; give each '
-                  "migration its own name")
-        first.setdefault(m.name, m.index)
+            p.add(f"{paths[m.index]}.name", f'"{m.name}" is also {first[m.name]}; give each migration its own name')
+        first.setdefault(m.name, paths[m.index])
 
 
 def check_migrations(p: Problems, path: str, migrations: Sequence[Migration], queues: Sequence[QueueEntry],
-                     delay_levels: DelayLevels | Invalid | None, exchanges: Sequence[Entry[Any]] = ()) -> None:
+                     delay_levels: DelayLevels | Invalid | None, exchanges: Sequence[Entry[Any]],
+                     paths: Sequence[str]) -> None:
     """Names unique; each entry against the vhost, by its kind (`check`), then against what the others do
-    (`check_across`: a queue moves to one successor at a time, and not on to a third in the same step)."""
-    _check_names(p, path, migrations)
-    vhost = CheckScope(path, queues, exchanges, delay_levels, {q.written: q for q in queues if q.written is not None})
+    (`check_across`: a queue moves to one successor at a time, and not on to a third in the same step). `paths`:
+    the key path of each entry as written, refused ones included."""
+    _check_names(p, migrations, paths)
+    vhost = CheckScope(path, queues, exchanges, delay_levels, {q.written: q for q in queues if q.written is not None},
+                       paths)
     for m in migrations:
         kind_of(m).check(p, m, vhost)
     for m in migrations:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, ClassVar
 from pulumi.errors import RunError
 
 from .. import wire
+from .key_paths import with_paths
 
 if TYPE_CHECKING:
     from .alerts import AlertsConfig
@@ -232,11 +233,7 @@ class Vhost:
     operator_policies: tuple[Policy, ...] = ()
     """Limits that apply on top of every user policy (the lower numeric value wins)."""
     applications: tuple[Application, ...] = ()
-    application_indexes: tuple[int, ...] = ()
-    """Where each application stands in the config's `applications[]` (for error paths)."""
     operators: tuple[Operator, ...] = ()
-    operator_indexes: tuple[int, ...] = ()
-    """Where each operator stands in the config's `operators[]` (for error paths)."""
     limits: Limits = Limits()
     default_queue_type: str | None = None
     imports: tuple[str, ...] = ()
@@ -248,10 +245,8 @@ class Vhost:
 
     def user_paths(self) -> tuple[tuple[str, str], ...]:
         """(user, key path within the vhost) of each user the vhost creates: applications, then operators."""
-        return (*((a.user, f"applications[{j}].user") for j, a in zip(self.application_indexes, self.applications,
-                                                                        strict=True)),
-                *((o.user, f"operators[{j}].user") for j, o in zip(self.operator_indexes, self.operators,
-                                                                     strict=True)))
+        return (*((a.user, f"{at}.user") for at, a in with_paths("", "applications", self.applications)),
+                *((o.user, f"{at}.user") for at, o in with_paths("", "operators", self.operators)))
 
 
 @dataclass(frozen=True)

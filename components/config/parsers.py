@@ -35,6 +35,7 @@ from .fields import (
     regex,
     written_name,
 )
+from .key_paths import with_paths
 from .keys import (
     APPLICATION_KEYS,
     BINDING_KEYS,
@@ -93,6 +94,8 @@ class Entry(Generic[T]):
     written: str | None
     """The name as written when it is a string, valid or not: references to it are never undeclared."""
     value: T | Invalid
+    path: str
+    """Its key path (`key_paths.entry_paths`)."""
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,6 @@ class TopicEntry:
 
 @dataclass(frozen=True)
 class ApplicationEntry(Entry[Application]):
-    path: str = ""
     publishes: Sequence[object] = ()
     consumes: Sequence[object] = ()
     topics: tuple[TopicEntry, ...] = ()
@@ -129,14 +131,13 @@ class ApplicationEntry(Entry[Application]):
 
 @dataclass(frozen=True)
 class OperatorEntry(Entry[Operator]):
-    path: str = ""
+    """An `operators[]` entry, kept even when refused."""
 
 
 @dataclass(frozen=True)
 class VhostEntry(Entry[Vhost]):
     """A vhost and every entry in it, for the checks across entities."""
 
-    path: str = ""
     exchanges: tuple[Entry[Exchange], ...] = ()
     queues: tuple[QueueEntry, ...] = ()
     policies: tuple[Entry[Policy], ...] = ()
@@ -147,8 +148,8 @@ class VhostEntry(Entry[Vhost]):
     """Its list keys written as something other than a list (already reported)."""
 
 
-def refused(index: int, written: object = None) -> Entry[Any]:
-    return Entry(index, None, written_name(written), INVALID)
+def refused(index: int, path: str) -> Entry[Any]:
+    return Entry(index, None, None, INVALID, path)
 
 
 def parse_defaults(p: Problems, raw: object) -> Defaults:
@@ -177,7 +178,7 @@ def parse_defaults(p: Problems, raw: object) -> Defaults:
 def parse_exchange(p: Problems, path: str, index: int, raw: object) -> Entry[Exchange]:
     data = mapping(p, path, raw, EXCHANGE_KEYS)
     if data is INVALID:
-        return refused(index)
+        return refused(index, path)
     name = entity_name(p, f"{path}.name", data.get("name"), "exchange")
     if "type" not in data:
         p.add(f"{path}.type", f"missing; use one of {', '.join(EXCHANGE_TYPES)}")
@@ -185,7 +186,7 @@ def parse_exchange(p: Problems, path: str, index: int, raw: object) -> Entry[Exc
     else:
         exchange_type = choice(p, f"{path}.type", data["type"], EXCHANGE_TYPES)
     value = INVALID if name is INVALID or exchange_type is INVALID else Exchange(name, exchange_type)
-    return Entry(index, None if name is INVALID else name, written_name(data.get("name")), value)
+    return Entry(index, None if name is INVALID else name, written_name(data.get("name")), value, path)
 
 
 def parse_binding_arguments(p: Problems, path: str, raw: object) -> dict[str, str | int | bool] | Invalid:
@@ -208,11 +209,11 @@ def parse_binding_arguments(p: Problems, path: str, raw: object) -> dict[str, st
 def parse_binding(p: Problems, path: str, index: int, raw: object) -> BindingEntry:
     data = mapping(p, path, raw, BINDING_KEYS)
     if data is INVALID:
-        return BindingEntry(index, None, None, INVALID)
+        return BindingEntry(index, None, None, INVALID, path)
     external = optional(data, "external", lambda v: boolean(p, f"{path}.external", v), False)
     if "exchange" not in data:
         p.add(f"{path}.exchange", "missing; name the exchange this queue is bound to")
-        return BindingEntry(index, None, None, INVALID)
+        return BindingEntry(index, None, None, INVALID, path)
     exchange = entity_name(p, f"{path}.exchange", data["exchange"], "exchange", allow_reserved=external is True)
     routing_key = data.get("routing_key", "")
     if not isinstance(routing_key, str):
@@ -221,8 +222,8 @@ def parse_binding(p: Problems, path: str, index: int, raw: object) -> BindingEnt
     arguments = parse_binding_arguments(p, f"{path}.arguments", data.get("arguments", {}))
     written = written_name(data["exchange"])
     if exchange is INVALID or routing_key is INVALID or arguments is INVALID or external is INVALID:
-        return BindingEntry(index, None, written, INVALID, external=external is True)
-    return BindingEntry(index, exchange, written, Binding(exchange, routing_key, arguments, external),
+        return BindingEntry(index, None, written, INVALID, path, external=external is True)
+    return BindingEntry(index, exchange, written, Binding(exchange, routing_key, arguments, external), path,
                         external=external)
 
 
@@ -234,7 +235,7 @@ def check_duplicate_bindings(p: Problems, path: str, bindings: Sequence[BindingE
         binding = entry.value
         identity = json.dumps([binding.exchange, binding.routing_key, dict(binding.arguments)], sort_keys=True)
         if identity in seen:
-            p.add(f"{path}[{entry.index}]", f"duplicate of bindings[{seen[identity]}]; remove one")
+            p.add(entry.path, f"duplicate of bindings[{seen[identity]}]; remove one")
         seen.setdefault(identity, entry.index)
 
 
@@ -387,7 +388,7 @@ def parse_queue_arguments(p: Problems, path: str, raw: object,
 def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defaults) -> QueueEntry:
     data = mapping(p, path, raw, QUEUE_KEYS)
     if data is INVALID:
-        return QueueEntry(index, None, None, INVALID)
+        return QueueEntry(index, None, None, INVALID, path)
     if "name" not in data:
         p.add(f"{path}.name", "missing; every queue needs a name")
         name: str | Invalid = INVALID
@@ -422,7 +423,7 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
     retry = optional(data, "retry", lambda v: parse_retry(p, f"{path}.retry", v), None)
     lengths_ok = name is INVALID or not isinstance(retry, Retry) or check_derived_name_lengths(
         p, f"{path}.name", name, retry)
-    entry = QueueEntry(index, None if name is INVALID else name, written_name(data.get("name")), INVALID,
+    entry = QueueEntry(index, None if name is INVALID else name, written_name(data.get("name")), INVALID, path,
                        bindings=bindings)
     if name is INVALID:
         return entry
@@ -430,7 +431,7 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
             p, path, name, queue_type):
         retry = INVALID
     owned = strategy_of(retry).owned_names(name, retry) if isinstance(retry, Retry) else ([name], [])
-    entry = QueueEntry(index, name, name, INVALID, bindings, tuple(owned[0]), tuple(owned[1]))
+    entry = QueueEntry(index, name, name, INVALID, path, bindings, tuple(owned[0]), tuple(owned[1]))
     if (not lengths_ok or queue_type is INVALID or priority is INVALID or max_length is INVALID
             or delivery_limit is INVALID or retry is INVALID or max_length_bytes is INVALID or message_ttl is INVALID
             or single_active is INVALID or group_size is INVALID or arguments is INVALID
@@ -445,7 +446,7 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
                   single_active_consumer=single_active is True,
                   quorum_group_size=group_size if queue_type == "quorum" and arguments is None else None,
                   arguments=arguments)
-    return QueueEntry(index, name, name, queue, bindings, entry.owned_queues, entry.owned_exchanges)
+    return QueueEntry(index, name, name, queue, path, bindings, entry.owned_queues, entry.owned_exchanges)
 
 
 # --- policies -------------------------------------------------------------------------------------------------
@@ -537,7 +538,7 @@ def parse_policy(p: Problems, path: str, index: int, raw: object,
     """A user policy, or with `allowed_keys` an operator policy."""
     data = mapping(p, path, raw, POLICY_KEYS)
     if data is INVALID:
-        return refused(index)
+        return refused(index, path)
     name = entity_name(p, f"{path}.name", data.get("name"), "policy")
     pattern = regex(p, f"{path}.pattern", data.get("pattern"))
     priority = integer(p, f"{path}.priority", data.get("priority", 0), 0)
@@ -545,8 +546,8 @@ def parse_policy(p: Problems, path: str, index: int, raw: object,
     definition = parse_definition(p, f"{path}.definition", data.get("definition"), allowed_keys)
     valid_name = None if name is INVALID else name
     if name is INVALID or pattern is INVALID or priority is INVALID or apply_to is INVALID or definition is INVALID:
-        return Entry(index, valid_name, written_name(data.get("name")), INVALID)
-    return Entry(index, valid_name, valid_name, Policy(name, pattern, priority, apply_to, definition))
+        return Entry(index, valid_name, written_name(data.get("name")), INVALID, path)
+    return Entry(index, valid_name, valid_name, Policy(name, pattern, priority, apply_to, definition), path)
 
 
 # --- applications ---------------------------------------------------------------------------------------------
@@ -643,9 +644,9 @@ def check_created_only_options(p: Problems, path: str, data: Mapping[str, Any], 
 
 def parse_list(p: Problems, path: str, data: Mapping[str, Any], key: str,
                parse: Callable[[Problems, str, int, object], E]) -> tuple[E, ...]:
-    """Each entry of the list `key`, parsed by `parse(p, path, index, raw)`."""
-    return tuple(parse(p, f"{path}.{key}[{i}]", i, raw)
-                 for i, raw in enumerate(items(p, f"{path}.{key}", data.get(key, ABSENT))))
+    """Each entry of the list `key`, parsed by `parse(p, path, index, raw)` at its key path (`with_paths`)."""
+    written = items(p, f"{path}.{key}", data.get(key, ABSENT))
+    return tuple(parse(p, at, i, raw) for i, (at, raw) in enumerate(with_paths(path, key, written)))
 
 
 def valid_values(entries: Sequence[Entry[T]]) -> tuple[T, ...] | Invalid:
@@ -721,8 +722,7 @@ def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defau
         return entry(None if name is INVALID else name, written_name(data.get("name")), INVALID)
     vhost = Vhost(name=name, existing=existing, exchanges=exchange_values, queues=queue_values,
                   policies=policy_values, operator_policies=operator_policy_values,
-                  applications=application_values, application_indexes=tuple(a.index for a in applications),
-                  operators=operator_values, operator_indexes=tuple(o.index for o in operators),
+                  applications=application_values, operators=operator_values,
                   limits=limits, default_queue_type=default_queue_type, imports=imports, delay_levels=delay_levels,
                   migrations=migrations)
     return entry(name, name, vhost)
@@ -763,5 +763,5 @@ def vhost_delay_levels(p: Problems, path: str, data: Mapping[str, Any], queues: 
     fits = True
     for entry in queues:
         if isinstance(entry.value, Queue) and isinstance(retry := entry.value.retry, LevelsRetry):
-            fits &= check_backoff_fits(p, f"{path}.queues[{entry.index}].retry", retry, levels, levels_path)
+            fits &= check_backoff_fits(p, f"{entry.path}.retry", retry, levels, levels_path)
     return levels if fits else INVALID

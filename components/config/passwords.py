@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from ..migration_kinds import kind_of
 from ..naming import SHOVEL_USER
 from .fields import describe
+from .key_paths import entry_path, with_paths
 from .keys import NAMESPACE
 from .model import StackConfig
 
@@ -49,9 +50,9 @@ def password_problems(config: StackConfig, passwords: object) -> list[tuple[str,
     if not isinstance(passwords, Mapping):
         problems.append(("passwords", NOT_A_MAPPING))
         passwords = {}
-    for i, vhost in enumerate(config.vhosts):
+    for at, vhost in with_paths("", "vhosts", config.vhosts):
         for user, path in vhost.user_paths():
-            where, fix = f"vhosts[{i}].{path}", password_command(user)
+            where, fix = f"{at}.{path}", password_command(user)
             if user not in passwords:
                 problems.append((where, f'no password for "{user}": {fix}'))
             elif not isinstance(passwords[user], str):
@@ -69,7 +70,8 @@ def moves_queues(config: StackConfig) -> bool:
 
 def _shovel_password_problems(config: StackConfig, passwords: Mapping[object, object]) -> list[tuple[str, str]]:
     """The shovel user's password, like an application's, once a migration moves a queue."""
-    where = next((f"vhosts[{i}].migrations[{m.index}]" for i, vhost in enumerate(config.vhosts)
+    where = next((entry_path(at, "migrations", vhost.migrations, m.index)
+                  for at, vhost in with_paths("", "vhosts", config.vhosts)
                   for m in vhost.migrations if kind_of(m).runs_shovels(m)), None)
     if where is None:
         return []

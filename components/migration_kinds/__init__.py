@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from ..config.key_paths import with_paths
 from ..config.model import Vhost
 from ..entries import DelayLevelsPlan, RetryablePlan
 from ..migrations import Migrated, shovel_permissions
@@ -41,7 +42,7 @@ def plan_migrations(vhost: Vhost, path: str, retryables: tuple[RetryablePlan[Any
     shovel user (`naming.shovel_user`), required when a migration moves a queue in step move."""
     migrating = Migrating(vhost, path, {r.config.name: r for r in retryables}, delay_levels, imports,
                           plan_retryable, plan_levels, shovel_user)
-    plans = tuple(kind_of(m).plan(m, f"{path}.migrations[{m.index}]", migrating) for m in vhost.migrations)
+    plans = tuple(kind_of(m).plan(m, at, migrating) for at, m in with_paths(path, "migrations", vhost.migrations))
     return Migrated(tuple(migrating.retryables[r.config.name] for r in retryables), migrating.delay_levels, plans,
                     shovel_permissions([s for m in plans for s in m.shovels]))
 

@@ -38,8 +38,13 @@ class CheckScope:
     delay_levels: DelayLevels | Invalid | None
     declared: Mapping[str, QueueEntry]
     """The vhost's queues by name as written."""
+    migration_paths: Sequence[str]
+    """The key path of each `migrations[]` entry as written, by index (`key_paths.entry_paths`)."""
     moving_out: dict[str, Migration] = field(default_factory=dict)
     """Each queue a migration checked so far moves out of, with that migration (a queue moves to one successor)."""
+
+    def migration_path(self, m: Migration) -> str:
+        return self.migration_paths[m.index]
 
 
 @dataclass

@@ -40,7 +40,7 @@ def check(p: Problems, m: Migration, vhost: CheckScope) -> None:
     """The vhost has delay levels now, fewer than before (unchecked when its `delay_levels` is refused)."""
     if isinstance(vhost.delay_levels, Invalid):
         return
-    where = f"{vhost.path}.migrations[{m.index}].drain_levels.max_delay"
+    where = f"{vhost.migration_path(m)}.drain_levels.max_delay"
     if vhost.delay_levels is None:
         p.add(where, "this vhost has no delay levels now; a vhost whose last levels queue moved away drains them "
               "with that move (remove this entry)")

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..config.fields import INVALID, Invalid, Problems, items
+from ..config.key_paths import entry_path
 from ..config.keys import DRAIN_TIERS_KEYS
 from ..config.model import RETIRE, Migration, Queue
 from ..migrations import MigrationPlan
@@ -48,7 +49,7 @@ def parse(p: Problems, where: str, body: Mapping[str, Any], name: str, step: str
 
 def check(p: Problems, m: Migration, vhost: CheckScope) -> None:
     """The queue has wait tiers now, fewer than before."""
-    where = f"{vhost.path}.migrations[{m.index}].drain_tiers"
+    where = f"{vhost.migration_path(m)}.drain_tiers"
     entry = vhost.declared.get(m.source)
     if entry is None:
         p.add(f"{where}.queue", f'"{m.source}" is not a queue of this vhost; name the queue whose tiers are removed')
@@ -83,7 +84,7 @@ def plan(m: Migration, mpath: str, vhost: Migrating) -> MigrationPlan:
     """The queue's plan with the tiers its old delays had and its current ones lack. Step retire: the plan as it
     is; the names are what retires."""
     index = next(i for i, q in enumerate(vhost.vhost.queues) if q.name == m.source)
-    path = f"{vhost.path}.queues[{index}]"
+    path = entry_path(vhost.path, "queues", vhost.vhost.queues, index)
     current = vhost.retryables[m.source]
     old_queue = replace(current.config, retry=replace(current.retry, delays_ms=m.delays_ms))
     old = vhost.plan_retryable(old_queue, path, current.delay_levels, vhost.imports)

@@ -89,10 +89,10 @@ def written(name: str, source: str, target: str, external: Mapping[str, Any] | b
 def check(p: Problems, m: Migration, vhost: CheckScope) -> None:
     """A queue moves to one successor; both queues are the vhost's in step move, the successor alone in retire."""
     if m.source in vhost.moving_out:
-        p.add(f"{vhost.path}.migrations[{m.index}].move.from", f"{m.source} already moves in migration "
+        p.add(f"{vhost.migration_path(m)}.move.from", f"{m.source} already moves in migration "
               f"{vhost.moving_out[m.source].name}; a queue moves to one successor")
     vhost.moving_out.setdefault(m.source, m)
-    where = f"{vhost.path}.migrations[{m.index}].move"
+    where = f"{vhost.migration_path(m)}.move"
     queues = f"{vhost.path}.queues"
     declared = vhost.declared
     if m.target not in declared:
@@ -107,7 +107,7 @@ def check(p: Problems, m: Migration, vhost: CheckScope) -> None:
         return
     if m.retiring:
         if m.source in declared:
-            p.add(f"{queues}[{declared[m.source].index}]", f'remove queue {m.source} from {queues}: step retire of '
+            p.add(declared[m.source].path, f'remove queue {m.source} from {queues}: step retire of '
                   f"migration {m.name} deletes it once empty")
         return
     if m.source not in declared:
@@ -116,7 +116,7 @@ def check(p: Problems, m: Migration, vhost: CheckScope) -> None:
         return
     source = declared[m.source]
     if source.bindings:
-        p.add(f"{queues}[{source.index}].bindings", f"{m.source} is moving to {m.target} (migration {m.name}): "
+        p.add(f"{source.path}.bindings", f"{m.source} is moving to {m.target} (migration {m.name}): "
               f"publishes would reach both queues and the shovel would duplicate them; move its bindings to "
               f"{m.target}")
     target = declared.get(m.target)
@@ -131,21 +131,21 @@ def check_across(p: Problems, m: Migration, vhost: CheckScope) -> None:
     would own, and one day delete, what `make migrate-retire` deletes only once empty)."""
     chained = vhost.moving_out.get(m.target)
     if chained is not None and chained.step == m.step and not m.retiring:
-        p.add(f"{vhost.path}.migrations[{m.index}].move.to", f"{m.target} moves on to {chained.target} in the same "
+        p.add(f"{vhost.migration_path(m)}.move.to", f"{m.target} moves on to {chained.target} in the same "
               f"step (migration {chained.name}); finish this migration (step retire) before starting that one")
     if m.external is None:
         return
-    owned_queues = {name: q.index for q in vhost.queues for name in q.owned_queues}
+    owned_queues = {name: q.path for q in vhost.queues for name in q.owned_queues}
     owned_exchanges = {name: q.index for q in vhost.queues for name in q.owned_exchanges}
     declared_exchanges = {x.written: x.index for x in vhost.exchanges if x.written is not None}
-    where = f"{vhost.path}.migrations[{m.index}].move"
+    where = f"{vhost.migration_path(m)}.move"
     old_queues = [(f"{where}.from", m.source)]
     if m.external.error_queue:
         old_queues.append((f"{where}.external.error_queue", m.external.error_queue))
     old_queues += [(f"{where}.external.queues[{i}]", q) for i, q in enumerate(m.external.queues)]
     for at, queue in old_queues:
         if queue in owned_queues:
-            p.add(at, f'"{queue}" is declared by this stack (queues[{owned_queues[queue]}]); external names '
+            p.add(at, f'"{queue}" is declared by this stack ({owned_queues[queue]}); external names '
                   "objects the stack does not declare: remove external (a move between two queues of the stack) "
                   "or name the runtime queue")
     for i, exchange in enumerate(m.external.exchanges):

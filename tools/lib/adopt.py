@@ -22,6 +22,7 @@ from components.config import (
     ConfigError,
     load_vhost,
 )
+from components.config.key_paths import entry_paths
 from components.config.keys import NAMESPACE
 from components.config.stack_file import PROJECT
 from components.durations import format_duration
@@ -363,8 +364,17 @@ def _messages(snapshot: Snapshot, queue: str) -> str:
     return "message count unknown (read from a file)"
 
 
-ENTRY_PATH = re.compile(r"vhost\.(policies|operator_policies|queues|exchanges)\[(\d+)\]")
-"""A key path within an entry the adoption may leave alone (`vhost.policies[2].definition.max-length`)."""
+ENTRY_SECTIONS = ("policies", "operator_policies", "queues", "exchanges")
+"""The lists whose entries the adoption may leave alone when the config or the checks refuse them."""
+
+
+def _refused_entry(vhost: Mapping[str, Any], path: str) -> tuple[str, int] | None:
+    """(list, index) of the entry a key path is within (`vhost.policies[ha-all].definition.ha-mode`), else None."""
+    for section in ENTRY_SECTIONS:
+        for index, at in enumerate(entry_paths("vhost", section, vhost.get(section, []))):
+            if path == at or path.startswith((f"{at}.", f"{at}[")):
+                return section, index
+    return None
 
 
 def _drop_refused(adoption: Adoption) -> None:
@@ -378,8 +388,9 @@ def _drop_refused(adoption: Adoption) -> None:
             found = [(problem.path, problem.message) for problem in check_vhost(plan)]
         except ConfigError as error:
             found = [(path, f"{path}: {message}") for path, message in error.problems]
-        problems = [(m.group(1), int(m.group(2)), text) for path, text in found if (m := ENTRY_PATH.match(path))]
-        unplaced = [text for path, text in found if not ENTRY_PATH.match(path)]
+        placed = [(_refused_entry(adoption.vhost, path), text) for path, text in found]
+        problems = [(*entry, text) for entry, text in placed if entry is not None]
+        unplaced = [text for entry, text in placed if entry is None]
         if unplaced:
             raise DefinitionsError("the adopted config does not plan: " + "; ".join(unplaced))
         if not problems:

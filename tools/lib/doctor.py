@@ -19,6 +19,7 @@ from components.config.capabilities import (
     version_problems,
     version_warnings,
 )
+from components.config.key_paths import with_paths
 from components.config.model import Limits
 from components.config.passwords import moves_queues
 from components.resources import DEFAULT_AMQP_PORT
@@ -98,8 +99,7 @@ def needs_administrator(config: StackConfig) -> list[str]:
     """Why the provider's user needs the `administrator` tag (a `policymaker` may manage queues, exchanges,
     bindings and policies of an existing vhost, nothing else); [] when policymaker suffices."""
     reasons = []
-    for i, vhost in enumerate(config.vhosts):
-        path = f"vhosts[{i}]"
+    for path, vhost in with_paths("", "vhosts", config.vhosts):
         if not vhost.existing:
             reasons.append(f"{path} creates vhost {vhost.name!r}")
         if vhost.applications or vhost.operators:
@@ -142,9 +142,9 @@ def diagnose(config: StackConfig, records: Sequence[Registered], facts: LiveFact
 
 
 def migrations_of(config: StackConfig) -> list[str]:
-    """The key path of each vhost that declares migrations (`vhosts[i].migrations`): they move messages with
+    """The key path of each vhost that declares migrations (`vhosts[shop].migrations`): they move messages with
     shovels (a drain needs none, but its next step may be a move: the plugin is checked for any migration)."""
-    return [f"vhosts[{i}].migrations" for i, vhost in enumerate(config.vhosts) if vhost.migrations]
+    return [f"{path}.migrations" for path, vhost in with_paths("", "vhosts", config.vhosts) if vhost.migrations]
 
 
 def shovel_findings(migrations: Sequence[str], facts: LiveFacts) -> tuple[list[str], list[str]]:
@@ -183,11 +183,11 @@ def shovel_port_findings(config: StackConfig, facts: LiveFacts, amqp_port: int |
 
 def _absent_existing_vhosts(config: StackConfig, facts: LiveFacts) -> list[str]:
     """An `existing: true` vhost is referenced, never created: if the broker lacks it, `pulumi up` fails."""
-    return [f"vhosts[{i}].existing: vhost {vhost.name!r} is not on the broker, and an existing vhost is referenced, "
+    return [f"{path}.existing: vhost {vhost.name!r} is not on the broker, and an existing vhost is referenced, "
             "never created: `pulumi up` fails with 404 vhost_not_found; create it first (`rabbitmqctl add_vhost "
-            f"{vhost.name}`), or set vhosts[{i}].existing: false so that the stack creates it (and deletes it with "
+            f"{vhost.name}`), or set {path}.existing: false so that the stack creates it (and deletes it with "
             "the stack)"
-            for i, vhost in enumerate(config.vhosts)
+            for path, vhost in with_paths("", "vhosts", config.vhosts)
             if vhost.existing and (snapshot := facts.snapshots.get(vhost.name)) is not None and not snapshot.exists]
 
 
@@ -268,15 +268,15 @@ def _group_size_warnings(config: StackConfig, running: int) -> list[str]:
                 f"it to {running} or run at least {size} nodes")
 
     warnings = []
-    for i, vhost in enumerate(config.vhosts):
-        for k, queue in enumerate(vhost.queues):
+    for vhost_path, vhost in with_paths("", "vhosts", config.vhosts):
+        for path, queue in with_paths(vhost_path, "queues", vhost.queues):
             if queue.quorum_group_size is not None and queue.quorum_group_size > running:
-                warnings.append(warning(f"vhosts[{i}].queues[{k}]", queue.quorum_group_size,
+                warnings.append(warning(path, queue.quorum_group_size,
                                         f"quorum queue {queue.name!r} in vhost {vhost.name!r}",
                                         "it (and the queues it owns)"))
         levels = vhost.delay_levels
         if levels is not None and levels.quorum_group_size is not None and levels.quorum_group_size > running:
-            warnings.append(warning(f"vhosts[{i}].delay_levels", levels.quorum_group_size,
+            warnings.append(warning(f"{vhost_path}.delay_levels", levels.quorum_group_size,
                                     f"the delay level queues in vhost {vhost.name!r}", "them"))
     return warnings
 
