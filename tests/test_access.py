@@ -175,9 +175,9 @@ def test_an_application_cannot_consume_an_undeclared_queue_or_publish_to_an_unde
     config = shop(applications=[{"user": "billing-app", "consumes": ["orders.refunds"]},
                                 {"user": "shipping-app", "publishes": ["shop.refunds"]}])
     assert config_problems({"vhosts": [config], "passwords": PASSWORDS}) == [
-        ("vhosts[0].applications[0].consumes[0]",
+        ("vhosts[shop].applications[billing-app].consumes[0]",
          "'orders.refunds' is not an input or plain queue of this vhost; declare it or remove it here"),
-        ("vhosts[0].applications[1].publishes[0]",
+        ("vhosts[shop].applications[shipping-app].publishes[0]",
          "'shop.refunds' is not an exchange of this vhost; declare it or remove it here"),
     ]
 
@@ -186,9 +186,9 @@ def test_applications_reach_the_retry_machinery_only_through_the_contract():
     config = shop(applications=[{"user": "billing-app", "consumes": ["orders.billing.wait.1"],
                                  "publishes": ["orders.shipping.requeue"]}])
     assert config_problems({"vhosts": [config], "passwords": {"billing-app": PASSWORDS["billing-app"]}}) == [
-        ("vhosts[0].applications[0].publishes[0]",
+        ("vhosts[shop].applications[billing-app].publishes[0]",
          "'orders.shipping.requeue' is not an exchange of this vhost; declare it or remove it here"),
-        ("vhosts[0].applications[0].consumes[0]",
+        ("vhosts[shop].applications[billing-app].consumes[0]",
          "'orders.billing.wait.1' is not an input or plain queue of this vhost; declare it or remove it here"),
     ]
 
@@ -199,7 +199,7 @@ def test_a_consumed_queue_may_not_share_its_name_with_an_exchange():
     config = shop()
     config["exchanges"].append({"name": "audit.log", "type": "fanout"})
     assert config_problems({"vhosts": [config], "passwords": PASSWORDS}) == [
-        ("vhosts[0].applications[1].consumes[1]",
+        ("vhosts[shop].applications[shipping-app].consumes[1]",
          '"audit.log" is also an exchange name: permissions cannot tell them apart, so this application could '
          "bind the queue to that exchange; rename one of them"),
     ]
@@ -215,15 +215,15 @@ def test_a_missing_password_is_a_clear_error_for_a_reused_component():
 def test_a_user_cannot_be_an_application_in_two_vhosts():
     second = shop(name="warehouse", applications=[{"user": "billing-app", "consumes": ["audit.log"]}])
     assert config_problems({"vhosts": [shop(), second], "passwords": PASSWORDS}) == [
-        ("vhosts[1].applications[0].user",
-         'user "billing-app" is also vhosts[0].applications[0].user; give each application its own user'),
+        ("vhosts[warehouse].applications[billing-app].user",
+         'user "billing-app" is also vhosts[shop].applications[billing-app].user; give each application its own user'),
     ]
 
 
 def test_every_application_needs_a_password():
     config = load_stack_config({"vhosts": [shop()]})
     assert password_problems(config, {"billing-app": "s3cret"}) == [
-        ("vhosts[0].applications[1].user",
+        ("vhosts[shop].applications[shipping-app].user",
          "no password for \"shipping-app\": `pulumi config set --secret --path "
          "'rabbitmq-retry:passwords.shipping-app' <password>`"),
     ]
@@ -231,7 +231,7 @@ def test_every_application_needs_a_password():
         ("vhosts[0].applications[0].user",
          "no password for \"billing-app\": `pulumi config set --secret --path "
          "'rabbitmq-retry:passwords.billing-app' <password>`"),
-        ("vhosts[0].applications[1].user",
+        ("vhosts[shop].applications[shipping-app].user",
          "no password for \"shipping-app\": `pulumi config set --secret --path "
          "'rabbitmq-retry:passwords.shipping-app' <password>`"),
     ]
@@ -241,7 +241,7 @@ def test_an_operator_policy_takes_only_the_keys_rabbitmq_allows():
     config = shop(operator_policies=[{"name": "cap", "pattern": ".*",
                                       "definition": {"max-length": 5, "dead-letter-exchange": "elsewhere"}}])
     assert config_problems({"vhosts": [config], "passwords": PASSWORDS}) == [
-        ("vhosts[0].operator_policies[0].definition.dead-letter-exchange",
+        ("vhosts[shop].operator_policies[cap].definition.dead-letter-exchange",
          "not allowed in an operator policy (allowed: expires, message-ttl, max-length, max-length-bytes, "
          "max-in-memory-length, max-in-memory-bytes, delivery-limit, queue-version, overflow)"),
     ]
@@ -250,7 +250,7 @@ def test_an_operator_policy_takes_only_the_keys_rabbitmq_allows():
 def test_limits_are_only_for_a_vhost_this_stack_creates():
     config = shop(existing=True, limits={"max_queues": 10})
     assert config_problems({"vhosts": [config], "passwords": PASSWORDS}) == [
-        ("vhosts[0].limits", "only a vhost this stack creates can be given limits or a default queue type; "
+        ("vhosts[shop].limits", "only a vhost this stack creates can be given limits or a default queue type; "
                              "remove it"),
     ]
 

@@ -31,23 +31,23 @@ def test_native_runs_from_4_3_1(version: str):
 @pytest.mark.parametrize("version", ["3.10.8", "4.3.0"])
 def test_native_is_refused_below_4_3_1_at_its_key_path(version: str):
     assert config_problems(stack(version)) == [(
-        "vhosts[0].queues[0].retry.strategy",
+        "vhosts[shop].queues[orders].retry.strategy",
         f"strategy native (the delayed-retry-* policy keys): needs RabbitMQ 4.3.1 or later, and broker.version is "
-        f"{version}; upgrade the broker first, or change vhosts[0].queues[0].retry.strategy")]
+        f"{version}; upgrade the broker first, or change vhosts[shop].queues[orders].retry.strategy")]
 
 
 def test_quorum_queues_and_their_at_least_once_dead_lettering_have_their_own_versions():
     quorum_tiers = {**RETRYABLE, "type": "quorum"}
-    assert [path for path, _ in config_problems(stack("3.9.29", quorum_tiers))] == ["vhosts[0].queues[0].retry"]
+    assert [path for path, _ in config_problems(stack("3.9.29", quorum_tiers))] == ["vhosts[shop].queues[orders].retry"]
     assert [path for path, _ in config_problems(stack("3.7.28", quorum_tiers))] == [
-        "vhosts[0].queues[0].type", "vhosts[0].queues[0].retry"]
+        "vhosts[0].queues[0].type", "vhosts[shop].queues[orders].retry"]
     assert load_stack_config(stack("3.10.8", quorum_tiers)).broker_version == (3, 10, 8)
 
 
 def test_a_user_policy_with_delayed_retry_keys_needs_4_3_1():
     raw = stack("4.2.5", RETRYABLE | {"type": "classic"})
     raw["vhosts"][0]["policies"] = [{"name": "slow", "pattern": "^x$", "definition": {"delayed-retry-min": 100}}]
-    assert [path for path, _ in config_problems(raw)] == ["vhosts[0].policies[0].definition.delayed-retry-min"]
+    assert [path for path, _ in config_problems(raw)] == ["vhosts[shop].policies[slow].definition.delayed-retry-min"]
 
 
 @pytest.mark.parametrize(("version", "message"), [
@@ -100,7 +100,7 @@ def test_doctor_names_a_disabled_feature_flag_the_stack_needs():
 def test_doctor_says_why_the_provider_user_needs_the_administrator_tag():
     raw = {"vhosts": [vhost_config()]}
     assert diagnosis(raw, facts(tags=("policymaker",))).blocking == [
-        "user 'deployer' (tags: policymaker) is not an administrator, which the stack needs: vhosts[0] creates "
+        "user 'deployer' (tags: policymaker) is not an administrator, which the stack needs: vhosts[shop] creates "
         "vhost 'shop'"]
     existing = {"vhosts": [vhost_config(existing=True)]}
     assert diagnosis(existing, facts(tags=("policymaker",))).blocking == []
@@ -130,14 +130,14 @@ def with_policies(version: object = None, **policies: list[dict[str, Any]]) -> d
 def test_3_10_refuses_operator_overflow_quorum_only_apply_to_and_newer_user_policy_keys_at_their_key_paths():
     assert config_problems(with_policies("3.10.8", operator_policies=[OPERATOR_OVERFLOW],
                                      policies=[QUORUM_ONLY, TIMEOUT])) == [
-        ("vhosts[0].policies[0].apply_to",
+        ("vhosts[shop].policies[team].apply_to",
          "apply_to: quorum_queues: RabbitMQ 3.10.8 refuses it (HTTP 400, measured), and broker.version is 3.10.8; "
          "write apply_to: queues (RabbitMQ 3.10.8 takes queues, exchanges or all) with a pattern that matches only "
          "the queues of that type, or upgrade the broker first (4.3.6 takes it)"),
-        ("vhosts[0].policies[1].definition.consumer-timeout",
+        ("vhosts[shop].policies[slow].definition.consumer-timeout",
          "the key consumer-timeout in a policy: RabbitMQ 3.10.8 refuses it (HTTP 400, measured), and broker.version "
          "is 3.10.8; remove it, or upgrade the broker first (4.3.6 takes it)"),
-        ("vhosts[0].operator_policies[0].definition.overflow",
+        ("vhosts[shop].operator_policies[ops].definition.overflow",
          "the key overflow in an operator policy: RabbitMQ 3.10.8 refuses it (HTTP 400, measured), and "
          "broker.version is 3.10.8; remove it (an operator policy there takes expires, message-ttl, max-length, "
          "max-length-bytes, max-in-memory-length, max-in-memory-bytes, delivery-limit), or upgrade the broker first "
@@ -157,7 +157,7 @@ def test_a_version_between_the_measured_ones_is_taken_with_a_warning():
 
     config = load_stack_config(with_policies("4.0.9", operator_policies=[OPERATOR_OVERFLOW]))
     assert version_warnings(config, config.broker_version) == [
-        "vhosts[0].operator_policies[0].definition.overflow: the key overflow in an operator policy: RabbitMQ 3.10.8 "
+        "vhosts[shop].operator_policies[ops].definition.overflow: the key overflow in an operator policy: RabbitMQ 3.10.8 "
         "refuses it and 4.3.6 takes it; 4.0.9 was not measured: try it on a broker of that version before "
         "`pulumi up`"]
 
@@ -168,10 +168,10 @@ def test_without_a_broker_version_preview_checks_for_the_newest_broker_and_says_
     config = load_stack_config({"vhosts": [vhost_config(queues=[NATIVE_QUEUE], operator_policies=[
         {**OPERATOR_OVERFLOW, "pattern": "^nothing$"}])]})
     assert version_warnings(config, None) == [
-        "vhosts[0].queues[0].retry.strategy: strategy native (the delayed-retry-* policy keys): needs RabbitMQ 4.3.1 "
+        "vhosts[shop].queues[orders].retry.strategy: strategy native (the delayed-retry-* policy keys): needs RabbitMQ 4.3.1 "
         "or later; broker.version is not set, so preview checked it for the newest broker: set broker.version to "
         "have it checked for yours",
-        "vhosts[0].operator_policies[0].definition.overflow: the key overflow in an operator policy: RabbitMQ 3.10.8 "
+        "vhosts[shop].operator_policies[ops].definition.overflow: the key overflow in an operator policy: RabbitMQ 3.10.8 "
         "refuses it, 4.3.6 takes it; broker.version is not set, so preview checked it for the newest broker: set "
         "broker.version to have it checked for yours"]
 

@@ -37,7 +37,7 @@ def test_a_declared_policy_that_also_matches_one_of_our_queues_is_refused():
     raw = vhost_config(policies=[{"name": "team-limits", "pattern": "^orders", "definition": {"max-length": 5}}])
     # One problem, with the policy's key path, however many of the queue's own queues it hits.
     assert problems(raw) == [
-        "vhosts[0].policies[0] (policy 'team-limits') matches 5 queues that have a policy of this stack (\"orders\", "
+        "vhosts[0].policies[team-limits] (policy 'team-limits') matches 5 queues that have a policy of this stack (\"orders\", "
         '"orders.error", "orders.wait.1" and 2 more): RabbitMQ applies only one policy per queue; narrow the pattern '
         "to leave them out, and set what it sets through the queue's own keys (max_length, delivery_limit; "
         "message_ttl, max_length_bytes on a plain queue)"]
@@ -47,7 +47,7 @@ def test_two_config_policies_on_one_queue_name_both_key_paths():
     raw = vhost_config(queues=[{"name": "audit", "type": "classic"}], policies=[
         {"name": "a", "pattern": "^audit$", "definition": {"max-length": 5}},
         {"name": "b", "pattern": "^aud", "definition": {"max-length": 6}}])
-    assert problems(raw) == ["vhosts[0].policies[0] (policy 'a') and vhosts[0].policies[1] (policy 'b') both match "
+    assert problems(raw) == ["vhosts[0].policies[a] (policy 'a') and vhosts[0].policies[b] (policy 'b') both match "
                              '"audit": RabbitMQ applies only one policy per queue; narrow the patterns so that each '
                              "queue has one policy"]
 
@@ -70,7 +70,7 @@ def test_a_dead_letter_cycle_without_rejection_is_refused():
                        policies=[{"name": "expire-orders", "pattern": "^orders$",
                                   "definition": {"message-ttl": 60000}}])
     assert problems(raw) == [
-        'vhosts[0].policies[0].definition.message-ttl: message-ttl 60000 reaches input queue "orders": waiting '
+        'vhosts[0].policies[expire-orders].definition.message-ttl: message-ttl 60000 reaches input queue "orders": waiting '
         "messages expire into the retry loop and RabbitMQ drops them when they come round (nothing rejected them); "
         'narrow its pattern so that it does not match "orders"',
         "dead-letter cycle with no rejection in it: orders → orders.wait.1 → orders; RabbitMQ drops such messages "
@@ -140,7 +140,7 @@ def test_the_program_checks_every_vhost_before_registering_and_names_stack_file_
         "      operator_policies: [{name: ops, pattern: '^orders$', definition: {message-ttl: 60000}}]\n")
     with pytest.raises(pulumi.RunError) as refused:
         record_program("ops", program_copy)
-    assert 'vhosts[1].operator_policies[0].definition.message-ttl: message-ttl 60000 reaches input queue "orders"' in (
+    assert 'vhosts[b].operator_policies[ops].definition.message-ttl: message-ttl 60000 reaches input queue "orders"' in (
         str(refused.value))
     assert "Vhost(" not in str(refused.value)
 
@@ -311,7 +311,7 @@ def test_policies_that_match_nothing_planned_are_warnings_not_errors():
                        **operator({"max-length": 5}, "^payments\\."))
     assert problems(raw) == []
     assert messages(stale_policies(plan(raw))) == [
-        "vhosts[0].policies[0]: policy \"old-orders\" (pattern '^order$', apply-to queues) matches no queue or "
+        "vhosts[0].policies[old-orders]: policy \"old-orders\" (pattern '^order$', apply-to queues) matches no queue or "
         'exchange this stack plans in vhost "shop"; if a queue was renamed, update the pattern, otherwise ignore '
         "this",
         f"{OPS}: operator policy \"ops\" (pattern '^payments\\\\.', apply-to queues) matches no queue or exchange "

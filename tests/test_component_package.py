@@ -383,7 +383,7 @@ def test_errors_name_a_keyword_key_as_the_caller_wrote_it() -> None:
 def test_from_another_language_the_error_names_from_and_import_as_the_schema_does(hosted: None) -> None:
     sent = as_typescript_sends({"vhost": _wrong(adopted_vhost())}, package.vhost_args())
     paths = [path for path, _ in _refused("Vhost", "root", sent)]
-    assert paths == ["Vhost(root).vhost.import[0]", "Vhost(root).vhost.migrations[0].move.to",
+    assert paths == ["Vhost(root).vhost.import[0]", "Vhost(root).vhost.migrations[jobs-to-quorum].move.to",
                      "Vhost(root).vhost.alerts.noConsumer.for"]
 
 
@@ -393,7 +393,7 @@ def test_from_another_language_a_moves_step_move_is_refused_at_the_step_it_needs
     vhost = {"name": "jobs", "queues": [{"name": "jobs.c", "type": "classic"}, {"name": "jobs.q", "type": "quorum"}],
              "migrations": [{"name": "to-quorum", "step": "move", "move": {"from": "jobs.c", "to": "jobs.q"}}]}
     [(path, problem)] = _refused("Vhost", "jobs", {"vhost": vhost})
-    assert path == "Vhost(jobs).vhost.migrations[0].step"
+    assert path == "Vhost(jobs).vhost.migrations[to-quorum].step"
     assert problem.startswith("migration to-quorum moves a queue with shovels, which connect as a shovel user only a "
                               "Python program passes (shovel_access)")
 
@@ -406,7 +406,7 @@ def test_both_spellings_of_one_key_are_refused_and_a_stack_file_takes_only_its_o
     with pytest.raises(ConfigError) as refused:
         load_stack_config({"vhosts": [adopted_vhost()]})
     assert {path: problem for path, problem in refused.value.problems if "_" in path.rsplit(".", 1)[-1]} == {
-        "vhosts[0].import_": 'unknown key; did you mean "import"? (allowed: name, existing, exchanges, queues, '
+        "vhosts[/].import_": 'unknown key; did you mean "import"? (allowed: name, existing, exchanges, queues, '
                              "policies, operator_policies, applications, operators, limits, default_queue_type, "
                              "delay_levels, import, migrations, alerts)",
         **{f"vhosts[0].migrations[{i}].move.from_": 'unknown key; did you mean "from"? (allowed: from, to, external)'

@@ -62,7 +62,7 @@ def test_quorum_queues_get_an_explicit_delivery_limit():
 def test_a_delivery_limit_at_or_below_max_retries_plus_one_is_refused(limit: int):
     assert config_problems(with_queue({**retryable(max_retries=5), "type": "quorum", "delivery_limit": limit})) == [
         (
-            "vhosts[0].queues[0].delivery_limit",
+            "vhosts[shop].queues[orders].delivery_limit",
             f"{limit} is not above max_retries + 1 (6): on RabbitMQ 4 each retry counts toward it, and a message "
             "over it jams in a dead-letter cycle; raise it or leave it unset (default: defaults.delivery_limit + "
             "max_retries)",
@@ -72,9 +72,9 @@ def test_a_delivery_limit_at_or_below_max_retries_plus_one_is_refused(limit: int
 
 def test_the_default_vhost_is_referenced_never_managed():
     config = load_stack_config({"vhosts": [vhost_config(name="/")]})
-    assert config.vhosts[0].existing is True
+    assert config.vhosts[/].existing is True
     assert config_problems({"vhosts": [vhost_config(name="/", existing=False)]}) == [
-        ("vhosts[0].existing", 'the default vhost "/" is never managed by this stack; remove existing: false')
+        ("vhosts[/].existing", 'the default vhost "/" is never managed by this stack; remove existing: false')
     ]
 
 
@@ -379,10 +379,10 @@ def test_every_problem_is_reported_at_once():
     raw["vhosts"][0]["queues"].append({"name": "a@b", "type": "fifo"})
     paths = [path for path, _ in config_problems(raw)]
     assert paths == [
-        "vhosts[0].queues[0].retry.delays[1]",
-        "vhosts[0].queues[0].retry.max_retries",
-        "vhosts[0].queues[1].name",
-        "vhosts[0].queues[1].type",
+        "vhosts[shop].queues[orders].retry.delays[1]",
+        "vhosts[shop].queues[orders].retry.max_retries",
+        "vhosts[shop].queues[a@b].name",
+        "vhosts[shop].queues[a@b].type",
     ]
 
 
@@ -391,7 +391,7 @@ def test_the_error_message_lists_each_problem_on_its_own_line():
         load_stack_config(with_queue(retryable(delays=["1s", "10x"])))
     assert str(error.value) == (
         "invalid rabbitmq-retry config (1 problem):\n"
-        '  vhosts[0].queues[0].retry.delays[1]: "10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)'
+        '  vhosts[shop].queues[orders].retry.delays[1]: "10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)'
     )
 
 
@@ -421,8 +421,8 @@ def test_a_lone_name_where_a_list_of_names_is_expected_is_suggested_as_that_list
     """Each list of names (like retry.delays) shows the value written alone as the list it stands for."""
     application = {**BILLING, "publishes": "events", "consumes": "orders"}
     assert config_problems({"vhosts": [vhost_config(applications=[application])]}) == [
-        ("vhosts[0].applications[0].publishes", "expected a list, got str; write publishes: [events]"),
-        ("vhosts[0].applications[0].consumes", "expected a list, got str; write consumes: [orders]"),
+        ("vhosts[shop].applications[billing-app].publishes", "expected a list, got str; write publishes: [events]"),
+        ("vhosts[shop].applications[billing-app].consumes", "expected a list, got str; write consumes: [orders]"),
     ]
 
 
@@ -483,8 +483,8 @@ def test_a_refused_entry_still_takes_part_in_duplicate_checks():
     orders, _ = bad_orders(retry={"delays": ["10x"]})
     raw = {"vhosts": [vhost_config(queues=[orders, {"name": "orders"}])]}
     assert config_problems(raw) == [
-        ("vhosts[0].queues[0].retry.delays[0]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)'),
-        ("vhosts[0].queues[1].name", 'duplicate queue "orders" (also vhosts[0].queues[0].name); keep one'),
+        ("vhosts[shop].queues[0].retry.delays[0]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)'),
+        ("vhosts[shop].queues[1].name", 'duplicate queue "orders" (also vhosts[shop].queues[0].name); keep one'),
     ]
 
 
@@ -498,7 +498,7 @@ def with_users(*users: str) -> dict[str, Any]:
 def test_the_config_loads_without_passwords_and_password_problems_names_each_missing_one():
     config = load_stack_config(with_users("billing", "shipping"))
     assert password_problems(config, {"billing": "s3cret"}) == [
-        ("vhosts[0].applications[1].user",
+        ("vhosts[shop].applications[shipping].user",
          "no password for \"shipping\": `pulumi config set --secret --path 'rabbitmq-retry:passwords.shipping' "
          "<password>`"),
     ]
@@ -519,10 +519,10 @@ def test_a_password_filed_under_a_user_nobody_declares_is_a_problem_with_the_clo
 def test_an_empty_or_non_string_password_is_a_problem():
     config = load_stack_config(with_users("billing", "shipping"))
     assert password_problems(config, {"billing": "", "shipping": 42}) == [
-        ("vhosts[0].applications[0].user",
+        ("vhosts[shop].applications[billing].user",
          "the password for \"billing\" is empty: `pulumi config set --secret --path "
          "'rabbitmq-retry:passwords.billing' <password>`"),
-        ("vhosts[0].applications[1].user",
+        ("vhosts[shop].applications[shipping].user",
          "the password for \"shipping\" is int, not a string: `pulumi config set --secret --path "
          "'rabbitmq-retry:passwords.shipping' <password>`"),
     ]
@@ -534,7 +534,7 @@ def test_passwords_that_are_not_a_mapping_are_a_problem_for_the_config_and_for_p
     assert config_problems({**with_users("billing"), "passwords": "s3cret"}) == [not_a_mapping]
     assert password_problems(load_stack_config(with_users("billing")), "s3cret") == [
         not_a_mapping,
-        ("vhosts[0].applications[0].user", "no password for \"billing\": `pulumi config set --secret --path "
+        ("vhosts[shop].applications[billing].user", "no password for \"billing\": `pulumi config set --secret --path "
          "'rabbitmq-retry:passwords.billing' <password>`"),
     ]
 
@@ -562,13 +562,13 @@ def test_a_password_that_is_not_a_string_is_refused_by_the_config():
 def test_the_password_hint_is_a_working_command_for_every_user_name(user, command):
     config = load_stack_config(with_users(user))
     assert password_problems(config, {}) == [
-        ("vhosts[0].applications[0].user", f'no password for "{user}": `{command}`')]
+        ("vhosts[shop].applications[team:billing].user", f'no password for "{user}": `{command}`')]
 
 
 def test_a_name_no_property_path_can_spell_is_told_to_be_renamed():
     config = load_stack_config(with_users("billing.svc\\"))
     assert password_problems(config, {}) == [
-        ("vhosts[0].applications[0].user",
+        ("vhosts[shop].applications[billing.svc\\].user",
          'no password for "billing.svc\\": no `pulumi config set --path` can name this user (it ends with a '
          'backslash and needs `["…"]`); rename the user'),
     ]
@@ -617,7 +617,7 @@ def test_a_plain_password_problem_names_the_command_that_encrypts_it_and_never_t
 
 def test_guest_is_never_an_application_user():
     assert config_problems(with_users("billing", "guest")) == [
-        ("vhosts[0].applications[1].user",
+        ("vhosts[shop].applications[guest].user",
          "\"guest\" is RabbitMQ's built-in administrator, often the user deploying this stack: pulumi up would "
          "overwrite the deploying user's tags and password mid-deploy; give the application its own user"),
     ]
@@ -647,7 +647,7 @@ def test_every_policy_key_rabbitmq_knows_is_accepted_with_a_value_it_takes():
 def test_delayed_retry_keys_in_combinations_rabbitmq_refuses_are_refused():
     # Measured on 4.3.6: tests/broker/test_policy_acceptance.py.
     assert config_problems(with_policy({"delayed-retry-type": "all"})) == [
-        ("vhosts[0].policies[0].definition.delayed-retry-type", "'all' needs delayed-retry-min beside it (RabbitMQ "
+        ("vhosts[shop].policies[team].definition.delayed-retry-type", "'all' needs delayed-retry-min beside it (RabbitMQ "
          "refuses the policy without it); add delayed-retry-min, in ms")]
     assert config_problems(with_policy({"delayed-retry-min": 200, "delayed-retry-max": 100})) == [
         ("vhosts[0].policies[0].definition.delayed-retry-max", "100 is below delayed-retry-min (200): RabbitMQ "
@@ -657,16 +657,16 @@ def test_delayed_retry_keys_in_combinations_rabbitmq_refuses_are_refused():
 
 def test_a_policy_key_rabbitmq_does_not_know_is_refused_with_the_keys_it_knows():
     assert config_problems(with_policy({"x": "true", "max-length": 1})) == [
-        ("vhosts[0].policies[0].definition.x", f"not a policy key RabbitMQ knows (allowed: "
+        ("vhosts[shop].policies[team].definition.x", f"not a policy key RabbitMQ knows (allowed: "
          f"{', '.join(POLICY_DEFINITION_KEYS)})"),
     ]
 
 
 def test_classic_mirroring_keys_are_refused_with_what_to_use_instead():
     assert config_problems(with_policy({"ha-mode": "all", "queue-master-locator": "min-masters"})) == [
-        ("vhosts[0].policies[0].definition.ha-mode",
+        ("vhosts[shop].policies[team].definition.ha-mode",
          "a classic queue mirroring key: RabbitMQ 4.0 removed mirroring (4.3 refuses it); use quorum queues"),
-        ("vhosts[0].policies[0].definition.queue-master-locator",
+        ("vhosts[shop].policies[team].definition.queue-master-locator",
          "deprecated, and refused by RabbitMQ 4.3; use queue-leader-locator"),
     ]
 
@@ -685,24 +685,24 @@ def test_a_number_the_provider_would_read_back_differently_is_refused_with_the_n
 @pytest.mark.parametrize("value", ["true", "false", "1.5", "1_000", " 5", "٣", "1e3", str(2**63)])
 def test_an_integer_policy_key_takes_only_an_integer(value):
     assert config_problems(with_policy({"message-ttl": value})) == [
-        ("vhosts[0].policies[0].definition.message-ttl",
+        ("vhosts[shop].policies[team].definition.message-ttl",
          f"{value!r} is not an integer; RabbitMQ takes only an integer for message-ttl"),
     ]
 
 
 def test_a_word_policy_key_takes_only_its_words():
     assert config_problems(with_policy({"overflow": "true", "queue-mode": "False", "max-age": "true"})) == [
-        ("vhosts[0].policies[0].definition.overflow",
+        ("vhosts[shop].policies[team].definition.overflow",
          "'true' is not one of drop-head, reject-publish, reject-publish-dlx"),
-        ("vhosts[0].policies[0].definition.queue-mode", "'False' is not one of default, lazy"),
-        ("vhosts[0].policies[0].definition.max-age",
+        ("vhosts[shop].policies[team].definition.queue-mode", "'False' is not one of default, lazy"),
+        ("vhosts[shop].policies[team].definition.max-age",
          "'true' is not a max-age: a count and a unit (Y, M, D, h, m or s), e.g. 7D"),
     ]
 
 
 def test_a_boolean_is_refused_and_a_name_may_be_true():
     assert config_problems(with_policy({"max-length": True})) == [
-        ("vhosts[0].policies[0].definition.max-length", "expected a string or an integer, got True")]
+        ("vhosts[shop].policies[team].definition.max-length", "expected a string or an integer, got True")]
     (policy,) = load_stack_config(with_policy({"dead-letter-exchange": "true"})).vhosts[0].policies
     assert policy.definition == {"dead-letter-exchange": "true"}
 
@@ -722,7 +722,7 @@ def test_a_queue_s_arguments_are_kept_as_written_and_each_mistake_is_one_line_na
         return config_problems({"vhosts": [vhost_config(queues=[{"name": "q", "type": "classic", **entry}])]})
 
     assert problems(arguments={"x-message-ttl": "60000"}) == [
-        ("vhosts[0].queues[0].arguments.x-message-ttl",
+        ("vhosts[shop].queues[q].arguments.x-message-ttl",
          "'60000': RabbitMQ takes x-message-ttl only as a non-negative integer, e.g. 60000")]
     assert problems(arguments={"x-overflow": "drop"})[0][0] == "vhosts[0].queues[0].arguments.x-overflow"
     assert problems(arguments={"message-ttl": 5})[0] == (

@@ -21,6 +21,7 @@ until it is fixed (then the xfail turns into an XPASS failure: remove both entri
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import shlex
@@ -46,6 +47,7 @@ from components.config import (
     load_stack_config,
     password_problems,
 )
+from components.config.key_paths import NAME_KEYS, with_paths
 from components.config.keys import NAMESPACE
 from components.durations import MAX_MS, DurationError, format_duration, parse_duration
 from components.plan import VhostPlan, plan_vhost
@@ -586,29 +588,45 @@ def cases(draw: st.DrawFn) -> Case:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def path_exists(node: Any, rest: str, root: bool = True) -> bool:
-    """`rest` (as ConfigError writes key paths: `vhosts[0].queues[1].name`) names a value of `node`, or a
-    schema key missing from a mapping that exists. Keys may contain "." or "[", so this backtracks."""
+def path_exists(node: Any, rest: str, root: bool = True, key: object = None) -> bool:
+    """`rest` (as ConfigError writes key paths: `vhosts[shop].queues[1].name`) names a value of `node`, or a
+    schema key missing from a mapping that exists. Keys may contain "." or "[", so this backtracks. An entry of a
+    list in `NAME_KEYS` (`key`: the list's own key) is named by its name when no other entry has it, else by index."""
     if not rest:
         return True
     if isinstance(node, list):
-        match = re.match(r"\[(\d+)\]", rest)
-        return bool(match) and int(match[1]) < len(node) and path_exists(node[int(match[1])], rest[match.end():],
-                                                                          root=False)
+        entry = list_entry(node, NAME_KEYS.get(str(key)), rest)
+        return entry is not None and path_exists(node[entry[0]], rest[entry[1]:], root=False)
     if not isinstance(node, Mapping):
         return False
     if not root and rest.startswith('["'):  # a key Pulumi writes `["…"]`, `\\"` for a quote; it may hold `"]`
         ends = (match.start() for match in re.finditer(r'"\]', rest) if match.start() >= 2)
-        return any((key := rest[2:end].replace('\\"', '"')) in node
-                   and path_exists(node[key], rest[end + 2:], root=False) for end in ends)
+        return any((name := rest[2:end].replace('\\"', '"')) in node
+                   and path_exists(node[name], rest[end + 2:], root=False, key=name) for end in ends)
     if not root:
         if not rest.startswith("."):
             return False
         rest = rest[1:]
-    if any(rest.startswith(str(key)) and path_exists(value, rest[len(str(key)):], root=False)
-           for key, value in node.items()):
+    if any(rest.startswith(str(name)) and path_exists(value, rest[len(str(name)):], root=False, key=name)
+           for name, value in node.items()):
         return True
     return rest in KNOWN_KEYS and rest not in node
+
+
+def list_entry(node: list[Any], name_key: str | None, rest: str) -> tuple[int, int] | None:
+    """(index, length of the segment) of the entry `rest` starts with: `[2]` for an entry without a name of its own,
+    `[orders]` or `["a]b"]` (JSON, for a name that could be misread) for one whose name no other entry has."""
+    names = [entry.get(name_key) if name_key and isinstance(entry, Mapping) else None for entry in node]
+    unique = [isinstance(name, str) and name != "" and names.count(name) == 1 for name in names]
+    if match := re.match(r"\[(\d+)\]", rest):
+        index = int(match[1])
+        return (index, match.end()) if index < len(node) and not unique[index] else None
+    match = re.match(r'\[("(?:[^"\\]|\\.)*")\]', rest) or re.match(r'\[([^\[\]"\s]+)\]', rest)
+    if match is None:
+        return None
+    name = json.loads(match[1]) if match[1].startswith('"') else match[1]
+    index = next((i for i, written in enumerate(names) if unique[i] and written == name), None)
+    return None if index is None else (index, match.end())
 
 
 def check_problems(raw: Tree, error: ConfigError) -> None:
@@ -770,8 +788,8 @@ def password_violations(raw: Tree, config: StackConfig) -> list[Violation]:
     """`password_problems` names exactly the application users without a non-empty string password, each
     with a command that sets exactly that user's password (or, when none can, says so)."""
     passwords = raw.get("passwords")
-    users = {f"vhosts[{i}].applications[{j}].user": app.user for i, vhost in enumerate(config.vhosts)
-             for j, app in zip(vhost.application_indexes, vhost.applications, strict=True)}
+    users = {f"{at}.{path}": user for at, vhost in with_paths("", "vhosts", config.vhosts)
+             for user, path in vhost.user_paths() if path.startswith("applications[")}
     missing = {path for path, user in users.items()
                if not isinstance(passwords, Mapping) or not isinstance(passwords.get(user), str) or not passwords[user]}
     problems = password_problems(config, passwords)
@@ -964,11 +982,17 @@ def test_regression(raw: Tree, outcome: str) -> None:
 
 
 def test_the_key_path_check_accepts_only_paths_of_the_input() -> None:
-    raw = {"vhosts": [{"name": "v", "queues": [{"name": "q"}]}], "a.b": {"c": 1}}
-    for path in ("vhosts", "vhosts[0].queues[0].name", "vhosts[0].queues[0].retry", "a.b", "a.b.c", "defaults"):
+    raw = {"vhosts": [{"name": "v", "queues": [{"name": "q.1"}, {"name": "0"}, {"name": "a]b"}, {"name": "d"},
+                                                {"name": "d"}, {"bindings": [{"exchange": "x"}]}]}],
+           "a.b": {"c": 1}}
+    for path in ("vhosts", "vhosts[v].queues[q.1].name", "vhosts[v].queues[q.1].retry", 'vhosts[v].queues["0"]',
+                 'vhosts[v].queues["a]b"].name', "vhosts[v].queues[3]", "vhosts[v].queues[4].name",
+                 "vhosts[v].queues[5].bindings[0].exchange", "a.b", "a.b.c", "defaults"):
         assert path_exists(raw, path), path
-    for path in ("vhosts[1]", "vhosts[0].queues[1].name", "vhosts[0].queues[0].name.x", "vhosts.name", "a", "a.b.d",
-                 "vhosts[0]queues", "nonsense"):
+    for path in ("vhosts[0]", "vhosts[1]", "vhosts[v].queues[0].name", "vhosts[v].queues[1]", "vhosts[v].queues[0]",
+                 "vhosts[v].queues[d]", 'vhosts[v].queues["q.2"]', "vhosts[v].queues[6]",
+                 "vhosts[v].queues[5].bindings[x]", "vhosts[v].queues[q.1].name.x", "vhosts.name", "a", "a.b.d",
+                 "vhosts[v]queues", "nonsense"):
         assert not path_exists(raw, path), path
 
 

@@ -126,9 +126,9 @@ def test_doctor_finds_the_migrations_of_a_stack_and_blocks_them_without_the_shov
     raw["queues"][0].pop("bindings", None)
     raw["migrations"] = [{"name": "to-quorum", "move": {"from": queues[0]["name"], "to": "orders.q"}, "step": "move"}]
     config = load_stack_config({"vhosts": [raw]})
-    assert doctor.migrations_of(config) == ["vhosts[0].migrations"]
+    assert doctor.migrations_of(config) == ["vhosts[shop].migrations"]
     found = doctor.diagnose(config, planned_objects(config), facts("4.3.6"))
-    assert [b for b in found.blocking if b.startswith("vhosts[0].migrations: the stack declares migrations")]
+    assert [b for b in found.blocking if b.startswith("vhosts[shop].migrations: the stack declares migrations")]
 
 
 def test_doctor_blocks_a_migration_whose_shovels_would_connect_to_a_port_the_broker_does_not_listen_on():

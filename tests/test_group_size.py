@@ -65,7 +65,7 @@ def test_the_key_comes_from_its_own_config_key_path() -> None:
     [(_, plan)] = plan_stack(load_stack_config(stack("4.3.6", group_size=None, queues=[
         {**TIERS_QUEUE, "quorum_group_size": 3}, LEVELS_QUEUE], levels={"quorum_group_size": 2})))
     [orders] = [r for r in plan.retryables if r.config.name == "orders"]
-    own = "vhosts[0].queues[0].quorum_group_size"
+    own = "vhosts[shop].queues[orders].quorum_group_size"
     assert {p.name: p.sources.get("target-group-size") for p in orders.policies} == {
         "orders": own, "orders.wait.1": own, "orders.wait.2": own, "orders.error": own}
     assert plan.delay_levels is not None
@@ -126,11 +126,11 @@ def test_the_delay_levels_take_the_default_group_size_or_their_own() -> None:
 def test_a_group_size_on_classic_levels_or_below_one_is_refused_with_its_key_path() -> None:
     with pytest.raises(ConfigError) as refused:
         load_stack_config(stack(None, levels={"type": "classic", "quorum_group_size": 2}))
-    assert [path for path, _ in refused.value.problems] == ["vhosts[0].delay_levels.quorum_group_size"]
+    assert [path for path, _ in refused.value.problems] == ["vhosts[shop].delay_levels.quorum_group_size"]
     assert "quorum-only" in refused.value.problems[0][1]
     with pytest.raises(ConfigError) as zero:
         load_stack_config(stack(None, levels={"quorum_group_size": 0}))
-    assert [path for path, _ in zero.value.problems] == ["vhosts[0].delay_levels.quorum_group_size"]
+    assert [path for path, _ in zero.value.problems] == ["vhosts[shop].delay_levels.quorum_group_size"]
 
 
 def test_doctor_warns_when_the_delay_levels_ask_for_more_replicas_than_running_nodes() -> None:

@@ -88,15 +88,15 @@ def with_backoff(**backoff: Any) -> dict[str, Any]:
                  [(f"{Q}.retry.max_retries", "missing; strategy levels needs it (the retries before a message is "
                                              "parked)")], id="max-retries-missing"),
     pytest.param(with_backoff(initial="500ms"),
-                 [(f"{Q}.retry.backoff.initial", "500ms is shorter than vhosts[0].delay_levels.unit (1s), the "
+                 [(f"{Q}.retry.backoff.initial", "500ms is shorter than vhosts[shop].delay_levels.unit (1s), the "
                                                  "shortest delay the levels make; raise initial or lower the unit")],
                  id="initial-below-unit"),
     pytest.param(stack(levels_vhost([levels_queue(backoff={"max": "25h"})])),
-                 [(f"{Q}.retry.backoff.max", "25h is longer than vhosts[0].delay_levels.max_delay (24h), the "
+                 [(f"{Q}.retry.backoff.max", "25h is longer than vhosts[shop].delay_levels.max_delay (24h), the "
                                              "longest delay the levels hold; lower max or raise max_delay")],
                  id="max-over-max-delay"),
     pytest.param(stack(levels_vhost([levels_queue(backoff={"max": "16s", "jitter": 0.5})], SMALL)),
-                 [(f"{Q}.retry.backoff.max", "16s is longer than vhosts[0].delay_levels.max_delay (15s), "
+                 [(f"{Q}.retry.backoff.max", "16s is longer than vhosts[shop].delay_levels.max_delay (15s), "
                                              "the longest delay the levels hold; lower max or raise max_delay")],
                  id="max-over-small-levels"),
     pytest.param(with_backoff(multiplier=0.5),
@@ -115,26 +115,26 @@ def with_backoff(**backoff: Any) -> dict[str, Any]:
                                                  "jitter)")],
                  id="unknown-backoff-key"),
     pytest.param(stack(vhost_config(delay_levels={"unit": "1s"})),
-                 [("vhosts[0].delay_levels", "no queue of this vhost has retry.strategy: levels; remove "
+                 [("vhosts[shop].delay_levels", "no queue of this vhost has retry.strategy: levels; remove "
                                              "delay_levels")], id="delay-levels-without-a-levels-queue"),
     pytest.param(stack(levels_vhost(delay_levels={"unit": "10s", "max_delay": "5s"})),
-                 [("vhosts[0].delay_levels.max_delay", "'5s' is shorter than unit '10s'")], id="unit-over-max-delay"),
+                 [("vhosts[shop].delay_levels.max_delay", "'5s' is shorter than unit '10s'")], id="unit-over-max-delay"),
     pytest.param(stack(levels_vhost(delay_levels={"unit": "1ms", "max_delay": "4d"})),
-                 [("vhosts[0].delay_levels.max_delay", "29 levels of 1ms are more than the 28 a routing key carries; "
+                 [("vhosts[shop].delay_levels.max_delay", "29 levels of 1ms are more than the 28 a routing key carries; "
                                                        "raise unit or lower max_delay")], id="29-levels"),
     pytest.param(stack(levels_vhost([levels_queue(backoff={"initial": "3000000000ms", "max": "3000000000ms",
                                                            "jitter": 0})],
                                     {"unit": "3000000000ms", "max_delay": "4000000000ms"})),
-                 [("vhosts[0].delay_levels.max_delay", "the top level would hold messages 100000m, over "
+                 [("vhosts[shop].delay_levels.max_delay", "the top level would hold messages 100000m, over "
                                                        "RabbitMQ's longest message-ttl (4294967295ms, about 49 "
                                                        "days); lower "
                                                        "max_delay or unit")],
                  id="top-level-ttl-over-2^32-1"),
     pytest.param(stack(levels_vhost(delay_levels={"unit": "1s", "size": 3})),
-                 [("vhosts[0].delay_levels.size", "unknown key (allowed: unit, max_delay, type, quorum_group_size)")],
+                 [("vhosts[shop].delay_levels.size", "unknown key (allowed: unit, max_delay, type, quorum_group_size)")],
                  id="unknown-delay-levels-key"),
     pytest.param(stack(levels_vhost(delay_levels={"type": "stream"})),
-                 [("vhosts[0].delay_levels.type", "'stream' is not one of classic, quorum")], id="delay-levels-type"),
+                 [("vhosts[shop].delay_levels.type", "'stream' is not one of classic, quorum")], id="delay-levels-type"),
     pytest.param(stack(levels_vhost([levels_queue("orders.*.eu")])),
                  [(f"{Q}.name", '"orders.*.eu": a word "*" or "#" would be a wildcard in the delivery binding of '
                                 "strategy levels, which must match this queue only; rename the queue")],
@@ -468,10 +468,10 @@ def test_an_operator_policy_ttl_shorter_than_a_level_is_refused_with_its_key_pat
                                 operator_policies=[operator_policy(r"^rabbitmq-retry\.delay\.[23]$",
                                                                    **{"message-ttl": 3000})]))
     assert messages(check_vhost(plan)) == [
-        'vhosts[0].operator_policies[0].definition.message-ttl: message-ttl 3000 on delay level '
+        'vhosts[0].operator_policies[ops].definition.message-ttl: message-ttl 3000 on delay level '
         '"rabbitmq-retry.delay.2" is not its 4s: messages would come back at the wrong time; narrow the '
         'operator policy\'s pattern so that it does not match "rabbitmq-retry.delay.2"',
-        'vhosts[0].operator_policies[0].definition.message-ttl: message-ttl 3000 on delay level '
+        'vhosts[0].operator_policies[ops].definition.message-ttl: message-ttl 3000 on delay level '
         '"rabbitmq-retry.delay.3" is not its 8s: messages would come back at the wrong time; narrow the '
         'operator policy\'s pattern so that it does not match "rabbitmq-retry.delay.3"']
 
@@ -486,7 +486,7 @@ def test_an_operator_policy_expiry_on_a_level_is_refused_with_its_key_path():
     plan = planned(levels_vhost(delay_levels=SMALL,
                                 operator_policies=[operator_policy(r"^rabbitmq-retry\.delay\.1$", expires=3_600_000)]))
     assert messages(check_vhost(plan)) == [
-        'vhosts[0].operator_policies[0].definition.expires: expires 3600000 reaches delay level '
+        'vhosts[0].operator_policies[ops].definition.expires: expires 3600000 reaches delay level '
         '"rabbitmq-retry.delay.1", which has no consumer: RabbitMQ would delete it with its messages; narrow the '
         'operator policy\'s pattern so that it does not match "rabbitmq-retry.delay.1"']
 
@@ -498,7 +498,7 @@ def test_an_operator_max_length_on_a_classic_level_is_refused_but_a_quorum_level
     capped = [operator_policy(r"^rabbitmq-retry\.delay\.0$", **{"max-length": 1000})]
     classic = planned(levels_vhost(delay_levels={**SMALL, "type": "classic"}, operator_policies=capped))
     assert messages(check_vhost(classic)) == [
-        'vhosts[0].operator_policies[0].definition.max-length: max-length 1000 on delay level '
+        'vhosts[0].operator_policies[ops].definition.max-length: max-length 1000 on delay level '
         '"rabbitmq-retry.delay.0" without overflow reject-publish: when full, RabbitMQ sends the oldest message on '
         'before its delay is over; narrow the operator policy\'s pattern so that it does not match '
         '"rabbitmq-retry.delay.0"']
@@ -509,12 +509,12 @@ def test_a_user_policy_on_a_level_overlaps_the_levels_own_policy():
     plan = planned(levels_vhost(delay_levels=SMALL, policies=[
         {"name": "lazy", "pattern": r"^rabbitmq-retry\.delay\.0$", "priority": 99, "definition": {"max-length": 5}}]))
     assert messages(check_vhost(plan)) == [
-        "vhosts[0].policies[0] (policy 'lazy') matches 1 queue that has a policy of this stack "
+        "vhosts[0].policies[lazy] (policy 'lazy') matches 1 queue that has a policy of this stack "
         '("rabbitmq-retry.delay.0"): RabbitMQ applies only one policy per queue; narrow the pattern to leave them '
         "out, and set what it sets through the queue's own keys (max_length, delivery_limit; message_ttl, "
         "max_length_bytes on a plain queue)",
         # The higher priority wins, and it sets no TTL: the level would hold its messages for ever.
-        'vhosts[0].policies[0]: message-ttl none on delay level "rabbitmq-retry.delay.0" is not its 1s: '
+        'vhosts[0].policies[lazy]: message-ttl none on delay level "rabbitmq-retry.delay.0" is not its 1s: '
         'messages would never come back; narrow its pattern so that it does not match "rabbitmq-retry.delay.0"']
 
 

@@ -72,7 +72,7 @@ def test_step_move_says_what_moves_where_and_what_is_next_and_exits_0(review_of:
             "`rabbitmq-retry.migrate.orders-to-quorum.error` `orders.error` → `orders.q.error`") in section
     assert "new publishes reach `orders.q` only" in section
     assert "as this stack's user `rabbitmq-retry-shovel.rabbitmq-retry.review`" in section
-    assert ("Next: once `make migrate-status STACK=review` says drained, remove `orders` from vhosts[0].queues and "
+    assert ("Next: once `make migrate-status STACK=review` says drained, remove `orders` from vhosts[shop].queues and "
             "set `step: retire` in one commit.") in section
     assert "data loss" not in text.split("### Migrations", 1)[0].lower()
 

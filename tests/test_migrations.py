@@ -93,7 +93,7 @@ def test_a_move_names_its_key_path_when_the_old_queue_still_has_bindings():
     config = moving()
     config["queues"][0]["bindings"] = EVENTS
     [(path, message)] = problems(config)
-    assert path == "vhosts[0].queues[0].bindings"
+    assert path == "vhosts[0].queues[orders].bindings"
     assert "publishes would reach both queues and the shovel would duplicate them" in message
     assert message.endswith("move its bindings to orders.q")
 
@@ -102,7 +102,7 @@ def test_step_retire_refuses_the_old_queue_still_in_queues():
     config = moving()
     config["migrations"][0]["step"] = "retire"
     [(path, message)] = problems(config)
-    assert (path, message) == ("vhosts[0].queues[0]", "remove queue orders from vhosts[0].queues: step retire of "
+    assert (path, message) == ("vhosts[0].queues[orders]", "remove queue orders from vhosts[0].queues: step retire of "
                                                       "migration orders-to-quorum deletes it once empty")
 
 
@@ -111,7 +111,7 @@ def test_step_move_refuses_an_old_queue_missing_from_queues_and_a_successor_that
     config["migrations"][0]["step"] = "move"
     config["migrations"][0]["move"]["to"] = "orders.z"
     paths = [path for path, _ in problems(config)]
-    assert paths == ["vhosts[0].migrations[0].move.to", "vhosts[0].migrations[0].move.from"]
+    assert paths == ["vhosts[0].migrations[orders-to-quorum].move.to", "vhosts[0].migrations[orders-to-quorum].move.from"]
 
 
 @pytest.mark.parametrize(("change", "path", "words"), [
@@ -132,7 +132,7 @@ def test_each_bad_entry_is_refused_at_its_key_path(change, path, words):
 def test_step_is_required_and_says_where_to_start():
     config = moving()
     del config["migrations"][0]["step"]
-    assert problems(config) == [("vhosts[0].migrations[0].step", "missing; move then retire (start with step: move)")]
+    assert problems(config) == [("vhosts[0].migrations[orders-to-quorum].step", "missing; move then retire (start with step: move)")]
 
 
 def test_two_migrations_may_not_share_a_name_or_move_one_queue_twice():
@@ -150,13 +150,13 @@ def test_a_chain_in_the_same_step_is_refused():
     config["queues"].append({"name": "orders.r", "bindings": EVENTS, "retry": {"delays": ["1s"]}})
     config["migrations"].append({"name": "q-to-r", "move": {"from": "orders.q", "to": "orders.r"}, "step": "move"})
     [(path, message)] = problems(config)
-    assert path == "vhosts[0].migrations[0].move.to"
+    assert path == "vhosts[0].migrations[orders-to-quorum].move.to"
     assert "finish this migration (step retire) before starting that one" in message
 
 
 def test_a_retryable_queue_moves_only_to_a_retryable_successor_its_parked_messages_can_reach():
     [(path, message)] = problems(moving(successor={"name": "orders.q"}))
-    assert path == "vhosts[0].migrations[0].move.to"
+    assert path == "vhosts[0].migrations[orders-to-quorum].move.to"
     assert "give orders.q a retry block" in message
 
 
@@ -164,14 +164,14 @@ def test_drain_tiers_needs_more_tiers_before_than_now():
     config = draining_tiers()
     config["migrations"][0]["drain_tiers"]["delays"] = ["5s"]
     [(path, message)] = problems(config)
-    assert path == "vhosts[0].migrations[0].drain_tiers.delays"
+    assert path == "vhosts[0].migrations[orders-drop-tiers].drain_tiers.delays"
     assert "nothing to drain" in message
 
 
 def test_drain_tiers_delays_written_alone_are_suggested_as_a_list():
     config = draining_tiers()
     config["migrations"][0]["drain_tiers"]["delays"] = "1m"
-    assert problems(config) == [("vhosts[0].migrations[0].drain_tiers.delays",
+    assert problems(config) == [("vhosts[0].migrations[orders-drop-tiers].drain_tiers.delays",
                                  "expected a list, got str; write delays: [1m]")]
 
 
@@ -179,7 +179,7 @@ def test_drain_tiers_of_a_queue_without_tiers_points_to_a_move():
     config = draining_tiers()
     config["migrations"][0]["drain_tiers"]["queue"] = "audit"
     [(path, message)] = problems(config)
-    assert path == "vhosts[0].migrations[0].drain_tiers.queue"
+    assert path == "vhosts[0].migrations[orders-drop-tiers].drain_tiers.queue"
     assert "a change of strategy is a move" in message
 
 
@@ -187,14 +187,14 @@ def test_drain_levels_needs_more_levels_before_than_now():
     config = levels_vhost("1d")
     config["migrations"] = [{"name": "levels-down", "drain_levels": {"max_delay": "1h"}, "step": "drain"}]
     [(path, message)] = problems(config)
-    assert path == "vhosts[0].migrations[0].drain_levels.max_delay"
+    assert path == "vhosts[0].migrations[levels-down].drain_levels.max_delay"
     assert "nothing to drain" in message
 
 
 def test_the_shovel_user_needs_a_password_while_a_queue_moves_and_no_application_may_take_its_name():
     config = load_stack_config({"vhosts": [moving()]})
     [(path, message)] = password_problems(config, {})
-    assert path == "vhosts[0].migrations[0]"
+    assert path == "vhosts[shop].migrations[orders-to-quorum]"
     assert message.startswith("no password for the stack's shovel user")
     assert "'rabbitmq-retry:passwords.rabbitmq-retry-shovel'" in message
     assert password_problems(config, {"rabbitmq-retry-shovel": "s"}) == []
@@ -280,7 +280,7 @@ def test_drain_tiers_keeps_the_removed_tiers_exactly_as_the_old_config_planned_t
     assert [t["routing_key"] for t in draining.retryables[0].contract("shop")["tiers"]] == ["wait.1"]
     assert draining.migrations[0].old_queues == ("orders.wait.2", "orders.wait.3")
     policy = now[("policies", "wait-3-policy")]
-    assert policy.sources == {"message-ttl": "vhosts[0].migrations[0].drain_tiers.delays[2]"}
+    assert policy.sources == {"message-ttl": "vhosts[0].migrations[orders-drop-tiers].drain_tiers.delays[2]"}
 
 
 def test_drain_tiers_retire_drops_the_tiers():
@@ -489,7 +489,7 @@ def test_pulumi_up_refuses_a_move_without_the_shovel_users_password(program_copy
     write_stack(program_copy, moving())
     with pytest.raises(Exception) as error:
         record_program("mig", program_copy, preview=False)
-    assert ("vhosts[0].migrations[0]", "no password for the stack's shovel user, which this "
+    assert ("vhosts[shop].migrations[orders-to-quorum]", "no password for the stack's shovel user, which this "
             "migration's shovels connect as: `pulumi config set --secret --path "
             "'rabbitmq-retry:passwords.rabbitmq-retry-shovel' <password>`") in error.value.problems  # type: ignore
 

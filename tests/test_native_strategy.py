@@ -123,7 +123,7 @@ def test_an_operator_policy_lowering_a_native_delivery_limit_is_refused():
     config = native_vhost(operator_policies=[{"name": "ops", "pattern": "^orders$",
                                               "definition": {"delivery-limit": 2}}])
     problems = check_vhost(plan_vhost(load_vhost(config, "vhosts[0]"), "vhosts[0]"))
-    path = "vhosts[0].operator_policies[0].definition.delivery-limit"
+    path = "vhosts[0].operator_policies[ops].definition.delivery-limit"
     assert problems == [Problem(path, DELIVERY_LIMIT_NOT_MAX_RETRIES, f'{path}: delivery-limit 2 on quorum queue '
                                 '"orders" is not retry.max_retries (5): with strategy native it is the number of '
                                 "retries before the broker parks a message; narrow the operator policy's pattern so "

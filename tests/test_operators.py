@@ -62,7 +62,7 @@ def test_an_operator_of_a_vhost_without_retryable_queues_may_do_nothing():
 def test_an_operator_needs_a_password_named_by_its_key_path():
     config = load_stack_config({"vhosts": [shop(operators=[OPERATOR])]})
     assert password_problems(config, PASSWORDS) == [
-        ("vhosts[0].operators[0].user", 'no password for "ops-oncall": `pulumi config set --secret --path '
+        ("vhosts[shop].operators[ops-oncall].user", 'no password for "ops-oncall": `pulumi config set --secret --path '
          "'rabbitmq-retry:passwords.ops-oncall' <password>`")]
     assert password_problems(config, {**PASSWORDS, "ops-oncall": "0ps"}) == []
 
@@ -76,9 +76,9 @@ def test_an_operator_cannot_share_a_user_with_an_application_or_be_guest():
 
 
 @pytest.mark.parametrize(("operator", "path", "message"), [
-    ({"user": "ops", "role": "admin"}, "vhosts[0].operators[0].role", "unknown key (allowed: user)"),
-    ({}, "vhosts[0].operators[0].user", "user name must be a non-empty string, got None"),
-    ("ops", "vhosts[0].operators[0]", None),
+    ({"user": "ops", "role": "admin"}, "vhosts[shop].operators[ops].role", "unknown key (allowed: user)"),
+    ({}, "vhosts[shop].operators[0].user", "user name must be a non-empty string, got None"),
+    ("ops", "vhosts[shop].operators[0]", None),
 ])
 def test_a_malformed_operator_is_named_by_its_key_path(operator: Any, path: str, message: str | None):
     problems = config_problems({"vhosts": [shop(operators=[operator])]})

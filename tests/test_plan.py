@@ -134,7 +134,7 @@ def test_a_plain_queue_s_ttl_and_byte_limit_are_in_its_policy_and_single_active_
     (policy,) = [p for p in vhost_plan.policies if p.name == "audit"]
     assert dict(policy.definition) == {"max-length": "1000", "overflow": "reject-publish",
                                        "max-length-bytes": "10000000", "message-ttl": "90000"}
-    assert policy.sources["message-ttl"] == "vhosts[0].queues[0].message_ttl"
+    assert policy.sources["message-ttl"] == "vhosts[0].queues[audit].message_ttl"
     assert check_vhost(vhost_plan) == []
     bytes_only = plan_vhost(load_vhost(vhost_config(queues=[{"name": "audit", "type": "classic",
                                                              "max_length_bytes": 5}]), "vhosts[0]"), "vhosts[0]")
@@ -151,8 +151,8 @@ def test_a_retryable_queue_refuses_the_plain_queue_keys():
     raw = vhost_config(queues=[{**RETRYABLE, "message_ttl": "1m", "single_active_consumer": True}])
     with pytest.raises(ConfigError) as error:
         load_stack_config({"vhosts": [raw]})
-    assert [path for path, _ in error.value.problems] == ["vhosts[0].queues[0].message_ttl",
-                                                          "vhosts[0].queues[0].single_active_consumer"]
+    assert [path for path, _ in error.value.problems] == ["vhosts[shop].queues[orders].message_ttl",
+                                                          "vhosts[shop].queues[orders].single_active_consumer"]
 
 
 def test_quorum_group_size_is_an_argument_of_every_queue_a_config_queue_plans_and_absent_without_it():
@@ -192,7 +192,7 @@ def test_quorum_group_size_defaults_to_the_stack_default_on_quorum_queues_only_a
             queues=[{"name": "audit", "type": "classic", "quorum_group_size": 2},
                     {"name": "zero", "quorum_group_size": 0}])]})
     assert [path for path, _ in error.value.problems] == ["defaults.quorum_group_size",
-                                                          "vhosts[0].queues[0].quorum_group_size",
-                                                          "vhosts[0].queues[1].quorum_group_size"]
+                                                          "vhosts[shop].queues[audit].quorum_group_size",
+                                                          "vhosts[shop].queues[zero].quorum_group_size"]
     assert "quorum-only" in error.value.problems[1][1] and "set type: quorum" in error.value.problems[1][1]
     assert "out of range (use >= 1)" in error.value.problems[2][1]

@@ -89,7 +89,7 @@ def test_encrypted_passwords_pass_and_reach_only_the_user_as_a_secret(project: P
 def test_an_update_refuses_a_missing_password_before_registering_anything(project: Path):
     assert refusal(project, {"rabbitmq-retry:vhosts": [shop("billing", "billing.svc")],
                              "rabbitmq-retry:passwords": {"billing": SECURE}}, preview=False) == [
-        ("vhosts[0].applications[1].user", "no password for \"billing.svc\": `pulumi config set --secret --path "
+        ("vhosts[shop].applications[billing.svc].user", "no password for \"billing.svc\": `pulumi config set --secret --path "
          "'rabbitmq-retry:passwords[\"billing.svc\"]' <password>`"),
     ]
 
@@ -138,7 +138,7 @@ def test_the_provider_user_from_config_cannot_be_an_application(project: Path):
     assert refusal(project, {"rabbitmq:username": "deployer",
                              "rabbitmq-retry:vhosts": [shop("billing", "deployer")],
                              "rabbitmq-retry:passwords": {"billing": SECURE, "deployer": SECURE}}) == [
-        ("vhosts[0].applications[1].user",
+        ("vhosts[shop].applications[deployer].user",
          f'"deployer" is the provider\'s user (rabbitmq:username or RABBITMQ_USERNAME): {LOCK_OUT}'),
     ]
 
@@ -148,7 +148,7 @@ def test_the_provider_user_from_the_environment_cannot_be_an_application(project
     monkeypatch.setenv("RABBITMQ_USERNAME", "deployer")
     problems = refusal(project, {"rabbitmq-retry:vhosts": [shop("deployer")],
                                  "rabbitmq-retry:passwords": {"deployer": SECURE}})
-    assert problems == [("vhosts[0].applications[0].user",
+    assert problems == [("vhosts[shop].applications[deployer].user",
                          f'"deployer" is the provider\'s user (rabbitmq:username or RABBITMQ_USERNAME): {LOCK_OUT}')]
 
 

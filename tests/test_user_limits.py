@@ -67,7 +67,7 @@ def test_the_plan_names_the_config_key_of_each_users_limits() -> None:
     [(_, plan)] = plan_stack(config)
     [limits] = plan.user_limits
     assert (limits.user, dict(limits.limits), limits.source) == (
-        "billing", {"max-connections": 4}, "vhosts[0].applications[1].limits")
+        "billing", {"max-connections": 4}, "vhosts[shop].applications[billing].limits")
 
 
 def test_the_serialized_provider_holds_no_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
