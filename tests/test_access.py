@@ -228,7 +228,7 @@ def test_every_application_needs_a_password():
          "'rabbitmq-retry:passwords.shipping-app' <password>`"),
     ]
     assert password_problems(config, None) == [
-        ("vhosts[0].applications[0].user",
+        ("vhosts[shop].applications[billing-app].user",
          "no password for \"billing-app\": `pulumi config set --secret --path "
          "'rabbitmq-retry:passwords.billing-app' <password>`"),
         ("vhosts[shop].applications[shipping-app].user",

@@ -40,7 +40,7 @@ def test_quorum_queues_and_their_at_least_once_dead_lettering_have_their_own_ver
     quorum_tiers = {**RETRYABLE, "type": "quorum"}
     assert [path for path, _ in config_problems(stack("3.9.29", quorum_tiers))] == ["vhosts[shop].queues[orders].retry"]
     assert [path for path, _ in config_problems(stack("3.7.28", quorum_tiers))] == [
-        "vhosts[0].queues[0].type", "vhosts[shop].queues[orders].retry"]
+        "vhosts[shop].queues[orders].type", "vhosts[shop].queues[orders].retry"]
     assert load_stack_config(stack("3.10.8", quorum_tiers)).broker_version == (3, 10, 8)
 
 

@@ -72,7 +72,7 @@ def test_a_delivery_limit_at_or_below_max_retries_plus_one_is_refused(limit: int
 
 def test_the_default_vhost_is_referenced_never_managed():
     config = load_stack_config({"vhosts": [vhost_config(name="/")]})
-    assert config.vhosts[/].existing is True
+    assert config.vhosts[0].existing is True
     assert config_problems({"vhosts": [vhost_config(name="/", existing=False)]}) == [
         ("vhosts[/].existing", 'the default vhost "/" is never managed by this stack; remove existing: false')
     ]
@@ -87,14 +87,14 @@ def test_external_exchanges_may_be_reserved_amq_exchanges():
 BAD_CONFIGS = [
     pytest.param(
         with_queue(retryable(delays=["1s", "10x"])),
-        [("vhosts[0].queues[0].retry.delays[1]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)')],
+        [("vhosts[shop].queues[orders].retry.delays[1]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)')],
         id="not-a-duration",
     ),
     pytest.param(
         with_queue(retryable(delays=["10s", "10s"])),
         [
             (
-                "vhosts[0].queues[0].retry.delays[1]",
+                "vhosts[shop].queues[orders].retry.delays[1]",
                 '"10s" is not longer than the delay before it; delays must be strictly increasing',
             )
         ],
@@ -102,34 +102,34 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         with_queue(retryable(delays=["0ms"])),
-        [("vhosts[0].queues[0].retry.delays[0]", '"0ms" is out of range (1ms … 4294967295ms, about 49 days)')],
+        [("vhosts[shop].queues[orders].retry.delays[0]", '"0ms" is out of range (1ms … 4294967295ms, about 49 days)')],
         id="delay-out-of-range",
     ),
     pytest.param(
         with_queue(retryable(delays=[])),
-        [("vhosts[0].queues[0].retry.delays", "empty; list at least one delay, e.g. [10s]")],
+        [("vhosts[shop].queues[orders].retry.delays", "empty; list at least one delay, e.g. [10s]")],
         id="no-delays",
     ),
     pytest.param(
         with_queue({"name": "orders", "retry": {"max_retries": 3}}),
-        [("vhosts[0].queues[0].retry.delays", "missing; list one delay per wait tier, e.g. [1s, 10s, 1m]")],
+        [("vhosts[shop].queues[orders].retry.delays", "missing; list one delay per wait tier, e.g. [1s, 10s, 1m]")],
         id="missing-delays",
     ),
     pytest.param(
         with_queue(retryable(max_retries=0)),
-        [("vhosts[0].queues[0].retry.max_retries", "0 is out of range (use 1 … 10000)")],
+        [("vhosts[shop].queues[orders].retry.max_retries", "0 is out of range (use 1 … 10000)")],
         id="max-retries-zero",
     ),
     pytest.param(
         with_queue(retryable(max_retries="3")),
-        [("vhosts[0].queues[0].retry.max_retries", "expected an integer, got '3'")],
+        [("vhosts[shop].queues[orders].retry.max_retries", "expected an integer, got '3'")],
         id="max-retries-string",
     ),
     pytest.param(
         with_queue({**retryable(), "retries": 3}),
         [
             (
-                "vhosts[0].queues[0].retries",
+                "vhosts[shop].queues[orders].retries",
                 'unknown key; did you mean "retry"? (allowed: name, type, bindings, max_length, delivery_limit, retry, '
                 "policy_priority, max_length_bytes, message_ttl, single_active_consumer, quorum_group_size, arguments, "
                 "alerts)",
@@ -148,44 +148,44 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         with_queue({**retryable(), "type": "stream"}),
-        [("vhosts[0].queues[0].type", "'stream' is not one of classic, quorum")],
+        [("vhosts[shop].queues[orders].type", "'stream' is not one of classic, quorum")],
         id="bad-queue-type",
     ),
     pytest.param(
         with_queue({**retryable(), "type": "classic", "delivery_limit": 5}),
-        [("vhosts[0].queues[0].delivery_limit", "delivery-limit is quorum-only; remove it or set type: quorum")],
+        [("vhosts[shop].queues[orders].delivery_limit", "delivery-limit is quorum-only; remove it or set type: quorum")],
         id="quorum-option-on-classic",
     ),
     pytest.param(
         with_queue({"name": "a@b"}),
-        [("vhosts[0].queues[0].name", '"a@b": "@" breaks the provider\'s name@vhost IDs; rename the queue')],
+        [("vhosts[shop].queues[a@b].name", '"a@b": "@" breaks the provider\'s name@vhost IDs; rename the queue')],
         id="at-sign",
     ),
     pytest.param(
         with_queue({"name": "a/b"}),
-        [("vhosts[0].queues[0].name", '"a/b": "/" breaks the provider\'s binding IDs; rename the queue')],
+        [("vhosts[shop].queues[a/b].name", '"a/b": "/" breaks the provider\'s binding IDs; rename the queue')],
         id="slash",
     ),
     pytest.param(
         with_queue({"name": "amq.mine"}),
-        [("vhosts[0].queues[0].name", '"amq.mine": the "amq." prefix is reserved by RabbitMQ; rename the queue')],
+        [("vhosts[shop].queues[amq.mine].name", '"amq.mine": the "amq." prefix is reserved by RabbitMQ; rename the queue')],
         id="reserved-prefix",
     ),
     pytest.param(
         with_queue({"name": ""}),
-        [("vhosts[0].queues[0].name", "queue name must be a non-empty string, got ''")],
+        [("vhosts[shop].queues[0].name", "queue name must be a non-empty string, got ''")],
         id="empty-name",
     ),
     pytest.param(
         with_queue({"name": "q" * 250, "retry": {"delays": ["1s"]}}),
-        [("vhosts[0].queues[0].name", f'derived name "{"q" * 40}…" is over 255 bytes; shorten the queue name')],
+        [("vhosts[shop].queues[qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq].name", f'derived name "{"q" * 40}…" is over 255 bytes; shorten the queue name')],
         id="derived-name-too-long",
     ),
     pytest.param(
         with_queue({"name": "q", "bindings": [{"exchange": "nowhere"}]}),
         [
             (
-                "vhosts[0].queues[0].bindings[0].exchange",
+                "vhosts[shop].queues[q].bindings[0].exchange",
                 '"nowhere" is not declared in this vhost; add it to exchanges or mark the binding external: true',
             )
         ],
@@ -193,19 +193,19 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         with_queue({"name": "q", "bindings": [{"exchange": "events", "external": True}]}),
-        [("vhosts[0].queues[0].bindings[0].external", '"events" is declared in this vhost; remove external: true')],
+        [("vhosts[shop].queues[q].bindings[0].external", '"events" is declared in this vhost; remove external: true')],
         id="external-but-declared",
     ),
     pytest.param(
         with_queue({"name": "q", "bindings": [{"exchange": "events", "routing_key": 42}]}),
-        [("vhosts[0].queues[0].bindings[0].routing_key", 'expected a string, got 42 (quote digits: "42")')],
+        [("vhosts[shop].queues[q].bindings[0].routing_key", 'expected a string, got 42 (quote digits: "42")')],
         id="numeric-routing-key",
     ),
     pytest.param(
         with_queue({"name": "q", "bindings": [{"exchange": "events", "arguments": {"kind": "a"}}]}),
         [
             (
-                "vhosts[0].queues[0].bindings[0].arguments",
+                "vhosts[shop].queues[q].bindings[0].arguments",
                 'binding arguments only match on headers exchanges; "events" is topic',
             )
         ],
@@ -213,7 +213,7 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         {"vhosts": [vhost_config(exchanges=[{"name": "events", "type": "x-delayed-message"}])]},
-        [("vhosts[0].exchanges[0].type", "'x-delayed-message' is not one of direct, topic, fanout, headers")],
+        [("vhosts[shop].exchanges[events].type", "'x-delayed-message' is not one of direct, topic, fanout, headers")],
         id="bad-exchange-type",
     ),
     pytest.param(
@@ -223,26 +223,26 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         {"vhosts": [vhost_config(queues=[{"name": "a"}, {"name": "a"}])]},
-        [("vhosts[0].queues[1].name", 'duplicate queue "a" (also vhosts[0].queues[0].name); keep one')],
+        [("vhosts[shop].queues[1].name", 'duplicate queue "a" (also vhosts[shop].queues[0].name); keep one')],
         id="duplicate-queue",
     ),
     pytest.param(
         # One problem, not one per queue and exchange the retryable queue derives.
         {"vhosts": [vhost_config(queues=[{"name": "a", "retry": {"delays": ["1s"]}},
                                          {"name": "a", "retry": {"delays": ["1s"]}}])]},
-        [("vhosts[0].queues[1].name", 'duplicate queue "a" (also vhosts[0].queues[0].name); keep one')],
+        [("vhosts[shop].queues[1].name", 'duplicate queue "a" (also vhosts[shop].queues[0].name); keep one')],
         id="duplicate-retryable-queue",
     ),
     pytest.param(
         # One problem: the bindings to `events` are not also reported as undeclared.
         {"vhosts": [vhost_config(exchanges={"events": {"type": "topic"}})]},
-        [("vhosts[0].exchanges", "expected a list, got dict")],
+        [("vhosts[shop].exchanges", "expected a list, got dict")],
         id="exchanges-as-a-map",
     ),
     pytest.param(
         {"vhosts": [vhost_config(queues=[{"name": "a", "type": "quorum", "retry": {"strategy": "level"}}],
                                  delay_levels={"unit": "1s", "max_delay": "1m"})]},
-        [("vhosts[0].queues[0].retry.strategy", "'level' is not one of tiers, levels, native; did you mean "
+        [("vhosts[shop].queues[a].retry.strategy", "'level' is not one of tiers, levels, native; did you mean "
                                                 '"levels"?')],
         id="misspelt-strategy",
     ),
@@ -250,8 +250,8 @@ BAD_CONFIGS = [
         {"vhosts": [vhost_config(queues=[{"name": "a", "retry": {"delays": ["1s"]}}, {"name": "a.error"}])]},
         [
             (
-                "vhosts[0].queues[1].name",
-                'queue "a.error" is also declared by vhosts[0].queues[0].name; rename one of them',
+                "vhosts[shop].queues[a.error].name",
+                'queue "a.error" is also declared by vhosts[shop].queues[a].name; rename one of them',
             )
         ],
         id="clash-with-derived-queue",
@@ -267,30 +267,30 @@ BAD_CONFIGS = [
         },
         [
             (
-                "vhosts[0].queues[0].name",
-                'exchange "a.retry" is also declared by vhosts[0].exchanges[0].name; rename one of them',
+                "vhosts[shop].queues[a].name",
+                'exchange "a.retry" is also declared by vhosts[shop].exchanges[a.retry].name; rename one of them',
             )
         ],
         id="clash-with-derived-exchange",
     ),
     pytest.param(
         {"vhosts": [vhost_config(name="a@b")]},
-        [("vhosts[0].name", '"a@b": "@" breaks the provider\'s name@vhost IDs; rename the vhost')],
+        [("vhosts[a@b].name", '"a@b": "@" breaks the provider\'s name@vhost IDs; rename the vhost')],
         id="vhost-at-sign",
     ),
     pytest.param(
         with_queue(retryable(delays=None)),
-        [("vhosts[0].queues[0].retry.delays", "null; list one delay per wait tier, e.g. [1s, 10s, 1m]")],
+        [("vhosts[shop].queues[orders].retry.delays", "null; list one delay per wait tier, e.g. [1s, 10s, 1m]")],
         id="delays-null",
     ),
     pytest.param(
         with_queue(retryable(delays=["1" * 5000 + "ms"])),
-        [("vhosts[0].queues[0].retry.delays[0]", f'"{"1" * 20}…" is out of range (1ms … 4294967295ms, about 49 days)')],
+        [("vhosts[shop].queues[orders].retry.delays[0]", f'"{"1" * 20}…" is out of range (1ms … 4294967295ms, about 49 days)')],
         id="huge-duration",
     ),
     pytest.param(
         with_queue({"name": "q", "bindings": [{"exchange": "events"}] * 2}),
-        [("vhosts[0].queues[0].bindings[1]", "duplicate of bindings[0]; remove one")],
+        [("vhosts[shop].queues[q].bindings[1]", "duplicate of bindings[0]; remove one")],
         id="duplicate-binding",
     ),
     pytest.param(
@@ -304,7 +304,7 @@ BAD_CONFIGS = [
                 )
             ]
         },
-        [("vhosts[0].policies[1].name", 'duplicate policy "p" (also vhosts[0].policies[0]); rename or merge them')],
+        [("vhosts[shop].policies[1].name", 'duplicate policy "p" (also vhosts[shop].policies[0]); rename or merge them')],
         id="duplicate-policy",
     ),
     pytest.param(
@@ -314,9 +314,9 @@ BAD_CONFIGS = [
             ]
         },
         [
-            ("vhosts[0].policies[0]", "expected a mapping, got null"),
+            ("vhosts[shop].policies[0]", "expected a mapping, got null"),
             (
-                "vhosts[0].policies[1].name",
+                "vhosts[shop].policies[audit].name",
                 '"audit" is the name of a policy this stack derives for that queue; rename the policy',
             ),
         ],
@@ -329,28 +329,28 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         {"vhosts": [vhost_config(name=" shop")]},
-        [("vhosts[0].name", '" shop": leading or trailing whitespace; remove it')],
+        [('vhosts[" shop"].name', '" shop": leading or trailing whitespace; remove it')],
         id="vhost-whitespace",
     ),
     pytest.param(
         with_queue(retryable(delays=["٣s"])),
-        [("vhosts[0].queues[0].retry.delays[0]", '"٣s" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)')],
+        [("vhosts[shop].queues[orders].retry.delays[0]", '"٣s" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)')],
         id="non-ascii-digits",
     ),
     pytest.param({"vhosts": "shop"}, [("vhosts", "expected a list, got str")], id="vhosts-not-a-list"),
     pytest.param(
         with_queue(retryable(delays="2s")),
-        [("vhosts[0].queues[0].retry.delays", "expected a list, got str; write delays: [2s]")],
+        [("vhosts[shop].queues[orders].retry.delays", "expected a list, got str; write delays: [2s]")],
         id="delays-not-a-list",
     ),
     pytest.param(
         with_queue(retryable(delays="1s, 10s")),
-        [("vhosts[0].queues[0].retry.delays", "expected a list, got str; write delays: [1s, 10s]")],
+        [("vhosts[shop].queues[orders].retry.delays", "expected a list, got str; write delays: [1s, 10s]")],
         id="delays-comma-separated-not-a-list",
     ),
     pytest.param(
         with_queue(retryable(delays="a: b")),
-        [("vhosts[0].queues[0].retry.delays", 'expected a list, got str; write delays: ["a: b"]')],
+        [("vhosts[shop].queues[orders].retry.delays", 'expected a list, got str; write delays: ["a: b"]')],
         id="delays-not-a-list-quoted-where-yaml-needs-it",
     ),
     pytest.param(
@@ -435,40 +435,40 @@ def bad_orders(**change: Any) -> list[dict[str, Any]]:
 FOLLOW_ON_FREE = [
     pytest.param(
         with_billing(queues=bad_orders(retry={"delays": ["1s", "10x"]})),
-        [("vhosts[0].queues[0].retry.delays[1]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)')],
+        [("vhosts[shop].queues[orders].retry.delays[1]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)')],
         id="consumed-queue-with-a-bad-delay",
     ),
     pytest.param(
         with_billing(queues=bad_orders(bindings=[{"exchange": "events", "routing_key": 42}])),
-        [("vhosts[0].queues[0].bindings[0].routing_key", 'expected a string, got 42 (quote digits: "42")')],
+        [("vhosts[shop].queues[orders].bindings[0].routing_key", 'expected a string, got 42 (quote digits: "42")')],
         id="consumed-queue-with-a-bad-binding",
     ),
     pytest.param(
         with_billing(queues=bad_orders(type="stream")),
-        [("vhosts[0].queues[0].type", "'stream' is not one of classic, quorum")],
+        [("vhosts[shop].queues[orders].type", "'stream' is not one of classic, quorum")],
         id="consumed-queue-with-a-bad-type",
     ),
     pytest.param(
         with_billing(queues=bad_orders(name="orders", delivery_limit=0)),
-        [("vhosts[0].queues[0].delivery_limit", "0 is out of range (use >= 1)")],
+        [("vhosts[shop].queues[orders].delivery_limit", "0 is out of range (use >= 1)")],
         id="consumed-queue-with-a-bad-delivery-limit",
     ),
     pytest.param(
         with_billing(exchanges=[{"name": "events", "type": "x-delayed-message"}]),
-        [("vhosts[0].exchanges[0].type", "'x-delayed-message' is not one of direct, topic, fanout, headers")],
+        [("vhosts[shop].exchanges[events].type", "'x-delayed-message' is not one of direct, topic, fanout, headers")],
         id="exchange-with-a-bad-type-bound-published-and-topic-limited",
     ),
     pytest.param(
         {"vhosts": [vhost_config(
             queues=bad_orders(bindings=[{"exchange": "amq.topic", "external": True}], retry={"delays": []}),
             applications=[{"user": "billing-app", "publishes": ["amq.topic"]}])]},
-        [("vhosts[0].queues[0].retry.delays", "empty; list at least one delay, e.g. [10s]")],
+        [("vhosts[shop].queues[orders].retry.delays", "empty; list at least one delay, e.g. [10s]")],
         id="external-exchange-named-only-by-a-refused-queue",
     ),
     pytest.param(
         {"vhosts": [vhost_config(queues=bad_orders(name="orders@eu"),
                                  applications=[{"user": "billing-app", "consumes": ["orders@eu"]}])]},
-        [("vhosts[0].queues[0].name", '"orders@eu": "@" breaks the provider\'s name@vhost IDs; rename the queue')],
+        [("vhosts[shop].queues[orders@eu].name", '"orders@eu": "@" breaks the provider\'s name@vhost IDs; rename the queue')],
         id="consumed-queue-with-a-bad-name-is-reported-once",
     ),
 ]
@@ -562,7 +562,7 @@ def test_a_password_that_is_not_a_string_is_refused_by_the_config():
 def test_the_password_hint_is_a_working_command_for_every_user_name(user, command):
     config = load_stack_config(with_users(user))
     assert password_problems(config, {}) == [
-        ("vhosts[shop].applications[team:billing].user", f'no password for "{user}": `{command}`')]
+        ("vhosts[shop].applications[billing-app_2].user", f'no password for "{user}": `{command}`')]
 
 
 def test_a_name_no_property_path_can_spell_is_told_to_be_renamed():
@@ -650,7 +650,7 @@ def test_delayed_retry_keys_in_combinations_rabbitmq_refuses_are_refused():
         ("vhosts[shop].policies[team].definition.delayed-retry-type", "'all' needs delayed-retry-min beside it (RabbitMQ "
          "refuses the policy without it); add delayed-retry-min, in ms")]
     assert config_problems(with_policy({"delayed-retry-min": 200, "delayed-retry-max": 100})) == [
-        ("vhosts[0].policies[0].definition.delayed-retry-max", "100 is below delayed-retry-min (200): RabbitMQ "
+        ("vhosts[shop].policies[team].definition.delayed-retry-max", "100 is below delayed-retry-min (200): RabbitMQ "
          "refuses the policy; raise it to 200 or more")]
     assert load_stack_config(with_policy({"delayed-retry-type": "disabled"}))
 
@@ -724,9 +724,9 @@ def test_a_queue_s_arguments_are_kept_as_written_and_each_mistake_is_one_line_na
     assert problems(arguments={"x-message-ttl": "60000"}) == [
         ("vhosts[shop].queues[q].arguments.x-message-ttl",
          "'60000': RabbitMQ takes x-message-ttl only as a non-negative integer, e.g. 60000")]
-    assert problems(arguments={"x-overflow": "drop"})[0][0] == "vhosts[0].queues[0].arguments.x-overflow"
+    assert problems(arguments={"x-overflow": "drop"})[0][0] == "vhosts[shop].queues[q].arguments.x-overflow"
     assert problems(arguments={"message-ttl": 5})[0] == (
-        "vhosts[0].queues[0].arguments.message-ttl", "a queue argument's name starts with x- (e.g. x-message-ttl)")
+        "vhosts[shop].queues[q].arguments.message-ttl", "a queue argument's name starts with x- (e.g. x-message-ttl)")
     assert problems(arguments={"x-queue-type": "quorum"})[0][0] == "vhosts[0].queues[0].arguments.x-queue-type"
     assert config_problems({"vhosts": [vhost_config(queues=[{"name": "q", "type": "quorum", "arguments": {}}])]})[0] \
         == ("vhosts[0].queues[0].arguments.x-queue-type",

@@ -70,7 +70,7 @@ def test_the_key_comes_from_its_own_config_key_path() -> None:
         "orders": own, "orders.wait.1": own, "orders.wait.2": own, "orders.error": own}
     assert plan.delay_levels is not None
     assert {p.sources["target-group-size"] for p in plan.delay_levels.policies} == {
-        "vhosts[0].delay_levels.quorum_group_size"}
+        "vhosts[shop].delay_levels.quorum_group_size"}
     assert all(p.definition["target-group-size"] == "2" for p in plan.delay_levels.policies)
     [jobs] = [r for r in plan.retryables if r.config.name == "jobs"]
     # `jobs` sets no size of its own and the defaults none: its policies are as before.

@@ -204,7 +204,7 @@ def test_the_shovel_user_needs_a_password_while_a_queue_moves_and_no_application
         clash["applications"] = [{"user": taken, "consumes": ["orders.q"]}]
         with pytest.raises(ConfigError) as error:
             load_stack_config({"vhosts": [clash]})
-        assert [p for p, _ in error.value.problems] == ["vhosts[0].applications[0].user"]
+        assert [p for p, _ in error.value.problems] == ["vhosts[shop].applications[rabbitmq-retry-shovel].user"]
     other = moving()
     other["applications"] = [{"user": "rabbitmq-retry-shovelling", "consumes": ["orders.q"]}]
     load_stack_config({"vhosts": [other]})

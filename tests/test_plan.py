@@ -139,8 +139,8 @@ def test_a_plain_queue_s_ttl_and_byte_limit_are_in_its_policy_and_single_active_
     bytes_only = plan_vhost(load_vhost(vhost_config(queues=[{"name": "audit", "type": "classic",
                                                              "max_length_bytes": 5}]), "vhosts[0]"), "vhosts[0]")
     (policy,) = bytes_only.policies
-    assert policy.sources == {"overflow": "vhosts[0].queues[0].max_length_bytes",
-                              "max-length-bytes": "vhosts[0].queues[0].max_length_bytes"}
+    assert policy.sources == {"overflow": "vhosts[0].queues[audit].max_length_bytes",
+                              "max-length-bytes": "vhosts[0].queues[audit].max_length_bytes"}
 
 
 def test_a_retryable_queue_refuses_the_plain_queue_keys():
