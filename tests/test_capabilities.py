@@ -87,7 +87,7 @@ def test_doctor_passes_a_native_stack_on_4_3_6_and_blocks_it_on_3_10_8():
     raw = {"vhosts": [vhost_config(queues=[NATIVE_QUEUE])]}
     assert diagnosis(raw, facts()).status == 0
     found = diagnosis(raw, facts("3.10.8"))
-    assert found.status == 2 and found.blocking[0].startswith("vhosts[0].queues[0].retry.strategy: strategy native")
+    assert found.status == 2 and found.blocking[0].startswith("vhosts[shop].queues[orders].retry.strategy: strategy native")
     assert found.warnings[0].startswith("RabbitMQ 3.10.8: the 3.10 series is out of community support")
 
 
@@ -179,7 +179,7 @@ def test_without_a_broker_version_preview_checks_for_the_newest_broker_and_says_
 def test_doctor_blocks_what_the_live_broker_version_refuses():
     found = diagnosis(with_policies(operator_policies=[OPERATOR_OVERFLOW]), facts("3.10.8"))
     assert found.status == 2
-    assert found.blocking[0].startswith("vhosts[0].operator_policies[0].definition.overflow: the key overflow in an "
+    assert found.blocking[0].startswith("vhosts[shop].operator_policies[ops].definition.overflow: the key overflow in an "
                                         "operator policy: RabbitMQ 3.10.8 refuses it (HTTP 400, measured), and the "
                                         "broker is 3.10.8")
     assert diagnosis(with_policies(operator_policies=[OPERATOR_OVERFLOW]), facts()).status == 0

@@ -168,7 +168,7 @@ def operator(definition, pattern=".*", **extra):
     return {"operator_policies": [{"name": "ops", "pattern": pattern, "definition": definition, **extra}]}
 
 
-OPS = "vhosts[0].operator_policies[0]"
+OPS = "vhosts[0].operator_policies[ops]"
 
 
 def narrow(queue: str) -> str:
@@ -275,7 +275,7 @@ def test_an_operator_overflow_other_than_reject_publish_wins_on_a_quorum_queue()
 def test_apply_to_decides_which_queues_a_policy_reaches(apply_to, matched):
     raw = vhost_config(policies=[{"name": "team", "pattern": "^orders$", "apply_to": apply_to,
                                   "definition": {"max-length": 5}}])
-    overlap = ("vhosts[0].policies[0] (policy 'team') matches 1 queue that has a policy of this stack (\"orders\"): "
+    overlap = ("vhosts[0].policies[team] (policy 'team') matches 1 queue that has a policy of this stack (\"orders\"): "
                "RabbitMQ applies only one policy per queue")
     assert any(p.startswith(overlap) for p in problems(raw)) is matched
     ttl = problems(vhost_config(**operator({"message-ttl": 1000}, "^orders$", apply_to=apply_to)))
@@ -336,7 +336,7 @@ def test_the_component_shows_stale_policies_as_warnings(monkeypatch):
     with mocked_runtime():
         pulumi.runtime.test(lambda: Vhost("shop", {"vhost": raw}))()
         pulumi.runtime.test(lambda: Vhost("shop", {"vhost": raw, "config_path": "vhosts[3]"}))()
-    stale = ("operator_policies[0]: operator policy \"ops\" (pattern '^payments$', apply-to queues) matches no queue "
+    stale = ("operator_policies[ops]: operator policy \"ops\" (pattern '^payments$', apply-to queues) matches no queue "
              'or exchange this stack plans in vhost "shop"; if a queue was renamed, update the pattern, otherwise '
              "ignore this")
     assert warned == [f"Vhost(shop).vhost.{stale}", f"vhosts[3].{stale}"]

@@ -90,14 +90,14 @@ def test_a_group_size_above_the_running_nodes_warns_naming_the_key_and_the_node_
 
     asks_three = {"vhosts": [vhost_config(queues=[{**QUORUM_RETRY, "quorum_group_size": 3}])]}
     [single] = group_warnings(facts("3.10.8", running=(True,)), asks_three)
-    assert single.startswith("vhosts[0].queues[0].quorum_group_size asks for 3 replicas of quorum queue 'orders'")
+    assert single.startswith("vhosts[shop].queues[orders].quorum_group_size asks for 3 replicas of quorum queue 'orders'")
     assert "the broker is a single-node broker" in single and "at most 1 member," in single
     [one_down] = group_warnings(facts("4.3.6", running=(True, True, False)), asks_three)
     assert "a cluster with 2 running nodes" in one_down and "lower it to 2 or run at least 3 nodes" in one_down
     assert not group_warnings(facts("4.3.6"), asks_three)
     inherited = {"defaults": {"quorum_group_size": 5}, "vhosts": [vhost_config(queues=[QUORUM_RETRY])]}
     [from_defaults] = group_warnings(facts("4.3.6"), inherited)
-    assert from_defaults.startswith("vhosts[0].queues[0].quorum_group_size (or defaults.quorum_group_size, which "
+    assert from_defaults.startswith("vhosts[shop].queues[orders].quorum_group_size (or defaults.quorum_group_size, which "
                                     "it inherits) asks for 5 replicas")
     assert not group_warnings(facts("4.3.6", running=(True,)), {"vhosts": [vhost_config(queues=[QUORUM_RETRY])]})
 
@@ -143,7 +143,7 @@ def test_doctor_blocks_a_migration_whose_shovels_would_connect_to_a_port_the_bro
     config = load_stack_config({"vhosts": [raw]})
     live = replace(facts("4.3.6", plugins=("rabbitmq_shovel", "rabbitmq_shovel_management")), amqp_ports=(5673,))
     [refusal] = [b for b in doctor.diagnose(config, planned_objects(config), live).blocking if "AMQP port" in b]
-    assert refusal.startswith("vhosts[0].migrations: the migrations' shovels connect to the broker's own AMQP port "
+    assert refusal.startswith("vhosts[shop].migrations: the migrations' shovels connect to the broker's own AMQP port "
                               "(rabbitmq-retry:amqp_port is unset: 5672), but the broker listens for AMQP on 5673")
     assert refusal.endswith("`pulumi config set --path rabbitmq-retry:amqp_port 5673`")
     assert not [b for b in doctor.diagnose(config, planned_objects(config), live, 5673).blocking

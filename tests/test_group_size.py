@@ -106,7 +106,7 @@ def test_an_unmeasured_4_x_version_is_warned_about() -> None:
     config = load_stack_config(stack("4.1.2"))
     warnings = [w for w in version_warnings(config, config.broker_version) if "target-group-size" in w]
     assert warnings and all("4.1.2 was not measured" in w for w in warnings)
-    assert any(w.startswith("vhosts[0].delay_levels.quorum_group_size: ") for w in warnings)
+    assert any(w.startswith("vhosts[shop].delay_levels.quorum_group_size: ") for w in warnings)
 
 
 def test_the_delay_levels_take_the_default_group_size_or_their_own() -> None:
@@ -141,7 +141,7 @@ def test_doctor_warns_when_the_delay_levels_ask_for_more_replicas_than_running_n
 
     raw = stack(None, group_size=None, queues=[LEVELS_QUEUE], levels={"quorum_group_size": 3})
     [warning] = group_warnings(raw, (True, True, False))
-    assert warning.startswith("vhosts[0].delay_levels.quorum_group_size asks for 3 replicas of the delay level "
+    assert warning.startswith("vhosts[shop].delay_levels.quorum_group_size asks for 3 replicas of the delay level "
                               "queues in vhost 'shop'")
     assert "a cluster with 2 running nodes" in warning and "lower it to 2 or run at least 3 nodes" in warning
     assert not group_warnings(raw, (True, True, True))

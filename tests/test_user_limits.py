@@ -57,8 +57,8 @@ def test_a_bad_limit_is_refused_with_its_key_path(limits: dict[str, Any], path: 
         load_stack_config({"vhosts": [vhost_config(applications=[{**application(), "limits": limits}])],
                            "passwords": {"billing": "x"}})
     found = dict(refused.value.problems)
-    assert f"vhosts[0].applications[0].{path}" in found, found
-    assert problem in found[f"vhosts[0].applications[0].{path}"]
+    assert f"vhosts[shop].applications[billing].{path}" in found, found
+    assert problem in found[f"vhosts[shop].applications[billing].{path}"]
 
 
 def test_the_plan_names_the_config_key_of_each_users_limits() -> None:
