@@ -12,7 +12,7 @@ package schema can say:
   an integer is written as its digits (`"x-message-ttl": "60000"`), `x-single-active-consumer` as `"true"` or
   `"false"`. Such a string is made the integer (the boolean) here; a stack file writes the integer itself.
 
-A ConfigError's key path names each renamed key as the caller wrote it: `Vhost(shop).vhost.migrations[0].move.from_`
+A ConfigError's key path names each renamed key as the caller wrote it: `Vhost(shop).vhost.migrations[m].move.from_`
 from Python, `…move.from` from another language (`foreign.spelled` makes `from_` the schema's `from`). Pulumi-free."""
 
 import keyword
@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from . import wire
 from .args_types import QueueSpec
 from .config import ConfigError
+from .config.key_paths import with_paths
 from .foreign import field_hints
 
 T = TypeVar("T")
@@ -57,7 +58,7 @@ class Shaped:
 
     value: Any
     written: dict[str, str] = field(default_factory=dict)
-    """Relative key path as the parser names it (`migrations[0].move.from`) → as the caller wrote it (`….from_`)."""
+    """Relative key path as the parser names it (`migrations[m].move.from`) → as the caller wrote it (`….from_`)."""
     problems: list[tuple[str, str]] = field(default_factory=list)
 
     def caller_path(self, path: str, where: str) -> str:
@@ -104,7 +105,9 @@ def _shape(value: Any, hint: Any, path: str, caller: str, shaped: Shaped) -> Any
         return out
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is list and isinstance(value, list):
-        return [_shape(item, args[0], f"{path}[{i}]", f"{caller}[{i}]", shaped) for i, item in enumerate(value)]
+        parent, _, key = path.rpartition(".")
+        return [_shape(item, args[0], at, f"{caller}{at[len(path):]}", shaped)
+                for at, item in with_paths(parent, key, value)]
     if origin is dict and isinstance(value, Mapping):
         return {key: _shape(item, args[1], _child(path, str(key)), _child(caller, str(key)), shaped)
                 for key, item in value.items()}

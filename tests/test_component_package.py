@@ -365,7 +365,7 @@ def _wrong(vhost: VhostSpec) -> VhostSpec:
 def test_errors_name_a_keyword_key_as_the_caller_wrote_it() -> None:
     """`from_` from Python's typed args, `from` from Python given a stack file's entry and from a stack file."""
     expected = {"import{}[0]": "'orders@shop' is not an ID of this vhost (name@/)",
-                "migrations[0].move.to": '"legacy.jobs.q" is the queue it moves from; name the successor queue (a new '
+                "migrations[jobs-to-quorum].move.to": '"legacy.jobs.q" is the queue it moves from; name the successor queue (a new '
                                          "name: a queue keeps its type and its strategy for life)",
                 "alerts.no_consumer.for{}": '"soon" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)'}
 
@@ -377,7 +377,7 @@ def test_errors_name_a_keyword_key_as_the_caller_wrote_it() -> None:
     assert dict(_python_refused(stack_spelled)) == paths("Vhost(root).vhost", "")
     with pytest.raises(ConfigError) as refused:
         load_stack_config({"vhosts": [stack_spelled]})
-    assert dict(refused.value.problems) == paths("vhosts[0]", "")
+    assert dict(refused.value.problems) == paths("vhosts[/]", "")
 
 
 def test_from_another_language_the_error_names_from_and_import_as_the_schema_does(hosted: None) -> None:
@@ -401,7 +401,7 @@ def test_from_another_language_a_moves_step_move_is_refused_at_the_step_it_needs
 def test_both_spellings_of_one_key_are_refused_and_a_stack_file_takes_only_its_own() -> None:
     vhost = adopted_vhost()
     vhost["migrations"][0]["move"]["from"] = "legacy.jobs.c"  # type: ignore[typeddict-unknown-key]
-    assert _python_refused(vhost) == [("Vhost(root).vhost.migrations[0].move.from",
+    assert _python_refused(vhost) == [("Vhost(root).vhost.migrations[jobs-to-quorum].move.from",
                                        "also written as from_; write one (from_ is the typed spelling)")]
     with pytest.raises(ConfigError) as refused:
         load_stack_config({"vhosts": [adopted_vhost()]})
@@ -409,10 +409,10 @@ def test_both_spellings_of_one_key_are_refused_and_a_stack_file_takes_only_its_o
         "vhosts[/].import_": 'unknown key; did you mean "import"? (allowed: name, existing, exchanges, queues, '
                              "policies, operator_policies, applications, operators, limits, default_queue_type, "
                              "delay_levels, import, migrations, alerts)",
-        **{f"vhosts[0].migrations[{i}].move.from_": 'unknown key; did you mean "from"? (allowed: from, to, external)'
-           for i in (0, 1)},
-        **{f"vhosts[0].{at}.for_": 'unknown key; did you mean "for"? (allowed: enabled, for, severity, threshold, '
-                                   'labels)' for at in ("alerts.no_consumer", "queues[1].alerts.parked")}}
+        **{f"vhosts[/].migrations[{name}].move.from_": 'unknown key; did you mean "from"? (allowed: from, to, '
+                                                         "external)" for name in ("jobs-to-quorum", "runtime-batch")},
+        **{f"vhosts[/].{at}.for_": 'unknown key; did you mean "for"? (allowed: enabled, for, severity, threshold, '
+                                   'labels)' for at in ("alerts.no_consumer", "queues[legacy.jobs.q].alerts.parked")}}
 
 
 def test_an_empty_external_is_the_stack_files_external_true() -> None:

@@ -560,9 +560,12 @@ def test_a_password_that_is_not_a_string_is_refused_by_the_config():
     ("ünï", "pulumi config set --secret --path 'rabbitmq-retry:passwords[\"ünï\"]' <password>"),
 ])
 def test_the_password_hint_is_a_working_command_for_every_user_name(user, command):
+    """The key path names the application by its user: bare, or as a JSON string when the name holds a bracket, a
+    quote or whitespace (or is all digits)."""
     config = load_stack_config(with_users(user))
+    shown = {"x[0]": '"x[0]"', 'say "hi"': '"say \\"hi\\""', "billing svc": '"billing svc"'}.get(user, user)
     assert password_problems(config, {}) == [
-        ("vhosts[shop].applications[billing-app_2].user", f'no password for "{user}": `{command}`')]
+        (f"vhosts[shop].applications[{shown}].user", f'no password for "{user}": `{command}`')]
 
 
 def test_a_name_no_property_path_can_spell_is_told_to_be_renamed():
@@ -676,7 +679,7 @@ def test_classic_mirroring_keys_are_refused_with_what_to_use_instead():
 def test_a_number_the_provider_would_read_back_differently_is_refused_with_the_number_to_write(kind, written,
                                                                                              canonical):
     assert config_problems(with_policy({"max-length": written}, kind)) == [
-        (f"vhosts[0].{kind}[0].definition.max-length",
+        (f"vhosts[shop].{kind}[team].definition.max-length",
          f"'{written}' is sent as the integer {canonical} and read back as \"{canonical}\", so every `pulumi up` "
          f"would update this policy again; write {canonical}"),
     ]
@@ -727,11 +730,11 @@ def test_a_queue_s_arguments_are_kept_as_written_and_each_mistake_is_one_line_na
     assert problems(arguments={"x-overflow": "drop"})[0][0] == "vhosts[shop].queues[q].arguments.x-overflow"
     assert problems(arguments={"message-ttl": 5})[0] == (
         "vhosts[shop].queues[q].arguments.message-ttl", "a queue argument's name starts with x- (e.g. x-message-ttl)")
-    assert problems(arguments={"x-queue-type": "quorum"})[0][0] == "vhosts[0].queues[0].arguments.x-queue-type"
+    assert problems(arguments={"x-queue-type": "quorum"})[0][0] == "vhosts[shop].queues[q].arguments.x-queue-type"
     assert config_problems({"vhosts": [vhost_config(queues=[{"name": "q", "type": "quorum", "arguments": {}}])]})[0] \
-        == ("vhosts[0].queues[0].arguments.x-queue-type",
+        == ("vhosts[shop].queues[q].arguments.x-queue-type",
             "missing: a quorum queue always holds x-queue-type: quorum; add it")
-    assert ("vhosts[0].queues[0].single_active_consumer" in
+    assert ("vhosts[shop].queues[q].single_active_consumer" in
             {path for path, _ in problems(arguments={}, single_active_consumer=True)})
-    assert ("vhosts[0].queues[0].arguments" in
+    assert ("vhosts[shop].queues[q].arguments" in
             {path for path, _ in problems(arguments={}, retry={"delays": ["1s"]})})

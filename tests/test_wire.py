@@ -170,6 +170,6 @@ def test_a_key_a_broker_version_does_not_take_is_refused_for_it_and_taken_from_i
     major, minor, patch = since.minimum
     older = since.refused_by or ((major, minor, patch - 1) if patch else (major, minor - 1, 99))
     config = load_stack_config(stack(".".join(map(str, since.minimum)), definition, kind))
-    path = f"vhosts[0].{kind}[0].definition.{row.key}"
+    path = f"vhosts[shop].{kind}[theirs].definition.{row.key}"
     assert path not in [p for p, _ in version_problems(config, since.minimum)]
     assert path in [p for p, _ in version_problems(config, older)]
