@@ -76,7 +76,7 @@ def bits_of(units: int) -> list[int]:
 
 # --- config: every refusal with its key path ------------------------------------------------------------------
 
-Q = "vhosts[0].queues[0]"
+Q = "vhosts[shop].queues[orders]"
 
 
 def with_backoff(**backoff: Any) -> dict[str, Any]:
@@ -136,19 +136,20 @@ def with_backoff(**backoff: Any) -> dict[str, Any]:
     pytest.param(stack(levels_vhost(delay_levels={"type": "stream"})),
                  [("vhosts[shop].delay_levels.type", "'stream' is not one of classic, quorum")], id="delay-levels-type"),
     pytest.param(stack(levels_vhost([levels_queue("orders.*.eu")])),
-                 [(f"{Q}.name", '"orders.*.eu": a word "*" or "#" would be a wildcard in the delivery binding of '
+                 [("vhosts[shop].queues[orders.*.eu].name", '"orders.*.eu": a word "*" or "#" would be a wildcard in the delivery binding of '
                                 "strategy levels, which must match this queue only; rename the queue")],
                  id="star-word"),
     pytest.param(stack(levels_vhost([levels_queue("#.orders")])),
-                 [(f"{Q}.name", '"#.orders": a word "*" or "#" would be a wildcard in the delivery binding of '
+                 [("vhosts[shop].queues[#.orders].name", '"#.orders": a word "*" or "#" would be a wildcard in the delivery binding of '
                                 "strategy levels, which must match this queue only; rename the queue")],
                  id="hash-word"),
     pytest.param(stack(levels_vhost([levels_queue("q" * 200)])),
-                 [(f"{Q}.name", "200 bytes: with strategy levels the queue's name ends a routing key after 28 delay "
+                 [(f"vhosts[shop].queues[{'q' * 200}].name", "200 bytes: with strategy levels the queue's name ends a routing key after 28 delay "
                                 "bits, which leaves 199 bytes; shorten the queue name")], id="name-too-long-for-key"),
     pytest.param(stack(vhost_config(queues=[{"name": "o", "retry": {"delays": ["1s"], "backoff": {}}}])),
-                 [(f"{Q}.retry.backoff", f"belongs to strategy levels, not tiers; remove it or set {Q}.retry.strategy: "
-                                         "levels")], id="backoff-with-tiers"),
+                 [("vhosts[shop].queues[o].retry.backoff", "belongs to strategy levels, not tiers; remove it or set "
+                                                           "vhosts[shop].queues[o].retry.strategy: levels")],
+                 id="backoff-with-tiers"),
     pytest.param(stack(levels_vhost([levels_queue(delays=["1s"])])),
                  [(f"{Q}.retry.delays", f"belongs to strategy tiers, not levels; remove it or set {Q}.retry.strategy: "
                                         "tiers")], id="delays-with-levels"),
@@ -189,7 +190,7 @@ def test_no_config_name_may_take_the_delay_levels_prefix(kind):
     config[kind] = [entry[kind], *config.get(kind, [])]
     singular = {"queues": "queue", "exchanges": "exchange", "policies": "policy"}[kind]
     assert config_problems(stack(config)) == [
-        (f"vhosts[0].{kind}[0].name", '"rabbitmq-retry.delay.x": the "rabbitmq-retry.delay." prefix names the shared '
+        (f"vhosts[shop].{kind}[rabbitmq-retry.delay.x].name", '"rabbitmq-retry.delay.x": the "rabbitmq-retry.delay." prefix names the shared '
                                       f"delay levels of strategy levels; rename the {singular}")]
 
 

@@ -65,19 +65,19 @@ def test_the_successor_contract_names_its_predecessor():
 
 
 @pytest.mark.parametrize("change, path, words", [
-    (lambda c: c["queues"].append({"name": "orders"}), "vhosts[0].migrations[0].move.from",
-     "is declared by this stack (queues[1])"),
-    (lambda c: c["queues"][0].update(name="orders-retry"), "vhosts[0].migrations[0].move.external.queues[0]",
+    (lambda c: c["queues"].append({"name": "orders"}), "vhosts[0].migrations[adopt-orders].move.from",
+     "is declared by this stack (vhosts[0].queues[orders])"),
+    (lambda c: c["queues"][0].update(name="orders-retry"), "vhosts[0].migrations[adopt-orders].move.external.queues[0]",
      "is declared by this stack"),
     (lambda c: c["exchanges"].append({"name": "orders-error", "type": "fanout"}),
-     "vhosts[0].migrations[0].move.external.exchanges[2]", "is declared by this stack"),
-    (lambda c: c["queues"][0].pop("retry"), "vhosts[0].migrations[0].move.to", "give orders.v2 a retry block"),
-    (lambda c: c["migrations"][0]["move"].update(external="yes"), "vhosts[0].migrations[0].move.external",
+     "vhosts[0].migrations[adopt-orders].move.external.exchanges[2]", "is declared by this stack"),
+    (lambda c: c["queues"][0].pop("retry"), "vhosts[0].migrations[adopt-orders].move.to", "give orders.v2 a retry block"),
+    (lambda c: c["migrations"][0]["move"].update(external="yes"), "vhosts[0].migrations[adopt-orders].move.external",
      "expected true or a mapping"),
     (lambda c: c["migrations"][0]["move"]["external"].update(queue=["x"]),
-     "vhosts[0].migrations[0].move.external.queue", "unknown key"),
+     "vhosts[0].migrations[adopt-orders].move.external.queue", "unknown key"),
     (lambda c: c["migrations"][0]["move"]["external"].update(queues=["a@b"]),
-     "vhosts[0].migrations[0].move.external.queues[0]", '"@" breaks'),
+     "vhosts[0].migrations[adopt-orders].move.external.queues[0]", '"@" breaks'),
 ])
 def test_each_bad_external_entry_is_refused_at_its_key_path(change, path, words):
     config = adopted()
@@ -138,7 +138,7 @@ def test_migrate_status_sends_an_external_retire_to_make_migrate_retire():
     from tools.lib.evaluation import MigrationInfo
     from tools.lib.migrate_status import next_step
 
-    move = MigrationInfo("shop", "adopt-mailer", "move", "move", "vhosts[0].migrations[0]", "mailer", "mailer.v2",
+    move = MigrationInfo("shop", "adopt-mailer", "move", "move", "vhosts[0].migrations[adopt-orders]", "mailer", "mailer.v2",
                          (), ("mailer-retry", "mailer", "mailer-error"), False, None, external=True)
     empty = QueueDepth("shop", "mailer", 0, 0, 0, 0, "classic")
     held = QueueDepth("shop", "mailer-retry", 2, 0, 0, 0, "classic")
@@ -169,7 +169,7 @@ def test_migrate_status_prints_a_stopped_shovel_s_reason_and_what_to_check():
     # As 4.3.6 reported a shovel with reconnect-delay 0 whose source port nothing listens on (seen live).
     assert shovel_state({"name": "s", "state": "terminated", "reason": '"failed to connect to source"'}) == \
         "terminated: failed to connect to source"
-    move = MigrationInfo("shop", "adopt-mailer", "move", "move", "vhosts[0].migrations[0]", "mailer", "mailer.v2",
+    move = MigrationInfo("shop", "adopt-mailer", "move", "move", "vhosts[0].migrations[adopt-orders]", "mailer", "mailer.v2",
                          (), ("mailer",), False, None, external=True)
     held = QueueDepth("shop", "mailer", 3, 0, 0, 0, "classic")
     step = next_step(move, [("mailer", held)], "dev", [("rabbitmq-retry.migrate.adopt-mailer", shovel_state(stopped))])

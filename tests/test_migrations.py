@@ -115,12 +115,12 @@ def test_step_move_refuses_an_old_queue_missing_from_queues_and_a_successor_that
 
 
 @pytest.mark.parametrize(("change", "path", "words"), [
-    ({"name": "Orders"}, "vhosts[0].migrations[0].name", "lower-case letters, digits and dashes"),
-    ({"step": "drain"}, "vhosts[0].migrations[0].step", "is not one of move, retire"),
-    ({"drain_levels": {"max_delay": "1d"}}, "vhosts[0].migrations[0]", "exactly one of move, drain_tiers"),
-    ({"move": {"from": "orders", "to": "orders"}}, "vhosts[0].migrations[0].move.to", "is the queue it moves from"),
-    ({"move": {"from": "orders"}}, "vhosts[0].migrations[0].move.to", "missing"),
-    ({"move": {"from": "orders", "to": "orders.q", "via": "x"}}, "vhosts[0].migrations[0].move.via", "unknown key"),
+    ({"name": "Orders"}, "vhosts[0].migrations[Orders].name", "lower-case letters, digits and dashes"),
+    ({"step": "drain"}, "vhosts[0].migrations[orders-to-quorum].step", "is not one of move, retire"),
+    ({"drain_levels": {"max_delay": "1d"}}, "vhosts[0].migrations[orders-to-quorum]", "exactly one of move, drain_tiers"),
+    ({"move": {"from": "orders", "to": "orders"}}, "vhosts[0].migrations[orders-to-quorum].move.to", "is the queue it moves from"),
+    ({"move": {"from": "orders"}}, "vhosts[0].migrations[orders-to-quorum].move.to", "missing"),
+    ({"move": {"from": "orders", "to": "orders.q", "via": "x"}}, "vhosts[0].migrations[orders-to-quorum].move.via", "unknown key"),
 ])
 def test_each_bad_entry_is_refused_at_its_key_path(change, path, words):
     config = moving()
@@ -204,7 +204,7 @@ def test_the_shovel_user_needs_a_password_while_a_queue_moves_and_no_application
         clash["applications"] = [{"user": taken, "consumes": ["orders.q"]}]
         with pytest.raises(ConfigError) as error:
             load_stack_config({"vhosts": [clash]})
-        assert [p for p, _ in error.value.problems] == ["vhosts[shop].applications[rabbitmq-retry-shovel].user"]
+        assert [p for p, _ in error.value.problems] == [f"vhosts[shop].applications[{taken}].user"]
     other = moving()
     other["applications"] = [{"user": "rabbitmq-retry-shovelling", "consumes": ["orders.q"]}]
     load_stack_config({"vhosts": [other]})
