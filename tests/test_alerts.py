@@ -143,7 +143,8 @@ def test_a_stack_without_alerts_keys_keeps_its_config_unchanged() -> None:
     ({"metrics": "all"}, None, None, [("alerts.metrics", "'all' is not one of detailed, per_object")]),
     ({"selector": {"queue": "x"}}, None, None, [("alerts.selector.queue", "cannot select the broker")]),
     ({"error_growing": {"window": "0s"}}, None, None, [("alerts.error_growing.window", '"0s" is out of range')]),
-    (None, {"delivery_limit": {}}, None, [("vhosts[shop].alerts.delivery_limit", "a stack rule: set it in the stack's")]),
+    (None, {"delivery_limit": {}}, None, [("vhosts[shop].alerts.delivery_limit",
+                                           "a stack rule: set it in the stack's")]),
     (None, None, {"undeliverable": {}}, [("vhosts[shop].queues[orders].alerts.undeliverable", "a vhost rule")]),
     (None, None, {"parked": {"enabled": "no"}}, [("vhosts[shop].queues[orders].alerts.parked.enabled",
                                                    "expected true or false")]),
@@ -165,7 +166,8 @@ def test_each_mistake_is_a_key_path_problem(alerts: Any, vhost: Any, queue: Any,
 def test_alerts_on_a_plain_queue_are_refused() -> None:
     raw = stack()
     raw["vhosts"][0]["queues"][2]["alerts"] = {"parked": {}}
-    assert config_problems(raw) == [("vhosts[shop].queues[audit].alerts", "alerts are derived for retryable queues only: this "
+    assert config_problems(raw) == [("vhosts[shop].queues[audit].alerts", "alerts are derived for retryable queues "
+                                                                          "only: this "
                                  "queue has no `retry` block; remove the key")]
 
 

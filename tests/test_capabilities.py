@@ -87,7 +87,8 @@ def test_doctor_passes_a_native_stack_on_4_3_6_and_blocks_it_on_3_10_8():
     raw = {"vhosts": [vhost_config(queues=[NATIVE_QUEUE])]}
     assert diagnosis(raw, facts()).status == 0
     found = diagnosis(raw, facts("3.10.8"))
-    assert found.status == 2 and found.blocking[0].startswith("vhosts[shop].queues[orders].retry.strategy: strategy native")
+    assert found.status == 2 and found.blocking[0].startswith("vhosts[shop].queues[orders].retry.strategy: strategy "
+                                                              "native")
     assert found.warnings[0].startswith("RabbitMQ 3.10.8: the 3.10 series is out of community support")
 
 
@@ -157,7 +158,8 @@ def test_a_version_between_the_measured_ones_is_taken_with_a_warning():
 
     config = load_stack_config(with_policies("4.0.9", operator_policies=[OPERATOR_OVERFLOW]))
     assert version_warnings(config, config.broker_version) == [
-        "vhosts[shop].operator_policies[ops].definition.overflow: the key overflow in an operator policy: RabbitMQ 3.10.8 "
+        "vhosts[shop].operator_policies[ops].definition.overflow: the key overflow in an operator policy: RabbitMQ "
+        "3.10.8 "
         "refuses it and 4.3.6 takes it; 4.0.9 was not measured: try it on a broker of that version before "
         "`pulumi up`"]
 
@@ -168,10 +170,12 @@ def test_without_a_broker_version_preview_checks_for_the_newest_broker_and_says_
     config = load_stack_config({"vhosts": [vhost_config(queues=[NATIVE_QUEUE], operator_policies=[
         {**OPERATOR_OVERFLOW, "pattern": "^nothing$"}])]})
     assert version_warnings(config, None) == [
-        "vhosts[shop].queues[orders].retry.strategy: strategy native (the delayed-retry-* policy keys): needs RabbitMQ 4.3.1 "
+        "vhosts[shop].queues[orders].retry.strategy: strategy native (the delayed-retry-* policy keys): needs RabbitMQ "
+        "4.3.1 "
         "or later; broker.version is not set, so preview checked it for the newest broker: set broker.version to "
         "have it checked for yours",
-        "vhosts[shop].operator_policies[ops].definition.overflow: the key overflow in an operator policy: RabbitMQ 3.10.8 "
+        "vhosts[shop].operator_policies[ops].definition.overflow: the key overflow in an operator policy: RabbitMQ "
+        "3.10.8 "
         "refuses it, 4.3.6 takes it; broker.version is not set, so preview checked it for the newest broker: set "
         "broker.version to have it checked for yours"]
 
@@ -179,7 +183,8 @@ def test_without_a_broker_version_preview_checks_for_the_newest_broker_and_says_
 def test_doctor_blocks_what_the_live_broker_version_refuses():
     found = diagnosis(with_policies(operator_policies=[OPERATOR_OVERFLOW]), facts("3.10.8"))
     assert found.status == 2
-    assert found.blocking[0].startswith("vhosts[shop].operator_policies[ops].definition.overflow: the key overflow in an "
+    assert found.blocking[0].startswith("vhosts[shop].operator_policies[ops].definition.overflow: the key overflow in "
+                                        "an "
                                         "operator policy: RabbitMQ 3.10.8 refuses it (HTTP 400, measured), and the "
                                         "broker is 3.10.8")
     assert diagnosis(with_policies(operator_policies=[OPERATOR_OVERFLOW]), facts()).status == 0

@@ -37,7 +37,8 @@ def test_a_declared_policy_that_also_matches_one_of_our_queues_is_refused():
     raw = vhost_config(policies=[{"name": "team-limits", "pattern": "^orders", "definition": {"max-length": 5}}])
     # One problem, with the policy's key path, however many of the queue's own queues it hits.
     assert problems(raw) == [
-        "vhosts[0].policies[team-limits] (policy 'team-limits') matches 5 queues that have a policy of this stack (\"orders\", "
+        "vhosts[0].policies[team-limits] (policy 'team-limits') matches 5 queues that have a policy of this stack "
+        "(\"orders\", "
         '"orders.error", "orders.wait.1" and 2 more): RabbitMQ applies only one policy per queue; narrow the pattern '
         "to leave them out, and set what it sets through the queue's own keys (max_length, delivery_limit; "
         "message_ttl, max_length_bytes on a plain queue)"]
@@ -70,7 +71,8 @@ def test_a_dead_letter_cycle_without_rejection_is_refused():
                        policies=[{"name": "expire-orders", "pattern": "^orders$",
                                   "definition": {"message-ttl": 60000}}])
     assert problems(raw) == [
-        'vhosts[0].policies[expire-orders].definition.message-ttl: message-ttl 60000 reaches input queue "orders": waiting '
+        'vhosts[0].policies[expire-orders].definition.message-ttl: message-ttl 60000 reaches input queue "orders": '
+        'waiting '
         "messages expire into the retry loop and RabbitMQ drops them when they come round (nothing rejected them); "
         'narrow its pattern so that it does not match "orders"',
         "dead-letter cycle with no rejection in it: orders → orders.wait.1 → orders; RabbitMQ drops such messages "
@@ -140,8 +142,8 @@ def test_the_program_checks_every_vhost_before_registering_and_names_stack_file_
         "      operator_policies: [{name: ops, pattern: '^orders$', definition: {message-ttl: 60000}}]\n")
     with pytest.raises(pulumi.RunError) as refused:
         record_program("ops", program_copy)
-    assert 'vhosts[b].operator_policies[ops].definition.message-ttl: message-ttl 60000 reaches input queue "orders"' in (
-        str(refused.value))
+    assert ('vhosts[b].operator_policies[ops].definition.message-ttl: message-ttl 60000 reaches input queue '
+            '"orders"') in str(refused.value)
     assert "Vhost(" not in str(refused.value)
 
 
@@ -311,7 +313,8 @@ def test_policies_that_match_nothing_planned_are_warnings_not_errors():
                        **operator({"max-length": 5}, "^payments\\."))
     assert problems(raw) == []
     assert messages(stale_policies(plan(raw))) == [
-        "vhosts[0].policies[old-orders]: policy \"old-orders\" (pattern '^order$', apply-to queues) matches no queue or "
+        "vhosts[0].policies[old-orders]: policy \"old-orders\" (pattern '^order$', apply-to queues) matches no queue "
+        "or "
         'exchange this stack plans in vhost "shop"; if a queue was renamed, update the pattern, otherwise ignore '
         "this",
         f"{OPS}: operator policy \"ops\" (pattern '^payments\\\\.', apply-to queues) matches no queue or exchange "

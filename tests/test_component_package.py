@@ -365,7 +365,8 @@ def _wrong(vhost: VhostSpec) -> VhostSpec:
 def test_errors_name_a_keyword_key_as_the_caller_wrote_it() -> None:
     """`from_` from Python's typed args, `from` from Python given a stack file's entry and from a stack file."""
     expected = {"import{}[0]": "'orders@shop' is not an ID of this vhost (name@/)",
-                "migrations[jobs-to-quorum].move.to": '"legacy.jobs.q" is the queue it moves from; name the successor queue (a new '
+                "migrations[jobs-to-quorum].move.to": '"legacy.jobs.q" is the queue it moves from; name the successor '
+                                                      'queue (a new '
                                          "name: a queue keeps its type and its strategy for life)",
                 "alerts.no_consumer.for{}": '"soon" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)'}
 

@@ -87,7 +87,8 @@ def test_external_exchanges_may_be_reserved_amq_exchanges():
 BAD_CONFIGS = [
     pytest.param(
         with_queue(retryable(delays=["1s", "10x"])),
-        [("vhosts[shop].queues[orders].retry.delays[1]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)')],
+        [("vhosts[shop].queues[orders].retry.delays[1]",
+          '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)')],
         id="not-a-duration",
     ),
     pytest.param(
@@ -153,7 +154,8 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         with_queue({**retryable(), "type": "classic", "delivery_limit": 5}),
-        [("vhosts[shop].queues[orders].delivery_limit", "delivery-limit is quorum-only; remove it or set type: quorum")],
+        [("vhosts[shop].queues[orders].delivery_limit",
+          "delivery-limit is quorum-only; remove it or set type: quorum")],
         id="quorum-option-on-classic",
     ),
     pytest.param(
@@ -168,7 +170,8 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         with_queue({"name": "amq.mine"}),
-        [("vhosts[shop].queues[amq.mine].name", '"amq.mine": the "amq." prefix is reserved by RabbitMQ; rename the queue')],
+        [("vhosts[shop].queues[amq.mine].name",
+          '"amq.mine": the "amq." prefix is reserved by RabbitMQ; rename the queue')],
         id="reserved-prefix",
     ),
     pytest.param(
@@ -178,7 +181,8 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         with_queue({"name": "q" * 250, "retry": {"delays": ["1s"]}}),
-        [("vhosts[shop].queues[qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq].name", f'derived name "{"q" * 40}…" is over 255 bytes; shorten the queue name')],
+        [(f"vhosts[shop].queues[{'q' * 250}].name",
+          f'derived name "{"q" * 40}…" is over 255 bytes; shorten the queue name')],
         id="derived-name-too-long",
     ),
     pytest.param(
@@ -285,7 +289,8 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         with_queue(retryable(delays=["1" * 5000 + "ms"])),
-        [("vhosts[shop].queues[orders].retry.delays[0]", f'"{"1" * 20}…" is out of range (1ms … 4294967295ms, about 49 days)')],
+        [("vhosts[shop].queues[orders].retry.delays[0]",
+          f'"{"1" * 20}…" is out of range (1ms … 4294967295ms, about 49 days)')],
         id="huge-duration",
     ),
     pytest.param(
@@ -304,7 +309,8 @@ BAD_CONFIGS = [
                 )
             ]
         },
-        [("vhosts[shop].policies[1].name", 'duplicate policy "p" (also vhosts[shop].policies[0]); rename or merge them')],
+        [("vhosts[shop].policies[1].name",
+          'duplicate policy "p" (also vhosts[shop].policies[0]); rename or merge them')],
         id="duplicate-policy",
     ),
     pytest.param(
@@ -334,7 +340,8 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         with_queue(retryable(delays=["٣s"])),
-        [("vhosts[shop].queues[orders].retry.delays[0]", '"٣s" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)')],
+        [("vhosts[shop].queues[orders].retry.delays[0]",
+          '"٣s" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)')],
         id="non-ascii-digits",
     ),
     pytest.param({"vhosts": "shop"}, [("vhosts", "expected a list, got str")], id="vhosts-not-a-list"),
@@ -435,7 +442,8 @@ def bad_orders(**change: Any) -> list[dict[str, Any]]:
 FOLLOW_ON_FREE = [
     pytest.param(
         with_billing(queues=bad_orders(retry={"delays": ["1s", "10x"]})),
-        [("vhosts[shop].queues[orders].retry.delays[1]", '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)')],
+        [("vhosts[shop].queues[orders].retry.delays[1]",
+          '"10x" is not a duration (use 500ms, 10s, 5m, 1h, 1d or 1m30s)')],
         id="consumed-queue-with-a-bad-delay",
     ),
     pytest.param(
@@ -468,7 +476,8 @@ FOLLOW_ON_FREE = [
     pytest.param(
         {"vhosts": [vhost_config(queues=bad_orders(name="orders@eu"),
                                  applications=[{"user": "billing-app", "consumes": ["orders@eu"]}])]},
-        [("vhosts[shop].queues[orders@eu].name", '"orders@eu": "@" breaks the provider\'s name@vhost IDs; rename the queue')],
+        [("vhosts[shop].queues[orders@eu].name",
+          '"orders@eu": "@" breaks the provider\'s name@vhost IDs; rename the queue')],
         id="consumed-queue-with-a-bad-name-is-reported-once",
     ),
 ]
@@ -650,7 +659,8 @@ def test_every_policy_key_rabbitmq_knows_is_accepted_with_a_value_it_takes():
 def test_delayed_retry_keys_in_combinations_rabbitmq_refuses_are_refused():
     # Measured on 4.3.6: tests/broker/test_policy_acceptance.py.
     assert config_problems(with_policy({"delayed-retry-type": "all"})) == [
-        ("vhosts[shop].policies[team].definition.delayed-retry-type", "'all' needs delayed-retry-min beside it (RabbitMQ "
+        ("vhosts[shop].policies[team].definition.delayed-retry-type",
+         "'all' needs delayed-retry-min beside it (RabbitMQ "
          "refuses the policy without it); add delayed-retry-min, in ms")]
     assert config_problems(with_policy({"delayed-retry-min": 200, "delayed-retry-max": 100})) == [
         ("vhosts[shop].policies[team].definition.delayed-retry-max", "100 is below delayed-retry-min (200): RabbitMQ "

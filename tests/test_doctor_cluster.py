@@ -90,14 +90,16 @@ def test_a_group_size_above_the_running_nodes_warns_naming_the_key_and_the_node_
 
     asks_three = {"vhosts": [vhost_config(queues=[{**QUORUM_RETRY, "quorum_group_size": 3}])]}
     [single] = group_warnings(facts("3.10.8", running=(True,)), asks_three)
-    assert single.startswith("vhosts[shop].queues[orders].quorum_group_size asks for 3 replicas of quorum queue 'orders'")
+    assert single.startswith("vhosts[shop].queues[orders].quorum_group_size asks for 3 replicas of quorum queue "
+                             "'orders'")
     assert "the broker is a single-node broker" in single and "at most 1 member," in single
     [one_down] = group_warnings(facts("4.3.6", running=(True, True, False)), asks_three)
     assert "a cluster with 2 running nodes" in one_down and "lower it to 2 or run at least 3 nodes" in one_down
     assert not group_warnings(facts("4.3.6"), asks_three)
     inherited = {"defaults": {"quorum_group_size": 5}, "vhosts": [vhost_config(queues=[QUORUM_RETRY])]}
     [from_defaults] = group_warnings(facts("4.3.6"), inherited)
-    assert from_defaults.startswith("vhosts[shop].queues[orders].quorum_group_size (or defaults.quorum_group_size, which "
+    assert from_defaults.startswith("vhosts[shop].queues[orders].quorum_group_size (or defaults.quorum_group_size, "
+                                    "which "
                                     "it inherits) asks for 5 replicas")
     assert not group_warnings(facts("4.3.6", running=(True,)), {"vhosts": [vhost_config(queues=[QUORUM_RETRY])]})
 

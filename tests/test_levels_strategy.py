@@ -118,9 +118,11 @@ def with_backoff(**backoff: Any) -> dict[str, Any]:
                  [("vhosts[shop].delay_levels", "no queue of this vhost has retry.strategy: levels; remove "
                                              "delay_levels")], id="delay-levels-without-a-levels-queue"),
     pytest.param(stack(levels_vhost(delay_levels={"unit": "10s", "max_delay": "5s"})),
-                 [("vhosts[shop].delay_levels.max_delay", "'5s' is shorter than unit '10s'")], id="unit-over-max-delay"),
+                 [("vhosts[shop].delay_levels.max_delay",
+                   "'5s' is shorter than unit '10s'")], id="unit-over-max-delay"),
     pytest.param(stack(levels_vhost(delay_levels={"unit": "1ms", "max_delay": "4d"})),
-                 [("vhosts[shop].delay_levels.max_delay", "29 levels of 1ms are more than the 28 a routing key carries; "
+                 [("vhosts[shop].delay_levels.max_delay", "29 levels of 1ms are more than the 28 a routing key "
+                                                          "carries; "
                                                        "raise unit or lower max_delay")], id="29-levels"),
     pytest.param(stack(levels_vhost([levels_queue(backoff={"initial": "3000000000ms", "max": "3000000000ms",
                                                            "jitter": 0})],
@@ -131,20 +133,25 @@ def with_backoff(**backoff: Any) -> dict[str, Any]:
                                                        "max_delay or unit")],
                  id="top-level-ttl-over-2^32-1"),
     pytest.param(stack(levels_vhost(delay_levels={"unit": "1s", "size": 3})),
-                 [("vhosts[shop].delay_levels.size", "unknown key (allowed: unit, max_delay, type, quorum_group_size)")],
+                 [("vhosts[shop].delay_levels.size",
+                   "unknown key (allowed: unit, max_delay, type, quorum_group_size)")],
                  id="unknown-delay-levels-key"),
     pytest.param(stack(levels_vhost(delay_levels={"type": "stream"})),
-                 [("vhosts[shop].delay_levels.type", "'stream' is not one of classic, quorum")], id="delay-levels-type"),
+                 [("vhosts[shop].delay_levels.type",
+                   "'stream' is not one of classic, quorum")], id="delay-levels-type"),
     pytest.param(stack(levels_vhost([levels_queue("orders.*.eu")])),
-                 [("vhosts[shop].queues[orders.*.eu].name", '"orders.*.eu": a word "*" or "#" would be a wildcard in the delivery binding of '
+                 [("vhosts[shop].queues[orders.*.eu].name", '"orders.*.eu": a word "*" or "#" would be a wildcard in '
+                                                            'the delivery binding of '
                                 "strategy levels, which must match this queue only; rename the queue")],
                  id="star-word"),
     pytest.param(stack(levels_vhost([levels_queue("#.orders")])),
-                 [("vhosts[shop].queues[#.orders].name", '"#.orders": a word "*" or "#" would be a wildcard in the delivery binding of '
+                 [("vhosts[shop].queues[#.orders].name", '"#.orders": a word "*" or "#" would be a wildcard in the '
+                                                         'delivery binding of '
                                 "strategy levels, which must match this queue only; rename the queue")],
                  id="hash-word"),
     pytest.param(stack(levels_vhost([levels_queue("q" * 200)])),
-                 [(f"vhosts[shop].queues[{'q' * 200}].name", "200 bytes: with strategy levels the queue's name ends a routing key after 28 delay "
+                 [(f"vhosts[shop].queues[{'q' * 200}].name", "200 bytes: with strategy levels the queue's name ends a "
+                                                             "routing key after 28 delay "
                                 "bits, which leaves 199 bytes; shorten the queue name")], id="name-too-long-for-key"),
     pytest.param(stack(vhost_config(queues=[{"name": "o", "retry": {"delays": ["1s"], "backoff": {}}}])),
                  [("vhosts[shop].queues[o].retry.backoff", "belongs to strategy levels, not tiers; remove it or set "
@@ -190,7 +197,8 @@ def test_no_config_name_may_take_the_delay_levels_prefix(kind):
     config[kind] = [entry[kind], *config.get(kind, [])]
     singular = {"queues": "queue", "exchanges": "exchange", "policies": "policy"}[kind]
     assert config_problems(stack(config)) == [
-        (f"vhosts[shop].{kind}[rabbitmq-retry.delay.x].name", '"rabbitmq-retry.delay.x": the "rabbitmq-retry.delay." prefix names the shared '
+        (f"vhosts[shop].{kind}[rabbitmq-retry.delay.x].name", '"rabbitmq-retry.delay.x": the "rabbitmq-retry.delay." '
+                                                              'prefix names the shared '
                                       f"delay levels of strategy levels; rename the {singular}")]
 
 

@@ -71,7 +71,8 @@ def test_the_successor_contract_names_its_predecessor():
      "is declared by this stack"),
     (lambda c: c["exchanges"].append({"name": "orders-error", "type": "fanout"}),
      "vhosts[0].migrations[adopt-orders].move.external.exchanges[2]", "is declared by this stack"),
-    (lambda c: c["queues"][0].pop("retry"), "vhosts[0].migrations[adopt-orders].move.to", "give orders.v2 a retry block"),
+    (lambda c: c["queues"][0].pop("retry"), "vhosts[0].migrations[adopt-orders].move.to",
+                                            "give orders.v2 a retry block"),
     (lambda c: c["migrations"][0]["move"].update(external="yes"), "vhosts[0].migrations[adopt-orders].move.external",
      "expected true or a mapping"),
     (lambda c: c["migrations"][0]["move"]["external"].update(queue=["x"]),
@@ -138,7 +139,8 @@ def test_migrate_status_sends_an_external_retire_to_make_migrate_retire():
     from tools.lib.evaluation import MigrationInfo
     from tools.lib.migrate_status import next_step
 
-    move = MigrationInfo("shop", "adopt-mailer", "move", "move", "vhosts[0].migrations[adopt-orders]", "mailer", "mailer.v2",
+    move = MigrationInfo("shop",
+                         "adopt-mailer", "move", "move", "vhosts[0].migrations[adopt-orders]", "mailer", "mailer.v2",
                          (), ("mailer-retry", "mailer", "mailer-error"), False, None, external=True)
     empty = QueueDepth("shop", "mailer", 0, 0, 0, 0, "classic")
     held = QueueDepth("shop", "mailer-retry", 2, 0, 0, 0, "classic")
@@ -169,7 +171,8 @@ def test_migrate_status_prints_a_stopped_shovel_s_reason_and_what_to_check():
     # As 4.3.6 reported a shovel with reconnect-delay 0 whose source port nothing listens on (seen live).
     assert shovel_state({"name": "s", "state": "terminated", "reason": '"failed to connect to source"'}) == \
         "terminated: failed to connect to source"
-    move = MigrationInfo("shop", "adopt-mailer", "move", "move", "vhosts[0].migrations[adopt-orders]", "mailer", "mailer.v2",
+    move = MigrationInfo("shop",
+                         "adopt-mailer", "move", "move", "vhosts[0].migrations[adopt-orders]", "mailer", "mailer.v2",
                          (), ("mailer",), False, None, external=True)
     held = QueueDepth("shop", "mailer", 3, 0, 0, 0, "classic")
     step = next_step(move, [("mailer", held)], "dev", [("rabbitmq-retry.migrate.adopt-mailer", shovel_state(stopped))])

@@ -111,16 +111,22 @@ def test_step_move_refuses_an_old_queue_missing_from_queues_and_a_successor_that
     config["migrations"][0]["step"] = "move"
     config["migrations"][0]["move"]["to"] = "orders.z"
     paths = [path for path, _ in problems(config)]
-    assert paths == ["vhosts[0].migrations[orders-to-quorum].move.to", "vhosts[0].migrations[orders-to-quorum].move.from"]
+    assert paths == ["vhosts[0].migrations[orders-to-quorum].move.to",
+                     "vhosts[0].migrations[orders-to-quorum].move.from"]
 
 
 @pytest.mark.parametrize(("change", "path", "words"), [
     ({"name": "Orders"}, "vhosts[0].migrations[Orders].name", "lower-case letters, digits and dashes"),
     ({"step": "drain"}, "vhosts[0].migrations[orders-to-quorum].step", "is not one of move, retire"),
-    ({"drain_levels": {"max_delay": "1d"}}, "vhosts[0].migrations[orders-to-quorum]", "exactly one of move, drain_tiers"),
-    ({"move": {"from": "orders", "to": "orders"}}, "vhosts[0].migrations[orders-to-quorum].move.to", "is the queue it moves from"),
+    ({"drain_levels": {"max_delay": "1d"}}, "vhosts[0].migrations[orders-to-quorum]",
+                                            "exactly one of move, drain_tiers"),
+    ({"move": {"from": "orders",
+                       "to": "orders"}}, "vhosts[0].migrations[orders-to-quorum].move.to",
+                                         "is the queue it moves from"),
     ({"move": {"from": "orders"}}, "vhosts[0].migrations[orders-to-quorum].move.to", "missing"),
-    ({"move": {"from": "orders", "to": "orders.q", "via": "x"}}, "vhosts[0].migrations[orders-to-quorum].move.via", "unknown key"),
+    ({"move": {"from": "orders",
+                       "to": "orders.q",
+                             "via": "x"}}, "vhosts[0].migrations[orders-to-quorum].move.via", "unknown key"),
 ])
 def test_each_bad_entry_is_refused_at_its_key_path(change, path, words):
     config = moving()
@@ -132,7 +138,8 @@ def test_each_bad_entry_is_refused_at_its_key_path(change, path, words):
 def test_step_is_required_and_says_where_to_start():
     config = moving()
     del config["migrations"][0]["step"]
-    assert problems(config) == [("vhosts[0].migrations[orders-to-quorum].step", "missing; move then retire (start with step: move)")]
+    assert problems(config) == [("vhosts[0].migrations[orders-to-quorum].step",
+                                 "missing; move then retire (start with step: move)")]
 
 
 def test_two_migrations_may_not_share_a_name_or_move_one_queue_twice():

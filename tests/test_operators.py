@@ -70,9 +70,11 @@ def test_an_operator_needs_a_password_named_by_its_key_path():
 def test_an_operator_cannot_share_a_user_with_an_application_or_be_guest():
     raw = {"vhosts": [shop(operators=[{"user": "billing-app"}, {"user": "guest"}])], "passwords": PASSWORDS}
     problems = config_problems(raw)
-    assert ("vhosts[shop].operators[billing-app].user", 'user "billing-app" is also vhosts[shop].applications[billing-app].user; give each '
+    assert ("vhosts[shop].operators[billing-app].user",
+            'user "billing-app" is also vhosts[shop].applications[billing-app].user; give each '
             "operator its own user") in problems
-    assert [path for path, _ in problems] == ["vhosts[shop].operators[billing-app].user", "vhosts[shop].operators[guest].user"]
+    assert [path for path, _ in problems] == ["vhosts[shop].operators[billing-app].user",
+                                              "vhosts[shop].operators[guest].user"]
 
 
 @pytest.mark.parametrize(("operator", "path", "message"), [

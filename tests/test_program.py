@@ -141,7 +141,8 @@ config:
     (program_copy / "Pulumi.unset.yaml").write_text(stack_file % "protect: false")
     with caplog.at_level("WARNING"):
         assert record_program("unset", program_copy)
-    assert ("vhosts[shop].policies[team].apply_to: apply_to: quorum_queues: RabbitMQ 3.10.8 refuses it, 4.3.6 takes it; "
+    assert ("vhosts[shop].policies[team].apply_to: apply_to: quorum_queues: RabbitMQ 3.10.8 refuses it, 4.3.6 takes "
+            "it; "
             "broker.version is not set, so preview checked it for the newest broker: set broker.version to have it "
             "checked for yours") in [r.getMessage() for r in caplog.records]
 

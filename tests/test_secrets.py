@@ -89,7 +89,8 @@ def test_encrypted_passwords_pass_and_reach_only_the_user_as_a_secret(project: P
 def test_an_update_refuses_a_missing_password_before_registering_anything(project: Path):
     assert refusal(project, {"rabbitmq-retry:vhosts": [shop("billing", "billing.svc")],
                              "rabbitmq-retry:passwords": {"billing": SECURE}}, preview=False) == [
-        ("vhosts[shop].applications[billing.svc].user", "no password for \"billing.svc\": `pulumi config set --secret --path "
+        ("vhosts[shop].applications[billing.svc].user", "no password for \"billing.svc\": `pulumi config set --secret "
+                                                        "--path "
          "'rabbitmq-retry:passwords[\"billing.svc\"]' <password>`"),
     ]
 
