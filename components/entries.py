@@ -84,7 +84,7 @@ class PolicyPlan:
     """String values, as the provider's schema wants; it sends digit strings as JSON integers."""
     apply_to: str = "queues"
     sources: Mapping[str, str] = field(default_factory=dict)
-    """Config key path that sets each definition key, e.g. "vhosts[0].queues[2].delivery_limit"."""
+    """Config key path that sets each definition key, e.g. "vhosts[shop].queues[orders].delivery_limit"."""
     source: str = ""
     """Config key path of the policy entry ("" for the policies the plan derives for a queue)."""
     import_id: str | None = None
@@ -268,7 +268,7 @@ class UserLimitsPlan:
     user: str
     limits: Mapping[str, int]
     source: str
-    """The config key path of the limits (`vhosts[0].applications[1].limits`)."""
+    """The config key path of the limits (`vhosts[shop].applications[billing].limits`)."""
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ class MigrationPlan:
 
     config: Migration
     path: str
-    """Its config key path, e.g. "vhosts[0].migrations[1]"."""
+    """Its config key path, e.g. "vhosts[shop].migrations[billing-to-quorum]"."""
     shovels: tuple[ShovelPlan, ...] = ()
     bindings: tuple[BindingPlan, ...] = ()
     """Step retire of a move with delay levels: the successor's delivery binding for the old queue's key."""

@@ -58,7 +58,7 @@ class VhostPythonArgs(VhostArgs):
     """The stack's shovel user (`stack.declare_shovel_user`): required when a migration of the vhost moves a
     queue; its shovels connect as that user."""
     config_path: NotRequired[str]
-    """Where `vhost` stands in the caller's own config (e.g. `vhosts[2]`), for the key paths of checks
+    """Where `vhost` stands in the caller's own config (e.g. `vhosts[shop]`), for the key paths of checks
     and warnings; default `Vhost(<name>).vhost`."""
 
 

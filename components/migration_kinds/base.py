@@ -32,7 +32,7 @@ class CheckScope:
     """What a vhost's migrations are checked against, shared by its entries in config order."""
 
     path: str
-    """The vhost's key path, e.g. "vhosts[0]"."""
+    """The vhost's key path, e.g. "vhosts[shop]"."""
     queues: Sequence[QueueEntry]
     exchanges: Sequence[Entry[Any]]
     delay_levels: DelayLevels | Invalid | None
@@ -54,7 +54,7 @@ class Migrating:
 
     vhost: Vhost
     path: str
-    """The vhost's key path, e.g. "vhosts[0]"."""
+    """The vhost's key path, e.g. "vhosts[shop]"."""
     retryables: dict[str, RetryablePlan[Any]]
     """The retryable queues' plans by queue name, planned from the current config."""
     delay_levels: DelayLevelsPlan | None
