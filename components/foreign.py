@@ -19,17 +19,24 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from .config import ConfigError
+from .config.key_paths import entry_labels
 
 F = TypeVar("F", bound=Callable[..., None])
 _constructing: contextvars.ContextVar[bool] = contextvars.ContextVar("rabbitmq_retry_constructing", default=False)
 """Set while the plugin builds the component another language asked for: its children are Python calls."""
-_SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)")
+_TOKEN = re.compile(r'\[(?:"(?:[^"\\]|\\.)*"|[^\]]*)\]|[^.\[]+|\.')
+"""A key path's parts: an entry's `[…]` (a name in it may hold dots, a quoted one brackets too), a key, a dot."""
 
 
 def schema_name(field: str) -> str:
     """The schema's spelling of a field (`max_retries` → `maxRetries`), as Pulumi's analyzer writes it."""
     head, *rest = field.split("_")
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def _snake(name: str) -> str:
+    """A field's own spelling from the schema's (`operatorPolicies` → `operator_policies`)."""
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", lambda m: "_" + m.group(1).lower(), name)
 
 
 def field_hints(typed_dict: type) -> dict[str, Any]:
@@ -82,7 +89,8 @@ def integers(value: Any, hint: Any, path: str, problems: list[tuple[str, str]]) 
                 for key, item in value.items()}
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is list and isinstance(value, list):
-        return [integers(item, args[0], f"{path}[{i}]", problems) for i, item in enumerate(value)]
+        labels = entry_labels(_snake(path.rpartition(".")[2]), value)
+        return [integers(item, args[0], f"{path}{label}", problems) for label, item in zip(labels, value, strict=True)]
     if origin is dict and isinstance(value, Mapping):
         return {key: integers(item, args[1], f"{path}.{key}", problems) for key, item in value.items()}
     if origin in (typing.Union, types.UnionType):
@@ -98,13 +106,7 @@ def spelled(path: str, where: str, fields: frozenset[str]) -> str:
     if not path.startswith(where):
         return path
 
-    def one(segment: str) -> str:
-        match = _SEGMENT.fullmatch(segment)
-        if match is None or match.group(1) not in fields:
-            return segment
-        return schema_name(match.group(1)) + match.group(2)
-
-    return where + ".".join(one(segment) for segment in path[len(where):].split("."))
+    return where + "".join(schema_name(part) if part in fields else part for part in _TOKEN.findall(path[len(where):]))
 
 
 def schema_spelled(value: Any, hint: Any) -> Any:

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from . import wire
 from .args_types import QueueSpec
 from .config import ConfigError
-from .config.key_paths import with_paths
+from .config.key_paths import entry_labels
 from .foreign import field_hints
 
 T = TypeVar("T")
@@ -105,9 +105,9 @@ def _shape(value: Any, hint: Any, path: str, caller: str, shaped: Shaped) -> Any
         return out
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is list and isinstance(value, list):
-        parent, _, key = path.rpartition(".")
-        return [_shape(item, args[0], at, f"{caller}{at[len(path):]}", shaped)
-                for at, item in with_paths(parent, key, value)]
+        labels = entry_labels(path.rpartition(".")[2], value)
+        return [_shape(item, args[0], f"{path}{label}", f"{caller}{label}", shaped)
+                for label, item in zip(labels, value, strict=True)]
     if origin is dict and isinstance(value, Mapping):
         return {key: _shape(item, args[1], _child(path, str(key)), _child(caller, str(key)), shaped)
                 for key, item in value.items()}

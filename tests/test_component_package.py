@@ -292,7 +292,12 @@ def test_a_fractional_number_where_an_integer_belongs_is_refused_with_its_key_pa
         ("DelayLevels(levels).delayLevels.quorumGroupSize", "expected an integer, got 2.5")]
     vhost = {"vhost": {"name": "shop", "queues": [{"name": "a", "retry": {"delays": ["1s"], "maxRetries": 0.5}}]}}
     assert _refused("Vhost", "shop", vhost) == [
-        ("Vhost(shop).vhost.queues[0].retry.maxRetries", "expected an integer, got 0.5")]
+        ("Vhost(shop).vhost.queues[a].retry.maxRetries", "expected an integer, got 0.5")]
+    # A queue's name is the user's: a field name inside it (after a dot) is left as written.
+    vhost = {"vhost": {"name": "shop", "queues": [{"name": "a.max_retries", "retry": {"delays": ["1s"],
+                                                                                     "maxRetries": 0.5}}]}}
+    assert _refused("Vhost", "shop", vhost) == [
+        ("Vhost(shop).vhost.queues[a.max_retries].retry.maxRetries", "expected an integer, got 0.5")]
 
 
 def test_the_config_parsers_errors_name_the_keys_as_another_language_wrote_them(hosted: None) -> None:

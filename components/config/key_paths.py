@@ -53,16 +53,21 @@ def _written_name(entry: object, key: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def entry_paths(parent: str, key: str, entries: Sequence[object]) -> tuple[str, ...]:
-    """The key path of each entry of the list `key` of the mapping at `parent` ("" at the top), in order:
-    `parent.key[name]` or `parent.key[index]` (module docstring). `entries`: the list as written, or its parsed
-    entities (which carry the same names)."""
-    list_path = f"{parent}.{key}" if parent else key
+def entry_labels(key: str, entries: Sequence[object]) -> tuple[str, ...]:
+    """What names each entry of the list `key` after the list's own path, in order: `[name]` or `[index]` (module
+    docstring). `entries`: the list as written, or its parsed entities (which carry the same names)."""
     name_key = NAME_KEYS.get(key)
     names = [None if name_key is None else _written_name(entry, name_key) for entry in entries]
     written = Counter(names)
-    return tuple(f"{list_path}[{shown_name(name) if name is not None and written[name] == 1 else index}]"
+    return tuple(f"[{shown_name(name) if name is not None and written[name] == 1 else index}]"
                  for index, name in enumerate(names))
+
+
+def entry_paths(parent: str, key: str, entries: Sequence[object]) -> tuple[str, ...]:
+    """The key path of each entry of the list `key` of the mapping at `parent` ("" at the top), in order:
+    `parent.key[name]` or `parent.key[index]` (`entry_labels`)."""
+    list_path = f"{parent}.{key}" if parent else key
+    return tuple(f"{list_path}{label}" for label in entry_labels(key, entries))
 
 
 def entry_path(parent: str, key: str, entries: Sequence[object], index: int) -> str:
