@@ -109,7 +109,7 @@ def test_the_merge_the_checks_compute_is_the_one_the_broker_reports(
             {"name": "ops", "pattern": ".*", "definition": {"message-ttl": 600, "max-length": 5, "delivery-limit": 4}},
             {"name": "ops-classic", "pattern": "^c", "definition": {"max-length": 7}}],
     }
-    deployment = _apply_anyway(deploy, monkeypatch, config, "vhost.operator_policies[0].definition.message-ttl")
+    deployment = _apply_anyway(deploy, monkeypatch, config, "vhost.operator_policies[ops].definition.message-ttl")
     plan = plan_vhost(load_vhost(deployment.config, "vhost"))
     graph = _graph(plan, ())
     expected = {}
@@ -140,7 +140,7 @@ def test_an_operator_ttl_on_every_queue_loses_waiting_and_parked_messages(
         broker: Broker, deploy: Deployer, monkeypatch: pytest.MonkeyPatch, queue_type: str) -> None:
     config = {"queues": [{"name": "q", "type": queue_type, "retry": {"delays": ["60s"]}}],
               "operator_policies": [{"name": "ttl", "pattern": ".*", "definition": {"message-ttl": TTL_MS}}]}
-    deployment = _apply_anyway(deploy, monkeypatch, config, "vhost.operator_policies[0].definition.message-ttl: "
+    deployment = _apply_anyway(deploy, monkeypatch, config, "vhost.operator_policies[ttl].definition.message-ttl: "
                                                             f'message-ttl {TTL_MS} reaches input queue "q"')
     contract = deployment.contracts["q"]
     _in_force(broker, deployment.vhost, "q", "message-ttl", TTL_MS)
@@ -157,7 +157,7 @@ def test_a_lower_operator_ttl_shortens_a_wait_tier(
         broker: Broker, deploy: Deployer, monkeypatch: pytest.MonkeyPatch) -> None:
     config = {"queues": [{"name": "q", "type": "quorum", "retry": {"delays": ["30m"]}}],
               "operator_policies": [{"name": "ttl", "pattern": r"\.wait\.", "definition": {"message-ttl": TTL_MS}}]}
-    deployment = _apply_anyway(deploy, monkeypatch, config, "vhost.operator_policies[0].definition.message-ttl: "
+    deployment = _apply_anyway(deploy, monkeypatch, config, "vhost.operator_policies[ttl].definition.message-ttl: "
                                                             f'message-ttl {TTL_MS} on wait queue "q.wait.1"')
     _in_force(broker, deployment.vhost, "q.wait.1", "message-ttl", TTL_MS)
     with _channel(broker, deployment.vhost) as channel:
@@ -172,7 +172,7 @@ def test_an_operator_delivery_limit_at_max_retries_plus_one_jams_messages(
     into the wait tier, whose way back is a cycle: it jams (tests/broker/test_delivery_limit.py)."""
     config = {"queues": [{"name": "q", "type": "quorum", "retry": {"delays": [f"{TTL_MS}ms"], "max_retries": 1}}],
               "operator_policies": [{"name": "limit", "pattern": "^q$", "definition": {"delivery-limit": 2}}]}
-    deployment = _apply_anyway(deploy, monkeypatch, config, "vhost.operator_policies[0].definition.delivery-limit: "
+    deployment = _apply_anyway(deploy, monkeypatch, config, "vhost.operator_policies[limit].definition.delivery-limit: "
                                                             'delivery-limit 2 on quorum queue "q"')
     vhost, wait = deployment.vhost, deployment.contracts["q"]["tiers"][0]["queue"]
     _in_force(broker, vhost, "q", "delivery-limit", 2)
@@ -189,7 +189,7 @@ def test_an_operator_max_length_without_reject_publish_drops_waiting_messages(
     out when it returns, and is dropped the second time round (a cycle with no rejection)."""
     config = {"queues": [{"name": "q", "type": "classic", "retry": {"delays": [f"{TTL_MS}ms"]}}],
               "operator_policies": [{"name": "length", "pattern": "^q$", "definition": {"max-length": 1}}]}
-    deployment = _apply_anyway(deploy, monkeypatch, config, "vhost.operator_policies[0].definition.max-length: "
+    deployment = _apply_anyway(deploy, monkeypatch, config, "vhost.operator_policies[length].definition.max-length: "
                                                             'max-length 1 on input queue "q"')
     _in_force(broker, deployment.vhost, "q", "max-length", 1)
     with _channel(broker, deployment.vhost) as channel:

@@ -42,9 +42,9 @@ def test_doctor_blocks_an_existing_vhost_the_broker_lacks_by_its_key_path(broker
     found = _doctor(broker, vhost, existing=True)
     assert found.status == 2
     assert found.blocking == [
-        f"vhosts[0].existing: vhost {vhost!r} is not on the broker, and an existing vhost is referenced, never "
+        f"vhosts[{vhost}].existing: vhost {vhost!r} is not on the broker, and an existing vhost is referenced, never "
         f"created: `pulumi up` fails with 404 vhost_not_found; create it first (`rabbitmqctl add_vhost {vhost}`), "
-        "or set vhosts[0].existing: false so that the stack creates it (and deletes it with the stack)"]
+        f"or set vhosts[{vhost}].existing: false so that the stack creates it (and deletes it with the stack)"]
     assert not [b for b in _doctor(broker, vhost, existing=False).blocking if "existing" in b]
 
 

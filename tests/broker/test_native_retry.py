@@ -120,7 +120,8 @@ def test_doctor_refuses_native_below_4_3_1_and_passes_it_on_4_3(broker: Broker, 
     found = _doctor(broker, vhost, native_queue("linear"))
     if version(broker) < (4, 3, 1):
         assert found.status == 2
-        assert [b for b in found.blocking if b.startswith("vhosts[0].queues[0].retry.strategy: strategy native")]
+        assert [b for b in found.blocking
+                if b.startswith(f"vhosts[{vhost}].queues[linear].retry.strategy: strategy native")]
     else:
         assert found.blocking == [] and found.status == 0
 

@@ -26,5 +26,6 @@ def test_a_single_node_declares_a_group_of_3_with_one_member_and_doctor_warns(br
     facts = doctor.read_facts(broker.client(), [vhost])
     [warning] = [w for w in doctor.diagnose(config, planned_objects(config), facts).warnings
                  if "quorum_group_size" in w]
-    assert warning.startswith("vhosts[0].queues[0].quorum_group_size asks for 3 replicas of quorum queue 'replicated'")
+    assert warning.startswith(f"vhosts[{vhost}].queues[replicated].quorum_group_size asks for 3 replicas of quorum "
+                              "queue 'replicated'")
     assert "the broker is a single-node broker" in warning

@@ -54,5 +54,5 @@ def test_a_quorum_group_size_sets_the_members_of_the_queue_and_of_every_queue_it
     warnings = [w for w in doctor.diagnose(config, planned_objects(config), facts).warnings
                 if "quorum_group_size" in w]
     assert len(warnings) == 1 and warnings[0].startswith(
-        "vhosts[0].queues[3].quorum_group_size asks for 4 replicas of quorum queue 'four'"), warnings
+        f"vhosts[{vhost}].queues[four].quorum_group_size asks for 4 replicas of quorum queue 'four'"), warnings
     assert "a cluster with 3 running nodes" in warnings[0]
