@@ -16,9 +16,7 @@ import yaml
 from components import Vhost, naming, wire
 from components.checks import check_vhost
 from components.config import (
-    EXCHANGE_TYPES,
     OPERATOR_POLICY_KEYS,
-    QUEUE_TYPES,
     ConfigError,
     load_vhost,
 )
@@ -32,9 +30,10 @@ from components.resources import ShovelAccess
 from tools.lib import engine
 from tools.lib.definitions import DefinitionsError, Snapshot, binding_id
 from tools.lib.drift import COMPARED, binding_label, compare, import_id, markdown_table
-from tools.lib.markdown import code
+from tools.lib.markdown import code, names
 from tools.lib.mockrun import Registered, close_event_loop, record
-from tools.lib.recognise import Topology, dead_letter, queue_policy, recognise
+from tools.lib.recognise import Topology, recognise, unclear
+from tools.lib.unowned import kept_detail, unmanageable_exchange, unmanageable_queue
 
 DEFAULT_SUFFIX = ".v2"
 PLAIN_ARGUMENTS = frozenset({wire.QUEUE_TYPE.argument})
@@ -75,11 +74,6 @@ class Adoption:
         self.decisions.append(Decision(action, type_, name, detail))
 
 
-def _valid_name(name: str) -> bool:
-    return bool(name) and "@" not in name and "/" not in name and not name.startswith(naming.RESERVED_PREFIX) \
-        and name == name.strip()
-
-
 def _group_size_of(queue_type: str, value: object) -> bool:
     """Whether `quorum_group_size` can say what the queue's `x-quorum-initial-group-size` says."""
     return queue_type == "quorum" and isinstance(value, int) and not isinstance(value, bool) and value >= 1
@@ -109,34 +103,6 @@ def _free_name(snapshot: Snapshot, queue: str, suffix: str, taken: set[str]) -> 
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' * (n != 1)}"
-
-
-def _kept_detail(snapshot: Snapshot, queue: str) -> str:
-    """What a queue kept as it is does with a message, in words: its TTL and where it dead-letters."""
-    letter = dead_letter(snapshot, queue)
-    parts = []
-    if letter.ttl_ms is not None:
-        parts.append(f"holds a message {format_duration(letter.ttl_ms)}")
-    if letter.exchange is not None:
-        route = "the default exchange" if letter.exchange == "" else f"exchange {code(letter.exchange)}"
-        key = f" with key {code(letter.routing_key)}" if letter.routing_key is not None else ""
-        parts.append(f"dead-letters to {route}{key}")
-    if letter.ttl_ms is not None and letter.exchange is not None:
-        parts.append("a retry waiting here comes back on time through that route, before and after adoption")
-    return "; ".join(parts) or "kept with its arguments"
-
-
-def _manageable_exchange(info: dict[str, Any]) -> str | None:
-    """Why the stack cannot declare this exchange as it is, or None."""
-    if info.get("type") not in EXCHANGE_TYPES:
-        return f"type {info.get('type')} (this project declares {', '.join(EXCHANGE_TYPES)})"
-    if not info.get("durable") or info.get("auto_delete") or info.get("internal"):
-        return "not durable, auto-delete or internal: this project declares durable exchanges only"
-    if info.get("arguments"):
-        return f"arguments {info['arguments']} (this project declares none)"
-    if not _valid_name(info["name"]):
-        return "a name the provider cannot manage (`@`, `/`, `amq.`)"
-    return None
 
 
 def _binding_entry(b: dict[str, Any], managed_exchanges: set[str]) -> dict[str, Any]:
@@ -171,111 +137,133 @@ def _policy_entry(policy: dict[str, Any]) -> dict[str, Any] | str:
             "apply_to": policy.get("apply-to", "all"), "definition": definition}
 
 
+@dataclass
+class _Owned:
+    """What the recognised topologies own, and what the build has placed so far."""
+
+    queues: set[str]
+    retired_exchanges: set[str]
+    bindings: set[int]
+    policies: set[str]
+    managed_exchanges: set[str] = field(default_factory=set)
+    bound: set[int] = field(default_factory=set)
+    """Bindings written into a queue entry (or retired with the queue they bind)."""
+
+
 def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
     """The config entry of the vhost and the decisions that do not need the plan (retire, left alone)."""
     vhost: dict[str, Any] = {"name": snapshot.vhost, "existing": True, "exchanges": [], "queues": [],
                              "policies": [], "operator_policies": []}
-    adoption = Adoption(snapshot, vhost, recognise(snapshot))
+    topologies = recognise(snapshot)
+    adoption = Adoption(snapshot, vhost, topologies)
+    owned = _Owned({q for t in topologies for q in t.queues},
+                   {x for t in topologies if t.kind != "ours" for x in t.exchanges},
+                   {i for t in topologies for i in t.bindings}, {p for t in topologies for p in t.policies})
+    _exchanges(adoption, owned)
+    _take_over(adoption, owned, suffix)
+    _queues(adoption, owned, unclear(snapshot, topologies))
+    _bindings_left(adoption, owned)
+    _policies_of(adoption, owned)
+    _drop_refused(adoption)
+    successors = {q["name"] for q in vhost["queues"]}
     taken: set[str] = set()
-    owned_queues = {q for t in adoption.topologies for q in t.queues}
-    retired_exchanges = {x for t in adoption.topologies if t.kind != "ours" for x in t.exchanges}
-    owned_bindings = {i for t in adoption.topologies for i in t.bindings}
-    owned_policies = {p for t in adoption.topologies for p in t.policies}
+    for migration in adoption.migrations:
+        if migration[move.NAME]["to"] in successors:
+            migration["name"] = _unique(migration["name"], taken)
+            vhost.setdefault("migrations", []).append(migration)
+    return adoption
 
-    managed_exchanges: set[str] = set()
-    for name, info in sorted(snapshot.exchanges.items()):
+
+def _exchanges(adoption: Adoption, owned: _Owned) -> None:
+    """Each exchange: retired with its topology, declared by our retryable queue, left alone, or declared."""
+    for name, info in sorted(adoption.snapshot.exchanges.items()):
         if name.startswith(naming.RESERVED_PREFIX):
             continue
-        if name in retired_exchanges:
+        if name in owned.retired_exchanges:
+            sharing = [t.queue for t in adoption.topologies if name in t.exchanges]
+            shared = (f"; shared by the loops of {names(sharing)}: each loop's retire keeps it while another's route "
+                      "still uses it" if len(sharing) > 1 else "")
             adoption.decide(RETIRE, "Exchange", name, "part of a runtime retry topology; delete it once its queues "
-                            "are drained and deleted")
+                            "are drained and deleted" + shared)
         elif any(name in naming.derived_exchange_names(t.queue) for t in adoption.topologies if t.kind == "ours"):
-            managed_exchanges.add(name)  # declared by the retryable queue that owns it
-        elif (why := _manageable_exchange(info)) is not None:
+            owned.managed_exchanges.add(name)  # declared by the retryable queue that owns it
+        elif (why := unmanageable_exchange(info)) is not None:
             adoption.decide(ALONE, "Exchange", name, why)
         else:
-            managed_exchanges.add(name)
-            vhost["exchanges"].append({"name": name, "type": info["type"]})
+            owned.managed_exchanges.add(name)
+            adoption.vhost["exchanges"].append({"name": name, "type": info["type"]})
 
-    def work_bindings(queue: str) -> list[tuple[int, dict[str, Any]]]:
-        return [(i, b) for i, b in enumerate(snapshot.bindings) if b["destination"] == queue
-                and b["destination_type"] == "queue" and i not in owned_bindings]
 
-    bound: set[int] = set()
+def _queue_entry(adoption: Adoption, owned: _Owned, name: str, queue_type: str, old: str,
+                 retry: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A queue entry named `name`, bound as `old` is (bindings of `old` the topologies do not own)."""
+    entry: dict[str, Any] = {"name": name, "type": queue_type}
+    bindings = []
+    for i, b in enumerate(adoption.snapshot.bindings):
+        if b["destination"] != old or b["destination_type"] != "queue" or i in owned.bindings:
+            continue
+        owned.bound.add(i)
+        if b["source"] in owned.retired_exchanges:
+            continue
+        bindings.append(_binding_entry(b, owned.managed_exchanges))
+        if name != old:
+            adoption.decide(RETIRE, "Binding", binding_label(b), "unbound by `make migrate-retire` right after the "
+                            "first `pulumi up` (below): the new queue receives these messages from then on")
+    if bindings:
+        entry["bindings"] = bindings
+    if retry is not None:
+        entry["retry"] = retry
+    return entry
 
-    def queue_entry(name: str, queue_type: str, old: str, retry: dict[str, Any] | None = None) -> dict[str, Any]:
-        entry: dict[str, Any] = {"name": name, "type": queue_type}
-        bindings = []
-        for i, b in work_bindings(old):
-            bound.add(i)
-            if b["source"] in retired_exchanges:
-                continue
-            bindings.append(_binding_entry(b, managed_exchanges))
-            if name != old:
-                adoption.decide(RETIRE, "Binding", binding_label(b), "unbound by `make migrate-retire` right after the "
-                                "first `pulumi up` (below): the new queue receives these messages from then on")
-        if bindings:
-            entry["bindings"] = bindings
-        if retry is not None:
-            entry["retry"] = retry
-        return entry
 
+def _take_over(adoption: Adoption, owned: _Owned, suffix: str) -> None:
+    """Each recognised topology: ours imported as it is; a runtime one taken over beside, its objects retired."""
+    snapshot, taken = adoption.snapshot, set[str]()
     for topology in adoption.topologies:
         if topology.kind == "ours":
-            entry = queue_entry(topology.queue, topology.queue_type, topology.queue, _retry_block(topology))
-            for key in ("max_length", "delivery_limit"):
-                if key in topology.limits:
-                    entry[key] = topology.limits[key]
-            vhost["queues"].append(entry)
+            entry = _queue_entry(adoption, owned, topology.queue, topology.queue_type, topology.queue,
+                                 _retry_block(topology))
+            entry |= {key: topology.limits[key] for key in ("max_length", "delivery_limit") if key in topology.limits}
+            adoption.vhost["queues"].append(entry)
             continue
         new = _free_name(snapshot, topology.queue, suffix, taken)
         adoption.beside[topology.queue] = new
-        vhost["queues"].append(queue_entry(new, topology.queue_type, topology.queue, _retry_block(topology)))
+        adoption.vhost["queues"].append(_queue_entry(adoption, owned, new, topology.queue_type, topology.queue,
+                                                     _retry_block(topology)))
         adoption.migrations.append(_migration(topology.queue, new, topology))
         for queue in topology.queues:
             adoption.decide(RETIRE, "Queue", queue, f"{topology.kind}: " + _messages(snapshot, queue))
         for i in topology.bindings:
-            adoption.decide(RETIRE, "Binding", binding_label(snapshot.bindings[i]), f"{topology.kind} wiring")
+            adoption.decide(RETIRE, "Binding", binding_label(snapshot.bindings[i]),
+                            f"{topology.kind} wiring of {code(topology.queue)}")
         for policy_name in topology.policies:
             adoption.decide(RETIRE, "Policy", policy_name, f"sets the dead-lettering of {topology.kind} queues; "
                             "delete it once they are gone")
 
-    untyped: list[str] = []
+
+def _queues(adoption: Adoption, owned: _Owned, ambiguous: Mapping[str, str]) -> None:
+    """Every queue no topology owns: left alone, or imported as it is (with every argument it has when the plain
+    shape would drop one)."""
+    snapshot, untyped = adoption.snapshot, []
     for name, info in sorted(snapshot.queues.items()):
-        if name in owned_queues:
+        if name in owned.queues:
+            continue
+        if (why := unmanageable_queue(snapshot, name)) is not None:
+            adoption.decide(ALONE, "Queue", name, why)
             continue
         arguments = dict(info.get("arguments") or {})
         queue_type = str(arguments.get(wire.QUEUE_TYPE.argument) or info.get("type") or "classic")
-        if info.get("auto_delete") or not info.get("durable") or name.startswith(naming.RESERVED_PREFIX):
-            adoption.decide(ALONE, "Queue", name, "transient (auto-delete, non-durable or server-named)")
-            continue
-        if queue_type not in QUEUE_TYPES or not _valid_name(name):
-            adoption.decide(ALONE, "Queue", name, f"a {queue_type} queue or a name the provider cannot manage")
-            continue
-        if wire.EXPIRES.argument in arguments:
-            adoption.decide(ALONE, "Queue", name, f"deletes itself when unused (x-expires "
-                            f"{format_duration(int(arguments[wire.EXPIRES.argument]))}), so the stack cannot own it; "
-                            "left as it is, it " + _kept_detail(snapshot, name).replace("; a retry", ", and a retry"))
-            continue
-        if queue_type == "quorum" and (policy := queue_policy(snapshot, name)) is not None:
-            adoption.decide(ALONE, "Queue", name, f"user policy {code(str(policy['name']))} applies to it "
-                            f"({', '.join(sorted(policy.get('definition') or {}))}); the stack gives every quorum "
-                            "queue a `delivery-limit` policy of its own, which would take that policy's place "
-                            "(RabbitMQ applies one user policy to a queue) and silently drop its settings: left as it "
-                            "is, still under its policy. To manage it, move the policy's settings into the queue's "
-                            "config (e.g. `max_length`) and narrow the policy's pattern")
-            continue
         group_size = arguments.get(QUORUM_GROUP_ARGUMENT)
         kept = PLAIN_ARGUMENTS | ({QUORUM_GROUP_ARGUMENT} if _group_size_of(queue_type, group_size) else set())
-        entry = queue_entry(name, queue_type, name)
-        if set(arguments) <= kept and wire.QUEUE_TYPE.argument in arguments:
+        entry = _queue_entry(adoption, owned, name, queue_type, name)
+        if set(arguments) <= kept and wire.QUEUE_TYPE.argument in arguments and name not in ambiguous:
             if QUORUM_GROUP_ARGUMENT in kept:
                 entry["quorum_group_size"] = group_size
         else:
             # Kept as it is, every argument with it: imported, never moved (a message waiting in a TTL queue comes
             # back on time through its own dead-letter route; a shovel would end its wait early).
             entry["arguments"] = arguments
-            adoption.kept[name] = _kept_detail(snapshot, name)
+            adoption.kept[name] = "; ".join(filter(None, (kept_detail(snapshot, name), ambiguous.get(name))))
             if wire.QUEUE_TYPE.argument not in arguments:
                 untyped.append(name)
         if queue_type == "quorum":
@@ -283,54 +271,51 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
             if isinstance(limit, int) and not isinstance(limit, bool):
                 entry["delivery_limit"] = limit
             else:
-                adoption.warnings.append(f"quorum queue {name}: the stack gives it a `delivery-limit` policy "
+                adoption.warnings.append(f"quorum queue {code(name)}: the stack gives it a `delivery-limit` policy "
                                          "(`defaults.delivery_limit`, 20; RabbitMQ 4's default, unlimited on 3.x): "
                                          "set `delivery_limit` on the queue if it needs another")
-        vhost["queues"].append(entry)
-
+        adoption.vhost["queues"].append(entry)
     if untyped:
         adoption.warnings.append(
             f"{_count(len(untyped), 'queue')} without x-queue-type (RabbitMQ before 4.0 stores none), each imported "
-            f"with exactly the arguments it has: {', '.join(untyped)}. RabbitMQ 4 stores `x-queue-type: classic` on "
+            f"with exactly the arguments it has: {names(untyped)}. RabbitMQ 4 stores `x-queue-type: classic` on "
             "every queue: after upgrading the broker, add `x-queue-type: classic` to their `arguments` before the "
             "next `pulumi up --refresh` (else the provider plans a replacement, which the queue guard refuses while "
             "a queue holds messages)")
-    for i, b in enumerate(snapshot.bindings):
-        if i in owned_bindings or i in bound:
+
+
+def _bindings_left(adoption: Adoption, owned: _Owned) -> None:
+    for i, b in enumerate(adoption.snapshot.bindings):
+        if i in owned.bindings or i in owned.bound:
             continue
         adoption.decide(ALONE, "Binding", binding_label(b),
                         "to an exchange (not declared by this project)" if b["destination_type"] == "exchange"
                         else "its queue is not managed by the stack")
 
+
+def _policies_of(adoption: Adoption, owned: _Owned) -> None:
+    """User and operator policies: declared as they are, or left alone with the reason."""
     new_queues = [n for q in adoption.beside.values() for n in naming.derived_queue_names(q, 9)]
-    for name, policy in sorted(snapshot.policies.items()):
-        if name in owned_policies:  # retired with its topology, or (ours) derived by the plan again
+    for name, policy in sorted(adoption.snapshot.policies.items()):
+        if name in owned.policies:  # retired with its topology, or (ours) derived by the plan again
             continue
         if hits := [q for q in new_queues if re.search(str(policy.get("pattern", "")), q)]:
-            adoption.decide(ALONE, "Policy", name, f"its pattern also matches the new queue {hits[0]}: narrow it "
-                            "(e.g. `^name$`), then add it to the stack's policies")
+            adoption.decide(ALONE, "Policy", name, f"its pattern also matches the new queue {code(hits[0])}: narrow "
+                            "it (e.g. `^name$`), then add it to the stack's policies")
             continue
         policy_entry = _policy_entry(policy)
         if isinstance(policy_entry, str):
             adoption.decide(ALONE, "Policy", name, policy_entry)
         else:
-            vhost["policies"].append(policy_entry)
-    for name, policy in sorted(snapshot.operator_policies.items()):
+            adoption.vhost["policies"].append(policy_entry)
+    for name, policy in sorted(adoption.snapshot.operator_policies.items()):
         policy_entry = _policy_entry(policy)
         if isinstance(policy_entry, str) or set(policy_entry["definition"]) - set(OPERATOR_POLICY_KEYS):
             why = (policy_entry if isinstance(policy_entry, str)
                    else "keys an operator policy of the config may not hold")
             adoption.decide(ALONE, "OperatorPolicy", name, why)
         else:
-            vhost["operator_policies"].append(policy_entry)
-    _drop_refused(adoption)
-    successors = {q["name"] for q in vhost["queues"]}
-    names: set[str] = set()
-    for migration in adoption.migrations:
-        if migration[move.NAME]["to"] in successors:
-            migration["name"] = _unique(migration["name"], names)
-            vhost.setdefault("migrations", []).append(migration)
-    return adoption
+            adoption.vhost["operator_policies"].append(policy_entry)
 
 
 def _unique(name: str, taken: set[str]) -> str:
@@ -507,7 +492,7 @@ def _retire_steps(adoption: Adoption, stack: str) -> list[str]:
         bound_from = sorted({b["source"] for b in s.bindings if b["destination"] == old
                              and b["destination_type"] == "queue" and b.get("source")
                              and b["source"] not in old_topology})
-        binds = (f", binds it from {', '.join(map(code, bound_from))} as {code(old)} is bound" if bound_from else
+        binds = (f", binds it from {names(bound_from)} as {code(old)} is bound" if bound_from else
                  f" ({code(old)} is bound from no exchange but its own topology's: its producers publish to it by "
                  "name)")
         steps = [f"`pulumi up --stack {stack}` creates {code(new)}" + (" with its retry machinery" if topology else "")

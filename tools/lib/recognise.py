@@ -8,8 +8,10 @@ retryable queue of ours can take over beside it. Recognised:
   queue `Q-retry` with a TTL dead-lettering to `Q-retry-requeue`, queue `Q-error`;
 - **spring-cloud-stream**: the Rabbit binder's DLQ: `Q` dead-letters to exchange `DLX` with key `Q`, queue
   `Q.dlq` bound there;
-- **dlx-ttl-loop**: `Q` dead-letters to an exchange `D` whose queue `T` has a TTL and dead-letters back to
-  an exchange `Q` is bound to (a DLX and TTL loop).
+- **dlx-ttl-loop**: a message `Q` dead-letters reaches one queue `T` with a TTL, which dead-letters it back to `Q`
+  (a DLX and TTL loop), each route followed exactly (tools/lib/routing.py): exchange types, routing keys,
+  exchange-to-exchange bindings. Loops that share an exchange (one retry exchange, a key per worker) each get their
+  own route; an ambiguous route is no loop (`unclear`: the reason, for the report).
 
 Dead-lettering and TTL count whether set by queue argument or by policy (a policy's `dead-letter-exchange`
 applies only where the queue has no argument; the highest-priority matching policy wins).
@@ -25,6 +27,8 @@ from typing import Any
 from components import naming, wire
 from components.entries import quorum_dead_lettering
 from tools.lib.definitions import Snapshot
+from tools.lib.markdown import code, names
+from tools.lib.routing import Message, Route, arrival_keys, route
 
 SNEAKERS_MAX_RETRIES = 5
 """Sneakers' default `retry_max_times`."""
@@ -66,6 +70,15 @@ class Topology:
     notes: tuple[str, ...] = ()
     limits: Mapping[str, int] = field(default_factory=dict)
     """For `ours`: max_length, delivery_limit, error_retention, error_max_length read from our policies."""
+    route: tuple[str, ...] = ()
+    """Every exchange a retry's route passes through (out of the work queue and back), shared ones included."""
+    route_bindings: tuple[int, ...] = ()
+    """Indexes into `Snapshot.bindings` of every binding on that route."""
+
+    def uses(self) -> tuple[frozenset[str], frozenset[str], frozenset[int]]:
+        """(queues, exchanges, bindings) the topology's own routes use."""
+        return frozenset(self.queues), frozenset(self.route) | frozenset(self.exchanges), \
+            frozenset(self.route_bindings) | frozenset(self.bindings)
 
 
 def _applies(policy: Mapping[str, Any], queue: str) -> bool:
@@ -189,25 +202,45 @@ def _spring(snapshot: Snapshot, q: str) -> Topology | None:
                      "when no queue dead-letters to it any more"))
 
 
-def _loop(snapshot: Snapshot, q: str) -> Topology | None:
+def trace(snapshot: Snapshot, q: str) -> Topology | str | None:
+    """The DLX and TTL loop of `q`, followed exactly with the routing model: a message `q` dead-letters (with its
+    dead-letter routing key, else with each key it may arrive with) must reach one queue `T` alone, for every key,
+    and `T` (with a TTL) must dead-letter it back to `q`. None when `q` dead-letters nowhere or into no such loop;
+    the reason, when the route is ambiguous (some keys only, or more than one queue)."""
     letter = dead_letter(snapshot, q)
-    if letter.exchange is None or letter.exchange == "" or letter.exchange not in snapshot.exchanges:
+    if not letter.exchange or letter.exchange not in snapshot.exchanges:
         return None
-    work_sources = {b["source"] for b in snapshot.bindings if b["destination"] == q}
-    for i, b in enumerate(snapshot.bindings):
-        wait = b["destination"]
-        if b["source"] != letter.exchange or wait == q or wait not in snapshot.queues:
-            continue
-        back = dead_letter(snapshot, wait)
-        if back.ttl_ms is not None and back.exchange in work_sources and replaceable(snapshot, q, WORK_ARGUMENTS) \
-                and replaceable(snapshot, wait, WAIT_ARGUMENTS):
-            return Topology("dlx-ttl-loop", q, queue_type(snapshot, q), (back.ttl_ms,), LOOP_MAX_RETRIES, (q, wait),
-                            (letter.exchange,), (i,), _policies(snapshot, (q, wait)), None,
-                            (f"the loop had no limit of its own (consumers count x-death); max_retries "
-                             f"{LOOP_MAX_RETRIES} is a default: set yours",
-                             "messages past the limit were dropped or kept by the consumer: the new queue parks "
-                             "them in its error queue"))
-    return None
+    message = Message(arrival_keys(snapshot, q)).dead_lettered(letter.routing_key)
+    out = route(snapshot, letter.exchange, message)
+    waits = sorted(w for w in out.queues | out.partly if w != q and dead_letter(snapshot, w).ttl_ms is not None)
+    if not waits:
+        return None
+    where = f"a message it dead-letters to exchange {code(letter.exchange)} with key(s) {names(message.routing_keys)}"
+    if out.ambiguous or len(out.queues) != 1:
+        reached = names(sorted(out.queues)) or "none"
+        partly = f"; for some keys only: {names(sorted(out.partly))}" if out.partly else ""
+        return f"{where} reaches, for every key: {reached}{partly}: not one wait queue, so not taken over"
+    wait = waits[0]
+    back = dead_letter(snapshot, wait)
+    returned = route(snapshot, back.exchange, message.dead_lettered(back.routing_key)) \
+        if back.exchange is not None else Route()
+    if q not in returned.queues or returned.partly:
+        why = (f"for some keys only (and {names(sorted(returned.partly))})" if q in returned.partly else "not to it")
+        return f"{where} waits in {code(wait)}, which dead-letters {why}: not taken over"
+    if not (replaceable(snapshot, q, WORK_ARGUMENTS) and replaceable(snapshot, wait, WAIT_ARGUMENTS)):
+        return None
+    return Topology("dlx-ttl-loop", q, queue_type(snapshot, q), (back.ttl_ms or 0,), LOOP_MAX_RETRIES, (q, wait),
+                    tuple(sorted(out.exchanges)), tuple(sorted(out.bindings)), _policies(snapshot, (q, wait)), None,
+                    (f"the loop had no limit of its own (consumers count x-death); max_retries "
+                     f"{LOOP_MAX_RETRIES} is a default: set yours",
+                     "messages past the limit were dropped or kept by the consumer: the new queue parks "
+                     "them in its error queue"), route=tuple(sorted(out.exchanges | returned.exchanges)),
+                    route_bindings=tuple(sorted(out.bindings | returned.bindings)))
+
+
+def _loop(snapshot: Snapshot, q: str) -> Topology | None:
+    traced = trace(snapshot, q)
+    return traced if isinstance(traced, Topology) else None
 
 
 def _policies(snapshot: Snapshot, queues: tuple[str, ...]) -> tuple[str, ...]:
@@ -215,6 +248,13 @@ def _policies(snapshot: Snapshot, queues: tuple[str, ...]) -> tuple[str, ...]:
 
 
 RECOGNISERS = (_ours, _sneakers, _spring, _loop)
+
+
+def unclear(snapshot: Snapshot, topologies: list[Topology]) -> dict[str, str]:
+    """Queues not in a recognised topology whose retry route is ambiguous, each with the reason (kept as they
+    are)."""
+    claimed = {q for t in topologies for q in t.queues}
+    return {q: why for q in sorted(snapshot.queues) if q not in claimed and isinstance(why := trace(snapshot, q), str)}
 
 
 def recognise(snapshot: Snapshot) -> list[Topology]:
