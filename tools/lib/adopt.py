@@ -5,8 +5,9 @@ the stack file in this project's config schema, and the Markdown report."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote_plus
@@ -32,7 +33,7 @@ from tools.lib.definitions import DefinitionsError, Snapshot, binding_id
 from tools.lib.drift import COMPARED, binding_label, compare, import_id, markdown_table
 from tools.lib.markdown import code, names
 from tools.lib.mockrun import Registered, close_event_loop, record
-from tools.lib.recognise import Topology, recognise, unclear
+from tools.lib.recognise import Topology, delay_levels, own_policy, recognise, unclear
 from tools.lib.unowned import kept_detail, unmanageable_exchange, unmanageable_queue
 
 DEFAULT_SUFFIX = ".v2"
@@ -69,6 +70,9 @@ class Adoption:
     """A `migrations[]` entry (`move.external`) per old queue taken over beside."""
     records: list[Registered] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    required: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Queue (as the stack declares it) → the retry keys still to decide (`Topology.required`): planned with a
+    provisional value, written to the stack file as `REQUIRED`, which `make plan` refuses with the key's path."""
 
     def decide(self, action: Action, type_: str, name: str, detail: str = "") -> None:
         self.decisions.append(Decision(action, type_, name, detail))
@@ -117,8 +121,9 @@ def _binding_entry(b: dict[str, Any], managed_exchanges: set[str]) -> dict[str, 
 
 
 def _retry_block(topology: Topology) -> dict[str, Any]:
-    retry: dict[str, Any] = {"delays": [format_duration(d) for d in topology.delays_ms],
-                             "max_retries": topology.max_retries}
+    retry: dict[str, Any] = ({"strategy": "levels", "backoff": dict(topology.backoff)} if topology.kind == "levels"
+                             else {"delays": [format_duration(d) for d in topology.delays_ms]})
+    retry["max_retries"] = topology.max_retries
     if "error_retention" in topology.limits:
         retry["error_retention"] = format_duration(topology.limits["error_retention"])
     if "error_max_length" in topology.limits:
@@ -148,17 +153,21 @@ class _Owned:
     managed_exchanges: set[str] = field(default_factory=set)
     bound: set[int] = field(default_factory=set)
     """Bindings written into a queue entry (or retired with the queue they bind)."""
+    levels: set[str] = field(default_factory=set)
+    """The objects of the vhost's delay levels (`delay_levels`), when the stack declares them."""
 
 
-def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
+def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX,
+          contracts: Mapping[str, Mapping[str, Any]] | None = None) -> Adoption:
     """The config entry of the vhost and the decisions that do not need the plan (retire, left alone)."""
     vhost: dict[str, Any] = {"name": snapshot.vhost, "existing": True, "exchanges": [], "queues": [],
                              "policies": [], "operator_policies": []}
-    topologies = recognise(snapshot)
+    topologies = with_contracts(recognise(snapshot), contracts or {})
     adoption = Adoption(snapshot, vhost, topologies)
     owned = _Owned({q for t in topologies for q in t.queues},
-                   {x for t in topologies if t.kind != "ours" for x in t.exchanges},
+                   {x for t in topologies if t.kind not in IN_PLACE for x in t.exchanges},
                    {i for t in topologies for i in t.bindings}, {p for t in topologies for p in t.policies})
+    _delay_levels(adoption, owned)
     _exchanges(adoption, owned)
     _take_over(adoption, owned, suffix)
     _queues(adoption, owned, unclear(snapshot, topologies))
@@ -174,10 +183,41 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
     return adoption
 
 
+IN_PLACE = ("ours", "levels")
+"""Topologies of this project's own strategies: imported as they are, never moved."""
+
+
+def _delay_levels(adoption: Adoption, owned: _Owned) -> None:
+    """The vhost's delay levels, when a queue of strategy levels uses them: declared by the stack's `delay_levels`
+    (its objects imported); `max_delay` from a levels queue's retry contract, else a decision (the broker keeps only
+    how many levels it took)."""
+    levels = delay_levels(adoption.snapshot)
+    users = [t for t in adoption.topologies if t.kind == "levels"]
+    if levels is None or not users:
+        return
+    told = next((t.limits["max_delay"] for t in users if "max_delay" in t.limits), None)
+    entry: dict[str, Any] = {"unit": format_duration(levels.unit_ms),
+                             "max_delay": format_duration(told or levels.unit_ms * (2 ** levels.levels - 1)),
+                             "type": levels.queue_type}
+    if levels.quorum_group_size is not None:
+        entry["quorum_group_size"] = levels.quorum_group_size
+    if told is None:
+        adoption.required[""] = ("max_delay",)
+    adoption.vhost["delay_levels"] = entry
+    owned.queues |= {n for n in adoption.snapshot.queues if levels.owns(n)}
+    owned.policies |= {n for n in adoption.snapshot.policies if levels.owns(n)}
+    owned.levels = set(levels.objects)
+    owned.bindings |= {i for i, b in enumerate(adoption.snapshot.bindings)
+                       if levels.owns(str(b["source"])) or levels.owns(str(b["destination"]))}
+
+
 def _exchanges(adoption: Adoption, owned: _Owned) -> None:
     """Each exchange: retired with its topology, declared by our retryable queue, left alone, or declared."""
     for name, info in sorted(adoption.snapshot.exchanges.items()):
         if name.startswith(naming.RESERVED_PREFIX):
+            continue
+        if name in owned.levels:
+            owned.managed_exchanges.add(name)  # declared by the vhost's delay levels
             continue
         if name in owned.retired_exchanges:
             sharing = [t.queue for t in adoption.topologies if name in t.exchanges]
@@ -185,7 +225,7 @@ def _exchanges(adoption: Adoption, owned: _Owned) -> None:
                       "still uses it" if len(sharing) > 1 else "")
             adoption.decide(RETIRE, "Exchange", name, "part of a runtime retry topology; delete it once its queues "
                             "are drained and deleted" + shared)
-        elif any(name in naming.derived_exchange_names(t.queue) for t in adoption.topologies if t.kind == "ours"):
+        elif any(name in naming.derived_exchange_names(t.queue) for t in adoption.topologies if t.kind in IN_PLACE):
             owned.managed_exchanges.add(name)  # declared by the retryable queue that owns it
         elif (why := unmanageable_exchange(info)) is not None:
             adoption.decide(ALONE, "Exchange", name, why)
@@ -220,14 +260,18 @@ def _take_over(adoption: Adoption, owned: _Owned, suffix: str) -> None:
     """Each recognised topology: ours imported as it is; a runtime one taken over beside, its objects retired."""
     snapshot, taken = adoption.snapshot, set[str]()
     for topology in adoption.topologies:
-        if topology.kind == "ours":
+        if topology.kind in IN_PLACE:
             entry = _queue_entry(adoption, owned, topology.queue, topology.queue_type, topology.queue,
                                  _retry_block(topology))
             entry |= {key: topology.limits[key] for key in ("max_length", "delivery_limit") if key in topology.limits}
+            if topology.required:
+                adoption.required[topology.queue] = topology.required
             adoption.vhost["queues"].append(entry)
             continue
         new = _free_name(snapshot, topology.queue, suffix, taken)
         adoption.beside[topology.queue] = new
+        if topology.required:
+            adoption.required[new] = topology.required
         adoption.vhost["queues"].append(_queue_entry(adoption, owned, new, topology.queue_type, topology.queue,
                                                      _retry_block(topology)))
         adoption.migrations.append(_migration(topology.queue, new, topology))
@@ -256,6 +300,12 @@ def _queues(adoption: Adoption, owned: _Owned, ambiguous: Mapping[str, str]) -> 
         group_size = arguments.get(QUORUM_GROUP_ARGUMENT)
         kept = PLAIN_ARGUMENTS | ({QUORUM_GROUP_ARGUMENT} if _group_size_of(queue_type, group_size) else set())
         entry = _queue_entry(adoption, owned, name, queue_type, name)
+        if (policy := own_policy(snapshot, name)) is not None:  # its limits, as the stack derives them again
+            owned.policies.add(name)
+            definition = policy.get("definition") or {}
+            entry |= {ours: int(definition[theirs]) for theirs, ours in ((wire.MAX_LENGTH.key, "max_length"),
+                                                                          (wire.DELIVERY_LIMIT.key, "delivery_limit"))
+                      if theirs in definition}
         if set(arguments) <= kept and wire.QUEUE_TYPE.argument in arguments and name not in ambiguous:
             if QUORUM_GROUP_ARGUMENT in kept:
                 entry["quorum_group_size"] = group_size
@@ -270,7 +320,7 @@ def _queues(adoption: Adoption, owned: _Owned, ambiguous: Mapping[str, str]) -> 
             limit = arguments.get(wire.DELIVERY_LIMIT.argument)
             if isinstance(limit, int) and not isinstance(limit, bool):
                 entry["delivery_limit"] = limit
-            else:
+            elif "delivery_limit" not in entry:
                 adoption.warnings.append(f"quorum queue {code(name)}: the stack gives it a `delivery-limit` policy "
                                          "(`defaults.delivery_limit`, 20; RabbitMQ 4's default, unlimited on 3.x): "
                                          "set `delivery_limit` on the queue if it needs another")
@@ -428,7 +478,8 @@ def finish(adoption: Adoption) -> Adoption:
                                          "`pulumi up` takes it over silently")
                 adoption.decide(BESIDE, kind, label, "created over the identical broker binding (see warnings)")
                 continue
-            object_id = binding_id(snapshot.vhost, r.inputs["source"], r.inputs["destination"], "queue",
+            object_id = binding_id(snapshot.vhost, r.inputs["source"], r.inputs["destination"],
+                                   r.inputs.get("destinationType") or "queue",
                                    _properties_key(r.inputs.get("routingKey") or ""))
         if object_id is None and r.type in (engine.POLICY, engine.OPERATOR_POLICY) and not result.immutable:
             object_id = f"{r.inputs['name']}@{snapshot.vhost}"
@@ -456,10 +507,45 @@ def shovel_port(snapshot: Snapshot) -> int | None:
     return snapshot.amqp_ports[0] if snapshot.amqp_ports else None
 
 
+REQUIRED = ("decide: the old consumers' setting, which the broker does not keep (read from the old stack's retry "
+            "contract with `make adopt CONTRACTS=contracts.<stack>.json`, or set it here)")
+"""What the stack file holds for a retry key the broker cannot tell: the config refuses it (`expected an integer`)
+with the key's path, so `make plan` and `pulumi up` stop until it is decided."""
+
+
+def with_contracts(topologies: Sequence[Topology], contracts: Mapping[str, Mapping[str, Any]]) -> list[Topology]:
+    """Each topology with what its retry contract (`make contracts` of the stack that made it) says the broker cannot
+    tell."""
+    found = []
+    for t in topologies:
+        contract = contracts.get(t.queue) or {}
+        told: dict[str, Any] = {}
+        if isinstance(contract.get("max_retries"), int):
+            told["max_retries"] = contract["max_retries"]
+        backoff = contract.get("backoff")
+        if isinstance(backoff, Mapping) and {"initial_ms", "max_ms", "multiplier", "jitter"} <= backoff.keys():
+            told["backoff"] = {"initial": format_duration(backoff["initial_ms"]),
+                               "max": format_duration(backoff["max_ms"]),
+                               "multiplier": backoff["multiplier"], "jitter": backoff["jitter"]}
+        if isinstance(contract.get("max_delay_ms"), int):
+            told["limits"] = {**t.limits, "max_delay": contract["max_delay_ms"]}
+        read = [k for k in t.required if k in told]
+        if read:
+            t = dataclasses.replace(t, **told, required=tuple(k for k in t.required if k not in told),
+                                    notes=(f"{' and '.join(read)} read from its retry contract",))
+        found.append(t)
+    return found
+
+
 def stack_file(adoption: Adoption, endpoint: str | None, tls: Mapping[str, Any] | None = None) -> str:
     """`tls`: the provider's TLS keys the broker was read with (`rabbitmq:cacertFile` …), written beside the endpoint
     so that `pulumi up` and the tools reach it the same way."""
-    vhost = {k: v for k, v in adoption.vhost.items() if v not in ([], None)}
+    vhost = {k: v for k, v in copy.deepcopy(adoption.vhost).items() if v not in ([], None)}
+    for entry in vhost.get("queues", []):
+        for key in adoption.required.get(entry["name"], ()):
+            entry["retry"][key] = REQUIRED
+    for key in adoption.required.get("", ()):
+        vhost["delay_levels"][key] = REQUIRED
     config: dict[str, Any] = {}
     if endpoint:
         config["rabbitmq:endpoint"] = endpoint
@@ -569,15 +655,24 @@ def report(adoption: Adoption, stack: str) -> str:
               "- Then delete the `import:` list from the stack file: imported objects are in the stack's state, "
               "so removing it plans no change. `make drift STACK=" + stack + "` then lists only the old objects "
               "still to retire, as extra.", ""]
+    if adoption.required:
+        lines += ["## Decisions required", "",
+                  "What the broker does not keep (the consumers' settings, in the retry contract): the stack file "
+                  "holds `decide: …` there, which `make plan` refuses, naming the key, until a value is set (or run "
+                  "`make adopt` again with `CONTRACTS=contracts.<old stack>.json`).", "",
+                  *markdown_table(("queue", "retry keys"), [(q, names(keys)) for q, keys in
+                                                             sorted(adoption.required.items())]), ""]
     if adoption.warnings:
         lines += ["## Warnings", "", *(f"- {w}" for w in adoption.warnings), ""]
     return "\n".join(lines)
 
 
-def adopt(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
+def adopt(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX,
+          contracts: Mapping[str, Mapping[str, Any]] | None = None) -> Adoption:
+    """`contracts`: the retry contracts of the vhost's queues by name (`make contracts` of the stack that made it)."""
     if not snapshot.exists:
         raise DefinitionsError(f"vhost {snapshot.vhost!r} is not in {snapshot.source}")
-    adoption = finish(build(snapshot, suffix))
+    adoption = finish(build(snapshot, suffix, contracts or {}))
     if adoption.vhost.get("migrations"):
         port = shovel_port(snapshot)
         if port is None:

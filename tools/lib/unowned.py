@@ -12,7 +12,7 @@ from components.config import EXCHANGE_TYPES, QUEUE_TYPES
 from components.durations import format_duration
 from tools.lib.definitions import Snapshot
 from tools.lib.markdown import code
-from tools.lib.recognise import dead_letter, queue_policy
+from tools.lib.recognise import dead_letter, own_policy, queue_policy
 
 
 def valid_name(name: str) -> bool:
@@ -61,7 +61,8 @@ def unmanageable_queue(snapshot: Snapshot, name: str) -> str | None:
         return (f"deletes itself when unused (x-expires {format_duration(int(arguments[wire.EXPIRES.argument]))}), "
                 "so the stack cannot own it; left as it is, it "
                 + kept_detail(snapshot, name).replace("; a retry", ", and a retry"))
-    if queue_type == "quorum" and (policy := queue_policy(snapshot, name)) is not None:
+    if queue_type == "quorum" and (policy := queue_policy(snapshot, name)) is not None \
+            and policy is not own_policy(snapshot, name):
         return (f"user policy {code(str(policy['name']))} applies to it "
                 f"({', '.join(sorted(policy.get('definition') or {}))}); the stack gives every quorum "
                 "queue a `delivery-limit` policy of its own, which would take that policy's place "
