@@ -22,6 +22,7 @@ from components.config import (
     load_vhost,
 )
 from components.config.keys import NAMESPACE
+from components.config.model import DEFAULT_POLICY_PRIORITY
 from components.config.stack_file import PROJECT
 from components.durations import format_duration
 from components.guard import AMQP_PORT
@@ -121,8 +122,13 @@ def _binding_entry(b: dict[str, Any], managed_exchanges: set[str]) -> dict[str, 
 
 
 def _retry_block(topology: Topology) -> dict[str, Any]:
-    retry: dict[str, Any] = ({"strategy": "levels", "backoff": dict(topology.backoff)} if topology.kind == "levels"
-                             else {"delays": [format_duration(d) for d in topology.delays_ms]})
+    if topology.kind == "levels":
+        retry: dict[str, Any] = {"strategy": "levels", "backoff": dict(topology.backoff)}
+    elif topology.kind == "native":
+        retry = {"strategy": "native", "min_delay": format_duration(topology.delays_ms[0]),
+                 "max_delay": format_duration(topology.delays_ms[1])}
+    else:
+        retry = {"delays": [format_duration(d) for d in topology.delays_ms]}
     retry["max_retries"] = topology.max_retries
     if "error_retention" in topology.limits:
         retry["error_retention"] = format_duration(topology.limits["error_retention"])
@@ -183,7 +189,7 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX,
     return adoption
 
 
-IN_PLACE = ("ours", "levels")
+IN_PLACE = ("ours", "levels", "native")
 """Topologies of this project's own strategies: imported as they are, never moved."""
 
 
@@ -264,6 +270,7 @@ def _take_over(adoption: Adoption, owned: _Owned, suffix: str) -> None:
             entry = _queue_entry(adoption, owned, topology.queue, topology.queue_type, topology.queue,
                                  _retry_block(topology))
             entry |= {key: topology.limits[key] for key in ("max_length", "delivery_limit") if key in topology.limits}
+            entry |= _priority(adoption.snapshot, topology.queue)
             if topology.required:
                 adoption.required[topology.queue] = topology.required
             adoption.vhost["queues"].append(entry)
@@ -283,6 +290,14 @@ def _take_over(adoption: Adoption, owned: _Owned, suffix: str) -> None:
         for policy_name in topology.policies:
             adoption.decide(RETIRE, "Policy", policy_name, f"sets the dead-lettering of {topology.kind} queues; "
                             "delete it once they are gone")
+
+
+def _priority(snapshot: Snapshot, queue: str) -> dict[str, int]:
+    """`policy_priority` of a queue whose own policy (named as the queue) has another priority than the default."""
+    priority = (snapshot.policies.get(queue) or {}).get("priority")
+    if not isinstance(priority, int) or priority == DEFAULT_POLICY_PRIORITY:
+        return {}
+    return {"policy_priority": priority}
 
 
 def _queues(adoption: Adoption, owned: _Owned, ambiguous: Mapping[str, str]) -> None:
@@ -305,7 +320,7 @@ def _queues(adoption: Adoption, owned: _Owned, ambiguous: Mapping[str, str]) -> 
             definition = policy.get("definition") or {}
             entry |= {ours: int(definition[theirs]) for theirs, ours in ((wire.MAX_LENGTH.key, "max_length"),
                                                                           (wire.DELIVERY_LIMIT.key, "delivery_limit"))
-                      if theirs in definition}
+                      if theirs in definition} | _priority(snapshot, name)
         if set(arguments) <= kept and wire.QUEUE_TYPE.argument in arguments and name not in ambiguous:
             if QUORUM_GROUP_ARGUMENT in kept:
                 entry["quorum_group_size"] = group_size

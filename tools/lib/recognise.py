@@ -242,6 +242,30 @@ def _limits(snapshot: Snapshot, q: str, error: str | None) -> dict[str, int]:
     return limits
 
 
+def _native(snapshot: Snapshot, q: str) -> Topology | None:
+    """A quorum queue of strategy `native` (RabbitMQ 4.3's delayed retry): its own policy sets `delayed-retry-*` and
+    the delivery limit (its max_retries); it parks in `Q.error`, and `Q.requeue` redrives to it alone."""
+    _, requeue_x, error_x = naming.derived_exchange_names(q)
+    policy = snapshot.policies.get(q) or {}
+    definition = policy.get("definition") or {}
+    delays = [definition.get(k.key) for k in (wire.DELAYED_RETRY_MIN, wire.DELAYED_RETRY_MAX)]
+    limit = definition.get(wire.DELIVERY_LIMIT.key)
+    if queue_type(snapshot, q) != "quorum" or policy.get("pattern") != f"^{re.escape(q)}$" \
+            or definition.get(wire.DELAYED_RETRY_TYPE.key) != "failed" or not all(isinstance(d, int) for d in delays) \
+            or not isinstance(limit, int) or dead_letter(snapshot, q).exchange != error_x:
+        return None
+    error = naming.error_queue(q) if naming.error_queue(q) in snapshot.queues else None
+    queues = (q, *([error] if error else []))
+    exchanges = tuple(x for x in (requeue_x, error_x) if x in snapshot.exchanges)
+    limits = {k: v for k, v in _limits(snapshot, q, error).items() if k != "delivery_limit"}
+    return Topology("native", q, "quorum", tuple(int(d) for d in delays if isinstance(d, int)), limit, queues,
+                    exchanges,
+                    tuple(i for x in exchanges for d in queues for i in _bound(snapshot, x, d)),
+                    tuple(p for p in queues if p in snapshot.policies), error,
+                    ("min and max delay and max_retries read from its policy (delayed-retry-*, delivery-limit)",),
+                    limits)
+
+
 def _sneakers(snapshot: Snapshot, q: str) -> Topology | None:
     retry, requeue, error = f"{q}-retry", f"{q}-retry-requeue", f"{q}-error"
     if dead_letter(snapshot, q).exchange != retry or retry not in snapshot.queues:
@@ -324,7 +348,7 @@ def _policies(snapshot: Snapshot, queues: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(sorted({letter.policy for q in queues if (letter := dead_letter(snapshot, q)).policy}))
 
 
-RECOGNISERS = (_ours, _levels, _sneakers, _spring, _loop)
+RECOGNISERS = (_ours, _levels, _native, _sneakers, _spring, _loop)
 
 
 def unclear(snapshot: Snapshot, topologies: list[Topology]) -> dict[str, str]:
