@@ -484,3 +484,14 @@ def test_a_refusal_of_the_checks_is_placed_by_its_key_path_never_by_its_message(
         action: sorted(decided) for action, decided in summary(as_written.decisions).items()}
     assert [d.detail for d in reworded.decisions if d.name == "ops"] == [
         f"refused by the config or the preview checks: reworded: {checks.EXPIRES_ON_QUEUE}"]
+
+
+def test_lists_of_names_are_unambiguous_whatever_the_names_contain() -> None:
+    """EasyNetQ's queue names contain ", ": each name of a list is a code span of its own."""
+    from tools.lib.markdown import names
+
+    assert names(["Orders:Placed, Shop_billing", "a`b", ""]) == '`Orders:Placed, Shop_billing`, ``a`b``, `""`'
+    queues = {"Orders:Placed, Shop_billing": {}, "plain": {}}
+    adoption = adopt(_snapshot(queues, {}, []))
+    [warning] = [w for w in adoption.warnings if "without x-queue-type" in w]
+    assert ": `Orders:Placed, Shop_billing`, `plain`." in warning
