@@ -495,3 +495,19 @@ def test_lists_of_names_are_unambiguous_whatever_the_names_contain() -> None:
     adoption = adopt(_snapshot(queues, {}, []))
     [warning] = [w for w in adoption.warnings if "without x-queue-type" in w]
     assert ": `Orders:Placed, Shop_billing`, `plain`." in warning
+
+
+def test_a_user_s_permissions_are_granted_as_they_are_only_when_this_project_grants_them_so() -> None:
+    from tools.lib.adopt import GRANT, names_granted
+
+    assert names_granted(r"^(orders|orders\.billing\.retry)$") == ["orders", "orders.billing.retry"]
+    assert names_granted("^$") == [] and names_granted(".*") is None and names_granted(r"^(b|a)$") is None
+    plain = _snapshot({"audit": {"x-queue-type": "classic"}}, {"orders": "topic"}, [("orders", "audit", "#")])
+    snapshot = dataclasses.replace(plain, permissions={
+        "billing": {"configure": "^$", "write": "^(orders)$", "read": "^(audit)$"},
+        "legacy": {"configure": ".*", "write": ".*", "read": ".*"},
+        "reader": {"configure": ".*", "write": ".*", "read": ".*"}}, reader="reader")
+    adoption = adopt(snapshot)
+    decided = summary(adoption.decisions)
+    assert ("Permissions", "billing") in decided[GRANT] and ("Permissions", "legacy") in decided[ALONE]
+    assert "reader" not in {name for pairs in decided.values() for _, name in pairs}

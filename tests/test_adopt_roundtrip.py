@@ -1,7 +1,8 @@
 """Our own exports come back as they were: for every stack we ship and the recordings' stack, `make definitions`,
 then `make adopt DEFINITIONS=… CONTRACTS=…` of each vhost, gives a stack file whose `make definitions` holds the same
-queues (with their arguments), exchanges, bindings, policies and users, with no migration. Without the contracts,
-what the broker does not keep (`max_retries`) is a decision the stack file holds and `make plan` refuses."""
+queues (with their arguments), exchanges, bindings, policies, users and their permissions, with no migration.
+Without the contracts, what the broker does not keep (`max_retries`) is a decision the stack file holds and `make
+plan` refuses."""
 
 from __future__ import annotations
 
@@ -23,10 +24,7 @@ from tools.lib.mockrun import close_event_loop
 
 ROOT = Path(__file__).resolve().parents[1]
 STACKS = [(ROOT, "dev"), (ROOT, "prod"), (ROOT / "tests" / "recordings", "every")]
-COMPARED = ("queues", "exchanges", "bindings", "policies", "users")
-NOT_ADOPTED = {"every": ("users",)}
-"""What `make adopt` does not take over yet: the applications' and operators' users (and their permissions), which
-the recordings' stack declares; adopting them needs their permissions read back into `applications`."""
+COMPARED = ("queues", "exchanges", "bindings", "policies", "users", "permissions", "topic_permissions")
 
 
 def _definitions(root: Path, stack: str, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -39,9 +37,9 @@ def _definitions(root: Path, stack: str, monkeypatch: pytest.MonkeyPatch) -> tup
     return json.loads(text(export(evaluated.recording))), stack_contracts(evaluated.recording)
 
 
-def _same(found: dict[str, Any], vhost: str, keys: tuple[str, ...] = COMPARED) -> dict[str, list[str]]:
+def _same(found: dict[str, Any], vhost: str) -> dict[str, list[str]]:
     return {key: sorted(json.dumps(item, sort_keys=True) for item in found.get(key, [])
-                        if key == "users" or item.get("vhost") == vhost) for key in keys}
+                        if key == "users" or item.get("vhost") == vhost) for key in COMPARED}
 
 
 @pytest.mark.parametrize(("root", "stack"), STACKS, ids=[s for _, s in STACKS])
@@ -59,12 +57,14 @@ def test_our_own_export_adopted_with_its_contracts_exports_the_same(root: Path, 
         assert "migrations" not in adoption.vhost and adoption.beside == {}, vhost
         assert adoption.required == {}, vhost
         vhosts += yaml.safe_load(stack_file(adoption, None))["config"]["rabbitmq-retry:vhosts"]
-    (adopted_root / "Pulumi.back.yaml").write_text(yaml.safe_dump({"config": {"rabbitmq-retry:vhosts": vhosts}}))
+    # The users' passwords, which no export carries, set as the operator sets them (`pulumi config set --secret`).
+    passwords = yaml.safe_load((root / f"Pulumi.{stack}.yaml").read_text())["config"].get("rabbitmq-retry:passwords")
+    config = {"rabbitmq-retry:vhosts": vhosts, **({"rabbitmq-retry:passwords": passwords} if passwords else {})}
+    (adopted_root / "Pulumi.back.yaml").write_text(yaml.safe_dump({"config": config}))
     second, _ = _definitions(adopted_root, "back", monkeypatch)
     for vhost in (v["name"] for v in first["vhosts"]):
-        keys = tuple(k for k in COMPARED if k not in NOT_ADOPTED.get(stack, ()))
-        before, after = _same(first, vhost, keys), _same(second, vhost, keys)
-        assert {k: (sorted(set(before[k]) - set(after[k])), sorted(set(after[k]) - set(before[k]))) for k in keys
+        before, after = _same(first, vhost), _same(second, vhost)
+        assert {k: (sorted(set(before[k]) - set(after[k])), sorted(set(after[k]) - set(before[k]))) for k in COMPARED
                 if before[k] != after[k]} == {}, vhost
 
 

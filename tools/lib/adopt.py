@@ -25,6 +25,7 @@ from components.config.keys import NAMESPACE
 from components.config.model import DEFAULT_POLICY_PRIORITY
 from components.config.stack_file import PROJECT
 from components.durations import format_duration
+from components.entries import Grant
 from components.guard import AMQP_PORT
 from components.migration_kinds import move
 from components.plan import plan_vhost
@@ -45,6 +46,8 @@ QUORUM_GROUP_ARGUMENT = wire.QUORUM_INITIAL_GROUP_SIZE.argument
 
 Action = str
 IMPORT, BESIDE, RETIRE, ALONE = "import", "create beside", "retire later", "left alone"
+GRANT = "granted as it is"
+ACTIONS = (IMPORT, GRANT, BESIDE, RETIRE, ALONE)
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,7 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX,
     _queues(adoption, owned, unclear(snapshot, topologies))
     _bindings_left(adoption, owned)
     _policies_of(adoption, owned)
+    _access(adoption)
     _drop_refused(adoption)
     successors = {q["name"] for q in vhost["queues"]}
     taken: set[str] = set()
@@ -358,6 +362,47 @@ def _bindings_left(adoption: Adoption, owned: _Owned) -> None:
                         else "its queue is not managed by the stack")
 
 
+def names_granted(regex: str) -> list[str] | None:
+    """The names an exact-names permission regex (`Grant.exactly`, as this project grants) allows, or None when it
+    is another regex."""
+    if regex == "^$":
+        return []
+    inner = re.fullmatch(r"\^\((.*)\)\$", regex, re.DOTALL)
+    if inner is None:
+        return None
+    found = [re.sub(r"\\(.)", r"\1", part, flags=re.DOTALL) for part in re.split(r"(?<!\\)\|", inner[1])]
+    return found if Grant.exactly(found).regex == regex else None
+
+
+def _access(adoption: Adoption) -> None:
+    """Each user's permissions in the vhost, as the `applications` or `operators` entry that grants exactly them (the
+    plan checks them against the broker in `finish`), or left alone: a regex this project does not write."""
+    snapshot, vhost = adoption.snapshot, adoption.vhost
+    retryable = sorted(naming.error_queue(q["name"]) for q in vhost["queues"] if "retry" in q)
+    exchanges = {x["name"] for x in vhost["exchanges"]}
+    for user, granted in sorted(snapshot.permissions.items()):
+        if user == snapshot.reader:
+            continue  # the provider's own user, which RabbitMQ granted when the vhost was created
+        read, write = names_granted(str(granted.get("read"))), names_granted(str(granted.get("write")))
+        if granted.get("configure") != "^$" or read is None or write is None:
+            adoption.decide(ALONE, "Permissions", user, "not granted the way this project grants them (configure "
+                            "`^$`, reads and writes of exact names)")
+            continue
+        if read and read == retryable:
+            vhost.setdefault("operators", []).append({"user": user})
+            continue
+        application: dict[str, Any] = {"user": user}
+        publishes = sorted(n for n in write if n in exchanges)
+        topics = [{k: entry[k] for k in ("exchange", "write", "read") if k in entry}
+                  for entry in snapshot.topic_permissions.get(user, []) if entry.get("exchange") in publishes]
+        limits = {ours: value for theirs, ours in (("max-connections", "max_connections"),
+                                                   ("max-channels", "max_channels"))
+                  if isinstance(value := (snapshot.user_limits or {}).get(user, {}).get(theirs), int)}
+        application |= {k: v for k, v in (("publishes", publishes), ("consumes", read), ("topic_permissions", topics),
+                                          ("limits", limits)) if v}
+        vhost.setdefault("applications", []).append(application)
+
+
 def _policies_of(adoption: Adoption, owned: _Owned) -> None:
     """User and operator policies: declared as they are, or left alone with the reason."""
     new_queues = [n for q in adoption.beside.values() for n in naming.derived_queue_names(q, 9)]
@@ -413,7 +458,7 @@ def _messages(snapshot: Snapshot, queue: str) -> str:
     return "message count unknown (read from a file)"
 
 
-ENTRY_PATH = re.compile(r"vhost\.(policies|operator_policies|queues|exchanges)\[(\d+)\]")
+ENTRY_PATH = re.compile(r"vhost\.(policies|operator_policies|queues|exchanges|applications|operators)\[(\d+)\]")
 """A key path within an entry the adoption may leave alone (`vhost.policies[2].definition.max-length`)."""
 
 
@@ -437,8 +482,9 @@ def _drop_refused(adoption: Adoption) -> None:
         section, index, text = problems[0]
         entry = adoption.vhost[section].pop(index)
         kind = {"policies": "Policy", "operator_policies": "OperatorPolicy", "queues": "Queue",
-                "exchanges": "Exchange"}[section]
-        adoption.decide(ALONE, kind, entry["name"], f"refused by the config or the preview checks: {text}")
+                "exchanges": "Exchange", "applications": "Permissions", "operators": "Permissions"}[section]
+        adoption.decide(ALONE, kind, entry.get("name") or entry["user"],
+                        f"refused by the config or the preview checks: {text}")
     raise DefinitionsError("the adopted config does not plan")
 
 
@@ -448,6 +494,8 @@ def _properties_key(routing_key: str) -> str:
 
 
 SHOVEL_PASSWORD_PLACEHOLDER = "set passwords.rabbitmq-retry-shovel"
+USER_PASSWORD_PLACEHOLDER = "set passwords.<user> to the user's current password"
+"""What the adoption's recording gives an application or operator user: the stack file never holds a password."""
 """What the adoption's recording gives the shovel user: the stack file's own password is a secret it never has."""
 
 
@@ -458,7 +506,9 @@ def record_vhost(vhost: dict[str, Any], shovel_access: ShovelAccess | None = Non
     them)."""
     config = copy.deepcopy(vhost)
     access = shovel_access or ShovelAccess(naming.SHOVEL_USER, SHOVEL_PASSWORD_PLACEHOLDER)
-    args = {"vhost": config, **({"shovel_access": access} if config.get("migrations") else {})}
+    users = [entry["user"] for section in ("applications", "operators") for entry in config.get(section, [])]
+    args = {"vhost": config, **({"shovel_access": access} if config.get("migrations") else {}),
+            **({"passwords": dict.fromkeys(users, USER_PASSWORD_PLACEHOLDER)} if users else {})}
     try:
         return record(lambda: Vhost(naming.vhost_key(config["name"]), args),  # type: ignore[arg-type]
                       reveal_secrets=reveal_secrets)
@@ -507,8 +557,31 @@ def finish(adoption: Adoption) -> Adoption:
             adoption.decide(IMPORT, kind, label, f"`{object_id}`")
         imports.append(f"{_IMPORT_KIND[r.type]} {object_id}")
     adoption.vhost["import"] = imports
+    _check_access(adoption, [r for r in _record(adoption.vhost) if r.type in ACCESS])
     adoption.records = _record(adoption.vhost)  # the plan refuses an import ID that matches nothing
     return adoption
+
+
+ACCESS = (engine.PERMISSIONS, engine.TOPIC_PERMISSIONS, engine.USER_LIMITS)
+
+
+def _check_access(adoption: Adoption, records: Sequence[Registered]) -> None:
+    """Each user `_access` declared, granted as it is when what the plan grants it reads back equal from the broker
+    (the drift comparison); else taken out of the config and left alone, with the differences."""
+    for section in ("applications", "operators"):
+        for entry in list(adoption.vhost.get(section, [])):
+            user = entry["user"]
+            mine = [r for r in records if r.inputs.get("user") == user]
+            results = [compare(r, adoption.snapshot) for r in mine]
+            differ = [f"{engine.short_type(c.record.type)} " + ("absent" if not c.present else ", ".join(c.changed))
+                      for c in results if not c.present or c.changed]
+            if differ:
+                adoption.vhost[section].remove(entry)
+                adoption.decide(ALONE, "Permissions", user, "this project would grant it otherwise: "
+                                + "; ".join(differ))
+            else:
+                adoption.decide(GRANT, "Permissions", user, f"{section[:-1]} {code(user)}: "
+                                + ", ".join(engine.short_type(r.type) for r in mine))
 
 
 _IMPORT_KIND = {engine.QUEUE: "queue", engine.EXCHANGE: "exchange", engine.BINDING: "binding",
@@ -633,7 +706,7 @@ def _retire_steps(adoption: Adoption, stack: str) -> list[str]:
 
 def report(adoption: Adoption, stack: str) -> str:
     s = adoption.snapshot
-    counts = {a: sum(d.action == a for d in adoption.decisions) for a in (IMPORT, BESIDE, RETIRE, ALONE)}
+    counts = {a: sum(d.action == a for d in adoption.decisions) for a in ACTIONS}
     lines = [f"# Adopting vhost `{s.vhost}` into stack `{stack}`", "",
              f"Read from {code(s.source)}" + (f" (RabbitMQ {s.broker_version})" if s.broker_version else "") + ". "
              + ", ".join(f"**{n} {a}**" for a, n in counts.items()) + ".", ""]
@@ -651,11 +724,15 @@ def report(adoption: Adoption, stack: str) -> str:
                   "comes back on time through its own dead-letter route: no wait ends early.", "",
                   *markdown_table(("queue", "what it does"), sorted(adoption.kept.items())), ""]
     meaning = {IMPORT: "declared exactly as the broker holds it: Pulumi adopts it (`import_`), nothing is written",
+               GRANT: "a user's permissions, topic permissions and limits in the vhost (`applications`, `operators`), "
+                      "declared exactly as the broker holds them: `pulumi up` writes the same values. It also writes "
+                      "the user's password, the stack's secret `passwords.<user>` (`pulumi up` refuses without it): "
+                      "set it to the user's current password, or the applications' connections fail",
                BESIDE: "created by `pulumi up` under a new name; the old object is left alone",
                RETIRE: "the old objects, never the stack's: drained by the migrations' shovels, then deleted by "
                        "`make migrate-retire` (steps below); until then `make drift` lists them as extra",
                ALONE: "not declared by the stack, left as it is"}
-    for action in (IMPORT, BESIDE, RETIRE, ALONE):
+    for action in ACTIONS:
         rows = [(d.type, d.name, d.detail) for d in adoption.decisions if d.action == action]
         if rows:
             lines += [f"## {action.capitalize()}", "", meaning[action] + ".", "",
