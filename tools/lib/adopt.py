@@ -362,16 +362,14 @@ def _bindings_left(adoption: Adoption, owned: _Owned) -> None:
                         else "its queue is not managed by the stack")
 
 
-def names_granted(regex: str) -> list[str] | None:
-    """The names an exact-names permission regex (`Grant.exactly`, as this project grants) allows, or None when it
-    is another regex."""
-    if regex == "^$":
-        return []
-    inner = re.fullmatch(r"\^\((.*)\)\$", regex, re.DOTALL)
-    if inner is None:
+def names_granted(regex: str, candidates: Iterable[str]) -> list[str] | None:
+    """The names among `candidates` that the permission regex allows (applied as RabbitMQ applies it, never parsed),
+    when it is exactly what this project grants for them (`Grant.exactly`); else None."""
+    try:
+        allowed = [n for n in candidates if re.fullmatch(regex, n)]
+    except re.error:
         return None
-    found = [re.sub(r"\\(.)", r"\1", part, flags=re.DOTALL) for part in re.split(r"(?<!\\)\|", inner[1])]
-    return found if Grant.exactly(found).regex == regex else None
+    return sorted(allowed) if Grant.exactly(allowed).regex == regex else None
 
 
 def _access(adoption: Adoption) -> None:
@@ -383,7 +381,8 @@ def _access(adoption: Adoption) -> None:
     for user, granted in sorted(snapshot.permissions.items()):
         if user == snapshot.reader:
             continue  # the provider's own user, which RabbitMQ granted when the vhost was created
-        read, write = names_granted(str(granted.get("read"))), names_granted(str(granted.get("write")))
+        read = names_granted(str(granted.get("read")), snapshot.queues)
+        write = names_granted(str(granted.get("write")), snapshot.exchanges)
         if granted.get("configure") != "^$" or read is None or write is None:
             adoption.decide(ALONE, "Permissions", user, "not granted the way this project grants them (configure "
                             "`^$`, reads and writes of exact names)")
@@ -631,7 +630,7 @@ def stack_file(adoption: Adoption, endpoint: str | None, tls: Mapping[str, Any] 
     vhost = {k: v for k, v in copy.deepcopy(adoption.vhost).items() if v not in ([], None)}
     for entry in vhost.get("queues", []):
         for key in adoption.required.get(entry["name"], ()):
-            entry["retry"][key] = REQUIRED
+            entry["retry"][key] = {"initial": REQUIRED, "max": REQUIRED} if key == "backoff" else REQUIRED
     for key in adoption.required.get("", ()):
         vhost["delay_levels"][key] = REQUIRED
     config: dict[str, Any] = {}

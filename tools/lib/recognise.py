@@ -311,12 +311,12 @@ def trace(snapshot: Snapshot, q: str) -> Topology | str | None:
     letter = dead_letter(snapshot, q)
     if not letter.exchange or letter.exchange not in snapshot.exchanges:
         return None
-    message = Message(arrival_keys(snapshot, q)).dead_lettered(letter.routing_key)
-    out = route(snapshot, letter.exchange, message)
+    sent = Message(arrival_keys(snapshot, q)).dead_lettered(letter.routing_key)
+    out = route(snapshot, letter.exchange, sent)
     waits = sorted(w for w in out.queues | out.partly if w != q and dead_letter(snapshot, w).ttl_ms is not None)
     if not waits:
         return None
-    where = f"a message it dead-letters to exchange {code(letter.exchange)} with key(s) {names(message.routing_keys)}"
+    where = f"a message it dead-letters to exchange {code(letter.exchange)} with key(s) {names(sent.routing_keys)}"
     if out.ambiguous or len(out.queues) != 1:
         reached = names(sorted(out.queues)) or "none"
         partly = f"; for some keys only: {names(sorted(out.partly))}" if out.partly else ""
@@ -325,7 +325,7 @@ def trace(snapshot: Snapshot, q: str) -> Topology | str | None:
     back = dead_letter(snapshot, wait)
     if not back.exchange:
         return None  # back by the work queue's own name (the default exchange): kept, it works as it is
-    returned = route(snapshot, back.exchange, message.dead_lettered(back.routing_key))
+    returned = route(snapshot, back.exchange, sent.dead_lettered(back.routing_key))
     if q not in returned.queues or returned.partly:
         why = (f"for some keys only (and {names(sorted(returned.partly))})" if q in returned.partly else "not to it")
         return f"{where} waits in {code(wait)}, which dead-letters {why}: not taken over"
