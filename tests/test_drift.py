@@ -308,8 +308,9 @@ def test_what_the_stack_cannot_own_in_a_referenced_vhost_is_expected_not_drift()
         "x-expires": 15000, "x-message-ttl": 5000, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "audit"}}
     snapshot = _in_sync(queues={**base.queues, "orders.delay.5000": delay},
                         exchanges={**base.exchanges, "events": {"name": "events", "type": "topic", "durable": True}},
-                        bindings=[*base.bindings, {"source": "orders", "destination": "orders.delay.5000",
-                                                   "destination_type": "queue", "routing_key": "delay", "arguments": {}},
+                        bindings=[*base.bindings,
+                                  {"source": "orders", "destination": "orders.delay.5000", "destination_type": "queue",
+                                   "routing_key": "delay", "arguments": {}},
                                   {"source": "events", "destination": "orders", "destination_type": "exchange",
                                    "routing_key": "#", "arguments": {}}])
     found = findings(_records(), {"shop": snapshot})
