@@ -3,7 +3,9 @@
 `make adopt` follows a dead-lettered message with it, exactly, to recognise a retry loop (tools/lib/recognise.py)
 and to know which objects each loop's route uses. Modelled: the default exchange (a queue by its name), direct,
 fanout, topic (`*` one word, `#` zero or more) and headers exchanges (`x-match` all, any, all-with-x, any-with-x),
-exchange-to-exchange bindings, and the `CC`/`BCC` headers a publisher may set (more routing keys).
+exchange-to-exchange bindings, and the `CC`/`BCC` headers a publisher may set (more routing keys). Not followed:
+an alternate exchange (where a message that no binding routes goes instead: such a route reaches no queue here, so
+it is never taken for a loop); a plugin's exchange type routes partly, so a route through one is never exact.
 
 A routing key may be a topic pattern standing for every key it matches (what a queue bound with `orders.#` may
 receive); a destination is then reached for *every* such key (`Route.queues`) or for *some* only
