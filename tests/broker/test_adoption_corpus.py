@@ -291,6 +291,28 @@ def declare_sneakers_handlers_delayed_retry(ch: BlockingChannel) -> None:
         ch.queue_bind(f"{worker}.error", "domain_events.error", key)
 
 
+def _laravel_delay_queue(ch: BlockingChannel, ms: int) -> str:
+    """The delay queue a released job waits in, declared at use: TTL `ms`, deleted when unused for `2 × ms`,
+    dead-lettering through the default exchange to `default` (getDelayQueueArguments)."""
+    name = f"default.delay.{ms}"
+    ch.queue_declare(name, durable=True, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key":
+                                                    "default", "x-message-ttl": ms, "x-expires": 2 * ms})
+    return name
+
+
+def declare_laravel_queue(ch: BlockingChannel) -> None:
+    """vyuldashev/laravel-queue-rabbitmq (src/Queue/RabbitMQQueue.php, `later`) with its default config: queue
+    `default`, published to through the default exchange; a job released with a delay waits in `default.delay.<ms>`
+    (self-deleting), which the worker declares then and there."""
+    ch.queue_declare("default", durable=True)
+    _laravel_delay_queue(ch, LONG_MS)
+
+
+def _laravel_release(ch: BlockingChannel, method: Any, properties: pika.BasicProperties, body: bytes) -> None:
+    """A failed job released for a short delay: its delay queue declared, the job published there, then acked."""
+    _republish("", _laravel_delay_queue(ch, SHORT_MS))(ch, method, properties, body)
+
+
 def _symfony_retry(ch: BlockingChannel, method: Any, properties: pika.BasicProperties, body: bytes) -> None:
     """Symfony declares a delay queue for the delay it needs (here a short one), then publishes there."""
     delay = f"delay_messages__{SHORT_MS}_retry"
@@ -365,6 +387,11 @@ SHAPES = [
            Seed("domain_events.error", "mailer.digest", "my-app.mailer-digest.error", 1)),
           "my-app.mailer", ("domain_events", "mailer.send"), _reject, recognised="dlx-ttl-loop",
           more_loops=(("my-app.mailer-digest", ("domain_events", "mailer.digest")),)),
+    Shape("laravel-queue-rabbitmq", "vyuldashev/laravel-queue-rabbitmq src/Queue/RabbitMQQueue.php (later)",
+          declare_laravel_queue,
+          (Seed("", "default", "default", 3), Seed("", f"default.delay.{LONG_MS}", f"default.delay.{LONG_MS}", 1,
+                                                   LONG_MS)),
+          "default", ("", "default"), _laravel_release),
     Shape("symfony-messenger", "symfony/symfony Messenger/Bridge/Amqp/Transport/Connection.php",
           declare_symfony_messenger,
           (Seed("messages", "", "messages", 3), Seed("delays", f"delay_messages__{LONG_MS}_retry",
