@@ -80,8 +80,8 @@ mutate:
 # Read-only: GET requests to ENDPOINT (else RABBITMQ_ENDPOINT) with RABBITMQ_USERNAME/RABBITMQ_PASSWORD, or a file.
 adopt:
 	@$(PY) -m tools.adopt --vhost "$(VHOST)" --stack $(STACK)$(if $(ENDPOINT), --endpoint $(ENDPOINT))\
-		$(if $(DEFINITIONS), --definitions $(DEFINITIONS))$(if $(SUFFIX), --suffix $(SUFFIX)) \
-		$(call tool_status,tools.adopt)
+		$(if $(DEFINITIONS), --definitions $(DEFINITIONS))$(if $(CONTRACTS), --contracts $(CONTRACTS))\
+		$(if $(SUFFIX), --suffix $(SUFFIX)) $(call tool_status,tools.adopt)
 
 # Where each migration of the stack file stands on the live broker and the next step; read-only, credentials as drift's.
 migrate-status:

@@ -297,3 +297,30 @@ def test_the_report_lists_rows_in_a_fixed_order_whatever_order_the_program_regis
     assert forward == backward
     rows = [line for line in forward.splitlines() if line.startswith("| shop |")]
     assert rows[0].startswith("| shop | VHost | shop |") and len(rows) > 3
+
+
+def test_what_the_stack_cannot_own_in_a_referenced_vhost_is_expected_not_drift() -> None:
+    """Queues an application declares at use and that delete themselves (Laravel's `Q.delay.<ms>`), with their
+    bindings, and exchange-to-exchange bindings: `make adopt` leaves them alone, and drift lists them apart."""
+    from tools.lib.drift import drifted
+
+    base = _in_sync()
+    delay = {"name": "orders.delay.5000", "durable": True, "auto_delete": False, "arguments": {
+        "x-expires": 15000, "x-message-ttl": 5000, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "audit"}}
+    snapshot = _in_sync(queues={**base.queues, "orders.delay.5000": delay},
+                        exchanges={**base.exchanges, "events": {"name": "events", "type": "topic", "durable": True}},
+                        bindings=[*base.bindings,
+                                  {"source": "orders", "destination": "orders.delay.5000", "destination_type": "queue",
+                                   "routing_key": "delay", "arguments": {}},
+                                  {"source": "events", "destination": "orders", "destination_type": "exchange",
+                                   "routing_key": "#", "arguments": {}}])
+    found = findings(_records(), {"shop": snapshot})
+    assert {(f.kind, f.type, f.name) for f in found} == {
+        ("expected", "Queue", "orders.delay.5000"), ("expected", "Binding", "orders → orders.delay.5000 ('delay')"),
+        ("expected", "Binding", "events → orders ('#')"), ("extra", "Exchange", "events")}
+    assert [f.name for f in drifted(found)] == ["events"]
+    [queue] = [f for f in found if f.type == "Queue"]
+    assert queue.detail.startswith("deletes itself when unused (x-expires 15s)")
+    in_sync = [f for f in found if f.kind == "expected"]
+    assert "**In sync**" in render("s", in_sync, {"shop": snapshot}) and "## Expected, not drift" in render(
+        "s", in_sync, {"shop": snapshot})
