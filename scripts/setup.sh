@@ -100,7 +100,8 @@ else
 
 Nothing was applied: above is what `pulumi up --stack dev` would create on the local broker. The Pulumi CLI
 and its Python language host are there (.tools/engine/bin), the rabbitmq provider plugin 3.5.3 is not: its Go
-module is not served by the Go module proxy, so it cannot be built here (docs/engine.md). Put `pulumi-resource-rabbitmq` on PATH
-(or `pulumi plugin install resource rabbitmq 3.5.3`) and run `make up`.
+module is not served by the Go module proxy, so it cannot be built here (docs/engine.md). Put a
+pulumi-resource-rabbitmq 3.5.3 on PATH (or `pulumi plugin install resource rabbitmq 3.5.3 --file <it>`) and run
+`make up`.
 TXT
 fi
