@@ -62,11 +62,16 @@ bench:
 	scripts/prometheus.sh start
 	$(PY) -m bench
 
+# The CLI: your own when it is on PATH, else the one `make setup` built (scripts/engine.sh), which never downloads a
+# plugin; the program's venv first, since the built Python language host runs the `python` it finds (docs/engine.md).
+ENGINE_ENV := PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=$$(command -v pulumi >/dev/null && echo false || echo true) \
+	PATH=$(CURDIR)/.venv/bin:$$PATH:$(CURDIR)/.tools/engine/bin PULUMI_SKIP_UPDATE_CHECK=true
+
 preview:
-	mkdir -p .pulumi-state && $(PULUMI_ENV) pulumi preview --stack $(STACK) --diff
+	mkdir -p .pulumi-state && $(PULUMI_ENV) $(ENGINE_ENV) pulumi preview --stack $(STACK) --diff
 
 up:
-	mkdir -p .pulumi-state && $(PULUMI_ENV) pulumi up --stack $(STACK)
+	mkdir -p .pulumi-state && $(PULUMI_ENV) $(ENGINE_ENV) pulumi up --stack $(STACK)
 
 # ENDPOINT=http://host:15672: also what each deleted or replaced queue holds now (read-only, credentials as drift's).
 review:
