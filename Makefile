@@ -68,10 +68,10 @@ ENGINE_ENV := PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=$$(command -v pulumi >
 	PATH=$(CURDIR)/.venv/bin:$$PATH:$(CURDIR)/.tools/engine/bin PULUMI_SKIP_UPDATE_CHECK=true
 
 preview:
-	mkdir -p .pulumi-state && $(PULUMI_ENV) $(ENGINE_ENV) pulumi preview --stack $(STACK) --diff
+	mkdir -p .pulumi-state && export $(PULUMI_ENV) $(ENGINE_ENV) && $(if $(filter dev,$(STACK)),pulumi stack select --create dev && )pulumi preview --stack $(STACK) --diff
 
 up:
-	mkdir -p .pulumi-state && $(PULUMI_ENV) $(ENGINE_ENV) pulumi up --stack $(STACK)
+	mkdir -p .pulumi-state && export $(PULUMI_ENV) $(ENGINE_ENV) && $(if $(filter dev,$(STACK)),pulumi stack select --create dev && )pulumi up --stack $(STACK)
 
 # ENDPOINT=http://host:15672: also what each deleted or replaced queue holds now (read-only, credentials as drift's).
 review:
