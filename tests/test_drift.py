@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 
@@ -296,3 +297,14 @@ def test_the_report_lists_rows_in_a_fixed_order_whatever_order_the_program_regis
     assert forward == backward
     rows = [line for line in forward.splitlines() if line.startswith("| shop |")]
     assert rows[0].startswith("| shop | VHost | shop |") and len(rows) > 3
+
+
+def test_drift_as_json_follows_its_schema(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    edited = _export(project / "edited.json", _in_sync(policies={}))
+    assert drift_command.main(["--stack", "s", "--root", str(project), "--definitions", str(edited),
+                               "--format", "json"]) == 2
+    report = json.loads(capsys.readouterr().out)
+    jsonschema.validate(report, json.loads((ROOT / "docs/schemas/drift.schema.json").read_text()))
+    assert report["status"] == 2 and report["vhosts"] == ["shop"]
+    assert {"kind": "missing", "vhost": "shop", "type": "Policy", "name": "cap"} in [
+        {k: f[k] for k in ("kind", "vhost", "type", "name")} for f in report["findings"]]

@@ -85,15 +85,18 @@ def evaluation_for_command(stack: str, root: Path, *, preview: bool = True) -> E
         close_event_loop()
 
 
-def record_for_command(description: str, argv: list[str] | None) -> tuple[str, list[Registered] | None]:
-    """A command's `--stack`/`--root` arguments and the recording of its evaluation; None after printing the error
-    (`evaluation_for_command`)."""
+def record_for_command(description: str, argv: list[str] | None, *, formats: Sequence[str] = ()
+                       ) -> tuple[argparse.Namespace, list[Registered] | None]:
+    """A command's `--stack`/`--root` arguments (and `--format`, one of `formats`, the first by default) and the
+    recording of its evaluation; None after printing the error (`evaluation_for_command`)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--stack", default="dev")
     parser.add_argument("--root", type=Path, default=ROOT, help="project directory holding __main__.py")
+    if formats:
+        parser.add_argument("--format", choices=formats, default=formats[0])
     args = parser.parse_args(argv)
     evaluated = evaluation_for_command(args.stack, args.root)
-    return args.stack, None if evaluated is None else evaluated.recording
+    return args, None if evaluated is None else evaluated.recording
 
 
 @dataclass(frozen=True)
