@@ -329,3 +329,23 @@ def test_promtool_evaluates_every_rule_kind_firing_and_not_firing(tmp_path: Path
                                         encoding="utf-8")
     out = run_promtool("test", "rules", str(tmp_path / "tests.yml"))
     assert "SUCCESS" in out, out
+
+
+def test_the_documented_scrape_config_is_the_one_the_tests_run_prometheus_with() -> None:
+    """docs/alerts.md's block and `scripts/prometheus.sh print-config` agree on everything but the targets and the
+    rule files: the intervals every timing of the page assumes, each job's path and its families (`ra_metrics`,
+    which `members_offline` reads)."""
+    page = (ROOT / "docs" / "alerts.md").read_text(encoding="utf-8")
+    section = page.split("## Pointing Prometheus at RabbitMQ", 1)[1]
+    documented = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    script = subprocess.run([str(ROOT / "scripts" / "prometheus.sh"), "print-config"], capture_output=True,
+                            text=True, check=True, timeout=30).stdout
+    tested = yaml.safe_load(script)
+
+    def jobs(config: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in job.items() if k != "static_configs"} for job in config["scrape_configs"]]
+
+    assert documented["global"] == tested["global"] == {"scrape_interval": "2s", "scrape_timeout": "2s",
+                                                        "evaluation_interval": "2s"}
+    assert jobs(documented) == jobs(tested)
+    assert "ra_metrics" in tested["scrape_configs"][1]["params"]["family"]

@@ -77,9 +77,9 @@ def evaluation_for_command(stack: str, root: Path, *, preview: bool = True) -> E
     except (pulumi.RunError, StackFileError, EvaluationError) as error:
         print(f"error: {error}", file=sys.stderr)
         return None
-    except (ImportError, AttributeError) as error:  # a checkout whose components these tools cannot run
-        print(f"error: {root} cannot be evaluated by these tools ({error}): its components predate one evaluation "
-              "per side (tools/evaluate.py); review against a newer BASE", file=sys.stderr)
+    except (ImportError, AttributeError) as error:  # a program whose components these tools cannot run
+        print(f"error: the program in {root} cannot be run by these tools: {type(error).__name__}: {error}",
+              file=sys.stderr)
         return None
     finally:
         close_event_loop()
