@@ -306,7 +306,8 @@ def _stack_rules(stack: str, config: AlertsConfig, plans: Sequence[VhostPlan]) -
             f"more times than its delivery limit in the last {format_duration(limit.window_ms)} (dead_letter_strategy "
             "{{ $labels.dead_letter_strategy }}; disabled: dropped): a consumer requeues instead of retrying, or "
             "crashes while holding them.",
-            f"make doctor STACK={stack}; docs/strategies.md (Delivery limit)"))
+            f"make doctor STACK={stack}; docs/strategies.md (Delivery limit); a message of the stack's retry paths "
+            "stays jammed after this resolves: dead_letters_jammed names its queue until it is released"))
     return rules
 
 
