@@ -304,8 +304,6 @@ def test_the_report_lists_rows_in_a_fixed_order_whatever_order_the_program_regis
 def test_what_the_stack_cannot_own_in_a_referenced_vhost_is_expected_not_drift() -> None:
     """Queues an application declares at use and that delete themselves (Laravel's `Q.delay.<ms>`), with their
     bindings, and exchange-to-exchange bindings: `make adopt` leaves them alone, and drift lists them apart."""
-
-
     base = _in_sync()
     delay = {"name": "orders.delay.5000", "durable": True, "auto_delete": False, "arguments": {
         "x-expires": 15000, "x-message-ttl": 5000, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "audit"}}
