@@ -12,7 +12,7 @@ PULUMI_ENV := PULUMI_BACKEND_URL=$${PULUMI_BACKEND_URL:-file://$(CURDIR)/.pulumi
 tool_status = || { status=$$?; case $$status in 1) why=error;; 2) why="data loss not acknowledged";; *) why=failed;; \
 	esac; echo "make $@: $(1) exit status $$status ($$why); make itself exits 2 on any failure" >&2; exit $$status; }
 
-.PHONY: setup test test-fast lint plan preview up brokers review mutate adopt drift contracts definitions doctor bench \
+.PHONY: setup test test-fast lint plan evaluate preview up brokers review mutate adopt drift contracts definitions doctor bench \
 	migrate-status migrate-retire alerts
 
 setup:
@@ -32,8 +32,14 @@ lint:
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 
+# FORMAT=json: docs/schemas/plan.schema.json.
 plan:
-	@$(PY) -m tools.plan_report --stack $(STACK) $(call tool_status,tools.plan_report)
+	@$(PY) -m tools.plan_report --stack $(STACK)$(if $(FORMAT), --format $(FORMAT)) $(call tool_status,tools.plan_report)
+
+# The stack's evaluation by these tools as a versioned JSON document (docs/schemas/evaluation.schema.json): save it
+# when the stack is deployed, and `make review BASE_EVALUATION=<file>` reviews a change against it.
+evaluate:
+	@$(PY) -m tools.evaluate --stack $(STACK)$(if $(OUTPUT), --output $(OUTPUT)) $(call tool_status,tools.evaluate)
 
 # The stack's retry contracts as `pulumi stack output retry_contracts --json` prints them, without the CLI.
 contracts:
@@ -62,17 +68,24 @@ bench:
 	scripts/prometheus.sh start
 	$(PY) -m bench
 
+# The CLI: your own when it is on PATH, else the one `make setup` built (scripts/engine.sh), which never downloads a
+# plugin; the program's venv first, since the built Python language host runs the `python` it finds (docs/engine.md).
+ENGINE_ENV := PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=$$(command -v pulumi >/dev/null && echo false || echo true) \
+	PATH=$(CURDIR)/.venv/bin:$$PATH:$(CURDIR)/.tools/engine/bin PULUMI_SKIP_UPDATE_CHECK=true
+
 preview:
-	mkdir -p .pulumi-state && $(PULUMI_ENV) pulumi preview --stack $(STACK) --diff
+	mkdir -p .pulumi-state && export $(PULUMI_ENV) $(ENGINE_ENV) && $(if $(filter dev,$(STACK)),pulumi stack select --create dev && )pulumi preview --stack $(STACK) --diff
 
 up:
-	mkdir -p .pulumi-state && $(PULUMI_ENV) pulumi up --stack $(STACK)
+	mkdir -p .pulumi-state && export $(PULUMI_ENV) $(ENGINE_ENV) && $(if $(filter dev,$(STACK)),pulumi stack select --create dev && )pulumi up --stack $(STACK)
 
-# ENDPOINT=http://host:15672: also what each deleted or replaced queue holds now (read-only, credentials as drift's).
+# BASE: any commit or tag of this repository (its own program, run by these tools), or BASE_EVALUATION=<file> (a
+# saved `make evaluate`). FORMAT=json: docs/schemas/review.schema.json. ENDPOINT=http://host:15672: also what each
+# deleted or replaced queue holds now (read-only, credentials as drift's).
 review:
-	@$(PULUMI_ENV) $(PY) -m tools.review --base $(BASE) --stack $(STACK)$(if $(OUTPUT), --output $(OUTPUT))$(if \
-		$(OUTPUT_FULL), --output-full $(OUTPUT_FULL))$(if $(ENDPOINT), --endpoint $(ENDPOINT)) \
-		$(call tool_status,tools.review)
+	@$(PULUMI_ENV) $(PY) -m tools.review $(if $(BASE_EVALUATION),--base-evaluation $(BASE_EVALUATION),--base $(BASE)) \
+		--stack $(STACK)$(if $(OUTPUT), --output $(OUTPUT))$(if $(OUTPUT_FULL), --output-full $(OUTPUT_FULL))$(if \
+		$(FORMAT), --format $(FORMAT))$(if $(ENDPOINT), --endpoint $(ENDPOINT)) $(call tool_status,tools.review)
 
 mutate:
 	$(PY) -m tools.mutate
@@ -80,8 +93,8 @@ mutate:
 # Read-only: GET requests to ENDPOINT (else RABBITMQ_ENDPOINT) with RABBITMQ_USERNAME/RABBITMQ_PASSWORD, or a file.
 adopt:
 	@$(PY) -m tools.adopt --vhost "$(VHOST)" --stack $(STACK)$(if $(ENDPOINT), --endpoint $(ENDPOINT))\
-		$(if $(DEFINITIONS), --definitions $(DEFINITIONS))$(if $(SUFFIX), --suffix $(SUFFIX)) \
-		$(call tool_status,tools.adopt)
+		$(if $(DEFINITIONS), --definitions $(DEFINITIONS))$(if $(CONTRACTS), --contracts $(CONTRACTS))\
+		$(if $(SUFFIX), --suffix $(SUFFIX)) $(call tool_status,tools.adopt)
 
 # Where each migration of the stack file stands on the live broker and the next step; read-only, credentials as drift's.
 migrate-status:
@@ -94,8 +107,8 @@ drift_status = || { status=$$?; case $$status in 1) why=error;; 2) why=drift;; *
 
 drift:
 	@$(PULUMI_ENV) $(PY) -m tools.drift --stack $(STACK)$(if $(ENDPOINT), --endpoint $(ENDPOINT))\
-		$(if $(DEFINITIONS), --definitions $(DEFINITIONS))$(if $(OUTPUT), --output $(OUTPUT)) \
-		$(drift_status)
+		$(if $(DEFINITIONS), --definitions $(DEFINITIONS))$(if $(OUTPUT), --output $(OUTPUT))$(if \
+		$(FORMAT), --format $(FORMAT)) $(drift_status)
 
 # Read-only: can the live broker (ENDPOINT, else RABBITMQ_ENDPOINT, else the stack's rabbitmq:endpoint) run the stack?
 # 0 nothing blocking, 2 blocking findings, 1 error (python -m tools.doctor); make names the status in its last line.

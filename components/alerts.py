@@ -120,10 +120,19 @@ def _labels(stack: str, kind: str, settings: Resolved, **where: str) -> dict[str
     return {**settings.labels, "severity": settings.severity, "stack": stack, **where, "rabbitmq_retry_rule": kind}
 
 
+def contracts_file(stack: str) -> str:
+    """The contract file `make contracts STACK=<stack>` writes by default: what `--contract` reads without the CLI."""
+    return f"contracts.{stack}.json"
+
+
 def _rule(kind: str, settings: Resolved, expr: str, labels: dict[str, str], summary: str, description: str,
-          command: str) -> Rule:
-    return Rule(kind, RULE_KINDS[kind].alert, expr, settings.for_ms, labels,
-                {"summary": summary, "description": description, "command": command})
+          command: str, command_without_cli: str | None = None) -> Rule:
+    """`command_without_cli`: the same with `--contract` for `--stack`, after `make contracts` (annotation
+    `command_contract`), for users of the stack without the Pulumi CLI."""
+    annotations = {"summary": summary, "description": description, "command": command}
+    if command_without_cli is not None:
+        annotations["command_contract"] = f"make contracts STACK={labels['stack']}; {command_without_cli}"
+    return Rule(kind, RULE_KINDS[kind].alert, expr, settings.for_ms, labels, annotations)
 
 
 def _consumers(plan: VhostPlan, queue: str) -> list[str]:
@@ -139,6 +148,10 @@ def _queue_rules(stack: str, config: AlertsConfig, s: _Selectors, plan: VhostPla
     redrive = f"rabbitmq-retry parked redrive --stack {stack} --vhost {vhost} --queue {queue}"
     rules = []
 
+    def without_cli(command: str) -> str:
+        """`command` for those without the Pulumi CLI: the contract file `make contracts` writes instead."""
+        return command.replace(f"--stack {stack} ", f"--contract {contracts_file(stack)} ")
+
     def settings(kind: str) -> Resolved | None:
         resolved = config.resolve(kind, vhost, queue)
         return resolved if resolved.enabled else None
@@ -151,7 +164,8 @@ def _queue_rules(stack: str, config: AlertsConfig, s: _Selectors, plan: VhostPla
                            f"Messages parked in {error} (vhost {vhost})",
                            f"{{{{ $value }}}} messages of {where} failed {retryable.retry.max_retries} retries (or "
                            f"were rejected for good) and wait in {error}.",
-                           f"{parked}; fix the cause, then {redrive}"))
+                           f"{parked}; fix the cause, then {redrive}",
+                           f"{without_cli(parked)}; fix the cause, then {without_cli(redrive)}"))
     if (r := settings("error_growing")) and r.window_ms:
         span = format_duration(r.window_ms)
         rules.append(_rule("error_growing", r, f"delta({s.queue('messages', vhost, error)}[{span}]) > {r.threshold}",
@@ -159,7 +173,7 @@ def _queue_rules(stack: str, config: AlertsConfig, s: _Selectors, plan: VhostPla
                            f"{error} is growing (vhost {vhost})",
                            f"{{{{ $value }}}} more messages of {where} parked in the last {span}: retries are "
                            "failing now.",
-                           f"{parked} --newer-than {span}"))
+                           f"{parked} --newer-than {span}", f"{without_cli(parked)} --newer-than {span}"))
     if r := settings("no_consumer"):
         users = _consumers(plan, queue)
         who = f" (applications that consume it: {', '.join(users)})" if users else ""
@@ -173,13 +187,17 @@ def _queue_rules(stack: str, config: AlertsConfig, s: _Selectors, plan: VhostPla
     if tiers and (r := settings("not_draining")):
         for tier in tiers:
             window = r.window_ms if r.window_ms not in (None, DERIVED) else tier.delay_ms + DRAIN_MARGIN_MS
+            stuck = (f"rabbitmq-retry stuck redrive --stack {stack} --vhost {vhost} --queue {queue} "
+                     f"--tier {tier.queue}")
+            then = ("make drift STACK={stack} (a policy that overrides the tier's message-ttl or dead-letter "
+                    "exchange: remove it); then, for what entered meanwhile and keeps no TTL, {command}")
             rules.append(_rule("not_draining", r, _draining_expr(s, vhost, tier.queue, window),
                                labels("not_draining", r, watched_queue=tier.queue),
                                f"Wait tier {tier.queue} is not draining (vhost {vhost})",
                                f"{tier.queue} held messages for {format_duration(window)} and none left it, though "
                                f"each waits {format_duration(tier.delay_ms)}: retries of {where} are stuck.",
-                               f"make doctor STACK={stack}; make drift STACK={stack} (a policy that overrides the "
-                               "tier's message-ttl or dead-letter exchange)"))
+                               then.format(stack=stack, command=stuck),
+                               then.format(stack=stack, command=without_cli(stuck))))
     if retryable.config.queue_type == "quorum" and (r := settings("no_leader")):
         rules.append(_rule("no_leader", r, f"absent({s.queue('messages', vhost, queue)})", labels("no_leader", r),
                            f"Quorum queue {queue} has no leader (vhost {vhost})",
@@ -201,6 +219,21 @@ def _queue_rules(stack: str, config: AlertsConfig, s: _Selectors, plan: VhostPla
                            "for about 3 minutes (docs/clusters.md).",
                            f"rabbitmq-queues quorum_status --vhost {vhost} {queue}; bring the node back "
                            f"(make doctor STACK={stack})"))
+    if retryable.config.queue_type == "quorum" and (r := settings("dead_letters_jammed")):
+        for watched in (queue, *(tier.queue for tier in tiers)):
+            held = " - on(vhost, queue) ".join(s.queue(metric, vhost, watched)
+                                                for metric in ("messages", "messages_ready", "messages_unacked"))
+            rules.append(_rule("dead_letters_jammed", r, f"{held} > {r.threshold}",
+                               labels("dead_letters_jammed", r, watched_queue=watched),
+                               f"Dead-letters jammed in {watched} (vhost {vhost})",
+                               f"{{{{ $value }}}} messages of {watched} are dead-letters RabbitMQ cannot forward: "
+                               "past the delivery limit, a message meets the dead-letter cycle of "
+                               f"{where}'s retry path and stays, neither delivered nor dropped, until someone "
+                               "releases it; each holds one of the queue's 32 dead-letter slots.",
+                               f"docs/strategies.md (Delivery limit): bind a temporary queue to the dead-letter "
+                               f"exchange of {watched} until they moved into it (RabbitMQ retries every 180 s), then "
+                               "unbind it; on 4.x a purge of the queue deletes them; make doctor STACK="
+                               f"{stack}"))
     return rules
 
 
@@ -273,7 +306,8 @@ def _stack_rules(stack: str, config: AlertsConfig, plans: Sequence[VhostPlan]) -
             f"more times than its delivery limit in the last {format_duration(limit.window_ms)} (dead_letter_strategy "
             "{{ $labels.dead_letter_strategy }}; disabled: dropped): a consumer requeues instead of retrying, or "
             "crashes while holding them.",
-            f"make doctor STACK={stack}; docs/strategies.md (Delivery limit)"))
+            f"make doctor STACK={stack}; docs/strategies.md (Delivery limit); a message of the stack's retry paths "
+            "stays jammed after this resolves: dead_letters_jammed names its queue until it is released"))
     return rules
 
 

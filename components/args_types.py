@@ -105,6 +105,8 @@ class QueueAlertsSpec(TypedDict):
     """A quorum queue reported by no node (no leader)."""
     members_offline: NotRequired[AlertRuleSpec]
     """A quorum queue with fewer members reporting than it had."""
+    dead_letters_jammed: NotRequired[AlertRuleSpec]
+    """A quorum queue or its wait tier holding dead-letters RabbitMQ cannot forward."""
 
 
 class QueueSpec(TypedDict):
@@ -243,6 +245,8 @@ class VhostAlertsSpec(TypedDict):
     """A retryable quorum queue reported by no node (no leader)."""
     members_offline: NotRequired[AlertRuleSpec]
     """A retryable quorum queue with fewer members reporting than it had."""
+    dead_letters_jammed: NotRequired[AlertRuleSpec]
+    """A retryable quorum queue or its wait tier holding dead-letters RabbitMQ cannot forward."""
     undeliverable: NotRequired[AlertRuleSpec]
     """The delay levels' undeliverable queue holding messages."""
 

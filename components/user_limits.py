@@ -17,9 +17,10 @@ Requests go through the project's one management API client (`rabbitmq_retry_cli
 So the state holds the user name and its limits
 only, and a rotated deploying password needs no change to the stack's resources.
 
-The engine running this provider (its configure, create, diff, update, delete and read calls in a `pulumi up`) is
-unverified here, without the Pulumi CLI: its methods are tested on both brokers and on both clusters, and its
-registration under mocks.
+Its methods are tested on both brokers and on both clusters, its registration under mocks, and the real engine
+driving it (`pulumi up`, `preview`, `refresh`, `destroy`, a change by hand refreshed) on both brokers:
+tests/broker/test_engine_user_limits.py. The engine runs it with the `python3` first on PATH (pulumi/pulumi#5455):
+the Makefile puts the program's venv there.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""`rabbitmq-retry`: consume a retryable queue with a demo handler, publish test messages, and operate
-parked messages (`parked list | show | redrive | purge`).
+"""`rabbitmq-retry`: consume a retryable queue with a demo handler, publish test messages, operate parked
+messages (`parked list | show | redrive | purge`), and send messages stuck in a wait tier on (`stuck redrive`).
 
 The contract comes from `--contract FILE` (the JSON of `pulumi stack output retry_contracts --json`, or
 one contract; `make contracts STACK=<stack>` writes it without the Pulumi CLI) or from `--stack STACK`
@@ -16,7 +16,8 @@ handshakes; only an unreachable broker is waited for.
 
 `parked redrive` sends each copy to the failing queue alone (`Q.requeue` for strategies tiers and native, the
 delay levels with a zero delay for levels) and says so; `--to-original-exchange` republishes where the message
-was first published, which reaches every queue bound there.
+was first published, which reaches every queue bound there. `stuck redrive` moves every message a wait tier holds
+(one that entered while a policy overrode the tier's TTL never expires) to the failing queue alone, the same way.
 
 Exit status: 0 done; 1 error (one `error: …` line); 2 usage, including a purge without a filter or --all.
 """
@@ -51,6 +52,7 @@ from .management import TLS_SETTINGS, TlsSettings
 from .parked import Outcome, Parked, ParkedQueue, Selection
 from .publisher import Publisher
 from .strategies import MODES, behaviour_of
+from .stuck import StuckTiers
 
 PROG = "rabbitmq-retry"
 PROJECT_COMMANDS = {"plan": "plan_report", "review": "review", "drift": "drift", "doctor": "doctor",
@@ -266,6 +268,28 @@ def _redrive(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stuck_redrive(args: argparse.Namespace) -> int:
+    moved: list[tuple[str, Outcome]] = []
+    with StuckTiers(args.url, _contract(args), connect_timeout=args.connect_timeout) as tiers:
+        try:
+            for done in tiers.redrive_all(args.tier, dry_run=args.dry_run, rate=args.rate):
+                moved.append((done.queue, done.outcome))
+        except (pika.exceptions.AMQPConnectionError, pika.exceptions.AMQPChannelError, OSError) as error:
+            if args.dry_run:
+                raise
+            print(f"error: {type(error).__name__}: {error}: the connection was lost after "
+                  f"{sum(o.moved for _, o in moved)} messages moved; nothing is lost (what was not moved went back "
+                  "to its tier, a copy in flight may arrive twice); run the same command again to move the rest",
+                  file=sys.stderr)
+            return 1
+        verb = "would move" if args.dry_run else "moved"
+        for queue, outcome in moved:
+            count = outcome.seen if args.dry_run else outcome.moved
+            print(f"{tiers.contract['vhost']}/{queue}: read {outcome.seen}, {verb} {count} to queue "
+                  f"{tiers.input_queue!r} only" + "".join(f" (exchange {x!r})" for x, _ in outcome.destinations))
+    return 0
+
+
 def _purge(args: argparse.Namespace) -> int:
     selection = _selection(args)
     if not args.all and not selection.filtered:
@@ -416,6 +440,20 @@ def parser() -> argparse.ArgumentParser:
     purge.add_argument("--dry-run", action="store_true", help="count what would be deleted; delete nothing")
     _url_option(purge)
     purge.set_defaults(run=_purge)
+
+    stuck = commands.add_parser("stuck", help="messages stuck in a wait tier (docs/alerts.md, not_draining)")
+    stuck_actions = stuck.add_subparsers(dest="action", required=True)
+    moving = stuck_actions.add_parser(
+        "redrive", help="move every message of the wait tiers to the failing queue alone, as if its wait were over "
+        "(fix the policy that overrode the tier's TTL first: `make drift`)")
+    _contract_options(moving)
+    moving.add_argument("--tier", help="only this tier (its queue or routing key, e.g. wait.2); default: every tier")
+    moving.add_argument("--rate", type=positive(float), default=100.0, help="messages a second (default %(default)s)")
+    moving.add_argument("--dry-run", action="store_true", help="count what would move; move nothing")
+    moving.add_argument("--connect-timeout", type=float, default=10.0,
+                        help="seconds to wait for an unreachable broker (default %(default)s)")
+    _url_option(moving)
+    moving.set_defaults(run=_stuck_redrive)
     return root
 
 

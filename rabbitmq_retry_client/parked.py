@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Self
 
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
@@ -185,7 +185,7 @@ class ParkedQueue:
         self._now = now
         self._connection: BlockingConnection | None = None
 
-    def __enter__(self) -> ParkedQueue:
+    def __enter__(self) -> Self:
         quiet_pika()
         self._connection = connect(self._params, self._connect_timeout)
         return self

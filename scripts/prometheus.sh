@@ -15,6 +15,7 @@
 #   scripts/prometheus.sh reload       re-read the config and the rule files (POST /-/reload), wait until loaded
 #   scripts/prometheus.sh stop         stop the process this script started
 #   scripts/prometheus.sh status       one line
+#   scripts/prometheus.sh print-config the config it runs with (docs/alerts.md gives the same), on standard output
 #
 # Environment: PROMETHEUS_PORT (9490), PROMETHEUS_DIR (/var/lib/rabbitmq-retry/prometheus),
 # PROMETHEUS_SCRAPE_INTERVAL and PROMETHEUS_EVALUATION_INTERVAL (2s each: the tests measure alerts firing, not
@@ -76,10 +77,10 @@ static_configs() {
 EOF
 }
 
-config() {
-  mkdir -p "$DIR/rules" "$DIR/data"
-  local content
-  content="# Written by scripts/prometheus.sh; changes are overwritten.
+# The config docs/alerts.md gives users ("Pointing Prometheus at RabbitMQ"), with the local targets: a test holds
+# the two equal (intervals, jobs, paths, families).
+config_text() {
+  echo "# Written by scripts/prometheus.sh; changes are overwritten.
 global:
   scrape_interval: $SCRAPE
   scrape_timeout: $SCRAPE
@@ -94,6 +95,12 @@ $(static_configs)
     params: {family: [queue_coarse_metrics, queue_consumer_count, ra_metrics]}
     static_configs:
 $(static_configs)"
+}
+
+config() {
+  mkdir -p "$DIR/rules" "$DIR/data"
+  local content
+  content=$(config_text)
   if [[ -f $DIR/prometheus.yml && $(<"$DIR/prometheus.yml") == "$content" ]]; then
     return 1
   fi
@@ -172,5 +179,6 @@ case ${1:-} in
   reload) reload ;;
   stop) stop ;;
   status) status ;;
+  print-config) config_text ;;
   *) usage ;;
 esac

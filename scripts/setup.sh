@@ -7,9 +7,12 @@
 #   3. the Node.js example consumer's pinned amqplib (examples/node-consumer, `npm ci`), the local brokers
 #      the tests use (scripts/brokers.sh ensure all) and the Prometheus the alert tests run (Debian's
 #      prometheus and promtool, scripts/prometheus.sh install; its service is not started);
-#   4. the main job: `pulumi up --stack dev` on a local file backend when the Pulumi CLI is installed,
-#      otherwise the dev plan (every resource `pulumi up` would create) and how to get the CLI.
-# SETUP_SKIP_UP=1 stops after step 3 (CI uses it: the CLI cannot be installed there).
+#   4. the Pulumi engine built from Go modules at pinned versions into .tools/engine/bin (scripts/engine.sh,
+#      docs/engine.md), unless your own `pulumi` is on PATH: the CLI and the Python language host; the rabbitmq
+#      provider plugin is not served by the Go module proxy, so it is not built;
+#   5. the main job: `pulumi up --stack dev` on a local file backend when the CLI and the rabbitmq provider plugin
+#      are there, otherwise the dev plan (every resource `pulumi up` would create) and what is missing.
+# SETUP_SKIP_UP=1 stops after step 4 (CI uses it: its tests bring up and tear down what they need).
 # Every step is skipped when what it installs is already there, so a second run is quick.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,12 +70,25 @@ fi
 scripts/brokers.sh ensure all
 scripts/prometheus.sh install
 
+scripts/engine.sh
+
 if [ "${SETUP_SKIP_UP:-0}" = 1 ]; then
     exit 0
 fi
-if command -v pulumi >/dev/null 2>&1; then
+# The program's venv first (the built language host runs the `python` it finds), the built engine last (your own
+# CLI and plugins, if any, come first).
+export PATH="$PWD/.venv/bin:$PATH:$PWD/.tools/engine/bin" PULUMI_SKIP_UPDATE_CHECK=true
+provider_ready() {  # the rabbitmq provider plugin: on PATH, installed, or for a CLI of your own to fetch
+    command -v pulumi-resource-rabbitmq >/dev/null 2>&1 ||
+        pulumi plugin ls 2>/dev/null | grep -Eq '^rabbitmq +resource +3\.5\.3 ' ||
+        [ "$(command -v pulumi)" != "$PWD/.tools/engine/bin/pulumi" ]
+}
+if command -v pulumi >/dev/null 2>&1 && provider_ready; then
     # A local file backend and an empty passphrase: the dev stack holds no secret (the password of
     # the local broker comes from RABBITMQ_PASSWORD).
+    if [ "$(command -v pulumi)" = "$PWD/.tools/engine/bin/pulumi" ]; then
+        export PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=true  # the built engine never downloads a plugin
+    fi
     mkdir -p .pulumi-state
     export PULUMI_BACKEND_URL="file://$PWD/.pulumi-state" PULUMI_CONFIG_PASSPHRASE=""
     export RABBITMQ_USERNAME=${RABBITMQ_USERNAME:-guest} RABBITMQ_PASSWORD=${RABBITMQ_PASSWORD:-guest}
@@ -82,7 +98,10 @@ else
     .venv/bin/python -m tools.plan_report --stack dev
     cat <<'TXT'
 
-The Pulumi CLI is not installed, so nothing was applied: above is what `pulumi up --stack dev` would
-create on the local broker. Install the CLI (https://www.pulumi.com/docs/install/) and run `make up`.
+Nothing was applied: above is what `pulumi up --stack dev` would create on the local broker. The Pulumi CLI
+and its Python language host are there (.tools/engine/bin), the rabbitmq provider plugin 3.5.3 is not: its Go
+module is not served by the Go module proxy, so it cannot be built here (docs/engine.md). Put a
+pulumi-resource-rabbitmq 3.5.3 on PATH (or `pulumi plugin install resource rabbitmq 3.5.3 --file <it>`) and run
+`make up`.
 TXT
 fi

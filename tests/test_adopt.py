@@ -225,6 +225,75 @@ def test_an_unrecognised_queue_is_kept_with_every_argument_and_never_moved() -> 
     assert "comes back on time" in adoption.kept["jobs.retry"]
 
 
+# sneakers_handlers' DelayedRetryHandler, two workers: one topic retry exchange, a key per worker, a wait queue each
+# dead-lettering back through the workers' exchange. The management API lists the digest's wait binding first.
+SHARED_RETRY = _snapshot(
+    {"my-app.mailer": {"x-dead-letter-exchange": "domain_events.retry"},
+     "my-app.mailer-digest": {"x-dead-letter-exchange": "domain_events.retry"},
+     "my-app.mailer-digest.retry": {"x-dead-letter-exchange": "domain_events", "x-message-ttl": 20000},
+     "my-app.mailer.retry": {"x-dead-letter-exchange": "domain_events", "x-message-ttl": 30000}},
+    {"domain_events": "topic", "domain_events.retry": "topic"},
+    [("domain_events", "my-app.mailer", "mailer.send"), ("domain_events", "my-app.mailer-digest", "mailer.digest"),
+     ("domain_events.retry", "my-app.mailer-digest.retry", "mailer.digest"),
+     ("domain_events.retry", "my-app.mailer.retry", "mailer.send")])
+
+
+def test_two_loops_sharing_a_retry_exchange_each_get_their_own_route() -> None:
+    loops = {t.queue: t for t in recognise(SHARED_RETRY)}
+    assert {q: (t.queues, t.delays_ms) for q, t in loops.items()} == {
+        "my-app.mailer": (("my-app.mailer", "my-app.mailer.retry"), (30000,)),
+        "my-app.mailer-digest": (("my-app.mailer-digest", "my-app.mailer-digest.retry"), (20000,))}
+    assert [SHARED_RETRY.bindings[i]["destination"] for i in loops["my-app.mailer"].bindings] == ["my-app.mailer.retry"]
+    adoption = adopt(SHARED_RETRY)
+    retired = set(summary(adoption.decisions)[RETIRE])
+    assert {("Binding", "domain_events.retry → my-app.mailer.retry ('mailer.send')"),
+            ("Binding", "domain_events.retry → my-app.mailer-digest.retry ('mailer.digest')")} <= retired
+    [shared] = [d.detail for d in adoption.decisions if d.name == "domain_events.retry"]
+    assert "shared by the loops of `my-app.mailer`, `my-app.mailer-digest`" in shared
+
+
+def _retire_plan(snapshot: Snapshot, adoption_of: Snapshot, queue: str, **external: Any) -> list[Any]:
+    from tools.lib.migrate_retire import Found, plan
+
+    vhost = {k: v for k, v in adopt(adoption_of).vhost.items() if k != "import"}
+    for m in vhost["migrations"]:
+        m["step"] = "retire"
+        m["move"]["external"] |= external
+    model = load_vhost(vhost, "vhosts[0]")
+    [migration] = [m for m in model.migrations if m.source == queue]
+    return plan(Found("shop", migration), snapshot)
+
+
+def test_retire_keeps_what_another_loop_s_route_still_uses_and_names_that_loop() -> None:
+    actions = {(a.kind, a.name): a for a in _retire_plan(SHARED_RETRY, SHARED_RETRY, "my-app.mailer")}
+    assert actions[("delete exchange", "domain_events.retry")].shared == (
+        "still on the retry route of another loop: it routes what `my-app.mailer-digest` dead-letters; kept, it goes "
+        "with the last loop that uses it")
+    assert actions[("delete queue", "my-app.mailer.retry")].shared is None
+    # A migration that lists another loop's wait queue (as a finder that guessed once did) never deletes it.
+    wrong = _retire_plan(SHARED_RETRY, SHARED_RETRY, "my-app.mailer", queues=["my-app.mailer-digest.retry"])
+    [kept] = [a for a in wrong if a.name == "my-app.mailer-digest.retry"]
+    assert kept.shared is not None and "`my-app.mailer-digest`" in kept.shared
+    # Once the digest's loop is gone too, nothing else uses the exchange.
+    alone = dataclasses.replace(SHARED_RETRY, queues={q: i for q, i in SHARED_RETRY.queues.items()
+                                                      if "digest" not in q})
+    assert all(a.shared is None for a in _retire_plan(alone, SHARED_RETRY, "my-app.mailer"))
+
+
+def test_an_ambiguous_route_keeps_the_queue_as_it_is_with_the_reason() -> None:
+    """A work queue bound with a pattern whose dead-lettered messages reach a wait queue for some keys only."""
+    snapshot = _snapshot(
+        {"jobs": {"x-dead-letter-exchange": "jobs.retry"},
+         "jobs.wait": {"x-dead-letter-exchange": "jobs", "x-message-ttl": 5000}},
+        {"jobs": "topic", "jobs.retry": "topic"},
+        [("jobs", "jobs", "job.#"), ("jobs.retry", "jobs.wait", "job.email")])
+    adoption = adopt(snapshot)
+    assert adoption.topologies == [] and "migrations" not in adoption.vhost
+    assert "for some keys only: `jobs.wait`" in adoption.kept["jobs"]
+    assert "jobs" in report(adoption, "adopted") and adoption.vhost["queues"][0]["arguments"] == {
+        "x-dead-letter-exchange": "jobs.retry"}
+
+
 def test_the_new_name_skips_names_already_taken() -> None:
     taken = _snapshot({**{n: a["arguments"] for n, a in SNEAKERS.queues.items()}, "mailer.v2": {}},
                       {n: x["type"] for n, x in SNEAKERS.exchanges.items()},
@@ -304,7 +373,7 @@ def test_adopting_from_a_3_10_export(tmp_path: Path) -> None:
     # so producers that publish to it by name keep reaching it; the report says what to add after an upgrade to 4.
     assert ("Queue", "audit") in decided[IMPORT] and BESIDE not in decided
     assert {q["name"]: q.get("arguments") for q in adoption.vhost["queues"]}["audit"] == {}
-    assert any("1 queue without x-queue-type" in w and ": audit." in w for w in adoption.warnings)
+    assert any("1 queue without x-queue-type" in w and ": `audit`." in w for w in adoption.warnings)
     assert ("Queue", "amq.gen-1") in decided[ALONE] and ("Exchange", "with-ae") in decided[ALONE]
     # properties_key computed for a binding without arguments, as RabbitMQ makes it (`~` as %7E).
     assert not any("invoices" in i for i in adoption.vhost["import"])
@@ -415,3 +484,32 @@ def test_a_refusal_of_the_checks_is_placed_by_its_key_path_never_by_its_message(
         action: sorted(decided) for action, decided in summary(as_written.decisions).items()}
     assert [d.detail for d in reworded.decisions if d.name == "ops"] == [
         f"refused by the config or the preview checks: reworded: {checks.EXPIRES_ON_QUEUE}"]
+
+
+def test_lists_of_names_are_unambiguous_whatever_the_names_contain() -> None:
+    """EasyNetQ's queue names contain ", ": each name of a list is a code span of its own."""
+    from tools.lib.markdown import names
+
+    assert names(["Orders:Placed, Shop_billing", "a`b", ""]) == '`Orders:Placed, Shop_billing`, ``a`b``, `""`'
+    queues = {"Orders:Placed, Shop_billing": {}, "plain": {}}
+    adoption = adopt(_snapshot(queues, {}, []))
+    [warning] = [w for w in adoption.warnings if "without x-queue-type" in w]
+    assert ": `Orders:Placed, Shop_billing`, `plain`." in warning
+
+
+def test_a_user_s_permissions_are_granted_as_they_are_only_when_this_project_grants_them_so() -> None:
+    from tools.lib.adopt import GRANT, names_granted
+
+    names = ["orders.billing.retry", "orders", "orders.billing"]
+    assert names_granted(r"^(orders|orders\.billing\.retry)$", names) == ["orders", "orders.billing.retry"]
+    assert names_granted("^$", names) == [] and names_granted(".*", names) is None
+    assert names_granted(r"^(b|a)$", ["a", "b"]) is None and names_granted(r"^(a|b)$", ["a"]) is None
+    plain = _snapshot({"audit": {"x-queue-type": "classic"}}, {"orders": "topic"}, [("orders", "audit", "#")])
+    snapshot = dataclasses.replace(plain, permissions={
+        "billing": {"configure": "^$", "write": "^(orders)$", "read": "^(audit)$"},
+        "legacy": {"configure": ".*", "write": ".*", "read": ".*"},
+        "reader": {"configure": ".*", "write": ".*", "read": ".*"}}, reader="reader")
+    adoption = adopt(snapshot)
+    decided = summary(adoption.decisions)
+    assert ("Permissions", "billing") in decided[GRANT] and ("Permissions", "legacy") in decided[ALONE]
+    assert "reader" not in {name for pairs in decided.values() for _, name in pairs}

@@ -69,6 +69,8 @@ def test_every_retryable_queue_of_the_plan_has_its_rules(name: str) -> None:
                 assert f"not_draining {where}/{tier.queue}" in rules
             assert (f"no_leader {where}" in rules) == (retryable.config.queue_type == "quorum")
             assert (f"members_offline {where}" in rules) == (retryable.config.queue_type == "quorum")
+            for watched in (retryable.config.name, *(t.queue for t in (*retryable.tiers, *retryable.draining))):
+                assert (f"dead_letters_jammed {where}/{watched}" in rules) == (retryable.config.queue_type == "quorum")
         if plan.delay_levels is not None:
             for queue in plan.delay_levels.level_queues:
                 assert f"not_draining {plan.config.name}//{queue.name}" in rules
@@ -84,6 +86,15 @@ def test_each_rule_names_its_queue_strategy_and_what_to_run() -> None:
     assert parked["expr"] == 'rabbitmq_detailed_queue_messages{vhost="shop", queue="orders.error"} > 0'
     assert parked["annotations"]["command"].startswith("rabbitmq-retry parked list --stack test --vhost shop "
                                                        "--queue orders;")
+    # Without the Pulumi CLI: the file `make contracts` writes, in the same commands.
+    assert parked["annotations"]["command_contract"] == (
+        "make contracts STACK=test; rabbitmq-retry parked list --contract contracts.test.json --vhost shop --queue "
+        "orders; fix the cause, then rabbitmq-retry parked redrive --contract contracts.test.json --vhost shop "
+        "--queue orders")
+    draining = next(r for r in found["not_draining"] if r["labels"]["watched_queue"] == "orders.wait.1")
+    assert draining["annotations"]["command"].endswith(
+        "rabbitmq-retry stuck redrive --stack test --vhost shop --queue orders --tier orders.wait.1")
+    assert "--contract contracts.test.json" in draining["annotations"]["command_contract"]
     consumer = next(r for r in found["no_consumer"] if r["labels"]["queue"] == "orders")
     assert "billing-app" in consumer["annotations"]["command"]
     assert {r["labels"]["strategy"] for r in found["parked"]} == {"tiers", "levels"}
@@ -306,6 +317,17 @@ def test_promtool_evaluates_every_rule_kind_firing_and_not_firing(tmp_path: Path
          "invoices", [])
     case([_series(raft4, "2x10", queue="invoices", **q, **node) for node in nodes[:2]], "10m", "members_offline",
          "invoices", [({**q, "queue": "invoices"}, "2")])
+    # dead_letters_jammed: a quorum queue holding more than it has ready or unacknowledged (dead-letters its
+    # at-least-once worker cannot forward) fires; one whose messages are all ready does not.
+    jammed = next(r["labels"] for r in found["dead_letters_jammed"])
+    held = {"messages": "3x5", "messages_ready": "2x5", "messages_unacked": "0x5"}
+    case([_series(f"{m}{metric}", values, queue=jammed["watched_queue"], **q, **inst)
+          for metric, values in held.items()], "5m", "dead_letters_jammed", jammed["watched_queue"],
+         [({**q, "queue": jammed["queue"], "watched_queue": jammed["watched_queue"]}, "1")])
+    case([_series(f"{m}{metric}", "2x5", queue=jammed["watched_queue"], **q, **inst)
+          for metric in ("messages", "messages_ready")]
+         + [_series(f"{m}messages_unacked", "0x5", queue=jammed["watched_queue"], **q, **inst)], "5m",
+         "dead_letters_jammed", jammed["watched_queue"], [])
     # undeliverable: a copy in the undeliverable queue fires; an empty one does not.
     undeliverable = found["undeliverable"][0]["labels"]["watched_queue"]
     case([_series(f"{m}messages", "0 1 1 1", queue=undeliverable, **q, **inst)], "3m", "undeliverable",
@@ -331,3 +353,23 @@ def test_promtool_evaluates_every_rule_kind_firing_and_not_firing(tmp_path: Path
                                         encoding="utf-8")
     out = run_promtool("test", "rules", str(tmp_path / "tests.yml"))
     assert "SUCCESS" in out, out
+
+
+def test_the_documented_scrape_config_is_the_one_the_tests_run_prometheus_with() -> None:
+    """docs/alerts.md's block and `scripts/prometheus.sh print-config` agree on everything but the targets and the
+    rule files: the intervals every timing of the page assumes, each job's path and its families (`ra_metrics`,
+    which `members_offline` reads)."""
+    page = (ROOT / "docs" / "alerts.md").read_text(encoding="utf-8")
+    section = page.split("## Pointing Prometheus at RabbitMQ", 1)[1]
+    documented = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    script = subprocess.run([str(ROOT / "scripts" / "prometheus.sh"), "print-config"], capture_output=True,
+                            text=True, check=True, timeout=30).stdout
+    tested = yaml.safe_load(script)
+
+    def jobs(config: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in job.items() if k != "static_configs"} for job in config["scrape_configs"]]
+
+    assert documented["global"] == tested["global"] == {"scrape_interval": "2s", "scrape_timeout": "2s",
+                                                        "evaluation_interval": "2s"}
+    assert jobs(documented) == jobs(tested)
+    assert "ra_metrics" in tested["scrape_configs"][1]["params"]["family"]

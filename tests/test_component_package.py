@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -163,18 +162,14 @@ def test_the_retry_contract_output_is_a_typed_object_with_every_field_of_the_con
     assert typed == {package.camel(key) for key in defined}
 
 
-def test_the_plugin_folder_is_the_layout_pulumi_runs_with_python_m_pulumi_run_plugin() -> None:
-    """PulumiPlugin.yaml says the runtime; the language host runs `python -m pulumi.run.plugin <[project] name>`
-    when the folder has no __main__.py and a pyproject.toml with a build backend; the name is the distribution
-    whose module (`rabbitmq_retry`) the SDK hosts, at the version of the repository's own pyproject.toml; the
-    plugin's venv gets the components from requirements.txt, with the SDK this repository pins."""
+def test_the_plugin_folder_is_the_layout_pulumi_runs_with_its_main_py() -> None:
+    """PulumiPlugin.yaml says the runtime; the language host runs `python <folder>` when the folder has a
+    __main__.py, which serves our strict provider (not the SDK's `python -m pulumi.run.plugin`, which drops unknown
+    keys: tests/test_component_plugin.py); the plugin's venv gets the components from requirements.txt, with the
+    SDK this repository pins."""
     assert yaml.safe_load((package.PLUGIN / "PulumiPlugin.yaml").read_text()) == {"runtime": "python"}
-    assert not (package.PLUGIN / "__main__.py").exists()
-    plugin = tomllib.loads((package.PLUGIN / "pyproject.toml").read_text())
-    root = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert plugin["project"]["name"] == root["project"]["name"] == package.PACKAGE
-    assert plugin["project"]["version"] == root["project"]["version"]
-    assert plugin["build-system"]["build-backend"]
+    assert (package.PLUGIN / "__main__.py").is_file()
+    assert not (package.PLUGIN / "pyproject.toml").exists()
     requirements = (package.PLUGIN / "requirements.txt").read_text().split("\n")
     pinned = [line for line in (ROOT / "requirements.txt").read_text().split("\n")
               if line.startswith(("pulumi==", "pulumi-rabbitmq=="))]

@@ -8,6 +8,7 @@ What only the engine does (installing the plugin's venv, generating an SDK, the 
 import json
 from typing import Any
 
+import grpc
 import pytest
 from google.protobuf import struct_pb2
 from pulumi.runtime import rpc
@@ -68,3 +69,31 @@ def test_construct_over_grpc_registers_what_the_python_call_registers(case: str)
             parent=stack_urn, inputs=inputs, accepts_output_values=True), timeout=120)
     assert response.urn == f"urn:pulumi:{STACK}::{PROJECT}::rabbitmq-retry:index:{component.__name__}::{name}"
     assert _rows(monitor.registered) == _rows(python)
+
+
+@pytest.mark.parametrize(("case", "misspelt", "path", "guess"), [
+    ("standalone-tiers", lambda inputs: inputs["queue"]["retry"].update(maxRetrys=4.0),
+     "queue.retry.maxRetrys", '"maxRetries"'),
+    ("prod-vhost", lambda inputs: inputs.update(protectQueue=True), "protectQueue", '"protectQueues"'),
+])
+def test_construct_over_grpc_refuses_a_key_the_schema_lacks_naming_it_before_registering_anything(
+        case: str, misspelt: Any, path: str, guess: str) -> None:
+    """Raw inputs from another language (YAML, an untyped object, any gRPC caller) reach Construct unchecked by a
+    typed SDK; the SDK's provider would copy only the schema's keys and deploy as if the misspelt one were absent
+    (max_retries back to its default, no queue protected). Ours fails the Construct with the key's path."""
+    component, args_type, name, args = cases()[case]
+    sent = _wire_value(as_typescript_sends(args(), args_type))
+    misspelt(sent)
+    inputs = struct_pb2.Struct()
+    inputs.update(sent)
+    stack_urn = f"urn:pulumi:{STACK}::{PROJECT}::pulumi:pulumi:Stack::{PROJECT}-{STACK}"
+    with engine_services(STACK, PROJECT, stack_urn) as (address, monitor, _), \
+            running_plugin(package.PLUGIN, address) as plugin, pytest.raises(grpc.RpcError) as refused:
+        plugin.Construct(provider_pb2.ConstructRequest(
+            project=PROJECT, stack=STACK, organization="organization", dryRun=True, parallel=1,
+            monitorEndpoint=address, type=f"rabbitmq-retry:index:{component.__name__}", name=name,
+            parent=stack_urn, inputs=inputs, accepts_output_values=True), timeout=120)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    refusal = f"{component.__name__}({name}): {path}: unknown key; did you mean {guess}?"
+    assert refused.value.details().startswith(refusal)
+    assert monitor.registered == []

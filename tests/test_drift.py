@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 
@@ -18,7 +20,7 @@ from components import Vhost
 from tools import drift as drift_command
 from tools.lib import engine
 from tools.lib.definitions import Snapshot
-from tools.lib.drift import findings, render
+from tools.lib.drift import Finding, drifted, findings, render
 from tools.lib.mockrun import Registered, record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -297,3 +299,48 @@ def test_the_report_lists_rows_in_a_fixed_order_whatever_order_the_program_regis
     assert forward == backward
     rows = [line for line in forward.splitlines() if line.startswith("| shop |")]
     assert rows[0].startswith("| shop | VHost | shop |") and len(rows) > 3
+
+
+def test_what_the_stack_cannot_own_in_a_referenced_vhost_is_expected_not_drift() -> None:
+    """Queues an application declares at use and that delete themselves (Laravel's `Q.delay.<ms>`), with their
+    bindings, and exchange-to-exchange bindings: `make adopt` leaves them alone, and drift lists them apart."""
+    base = _in_sync()
+    delay = {"name": "orders.delay.5000", "durable": True, "auto_delete": False, "arguments": {
+        "x-expires": 15000, "x-message-ttl": 5000, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "audit"}}
+    snapshot = _in_sync(queues={**base.queues, "orders.delay.5000": delay},
+                        exchanges={**base.exchanges, "events": {"name": "events", "type": "topic", "durable": True}},
+                        bindings=[*base.bindings,
+                                  {"source": "orders", "destination": "orders.delay.5000", "destination_type": "queue",
+                                   "routing_key": "delay", "arguments": {}},
+                                  {"source": "events", "destination": "orders", "destination_type": "exchange",
+                                   "routing_key": "#", "arguments": {}}])
+    found = findings(_records(), {"shop": snapshot})
+    assert {(f.kind, f.type, f.name) for f in found} == {
+        ("expected", "Queue", "orders.delay.5000"), ("expected", "Binding", "orders → orders.delay.5000 ('delay')"),
+        ("expected", "Binding", "events → orders ('#')"), ("extra", "Exchange", "events")}
+    assert [f.name for f in drifted(found)] == ["events"]
+    [queue] = [f for f in found if f.type == "Queue"]
+    assert queue.detail.startswith("deletes itself when unused (x-expires 15s)")
+    in_sync = [f for f in found if f.kind == "expected"]
+    assert "**In sync**" in render("s", in_sync, {"shop": snapshot}) and "## Expected, not drift" in render(
+        "s", in_sync, {"shop": snapshot})
+
+
+def test_drift_as_json_follows_its_schema(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    edited = _export(project / "edited.json", _in_sync(policies={}))
+    assert drift_command.main(["--stack", "s", "--root", str(project), "--definitions", str(edited),
+                               "--format", "json"]) == 2
+    report = json.loads(capsys.readouterr().out)
+    jsonschema.validate(report, json.loads((ROOT / "docs/schemas/drift.schema.json").read_text()))
+    assert report["status"] == 2 and report["vhosts"] == ["shop"]
+    assert {"kind": "missing", "vhost": "shop", "type": "Policy", "name": "cap"} in [
+        {k: f[k] for k in ("kind", "vhost", "type", "name")} for f in report["findings"]]
+
+
+def test_drift_json_schema_takes_expected_findings_which_are_not_drift() -> None:
+    """An expected finding is in the JSON with its kind, and `status` (the exit status) stays 0."""
+    expected = [Finding("expected", "shop", "Queue", "orders.delay.5000", "deletes itself when unused (x-expires 15s)")]
+    schema = json.loads((ROOT / "docs/schemas/drift.schema.json").read_text())
+    jsonschema.validate({"schema_version": 1, "stack": "s", "status": 0, "vhosts": ["shop"],
+                         "findings": [asdict(f) for f in expected], "still_draining": []}, schema)
+    assert drifted(expected) == []

@@ -150,8 +150,8 @@ def test_migrate_status_sends_an_external_retire_to_make_migrate_retire():
     retire = MigrationInfo("shop", "adopt-mailer", "move", "retire", "p", "mailer", "mailer.v2", (),
                            ("mailer-retry", "mailer"), False, None, external=True)
     assert next_step(retire, [("mailer-retry", held), ("mailer", empty)], "dev") == \
-        "retire on the broker: `make migrate-retire STACK=dev MIGRATION=adopt-mailer APPLY=1` deletes mailer-retry, " \
-        "mailer, each only when empty and unused (it refuses while mailer-retry holds 2)"
+        "retire on the broker: `make migrate-retire STACK=dev MIGRATION=adopt-mailer APPLY=1` deletes " \
+        "`mailer-retry`, `mailer`, each only when empty and unused (it refuses while `mailer-retry` holds 2)"
     assert next_step(retire, [("mailer-retry", None), ("mailer", None)], "dev") == "retired: the entry may be removed"
 
 

@@ -224,8 +224,8 @@ def test_migrate_status_says_what_each_step_needs_next():
     assert next_step(retire, [("orders", None)], "dev") == \
         "retired: the entry may be removed once delay_levels.max_delay (1h) has passed since the retire was applied"
     assert next_step(retire, [("orders", held)], "dev") == \
-        "retire not applied yet: orders still on the broker (`pulumi up` refuses it while orders holds 12: nothing " \
-        "of the retry path of orders is deleted until every queue of it is empty)"
+        "retire not applied yet: `orders` still on the broker (`pulumi up` refuses it while `orders` holds 12: " \
+        "nothing of the retry path of orders is deleted until every queue of it is empty)"
 
 
 def test_migrate_status_warns_of_uncounted_copies_only_for_a_queue_that_retries_through_the_delay_levels():

@@ -19,10 +19,12 @@ Exit status: 0 written, 1 error (nothing written).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pulumi
 
@@ -51,12 +53,27 @@ def _reader(args: argparse.Namespace) -> Callable[[], Snapshot]:
     return lambda: _read_counted(broker_client(args, {}, args.stack), args.vhost)
 
 
+def _contracts(path: Path | None, vhost: str) -> dict[str, Any]:
+    """The vhost's retry contracts by queue, from a `make contracts` file ({vhost: {queue: contract}})."""
+    if path is None:
+        return {}
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise DefinitionsError(f"CONTRACTS={path}: {error}") from None
+    if not isinstance(found, dict) or not isinstance(found.get(vhost, {}), dict):
+        raise DefinitionsError(f"CONTRACTS={path}: not a `make contracts` file ({{vhost: {{queue: contract}}}})")
+    return dict(found.get(vhost, {}))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--vhost", required=True)
     parser.add_argument("--stack", required=True, help="the new stack: Pulumi.<stack>.yaml must not exist")
     parser.add_argument("--endpoint", help="management URL (default RABBITMQ_ENDPOINT)")
     parser.add_argument("--definitions", type=Path, help="an exported definitions file instead of the live API")
+    parser.add_argument("--contracts", type=Path, help="the old stack's retry contracts (`make contracts`): what the "
+                        "broker does not keep (max_retries) is read from them")
     parser.add_argument("--suffix", default=DEFAULT_SUFFIX, help="appended to a queue created beside an old one")
     parser.add_argument("--root", type=Path, default=ROOT)
     parser.add_argument("--report", type=Path, help="default adopt-<stack>.md in the project")
@@ -71,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {target} exists; adopt into a new stack", file=sys.stderr)
         return 1
     try:
-        adoption = adopt(_reader(args)(), args.suffix)
+        adoption = adopt(_reader(args)(), args.suffix, _contracts(args.contracts, args.vhost))
     except (DefinitionsError, ManagementError, pulumi.RunError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

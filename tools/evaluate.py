@@ -1,7 +1,9 @@
-"""`python -m tools.evaluate --stack <stack> [--root <project>]`: the project's stack evaluated once (its program run
-under Pulumi's mocks: what it registers, what its plans knew of each registration, its migrations, its exports and
-settings; tools/lib/evaluation.py), printed as JSON. `make review` runs it once per side of the change, BASE's in
-BASE's own checkout; `--root`'s own `components` come first on the import path.
+"""`make evaluate STACK=<stack> [OUTPUT=<file>]` (`python -m tools.evaluate --stack <stack> [--root <project>]
+[--output <file>]`): the stack evaluated once by these tools (its program run under Pulumi's mocks: what it
+registers, what its plans knew of each registration, its migrations, its exports and settings;
+tools/lib/evaluation.py), as a versioned JSON document (docs/schemas/evaluation.schema.json). `--root` another
+checkout: its own `__main__.py` and `components/` run by these tools (`make review` evaluates BASE so). Save it
+when a stack is deployed, and `make review BASE_EVALUATION=<file>` reviews a change against it.
 Exit status: 0, or 1 when the stack file or the config is wrong (printed as `error: …`)."""
 
 from __future__ import annotations
@@ -10,24 +12,36 @@ import argparse
 import sys
 from pathlib import Path
 
+import pulumi
+
+from components.config.stack_file import StackFileError
+from tools.lib.evaluation import SCHEMA_VERSION, EvaluationError, evaluate_checkout
+from tools.lib.mockrun import close_event_loop
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--stack", default="dev")
-    parser.add_argument("--root", type=Path, default=Path.cwd(), help="project directory holding __main__.py")
+    parser.add_argument("--root", type=Path, default=Path.cwd(), help="project directory holding the stack file")
+    parser.add_argument("--output", type=Path, help="file to write (default: standard output)")
     args = parser.parse_args(argv)
-    root = args.root.resolve()
-    sys.path.insert(0, str(root))  # before anything imports `components`: this process evaluates root's own
     try:
-        from tools.lib.cli import evaluation_for_command
-    except ImportError as error:
-        print(f"error: {root} cannot be evaluated by these tools ({error}): its components predate one evaluation "
-              "per side (tools/evaluate.py); review against a newer BASE", file=sys.stderr)
+        evaluated = evaluate_checkout(args.stack, args.root.resolve())
+    except (pulumi.RunError, StackFileError, EvaluationError) as error:
+        print(f"error: {error}", file=sys.stderr)
         return 1
-    evaluated = evaluation_for_command(args.stack, root)
-    if evaluated is None:
+    except (ImportError, AttributeError, TypeError) as error:  # a program that does not run under Pulumi's mocks
+        print(f"error: the program in {args.root} cannot be run by these tools: {type(error).__name__}: {error}",
+              file=sys.stderr)
         return 1
-    sys.stdout.write(evaluated.to_json() + "\n")
+    finally:
+        close_event_loop()
+    if args.output is None:
+        sys.stdout.write(evaluated.to_json() + "\n")
+    else:
+        args.output.write_text(evaluated.to_json() + "\n", encoding="utf-8")
+        print(f"wrote {args.output}: stack {args.stack}, {len(evaluated.recording)} registrations, schema_version "
+              f"{SCHEMA_VERSION}", file=sys.stderr)
     return 0
 
 

@@ -49,6 +49,7 @@ RULE_KINDS: Mapping[str, RuleKind] = {kind.name: kind for kind in (
     RuleKind("no_leader", "queue", "RabbitmqRetryQueueWithoutLeader", 60_000, "critical"),
     RuleKind("members_offline", "queue", "RabbitmqRetryQuorumMembersOffline", 60_000, "warning",
              window_ms=3_600_000),
+    RuleKind("dead_letters_jammed", "queue", "RabbitmqRetryDeadLettersJammed", 60_000, "critical", threshold=0),
     RuleKind("undeliverable", "vhost", "RabbitmqRetryDelayUndeliverable", 60_000, "warning", threshold=0),
     RuleKind("dead_lettered_to_nowhere", "stack", "RabbitmqRetryDeadLetteredToNowhere", 0, "warning", threshold=0,
              window_ms=300_000),

@@ -28,15 +28,17 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from components.config import load_vhost
+from components.config import load_stack_config, load_vhost
+from components.stack import plan_stack
 from rabbitmq_retry_client.depth import BrokerAccess
 from tests.support.amqp import channel, message_counts, next_message
 from tests.support.hooks import ProgramHooks
 from tests.support.mirror import Broker, apply_update, call, esc, read_back
-from tests.support.stack import record_stack, stack_vhost
+from tests.support.stack import Stack, record_stack, stack_vhost
 from tools.lib.adopt import IMPORT, adopt, shovel_port, summary
 from tools.lib.definitions import Snapshot, read_live
-from tools.lib.drift import findings
+from tools.lib.drift import Finding, drifted, findings
+from tools.lib.evaluation import infos
 from tools.lib.migrate_retire import Broker as RetireBroker
 from tools.lib.migrate_retire import Found, retire
 
@@ -59,6 +61,8 @@ class Seed:
     count: int = 1
     waits_ms: int | None = None
     """The queue's TTL when the messages wait there (a retry in progress)."""
+    back_to: str = ""
+    """The queue a waiting message comes back to, when not the shape's `work_queue` (another loop's)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,11 @@ class Shape:
     parks_in: str | None = None
     """Where `fail` puts a message for good when the framework's retries are not the broker's (in memory): the
     failed message must land there; None: it must come back to the consumers' queue by expiring from a wait."""
+    more_loops: tuple[tuple[str, tuple[str, str]], ...] = ()
+    """Other workers' loops of the shape, each (work queue, producer's exchange and key), exercised like the first."""
+
+    def loops(self) -> list[tuple[str, tuple[str, str]]]:
+        return [(self.work_queue, self.producer), *self.more_loops]
 
 
 def _reject(ch: BlockingChannel, method: Any, properties: pika.BasicProperties, body: bytes) -> None:
@@ -262,6 +271,48 @@ def declare_symfony_messenger(ch: BlockingChannel) -> None:
     ch.queue_bind(delay, "delays", delay)
 
 
+def declare_sneakers_handlers_delayed_retry(ch: BlockingChannel) -> None:
+    """alphasights/sneakers_handlers' DelayedRetryHandler (lib/sneakers_handlers/delayed_retry_handler.rb), two
+    workers of one application on the topic exchange `domain_events`: each worker's queue dead-letters to the one
+    shared topic exchange `domain_events.retry`; its retry queue `Q.retry`, bound there with the worker's own routing
+    key, holds a rejected message for the worker's delay and dead-letters it back to `domain_events` (the message
+    keeps its key); `Q.error`, on `domain_events.error`, parks. The management API lists the digest's retry binding
+    before the mailer's."""
+    for name in ("domain_events", "domain_events.retry", "domain_events.error"):
+        ch.exchange_declare(name, "topic", durable=True)
+    for worker, key, delay in (("my-app.mailer", "mailer.send", SHORT_MS),
+                               ("my-app.mailer-digest", "mailer.digest", SHORT_MS + 1_000)):
+        ch.queue_declare(worker, durable=True, arguments={"x-dead-letter-exchange": "domain_events.retry"})
+        ch.queue_bind(worker, "domain_events", key)
+        ch.queue_declare(f"{worker}.retry", durable=True, arguments={
+            "x-dead-letter-exchange": "domain_events", "x-message-ttl": delay})
+        ch.queue_bind(f"{worker}.retry", "domain_events.retry", key)
+        ch.queue_declare(f"{worker}.error", durable=True)
+        ch.queue_bind(f"{worker}.error", "domain_events.error", key)
+
+
+def _laravel_delay_queue(ch: BlockingChannel, ms: int) -> str:
+    """The delay queue a released job waits in, declared at use: TTL `ms`, deleted when unused for `2 × ms`,
+    dead-lettering through the default exchange to `default` (getDelayQueueArguments)."""
+    name = f"default.delay.{ms}"
+    ch.queue_declare(name, durable=True, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key":
+                                                    "default", "x-message-ttl": ms, "x-expires": 2 * ms})
+    return name
+
+
+def declare_laravel_queue(ch: BlockingChannel) -> None:
+    """vyuldashev/laravel-queue-rabbitmq (src/Queue/RabbitMQQueue.php, `later`) with its default config: queue
+    `default`, published to through the default exchange; a job released with a delay waits in `default.delay.<ms>`
+    (self-deleting), which the worker declares then and there."""
+    ch.queue_declare("default", durable=True)
+    _laravel_delay_queue(ch, LONG_MS)
+
+
+def _laravel_release(ch: BlockingChannel, method: Any, properties: pika.BasicProperties, body: bytes) -> None:
+    """A failed job released for a short delay: its delay queue declared, the job published there, then acked."""
+    _republish("", _laravel_delay_queue(ch, SHORT_MS))(ch, method, properties, body)
+
+
 def _symfony_retry(ch: BlockingChannel, method: Any, properties: pika.BasicProperties, body: bytes) -> None:
     """Symfony declares a delay queue for the delay it needs (here a short one), then publishes there."""
     delay = f"delay_messages__{SHORT_MS}_retry"
@@ -325,6 +376,22 @@ SHAPES = [
           declare_celery,
           (Seed("celery", "celery", "celery", 3), Seed("celery.dlx", "celery", "celery.dlq", 1)),
           "celery", ("celery", "celery"), _reject, parks_in="celery.dlq"),
+    Shape("sneakers-handlers-shared-retry-exchange",
+          "alphasights/sneakers_handlers lib/sneakers_handlers/delayed_retry_handler.rb (two workers)",
+          declare_sneakers_handlers_delayed_retry,
+          (Seed("domain_events", "mailer.send", "my-app.mailer", 3),
+           Seed("domain_events", "mailer.digest", "my-app.mailer-digest", 2),
+           Seed("domain_events.retry", "mailer.send", "my-app.mailer.retry", 1, SHORT_MS),
+           Seed("domain_events.retry", "mailer.digest", "my-app.mailer-digest.retry", 2, SHORT_MS + 1_000,
+                back_to="my-app.mailer-digest"),
+           Seed("domain_events.error", "mailer.digest", "my-app.mailer-digest.error", 1)),
+          "my-app.mailer", ("domain_events", "mailer.send"), _reject, recognised="dlx-ttl-loop",
+          more_loops=(("my-app.mailer-digest", ("domain_events", "mailer.digest")),)),
+    Shape("laravel-queue-rabbitmq", "vyuldashev/laravel-queue-rabbitmq src/Queue/RabbitMQQueue.php (later)",
+          declare_laravel_queue,
+          (Seed("", "default", "default", 3), Seed("", f"default.delay.{LONG_MS}", f"default.delay.{LONG_MS}", 1,
+                                                   LONG_MS)),
+          "default", ("", "default"), _laravel_release),
     Shape("symfony-messenger", "symfony/symfony Messenger/Bridge/Amqp/Transport/Connection.php",
           declare_symfony_messenger,
           (Seed("messages", "", "messages", 3), Seed("delays", f"delay_messages__{LONG_MS}_retry",
@@ -422,6 +489,12 @@ def _total(broker: Broker, vhost: str) -> dict[str, int]:
     return {q: n for q, n in message_counts(broker, vhost, names).items() if n}
 
 
+def _drift(broker: Broker, vhost: str, stack: Stack) -> list[Finding]:
+    """`make drift` of the stack: what it counts (exit 2 on any), its migrations' old objects expected until retire."""
+    migrations = infos(plan_stack(load_stack_config({"vhosts": [stack.config]})))
+    return drifted(findings(stack.resources, {vhost: _snapshot(broker, vhost)}, broker.username, migrations))
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=[s.name for s in SHAPES])
 def test_a_real_retry_topology_is_adopted_with_nothing_lost_and_no_wait_ended_early(
         broker: Broker, runtime_vhost: str, shape: Shape) -> None:
@@ -435,14 +508,18 @@ def test_a_real_retry_topology_is_adopted_with_nothing_lost_and_no_wait_ended_ea
     waits = {s.queue: s.waits_ms for s in shape.seeds if s.waits_ms is not None}
     long_waits = {q: seeded[q] for q, ms in waits.items() if ms is not None and ms > 60_000}
     short_waits = [q for q in waits if q not in long_waits]
+    returns = {s.queue: s.back_to or shape.work_queue for s in shape.seeds if s.queue in short_waits}
     expected_total = sum(seeded.values())
 
-    # The loop works before adoption.
-    expected_total += _exercise(broker, vhost, shape, shape.work_queue, b"before") is not None
+    # Every loop works before adoption.
+    for work_queue, producer in shape.loops():
+        expected_total += _exercise(broker, vhost, replace(shape, producer=producer), work_queue,
+                                    b"before") is not None
 
     before = _snapshot(broker, vhost)
     adoption = adopt(before)
-    assert [t.kind for t in adoption.topologies] == ([shape.recognised] if shape.recognised else [])
+    assert [t.kind for t in adoption.topologies] == [shape.recognised] * len(shape.loops()) \
+        if shape.recognised else adoption.topologies == []
     # Nothing dropped: each queue the stack declares under an existing name holds the broker's arguments exactly,
     # and is imported (never created over, never moved).
     entries = {q["name"]: q for q in adoption.vhost["queues"]}
@@ -459,42 +536,53 @@ def test_a_real_retry_topology_is_adopted_with_nothing_lost_and_no_wait_ended_ea
     assert read_back(broker, moving.resources) == [], "the next `pulumi up` would change something"
     # No wait ended early: what waits long is still waiting.
     assert message_counts(broker, vhost, list(long_waits)) == long_waits
+    # Drift settles: what adopt left alone on purpose is expected, the old objects are still draining.
+    assert _drift(broker, vhost, moving) == []
 
-    consumers = adoption.beside.get(shape.work_queue, shape.work_queue)
+    successor = {q: adoption.beside.get(q, q) for q, _ in shape.loops()} | {
+        q: adoption.beside.get(q, q) for q in returns.values()}
     final = moving
     ours = replace(shape, fail=_reject, parks_in=None)
     if shape.recognised:
         # The shovels connect to the broker's own AMQP port, which adopt writes from its listeners (5673 on 4.3).
         assert shovel_port(before) == broker.amqp_port
         assert {m["move"]["from"]: m["move"]["to"] for m in adoption.vhost["migrations"]} == {
-            shape.work_queue: consumers}
+            q: successor[q] for q, _ in shape.loops()}
         _retire(broker, vhost, adoption.vhost)  # step move: unbind the old queue where its successor is bound
-        # During the migration the successor follows our retry contract: a failure waits in its first tier.
-        _exercise(broker, vhost, ours, consumers, b"during")
-        old = [q for q in before.queues if q in seeded or q == shape.work_queue]
+        # During the migration each successor follows our retry contract: a failure waits in its first tier.
+        for work_queue, producer in shape.loops():
+            _exercise(broker, vhost, replace(ours, producer=producer), successor[work_queue], b"during")
+        old = [q for t in adoption.topologies for q in t.queues]  # what the migrations drain and retire
         assert _until(lambda: set(message_counts(broker, vhost, old).values()) == {0}), "the old queues never drained"
         retiring = {k: v for k, v in _step(adoption.vhost, "retire").items() if k != "import"}
         final = record_stack(broker, vhost, retiring)
         apply_update(broker, moving.resources, final.resources, hooks.before_delete, hooks.before_update)
-        _retire(broker, vhost, retiring)
+        lines = _retire(broker, vhost, retiring)
         assert not set(old) & set(_snapshot(broker, vhost).queues)
+        if shape.more_loops:  # the first loop's retire kept the retry exchange the second's route still used
+            assert any("refused: still on the retry route of another loop" in line
+                       and f"`{shape.more_loops[0][0]}`" in line for line in lines), lines
     else:
         assert "migrations" not in adoption.vhost and adoption.beside == {}
 
-    # The short waits ended by expiring, through their own loop, into the queue the consumers read.
+    # The short waits ended by expiring, through their own loop, into the queue its consumers read.
     assert _until(lambda: all(n == 0 for q, n in message_counts(broker, vhost, [
         q for q in short_waits if q in _snapshot(broker, vhost).queues]).items()))
     with channel(broker, vhost) as ch:
-        came_back = 0
-        while (got := ch.basic_get(consumers))[0] is not None:
-            came_back += bool(_expired_from(got[1]) & set(short_waits))
-    assert came_back == sum(seeded[q] for q in short_waits), "a waiting retry never came back, or came back early"
+        came_back = dict.fromkeys(returns, 0)
+        for consumers in sorted(set(successor.values())):
+            while (got := ch.basic_get(consumers))[0] is not None:
+                for wait in _expired_from(got[1]) & set(short_waits):
+                    came_back[wait] += successor[returns[wait]] == consumers
+    assert came_back == {q: seeded[q] for q in short_waits}, "a waiting retry never came back, or came back early"
     # Nothing lost.
     assert sum(_total(broker, vhost).values()) == expected_total, _total(broker, vhost)
 
-    # The loop works after adoption (and after retire for a recognised one); the producers' publishes still route.
-    parked = _exercise(broker, vhost, ours if shape.recognised else shape, consumers, b"after")
-    assert sum(_total(broker, vhost).values()) == expected_total + (parked is not None)
-    # Drift: nothing the stack declares is missing or different.
-    found = findings(final.resources, {vhost: _snapshot(broker, vhost)}, broker.username)
-    assert [f for f in found if f.kind != "extra"] == []
+    # Every loop works after adoption (and after retire for a recognised one); the producers' publishes still route.
+    for work_queue, producer in shape.loops():
+        parked = _exercise(broker, vhost, replace(ours if shape.recognised else shape, producer=producer),
+                           successor[work_queue], b"after")
+        expected_total += parked is not None
+    assert sum(_total(broker, vhost).values()) == expected_total
+    # Drift: nothing the stack declares is missing or different, and nothing counts as drift.
+    assert _drift(broker, vhost, final) == []

@@ -20,7 +20,7 @@ from rabbitmq_retry_client import RetryingConsumer
 from rabbitmq_retry_client.confirms import Confirms
 from rabbitmq_retry_client.publisher import message_properties
 from tests.support.amqp import parameters
-from tests.support.mirror import Broker
+from tests.support.mirror import Broker, call, esc, get
 
 
 def retryable_queue(name: str, queue_type: str, delays: list[str], max_retries: int, exchange: str = "in",
@@ -146,3 +146,40 @@ def run_consumers(consumers: list[RetryingConsumer], until: Callable[[], bool], 
         thread.join(timeout + 60)
     if errors:
         raise errors[0]
+
+
+OVERRIDE = "override-wait-ttl"
+"""A policy of higher priority than the stack's on one wait tier, without `message-ttl`: the override that strands
+what enters the tier meanwhile (docs/alerts.md, not_draining)."""
+
+
+def strand_in_tier(broker: Broker, vhost: str, contract: dict[str, Any], ids: list[str], tier: int = 0) -> str:
+    """Retry copies of `ids` (attempt header 1) stuck in the contract's tier `tier`: published to its retry exchange
+    while a policy overrode the tier's TTL, the override then removed and the stack's policy back, so they hold no
+    TTL. Returns the tier's queue, once its own policy applies again."""
+    wait = contract["tiers"][tier]
+    path = f"queues/{esc(vhost)}/{esc(wait['queue'])}"
+    _until(lambda: bool(get(broker, path).get("policy")), f"the stack's policy applies to {wait['queue']}")
+    ours = get(broker, path)["policy"]
+    call(broker, "PUT", f"policies/{esc(vhost)}/{OVERRIDE}",
+         {"pattern": f"^{wait['queue'].replace('.', '[.]')}$", "definition": {"max-length": 1_000_000},
+          "priority": 10_000, "apply-to": "queues"})
+    _until(lambda: get(broker, path).get("policy") == OVERRIDE, f"{OVERRIDE} applies to {wait['queue']}")
+    with pika.BlockingConnection(parameters(broker, vhost)) as connection:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for message_id in ids:
+            channel.basic_publish(contract["retry_exchange"], wait["routing_key"], message_id.encode(),
+                                  message_properties(message_id, {"app": "test", contract["attempt_header"]: 1}),
+                                  mandatory=True)
+    call(broker, "DELETE", f"policies/{esc(vhost)}/{OVERRIDE}")
+    _until(lambda: get(broker, path).get("policy") == ours, f"{ours} applies to {wait['queue']} again")
+    return str(wait["queue"])
+
+
+def _until(done: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not within {timeout:g} s: {what}")
+        time.sleep(0.1)

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import threading
-import tomllib
 from collections.abc import Iterator
 from concurrent import futures
 from contextlib import contextmanager
@@ -126,12 +125,11 @@ def engine_services(stack: str, project: str, stack_urn: str) -> Iterator[tuple[
 
 
 def plugin_command(plugin_dir: Path, engine_address: str, python: str = sys.executable) -> list[str]:
-    """What Pulumi's Python language host runs for a plugin folder with no __main__.py and a buildable
-    pyproject.toml: `python -m pulumi.run.plugin <project.name>` followed by the engine's arguments (its address).
-    The interpreter is this test's by default, whose environment has what the plugin's requirements.txt installs
-    (`PLUGIN_PYTHON`: the plugin's own `venv/bin/python`, made as the language host makes it)."""
-    name = tomllib.loads((plugin_dir / "pyproject.toml").read_text())["project"]["name"]
-    return [python, "-m", "pulumi.run.plugin", name, engine_address]
+    """What Pulumi's Python language host runs for a plugin folder with a __main__.py: `python <folder>` followed
+    by the engine's arguments (its address). The interpreter is this test's by default, whose environment has what
+    the plugin's requirements.txt installs (`PLUGIN_PYTHON`: the plugin's own `venv/bin/python`, made as the
+    language host makes it)."""
+    return [python, str(plugin_dir), engine_address]
 
 
 @contextmanager

@@ -5,8 +5,9 @@ the stack file in this project's config schema, and the Markdown report."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote_plus
@@ -16,16 +17,16 @@ import yaml
 from components import Vhost, naming, wire
 from components.checks import check_vhost
 from components.config import (
-    EXCHANGE_TYPES,
     OPERATOR_POLICY_KEYS,
-    QUEUE_TYPES,
     ConfigError,
     load_vhost,
 )
 from components.config.key_paths import entry_paths
 from components.config.keys import NAMESPACE
+from components.config.model import DEFAULT_POLICY_PRIORITY
 from components.config.stack_file import PROJECT
 from components.durations import format_duration
+from components.entries import Grant
 from components.guard import AMQP_PORT
 from components.migration_kinds import move
 from components.plan import plan_vhost
@@ -33,9 +34,10 @@ from components.resources import ShovelAccess
 from tools.lib import engine
 from tools.lib.definitions import DefinitionsError, Snapshot, binding_id
 from tools.lib.drift import COMPARED, binding_label, compare, import_id, markdown_table
-from tools.lib.markdown import code
+from tools.lib.markdown import code, names
 from tools.lib.mockrun import Registered, close_event_loop, record
-from tools.lib.recognise import Topology, dead_letter, queue_policy, recognise
+from tools.lib.recognise import Topology, delay_levels, own_policy, recognise, unclear
+from tools.lib.unowned import kept_detail, unmanageable_exchange, unmanageable_queue
 
 DEFAULT_SUFFIX = ".v2"
 PLAIN_ARGUMENTS = frozenset({wire.QUEUE_TYPE.argument})
@@ -45,6 +47,8 @@ QUORUM_GROUP_ARGUMENT = wire.QUORUM_INITIAL_GROUP_SIZE.argument
 
 Action = str
 IMPORT, BESIDE, RETIRE, ALONE = "import", "create beside", "retire later", "left alone"
+GRANT = "granted as it is"
+ACTIONS = (IMPORT, GRANT, BESIDE, RETIRE, ALONE)
 
 
 @dataclass(frozen=True)
@@ -71,14 +75,12 @@ class Adoption:
     """A `migrations[]` entry (`move.external`) per old queue taken over beside."""
     records: list[Registered] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    required: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Queue (as the stack declares it) → the retry keys still to decide (`Topology.required`): planned with a
+    provisional value, written to the stack file as `REQUIRED`, which `make plan` refuses with the key's path."""
 
     def decide(self, action: Action, type_: str, name: str, detail: str = "") -> None:
         self.decisions.append(Decision(action, type_, name, detail))
-
-
-def _valid_name(name: str) -> bool:
-    return bool(name) and "@" not in name and "/" not in name and not name.startswith(naming.RESERVED_PREFIX) \
-        and name == name.strip()
 
 
 def _group_size_of(queue_type: str, value: object) -> bool:
@@ -112,34 +114,6 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' * (n != 1)}"
 
 
-def _kept_detail(snapshot: Snapshot, queue: str) -> str:
-    """What a queue kept as it is does with a message, in words: its TTL and where it dead-letters."""
-    letter = dead_letter(snapshot, queue)
-    parts = []
-    if letter.ttl_ms is not None:
-        parts.append(f"holds a message {format_duration(letter.ttl_ms)}")
-    if letter.exchange is not None:
-        route = "the default exchange" if letter.exchange == "" else f"exchange {code(letter.exchange)}"
-        key = f" with key {code(letter.routing_key)}" if letter.routing_key is not None else ""
-        parts.append(f"dead-letters to {route}{key}")
-    if letter.ttl_ms is not None and letter.exchange is not None:
-        parts.append("a retry waiting here comes back on time through that route, before and after adoption")
-    return "; ".join(parts) or "kept with its arguments"
-
-
-def _manageable_exchange(info: dict[str, Any]) -> str | None:
-    """Why the stack cannot declare this exchange as it is, or None."""
-    if info.get("type") not in EXCHANGE_TYPES:
-        return f"type {info.get('type')} (this project declares {', '.join(EXCHANGE_TYPES)})"
-    if not info.get("durable") or info.get("auto_delete") or info.get("internal"):
-        return "not durable, auto-delete or internal: this project declares durable exchanges only"
-    if info.get("arguments"):
-        return f"arguments {info['arguments']} (this project declares none)"
-    if not _valid_name(info["name"]):
-        return "a name the provider cannot manage (`@`, `/`, `amq.`)"
-    return None
-
-
 def _binding_entry(b: dict[str, Any], managed_exchanges: set[str]) -> dict[str, Any]:
     entry: dict[str, Any] = {"exchange": b["source"]}
     if b.get("routing_key"):
@@ -152,8 +126,14 @@ def _binding_entry(b: dict[str, Any], managed_exchanges: set[str]) -> dict[str, 
 
 
 def _retry_block(topology: Topology) -> dict[str, Any]:
-    retry: dict[str, Any] = {"delays": [format_duration(d) for d in topology.delays_ms],
-                             "max_retries": topology.max_retries}
+    if topology.kind == "levels":
+        retry: dict[str, Any] = {"strategy": "levels", "backoff": dict(topology.backoff)}
+    elif topology.kind == "native":
+        retry = {"strategy": "native", "min_delay": format_duration(topology.delays_ms[0]),
+                 "max_delay": format_duration(topology.delays_ms[1])}
+    else:
+        retry = {"delays": [format_duration(d) for d in topology.delays_ms]}
+    retry["max_retries"] = topology.max_retries
     if "error_retention" in topology.limits:
         retry["error_retention"] = format_duration(topology.limits["error_retention"])
     if "error_max_length" in topology.limits:
@@ -172,166 +152,280 @@ def _policy_entry(policy: dict[str, Any]) -> dict[str, Any] | str:
             "apply_to": policy.get("apply-to", "all"), "definition": definition}
 
 
-def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
+@dataclass
+class _Owned:
+    """What the recognised topologies own, and what the build has placed so far."""
+
+    queues: set[str]
+    retired_exchanges: set[str]
+    bindings: set[int]
+    policies: set[str]
+    managed_exchanges: set[str] = field(default_factory=set)
+    bound: set[int] = field(default_factory=set)
+    """Bindings written into a queue entry (or retired with the queue they bind)."""
+    levels: set[str] = field(default_factory=set)
+    """The objects of the vhost's delay levels (`delay_levels`), when the stack declares them."""
+
+
+def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX,
+          contracts: Mapping[str, Mapping[str, Any]] | None = None) -> Adoption:
     """The config entry of the vhost and the decisions that do not need the plan (retire, left alone)."""
     vhost: dict[str, Any] = {"name": snapshot.vhost, "existing": True, "exchanges": [], "queues": [],
                              "policies": [], "operator_policies": []}
-    adoption = Adoption(snapshot, vhost, recognise(snapshot))
+    topologies = with_contracts(recognise(snapshot), contracts or {})
+    adoption = Adoption(snapshot, vhost, topologies)
+    owned = _Owned({q for t in topologies for q in t.queues},
+                   {x for t in topologies if t.kind not in IN_PLACE for x in t.exchanges},
+                   {i for t in topologies for i in t.bindings}, {p for t in topologies for p in t.policies})
+    _delay_levels(adoption, owned)
+    _exchanges(adoption, owned)
+    _take_over(adoption, owned, suffix)
+    _queues(adoption, owned, unclear(snapshot, topologies))
+    _bindings_left(adoption, owned)
+    _policies_of(adoption, owned)
+    _access(adoption)
+    _drop_refused(adoption)
+    successors = {q["name"] for q in vhost["queues"]}
     taken: set[str] = set()
-    owned_queues = {q for t in adoption.topologies for q in t.queues}
-    retired_exchanges = {x for t in adoption.topologies if t.kind != "ours" for x in t.exchanges}
-    owned_bindings = {i for t in adoption.topologies for i in t.bindings}
-    owned_policies = {p for t in adoption.topologies for p in t.policies}
+    for migration in adoption.migrations:
+        if migration[move.NAME]["to"] in successors:
+            migration["name"] = _unique(migration["name"], taken)
+            vhost.setdefault("migrations", []).append(migration)
+    return adoption
 
-    managed_exchanges: set[str] = set()
-    for name, info in sorted(snapshot.exchanges.items()):
+
+IN_PLACE = ("ours", "levels", "native")
+"""Topologies of this project's own strategies: imported as they are, never moved."""
+
+
+def _delay_levels(adoption: Adoption, owned: _Owned) -> None:
+    """The vhost's delay levels, when a queue of strategy levels uses them: declared by the stack's `delay_levels`
+    (its objects imported); `max_delay` from a levels queue's retry contract, else a decision (the broker keeps only
+    how many levels it took)."""
+    levels = delay_levels(adoption.snapshot)
+    users = [t for t in adoption.topologies if t.kind == "levels"]
+    if levels is None or not users:
+        return
+    told = next((t.limits["max_delay"] for t in users if "max_delay" in t.limits), None)
+    entry: dict[str, Any] = {"unit": format_duration(levels.unit_ms),
+                             "max_delay": format_duration(told or levels.unit_ms * (2 ** levels.levels - 1)),
+                             "type": levels.queue_type}
+    if levels.quorum_group_size is not None:
+        entry["quorum_group_size"] = levels.quorum_group_size
+    if told is None:
+        adoption.required[""] = ("max_delay",)
+    adoption.vhost["delay_levels"] = entry
+    owned.queues |= {n for n in adoption.snapshot.queues if levels.owns(n)}
+    owned.policies |= {n for n in adoption.snapshot.policies if levels.owns(n)}
+    owned.levels = set(levels.objects)
+    owned.bindings |= {i for i, b in enumerate(adoption.snapshot.bindings)
+                       if levels.owns(str(b["source"])) or levels.owns(str(b["destination"]))}
+
+
+def _exchanges(adoption: Adoption, owned: _Owned) -> None:
+    """Each exchange: retired with its topology, declared by our retryable queue, left alone, or declared."""
+    for name, info in sorted(adoption.snapshot.exchanges.items()):
         if name.startswith(naming.RESERVED_PREFIX):
             continue
-        if name in retired_exchanges:
+        if name in owned.levels:
+            owned.managed_exchanges.add(name)  # declared by the vhost's delay levels
+            continue
+        if name in owned.retired_exchanges:
+            sharing = [t.queue for t in adoption.topologies if name in t.exchanges]
+            shared = (f"; shared by the loops of {names(sharing)}: each loop's retire keeps it while another's route "
+                      "still uses it" if len(sharing) > 1 else "")
             adoption.decide(RETIRE, "Exchange", name, "part of a runtime retry topology; delete it once its queues "
-                            "are drained and deleted")
-        elif any(name in naming.derived_exchange_names(t.queue) for t in adoption.topologies if t.kind == "ours"):
-            managed_exchanges.add(name)  # declared by the retryable queue that owns it
-        elif (why := _manageable_exchange(info)) is not None:
+                            "are drained and deleted" + shared)
+        elif any(name in naming.derived_exchange_names(t.queue) for t in adoption.topologies if t.kind in IN_PLACE):
+            owned.managed_exchanges.add(name)  # declared by the retryable queue that owns it
+        elif (why := unmanageable_exchange(info)) is not None:
             adoption.decide(ALONE, "Exchange", name, why)
         else:
-            managed_exchanges.add(name)
-            vhost["exchanges"].append({"name": name, "type": info["type"]})
+            owned.managed_exchanges.add(name)
+            adoption.vhost["exchanges"].append({"name": name, "type": info["type"]})
 
-    def work_bindings(queue: str) -> list[tuple[int, dict[str, Any]]]:
-        return [(i, b) for i, b in enumerate(snapshot.bindings) if b["destination"] == queue
-                and b["destination_type"] == "queue" and i not in owned_bindings]
 
-    bound: set[int] = set()
+def _queue_entry(adoption: Adoption, owned: _Owned, name: str, queue_type: str, old: str,
+                 retry: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A queue entry named `name`, bound as `old` is (bindings of `old` the topologies do not own)."""
+    entry: dict[str, Any] = {"name": name, "type": queue_type}
+    bindings = []
+    for i, b in enumerate(adoption.snapshot.bindings):
+        if b["destination"] != old or b["destination_type"] != "queue" or i in owned.bindings:
+            continue
+        owned.bound.add(i)
+        if b["source"] in owned.retired_exchanges:
+            continue
+        bindings.append(_binding_entry(b, owned.managed_exchanges))
+        if name != old:
+            adoption.decide(RETIRE, "Binding", binding_label(b), "unbound by `make migrate-retire` right after the "
+                            "first `pulumi up` (below): the new queue receives these messages from then on")
+    if bindings:
+        entry["bindings"] = bindings
+    if retry is not None:
+        entry["retry"] = retry
+    return entry
 
-    def queue_entry(name: str, queue_type: str, old: str, retry: dict[str, Any] | None = None) -> dict[str, Any]:
-        entry: dict[str, Any] = {"name": name, "type": queue_type}
-        bindings = []
-        for i, b in work_bindings(old):
-            bound.add(i)
-            if b["source"] in retired_exchanges:
-                continue
-            bindings.append(_binding_entry(b, managed_exchanges))
-            if name != old:
-                adoption.decide(RETIRE, "Binding", binding_label(b), "unbound by `make migrate-retire` right after the "
-                                "first `pulumi up` (below): the new queue receives these messages from then on")
-        if bindings:
-            entry["bindings"] = bindings
-        if retry is not None:
-            entry["retry"] = retry
-        return entry
 
+def _take_over(adoption: Adoption, owned: _Owned, suffix: str) -> None:
+    """Each recognised topology: ours imported as it is; a runtime one taken over beside, its objects retired."""
+    snapshot, taken = adoption.snapshot, set[str]()
     for topology in adoption.topologies:
-        if topology.kind == "ours":
-            entry = queue_entry(topology.queue, topology.queue_type, topology.queue, _retry_block(topology))
-            for key in ("max_length", "delivery_limit"):
-                if key in topology.limits:
-                    entry[key] = topology.limits[key]
-            vhost["queues"].append(entry)
+        if topology.kind in IN_PLACE:
+            entry = _queue_entry(adoption, owned, topology.queue, topology.queue_type, topology.queue,
+                                 _retry_block(topology))
+            entry |= {key: topology.limits[key] for key in ("max_length", "delivery_limit") if key in topology.limits}
+            entry |= _priority(adoption.snapshot, topology.queue)
+            if topology.required:
+                adoption.required[topology.queue] = topology.required
+            adoption.vhost["queues"].append(entry)
             continue
         new = _free_name(snapshot, topology.queue, suffix, taken)
         adoption.beside[topology.queue] = new
-        vhost["queues"].append(queue_entry(new, topology.queue_type, topology.queue, _retry_block(topology)))
+        if topology.required:
+            adoption.required[new] = topology.required
+        adoption.vhost["queues"].append(_queue_entry(adoption, owned, new, topology.queue_type, topology.queue,
+                                                     _retry_block(topology)))
         adoption.migrations.append(_migration(topology.queue, new, topology))
         for queue in topology.queues:
             adoption.decide(RETIRE, "Queue", queue, f"{topology.kind}: " + _messages(snapshot, queue))
         for i in topology.bindings:
-            adoption.decide(RETIRE, "Binding", binding_label(snapshot.bindings[i]), f"{topology.kind} wiring")
+            adoption.decide(RETIRE, "Binding", binding_label(snapshot.bindings[i]),
+                            f"{topology.kind} wiring of {code(topology.queue)}")
         for policy_name in topology.policies:
             adoption.decide(RETIRE, "Policy", policy_name, f"sets the dead-lettering of {topology.kind} queues; "
                             "delete it once they are gone")
 
-    untyped: list[str] = []
+
+def _priority(snapshot: Snapshot, queue: str) -> dict[str, int]:
+    """`policy_priority` of a queue whose own policy (named as the queue) has another priority than the default."""
+    priority = (snapshot.policies.get(queue) or {}).get("priority")
+    if not isinstance(priority, int) or priority == DEFAULT_POLICY_PRIORITY:
+        return {}
+    return {"policy_priority": priority}
+
+
+def _queues(adoption: Adoption, owned: _Owned, ambiguous: Mapping[str, str]) -> None:
+    """Every queue no topology owns: left alone, or imported as it is (with every argument it has when the plain
+    shape would drop one)."""
+    snapshot, untyped = adoption.snapshot, []
     for name, info in sorted(snapshot.queues.items()):
-        if name in owned_queues:
+        if name in owned.queues:
+            continue
+        if (why := unmanageable_queue(snapshot, name)) is not None:
+            adoption.decide(ALONE, "Queue", name, why)
             continue
         arguments = dict(info.get("arguments") or {})
         queue_type = str(arguments.get(wire.QUEUE_TYPE.argument) or info.get("type") or "classic")
-        if info.get("auto_delete") or not info.get("durable") or name.startswith(naming.RESERVED_PREFIX):
-            adoption.decide(ALONE, "Queue", name, "transient (auto-delete, non-durable or server-named)")
-            continue
-        if queue_type not in QUEUE_TYPES or not _valid_name(name):
-            adoption.decide(ALONE, "Queue", name, f"a {queue_type} queue or a name the provider cannot manage")
-            continue
-        if wire.EXPIRES.argument in arguments:
-            adoption.decide(ALONE, "Queue", name, f"deletes itself when unused (x-expires "
-                            f"{format_duration(int(arguments[wire.EXPIRES.argument]))}), so the stack cannot own it; "
-                            "left as it is, it " + _kept_detail(snapshot, name).replace("; a retry", ", and a retry"))
-            continue
-        if queue_type == "quorum" and (policy := queue_policy(snapshot, name)) is not None:
-            adoption.decide(ALONE, "Queue", name, f"user policy {code(str(policy['name']))} applies to it "
-                            f"({', '.join(sorted(policy.get('definition') or {}))}); the stack gives every quorum "
-                            "queue a `delivery-limit` policy of its own, which would take that policy's place "
-                            "(RabbitMQ applies one user policy to a queue) and silently drop its settings: left as it "
-                            "is, still under its policy. To manage it, move the policy's settings into the queue's "
-                            "config (e.g. `max_length`) and narrow the policy's pattern")
-            continue
         group_size = arguments.get(QUORUM_GROUP_ARGUMENT)
         kept = PLAIN_ARGUMENTS | ({QUORUM_GROUP_ARGUMENT} if _group_size_of(queue_type, group_size) else set())
-        entry = queue_entry(name, queue_type, name)
-        if set(arguments) <= kept and wire.QUEUE_TYPE.argument in arguments:
+        entry = _queue_entry(adoption, owned, name, queue_type, name)
+        if (policy := own_policy(snapshot, name)) is not None:  # its limits, as the stack derives them again
+            owned.policies.add(name)
+            definition = policy.get("definition") or {}
+            entry |= {ours: int(definition[theirs]) for theirs, ours in ((wire.MAX_LENGTH.key, "max_length"),
+                                                                          (wire.DELIVERY_LIMIT.key, "delivery_limit"))
+                      if theirs in definition} | _priority(snapshot, name)
+        if set(arguments) <= kept and wire.QUEUE_TYPE.argument in arguments and name not in ambiguous:
             if QUORUM_GROUP_ARGUMENT in kept:
                 entry["quorum_group_size"] = group_size
         else:
             # Kept as it is, every argument with it: imported, never moved (a message waiting in a TTL queue comes
             # back on time through its own dead-letter route; a shovel would end its wait early).
             entry["arguments"] = arguments
-            adoption.kept[name] = _kept_detail(snapshot, name)
+            adoption.kept[name] = "; ".join(filter(None, (kept_detail(snapshot, name), ambiguous.get(name))))
             if wire.QUEUE_TYPE.argument not in arguments:
                 untyped.append(name)
         if queue_type == "quorum":
             limit = arguments.get(wire.DELIVERY_LIMIT.argument)
             if isinstance(limit, int) and not isinstance(limit, bool):
                 entry["delivery_limit"] = limit
-            else:
-                adoption.warnings.append(f"quorum queue {name}: the stack gives it a `delivery-limit` policy "
+            elif "delivery_limit" not in entry:
+                adoption.warnings.append(f"quorum queue {code(name)}: the stack gives it a `delivery-limit` policy "
                                          "(`defaults.delivery_limit`, 20; RabbitMQ 4's default, unlimited on 3.x): "
                                          "set `delivery_limit` on the queue if it needs another")
-        vhost["queues"].append(entry)
-
+        adoption.vhost["queues"].append(entry)
     if untyped:
         adoption.warnings.append(
             f"{_count(len(untyped), 'queue')} without x-queue-type (RabbitMQ before 4.0 stores none), each imported "
-            f"with exactly the arguments it has: {', '.join(untyped)}. RabbitMQ 4 stores `x-queue-type: classic` on "
+            f"with exactly the arguments it has: {names(untyped)}. RabbitMQ 4 stores `x-queue-type: classic` on "
             "every queue: after upgrading the broker, add `x-queue-type: classic` to their `arguments` before the "
             "next `pulumi up --refresh` (else the provider plans a replacement, which the queue guard refuses while "
             "a queue holds messages)")
-    for i, b in enumerate(snapshot.bindings):
-        if i in owned_bindings or i in bound:
+
+
+def _bindings_left(adoption: Adoption, owned: _Owned) -> None:
+    for i, b in enumerate(adoption.snapshot.bindings):
+        if i in owned.bindings or i in owned.bound:
             continue
         adoption.decide(ALONE, "Binding", binding_label(b),
                         "to an exchange (not declared by this project)" if b["destination_type"] == "exchange"
                         else "its queue is not managed by the stack")
 
+
+def names_granted(regex: str, candidates: Iterable[str]) -> list[str] | None:
+    """The names among `candidates` that the permission regex allows (applied as RabbitMQ applies it, never parsed),
+    when it is exactly what this project grants for them (`Grant.exactly`); else None."""
+    try:
+        allowed = [n for n in candidates if re.fullmatch(regex, n)]
+    except re.error:
+        return None
+    return sorted(allowed) if Grant.exactly(allowed).regex == regex else None
+
+
+def _access(adoption: Adoption) -> None:
+    """Each user's permissions in the vhost, as the `applications` or `operators` entry that grants exactly them (the
+    plan checks them against the broker in `finish`), or left alone: a regex this project does not write."""
+    snapshot, vhost = adoption.snapshot, adoption.vhost
+    retryable = sorted(naming.error_queue(q["name"]) for q in vhost["queues"] if "retry" in q)
+    exchanges = {x["name"] for x in vhost["exchanges"]}
+    for user, granted in sorted(snapshot.permissions.items()):
+        if user == snapshot.reader:
+            continue  # the provider's own user, which RabbitMQ granted when the vhost was created
+        read = names_granted(str(granted.get("read")), snapshot.queues)
+        write = names_granted(str(granted.get("write")), snapshot.exchanges)
+        if granted.get("configure") != "^$" or read is None or write is None:
+            adoption.decide(ALONE, "Permissions", user, "not granted the way this project grants them (configure "
+                            "`^$`, reads and writes of exact names)")
+            continue
+        if read and read == retryable:
+            vhost.setdefault("operators", []).append({"user": user})
+            continue
+        application: dict[str, Any] = {"user": user}
+        publishes = sorted(n for n in write if n in exchanges)
+        topics = [{k: entry[k] for k in ("exchange", "write", "read") if k in entry}
+                  for entry in snapshot.topic_permissions.get(user, []) if entry.get("exchange") in publishes]
+        limits = {ours: value for theirs, ours in (("max-connections", "max_connections"),
+                                                   ("max-channels", "max_channels"))
+                  if isinstance(value := (snapshot.user_limits or {}).get(user, {}).get(theirs), int)}
+        application |= {k: v for k, v in (("publishes", publishes), ("consumes", read), ("topic_permissions", topics),
+                                          ("limits", limits)) if v}
+        vhost.setdefault("applications", []).append(application)
+
+
+def _policies_of(adoption: Adoption, owned: _Owned) -> None:
+    """User and operator policies: declared as they are, or left alone with the reason."""
     new_queues = [n for q in adoption.beside.values() for n in naming.derived_queue_names(q, 9)]
-    for name, policy in sorted(snapshot.policies.items()):
-        if name in owned_policies:  # retired with its topology, or (ours) derived by the plan again
+    for name, policy in sorted(adoption.snapshot.policies.items()):
+        if name in owned.policies:  # retired with its topology, or (ours) derived by the plan again
             continue
         if hits := [q for q in new_queues if re.search(str(policy.get("pattern", "")), q)]:
-            adoption.decide(ALONE, "Policy", name, f"its pattern also matches the new queue {hits[0]}: narrow it "
-                            "(e.g. `^name$`), then add it to the stack's policies")
+            adoption.decide(ALONE, "Policy", name, f"its pattern also matches the new queue {code(hits[0])}: narrow "
+                            "it (e.g. `^name$`), then add it to the stack's policies")
             continue
         policy_entry = _policy_entry(policy)
         if isinstance(policy_entry, str):
             adoption.decide(ALONE, "Policy", name, policy_entry)
         else:
-            vhost["policies"].append(policy_entry)
-    for name, policy in sorted(snapshot.operator_policies.items()):
+            adoption.vhost["policies"].append(policy_entry)
+    for name, policy in sorted(adoption.snapshot.operator_policies.items()):
         policy_entry = _policy_entry(policy)
         if isinstance(policy_entry, str) or set(policy_entry["definition"]) - set(OPERATOR_POLICY_KEYS):
             why = (policy_entry if isinstance(policy_entry, str)
                    else "keys an operator policy of the config may not hold")
             adoption.decide(ALONE, "OperatorPolicy", name, why)
         else:
-            vhost["operator_policies"].append(policy_entry)
-    _drop_refused(adoption)
-    successors = {q["name"] for q in vhost["queues"]}
-    names: set[str] = set()
-    for migration in adoption.migrations:
-        if migration[move.NAME]["to"] in successors:
-            migration["name"] = _unique(migration["name"], names)
-            vhost.setdefault("migrations", []).append(migration)
-    return adoption
+            adoption.vhost["operator_policies"].append(policy_entry)
 
 
 def _unique(name: str, taken: set[str]) -> str:
@@ -364,7 +458,7 @@ def _messages(snapshot: Snapshot, queue: str) -> str:
     return "message count unknown (read from a file)"
 
 
-ENTRY_SECTIONS = ("policies", "operator_policies", "queues", "exchanges")
+ENTRY_SECTIONS = ("policies", "operator_policies", "queues", "exchanges", "applications", "operators")
 """The lists whose entries the adoption may leave alone when the config or the checks refuse them."""
 
 
@@ -398,8 +492,9 @@ def _drop_refused(adoption: Adoption) -> None:
         section, index, text = problems[0]
         entry = adoption.vhost[section].pop(index)
         kind = {"policies": "Policy", "operator_policies": "OperatorPolicy", "queues": "Queue",
-                "exchanges": "Exchange"}[section]
-        adoption.decide(ALONE, kind, entry["name"], f"refused by the config or the preview checks: {text}")
+                "exchanges": "Exchange", "applications": "Permissions", "operators": "Permissions"}[section]
+        adoption.decide(ALONE, kind, entry.get("name") or entry["user"],
+                        f"refused by the config or the preview checks: {text}")
     raise DefinitionsError("the adopted config does not plan")
 
 
@@ -409,6 +504,8 @@ def _properties_key(routing_key: str) -> str:
 
 
 SHOVEL_PASSWORD_PLACEHOLDER = "set passwords.rabbitmq-retry-shovel"
+USER_PASSWORD_PLACEHOLDER = "set passwords.<user> to the user's current password"
+"""What the adoption's recording gives an application or operator user: the stack file never holds a password."""
 """What the adoption's recording gives the shovel user: the stack file's own password is a secret it never has."""
 
 
@@ -419,7 +516,9 @@ def record_vhost(vhost: dict[str, Any], shovel_access: ShovelAccess | None = Non
     them)."""
     config = copy.deepcopy(vhost)
     access = shovel_access or ShovelAccess(naming.SHOVEL_USER, SHOVEL_PASSWORD_PLACEHOLDER)
-    args = {"vhost": config, **({"shovel_access": access} if config.get("migrations") else {})}
+    users = [entry["user"] for section in ("applications", "operators") for entry in config.get(section, [])]
+    args = {"vhost": config, **({"shovel_access": access} if config.get("migrations") else {}),
+            **({"passwords": dict.fromkeys(users, USER_PASSWORD_PLACEHOLDER)} if users else {})}
     try:
         return record(lambda: Vhost(naming.vhost_key(config["name"]), args),  # type: ignore[arg-type]
                       reveal_secrets=reveal_secrets)
@@ -454,7 +553,8 @@ def finish(adoption: Adoption) -> Adoption:
                                          "`pulumi up` takes it over silently")
                 adoption.decide(BESIDE, kind, label, "created over the identical broker binding (see warnings)")
                 continue
-            object_id = binding_id(snapshot.vhost, r.inputs["source"], r.inputs["destination"], "queue",
+            object_id = binding_id(snapshot.vhost, r.inputs["source"], r.inputs["destination"],
+                                   r.inputs.get("destinationType") or "queue",
                                    _properties_key(r.inputs.get("routingKey") or ""))
         if object_id is None and r.type in (engine.POLICY, engine.OPERATOR_POLICY) and not result.immutable:
             object_id = f"{r.inputs['name']}@{snapshot.vhost}"
@@ -467,8 +567,31 @@ def finish(adoption: Adoption) -> Adoption:
             adoption.decide(IMPORT, kind, label, f"`{object_id}`")
         imports.append(f"{_IMPORT_KIND[r.type]} {object_id}")
     adoption.vhost["import"] = imports
+    _check_access(adoption, [r for r in _record(adoption.vhost) if r.type in ACCESS])
     adoption.records = _record(adoption.vhost)  # the plan refuses an import ID that matches nothing
     return adoption
+
+
+ACCESS = (engine.PERMISSIONS, engine.TOPIC_PERMISSIONS, engine.USER_LIMITS)
+
+
+def _check_access(adoption: Adoption, records: Sequence[Registered]) -> None:
+    """Each user `_access` declared, granted as it is when what the plan grants it reads back equal from the broker
+    (the drift comparison); else taken out of the config and left alone, with the differences."""
+    for section in ("applications", "operators"):
+        for entry in list(adoption.vhost.get(section, [])):
+            user = entry["user"]
+            mine = [r for r in records if r.inputs.get("user") == user]
+            results = [compare(r, adoption.snapshot) for r in mine]
+            differ = [f"{engine.short_type(c.record.type)} " + ("absent" if not c.present else ", ".join(c.changed))
+                      for c in results if not c.present or c.changed]
+            if differ:
+                adoption.vhost[section].remove(entry)
+                adoption.decide(ALONE, "Permissions", user, "this project would grant it otherwise: "
+                                + "; ".join(differ))
+            else:
+                adoption.decide(GRANT, "Permissions", user, f"{section[:-1]} {code(user)}: "
+                                + ", ".join(engine.short_type(r.type) for r in mine))
 
 
 _IMPORT_KIND = {engine.QUEUE: "queue", engine.EXCHANGE: "exchange", engine.BINDING: "binding",
@@ -482,10 +605,45 @@ def shovel_port(snapshot: Snapshot) -> int | None:
     return snapshot.amqp_ports[0] if snapshot.amqp_ports else None
 
 
+REQUIRED = ("decide: the old consumers' setting, which the broker does not keep (read from the old stack's retry "
+            "contract with `make adopt CONTRACTS=contracts.<stack>.json`, or set it here)")
+"""What the stack file holds for a retry key the broker cannot tell: the config refuses it (`expected an integer`)
+with the key's path, so `make plan` and `pulumi up` stop until it is decided."""
+
+
+def with_contracts(topologies: Sequence[Topology], contracts: Mapping[str, Mapping[str, Any]]) -> list[Topology]:
+    """Each topology with what its retry contract (`make contracts` of the stack that made it) says the broker cannot
+    tell."""
+    found = []
+    for t in topologies:
+        contract = contracts.get(t.queue) or {}
+        told: dict[str, Any] = {}
+        if isinstance(contract.get("max_retries"), int):
+            told["max_retries"] = contract["max_retries"]
+        backoff = contract.get("backoff")
+        if isinstance(backoff, Mapping) and {"initial_ms", "max_ms", "multiplier", "jitter"} <= backoff.keys():
+            told["backoff"] = {"initial": format_duration(backoff["initial_ms"]),
+                               "max": format_duration(backoff["max_ms"]),
+                               "multiplier": backoff["multiplier"], "jitter": backoff["jitter"]}
+        if isinstance(contract.get("max_delay_ms"), int):
+            told["limits"] = {**t.limits, "max_delay": contract["max_delay_ms"]}
+        read = [k for k in t.required if k in told]
+        if read:
+            t = dataclasses.replace(t, **told, required=tuple(k for k in t.required if k not in told),
+                                    notes=(f"{' and '.join(read)} read from its retry contract",))
+        found.append(t)
+    return found
+
+
 def stack_file(adoption: Adoption, endpoint: str | None, tls: Mapping[str, Any] | None = None) -> str:
     """`tls`: the provider's TLS keys the broker was read with (`rabbitmq:cacertFile` …), written beside the endpoint
     so that `pulumi up` and the tools reach it the same way."""
-    vhost = {k: v for k, v in adoption.vhost.items() if v not in ([], None)}
+    vhost = {k: v for k, v in copy.deepcopy(adoption.vhost).items() if v not in ([], None)}
+    for entry in vhost.get("queues", []):
+        for key in adoption.required.get(entry["name"], ()):
+            entry["retry"][key] = {"initial": REQUIRED, "max": REQUIRED} if key == "backoff" else REQUIRED
+    for key in adoption.required.get("", ()):
+        vhost["delay_levels"][key] = REQUIRED
     config: dict[str, Any] = {}
     if endpoint:
         config["rabbitmq:endpoint"] = endpoint
@@ -518,7 +676,7 @@ def _retire_steps(adoption: Adoption, stack: str) -> list[str]:
         bound_from = sorted({b["source"] for b in s.bindings if b["destination"] == old
                              and b["destination_type"] == "queue" and b.get("source")
                              and b["source"] not in old_topology})
-        binds = (f", binds it from {', '.join(map(code, bound_from))} as {code(old)} is bound" if bound_from else
+        binds = (f", binds it from {names(bound_from)} as {code(old)} is bound" if bound_from else
                  f" ({code(old)} is bound from no exchange but its own topology's: its producers publish to it by "
                  "name)")
         steps = [f"`pulumi up --stack {stack}` creates {code(new)}" + (" with its retry machinery" if topology else "")
@@ -558,7 +716,7 @@ def _retire_steps(adoption: Adoption, stack: str) -> list[str]:
 
 def report(adoption: Adoption, stack: str) -> str:
     s = adoption.snapshot
-    counts = {a: sum(d.action == a for d in adoption.decisions) for a in (IMPORT, BESIDE, RETIRE, ALONE)}
+    counts = {a: sum(d.action == a for d in adoption.decisions) for a in ACTIONS}
     lines = [f"# Adopting vhost `{s.vhost}` into stack `{stack}`", "",
              f"Read from {code(s.source)}" + (f" (RabbitMQ {s.broker_version})" if s.broker_version else "") + ". "
              + ", ".join(f"**{n} {a}**" for a, n in counts.items()) + ".", ""]
@@ -576,11 +734,15 @@ def report(adoption: Adoption, stack: str) -> str:
                   "comes back on time through its own dead-letter route: no wait ends early.", "",
                   *markdown_table(("queue", "what it does"), sorted(adoption.kept.items())), ""]
     meaning = {IMPORT: "declared exactly as the broker holds it: Pulumi adopts it (`import_`), nothing is written",
+               GRANT: "a user's permissions, topic permissions and limits in the vhost (`applications`, `operators`), "
+                      "declared exactly as the broker holds them: `pulumi up` writes the same values. It also writes "
+                      "the user's password, the stack's secret `passwords.<user>` (`pulumi up` refuses without it): "
+                      "set it to the user's current password, or the applications' connections fail",
                BESIDE: "created by `pulumi up` under a new name; the old object is left alone",
                RETIRE: "the old objects, never the stack's: drained by the migrations' shovels, then deleted by "
                        "`make migrate-retire` (steps below); until then `make drift` lists them as extra",
                ALONE: "not declared by the stack, left as it is"}
-    for action in (IMPORT, BESIDE, RETIRE, ALONE):
+    for action in ACTIONS:
         rows = [(d.type, d.name, d.detail) for d in adoption.decisions if d.action == action]
         if rows:
             lines += [f"## {action.capitalize()}", "", meaning[action] + ".", "",
@@ -595,15 +757,24 @@ def report(adoption: Adoption, stack: str) -> str:
               "- Then delete the `import:` list from the stack file: imported objects are in the stack's state, "
               "so removing it plans no change. `make drift STACK=" + stack + "` then lists only the old objects "
               "still to retire, as extra.", ""]
+    if adoption.required:
+        lines += ["## Decisions required", "",
+                  "What the broker does not keep (the consumers' settings, in the retry contract): the stack file "
+                  "holds `decide: …` there, which `make plan` refuses, naming the key, until a value is set (or run "
+                  "`make adopt` again with `CONTRACTS=contracts.<old stack>.json`).", "",
+                  *markdown_table(("queue", "retry keys"), [(q, names(keys)) for q, keys in
+                                                             sorted(adoption.required.items())]), ""]
     if adoption.warnings:
         lines += ["## Warnings", "", *(f"- {w}" for w in adoption.warnings), ""]
     return "\n".join(lines)
 
 
-def adopt(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX) -> Adoption:
+def adopt(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX,
+          contracts: Mapping[str, Mapping[str, Any]] | None = None) -> Adoption:
+    """`contracts`: the retry contracts of the vhost's queues by name (`make contracts` of the stack that made it)."""
     if not snapshot.exists:
         raise DefinitionsError(f"vhost {snapshot.vhost!r} is not in {snapshot.source}")
-    adoption = finish(build(snapshot, suffix))
+    adoption = finish(build(snapshot, suffix, contracts or {}))
     if adoption.vhost.get("migrations"):
         port = shovel_port(snapshot)
         if port is None:

@@ -77,23 +77,26 @@ def evaluation_for_command(stack: str, root: Path, *, preview: bool = True) -> E
     except (pulumi.RunError, StackFileError, EvaluationError) as error:
         print(f"error: {error}", file=sys.stderr)
         return None
-    except (ImportError, AttributeError) as error:  # a checkout whose components these tools cannot run
-        print(f"error: {root} cannot be evaluated by these tools ({error}): its components predate one evaluation "
-              "per side (tools/evaluate.py); review against a newer BASE", file=sys.stderr)
+    except (ImportError, AttributeError) as error:  # a program whose components these tools cannot run
+        print(f"error: the program in {root} cannot be run by these tools: {type(error).__name__}: {error}",
+              file=sys.stderr)
         return None
     finally:
         close_event_loop()
 
 
-def record_for_command(description: str, argv: list[str] | None) -> tuple[str, list[Registered] | None]:
-    """A command's `--stack`/`--root` arguments and the recording of its evaluation; None after printing the error
-    (`evaluation_for_command`)."""
+def record_for_command(description: str, argv: list[str] | None, *, formats: Sequence[str] = ()
+                       ) -> tuple[argparse.Namespace, list[Registered] | None]:
+    """A command's `--stack`/`--root` arguments (and `--format`, one of `formats`, the first by default) and the
+    recording of its evaluation; None after printing the error (`evaluation_for_command`)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--stack", default="dev")
     parser.add_argument("--root", type=Path, default=ROOT, help="project directory holding __main__.py")
+    if formats:
+        parser.add_argument("--format", choices=formats, default=formats[0])
     args = parser.parse_args(argv)
     evaluated = evaluation_for_command(args.stack, args.root)
-    return args.stack, None if evaluated is None else evaluated.recording
+    return args, None if evaluated is None else evaluated.recording
 
 
 @dataclass(frozen=True)

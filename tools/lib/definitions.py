@@ -54,6 +54,8 @@ class Snapshot:
     source does not carry them."""
     users: frozenset[str] | None = None
     """Every user of the broker (broker-wide); None when the source does not carry them (a single-vhost export)."""
+    reader: str = ""
+    """The user the live API was read as (its permissions in the vhost are the provider's own); "" from a file."""
 
     def messages(self, queue: str) -> int | None:
         """Messages in `queue` (ready and unacknowledged) when read live; None from a file."""
@@ -136,7 +138,7 @@ def read_live(endpoint: ManagementClient, vhost: str) -> Snapshot:
                          parameters=[{**p, "component": SHOVEL_COMPONENT}
                                      for p in endpoint.get(f"parameters/{SHOVEL_COMPONENT}/{v}") or []],
                          users=endpoint.get("users") or [])
-    return replace(snapshot, amqp_ports=amqp_ports(overview))
+    return replace(snapshot, amqp_ports=amqp_ports(overview), reader=endpoint.username)
 
 
 def read_file(path: Path, vhost: str) -> Snapshot:

@@ -16,8 +16,9 @@ from components.user_limits import LIMIT_NAMES
 from tools.lib import engine
 from tools.lib.definitions import Snapshot, binding_id
 from tools.lib.evaluation import MigrationInfo
-from tools.lib.markdown import code, row
+from tools.lib.markdown import code, names, row
 from tools.lib.mockrun import Registered
+from tools.lib.unowned import unmanageable_binding, unmanageable_exchange, unmanageable_queue
 
 COMPARED = (engine.QUEUE, engine.EXCHANGE, engine.BINDING, engine.POLICY, engine.OPERATOR_POLICY)
 """What `make adopt` can import from a vhost snapshot."""
@@ -223,10 +224,31 @@ def import_id(comparison: Comparison, snapshot: Snapshot) -> str | None:
 
 
 def extras(snapshot: Snapshot, records: Iterable[Registered], own_user: str = "",
-           drained: Draining = Draining()) -> list[Finding]:
+           drained: Draining = Draining(), referenced: bool = False) -> list[Finding]:
     """Objects of the vhost that no record declares (amq.* exchanges and their bindings are the broker's; the
     permissions of `own_user`, the provider's user reading the vhost, are its own; what a migration still drains,
-    `drained`, is expected until its step retire)."""
+    `drained`, is expected until its step retire). In a vhost the stack only references (`referenced`: `existing:
+    true`, e.g. adopted), what the stack cannot own (`tools/lib/unowned.py`: a queue that deletes itself, an
+    exchange-to-exchange binding …) is "expected", with the reason, not drift."""
+    found = [_expected(snapshot, f) if referenced else f for f in _extras(snapshot, records, own_user, drained)]
+    return found
+
+
+def _expected(snapshot: Snapshot, finding: Finding) -> Finding:
+    """The extra `finding` as expected when the stack cannot own it, with why."""
+    why = None
+    if finding.type == "Queue":
+        why = unmanageable_queue(snapshot, finding.name)
+    elif finding.type == "Exchange":
+        why = unmanageable_exchange(snapshot.exchanges[finding.name])
+    elif finding.type == "Binding":
+        binding = next(b for b in snapshot.bindings if binding_label(b) == finding.name)
+        why = unmanageable_binding(snapshot, binding)
+    return finding if why is None else Finding("expected", finding.vhost, finding.type, finding.name, why)
+
+
+def _extras(snapshot: Snapshot, records: Iterable[Registered], own_user: str,
+            drained: Draining) -> list[Finding]:
     records = list(records)
     declared = {(r.type, r.inputs.get("name")) for r in records}
     bound = [find_binding(snapshot, r.inputs) for r in records if r.type == engine.BINDING]
@@ -249,7 +271,7 @@ def extras(snapshot: Snapshot, records: Iterable[Registered], own_user: str = ""
               for user, p in sorted(snapshot.permissions.items()) if user not in granted and user != own_user]
     topics = {str(r.inputs.get("user")) for r in records if r.type == engine.TOPIC_PERMISSIONS}
     found += [Finding("extra", snapshot.vhost, "TopicPermissions", user,
-                      ", ".join(str(e.get("exchange", "")) for e in entries))
+                      names(str(e.get("exchange", "")) for e in entries))
               for user, entries in sorted(snapshot.topic_permissions.items())
               if user not in topics and user != own_user]
     found += [Finding("extra", snapshot.vhost, "Shovel", n, f"{v.get('src-queue')} → {v.get('dest-queue')}")
@@ -317,7 +339,7 @@ def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_
         found += [f for f in effective_findings(mine, snapshot) if f.name not in reported]
         found += shovel_findings(snapshot, drained.get(vhost, Draining()))
         shovels = [r for r in records if r.type == engine.SHOVEL and r.inputs.get("vhost") == vhost]
-        found += extras(snapshot, [*mine, *shovels], own_user, drained.get(vhost, Draining()))
+        found += extras(snapshot, [*mine, *shovels], own_user, drained.get(vhost, Draining()), vhost not in created)
     return found
 
 
@@ -446,7 +468,15 @@ HEADINGS = {
                   "priority"),
     "extra": ("Extra", "on the broker, declared by nothing in the stack (e.g. still declared at runtime by an "
               "application)"),
+    "expected": ("Expected, not drift", "on the broker, declared by nothing in the stack because the stack cannot own "
+                 "it (the vhost is referenced, `existing: true`, as `make adopt` writes it): left alone on purpose, "
+                 "as the detail says"),
 }
+
+
+def drifted(found: Iterable[Finding]) -> list[Finding]:
+    """The findings that are drift (`make drift` exits 2 on any): all but the expected ones."""
+    return [f for f in found if f.kind != "expected"]
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
@@ -467,13 +497,14 @@ def render(stack: str, found: Sequence[Finding], snapshots: dict[str, Snapshot],
     lines = [f"# Drift: stack `{stack}`", "", f"Read {sources}.", ""]
     if drained:
         lines += [f"Still draining, expected until their migration's step retire (with the old exchanges, bindings "
-                  f"and policies of an external move): {', '.join(code(q) for q in drained)}.", ""]
-    if not found:
-        return "\n".join([*lines, "**In sync**: every declared object is on the broker as the stack declares it, "
-                          "and nothing else is.", ""])
-    counts = ", ".join(f"{sum(f.kind == k for f in found)} {HEADINGS[k][0].lower()}" for k in HEADINGS
-                       if any(f.kind == k for f in found))
-    lines += [f"**Drift**: {counts}.", ""]
+                  f"and policies of an external move): {names(drained)}.", ""]
+    if not drifted(found):
+        lines += ["**In sync**: every declared object is on the broker as the stack declares it, and nothing else is"
+                  + (" but what the stack cannot own (below)." if found else "."), ""]
+    else:
+        counts = ", ".join(f"{sum(f.kind == k for f in found)} {HEADINGS[k][0].lower()}" for k in HEADINGS
+                           if k != "expected" and any(f.kind == k for f in found))
+        lines += [f"**Drift**: {counts}.", ""]
     for kind, (title, meaning) in HEADINGS.items():
         rows = sorted(((f.vhost, f.type, f.name, f.detail) for f in found if f.kind == kind), key=_row_order)
         if rows:

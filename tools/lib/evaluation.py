@@ -4,28 +4,35 @@ recording), what its plans knew of each registration (`planned.index_plans`), it
 and its settings (`components.config.settings.StackSettings`, parsed once by the program itself).
 
 A command that looks at the working tree evaluates it in its own process (`evaluate`). `make review` evaluates
-each side in a process of its own (`start` / `finish`: `python -m tools.evaluate`, serialised as JSON), BASE's by
-BASE's own code in its checkout; nothing is planned or parsed again.
+each side in a process of its own (`start` / `finish`: `python -m tools.evaluate`), always by these tools: BASE's
+own `__main__.py` and `components/` run under these tools' mocks (`evaluate_checkout`), so a checkout from before
+any of these tools existed is reviewed as its program would deploy. The JSON (`make evaluate`, `Evaluation.to_json`)
+is a versioned document: `docs/schemas/evaluation.schema.json`.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
 
 from components.config.model import RETIRE
-from tools.lib.mockrun import ROOT, Registered, run_program, stack_config
+from tools.lib.mockrun import ROOT, Registered, run_program, secret_placeholders, stack_config
 from tools.lib.planned import Planned, index_plans, planned_from
 
-FORMAT = 1
-"""The JSON's version: a side evaluated by another checkout's tools writes the format of those tools."""
-ENTRY_POINT = Path("tools") / "evaluate.py"
-"""A checkout's own evaluation command (`python -m tools.evaluate`)."""
+SCHEMA_VERSION = 1
+"""The JSON document's version (`schema_version`, docs/schemas/evaluation.schema.json): raised whenever a field
+changes meaning or is removed; a reader refuses any other version."""
+OWN_PLAN, TOOLS_PLAN, NO_PLAN = "program", "tools", "none"
+"""Where the roles of an evaluation's resources come from (`plan_source`): the program's own plans, walked by its
+own `components.layout`; these tools' planner reading the same stack file (a program that keeps no plan these tools
+can read: an older checkout), matched by place; or nowhere (these tools refuse that stack file too)."""
 
 
 @dataclass(frozen=True)
@@ -105,27 +112,39 @@ class Evaluation:
     """The provider's `rabbitmq:*` settings as written (what the management client reads)."""
     alert_rules: dict[str, Any] | None = None
     """The Prometheus rule file the program exports (`alert_rules`); None when it exports none (older programs)."""
+    plan_source: str = OWN_PLAN
+    """`OWN_PLAN`, `TOOLS_PLAN` or `NO_PLAN`: where `plan` comes from."""
+    program: str = "own"
+    """`own`: the project's program with these tools' components; `checkout`: a checkout's own program and
+    components run by these tools (`evaluate_checkout`)."""
     settings: Any = None
     """The program's `StackSettings`, when evaluated in this process (not serialised)."""
 
     def to_json(self) -> str:
-        return json.dumps({"format": FORMAT, "stack": self.stack, "recording": [asdict(r) for r in self.recording],
+        return json.dumps({"schema_version": SCHEMA_VERSION, "stack": self.stack, "program": self.program,
+                           "plan_source": self.plan_source, "recording": [asdict(r) for r in self.recording],
                            "plan": {urn: asdict(p) for urn, p in self.plan.items()},
                            "migrations": [asdict(m) for m in self.migrations],
                            "delete_with_messages": list(self.delete_with_messages), "amqp_port": self.amqp_port,
-                           "provider": self.provider, "alert_rules": self.alert_rules}, sort_keys=True)
+                           "provider": self.provider, "alert_rules": self.alert_rules}, sort_keys=True, indent=1)
 
     @classmethod
-    def from_json(cls, text: str) -> Evaluation:
-        data = json.loads(text)
-        if data.get("format") != FORMAT:
-            raise EvaluationError(f"an evaluation of format {data.get('format')!r}, and these tools read format "
-                                  f"{FORMAT}: evaluate both sides with tools of one format")
+    def from_json(cls, text: str, source: str = "the evaluation") -> Evaluation:
+        """A document `to_json` wrote; EvaluationError naming `source` when it is not one of this version."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise EvaluationError(f"{source} is not JSON ({error}): write it with `make evaluate`") from None
+        version = data.get("schema_version") if isinstance(data, dict) else None
+        if version != SCHEMA_VERSION:
+            raise EvaluationError(f"{source} has schema_version {version!r}, and these tools read {SCHEMA_VERSION}: "
+                                  "evaluate it again with these tools (`make evaluate`)")
         known = {f.name for f in fields(Registered)}
         return cls(data["stack"], [Registered(**{k: v for k, v in r.items() if k in known}) for r in data["recording"]],
                    {urn: planned_from(p) for urn, p in data["plan"].items()},
                    [MigrationInfo(**_tuples(m)) for m in data["migrations"]],
-                   tuple(data["delete_with_messages"]), data["amqp_port"], dict(data["provider"]), data["alert_rules"])
+                   tuple(data["delete_with_messages"]), data["amqp_port"], dict(data["provider"]), data["alert_rules"],
+                   data["plan_source"], data["program"])
 
 
 def _tuples(item: dict[str, Any]) -> dict[str, Any]:
@@ -158,16 +177,72 @@ def evaluate(stack: str, root: Path = ROOT, *, preview: bool = True, written_ver
         settings = with_written_version(settings, values)
     return Evaluation(stack, recording, index_plans(recording, plans, layout), infos(plans),
                       tuple(sorted(settings.delete_with_messages)), settings.amqp_port,
-                      dict(settings.provider.written), namespace.get("alert_rules"), settings)
+                      dict(settings.provider.written), namespace.get("alert_rules"), settings=settings)
+
+
+def _is_components(module: str) -> bool:
+    return module == "components" or module.startswith("components.")
+
+
+@contextmanager
+def _components_of(root: Path) -> Iterator[None]:
+    """`root`'s own `components` package imported instead of these tools' while inside; these tools' back after."""
+    mine = {name: module for name, module in sys.modules.items() if _is_components(name)}
+    for name in mine:
+        del sys.modules[name]
+    sys.path.insert(0, str(root))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(root))
+        for name in [name for name in sys.modules if _is_components(name)]:
+            del sys.modules[name]
+        sys.modules.update(mine)
+
+
+def evaluate_checkout(stack: str, root: Path) -> Evaluation:
+    """A checkout's stack as its own program would deploy it: `root/__main__.py` with `root/components` run under
+    these tools' mocks and stack file reader (so a checkout from before these tools is evaluated too). The roles of
+    its resources come from its own plans when its `components.layout` walks them as these tools do, else from these
+    tools' planner reading the same stack file, matched by place (`TOOLS_PLAN`; none when it refuses the file)."""
+    if root.resolve() == ROOT or not (root / "components").is_dir() or not (root / "__main__.py").is_file():
+        return evaluate(stack, root)
+    config = stack_config(stack, root)
+    secret_placeholders()  # these tools' reader masks the checkout's secrets
+    with _components_of(root):
+        recording, namespace = run_program(stack, root, config=config, exiting=True)
+        plans, settings = namespace.get("plans") or (), namespace.get("settings")
+        try:
+            if not plans:
+                raise ValueError("the program keeps no plans")
+            index = index_plans(recording, plans, importlib.import_module("components.layout"))
+            found, source = infos(plans), OWN_PLAN
+        except (ImportError, AttributeError, TypeError, ValueError, KeyError):  # no plans, or not walked as ours
+            index, found, source = {}, [], NO_PLAN
+    if source == NO_PLAN:
+        import pulumi
+
+        from components import layout
+        from components.config.stack_file import StackFileError
+
+        try:
+            _, mine = run_program(stack, ROOT, config=config, exiting=True, project=root)
+        except (pulumi.RunError, StackFileError):  # these tools refuse the stack file: the roles are unknown
+            pass
+        else:
+
+            index, found, source = index_plans(recording, mine["plans"], layout), [], TOOLS_PLAN
+    provider = getattr(settings, "provider", None)
+    return Evaluation(stack, recording, index, found, tuple(sorted(getattr(settings, "delete_with_messages", ()))),
+                      getattr(settings, "amqp_port", None), dict(getattr(provider, "written", {}) or {}),
+                      namespace.get("alert_rules"), source, "checkout")
 
 
 def start(stack: str, root: Path, output: IO[str]) -> subprocess.Popen[str]:
-    """`root` evaluated in a process of its own, writing the JSON to `output`: by `root`'s own `tools.evaluate`
-    when it has one, else by these tools with `root`'s own `components` first on the import path (a checkout of the
-    program alone, as the tests make)."""
-    own = (root / ENTRY_POINT).is_file()
+    """`root` evaluated by these tools in a process of its own (`python -m tools.evaluate`: `evaluate_checkout`),
+    writing the JSON to `output`."""
     return subprocess.Popen([sys.executable, "-m", "tools.evaluate", "--stack", stack, "--root", str(root)],
-                            cwd=root if own else ROOT, stdout=output, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, stdout=output, stderr=subprocess.PIPE, text=True)
 
 
 def finish(process: subprocess.Popen[str], output: IO[str]) -> Evaluation:

@@ -34,3 +34,9 @@ def code(text: str) -> str:
     fence = "`" * (longest + 1)
     padding = " " if text.startswith("`") or text.endswith("`") or not text.strip(" ") else ""
     return f"{fence}{padding}{text}{padding}{fence}"
+
+
+def names(items: Iterable[str]) -> str:
+    """Names in a message, each a code span: unambiguous whatever a name contains (`, `, spaces, backquotes); the
+    empty name (the default exchange) as `""`."""
+    return ", ".join(code(n) if n else '`""`' for n in items)

@@ -38,6 +38,9 @@ from rabbitmq_retry_client.depth import TIMEOUT_S, BrokerAccess, DepthError, Dep
 from rabbitmq_retry_client.management import ManagementError, path_escape
 from tools.lib.definitions import Snapshot
 from tools.lib.drift import binding_label
+from tools.lib.markdown import names
+from tools.lib.recognise import dead_letter
+from tools.lib.routing import Message, Route, arrival_keys, route
 
 UNBIND, DELETE_QUEUE, DELETE_EXCHANGE, DELETE_POLICY = "unbind", "delete queue", "delete exchange", "delete policy"
 
@@ -59,6 +62,8 @@ class Action:
     """Known before anything runs (from the vhost as read): why it may not be done, and what to do."""
     gone: bool = False
     """An exchange or policy the vhost no longer has (deleting a missing exchange is not an error in AMQP)."""
+    shared: str | None = None
+    """Another queue's retry route still uses it: kept (said, not done), and the run goes on."""
 
     def describe(self) -> str:
         if self.kind == UNBIND and self.binding is not None:
@@ -89,7 +94,7 @@ def find(config: StackConfig, name: str) -> Found:
                                       "for move.external (an adopted runtime topology)")
                 return Found(vhost.name, m)
     known = [m.name for v in config.vhosts for m in v.migrations]
-    raise RetireError(f"no migration {name!r} in the stack" + (f" (it has: {', '.join(known)})" if known else
+    raise RetireError(f"no migration {name!r} in the stack" + (f" (it has: {names(known)})" if known else
                                                                " (it declares none)"))
 
 
@@ -104,10 +109,43 @@ def _queue_bindings(snapshot: Snapshot, queue: str) -> list[Mapping[str, Any]]:
             and b.get("source")]
 
 
+@dataclass(frozen=True)
+class OtherRoutes:
+    """The dead-letter routes of every queue a migration does not retire (another loop's, or a queue kept as it is),
+    followed with the routing model: what each uses, so that retiring one loop never breaks another."""
+
+    routes: Mapping[str, Route]
+
+    @classmethod
+    def of(cls, snapshot: Snapshot, retired: Sequence[str]) -> OtherRoutes:
+        found = {}
+        for q in sorted(snapshot.queues):
+            letter = dead_letter(snapshot, q)
+            if q in retired or letter.exchange is None:
+                continue
+            found[q] = route(snapshot, letter.exchange, Message(arrival_keys(snapshot, q)).dead_lettered(
+                letter.routing_key))
+        return cls(found)
+
+    def using(self, kind: str, name: str = "", binding: int | None = None) -> str | None:
+        """Why `name` (a queue or exchange) or the binding at index `binding` may not go, or None."""
+        users = [q for q, r in self.routes.items()
+                 if (kind == DELETE_QUEUE and name in r.queues | r.partly)
+                 or (kind == DELETE_EXCHANGE and name in r.exchanges) or (kind == UNBIND and binding in r.bindings)]
+        if not users:
+            return None
+        what = "it receives what" if kind == DELETE_QUEUE else "it routes what"
+        also = f" (and {names(users[1:])})" if users[1:] else ""
+        return (f"still on the retry route of another loop: {what} {names(users[:1])} dead-letters{also}; kept, it "
+                "goes with the last loop that uses it")
+
+
 def plan(found: Found, snapshot: Snapshot) -> list[Action]:
     """What to do, in order, from the vhost as read now."""
     m = found.migration
     assert m.external is not None
+    old_queues = (*m.external.queues, m.source, *((m.external.error_queue,) if m.external.error_queue else ()))
+    routes = OtherRoutes.of(snapshot, old_queues)
     old_exchanges = set(m.external.exchanges)
     successor = _queue_bindings(snapshot, m.target)
     actions = []
@@ -123,12 +161,14 @@ def plan(found: Found, snapshot: Snapshot) -> list[Action]:
                        f"{b.get('routing_key') or '(empty)'} and these arguments: unbinding {m.source} first would "
                        f"leave publishes unrouted. Add the binding to {m.target}'s bindings in the stack file and "
                        "apply it, then run this again")
-        actions.append(Action(UNBIND, m.source, binding=b, refused=refused))
+        index = next(i for i, x in enumerate(snapshot.bindings) if x is b)
+        actions.append(Action(UNBIND, m.source, binding=b, refused=refused,
+                              shared=routes.using(UNBIND, binding=index)))
     if not m.retiring:
         return actions
-    old_queues = (*m.external.queues, m.source, *((m.external.error_queue,) if m.external.error_queue else ()))
-    actions += [Action(DELETE_QUEUE, q) for q in old_queues]
-    actions += [Action(DELETE_EXCHANGE, x, gone=x not in snapshot.exchanges) for x in m.external.exchanges]
+    actions += [Action(DELETE_QUEUE, q, shared=routes.using(DELETE_QUEUE, q)) for q in old_queues]
+    actions += [Action(DELETE_EXCHANGE, x, gone=x not in snapshot.exchanges,
+                       shared=routes.using(DELETE_EXCHANGE, x)) for x in m.external.exchanges]
     others = [q for q in snapshot.queues if q not in old_queues]
     for policy in m.external.policies:
         definition = snapshot.policies.get(policy)
@@ -263,6 +303,9 @@ def run(found: Found, actions: Sequence[Action], broker: Broker, apply: bool,
     """Print each action and, with `apply`, do it; stop at the first refusal. True when nothing was refused."""
     for number, action in enumerate(actions, start=1):
         line = f"{number}. {action.describe()}"
+        if action.shared is not None and not action.gone:
+            out(f"{line}: refused: {action.shared}")
+            continue
         if action.refused is not None:
             out(f"{line}: refused: {action.refused}")
             return False

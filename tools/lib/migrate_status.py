@@ -17,6 +17,7 @@ from components import naming
 from components.durations import format_duration
 from components.migration_kinds import kind_of
 from rabbitmq_retry_client.depth import QueueDepth
+from tools.lib.markdown import code, names
 from tools.lib.queue_guard import Reader
 from tools.lib.review.migrations import MigrationInfo
 
@@ -75,14 +76,15 @@ def next_step(m: MigrationInfo, depths: Sequence[tuple[str, QueueDepth | None]],
     present = [q for q, d in depths if d is not None]
     retire = f"make migrate-retire STACK={stack} MIGRATION={m.name}"
     if m.external and m.retiring and present:  # not the stack's: `pulumi up` never deletes them
-        return (f"retire on the broker: `{retire} APPLY=1` deletes {', '.join(present)}, each only when empty and "
-                "unused" + (f" (it refuses while {holding[0][0]} holds {holding[0][1].messages:,})" if holding else ""))
+        refuses = f" (it refuses while {code(holding[0][0])} holds {holding[0][1].messages:,})" if holding else ""
+        return (f"retire on the broker: `{retire} APPLY=1` deletes {names(present)}, each only when empty and "
+                f"unused{refuses}")
     if m.retiring:
         if present:
-            held = ", ".join(f"{q} holds {d.messages:,}" for q, d in holding)
+            held = "; ".join(f"{code(q)} holds {d.messages:,}" for q, d in holding)
             why = (f"`pulumi up` refuses it while {held}: nothing of the retry path of {m.source} is deleted until "
                    "every queue of it is empty" if holding else "`pulumi up --stack " + stack + "` deletes them")
-            return f"retire not applied yet: {', '.join(present)} still on the broker ({why})"
+            return f"retire not applied yet: {names(present)} still on the broker ({why})"
         if m.straggler_binding and m.max_delay_ms is not None:
             return (f"retired: the entry may be removed once delay_levels.max_delay ({format_duration(m.max_delay_ms)})"
                     " has passed since the retire was applied")

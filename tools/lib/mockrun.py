@@ -10,6 +10,7 @@ example records a program of its own beside a `components` folder of the user's.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import runpy
 import threading
@@ -189,10 +190,9 @@ def _masked(value: Any) -> tuple[Any, bool]:
     ciphertext, so a changed password shows as a change) or, for a secret the program made itself (e.g. a
     preview's stand-in for a missing password), as just SECRET_MARKER; and whether there was a secret."""
     if rpc.is_rpc_secret(value):
-        from components.config.stack_file import SECRET_MARKER, is_secret_placeholder
-
+        marker, is_placeholder = secret_placeholders()
         inner = rpc.unwrap_rpc_secret(value)
-        return (inner if is_secret_placeholder(inner) else SECRET_MARKER), True
+        return (inner if is_placeholder(inner) else marker), True
     if isinstance(value, Mapping):
         items = {k: _masked(v) for k, v in value.items()}
         return {k: v for k, (v, _) in items.items()}, any(secret for _, secret in items.values())
@@ -200,6 +200,16 @@ def _masked(value: Any) -> tuple[Any, bool]:
         pairs = [_masked(v) for v in value]
         return [v for v, _ in pairs], any(secret for _, secret in pairs)
     return value, False
+
+
+@functools.cache
+def secret_placeholders() -> tuple[str, Callable[[Any], bool]]:
+    """(SECRET_MARKER, is_secret_placeholder) of these tools' own stack file reader, imported once: a program run
+    with components of its own (another checkout's, `evaluation.evaluate_checkout`) masks its secrets as these tools
+    read them."""
+    from components.config.stack_file import SECRET_MARKER, is_secret_placeholder
+
+    return SECRET_MARKER, is_secret_placeholder
 
 
 def _plain(value: Any) -> Any:

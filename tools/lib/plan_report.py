@@ -4,6 +4,7 @@ Mermaid diagram."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from tools.lib import markdown
 from tools.lib.diagram import retry_path
@@ -11,6 +12,8 @@ from tools.lib.engine import STASH, short_type
 from tools.lib.inventory import VHOST_COMPONENT, key_inputs, natural, physical_name
 from tools.lib.mockrun import Registered
 
+SCHEMA_VERSION = 1
+"""`make plan FORMAT=json`'s `schema_version` (docs/schemas/plan.schema.json)."""
 COLUMNS = ("op", "type", "logical name", "physical name", "key inputs")
 """`op`: `create`, or `import` for an object the stack adopts as the broker holds it (`import_`)."""
 
@@ -37,3 +40,17 @@ def render(stack: str, resources: list[Registered]) -> str:
             out += ["", f"## {markdown.code(contract['vhost'])} / {markdown.code(queue)}", "",
                     "```mermaid", retry_path(contract), "```"]
     return "\n".join(out)
+
+
+def as_json(stack: str, resources: list[Registered]) -> dict[str, Any]:
+    """The plan as docs/schemas/plan.schema.json has it: every RabbitMQ object with its inputs (secrets masked, as
+    in the recording), and the retry contracts (docs/contract.md)."""
+    custom = [r for r in resources if r.custom and r.type != STASH]
+    return {"schema_version": SCHEMA_VERSION, "stack": stack,
+            "resources": [{"op": "import" if r.import_id else "create", "type": short_type(r.type),
+                           "logical_name": r.name, "physical_name": physical_name(r), "urn": r.urn,
+                           "inputs": r.inputs, "secret": r.secret, "protect": r.protect,
+                           "retain_on_delete": r.retain_on_delete} for r in custom],
+            "path_guards": sum(r.type == STASH for r in resources),
+            "retry_contracts": [contract for v in resources if v.type == VHOST_COMPONENT
+                                for _, contract in sorted(v.outputs.get("retry_contracts", {}).items())]}

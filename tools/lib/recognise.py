@@ -8,8 +8,10 @@ retryable queue of ours can take over beside it. Recognised:
   queue `Q-retry` with a TTL dead-lettering to `Q-retry-requeue`, queue `Q-error`;
 - **spring-cloud-stream**: the Rabbit binder's DLQ: `Q` dead-letters to exchange `DLX` with key `Q`, queue
   `Q.dlq` bound there;
-- **dlx-ttl-loop**: `Q` dead-letters to an exchange `D` whose queue `T` has a TTL and dead-letters back to
-  an exchange `Q` is bound to (a DLX and TTL loop).
+- **dlx-ttl-loop**: a message `Q` dead-letters reaches one queue `T` with a TTL, which dead-letters it back to `Q`
+  (a DLX and TTL loop), each route followed exactly (tools/lib/routing.py): exchange types, routing keys,
+  exchange-to-exchange bindings. Loops that share an exchange (one retry exchange, a key per worker) each get their
+  own route; an ambiguous route is no loop (`unclear`: the reason, for the report).
 
 Dead-lettering and TTL count whether set by queue argument or by policy (a policy's `dead-letter-exchange`
 applies only where the queue has no argument; the highest-priority matching policy wins).
@@ -25,13 +27,16 @@ from typing import Any
 from components import naming, wire
 from components.entries import quorum_dead_lettering
 from tools.lib.definitions import Snapshot
+from tools.lib.markdown import code, names
+from tools.lib.routing import Message, arrival_keys, route
 
 SNEAKERS_MAX_RETRIES = 5
 """Sneakers' default `retry_max_times`."""
 SPRING_DELAYS_MS = (1000, 2000)
 """Spring Cloud Stream's defaults: maxAttempts 3, backOffInitialInterval 1 s, multiplier 2."""
 LOOP_MAX_RETRIES = 5
-"""A DLX and TTL loop has no limit of its own: the consumer counts `x-death`."""
+"""What a DLX and TTL loop's successor (the consumer counted `x-death`), or a `levels` queue without its contract, is
+planned with while `max_retries` is still a decision: never written to the stack file, where the decision is."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,20 @@ class Topology:
     notes: tuple[str, ...] = ()
     limits: Mapping[str, int] = field(default_factory=dict)
     """For `ours`: max_length, delivery_limit, error_retention, error_max_length read from our policies."""
+    backoff: Mapping[str, Any] = field(default_factory=dict)
+    """For `levels`: the retry contract's backoff, in the config's shape."""
+    route: tuple[str, ...] = ()
+    """Every exchange a retry's route passes through (out of the work queue and back), shared ones included."""
+    route_bindings: tuple[int, ...] = ()
+    """Indexes into `Snapshot.bindings` of every binding on that route."""
+    required: tuple[str, ...] = ()
+    """Retry keys the broker cannot tell (`max_retries` of a loop counted by its consumers): read from the retry
+    contract when `make adopt` is given one, else written as decisions that `make plan` refuses until made."""
+
+    def uses(self) -> tuple[frozenset[str], frozenset[str], frozenset[int]]:
+        """(queues, exchanges, bindings) the topology's own routes use."""
+        return frozenset(self.queues), frozenset(self.route) | frozenset(self.exchanges), \
+            frozenset(self.route_bindings) | frozenset(self.bindings)
 
 
 def _applies(policy: Mapping[str, Any], queue: str) -> bool:
@@ -141,15 +160,110 @@ def _ours(snapshot: Snapshot, q: str) -> Topology | None:
     queues = (q, *tiers, *([error] if error else []))
     exchanges = (retry_x, requeue_x, *([error_x] if error_x in snapshot.exchanges else []))
     bindings = [i for x in exchanges for d in queues for i in _bound(snapshot, x, d)]
+    limits = _limits(snapshot, q, error)
+    return Topology("ours", q, queue_type(snapshot, q), delays, len(delays), queues, exchanges, tuple(bindings),
+                    tuple(p for p in (q, *tiers, error) if p and p in snapshot.policies), error,
+                    ("max_retries is the consumers' setting, kept in the retry contract, not on the broker",), limits,
+                    required=("max_retries",))
+
+
+@dataclass(frozen=True)
+class Levels:
+    """This project's shared delay levels of a vhost (`delay_levels`), as the broker holds them."""
+
+    unit_ms: int
+    levels: int
+    queue_type: str
+    quorum_group_size: int | None
+    objects: frozenset[str]
+    """Every queue, exchange and policy named `rabbitmq-retry.delay.*`."""
+
+    def owns(self, name: str) -> bool:
+        return name in self.objects
+
+
+def delay_levels(snapshot: Snapshot) -> Levels | None:
+    """The vhost's delay levels (level queues `rabbitmq-retry.delay.<k>` from 0 up, and the delivery exchange), or
+    None. The broker does not keep `max_delay`, only how many levels it took."""
+    count = 0
+    while naming.delay_level(count) in snapshot.queues:
+        count += 1
+    unit = dead_letter(snapshot, naming.delay_level(0)).ttl_ms if count else None
+    if unit is None or naming.DELIVERY_EXCHANGE not in snapshot.exchanges:
+        return None
+    level0 = snapshot.queues[naming.delay_level(0)]
+    group = (level0.get("arguments") or {}).get(wire.QUORUM_INITIAL_GROUP_SIZE.argument)
+    prefix = naming.DELAY_PREFIX + "."
+    objects = {n for n in (*snapshot.queues, *snapshot.exchanges, *snapshot.policies) if n.startswith(prefix)}
+    return Levels(unit, count, queue_type(snapshot, naming.delay_level(0)), group if isinstance(group, int) else None,
+                  frozenset(objects))
+
+
+def _levels(snapshot: Snapshot, q: str) -> Topology | None:
+    """A queue of strategy `levels`: bound from the delivery exchange for its own name, parking in `Q.error`."""
+    error_x = naming.derived_exchange_names(q)[2]
+    delivered = [i for i in _bound(snapshot, naming.DELIVERY_EXCHANGE, q)
+                 if snapshot.bindings[i]["routing_key"] == naming.delivery_pattern(q)]
+    if not delivered or delay_levels(snapshot) is None or dead_letter(snapshot, q).exchange != error_x:
+        return None
+    error = naming.error_queue(q) if naming.error_queue(q) in snapshot.queues else None
+    queues = (q, *([error] if error else []))
+    return Topology("levels", q, queue_type(snapshot, q), (), LOOP_MAX_RETRIES, queues, (error_x,),
+                    (*delivered, *(i for d in queues for i in _bound(snapshot, error_x, d))),
+                    tuple(p for p in queues if p in snapshot.policies), error,
+                    ("its backoff and max_retries are the consumers' settings, kept in the retry contract, not on the "
+                     "broker",), _limits(snapshot, q, error), required=("backoff", "max_retries"))
+
+
+OWN_POLICY_KEYS = {wire.MAX_LENGTH.key, wire.OVERFLOW.key, wire.DELIVERY_LIMIT.key}
+"""What the policy this project derives for a plain or retryable queue (named as the queue) may set."""
+
+
+def own_policy(snapshot: Snapshot, q: str) -> Mapping[str, Any] | None:
+    """The policy this project derives for queue `q` (named `q`, matching `q` alone, limits only), or None."""
+    policy = snapshot.policies.get(q)
+    if policy is None or policy.get("pattern") != f"^{re.escape(q)}$" or policy.get("apply-to") != "queues":
+        return None
+    definition = policy.get("definition") or {}
+    if not set(definition) <= OWN_POLICY_KEYS or definition.get(wire.OVERFLOW.key, "reject-publish") != \
+            "reject-publish" or (wire.OVERFLOW.key in definition) != (wire.MAX_LENGTH.key in definition):
+        return None
+    return policy
+
+
+def _limits(snapshot: Snapshot, q: str, error: str | None) -> dict[str, int]:
+    """max_length, delivery_limit, error_retention, error_max_length as our own policies of `q` and its error queue
+    set them."""
     limits: dict[str, int] = {}
     for name, keys in ((q, {wire.MAX_LENGTH.key: "max_length", wire.DELIVERY_LIMIT.key: "delivery_limit"}),
                        (error, {wire.MESSAGE_TTL.key: "error_retention", wire.MAX_LENGTH.key: "error_max_length"})):
         definition = (snapshot.policies.get(name or "") or {}).get("definition") or {}
         limits |= {ours: int(definition[theirs]) for theirs, ours in keys.items() if theirs in definition}
-    return Topology("ours", q, queue_type(snapshot, q), delays, len(delays), queues, exchanges, tuple(bindings),
-                    tuple(p for p in (q, *tiers, error) if p and p in snapshot.policies), error,
-                    ("max_retries is the consumers' setting, not the broker's: check the retry contract it "
-                     "exported (default here: the number of tiers)",), limits)
+    return limits
+
+
+def _native(snapshot: Snapshot, q: str) -> Topology | None:
+    """A quorum queue of strategy `native` (RabbitMQ 4.3's delayed retry): its own policy sets `delayed-retry-*` and
+    the delivery limit (its max_retries); it parks in `Q.error`, and `Q.requeue` redrives to it alone."""
+    _, requeue_x, error_x = naming.derived_exchange_names(q)
+    policy = snapshot.policies.get(q) or {}
+    definition = policy.get("definition") or {}
+    delays = [definition.get(k.key) for k in (wire.DELAYED_RETRY_MIN, wire.DELAYED_RETRY_MAX)]
+    limit = definition.get(wire.DELIVERY_LIMIT.key)
+    if queue_type(snapshot, q) != "quorum" or policy.get("pattern") != f"^{re.escape(q)}$" \
+            or definition.get(wire.DELAYED_RETRY_TYPE.key) != "failed" or not all(isinstance(d, int) for d in delays) \
+            or not isinstance(limit, int) or dead_letter(snapshot, q).exchange != error_x:
+        return None
+    error = naming.error_queue(q) if naming.error_queue(q) in snapshot.queues else None
+    queues = (q, *([error] if error else []))
+    exchanges = tuple(x for x in (requeue_x, error_x) if x in snapshot.exchanges)
+    limits = {k: v for k, v in _limits(snapshot, q, error).items() if k != "delivery_limit"}
+    return Topology("native", q, "quorum", tuple(int(d) for d in delays if isinstance(d, int)), limit, queues,
+                    exchanges,
+                    tuple(i for x in exchanges for d in queues for i in _bound(snapshot, x, d)),
+                    tuple(p for p in queues if p in snapshot.policies), error,
+                    ("min and max delay and max_retries read from its policy (delayed-retry-*, delivery-limit)",),
+                    limits)
 
 
 def _sneakers(snapshot: Snapshot, q: str) -> Topology | None:
@@ -189,32 +303,59 @@ def _spring(snapshot: Snapshot, q: str) -> Topology | None:
                      "when no queue dead-letters to it any more"))
 
 
-def _loop(snapshot: Snapshot, q: str) -> Topology | None:
+def trace(snapshot: Snapshot, q: str) -> Topology | str | None:
+    """The DLX and TTL loop of `q`, followed exactly with the routing model: a message `q` dead-letters (with its
+    dead-letter routing key, else with each key it may arrive with) must reach one queue `T` alone, for every key,
+    and `T` (with a TTL) must dead-letter it back to `q`. None when `q` dead-letters nowhere or into no such loop;
+    the reason, when the route is ambiguous (some keys only, or more than one queue)."""
     letter = dead_letter(snapshot, q)
-    if letter.exchange is None or letter.exchange == "" or letter.exchange not in snapshot.exchanges:
+    if not letter.exchange or letter.exchange not in snapshot.exchanges:
         return None
-    work_sources = {b["source"] for b in snapshot.bindings if b["destination"] == q}
-    for i, b in enumerate(snapshot.bindings):
-        wait = b["destination"]
-        if b["source"] != letter.exchange or wait == q or wait not in snapshot.queues:
-            continue
-        back = dead_letter(snapshot, wait)
-        if back.ttl_ms is not None and back.exchange in work_sources and replaceable(snapshot, q, WORK_ARGUMENTS) \
-                and replaceable(snapshot, wait, WAIT_ARGUMENTS):
-            return Topology("dlx-ttl-loop", q, queue_type(snapshot, q), (back.ttl_ms,), LOOP_MAX_RETRIES, (q, wait),
-                            (letter.exchange,), (i,), _policies(snapshot, (q, wait)), None,
-                            (f"the loop had no limit of its own (consumers count x-death); max_retries "
-                             f"{LOOP_MAX_RETRIES} is a default: set yours",
-                             "messages past the limit were dropped or kept by the consumer: the new queue parks "
-                             "them in its error queue"))
-    return None
+    sent = Message(arrival_keys(snapshot, q)).dead_lettered(letter.routing_key)
+    out = route(snapshot, letter.exchange, sent)
+    waits = sorted(w for w in out.queues | out.partly if w != q and dead_letter(snapshot, w).ttl_ms is not None)
+    if not waits:
+        return None
+    where = f"a message it dead-letters to exchange {code(letter.exchange)} with key(s) {names(sent.routing_keys)}"
+    if out.ambiguous or len(out.queues) != 1:
+        reached = names(sorted(out.queues)) or "none"
+        partly = f"; for some keys only: {names(sorted(out.partly))}" if out.partly else ""
+        return f"{where} reaches, for every key: {reached}{partly}: not one wait queue, so not taken over"
+    wait = waits[0]
+    back = dead_letter(snapshot, wait)
+    if not back.exchange:
+        return None  # back by the work queue's own name (the default exchange): kept, it works as it is
+    returned = route(snapshot, back.exchange, sent.dead_lettered(back.routing_key))
+    if q not in returned.queues or returned.partly:
+        why = (f"for some keys only (and {names(sorted(returned.partly))})" if q in returned.partly else "not to it")
+        return f"{where} waits in {code(wait)}, which dead-letters {why}: not taken over"
+    if not (replaceable(snapshot, q, WORK_ARGUMENTS) and replaceable(snapshot, wait, WAIT_ARGUMENTS)):
+        return None
+    return Topology("dlx-ttl-loop", q, queue_type(snapshot, q), (back.ttl_ms or 0,), LOOP_MAX_RETRIES, (q, wait),
+                    tuple(sorted(out.exchanges)), tuple(sorted(out.bindings)), _policies(snapshot, (q, wait)), None,
+                    ("the loop had no limit of its own (consumers count x-death): max_retries is a decision",
+                     "messages past the limit were dropped or kept by the consumer: the new queue parks "
+                     "them in its error queue"), route=tuple(sorted(out.exchanges | returned.exchanges)),
+                    route_bindings=tuple(sorted(out.bindings | returned.bindings)), required=("max_retries",))
+
+
+def _loop(snapshot: Snapshot, q: str) -> Topology | None:
+    traced = trace(snapshot, q)
+    return traced if isinstance(traced, Topology) else None
 
 
 def _policies(snapshot: Snapshot, queues: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(sorted({letter.policy for q in queues if (letter := dead_letter(snapshot, q)).policy}))
 
 
-RECOGNISERS = (_ours, _sneakers, _spring, _loop)
+RECOGNISERS = (_ours, _levels, _native, _sneakers, _spring, _loop)
+
+
+def unclear(snapshot: Snapshot, topologies: list[Topology]) -> dict[str, str]:
+    """Queues not in a recognised topology whose retry route is ambiguous, each with the reason (kept as they
+    are)."""
+    claimed = {q for t in topologies for q in t.queues}
+    return {q: why for q in sorted(snapshot.queues) if q not in claimed and isinstance(why := trace(snapshot, q), str)}
 
 
 def recognise(snapshot: Snapshot) -> list[Topology]:

@@ -29,8 +29,11 @@ def _line(key: str, rule: Mapping[str, Any]) -> str:
     return f"{markdown.code(rule.get('alert', kind))} {markdown.code(where) if where else '(the broker)'}"
 
 
-def diff(old: Mapping[str, Any] | None,
-         new: Mapping[str, Any] | None) -> tuple[list[str], list[str], list[tuple[str, list[str]]]] | None:
+Diff = tuple[list[str], list[str], list[tuple[str, list[str]]]]
+"""(added, removed, changed) rules as Markdown lines, each changed one with what changed."""
+
+
+def diff(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> Diff | None:
     """(added, removed, changed) rules between BASE's (`old`) and HEAD's (`new`) exported rule files, as lines; None
     when HEAD's program exports none. BASE without rules (an older program, or no stack file) counts as none."""
     if new is None:
@@ -43,7 +46,7 @@ def diff(old: Mapping[str, Any] | None,
     return added, removed, changed
 
 
-def section(found: tuple[list[str], list[str], list[tuple[str, list[str]]]] | None, limit: int | None) -> str:
+def section(found: Diff | None, limit: int | None) -> str:
     """The section's Markdown; `limit`: rules listed per kind of change (None: all)."""
     if found is None:
         return ""

@@ -18,7 +18,7 @@ from tools.lib.planned import PlanIndex, QueueKey
 from tools.lib.review.grouping import NAMES_SHOWN, Line, grouped_rows, listed
 from tools.lib.review.migrations import MigrationInfo, Reader
 from tools.lib.review.migrations import section as migration_section
-from tools.lib.review.rows import COLUMNS, Model, formatted, model, relative_contract
+from tools.lib.review.rows import COLUMNS, Model, Row, formatted, model, relative_contract
 from tools.lib.risk import (
     ACCESS,
     CONTRACT,
@@ -224,6 +224,8 @@ class Review:
     """Every change and diagram, ungrouped."""
     status: int
     """2 when data loss is not acknowledged, else 0."""
+    rows: tuple[Row, ...] = ()
+    """Every row of the full review, riskiest first (`make review FORMAT=json`)."""
 
 
 def render(steps: Sequence[Step], old: Sequence[Registered], new: Sequence[Registered],
@@ -242,4 +244,4 @@ def render(steps: Sequence[Step], old: Sequence[Registered], new: Sequence[Regis
     fails = any(r.risk == FAILS for r in m.rows)
     moving = migration_section(migrations, steps, old, plans[0], stack, read, endpoint)
     return Review(compact(m, allow_data_loss) + moving, full(m, allow_data_loss) + moving,
-                  2 if fails or (lost and not allow_data_loss) else 0)
+                  2 if fails or (lost and not allow_data_loss) else 0, tuple(m.rows))

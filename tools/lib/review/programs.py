@@ -1,13 +1,13 @@
-"""Both sides of a review evaluated at once, each in a process of its own (`evaluation.start`): BASE by BASE's own
-code in its checkout, the working tree by its own; each side's program runs once, and the review reads only the two
-evaluations."""
+"""Both sides of a review evaluated at once, each in a process of its own (`evaluation.start`), both by the working
+tree's tools: BASE's own program and components in its checkout, the working tree's own; each side's program runs
+once, and the review reads only the two evaluations (BASE's may instead be a saved one, `make evaluate`)."""
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
 
-from tools.lib.evaluation import Evaluation, EvaluationError, finish, start
+from tools.lib.evaluation import OWN_PLAN, Evaluation, EvaluationError, finish, start
 from tools.lib.planned import unplanned
 
 
@@ -45,4 +45,6 @@ def evaluate_both(stack: str, head: Path, base: Path | None) -> tuple[Evaluation
                 base_error = None
         if base_error is not None:
             raise base_error
-    return (None if old is None else _checked(old, BaseProgramError)), _checked(new, ReviewError)
+    # A BASE whose roles come from these tools' planner (an older program) may register what that plan lacks.
+    return (old if old is None or old.plan_source != OWN_PLAN else _checked(old, BaseProgramError)), \
+        _checked(new, ReviewError)
