@@ -34,7 +34,7 @@ def schema_name(field: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
-def _snake(name: str) -> str:
+def python_name(name: str) -> str:
     """A field's own spelling from the schema's (`operatorPolicies` → `operator_policies`)."""
     return re.sub(r"(?<=[a-z0-9])([A-Z])", lambda m: "_" + m.group(1).lower(), name)
 
@@ -89,7 +89,7 @@ def integers(value: Any, hint: Any, path: str, problems: list[tuple[str, str]]) 
                 for key, item in value.items()}
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is list and isinstance(value, list):
-        labels = entry_labels(_snake(path.rpartition(".")[2]), value)
+        labels = entry_labels(python_name(path.rpartition(".")[2]), value)
         return [integers(item, args[0], f"{path}{label}", problems) for label, item in zip(labels, value, strict=True)]
     if origin is dict and isinstance(value, Mapping):
         return {key: integers(item, args[1], f"{path}.{key}", problems) for key, item in value.items()}

@@ -21,6 +21,8 @@ from pulumi.provider.experimental.component import ComponentProvider
 from pulumi.provider.server import main
 
 from .config.fields import did_you_mean
+from .config.key_paths import entry_labels
+from .foreign import python_name
 
 PACKAGE = "rabbitmq-retry"
 
@@ -62,8 +64,9 @@ class StrictComponentProvider(ComponentProvider):
             type_def = self.get_type_definition(prop)
             return self.unknown_keys(value, type_def.properties, path) if type_def and not type_def.enum else []
         if prop.items and isinstance(value, list):
-            return [error for i, item in enumerate(value)
-                    for error in self._unknown_nested(item, prop.items, f"{path}[{i}]")]
+            labels = entry_labels(python_name(path.rpartition(".")[2]), value)
+            return [error for label, item in zip(labels, value, strict=True)
+                    for error in self._unknown_nested(item, prop.items, f"{path}{label}")]
         if prop.additional_properties and isinstance(value, Mapping):
             return [error for key, item in value.items()
                     for error in self._unknown_nested(item, prop.additional_properties, f"{path}.{key}")]

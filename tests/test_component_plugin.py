@@ -75,6 +75,8 @@ def test_construct_over_grpc_registers_what_the_python_call_registers(case: str)
     ("standalone-tiers", lambda inputs: inputs["queue"]["retry"].update(maxRetrys=4.0),
      "queue.retry.maxRetrys", '"maxRetries"'),
     ("prod-vhost", lambda inputs: inputs.update(protectQueue=True), "protectQueue", '"protectQueues"'),
+    ("prod-vhost", lambda inputs: inputs["vhost"]["queues"][1].update(maxLenght=5.0),
+     "vhost.queues[orders.shipping].maxLenght", '"maxLength"'),
 ])
 def test_construct_over_grpc_refuses_a_key_the_schema_lacks_naming_it_before_registering_anything(
         case: str, misspelt: Any, path: str, guess: str) -> None:
