@@ -43,7 +43,7 @@ from pika.spec import Basic, BasicProperties
 from bench.strategies import EXCHANGE, NATIVE, QUEUE, TIERS, Strategy, vhost_config
 from bench.throughput import _cpu_seconds, _Handler, broker_pid, client_core, plain_contract
 from rabbitmq_retry_client import RetryingConsumer
-from rabbitmq_retry_client.consumer import _Worker
+from rabbitmq_retry_client.handler_thread import HandlerThread
 from rabbitmq_retry_client.headers import (
     FIRST_FAILURE_AT,
     ORIGINAL_EXCHANGE,
@@ -241,7 +241,7 @@ class HandWired:
         self._channel: Channel | None = None
         self._connection: pika.SelectConnection | None = None
         self._error: BaseException | None = None
-        self._worker = _Worker(lambda body, properties: None) if kind == "plain-thread" else None
+        self._worker = HandlerThread(lambda body, properties: None) if kind == "plain-thread" else None
         self._to_ack = 0
         """"plain-multiple": the highest delivery tag to ack with the I/O pass's one multiple ack (0: none)."""
 

@@ -32,8 +32,9 @@ from rabbitmq_retry_client import stack_output as stack_output_of
 from rabbitmq_retry_client.cli import UsageError, duration, main, parser, urls
 from rabbitmq_retry_client.connection import BrokerRefusedError, BrokerUnreachableError, connect, hosts
 from rabbitmq_retry_client.connection import parameters as _parameters
-from rabbitmq_retry_client.consumer import DEFAULT_PREFETCH, _Worker
+from rabbitmq_retry_client.consumer import DEFAULT_PREFETCH
 from rabbitmq_retry_client.contract import SCHEMA
+from rabbitmq_retry_client.handler_thread import HandlerThread
 from rabbitmq_retry_client.headers import (
     MAX_REASON_BYTES,
     copy_properties,
@@ -455,7 +456,7 @@ def test_whatever_the_handler_raises_is_a_failed_attempt_and_its_thread_serves_t
         if body == b"fail":
             raise ValueError("bad")
 
-    worker = _Worker(handler)
+    worker = HandlerThread(handler)
     outcomes = []
     for body in (b"exit", b"ok", b"interrupt", b"fail", b"ok"):
         worker.submit(body, BasicProperties())
@@ -471,7 +472,7 @@ def test_a_handler_still_running_has_no_outcome_yet() -> None:
     def slow(body: bytes, properties: BasicProperties) -> None:
         release.wait(5)
 
-    worker = _Worker(slow)
+    worker = HandlerThread(slow)
     worker.submit(b"slow", BasicProperties())
     assert worker.outcome(timeout=0.05) == (False, None)
     release.set()

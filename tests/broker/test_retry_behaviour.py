@@ -34,6 +34,7 @@ from pika.spec import BasicProperties
 from bench import retry_timing
 from rabbitmq_retry_client import Handler, Mode, PermanentError, RetryingConsumer
 from rabbitmq_retry_client.headers import rejected_attempts
+from rabbitmq_retry_client.policies import Decision, Delivered
 from tests.support.admin import wait_for
 from tests.support.amqp import channel, drain, message_counts, next_message, parameters
 from tests.support.mirror import Broker
@@ -327,13 +328,13 @@ def test_copies_refused_mid_flight_requeue_their_originals_lose_nothing_and_ack_
 
     consumer = RetryingConsumer(parameters(broker, deployment.vhost), deployment.contracts["flight"], handler,
                                 "republish", prefetch=10, publish_failure_pause=0.05)
-    route, fail = consumer.retry_route, consumer._fail_republish
+    route, fail = consumer.policy.retry_route, consumer.policy.on_failure
     poisoned: list[str] = []
     retrying: list[str] = []
 
-    def tracking(channel: Any, method: Any, properties: BasicProperties, body: bytes, reason: str) -> None:
-        retrying.append(str(properties.message_id))
-        fail(channel, method, properties, body, reason)
+    def tracking(delivered: Delivered, reason: Any, *, permanent: bool = False) -> Decision:
+        retrying.append(str(delivered.message_id))
+        return fail(delivered, reason, permanent=permanent)
 
     def poisoning_route(attempt: int) -> tuple[str, str, int]:
         # The delivery being retried (handlers of deliveries already received run back to back before any is
@@ -345,8 +346,8 @@ def test_copies_refused_mid_flight_requeue_their_originals_lose_nothing_and_ack_
                 "flight.retry", "nowhere", 200)
         return route(attempt)
 
-    consumer.retry_route = poisoning_route  # type: ignore[method-assign]
-    consumer._fail_republish = tracking  # type: ignore[method-assign]
+    consumer.policy.retry_route = poisoning_route  # type: ignore[method-assign]
+    consumer.policy.on_failure = tracking  # type: ignore[method-assign]
     publish_ids(broker, deployment.vhost, "in", ids)
     with caplog.at_level(logging.ERROR, logger="rabbitmq_retry_client"):
         run_consumers([consumer], lambda: set(succeeded) >= set(ids), timeout=60)

@@ -181,7 +181,7 @@ def never_early(loop: Loop) -> list[str]:
     for message_id, deliveries in loop.recorder.deliveries.items():
         first_at: dict[int, float] = {}
         for delivery in deliveries:
-            attempt = loop.consumer._attempt(delivery.headers)
+            attempt = loop.consumer.policy.attempt(delivery.headers)
             first_at.setdefault(attempt, delivery.monotonic)
         for attempt in sorted(first_at):
             if attempt > 1 and attempt - 1 in first_at:
@@ -195,7 +195,7 @@ def longest_pause_s(loop: Loop, after: float, retries_only: bool) -> float:
     """The longest gap between consecutive deliveries (or retries: attempt 2 and later) from `after` on (the
     kill) to the last one, in seconds: how long the loop stood still."""
     times = sorted(d.monotonic for deliveries in loop.recorder.deliveries.values() for d in deliveries
-                   if d.monotonic >= after and not (retries_only and loop.consumer._attempt(d.headers) == 1))
+                   if d.monotonic >= after and not (retries_only and loop.consumer.policy.attempt(d.headers) == 1))
     return round(max((b - a for a, b in pairwise([after, *times])), default=0.0), 1)
 
 
