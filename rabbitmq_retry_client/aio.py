@@ -88,6 +88,7 @@ class AsyncRetryingConsumer:
         self._in_flight: set[asyncio.Task[None]] = set()
         self._stopping = False
         self._pause_owed = False
+        self._node: str | None = None
 
     # connection ---------------------------------------------------------------------------------------
 
@@ -97,10 +98,12 @@ class AsyncRetryingConsumer:
         for params in self._params:
             ssl = params.ssl_options
             try:
-                return await aio_pika.connect(
+                connection = await aio_pika.connect(
                     host=params.host, port=params.port, login=params.credentials.username,
                     password=params.credentials.password, virtualhost=params.virtual_host, ssl=ssl is not None,
                     ssl_context=ssl.context if ssl is not None else None, timeout=10)
+                self._node = f"{params.host}:{params.port}"
+                return connection
             except (*_LOST, OSError, TimeoutError) as failed:
                 error = failed
         raise BrokerUnreachableError(f"broker unreachable at {where(self._params)}: {error}")
@@ -147,6 +150,18 @@ class AsyncRetryingConsumer:
         """Ask `run` to return: the delivery being handled is finished and settled first, every copy in flight
         answered; prefetched ones not yet handled go back to the queue."""
         self._stopping = True
+
+    @property
+    def connected_to(self) -> str | None:
+        """"host:port" of the node the consumer is connected to now (None when it is not connected)."""
+        connection = self._connection
+        if connection is None or connection.is_closed:
+            return None
+        return self._node
+
+    def retry_route(self, attempt: int) -> tuple[str, str, int]:
+        """(exchange, routing key, wait in ms) of the copy that retries `attempt` (`RetryPolicy.retry_route`)."""
+        return self.policy.retry_route(attempt)
 
     def in_flight(self) -> int:
         """Copies published whose originals wait for the broker's answer."""

@@ -122,9 +122,11 @@ class AsyncInThread:
 
     def __init__(self, params: Any, contract: Any, handler: Handler, *args: Any, **kwargs: Any) -> None:
         self.loop = asyncio.new_event_loop()
+        self.handler = handler
+        """Called for each delivery; a test may replace it, as a RetryingConsumer's."""
 
         async def handle(message: Any) -> None:
-            handler(message.body, message)
+            self.handler(message.body, message)
 
         self.consumer = AsyncRetryingConsumer(params, contract, handle, *args, **kwargs)
 
