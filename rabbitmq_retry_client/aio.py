@@ -28,12 +28,11 @@ from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMe
 
 from .connection import BrokerUnreachableError, CertificateCredentials, ConnectionParams, hosts, where
 from .consumer import DEFAULT_PREFETCH
-from .contract import strategy_of, validate
 from .handler_thread import DeadlineExceededError
 from .management import TlsSettings
 from .metrics import NO_METRICS, Metrics
-from .policies import Decision, Delivered, PermanentError, Publish, Reason, Reject, contract_mode, policy_for
-from .strategies import MODES, Mode, Retries
+from .policies import Delivered, Follower, PermanentError, Publish, Reason, Reject
+from .strategies import Mode
 
 LOG = logging.getLogger("rabbitmq_retry_client")
 
@@ -49,7 +48,7 @@ class _LostError(ConnectionError):
     """The consuming connection or channel closed while the consumer waited for a delivery."""
 
 
-class AsyncRetryingConsumer:
+class AsyncRetryingConsumer(Follower):
     """Consume the contract's queue with asyncio, await `handler(message)`, and retry or park what it raises on.
 
     The counters, `mode`, `prefetch`, `reconnect_timeout`, `publish_failure_pause`, `handler_timeout` and `metrics`
@@ -61,21 +60,10 @@ class AsyncRetryingConsumer:
                  reconnect_timeout: float = 60.0, publish_failure_pause: float = 1.0,
                  handler_timeout: float | None = None, tls: TlsSettings | None = None,
                  metrics: Metrics = NO_METRICS) -> None:
-        if mode is not None and mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if handler_timeout is not None and handler_timeout <= 0:
-            raise ValueError(f"handler_timeout must be positive seconds or None, got {handler_timeout!r}")
-        self.contract = validate(contract)
-        self.mode: Mode = contract_mode(self.contract) if mode is None else mode
-        self.strategy = strategy_of(self.contract)
-        self.policy = policy_for(self.contract, self.mode)
-        self.counts_in_header = self.policy.retries is Retries.BY_PUBLISHED_COPY
-        self.queue: str = self.contract["queue"]
+        super().__init__(contract, mode, handler_timeout, metrics)
         self.handler = handler
         self.prefetch, self.reconnect, self.reconnect_timeout = prefetch, reconnect, reconnect_timeout
-        self.publish_failure_pause, self.handler_timeout, self.metrics = publish_failure_pause, handler_timeout, metrics
-        self.processed = self.retried = self.parked = self.permanent = self.requeued = 0
-        self.reconnects = self.timed_out = 0
+        self.publish_failure_pause = publish_failure_pause
         self._params = hosts(connection_params, self.contract["vhost"], tls)
         if any(isinstance(p.credentials, CertificateCredentials) for p in self._params):
             raise ValueError("the asyncio consumer logs in with a user and password; for a client certificate login "
@@ -158,10 +146,6 @@ class AsyncRetryingConsumer:
         if connection is None or connection.is_closed:
             return None
         return self._node
-
-    def retry_route(self, attempt: int) -> tuple[str, str, int]:
-        """(exchange, routing key, wait in ms) of the copy that retries `attempt` (`RetryPolicy.retry_route`)."""
-        return self.policy.retry_route(attempt)
 
     def in_flight(self) -> int:
         """Copies published whose originals wait for the broker's answer."""
@@ -302,17 +286,6 @@ class AsyncRetryingConsumer:
         with contextlib.suppress(*_LOST):
             await message.ack()
             self._count(decision, message.message_id, reason)
-
-    def _count(self, decision: Decision, message_id: object, reason: Reason) -> None:
-        """Count (and log, and tell `metrics`) a decision carried out."""
-        if isinstance(decision, Publish) and decision.parked:
-            self.parked += 1
-            self.permanent += decision.permanent
-            self.metrics.parked(self.queue, decision.permanent)
-        else:
-            self.retried += 1
-            self.metrics.retried(self.queue)
-        self.policy.log(decision, message_id, reason)
 
 
 def _delivered(message: AbstractIncomingMessage) -> Delivered:

@@ -31,13 +31,12 @@ from pika.spec import Basic, BasicProperties
 from . import headers as h
 from .confirms import Confirms
 from .connection import ConnectionParams, connect, connection_params_of, hosts, quiet_pika
-from .contract import strategy_of, validate
 from .handler_thread import DeadlineExceededError, Handler, HandlerThread, NotRunError
 from .management import TlsSettings
 from .metrics import NO_METRICS, Metrics
-from .policies import Decision, Delivered, PermanentError, Publish, Reason, Reject, contract_mode, policy_for
+from .policies import Decision, Delivered, Follower, PermanentError, Reason, Reject, contract_mode
 from .settlements import Settlements
-from .strategies import MODES, Mode, Retries
+from .strategies import Mode
 
 LOG = logging.getLogger("rabbitmq_retry_client")
 
@@ -67,14 +66,12 @@ its copy, so a small prefetch leaves it waiting on confirms (bench/README.md mea
 with a slow handler, beside others, gets fairer sharing from a smaller one (`prefetch=`, `--prefetch`)."""
 
 
-class RetryingConsumer:
+class RetryingConsumer(Follower):
     """Consume the contract's queue, call `handler(body, properties)`, and retry or park what it raises on.
 
-    Counters: `processed` (handler succeeded, acked), `retried` (left to wait for a retry), `parked` (sent to
-    the error exchange, `permanent` of them at once), `requeued` (a retry or parking publish failed: the original
-    was nacked back to the queue), `reconnects`, `timed_out` (handlers abandoned at their deadline). The
-    connection's vhost is the contract's. `mode` applies to `tiers` contracts only (see the module docstring);
-    None (the default) is the contract's own, `contract_mode`.
+    The counters are `Follower`'s. The connection's vhost is the contract's. `mode` applies to `tiers` contracts
+    only; None (the default) is the contract's own, `contract_mode`. An abandoned handler (`handler_timeout`) runs on
+    in its thread: handlers should honour their own deadline.
     """
 
     def __init__(self, connection_params: ConnectionParams, contract: Mapping[str, Any], handler: Handler,
@@ -82,31 +79,10 @@ class RetryingConsumer:
                  reconnect_timeout: float = 60.0, publish_failure_pause: float = 1.0,
                  handler_timeout: float | None = None, tls: TlsSettings | None = None,
                  metrics: Metrics = NO_METRICS) -> None:
-        if mode is not None and mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if handler_timeout is not None and handler_timeout <= 0:
-            raise ValueError(f"handler_timeout must be positive seconds or None, got {handler_timeout!r}")
-        self.contract = validate(contract)
-        mode = contract_mode(self.contract) if mode is None else mode
-        self.strategy = strategy_of(self.contract)
-        self.policy = policy_for(self.contract, mode)
-        """What a failed delivery becomes (`policies.py`): retried by the broker, by a dead-lettering reject, or by
-        publishing a copy; parked past its retries."""
-        self.counts_in_header = self.policy.retries is Retries.BY_PUBLISHED_COPY
-        """The attempt is our own `attempt_header`, and a failure is retried by publishing a copy."""
-        self.metrics = metrics
-        self.queue: str = self.contract["queue"]
+        super().__init__(contract, mode, handler_timeout, metrics)
         self.handler = handler
-        self.mode: Mode = mode
-        self.prefetch = prefetch
-        self.reconnect = reconnect
-        self.reconnect_timeout = reconnect_timeout
+        self.prefetch, self.reconnect, self.reconnect_timeout = prefetch, reconnect, reconnect_timeout
         self.publish_failure_pause = publish_failure_pause
-        self.handler_timeout = handler_timeout
-        """Seconds one delivery's handler may run; past it the attempt fails (and is retried) while the
-        abandoned handler thread runs on: handlers should honour their own deadline."""
-        self.processed = self.retried = self.parked = self.permanent = self.requeued = 0
-        self.reconnects = self.timed_out = 0
         self._stopping = threading.Event()
         self._params = hosts(connection_params, self.contract["vhost"], tls)
         """Every host to try, in order, on connect and on each reconnect (a cluster's nodes)."""
@@ -448,11 +424,6 @@ class RetryingConsumer:
                                           permanent=isinstance(error, PermanentError))
         self._carry_out(channel, method, properties, body, decision, reason)
 
-    def retry_route(self, attempt: int) -> tuple[str, str, int]:
-        """(exchange, routing key, wait in ms) of the copy that retries `attempt`, as the contract's strategy
-        routes it: the attempt's tier, or the delay levels holding it for the attempt's back-off."""
-        return self.policy.retry_route(attempt)
-
     def _carry_out(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties, body: bytes,
                    decision: Decision, reason: Reason) -> None:
         """Settle a delivery as its policy decided: a reject (queued, not sent yet), or a copy published, the
@@ -464,17 +435,6 @@ class RetryingConsumer:
         self._publish_then_ack(channel, method, decision.exchange, decision.routing_key, body,
                                h.copy_properties(properties, decision.headers),
                                lambda: self._count(decision, properties.message_id, reason))
-
-    def _count(self, decision: Decision, message_id: object, reason: Reason) -> None:
-        """Count (and log, and tell `metrics`) a decision carried out."""
-        if isinstance(decision, Publish) and decision.parked:
-            self.parked += 1
-            self.permanent += decision.permanent
-            self.metrics.parked(self.queue, decision.permanent)
-        else:
-            self.retried += 1
-            self.metrics.retried(self.queue)
-        self.policy.log(decision, message_id, reason)
 
     def _publish_then_ack(self, channel: BlockingChannel, method: Basic.Deliver, exchange: str,
                           routing_key: str, body: bytes, properties: BasicProperties,
