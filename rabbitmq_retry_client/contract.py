@@ -155,8 +155,7 @@ def validate(source: Mapping[str, Any]) -> Contract:
                             f"client does not support (supported: {', '.join(SUPPORTED_STRATEGIES)}); "
                             "upgrade rabbitmq-retry or follow docs/contract.md by hand")
     problems = _problems(contract)
-    if strategy == "levels":
-        problems += _levels_relations(contract)
+    problems += _levels_relations(contract)  # empty for a contract without delay levels
     if problems:
         raise ContractError(f"invalid retry contract for {contract.get('queue')!r}: " + "; ".join(problems))
     return cast(Contract, json.loads(json.dumps(contract)))  # plain and independent of the caller's dict
