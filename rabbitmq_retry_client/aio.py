@@ -163,9 +163,14 @@ class AsyncRetryingConsumer(Follower):
         poll = 0.2 if idle_timeout is None else max(0.01, min(0.2, idle_timeout))
         last_activity = time.monotonic()
 
+        finished = False
+
         def done() -> bool:
-            return (self._stopping or (max_messages is not None and handled >= max_messages)
-                    or (until is not None and until()))
+            """Sticky: `until()` is asked once more only while it said no (it may answer yes only once)."""
+            nonlocal finished
+            finished = finished or (self._stopping or (max_messages is not None and handled >= max_messages)
+                                    or (until is not None and until()))
+            return finished
 
         try:
             while not done():

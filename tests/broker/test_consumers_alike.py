@@ -158,3 +158,19 @@ def test_each_consumer_reports_retries_parkings_and_handler_time_per_queue(broke
     assert metrics.events == Counter({("measured", "succeeded"): 2, ("measured", "failed"): 3,
                                       ("measured", "retried"): 2, ("measured", "parked"): 1})
     assert len(metrics.seconds) == 5 and min(metrics.seconds) >= 0.01
+
+
+def test_a_single_yes_from_until_stops_the_consumer(broker: Broker, deploy: Deployer, consumer_kind: str) -> None:
+    """`run_consumers` and the cluster tests ask `until()` from every consumer and answer yes once per look."""
+    deployment = deploy({"exchanges": [{"name": "in", "type": "fanout"}],
+                         "queues": [retryable_queue("asked", "classic", ["100ms"], 1)]})
+    consumer = consumer_of(consumer_kind, parameters(broker, deployment.vhost), deployment.contracts["asked"],
+                           Recorder(lambda _: 0))
+    answers = iter([False, False, True])
+
+    def once() -> bool:
+        return next(answers, False)
+
+    consumer.run(until=once)  # returns: a consumer that asked again would get no forever
+    consumer.close()
+    assert next(answers, None) is None
