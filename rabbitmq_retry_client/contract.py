@@ -107,13 +107,17 @@ def _problems_of(error: ValidationError) -> Iterator[tuple[str, str]]:
         yield _where(path), f"{_where(path)}: {error.message}"
         return
     properties: Mapping[str, Any] = error.schema.get("properties", {}) if isinstance(error.schema, Mapping) else {}
-    required: list[str] = error.validator_value if isinstance(error.validator_value, list) else []
     present = error.instance if isinstance(error.instance, Mapping) else {}
-    for key in [k for k in required if k not in present]:
-        kind = properties.get(key, {}).get("type")
-        kinds = [kind] if isinstance(kind, str) else kind or []
+    for key in [k for k in error.validator_value if k not in present]:  # type: ignore[union-attr]
         where = _where([*path, key])
-        yield where, f"{where}: missing" + (f" ({' or '.join(_KINDS[k] for k in kinds)})" if kinds else "")
+        yield where, f"{where}: missing{_kind(properties.get(key, {}))}"
+
+
+def _kind(spec: Mapping[str, Any]) -> str:
+    """` (a string)`, ` (an integer or null)`: the type a key's schema takes, or nothing when it names none."""
+    kind = spec.get("type")
+    kinds = [kind] if isinstance(kind, str) else kind or []
+    return f" ({' or '.join(_KINDS[k] for k in kinds)})" if kinds else ""
 
 
 def _problems(contract: Mapping[str, Any]) -> list[str]:
@@ -128,17 +132,20 @@ def _problems(contract: Mapping[str, Any]) -> list[str]:
 
 
 def _levels_relations(contract: Mapping[str, Any]) -> list[str]:
-    """What JSON Schema cannot say, between keys of a levels contract: the levels fit the routing key's words, and
-    `delay_exchanges` names one exchange per level, the top one last (checked once the keys it compares are valid)."""
-    words, levels, top = contract.get("delay_words"), contract.get("delay_levels"), contract.get("delay_exchange")
-    if not (_whole(words) and _whole(levels) and 1 <= levels <= words):
-        return [f"delay_levels: {levels} is more than delay_words ({words})"] if _whole(words) and _whole(levels) \
-            and levels > words >= 1 else []
-    exchanges = contract.get("delay_exchanges")
-    if isinstance(top, str) and isinstance(exchanges, list) and (len(exchanges) != levels or exchanges[-1] != top):
-        return [f"delay_exchanges: expected one exchange name per level ({levels}), level 0 first, the last being "
-                f"delay_exchange ({top})"]
-    return []
+    """What JSON Schema cannot say, between keys of a levels contract (checked once the keys it compares are valid):
+    the levels fit the routing key's words, and `delay_exchanges` names one exchange per level, the top one last."""
+    words, levels = contract.get("delay_words"), contract.get("delay_levels")
+    if not (_whole(words) and _whole(levels)) or min(words, levels) < 1:
+        return []
+    if levels > words:
+        return [f"delay_levels: {levels} is more than delay_words ({words})"]
+    exchanges, top = contract.get("delay_exchanges"), contract.get("delay_exchange")
+    if not isinstance(exchanges, list) or not isinstance(top, str):
+        return []
+    if exchanges[-1:] == [top] and len(exchanges) == levels:
+        return []
+    return [f"delay_exchanges: expected one exchange name per level ({levels}), level 0 first, the last being "
+            f"delay_exchange ({top})"]
 
 
 def _whole(value: object) -> TypeGuard[int]:
