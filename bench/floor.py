@@ -40,10 +40,11 @@ from pika.channel import Channel
 from pika.frame import Method
 from pika.spec import Basic, BasicProperties
 
+from bench import aio_floor
 from bench.strategies import EXCHANGE, NATIVE, QUEUE, TIERS, Strategy, vhost_config
 from bench.throughput import _cpu_seconds, _Handler, broker_pid, client_core, plain_contract
 from rabbitmq_retry_client import RetryingConsumer
-from rabbitmq_retry_client.consumer import _Worker
+from rabbitmq_retry_client.handler_thread import HandlerThread
 from rabbitmq_retry_client.headers import (
     FIRST_FAILURE_AT,
     ORIGINAL_EXCHANGE,
@@ -76,7 +77,9 @@ BROKER_CPU_TARGET = 1.1
 
 PLAIN = "plain"
 REJECT, REPUBLISH = "tiers (reject)", "tiers (republish)"
-ROWS = (REJECT, REPUBLISH, NATIVE.name, PLAIN)
+ASYNCIO = "tiers (republish), asyncio"
+"""`AsyncRetryingConsumer` against a bare aio-pika loop (bench/aio_floor.py) on the republish row's deployment."""
+ROWS = (REJECT, REPUBLISH, NATIVE.name, PLAIN, ASYNCIO)
 THREAD = "plain + handler thread"
 HEADERS = "republish + our headers"
 MULTIPLE = "plain + multiple acks"
@@ -241,7 +244,7 @@ class HandWired:
         self._channel: Channel | None = None
         self._connection: pika.SelectConnection | None = None
         self._error: BaseException | None = None
-        self._worker = _Worker(lambda body, properties: None) if kind == "plain-thread" else None
+        self._worker = HandlerThread(lambda body, properties: None) if kind == "plain-thread" else None
         self._to_ack = 0
         """"plain-multiple": the highest delivery tag to ack with the I/O pass's one multiple ack (0: none)."""
 
@@ -384,6 +387,7 @@ def prepare(stack: ExitStack, broker: Broker, version: Sequence[int], queue_type
     else:
         targets.append(Target(NATIVE.name, *_deploy(stack, broker, queue_type, NATIVE)))
     plain = Target(PLAIN, *_deploy(stack, broker, queue_type, None))
+    targets.append(Target(ASYNCIO, vhost, contract))
     return [*targets, plain, Target(THREAD, plain.vhost, plain.contract), Target(MULTIPLE, plain.vhost, plain.contract)]
 
 
@@ -397,6 +401,8 @@ def run_ours(broker: Broker, target: Target, messages: int, prefetch: int = PREF
     the hand-wired loop with only that part added."""
     if target.row in PARTS:
         return run_hand(broker, target, messages, prefetch, PART_KINDS[target.row])
+    if target.row == ASYNCIO:
+        return _run_aio(broker, target, messages, prefetch, aio_floor.ours)
     assert target.contract is not None
     count = _published(target.row, messages)
     failures = 0 if target.row == PLAIN else 1
@@ -436,6 +442,8 @@ def loop_of(broker: Broker, target: Target, kind: str, messages: int, prefetch: 
 def run_hand(broker: Broker, target: Target, messages: int, prefetch: int = PREFETCH,
              kind: str | None = None) -> Sample:
     """One run of the hand-wired loop on the target (or of its `kind`), measured as `run_ours` is."""
+    if target.row == ASYNCIO:
+        return _run_aio(broker, target, messages, prefetch, aio_floor.bare)
     count = _published(target.row, messages)
     publish_ids(broker, target.vhost, EXCHANGE, [f"f{i:05d}" for i in range(count)])
     loop = hand_wired(broker, target, messages, prefetch) if kind is None else loop_of(broker, target, kind, messages,
@@ -447,6 +455,20 @@ def run_hand(broker: Broker, target: Target, messages: int, prefetch: int = PREF
     client = time.process_time() - client_before
     broker_cpu = _cpu_seconds(pid) - broker_before if pid else 0.0
     return Sample(sum(loop.deliveries.values()), loop.retries, loop.last - loop.first, client, broker_cpu)
+
+
+def _run_aio(broker: Broker, target: Target, messages: int, prefetch: int,
+             run: Callable[[Any, dict[str, Any], int, int], aio_floor.Run]) -> Sample:
+    """One run of an asyncio side (`aio_floor.ours` or `aio_floor.bare`) on the target, measured as `run_ours` is."""
+    assert target.contract is not None
+    publish_ids(broker, target.vhost, EXCHANGE, [f"f{i:05d}" for i in range(messages)])
+    pid = broker_pid(broker)
+    broker_before = _cpu_seconds(pid) if pid else 0.0
+    client_before = time.process_time()
+    deliveries, retries, seconds = run(parameters(broker, target.vhost), target.contract, messages, prefetch)
+    client = time.process_time() - client_before
+    broker_cpu = _cpu_seconds(pid) - broker_before if pid else 0.0
+    return Sample(deliveries, retries, seconds, client, broker_cpu)
 
 
 def measure(broker: Broker, version: Sequence[int], messages: int, rounds: int,
@@ -491,7 +513,8 @@ def section(pairs: Sequence[Pair], messages: int, rounds: int) -> list[str]:
            f"prefetch {PREFETCH}, client on one core. Hand-wired `tiers (reject)`: `basic.reject(requeue=false)`, "
            "the queue dead-letters it to the wait queue whose TTL dead-letters it back (the seed's loop); "
            "`tiers (republish)`: the delivery published as it came to the tier on a confirm-mode channel, the "
-           "original acked on the confirm; `native`: `basic.reject(requeue=true)`. "
+           "original acked on the confirm; `native`: `basic.reject(requeue=true)`; `tiers (republish), asyncio`: "
+           "`AsyncRetryingConsumer` against the same republish loop written bare on aio-pika (bench/aio_floor.py). "
            f"{rounds} round(s), each running ours and the hand-wired loop back to back in alternating order; "
            "figures are medians over rounds, ratios the median of each round's ours ÷ hand-wired. Broker CPU per "
            "retried delivery: the broker OS process's CPU over the run ÷ retries (÷ deliveries for plain). Targets: "

@@ -4,7 +4,9 @@ messages (`rabbitmq-retry parked …`). See docs/contract.md, and docs/operation
 from .connection import DEFAULT_URL, BrokerRefusedError, BrokerUnreachableError, ConnectionParams
 from .consumer import DeadlineExceededError, Handler, PermanentError, RetryingConsumer, contract_mode
 from .contract import SUPPORTED_STRATEGIES, Contract, ContractError, load_contract, stack_output
+from .contract_types import RetryContract
 from .management import TlsSettings
+from .metrics import Metrics
 from .parked import Outcome, Parked, ParkedQueue, Selection
 from .publisher import Publisher, publish
 from .strategies import MODES, Mode
@@ -20,12 +22,14 @@ __all__ = [
     "ContractError",
     "DeadlineExceededError",
     "Handler",
+    "Metrics",
     "Mode",
     "Outcome",
     "Parked",
     "ParkedQueue",
     "PermanentError",
     "Publisher",
+    "RetryContract",
     "RetryingConsumer",
     "Selection",
     "TlsSettings",

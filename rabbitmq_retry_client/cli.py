@@ -197,7 +197,7 @@ def _summary(args: argparse.Namespace) -> int:
         contracts = [c for c in contracts if c["vhost"] == args.vhost]
     if not contracts:
         raise ContractError("no contract" + (f" of vhost {args.vhost!r}" if args.vhost else "") + " in the file")
-    rows = []
+    rows: list[dict[str, Any]] = []
     for contract in contracts:
         with ParkedQueue(args.url, contract, connect_timeout=args.connect_timeout) as parked:
             count = parked.count()

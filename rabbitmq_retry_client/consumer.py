@@ -1,22 +1,11 @@
 """A consumer that follows the retry contract: retry what its handler fails on, park what is out of retries
 or failed permanently, and settle every delivery only after the broker confirmed its copy.
 
-Modes:
-- "reject": a failed message is rejected (requeue=False); the broker dead-letters it to tier 1 and counts
-  the attempts in `x-death`. Fixed delay (tier 1's), no publish by the client.
-- "republish": a failed message is copied to the tier of its attempt (stepped back-off) with the attempt
-  in the contract's own header, because RabbitMQ 3.13+/4.x ignores an `x-death` set by a client.
-Republish mode is the one that follows every tier; reject mode waits the same only when the contract has a
-single tier, so that is the default then (`contract_mode`; docs/contract.md, "Which mode").
-A contract of strategy `native` (RabbitMQ 4.3's delayed retry) takes neither mode: a failed message is
-rejected with `basic.reject(requeue=true)`, the one call the broker delays and counts (`basic.nack` with
-requeue neither waits nor counts: a nack loop never ends); the broker's `x-delivery-count` is the attempt.
-A contract of strategy `levels` takes neither mode either: a failed message is republished (as in
-"republish") to the delay level of its back-off delay's highest bit, with a routing key that spells the delay
-(`levels.py`), counted in the contract's own `attempt_header`.
+What a failed delivery becomes is its retry policy's decision (`policies.py`: reject mode, republish mode and
+levels, native; `contract_mode` picks a tiers contract's mode); this module carries it out on a pika connection.
 
-The handler runs in a worker thread while this thread keeps the connection serviced (heartbeats, other
-channels), so a long handler does not lose the connection; `handler_timeout` bounds it.
+The handler runs in a worker thread (`handler_thread.py`) while this thread keeps the connection serviced
+(heartbeats, other channels), so a long handler does not lose the connection; `handler_timeout` bounds it.
 
 Copies (retries, parking) are published without waiting for their confirms (`confirms.py`): the consumer
 goes on with the next delivery, and settles each original once the broker answered for its copy (ack after
@@ -28,11 +17,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import datetime
 from types import TracebackType
 from typing import Any
 
@@ -44,100 +31,20 @@ from pika.spec import Basic, BasicProperties
 from . import headers as h
 from .confirms import Confirms
 from .connection import ConnectionParams, connect, connection_params_of, hosts, quiet_pika
-from .contract import strategy_of, validate
-from .durations import format_duration
+from .handler_thread import DeadlineExceededError, Handler, HandlerThread, NotRunError
 from .management import TlsSettings
+from .metrics import NO_METRICS, Metrics
+from .policies import Decision, Delivered, Follower, PermanentError, Reason, Reject, contract_mode
 from .settlements import Settlements
-from .strategies import MODES, Mode, Retries, behaviour_of
+from .strategies import Mode
 
 LOG = logging.getLogger("rabbitmq_retry_client")
 
-Handler = Callable[[bytes, BasicProperties], None]
-"""`handler(body, properties)`: returns on success; raises on failure (PermanentError: park at once)."""
-
-
-def contract_mode(contract: Mapping[str, Any]) -> Mode:
-    """The mode a `tiers` contract prescribes: "republish" (attempt n waits in tier min(n, len(tiers))), or
-    "reject" when it has a single tier, where both wait the same and reject mode publishes nothing. A reject-mode
-    consumer of a contract with more tiers would wait tier 1's delay every time."""
-    return "reject" if len(contract.get("tiers") or []) == 1 else "republish"
-
-
-class PermanentError(Exception):
-    """Raised by a handler for a failure that no retry can fix (a malformed message, a rule it breaks): the
-    message is parked at once, with `permanent: true`. Any other exception is transient and retried."""
-
-
-class NotRunError(Exception):
-    """Its handler was never started: the consumer was stopping (`stop()`) when its turn came. The delivery goes
-    back to the queue, unhandled, as a prefetched one does."""
-
-
-class DeadlineExceededError(Exception):
-    """The handler was still running at `handler_timeout`: the attempt counts as a transient failure."""
-
-
-class _Worker:
-    """The thread that runs the handler, one delivery at a time, for as long as the consumer lives: starting a
-    thread per delivery cost more than a fast handler. Deliveries go in and outcomes (None or the handler's
-    exception) come back through two `queue.SimpleQueue`s, whose waits are C-level: with an Event per delivery a
-    sampling profiler found a sizeable share of the client's time in its waits, and the queues made plain consume
-    faster (bench/README.md). `retire()` lets it finish its current handler and exit."""
-
-    def __init__(self, handler: Handler, stopping: threading.Event | None = None) -> None:
-        self._handler = handler
-        self._stopping = stopping
-        self._jobs: queue.SimpleQueue[tuple[bytes, BasicProperties] | None] = queue.SimpleQueue()
-        self._outcomes: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
-        threading.Thread(target=self._serve, name="rabbitmq-retry-handler", daemon=True).start()
-
-    def submit(self, body: bytes, properties: BasicProperties) -> None:
-        self._jobs.put((body, properties))
-
-    def outcome(self, timeout: float) -> tuple[bool, BaseException | None]:
-        """(finished, the handler's exception or None) of the delivery submitted last; (False, None) while it
-        still runs after `timeout` seconds."""
-        try:
-            return True, self._outcomes.get(timeout=timeout)
-        except queue.Empty:
-            return False, None
-
-    def retire(self) -> None:
-        self._jobs.put(None)
-
-    def _serve(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            outcome: BaseException | None = None
-            if self._stopping is not None and self._stopping.is_set():
-                # The consumer is stopping: a delivery given ahead with others is not started (`NotRunError`).
-                self._outcomes.put(NotRunError("the consumer was stopping"))
-                continue
-            try:
-                self._handler(*job)
-            except BaseException as error:  # any failure of the handler is a failed attempt
-                # Even SystemExit or KeyboardInterrupt raised in this thread: acking it would drop a message whose
-                # handler never finished, and letting it end the thread would leave the consumer waiting forever.
-                outcome = error
-            self._outcomes.put(outcome)
+__all__ = ["DEFAULT_PREFETCH", "DeadlineExceededError", "Handler", "NotRunError", "PermanentError",
+           "RetryingConsumer", "contract_mode"]
 
 
 Delivery = tuple[Basic.Deliver, BasicProperties, bytes]
-
-
-class _Reason:
-    """Why an attempt failed, `Type: message` cut to `MAX_REASON_BYTES`, made only when read: a parked copy's
-    `error-reason` and the log lines read it, a retry logged below INFO does not."""
-
-    __slots__ = ("_error", "_text")
-
-    def __init__(self, error: BaseException) -> None:
-        self._error = error
-        self._text: str | None = None
-
-    def __str__(self) -> str:
-        if self._text is None:
-            self._text = h.truncate(f"{type(self._error).__name__}: {self._error}")
-        return self._text
 
 
 def _buffered(channel: BlockingChannel) -> Delivery | None:
@@ -159,51 +66,30 @@ its copy, so a small prefetch leaves it waiting on confirms (bench/README.md mea
 with a slow handler, beside others, gets fairer sharing from a smaller one (`prefetch=`, `--prefetch`)."""
 
 
-class RetryingConsumer:
+class RetryingConsumer(Follower):
     """Consume the contract's queue, call `handler(body, properties)`, and retry or park what it raises on.
 
-    Counters: `processed` (handler succeeded, acked), `retried` (left to wait for a retry), `parked` (sent to
-    the error exchange, `permanent` of them at once), `requeued` (a retry or parking publish failed: the original
-    was nacked back to the queue), `reconnects`, `timed_out` (handlers abandoned at their deadline). The
-    connection's vhost is the contract's. `mode` applies to `tiers` contracts only (see the module docstring);
-    None (the default) is the contract's own, `contract_mode`.
+    The counters are `Follower`'s. The connection's vhost is the contract's. `mode` applies to `tiers` contracts
+    only; None (the default) is the contract's own, `contract_mode`. An abandoned handler (`handler_timeout`) runs on
+    in its thread: handlers should honour their own deadline.
     """
 
     def __init__(self, connection_params: ConnectionParams, contract: Mapping[str, Any], handler: Handler,
                  mode: Mode | None = None, prefetch: int = DEFAULT_PREFETCH, *, reconnect: bool = True,
                  reconnect_timeout: float = 60.0, publish_failure_pause: float = 1.0,
-                 handler_timeout: float | None = None, tls: TlsSettings | None = None) -> None:
-        if mode is not None and mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if handler_timeout is not None and handler_timeout <= 0:
-            raise ValueError(f"handler_timeout must be positive seconds or None, got {handler_timeout!r}")
-        self.contract = validate(contract)
-        mode = contract_mode(self.contract) if mode is None else mode
-        self.strategy = strategy_of(self.contract)
-        self.behaviour = behaviour_of(self.contract)
-        self.retries = self.behaviour.retries(mode)
-        """How a failure is retried: by the broker, by a dead-lettering reject, or by publishing a copy."""
-        self.counts_in_header = self.retries is Retries.BY_PUBLISHED_COPY
-        """The attempt is our own `attempt_header`, and a failure is retried by publishing a copy."""
-        self.queue: str = self.contract["queue"]
+                 handler_timeout: float | None = None, tls: TlsSettings | None = None,
+                 metrics: Metrics = NO_METRICS) -> None:
+        super().__init__(contract, mode, handler_timeout, metrics)
         self.handler = handler
-        self.mode: Mode = mode
-        self.prefetch = prefetch
-        self.reconnect = reconnect
-        self.reconnect_timeout = reconnect_timeout
+        self.prefetch, self.reconnect, self.reconnect_timeout = prefetch, reconnect, reconnect_timeout
         self.publish_failure_pause = publish_failure_pause
-        self.handler_timeout = handler_timeout
-        """Seconds one delivery's handler may run; past it the attempt fails (and is retried) while the
-        abandoned handler thread runs on: handlers should honour their own deadline."""
-        self.processed = self.retried = self.parked = self.permanent = self.requeued = 0
-        self.reconnects = self.timed_out = 0
         self._stopping = threading.Event()
         self._params = hosts(connection_params, self.contract["vhost"], tls)
         """Every host to try, in order, on connect and on each reconnect (a cluster's nodes)."""
         self._connection: BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
         self._confirms: Confirms | None = None
-        self._worker: _Worker | None = None
+        self._worker: HandlerThread | None = None
         self._settlements: Settlements | None = None
         """The consuming channel's deliveries not settled yet (`settlements.py`)."""
         self._pause_owed = False
@@ -435,7 +321,7 @@ class RetryingConsumer:
         """Run the handler in the worker thread while this one keeps the connection serviced; its exception,
         DeadlineExceededError at `handler_timeout`, or None on success."""
         if self._worker is None:
-            self._worker = _Worker(self.handler, self._stopping)
+            self._worker = HandlerThread(self.handler, self._stopping, self.metrics, self.queue)
         self._worker.submit(body, properties)
         return self._await_outcome(self.handler_timeout)
 
@@ -472,7 +358,7 @@ class RetryingConsumer:
         if self.handler_timeout is not None:
             return self._handle(channel, *first)
         if self._worker is None:
-            self._worker = _Worker(self.handler, self._stopping)
+            self._worker = HandlerThread(self.handler, self._stopping, self.metrics, self.queue)
         given: collections.deque[Delivery] = collections.deque()
         taken = skipped = 0
         try:
@@ -503,19 +389,11 @@ class RetryingConsumer:
                         body: bytes) -> bool:
         """False when the delivery was parked before its handler (its delivery count reached the limit)."""
         self._settlements_of(channel).delivered(method.delivery_tag)
-        headers = properties.headers or {}
-        limit = self.contract.get("delivery_limit")
-        deliveries = h.counter(headers.get("x-delivery-count"))
-        # Retries by the broker count toward the limit by design: past it the broker itself parks the message.
-        if limit and deliveries >= limit and self.retries is not Retries.BY_BROKER:
-            # Park before the broker's delivery-limit fires: its dead-letter would jam in a cycle
-            # (docs/contract.md, "Before the handler"). This catches a message that keeps crashing consumers.
-            exchange, routing_key, _ = self._origin(method, headers)
-            self._park(channel, method, properties, body, f"x-delivery-count {deliveries} reached the "
-                       f"delivery limit {limit}", attempts=deliveries, exchange=exchange, routing_key=routing_key,
-                       first_failure_at=h.utc_iso())
-            return False
-        return True
+        parking = self.policy.before_handler(_delivered(method, properties))
+        if parking is None:
+            return True
+        self._carry_out(channel, method, properties, body, parking, Reason(parking.headers[h.ERROR_REASON]))
+        return False
 
     def _handle(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
                 body: bytes) -> int:
@@ -541,143 +419,22 @@ class RetryingConsumer:
             self._ack(channel, method.delivery_tag)
             self.processed += 1
             return
-        reason = _Reason(error)
-        if isinstance(error, PermanentError):
-            self._park_permanent(channel, method, properties, body, reason)
-        elif self.retries is Retries.BY_BROKER:
-            self._fail_native(channel, method, properties, body, reason)
-        elif self.counts_in_header:
-            self._fail_republish(channel, method, properties, body, reason)
-        else:
-            self._fail_reject(channel, method, properties, body, reason)
+        reason = Reason(error)
+        decision = self.policy.on_failure(_delivered(method, properties), reason,
+                                          permanent=isinstance(error, PermanentError))
+        self._carry_out(channel, method, properties, body, decision, reason)
 
-    def _origin(self, method: Basic.Deliver, headers: Mapping[str, Any]) -> tuple[str, str, datetime | None]:
-        """Where the message was first published (exchange, routing key) and, in reject mode, when it first
-        failed: recorded headers first (a redriven message keeps them), then the broker's x-death, then this
-        delivery."""
-        entry = (h.deaths(headers, self.queue) or [{}])[0]
-        routing_keys = entry.get("routing-keys") or [method.routing_key]
-        exchange = h.text(headers.get(h.ORIGINAL_EXCHANGE, entry.get("exchange", method.exchange)))
-        routing_key = h.text(headers.get(h.ORIGINAL_ROUTING_KEY, routing_keys[0]))
-        first = entry.get("time")
-        return exchange, routing_key, first if isinstance(first, datetime) else None
-
-    def _attempt(self, headers: Mapping[str, Any]) -> int:
-        """This delivery's attempt number (1 = first)."""
-        if self.retries is Retries.BY_BROKER:
-            return h.counter(headers.get("x-delivery-count")) + 1
-        if not self.counts_in_header:
-            return h.rejected_attempts(headers, self.queue) + 1
-        return h.counter(headers.get(self.contract["attempt_header"])) + 1
-
-    def _park_permanent(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
-                        body: bytes, reason: _Reason) -> None:
-        headers = properties.headers or {}
-        exchange, routing_key, first = self._origin(method, headers)
-        attempt = self._attempt(headers)
-        first_failure_at: str | None
-        if self.retries is Retries.BY_BROKER:
-            first_failure_at = None
-        elif self.counts_in_header and attempt > 1 and h.FIRST_FAILURE_AT in headers:
-            first_failure_at = h.text(headers[h.FIRST_FAILURE_AT])
-        else:
-            first_failure_at = h.utc_iso(first)
-        self._park(channel, method, properties, body, reason, attempts=attempt, exchange=exchange,
-                   routing_key=routing_key, first_failure_at=first_failure_at, permanent=True)
-
-    def _fail_reject(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
-                     body: bytes, reason: _Reason) -> None:
-        headers = properties.headers or {}
-        so_far = h.rejected_attempts(headers, self.queue)
-        if so_far < self.contract["max_retries"]:
-            # The queue's dead-letter arguments send it to tier 1; the broker records the attempt in x-death.
-            self._give_back(channel, method.delivery_tag, requeue=False, reject=True)  # queued, not sent yet
-            self.retried += 1
-            LOG.info("reject %s: attempt %d failed, broker retries after %s (%.200s)", properties.message_id,
-                     so_far + 1, format_duration(self.contract["tiers"][0]["delay_ms"]), reason)
+    def _carry_out(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties, body: bytes,
+                   decision: Decision, reason: Reason) -> None:
+        """Settle a delivery as its policy decided: a reject (queued, not sent yet), or a copy published, the
+        original acked once the broker confirmed it."""
+        if isinstance(decision, Reject):
+            self._give_back(channel, method.delivery_tag, requeue=decision.requeue, reject=True)
+            self._count(decision, properties.message_id, reason)
             return
-        exchange, routing_key, first = self._origin(method, headers)
-        self._park(channel, method, properties, body, reason, attempts=so_far + 1, exchange=exchange,
-                   routing_key=routing_key, first_failure_at=h.utc_iso(first))
-
-    def _fail_native(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
-                     body: bytes, reason: _Reason) -> None:
-        """Reject with requeue while retries are left: the broker keeps the message in the queue for
-        `min(min_delay_ms × n, max_delay_ms)` and counts it. The last attempt is parked by the client, with
-        the reason; a consumer that dies on it leaves the parking to the broker (reason `delivery_limit`)."""
-        attempt = self._attempt(properties.headers or {})
-        if attempt <= self.contract["max_retries"]:
-            self._give_back(channel, method.delivery_tag, requeue=True, reject=True)  # queued, not sent yet
-            self.retried += 1
-            delay = min(self.contract["min_delay_ms"] * attempt, self.contract["max_delay_ms"])
-            LOG.info("reject %s: attempt %d/%d failed, broker retries after %s (%.200s)", properties.message_id,
-                     attempt, self.contract["max_retries"], format_duration(delay), reason)
-            return
-        exchange, routing_key, _ = self._origin(method, properties.headers or {})
-        self._park(channel, method, properties, body, reason, attempts=attempt, exchange=exchange,
-                   routing_key=routing_key, first_failure_at=None)
-
-    def retry_route(self, attempt: int) -> tuple[str, str, int]:
-        """(exchange, routing key, wait in ms) of the copy that retries `attempt`, as the contract's strategy
-        routes it: the attempt's tier, or the delay levels holding it for the attempt's back-off."""
-        return self.behaviour.retry_route(self.contract, attempt)
-
-    def _fail_republish(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
-                        body: bytes, reason: _Reason) -> None:
-        """Publish a copy that retries later (`retry_route`), counted in `attempt_header`; park it after
-        `max_retries`."""
-        headers = properties.headers or {}
-        attempt_header = self.contract["attempt_header"]
-        attempt = self._attempt(headers)
-        exchange, routing_key, _ = self._origin(method, headers)
-        # The first failure records where the message came from: later deliveries come from Q.requeue (tiers)
-        # or rabbitmq-retry.delay.deliver (levels).
-        fresh = attempt == 1 or h.FIRST_FAILURE_AT not in headers
-        origin = {h.ORIGINAL_EXCHANGE: exchange, h.ORIGINAL_ROUTING_KEY: routing_key,
-                  h.FIRST_FAILURE_AT: h.utc_iso() if fresh else h.text(headers[h.FIRST_FAILURE_AT])}
-        if attempt > self.contract["max_retries"]:
-            self._park(channel, method, properties, body, reason, attempts=attempt, exchange=exchange,
-                       routing_key=routing_key, first_failure_at=origin[h.FIRST_FAILURE_AT])
-            return
-        retry_exchange, retry_key, wait_ms = self.retry_route(attempt)
-        copy_headers = {**h.without_broker_headers(headers), **origin, attempt_header: attempt}
-
-        def retried() -> None:
-            self.retried += 1
-            LOG.info("retry %s: attempt %d/%d failed, next in %s via %s (%.200s)", properties.message_id,
-                     attempt, self.contract["max_retries"], format_duration(wait_ms), retry_key, reason)
-
-        self._publish_then_ack(channel, method, retry_exchange, retry_key, body,
-                               h.copy_properties(properties, copy_headers), retried)
-
-    def _park(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties, body: bytes,
-              reason: _Reason | str, *, attempts: int, exchange: str, routing_key: str, first_failure_at: str | None,
-              permanent: bool = False) -> None:
-        """Publish the parking copy (then ack). `first_failure_at` None (strategy native): the copy carries
-        `last-failure-at`, now, instead: a native retry is the same message redelivered unchanged, so no time
-        recorded at the first failure can reach the last one."""
-        # The attempt counter is left out so that a parked message replayed to its exchange gets a full budget.
-        headers = h.without_broker_headers(properties.headers)
-        headers.pop(self.contract["attempt_header"], None)
-        headers.update({
-            h.ERROR_REASON: str(reason), h.ERROR_QUEUE: self.queue, h.ORIGINAL_EXCHANGE: exchange,
-            h.ORIGINAL_ROUTING_KEY: routing_key, h.ATTEMPTS: attempts,
-        })
-        if first_failure_at is None:
-            headers[h.LAST_FAILURE_AT] = h.utc_iso()
-        else:
-            headers[h.FIRST_FAILURE_AT] = first_failure_at
-        if permanent:
-            headers[h.PERMANENT] = True
-
-        def parked() -> None:
-            self.parked += 1
-            self.permanent += 1 if permanent else 0
-            LOG.info("park %s after %d attempts%s in %s (%.200s)", properties.message_id, attempts,
-                     " (permanent failure)" if permanent else "", self.contract["error_queue"], reason)
-
-        self._publish_then_ack(channel, method, self.contract["error_exchange"], routing_key, body,
-                               h.copy_properties(properties, headers), parked)
+        self._publish_then_ack(channel, method, decision.exchange, decision.routing_key, body,
+                               h.copy_properties(properties, decision.headers),
+                               lambda: self._count(decision, properties.message_id, reason))
 
     def _publish_then_ack(self, channel: BlockingChannel, method: Basic.Deliver, exchange: str,
                           routing_key: str, body: bytes, properties: BasicProperties,
@@ -705,3 +462,8 @@ class RetryingConsumer:
         self._settle()
         while self.in_flight() >= self.max_in_flight:
             self._await_answers()
+
+
+def _delivered(method: Basic.Deliver, properties: BasicProperties) -> Delivered:
+    """What a policy reads of a pika delivery."""
+    return Delivered(method.exchange, method.routing_key, properties.headers or {}, properties.message_id)

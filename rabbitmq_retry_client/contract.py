@@ -12,8 +12,9 @@ A contract with any other strategy is refused rather than followed the wrong way
 
 The contract is defined once, as a JSON Schema shipped beside this module (`contract.schema.json`, for consumers
 in any language): which keys each strategy's contract holds and of which type, the default strategy and the
-native retry call come from it. `validate` also checks the ranges the client relies on, with messages that name
-the key.
+native retry call come from it, and `validate` checks a contract against it alone (plus the two relations between
+keys of a levels contract that JSON Schema cannot state), each problem keyed by its path. `RetryContract` is the
+same shape as a TypedDict: the components type the contract they export with it.
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ import json
 import math
 import shutil
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, cast
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, ValidationError, validators
 
-Contract = dict[str, Any]
+from .contract_types import RetryContract
 
 SCHEMA_PATH = Path(__file__).with_name("contract.schema.json")
 """The contract's JSON Schema (draft 2020-12)."""
@@ -39,50 +40,10 @@ DEFAULT_STRATEGY: str = _STRATEGY["default"]
 SUPPORTED_STRATEGIES: tuple[str, ...] = tuple(_STRATEGY["enum"])
 """What this client can follow; a contract naming any other strategy is refused by `load_contract`."""
 NATIVE_RETRY_CALL: str = SCHEMA["$defs"]["native"]["properties"]["retry_call"]["const"]
-_JSON_TYPES: Mapping[str, type | tuple[type, ...]] = {"string": str, "integer": int, "number": (int, float),
-                                                      "array": list, "object": Mapping, "null": type(None)}
 
 
-def _shape(strategy: str) -> tuple[list[str], dict[str, Mapping[str, Any]]]:
-    """The keys the schema requires of a contract of `strategy` (common keys first) and every key it describes."""
-    parts = [SCHEMA["$defs"]["common"], SCHEMA["$defs"][strategy]]
-    return ([key for part in parts for key in part["required"]],
-            {key: spec for part in parts for key, spec in part["properties"].items()})
-
-
-_SHAPES = {strategy: _shape(strategy) for strategy in SUPPORTED_STRATEGIES}
-
-
-def _type_name(spec: Mapping[str, Any]) -> str:
-    kinds = spec["type"] if "type" in spec else [type(spec["const"]).__name__]
-    return " or ".join(getattr(_JSON_TYPES.get(kind), "__name__", kind)
-                       for kind in ([kinds] if isinstance(kinds, str) else kinds))
-
-
-def _fits(value: object, spec: Mapping[str, Any]) -> bool:
-    """`value` is of a type the schema allows (a boolean is never a number)."""
-    kinds = spec["type"] if "type" in spec else [{str: "string", int: "integer"}[type(spec["const"])]]
-    allowed = tuple(_JSON_TYPES[kind] for kind in ([kinds] if isinstance(kinds, str) else kinds))
-    return isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
-
-
-def _key_problems(contract: Contract, strategy: str) -> list[str]:
-    """The top-level keys against the schema: required ones present, every one of its type, enum or value
-    (`retry_call` has a message of its own); nested values are checked by the strategy's own problems."""
-    required, described = _SHAPES[strategy]
-    problems = []
-    for key in [*required, *(k for k in described if k not in required and k in contract)]:
-        spec, value = described[key], contract.get(key)
-        if key == "strategy":
-            continue
-        if key not in contract or not _fits(value, spec):
-            problems.append(f"{key}: missing or not {_type_name(spec)}" if key in required
-                            else f"{key}: not {_type_name(spec)}")
-        elif "enum" in spec and value not in spec["enum"]:
-            problems.append(f"{key}: {value!r} is not one of {', '.join(map(str, spec['enum']))}")
-        elif "const" in spec and key != "retry_call" and value != spec["const"]:
-            problems.append(f"{key}: {value!r} is not {spec['const']!r}")
-    return problems
+Contract = RetryContract
+"""The name the client's API has used for the contract since before it was typed."""
 
 
 class ContractError(ValueError):
@@ -118,108 +79,93 @@ def strategy_of(contract: Mapping[str, Any]) -> str:
     return str(contract.get("strategy", DEFAULT_STRATEGY))
 
 
+def _finite_number(checker: Any, value: object) -> bool:
+    """JSON's numbers: no boolean, no NaN or infinity (Python's json reads them, no other language's does)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+_VALIDATOR = validators.extend(Draft202012Validator, type_checker=Draft202012Validator.TYPE_CHECKER.redefine(
+    "number", _finite_number))(SCHEMA)
+
+
+def _where(path: Iterable[str | int]) -> str:
+    """`tiers[0].delay_ms` for the path (`tiers`, 0, `delay_ms`); `contract` for the whole."""
+    out = ""
+    for step in path:
+        out += f"[{step}]" if isinstance(step, int) else (f".{step}" if out else str(step))
+    return out or "contract"
+
+
+_KINDS = {"string": "a string", "integer": "an integer", "number": "a number", "object": "an object",
+          "array": "an array", "null": "null", "boolean": "a boolean"}
+
+
+def _problems_of(error: ValidationError) -> Iterator[tuple[str, str]]:
+    """A schema error as (path, `path: why`); missing keys are keyed by their own paths, with the type each takes."""
+    path = list(error.absolute_path)
+    if error.validator != "required":
+        yield _where(path), f"{_where(path)}: {error.message}"
+        return
+    properties: Mapping[str, Any] = error.schema.get("properties", {}) if isinstance(error.schema, Mapping) else {}
+    present = error.instance if isinstance(error.instance, Mapping) else {}
+    for key in [k for k in error.validator_value if k not in present]:  # type: ignore[union-attr]
+        where = _where([*path, key])
+        yield where, f"{where}: missing{_kind(properties.get(key, {}))}"
+
+
+def _kind(spec: Mapping[str, Any]) -> str:
+    """` (a string)`, ` (an integer or null)`: the type a key's schema takes, or nothing when it names none."""
+    kind = spec.get("type")
+    kinds = [kind] if isinstance(kind, str) else kind or []
+    return f" ({' or '.join(_KINDS[k] for k in kinds)})" if kinds else ""
+
+
+def _problems(contract: Mapping[str, Any]) -> list[str]:
+    """Every schema error, one per path (a type error before the others of its path), in path order."""
+    errors = sorted(_VALIDATOR.iter_errors(contract),
+                    key=lambda e: ([str(step) for step in e.absolute_path], e.validator != "type"))
+    by_path: dict[str, str] = {}
+    for error in errors:
+        for where, problem in _problems_of(error):
+            by_path.setdefault(where, problem)
+    return list(by_path.values())
+
+
+def _levels_relations(contract: Mapping[str, Any]) -> list[str]:
+    """What JSON Schema cannot say, between keys of a levels contract (checked once the keys it compares are valid):
+    the levels fit the routing key's words, and `delay_exchanges` names one exchange per level, the top one last."""
+    words, levels = contract.get("delay_words"), contract.get("delay_levels")
+    if not (_whole(words) and _whole(levels)) or min(words, levels) < 1:
+        return []
+    if levels > words:
+        return [f"delay_levels: {levels} is more than delay_words ({words})"]
+    exchanges, top = contract.get("delay_exchanges"), contract.get("delay_exchange")
+    if not isinstance(exchanges, list) or not isinstance(top, str):
+        return []
+    if exchanges[-1:] == [top] and len(exchanges) == levels:
+        return []
+    return [f"delay_exchanges: expected one exchange name per level ({levels}), level 0 first, the last being "
+            f"delay_exchange ({top})"]
+
+
 def _whole(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _number(value: object) -> TypeGuard[int | float]:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _tiers_problems(contract: Contract) -> list[str]:
-    tiers = contract.get("tiers") or []
-    problems = [] if tiers else ["tiers: empty"]
-    if not isinstance(tiers, list):
-        return problems  # its type is reported with the other keys
-    for i, tier in enumerate(tiers):
-        if not (isinstance(tier, Mapping) and isinstance(tier.get("routing_key"), str)
-                and isinstance(tier.get("delay_ms"), int)):
-            problems.append(f"tiers[{i}]: needs routing_key (string) and delay_ms (integer)")
-    return problems
-
-
-def _native_problems(contract: Contract) -> list[str]:
-    if isinstance(contract.get("retry_call"), str) and contract["retry_call"] != NATIVE_RETRY_CALL:
-        return [f"retry_call: {contract['retry_call']!r} is not {NATIVE_RETRY_CALL}, the only call this client makes"]
-    return []
-
-
-def _levels_problems(contract: Contract) -> list[str]:
-    """The ranges the routing key and the back-off rely on (the types are checked with the other keys)."""
-    problems = []
-    backoff = contract.get("backoff")
-    if isinstance(backoff, Mapping):
-        for key in ("initial_ms", "max_ms"):
-            if not _whole(backoff.get(key)):
-                problems.append(f"backoff.{key}: missing or not int")
-            elif backoff[key] < 0:
-                problems.append(f"backoff.{key}: {backoff[key]} is below 0")
-        multiplier, jitter = backoff.get("multiplier"), backoff.get("jitter")
-        if not _number(multiplier):
-            problems.append("backoff.multiplier: missing or not a number")
-        elif multiplier < 1:
-            problems.append(f"backoff.multiplier: {multiplier} is below 1")
-        if not _number(jitter):
-            problems.append("backoff.jitter: missing or not a number")
-        elif not 0 <= jitter < 1:
-            problems.append(f"backoff.jitter: {jitter} is not at least 0 and below 1")
-    unit, words, levels = contract.get("delay_unit_ms"), contract.get("delay_words"), contract.get("delay_levels")
-    if _whole(unit) and unit < 1:
-        problems.append(f"delay_unit_ms: {unit} is below 1")
-    if _whole(words) and _whole(levels) and not 1 <= levels <= words:
-        problems.append(f"delay_levels: {levels} is not between 1 and delay_words ({words})")
-    # Optional: contracts written before it name the top level only. Its length and last name are checked only
-    # when delay_levels and delay_exchange are themselves valid (their own problems are reported above).
-    exchanges, top = contract.get("delay_exchanges"), contract.get("delay_exchange")
-    if exchanges is not None:
-        names = isinstance(exchanges, list) and all(isinstance(e, str) for e in exchanges)
-        checkable = _whole(words) and _whole(levels) and 1 <= levels <= words and isinstance(top, str)
-        if not names or (checkable and (len(exchanges) != levels or exchanges[-1] != top)):
-            problems.append(f"delay_exchanges: expected one exchange name per level ({levels}), level 0 first, the "
-                            f"last being delay_exchange ({top})")
-    return problems
-
-
-_STRATEGY_PROBLEMS = {"tiers": _tiers_problems, "native": _native_problems, "levels": _levels_problems}
-_VALIDATOR = Draft202012Validator(SCHEMA)
-
-
-def _where(path: Iterator[str | int] | Any) -> str:
-    """`tiers[0].delay_ms` for the path (`tiers`, 0, `delay_ms`)."""
-    out = ""
-    for step in path:
-        out += f"[{step}]" if isinstance(step, int) else (f".{step}" if out else str(step))
-    return out
-
-
-def _schema_problems(contract: Contract, reported: list[str]) -> list[str]:
-    """Whatever else the JSON Schema refuses, one `key: why` each; a key already reported by the checks above (with
-    their messages) is not reported again."""
-    seen = {problem.split(":", 1)[0].split(".", 1)[0].split("[", 1)[0] for problem in reported}
-    problems = []
-    for error in sorted(_VALIDATOR.iter_errors(contract), key=lambda e: [str(p) for p in e.absolute_path]):
-        where = _where(error.absolute_path)
-        if error.validator == "required" and not where:
-            continue  # a missing top-level key is reported by `_key_problems`
-        if (where.split(".", 1)[0].split("[", 1)[0] or "contract") in seen:
-            continue
-        problems.append(f"{where or 'contract'}: {error.message}")
-    return list(dict.fromkeys(problems))
-
-
 def validate(source: Mapping[str, Any]) -> Contract:
-    """The contract as plain data with whole numbers; ContractError listing every problem at once."""
-    contract: Contract = whole_numbers(source)
+    """The contract as plain data with whole numbers, checked against contract.schema.json; ContractError listing
+    every problem at once, each keyed by its path (`tiers[0].delay_ms: -1 is less than the minimum of 0`)."""
+    contract = whole_numbers(source)
     strategy = strategy_of(contract)
     if strategy not in SUPPORTED_STRATEGIES:
         raise ContractError(f"retry contract for {contract.get('queue')!r} uses strategy {strategy!r}, which this "
                             f"client does not support (supported: {', '.join(SUPPORTED_STRATEGIES)}); "
                             "upgrade rabbitmq-retry or follow docs/contract.md by hand")
-    problems = _key_problems(contract, strategy) + _STRATEGY_PROBLEMS[strategy](contract)
-    problems += _schema_problems(contract, problems)
+    problems = _problems(contract)
+    problems += _levels_relations(contract)  # empty for a contract without delay levels
     if problems:
         raise ContractError(f"invalid retry contract for {contract.get('queue')!r}: " + "; ".join(problems))
-    return json.loads(json.dumps(contract))  # plain and independent of the caller's dict
+    return cast(Contract, json.loads(json.dumps(contract)))  # plain and independent of the caller's dict
 
 
 def read_contracts(path: str | Path) -> Any:

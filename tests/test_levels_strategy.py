@@ -661,12 +661,13 @@ def test_a_contract_without_delay_exchanges_is_followed_through_the_top_level():
     assert client_levels.delay_exchange(default_contract(), 10**12) == "rabbitmq-retry.delay.16"  # capped
 
 
-@pytest.mark.parametrize("exchanges", [["rabbitmq-retry.delay.0"], "rabbitmq-retry.delay.16",
-                                       [f"rabbitmq-retry.delay.{k}" for k in range(1, 18)]])
+@pytest.mark.parametrize("exchanges", [["rabbitmq-retry.delay.0"], [f"rabbitmq-retry.delay.{k}" for k in range(1, 18)]])
 def test_the_client_refuses_delay_exchanges_that_are_not_one_per_level_up_to_delay_exchange(exchanges):
     with pytest.raises(ContractError, match=r"delay_exchanges: expected one exchange name per level \(17\), level 0 "
                                             r"first, the last being delay_exchange \(rabbitmq-retry\.delay\.16\)"):
         validate({**default_contract(), "delay_exchanges": exchanges})
+    with pytest.raises(ContractError, match=r"delay_exchanges: 'rabbitmq-retry.delay.16' is not of type 'array'$"):
+        validate({**default_contract(), "delay_exchanges": "rabbitmq-retry.delay.16"})
 
 
 # --- components under mocks ----------------------------------------------------------------------------------

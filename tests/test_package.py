@@ -161,8 +161,8 @@ def requirements(installed: Path) -> dict[str | None, list[str]]:
 
 def test_the_client_installs_with_pika_and_jsonschema_alone_and_the_components_ask_for_pulumi(installed: Path):
     """jsonschema: the client validates each contract against the schema it ships, as consumers in other languages
-    can (rabbitmq_retry_client/contract.py)."""
-    assert requirements(installed) == {None: ["pika", "jsonschema"],
+    can (rabbitmq_retry_client/contract.py); the asyncio consumer's aio-pika is an extra of its own."""
+    assert requirements(installed) == {None: ["pika", "jsonschema"], "aio": ["aio-pika"],
                                        "components": ["pulumi", "pulumi-rabbitmq", "PyYAML"],
                                        "tools": ["rabbitmq-retry[components]"]}
 

@@ -32,8 +32,9 @@ from rabbitmq_retry_client import stack_output as stack_output_of
 from rabbitmq_retry_client.cli import UsageError, duration, main, parser, urls
 from rabbitmq_retry_client.connection import BrokerRefusedError, BrokerUnreachableError, connect, hosts
 from rabbitmq_retry_client.connection import parameters as _parameters
-from rabbitmq_retry_client.consumer import DEFAULT_PREFETCH, _Worker
+from rabbitmq_retry_client.consumer import DEFAULT_PREFETCH
 from rabbitmq_retry_client.contract import SCHEMA
+from rabbitmq_retry_client.handler_thread import HandlerThread
 from rabbitmq_retry_client.headers import (
     MAX_REASON_BYTES,
     copy_properties,
@@ -157,50 +158,50 @@ def test_the_loaded_contract_is_independent_of_the_callers_dict() -> None:
 def test_a_missing_text_field_is_named(key: str) -> None:
     source = contract()
     del source[key]
-    assert _problems(source) == f"invalid retry contract for 'orders': {key}: missing or not str"
+    assert _problems(source) == f"invalid retry contract for 'orders': {key}: missing (a string)"
 
 
 @pytest.mark.parametrize(("key", "value", "kind"), [
-    ("max_retries", "5", "int"),
-    ("max_retries", True, "int"),  # a bool is an int to Python, never a retry budget
-    ("max_retries", 2.5, "int"),
-    ("max_retries", None, "int"),
-    ("retry_exchange", 7, "str"),
-    ("vhost", b"shop", "str"),
+    ("max_retries", "5", "integer"),
+    ("max_retries", True, "integer"),  # a bool is an int to Python, never a retry budget
+    ("max_retries", 2.5, "integer"),
+    ("max_retries", None, "integer"),
+    ("retry_exchange", 7, "string"),
+    ("vhost", b"shop", "string"),
 ])
 def test_a_field_of_the_wrong_type_is_named(key: str, value: Any, kind: str) -> None:
-    assert _problems(contract(**{key: value})) == f"invalid retry contract for 'orders': {key}: missing or not {kind}"
+    assert _problems(contract(**{key: value})) == (
+        f"invalid retry contract for 'orders': {key}: {value!r} is not of type '{kind}'")
 
 
 def test_tiers_that_are_not_a_list_are_named() -> None:
     assert _problems(contract(tiers=None)) == (
-        "invalid retry contract for 'orders': tiers: missing or not list; tiers: empty")
+        "invalid retry contract for 'orders': tiers: None is not of type 'array'")
 
 
 def test_a_contract_needs_at_least_one_tier() -> None:
-    assert _problems(contract(tiers=[])) == "invalid retry contract for 'orders': tiers: empty"
+    assert _problems(contract(tiers=[])) == "invalid retry contract for 'orders': tiers: [] should be non-empty"
 
 
-@pytest.mark.parametrize("tier", [
-    {"routing_key": "wait.1"},
-    {"delay_ms": 1000},
-    {"routing_key": "wait.1", "delay_ms": "1000"},
-    {"routing_key": "wait.1", "delay_ms": 1000.5},
-    {"routing_key": 1, "delay_ms": 1000},
-    "wait.1",
+@pytest.mark.parametrize(("tier", "problem"), [
+    ({"routing_key": "wait.1"}, "tiers[1].delay_ms: missing (an integer)"),
+    ({"delay_ms": 1000}, "tiers[1].routing_key: missing (a string)"),
+    ({"routing_key": "wait.1", "delay_ms": "1000"}, "tiers[1].delay_ms: '1000' is not of type 'integer'"),
+    ({"routing_key": "wait.1", "delay_ms": 1000.5}, "tiers[1].delay_ms: 1000.5 is not of type 'integer'"),
+    ({"routing_key": 1, "delay_ms": 1000}, "tiers[1].routing_key: 1 is not of type 'string'"),
+    ("wait.1", "tiers[1]: 'wait.1' is not of type 'object'"),
 ])
-def test_each_tier_needs_a_routing_key_and_a_whole_delay(tier: Any) -> None:
+def test_each_tier_needs_a_routing_key_and_a_whole_delay(tier: Any, problem: str) -> None:
     tiers = [{"routing_key": "wait.1", "delay_ms": 1000}, tier]
-    assert _problems(contract(tiers=tiers)) == (
-        "invalid retry contract for 'orders': tiers[1]: needs routing_key (string) and delay_ms (integer)")
+    assert _problems(contract(tiers=tiers)) == f"invalid retry contract for 'orders': {problem}"
 
 
 def test_every_problem_is_reported_at_once() -> None:
     source = contract(max_retries="many", tiers=[{"routing_key": "wait.1"}])
     del source["error_queue"]
-    assert _problems(source) == ("invalid retry contract for 'orders': max_retries: missing or not int; "
-                                 "error_queue: missing or not str; "
-                                 "tiers[0]: needs routing_key (string) and delay_ms (integer)")
+    assert _problems(source) == ("invalid retry contract for 'orders': error_queue: missing (a string); "
+                                 "max_retries: 'many' is not of type 'integer'; "
+                                 "tiers[0].delay_ms: missing (an integer)")
 
 
 def test_delivery_limit_is_optional() -> None:
@@ -215,11 +216,11 @@ def test_the_consumer_validates_its_contract_and_mode_before_connecting() -> Non
 
     with pytest.raises(ValueError, match=r"^mode must be one of reject, republish, got 'requeue'$"):
         RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(), handler, "requeue")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"^invalid retry contract for 'orders': tiers: empty$"):
+    with pytest.raises(ValueError, match=r"^invalid retry contract for 'orders': tiers: \[\] should be non-empty$"):
         RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(tiers=[]), handler)
     nameless = contract()
     del nameless["queue"]
-    with pytest.raises(ValueError, match=r"^invalid retry contract for None: queue: missing or not str$"):
+    with pytest.raises(ValueError, match=r"^invalid retry contract for None: queue: missing \(a string\)$"):
         RetryingConsumer("amqp://127.0.0.1:1/%2F", nameless, handler)
     consumer = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(vhost="test"), handler, "republish")
     assert (consumer.queue, consumer.mode, consumer._params[0].virtual_host) == ("orders", "republish", "test")
@@ -460,7 +461,7 @@ def test_whatever_the_handler_raises_is_a_failed_attempt_and_its_thread_serves_t
         if body == b"fail":
             raise ValueError("bad")
 
-    worker = _Worker(handler)
+    worker = HandlerThread(handler)
     outcomes = []
     for body in (b"exit", b"ok", b"interrupt", b"fail", b"ok"):
         worker.submit(body, BasicProperties())
@@ -476,7 +477,7 @@ def test_a_handler_still_running_has_no_outcome_yet() -> None:
     def slow(body: bytes, properties: BasicProperties) -> None:
         release.wait(5)
 
-    worker = _Worker(slow)
+    worker = HandlerThread(slow)
     worker.submit(b"slow", BasicProperties())
     assert worker.outcome(timeout=0.05) == (False, None)
     release.set()
@@ -808,48 +809,49 @@ def test_a_levels_contract_is_accepted_whole_numbers_included() -> None:
 
 
 @pytest.mark.parametrize(("key", "kind"), [
-    ("delay_exchange", "str"), ("delay_unit_ms", "int"), ("delay_words", "int"), ("delay_levels", "int"),
-    ("max_delay_ms", "int"), ("backoff", "Mapping"), ("max_retries", "int"), ("attempt_header", "str"),
-    ("error_exchange", "str"), ("error_queue", "str"),
+    ("delay_exchange", "a string"), ("delay_unit_ms", "an integer"), ("delay_words", "an integer"),
+    ("delay_levels", "an integer"), ("max_delay_ms", "an integer"), ("backoff", "an object"),
+    ("max_retries", "an integer"), ("attempt_header", "a string"), ("error_exchange", "a string"),
+    ("error_queue", "a string"),
 ])
 def test_a_missing_levels_field_is_named(key: str, kind: str) -> None:
     source = levels_contract()
     del source[key]
-    assert _levels_problems(source) == f"{key}: missing or not {kind}"
+    assert _levels_problems(source) == f"{key}: missing ({kind})"
 
 
 @pytest.mark.parametrize(("key", "value", "problem"), [
-    ("backoff", "1s", "backoff: missing or not Mapping"),
-    ("delay_exchange", None, "delay_exchange: missing or not str"),
-    ("delay_unit_ms", "1000", "delay_unit_ms: missing or not int"),
-    ("delay_unit_ms", 0.5, "delay_unit_ms: missing or not int"),
-    ("delay_unit_ms", 0, "delay_unit_ms: 0 is below 1"),
-    ("delay_unit_ms", -1000, "delay_unit_ms: -1000 is below 1"),
-    ("delay_words", True, "delay_words: missing or not int"),
-    ("delay_levels", 0, "delay_levels: 0 is not between 1 and delay_words (28)"),
-    ("delay_levels", 29, "delay_levels: 29 is not between 1 and delay_words (28)"),
-    ("delay_words", 16, "delay_levels: 17 is not between 1 and delay_words (16)"),
+    ("backoff", "1s", "backoff: '1s' is not of type 'object'"),
+    ("delay_exchange", None, "delay_exchange: None is not of type 'string'"),
+    ("delay_unit_ms", "1000", "delay_unit_ms: '1000' is not of type 'integer'"),
+    ("delay_unit_ms", 0.5, "delay_unit_ms: 0.5 is not of type 'integer'"),
+    ("delay_unit_ms", 0, "delay_unit_ms: 0 is less than the minimum of 1"),
+    ("delay_unit_ms", -1000, "delay_unit_ms: -1000 is less than the minimum of 1"),
+    ("delay_words", True, "delay_words: True is not of type 'integer'"),
+    ("delay_levels", 0, "delay_levels: 0 is less than the minimum of 1"),
+    ("delay_levels", 29, "delay_levels: 29 is more than delay_words (28)"),
+    ("delay_words", 16, "delay_levels: 17 is more than delay_words (16)"),
 ])
 def test_a_wrong_levels_field_is_named(key: str, value: Any, problem: str) -> None:
     assert _levels_problems(levels_contract(**{key: value})) == problem
 
 
 @pytest.mark.parametrize(("changes", "problem"), [
-    ({"initial_ms": None}, "backoff.initial_ms: missing or not int"),
-    ({"initial_ms": 1.5}, "backoff.initial_ms: missing or not int"),
-    ({"max_ms": "1h"}, "backoff.max_ms: missing or not int"),
-    ({"max_ms": True}, "backoff.max_ms: missing or not int"),
-    ({"initial_ms": -1}, "backoff.initial_ms: -1 is below 0"),
-    ({"multiplier": None}, "backoff.multiplier: missing or not a number"),
-    ({"multiplier": "2"}, "backoff.multiplier: missing or not a number"),
-    ({"multiplier": True}, "backoff.multiplier: missing or not a number"),
-    ({"multiplier": float("inf")}, "backoff.multiplier: missing or not a number"),
-    ({"multiplier": 0.5}, "backoff.multiplier: 0.5 is below 1"),
-    ({"multiplier": 0}, "backoff.multiplier: 0 is below 1"),
-    ({"jitter": None}, "backoff.jitter: missing or not a number"),
-    ({"jitter": float("nan")}, "backoff.jitter: missing or not a number"),
-    ({"jitter": -0.1}, "backoff.jitter: -0.1 is not at least 0 and below 1"),
-    ({"jitter": 1.0}, "backoff.jitter: 1 is not at least 0 and below 1"),
+    ({"initial_ms": None}, "backoff.initial_ms: None is not of type 'integer'"),
+    ({"initial_ms": 1.5}, "backoff.initial_ms: 1.5 is not of type 'integer'"),
+    ({"max_ms": "1h"}, "backoff.max_ms: '1h' is not of type 'integer'"),
+    ({"max_ms": True}, "backoff.max_ms: True is not of type 'integer'"),
+    ({"initial_ms": -1}, "backoff.initial_ms: -1 is less than the minimum of 0"),
+    ({"multiplier": None}, "backoff.multiplier: None is not of type 'number'"),
+    ({"multiplier": "2"}, "backoff.multiplier: '2' is not of type 'number'"),
+    ({"multiplier": True}, "backoff.multiplier: True is not of type 'number'"),
+    ({"multiplier": float("inf")}, "backoff.multiplier: inf is not of type 'number'"),
+    ({"multiplier": 0.5}, "backoff.multiplier: 0.5 is less than the minimum of 1"),
+    ({"multiplier": 0}, "backoff.multiplier: 0 is less than the minimum of 1"),
+    ({"jitter": None}, "backoff.jitter: None is not of type 'number'"),
+    ({"jitter": float("nan")}, "backoff.jitter: nan is not of type 'number'"),
+    ({"jitter": -0.1}, "backoff.jitter: -0.1 is less than the minimum of 0"),
+    ({"jitter": 1.0}, "backoff.jitter: 1 is greater than or equal to the maximum of 1"),
 ])
 def test_a_wrong_backoff_field_is_named_with_its_path(changes: dict[str, Any], problem: str) -> None:
     assert _levels_problems(levels_backoff(**changes)) == problem
@@ -870,9 +872,10 @@ def test_every_levels_problem_is_reported_at_once() -> None:
     source = levels_contract(delay_unit_ms=0, delay_levels=40, backoff={"multiplier": 0.5, "jitter": 2})
     del source["delay_exchange"]
     assert _levels_problems(source) == (
-        "delay_exchange: missing or not str; backoff.initial_ms: missing or not int; backoff.max_ms: missing or "
-        "not int; backoff.multiplier: 0.5 is below 1; backoff.jitter: 2 is not at least 0 and below 1; "
-        "delay_unit_ms: 0 is below 1; delay_levels: 40 is not between 1 and delay_words (28)")
+        "delay_exchange: missing (a string); backoff.initial_ms: missing (an integer); backoff.max_ms: missing "
+        "(an integer); backoff.jitter: 2 is greater than or equal to the maximum of 1; backoff.multiplier: 0.5 is "
+        "less than the minimum of 1; delay_unit_ms: 0 is less than the minimum of 1; delay_levels: 40 is more than "
+        "delay_words (28)")
 
 
 # --- strategy levels: routing key and back-off ------------------------------------------------------

@@ -18,6 +18,7 @@ from components.resources import ShovelAccess
 from tests.support.deploy import Deployer, configured_brokers, throwaway_vhost, unreachable
 from tests.support.environment import missing
 from tests.support.mirror import Broker, call, esc
+from tests.support.retrying import CONSUMER_KINDS
 
 HERE = Path(__file__).resolve().parent
 BROKERS = configured_brokers()
@@ -66,3 +67,9 @@ def shovel_user(broker: Broker) -> Iterator[ShovelAccess]:
         yield ShovelAccess(name, password, broker.amqp_port)
     finally:
         call(broker, "DELETE", f"users/{esc(name)}")
+
+
+@pytest.fixture(params=CONSUMER_KINDS)
+def consumer_kind(request: pytest.FixtureRequest) -> str:
+    """Each consumer the behaviour suite runs: "threaded" (RetryingConsumer) and "asyncio" (AsyncRetryingConsumer)."""
+    return str(request.param)

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from pika.exceptions import ChannelClosedByBroker, UnroutableError
 
-from bench import accuracy, floor, peers, report, throughput
+from bench import accuracy, aio_floor, floor, peers, report, throughput
 from bench.__main__ import QUEUE_TYPES, Progress, broker_file, p1_runs
 from bench.strategies import P1_STRATEGIES
 from tests.support import retrying
 from tests.support.admin import version
-from tests.support.amqp import drain, message_counts
+from tests.support.amqp import drain, message_counts, parameters
 from tests.support.deploy import Deployer
 from tests.support.environment import missing
 from tests.support.mirror import Broker
@@ -113,6 +113,14 @@ def test_the_hand_wired_loops_lose_nothing_and_retry_each_failing_message_once(b
                     continue
                 assert target.contract is not None
                 messages = 12
+                if target.row == floor.ASYNCIO:  # the bare aio-pika loop
+                    retrying.publish_ids(broker, target.vhost, "in", [f"f{i:05d}" for i in range(messages)])
+                    deliveries, retries, _ = aio_floor.bare(parameters(broker, target.vhost), target.contract,
+                                                            messages, prefetch=5)
+                    assert (deliveries, retries) == (2 * messages, messages), queue_type
+                    queues = [target.contract["queue"], *(t["queue"] for t in target.contract["tiers"])]
+                    assert set(message_counts(broker, target.vhost, queues).values()) == {0}, queue_type
+                    continue
                 plain = target.row in floor.PLAIN_ROWS
                 ids = [f"f{i:05d}" for i in range(2 * messages if plain else messages)]
                 loops = [floor.loop_of(broker, target, floor.PART_KINDS[target.row], messages, prefetch=5)

@@ -113,13 +113,14 @@ def test_delays_chosen_in_reverse_order_arrive_in_delay_order_never_early_none_l
 
 @pytest.mark.parametrize("queue_type", QUEUE_TYPES)
 def test_the_client_retries_through_the_levels_at_its_backoff_then_parks_each_message_once(
-        broker: Broker, deploy: Deployer, queue_type: str) -> None:
+        broker: Broker, deploy: Deployer, queue_type: str, consumer_kind: str) -> None:
     """Backoff 200, 400, 800 ms (no jitter), max_retries 3: four deliveries, the gaps never shorter than the
     backoff, then one parked copy with the attempts and the origin; nothing left anywhere else."""
     deployment = deploy(levels_config(queue_type))
     contract = deployment.contracts["billing"]
     ids = [f"c{i}" for i in range(6)]
-    recorder = fail_every_attempt(broker, deployment.vhost, contract, ids, "in", "billing.created")
+    recorder = fail_every_attempt(broker, deployment.vhost, contract, ids, "in", "billing.created",
+                                  kind=consumer_kind)
     for message_id in ids:
         deliveries = recorder.deliveries[message_id]
         assert len(deliveries) == 1 + 3, message_id

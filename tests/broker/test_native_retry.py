@@ -52,13 +52,14 @@ def needs_native(broker: Broker) -> None:
 
 
 def test_rejected_attempts_come_back_at_the_linear_delays_then_the_client_parks_each_once(
-        broker: Broker, deploy: Deployer) -> None:
+        broker: Broker, deploy: Deployer, consumer_kind: str) -> None:
     needs_native(broker)
     deployment = deploy(native_queue("linear"))
     contract = deployment.contracts["linear"]
     assert contract["strategy"] == "native" and contract["delivery_limit"] == MAX_RETRIES
     ids = [f"n{i}" for i in range(5)]
-    recorder = fail_every_attempt(broker, deployment.vhost, contract, ids, "in", "order.created", idle_s=1.5)
+    recorder = fail_every_attempt(broker, deployment.vhost, contract, ids, "in", "order.created", idle_s=1.5,
+                                  kind=consumer_kind)
 
     for message_id in ids:
         deliveries = recorder.deliveries[message_id]

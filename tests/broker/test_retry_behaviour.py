@@ -34,10 +34,11 @@ from pika.spec import BasicProperties
 from bench import retry_timing
 from rabbitmq_retry_client import Handler, Mode, PermanentError, RetryingConsumer
 from rabbitmq_retry_client.headers import rejected_attempts
+from rabbitmq_retry_client.policies import Decision, Delivered
 from tests.support.admin import wait_for
 from tests.support.amqp import channel, drain, message_counts, next_message, parameters
 from tests.support.mirror import Broker
-from tests.support.retrying import Delivery, Recorder, publish_ids, retryable_queue, run_consumers
+from tests.support.retrying import Delivery, Recorder, consumer_of, publish_ids, retryable_queue, run_consumers
 
 if TYPE_CHECKING:
     from tests.support.deploy import Deployer
@@ -65,13 +66,13 @@ def _first_failure_at(headers: dict[str, Any]) -> datetime:
 
 @pytest.mark.parametrize("queue_type", ["classic", "quorum"])
 def test_a_rejected_message_comes_back_through_tier_one_never_before_its_delay(
-        broker: Broker, deploy: Deployer, queue_type: str) -> None:
+        broker: Broker, deploy: Deployer, queue_type: str, consumer_kind: str) -> None:
     deployment = deploy({"exchanges": [{"name": "in", "type": "fanout"}],
                          "queues": [retryable_queue("timed", queue_type, ["300ms", "1s"], 1)]})
     contract = deployment.contracts["timed"]
     ids = [f"t{i}" for i in range(30)]
     recorder = Recorder(lambda _: 1)
-    consumer = RetryingConsumer(parameters(broker, deployment.vhost), contract, recorder, "reject")
+    consumer = consumer_of(consumer_kind, parameters(broker, deployment.vhost), contract, recorder, "reject")
     publish_ids(broker, deployment.vhost, "in", ids)
     run_consumers([consumer], lambda: consumer.processed >= len(ids), timeout=60)
 
@@ -114,7 +115,8 @@ def test_retry_reaches_only_the_failing_queue(broker: Broker, deploy: Deployer, 
 # --- 3. stepped back-off ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("queue_type", ["classic", "quorum"])
-def test_republish_steps_through_the_tiers_then_parks_once(broker: Broker, deploy: Deployer, queue_type: str) -> None:
+def test_republish_steps_through_the_tiers_then_parks_once(broker: Broker, deploy: Deployer, queue_type: str,
+                                                           consumer_kind: str) -> None:
     delays, max_retries = [200, 300, 500], 5
     deployment = deploy({"exchanges": [{"name": "in", "type": "topic"}],
                          "queues": [retryable_queue("stepped", queue_type, [f"{d}ms" for d in delays], max_retries,
@@ -122,7 +124,7 @@ def test_republish_steps_through_the_tiers_then_parks_once(broker: Broker, deplo
     contract = deployment.contracts["stepped"]
     ids = [f"s{i}" for i in range(5)]
     recorder = Recorder(lambda _: 10**6)
-    consumer = RetryingConsumer(parameters(broker, deployment.vhost), contract, recorder, "republish")
+    consumer = consumer_of(consumer_kind, parameters(broker, deployment.vhost), contract, recorder, "republish")
     publish_ids(broker, deployment.vhost, "in", ids, routing_key="order.created", content_type="text/plain")
     run_consumers([consumer], lambda: consumer.parked >= len(ids), timeout=60)
     consumer.run(idle_timeout=0.7)  # nothing else may come back
@@ -165,7 +167,8 @@ def test_republish_steps_through_the_tiers_then_parks_once(broker: Broker, deplo
 # --- 4. reject mode counts from x-death ----------------------------------------------------------------
 
 @pytest.mark.parametrize("queue_type", ["classic", "quorum"])
-def test_reject_mode_counts_attempts_from_x_death_and_parks(broker: Broker, deploy: Deployer, queue_type: str) -> None:
+def test_reject_mode_counts_attempts_from_x_death_and_parks(broker: Broker, deploy: Deployer, queue_type: str,
+                                                            consumer_kind: str) -> None:
     max_retries = 3
     deployment = deploy({"exchanges": [{"name": "in", "type": "direct"}],
                          "queues": [retryable_queue("plain", queue_type, ["200ms", "2s"], max_retries,
@@ -173,7 +176,7 @@ def test_reject_mode_counts_attempts_from_x_death_and_parks(broker: Broker, depl
     contract = deployment.contracts["plain"]
     ids = [f"r{i}" for i in range(5)]
     recorder = Recorder(lambda _: 10**6)
-    consumer = RetryingConsumer(parameters(broker, deployment.vhost), contract, recorder, "reject")
+    consumer = consumer_of(consumer_kind, parameters(broker, deployment.vhost), contract, recorder, "reject")
     publish_ids(broker, deployment.vhost, "in", ids, routing_key="job")
     run_consumers([consumer], lambda: consumer.parked >= len(ids), timeout=60)
     consumer.run(idle_timeout=0.7)
@@ -222,7 +225,8 @@ def _restart_4_3() -> None:
     ("quorum", "reject", False),
     ("quorum", "republish", True),
 ], ids=["classic-republish", "classic-reject", "quorum-republish", "quorum-reject", "quorum-republish-restart"])
-def test_no_message_is_lost(broker: Broker, deploy: Deployer, queue_type: str, mode: Mode, restart: bool) -> None:
+def test_no_message_is_lost(broker: Broker, deploy: Deployer, queue_type: str, mode: Mode, restart: bool,
+                            consumer_kind: str) -> None:
     if restart and broker.name != "4.3":
         pytest.skip("the restart sub-case runs on the 4.3 broker only")
     if restart and not BROKERS_SH.exists():
@@ -243,7 +247,8 @@ def test_no_message_is_lost(broker: Broker, deploy: Deployer, queue_type: str, m
         recorder(body, properties)
 
     handler: Handler = slow_handler
-    consumers = [RetryingConsumer(params, contract, handler, mode, reconnect_timeout=180, publish_failure_pause=0.2)
+    consumers = [consumer_of(consumer_kind, params, contract, handler, mode, reconnect_timeout=180,
+                             publish_failure_pause=0.2)
                  for _ in range(NO_LOSS_CONSUMERS)]
     started = time.monotonic()
     publish_ids(broker, deployment.vhost, "in", list(plan))
@@ -327,13 +332,13 @@ def test_copies_refused_mid_flight_requeue_their_originals_lose_nothing_and_ack_
 
     consumer = RetryingConsumer(parameters(broker, deployment.vhost), deployment.contracts["flight"], handler,
                                 "republish", prefetch=10, publish_failure_pause=0.05)
-    route, fail = consumer.retry_route, consumer._fail_republish
+    route, fail = consumer.policy.retry_route, consumer.policy.on_failure
     poisoned: list[str] = []
     retrying: list[str] = []
 
-    def tracking(channel: Any, method: Any, properties: BasicProperties, body: bytes, reason: str) -> None:
-        retrying.append(str(properties.message_id))
-        fail(channel, method, properties, body, reason)
+    def tracking(delivered: Delivered, reason: Any, *, permanent: bool = False) -> Decision:
+        retrying.append(str(delivered.message_id))
+        return fail(delivered, reason, permanent=permanent)
 
     def poisoning_route(attempt: int) -> tuple[str, str, int]:
         # The delivery being retried (handlers of deliveries already received run back to back before any is
@@ -345,8 +350,8 @@ def test_copies_refused_mid_flight_requeue_their_originals_lose_nothing_and_ack_
                 "flight.retry", "nowhere", 200)
         return route(attempt)
 
-    consumer.retry_route = poisoning_route  # type: ignore[method-assign]
-    consumer._fail_republish = tracking  # type: ignore[method-assign]
+    consumer.policy.retry_route = poisoning_route  # type: ignore[method-assign]
+    consumer.policy.on_failure = tracking  # type: ignore[method-assign]
     publish_ids(broker, deployment.vhost, "in", ids)
     with caplog.at_level(logging.ERROR, logger="rabbitmq_retry_client"):
         run_consumers([consumer], lambda: set(succeeded) >= set(ids), timeout=60)
@@ -413,7 +418,8 @@ def test_the_timing_benchmark_runs(broker: Broker, mode: Mode) -> None:
 # --- handlers: permanent failures, deadlines, heartbeats, stopping ----------------------------------------
 
 @pytest.mark.parametrize("mode", ["reject", "republish"])
-def test_a_permanent_failure_is_parked_at_once_without_a_retry(broker: Broker, deploy: Deployer, mode: Mode) -> None:
+def test_a_permanent_failure_is_parked_at_once_without_a_retry(broker: Broker, deploy: Deployer, mode: Mode,
+                                                                consumer_kind: str) -> None:
     deployment = deploy({"exchanges": [{"name": "in", "type": "direct"}],
                          "queues": [retryable_queue("strict", "quorum", ["200ms"], 3, routing_key="job")]})
     contract = deployment.contracts["strict"]
@@ -424,7 +430,7 @@ def test_a_permanent_failure_is_parked_at_once_without_a_retry(broker: Broker, d
         recorder(body, properties)
         raise PermanentError(f"malformed {properties.message_id}")
 
-    consumer = RetryingConsumer(parameters(broker, deployment.vhost), contract, refuse, mode)
+    consumer = consumer_of(consumer_kind, parameters(broker, deployment.vhost), contract, refuse, mode)
     publish_ids(broker, deployment.vhost, "in", ids, routing_key="job")
     run_consumers([consumer], lambda: consumer.parked >= len(ids), timeout=30)
     consumer.run(idle_timeout=0.5)  # nothing comes back

@@ -44,7 +44,7 @@ from tests.support.amqp import drain, message_counts
 from tests.support.cluster import Cluster
 from tests.support.deploy import Deployer, Deployment
 from tests.support.mirror import apply
-from tests.support.retrying import Recorder, publish_ids, retryable_queue, run_consumers
+from tests.support.retrying import Recorder, consumer_of, publish_ids, retryable_queue, run_consumers
 from tools.lib.engine import QUEUE, VHOST
 
 EARLY_MS = 5
@@ -120,8 +120,9 @@ def deploy_placed(cluster: Cluster, vhost: str, waits_apart: bool) -> Deployment
     return deployment
 
 
-def loops(cluster: Cluster, deployment: Deployment) -> list[Loop]:
-    """A consumer per retryable queue (tiers-reject in reject mode), connecting to node CONSUMERS_ON first."""
+def loops(cluster: Cluster, deployment: Deployment, kind: str = "threaded") -> list[Loop]:
+    """A consumer of `kind` (CONSUMER_KINDS) per retryable queue (tiers-reject in reject mode), connecting to node
+    CONSUMERS_ON first."""
     rng = random.Random(f"{cluster.version}-{deployment.vhost}")
     urls = cluster.urls(CONSUMERS_ON, *(i for i in (1, 2, 3) if i != CONSUMERS_ON))
     made = []
@@ -130,8 +131,8 @@ def loops(cluster: Cluster, deployment: Deployment) -> list[Loop]:
         plan = {f"{queue}-{i:04d}": rng.choice([0, 0, 1, 1, 2, 3, 4]) for i in range(PER_QUEUE)}
         recorder = Recorder(plan.__getitem__)
         loop = Loop(queue, mode, contract, plan, recorder,
-                    RetryingConsumer(urls, contract, recorder, mode, reconnect_timeout=SETTLE_S,
-                                     publish_failure_pause=0.2))
+                    consumer_of(kind, urls, contract, recorder, mode, reconnect_timeout=SETTLE_S,
+                                publish_failure_pause=0.2))
         made.append(loop)
     return made
 
@@ -181,7 +182,7 @@ def never_early(loop: Loop) -> list[str]:
     for message_id, deliveries in loop.recorder.deliveries.items():
         first_at: dict[int, float] = {}
         for delivery in deliveries:
-            attempt = loop.consumer._attempt(delivery.headers)
+            attempt = loop.consumer.policy.attempt(delivery.headers)
             first_at.setdefault(attempt, delivery.monotonic)
         for attempt in sorted(first_at):
             if attempt > 1 and attempt - 1 in first_at:
@@ -195,19 +196,22 @@ def longest_pause_s(loop: Loop, after: float, retries_only: bool) -> float:
     """The longest gap between consecutive deliveries (or retries: attempt 2 and later) from `after` on (the
     kill) to the last one, in seconds: how long the loop stood still."""
     times = sorted(d.monotonic for deliveries in loop.recorder.deliveries.values() for d in deliveries
-                   if d.monotonic >= after and not (retries_only and loop.consumer._attempt(d.headers) == 1))
+                   if d.monotonic >= after and not (retries_only and loop.consumer.policy.attempt(d.headers) == 1))
     return round(max((b - a for a, b in pairwise([after, *times])), default=0.0), 1)
 
 
-@pytest.mark.parametrize(("victim", "waits_apart"), [
-    (INPUTS_ON, True), (WAITS_ON, True), (CONSUMERS_ON, True), (INPUTS_ON, False)],
-    ids=["input-queue-leader", "wait-and-level-leader", "consumers-node", "leader-of-inputs-and-waits"])
+@pytest.mark.parametrize(("victim", "waits_apart", "kind"), [
+    (INPUTS_ON, True, "threaded"), (WAITS_ON, True, "threaded"), (CONSUMERS_ON, True, "threaded"),
+    (INPUTS_ON, False, "threaded"), (CONSUMERS_ON, True, "asyncio")],
+    ids=["input-queue-leader", "wait-and-level-leader", "consumers-node", "leader-of-inputs-and-waits",
+         "consumers-node-asyncio"])
 def test_a_killed_node_loses_nothing_delivers_nothing_early_and_leaves_nothing_stuck(
-        cluster: Cluster, vhost: str, victim: int, waits_apart: bool, capsys: pytest.CaptureFixture[str]) -> None:
+        cluster: Cluster, vhost: str, victim: int, waits_apart: bool, kind: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
     """The last case is the placement a stack gets when one node declares everything (3.x's default leader
     locator): the node that dies leads both a queue and the queue it dead-letters into."""
     deployment = deploy_placed(cluster, vhost, waits_apart)
-    running = loops(cluster, deployment)
+    running = loops(cluster, deployment, kind)
     for loop in running:
         slowed(loop)
     publisher = cluster.node(INPUTS_ON).broker
@@ -296,7 +300,8 @@ def test_a_killed_node_loses_nothing_delivers_nothing_early_and_leaves_nothing_s
             problems.append(f"{loop.queue}: the consumer never saw its node die")
     leads = "inputs and waits" if not waits_apart else {INPUTS_ON: "inputs", WAITS_ON: "waits",
                                                          CONSUMERS_ON: "consumers' node"}[victim]
-    report(cluster, f"kill node {victim} ({cluster.node(victim).name}, {leads})", figures, capsys)
+    scenario = f"kill node {victim} ({cluster.node(victim).name}, {leads})"
+    report(cluster, scenario + (" asyncio" if kind == "asyncio" else ""), figures, capsys)
 
     assert "killed_at" in events and "back_at" in events, f"the node was not killed and restarted: {events}"
     assert "no_failover" not in events, f"the consumers did not reach another node while theirs was down: {events}"

@@ -4,6 +4,7 @@ tests/broker/test_retry_behaviour.py and bench/retry_timing.py."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import defaultdict
@@ -16,7 +17,8 @@ from typing import Any
 import pika
 from pika.spec import BasicProperties
 
-from rabbitmq_retry_client import RetryingConsumer
+from rabbitmq_retry_client import Handler, RetryingConsumer
+from rabbitmq_retry_client.aio import AsyncRetryingConsumer
 from rabbitmq_retry_client.confirms import Confirms
 from rabbitmq_retry_client.publisher import message_properties
 from tests.support.amqp import parameters
@@ -109,12 +111,50 @@ def publish_ids(broker: Broker, vhost: str, exchange: str, ids: Iterable[str], r
         raise refusals[0]
 
 
+CONSUMER_KINDS = ("threaded", "asyncio")
+"""The behaviour suite runs each consumer: `RetryingConsumer`, and `AsyncRetryingConsumer` through `AsyncInThread`."""
+
+
+class AsyncInThread:
+    """An `AsyncRetryingConsumer` driven as a `RetryingConsumer` is (`run`, `close`, the counters), on an event loop
+    of its own, so that the same tests and `run_consumers` drive both; `handler(body, properties)` is called with
+    the aio-pika message as its properties (`message_id`, `headers`)."""
+
+    def __init__(self, params: Any, contract: Any, handler: Handler, *args: Any, **kwargs: Any) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.handler = handler
+        """Called for each delivery; a test may replace it, as a RetryingConsumer's."""
+
+        async def handle(message: Any) -> None:
+            self.handler(message.body, message)
+
+        self.consumer = AsyncRetryingConsumer(params, contract, handle, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.consumer, name)
+
+    def run(self, max_messages: int | None = None, idle_timeout: float | None = None,
+            until: Callable[[], bool] | None = None) -> int:
+        return self.loop.run_until_complete(self.consumer.run(max_messages, idle_timeout, until))
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.consumer.close())
+
+
+def consumer_of(kind: str, params: Any, contract: Any, handler: Handler, *args: Any,
+                **kwargs: Any) -> RetryingConsumer:
+    """A consumer of `kind` (CONSUMER_KINDS) with `RetryingConsumer`'s arguments."""
+    if kind == "threaded":
+        return RetryingConsumer(params, contract, handler, *args, **kwargs)
+    return AsyncInThread(params, contract, handler, *args, **kwargs)  # type: ignore[return-value]
+
+
 def fail_every_attempt(broker: Broker, vhost: str, contract: dict[str, Any], ids: list[str], exchange: str,
-                       routing_key: str, idle_s: float = 1.0) -> Recorder:
+                       routing_key: str, idle_s: float = 1.0, kind: str = "threaded") -> Recorder:
     """Publish `ids`, let one RetryingConsumer fail every delivery until it has parked them all, then keep
     consuming for `idle_s` (nothing else may come back); the recorder of every delivery."""
     recorder = Recorder(lambda _: 10**6)
-    consumer = RetryingConsumer(parameters(broker, vhost), contract, recorder)
+    consumer = consumer_of(kind, parameters(broker, vhost), contract, recorder)
     publish_ids(broker, vhost, exchange, ids, routing_key=routing_key)
     run_consumers([consumer], lambda: consumer.parked >= len(ids), timeout=60)
     consumer.run(idle_timeout=idle_s)
