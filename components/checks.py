@@ -25,6 +25,7 @@ from pulumi.errors import RunError
 
 from . import wire
 from .config import DEFAULT_DELIVERY_LIMIT
+from .config.names import names
 from .durations import format_duration
 from .effective import Effective, PolicyIndex, Setting, effective_settings
 from .entries import (
@@ -159,7 +160,7 @@ def _overlaps(graph: _Graph) -> list[Problem]:
     problems = []
     for config, queues, derived in clashes.values():
         path = config[0].source or ""
-        shown = ", ".join(f'"{q}"' for q in queues[:3]) + (f" and {len(queues) - 3} more" if len(queues) > 3 else "")
+        shown = names(queues[:3]) + (f" and {len(queues) - 3} more" if len(queues) > 3 else "")
         who = " and ".join(_named(p) for p in config)
         if derived:
             problems.append(Problem(

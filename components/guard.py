@@ -27,6 +27,7 @@ from rabbitmq_retry_client.management import truthy
 
 from .config import ConfigError
 from .config.keys import NAMESPACE
+from .config.names import names
 from .config.settings import AMQP_PORT, DELETE_WITH_MESSAGES, parse_amqp_port, parse_delete_with_messages
 from .entries import VhostPlan
 from .paths import at_risk
@@ -253,7 +254,7 @@ def path_refusal(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
                 holding.append(f'"{queue}" cannot be read ({error})')
                 continue
             if depth is not None and depth.messages:
-                shown = ", ".join(parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
+                shown = names(parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
                 holding.append(f'"{queue}" holds {depth.messages:,} message{"s" * (depth.messages != 1)} '
                                f"({depth.describe()}) and needs {shown}, which this update would delete or replace")
         if holding:

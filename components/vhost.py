@@ -22,6 +22,7 @@ from .checks import TopologyError, check_logical_names, check_vhost, stale_polic
 from .config import ConfigError, load_vhost
 from .config import Vhost as VhostConfig
 from .config.key_paths import entry_path
+from .config.names import names
 from .delay_levels import DelayLevels, DelayLevelsPythonArgs
 from .entries import DelayLevelsPlan, RetryablePlan, VhostPlan
 from .foreign import accepts_other_languages, hosted
@@ -98,7 +99,7 @@ class Vhost(pulumi.ComponentResource):
             passwords = {g.user: whole.apply(functools.partial(_password, where, g.user))
                          for g in self.plan.permissions}
         if missing := [g.user for g in self.plan.permissions if g.user not in passwords]:
-            raise ConfigError([(f"{where}.passwords", f"no password for {', '.join(missing)}; pass a secret "
+            raise ConfigError([(f"{where}.passwords", f"no password for {names(missing)}; pass a secret "
                                 "per application user")])
         shovel_access: ShovelAccess | None = checked.get("shovel_access")
         if self.plan.shovels and shovel_access is None:

@@ -209,7 +209,7 @@ def test_a_missing_password_is_a_clear_error_for_a_reused_component():
     with pytest.raises(ConfigError) as error:
         Vhost("shop", {"vhost": shop(), "passwords": {"billing-app": "x"}})
     assert error.value.problems == [
-        ("Vhost(shop).passwords", "no password for shipping-app; pass a secret per application user")]
+        ("Vhost(shop).passwords", "no password for `shipping-app`; pass a secret per application user")]
 
 
 def test_a_user_cannot_be_an_application_in_two_vhosts():

@@ -38,9 +38,8 @@ def test_a_declared_policy_that_also_matches_one_of_our_queues_is_refused():
     # One problem, with the policy's key path, however many of the queue's own queues it hits.
     assert problems(raw) == [
         "vhosts[0].policies[team-limits] (policy 'team-limits') matches 5 queues that have a policy of this stack "
-        "(\"orders\", "
-        '"orders.error", "orders.wait.1" and 2 more): RabbitMQ applies only one policy per queue; narrow the pattern '
-        "to leave them out, and set what it sets through the queue's own keys (max_length, delivery_limit; "
+        "(`orders`, `orders.error`, `orders.wait.1` and 2 more): RabbitMQ applies only one policy per queue; narrow "
+        "the pattern to leave them out, and set what it sets through the queue's own keys (max_length, delivery_limit; "
         "message_ttl, max_length_bytes on a plain queue)"]
 
 
@@ -49,7 +48,7 @@ def test_two_config_policies_on_one_queue_name_both_key_paths():
         {"name": "a", "pattern": "^audit$", "definition": {"max-length": 5}},
         {"name": "b", "pattern": "^aud", "definition": {"max-length": 6}}])
     assert problems(raw) == ["vhosts[0].policies[a] (policy 'a') and vhosts[0].policies[b] (policy 'b') both match "
-                             '"audit": RabbitMQ applies only one policy per queue; narrow the patterns so that each '
+                             "`audit`: RabbitMQ applies only one policy per queue; narrow the patterns so that each "
                              "queue has one policy"]
 
 
@@ -277,7 +276,7 @@ def test_an_operator_overflow_other_than_reject_publish_wins_on_a_quorum_queue()
 def test_apply_to_decides_which_queues_a_policy_reaches(apply_to, matched):
     raw = vhost_config(policies=[{"name": "team", "pattern": "^orders$", "apply_to": apply_to,
                                   "definition": {"max-length": 5}}])
-    overlap = ("vhosts[0].policies[team] (policy 'team') matches 1 queue that has a policy of this stack (\"orders\"): "
+    overlap = ("vhosts[0].policies[team] (policy 'team') matches 1 queue that has a policy of this stack (`orders`): "
                "RabbitMQ applies only one policy per queue")
     assert any(p.startswith(overlap) for p in problems(raw)) is matched
     ttl = problems(vhost_config(**operator({"message-ttl": 1000}, "^orders$", apply_to=apply_to)))

@@ -250,7 +250,7 @@ def test_deleting_the_way_back_of_a_wait_queue_that_holds_messages_is_refused_na
     assert "shop/<queue>" not in why and "delete_with_messages" in why
     unbound = without(ORDERS, "Binding orders.requeue → orders")
     why = path_refusal(inventory(ORDERS), inventory(unbound), reader({"orders.wait.1": 20}), frozenset())
-    assert why is not None and "needs Binding orders.requeue → orders, which this update would delete" in why
+    assert why is not None and "needs `Binding orders.requeue → orders`, which this update would delete" in why
 
 
 def test_a_replaced_input_queue_is_refused_while_a_wait_tier_holds_its_way_back_not_for_parked_messages():

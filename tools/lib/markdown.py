@@ -6,6 +6,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from components.config.names import code, names
+
+__all__ = ["cell", "code", "names", "row", "text"]
+
 
 def cell(text: str) -> str:
     """Text for one cell of a GitHub table: a `|` would start a new column, a newline end the row.
@@ -24,19 +28,3 @@ def text(plain: str) -> str:
 
 def row(cells: Iterable[str]) -> str:
     return "| " + " | ".join(cell(c) for c in cells) + " |"
-
-
-def code(text: str) -> str:
-    """`text` as an inline code span, with a fence longer than any run of backticks inside it ("" stays "")."""
-    if not text:
-        return ""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * (longest + 1)
-    padding = " " if text.startswith("`") or text.endswith("`") or not text.strip(" ") else ""
-    return f"{fence}{padding}{text}{padding}{fence}"
-
-
-def names(items: Iterable[str]) -> str:
-    """Names in a message, each a code span: unambiguous whatever a name contains (`, `, spaces, backquotes); the
-    empty name (the default exchange) as `""`."""
-    return ", ".join(code(n) if n else '`""`' for n in items)
