@@ -95,8 +95,8 @@ def test_a_move_reads_not_yet_then_drained_then_retired(broker: Broker, mig_vhos
         call(broker, "DELETE", f"parameters/shovel/{esc(mig_vhost)}/{esc(name)}")
     waiting = read_status(broker, mig_vhost, "retire")
     assert [q for q, _ in waiting.depths] == ["orders", "orders.error", "orders.wait.1"]
-    assert waiting.next_step.startswith("retire not applied yet: orders, orders.error, orders.wait.1 still on the "
-                                        "broker (`pulumi up --stack dev` deletes them)")
+    assert waiting.next_step.startswith("retire not applied yet: `orders`, `orders.error`, `orders.wait.1` still on "
+                                        "the broker (`pulumi up --stack dev` deletes them)")
     for queue in ("orders", "orders.error", "orders.wait.1"):
         call(broker, "DELETE", f"queues/{esc(mig_vhost)}/{esc(queue)}")
     assert read_status(broker, mig_vhost, "retire").next_step == "retired: the entry may be removed"
