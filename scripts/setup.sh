@@ -17,6 +17,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The engine's Go build is CPU-bound and the steps before step 4 mostly wait for downloads and brokers: it runs
+# beside them, its output in .tools/engine.log, printed when it is waited for.
+mkdir -p .tools
+scripts/engine.sh >.tools/engine.log 2>&1 &
+engine=$!
+
 python=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
     if ! "$python" -m venv .venv 2>/dev/null; then
@@ -70,7 +76,10 @@ fi
 scripts/brokers.sh ensure all
 scripts/prometheus.sh install
 
-scripts/engine.sh
+engine_status=0
+wait "$engine" || engine_status=$?
+cat .tools/engine.log
+[ "$engine_status" -eq 0 ] || { echo "setup: scripts/engine.sh failed (exit status $engine_status)" >&2; exit 1; }
 
 if [ "${SETUP_SKIP_UP:-0}" = 1 ]; then
     exit 0
