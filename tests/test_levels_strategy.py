@@ -519,7 +519,7 @@ def test_a_user_policy_on_a_level_overlaps_the_levels_own_policy():
         {"name": "lazy", "pattern": r"^rabbitmq-retry\.delay\.0$", "priority": 99, "definition": {"max-length": 5}}]))
     assert messages(check_vhost(plan)) == [
         "vhosts[0].policies[lazy] (policy 'lazy') matches 1 queue that has a policy of this stack "
-        '("rabbitmq-retry.delay.0"): RabbitMQ applies only one policy per queue; narrow the pattern to leave them '
+        '(`rabbitmq-retry.delay.0`): RabbitMQ applies only one policy per queue; narrow the pattern to leave them '
         "out, and set what it sets through the queue's own keys (max_length, delivery_limit; message_ttl, "
         "max_length_bytes on a plain queue)",
         # The higher priority wins, and it sets no TTL: the level would hold its messages for ever.
