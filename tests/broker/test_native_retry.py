@@ -135,7 +135,7 @@ def test_preview_refuses_native_for_the_broker_s_own_version_when_it_predates_4_
         return
     with pytest.raises(ConfigError) as error:
         load_stack_config(stack)
-    assert [path for path, _ in error.value.problems] == ["vhosts[0].queues[0].retry.strategy"]
+    assert [path for path, _ in error.value.problems] == ["vhosts[v].queues[linear].retry.strategy"]
 
 
 def test_doctor_finds_an_existing_queue_that_the_plan_declares_differently(broker: Broker, deploy: Deployer) -> None:
