@@ -314,14 +314,29 @@ class ParkedQueue:
         `outcome`: counted into as it goes, so that a caller still knows what moved when the connection is lost
         halfway (every message not acked by then goes back to the error queue: nothing is lost)."""
         outcome = Outcome() if outcome is None else outcome
+
+        def route(message: Parked) -> tuple[str, str]:
+            outcome.redriven_before += message.redriven_count > 0
+            return self.destination(message, to_original)
+
+        def headers(message: Parked) -> dict[str, Any]:
+            return h.redriven_headers(message.headers, self.contract["attempt_header"])
+
+        return self._move(selection, outcome, route, headers, dry_run=dry_run, rate=rate, progress=progress)
+
+    def _move(self, selection: Selection, outcome: Outcome, route: Callable[[Parked], tuple[str, str]],
+              headers: Callable[[Parked], dict[str, Any]], *, dry_run: bool, rate: float | None,
+              progress: Callable[[Parked, str, str], None] | None) -> Outcome:
+        """Each selected message of the queue read (`_reading`) published to `route(message)` with `headers(message)`
+        (confirmed, mandatory), then its original acked, at most `rate` a second; `dry_run` only counts them. What is
+        not acked when a publish fails or the connection is lost goes back to the queue read: nothing is lost."""
         interval = 1.0 / rate if rate else 0.0
         publisher = None if dry_run else self._channel(confirms=True)
         next_at = time.monotonic()
         try:
             with self._reading() as reader:
                 for message in self._choose(reader, selection, outcome):
-                    outcome.redriven_before += message.redriven_count > 0
-                    exchange, routing_key = self.destination(message, to_original)
+                    exchange, routing_key = route(message)
                     key = (exchange, routing_key)
                     outcome.destinations[key] = outcome.destinations.get(key, 0) + 1
                     if publisher is None:
@@ -332,8 +347,7 @@ class ParkedQueue:
                             assert self._connection is not None
                             self._connection.sleep(delay)  # services heartbeats meanwhile
                         next_at = max(next_at, time.monotonic()) + interval
-                    copy = h.copy_properties(message.properties,
-                                             h.redriven_headers(message.headers, self.contract["attempt_header"]))
+                    copy = h.copy_properties(message.properties, headers(message))
                     publisher.basic_publish(exchange, routing_key, message.body, copy, mandatory=True)
                     reader.ack(message)
                     outcome.moved += 1

@@ -10,7 +10,6 @@ counter too), but for the broker's own (`x-death`, delivery counters): a copy is
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,34 +47,15 @@ class StuckTiers(ParkedQueue):
         """Move every message `tier` (a wait queue) held when it began to the input queue alone; `dry_run` counts
         them. Messages left unacknowledged (a failed publish, a lost connection) go back to the tier."""
         self.queue = tier  # what `_reading` reads
-        selection, outcome = Selection(), Outcome()
-        interval = 1.0 / rate if rate else 0.0
-        publisher = None if dry_run else self._channel(confirms=True)
         exchange, fixed_key = self.queue_route()
-        next_at = time.monotonic()
-        try:
-            with self._reading() as reader:
-                for message in self._choose(reader, selection, outcome):
-                    routing_key = message.original_routing_key if fixed_key is None else fixed_key
-                    outcome.destinations[(exchange, routing_key)] = \
-                        outcome.destinations.get((exchange, routing_key), 0) + 1
-                    if publisher is None:
-                        continue
-                    if interval:
-                        if (delay := next_at - time.monotonic()) > 0:
-                            assert self._connection is not None
-                            self._connection.sleep(delay)
-                        next_at = max(next_at, time.monotonic()) + interval
-                    copy = h.copy_properties(message.properties, h.without_broker_headers(message.headers))
-                    publisher.basic_publish(exchange, routing_key, message.body, copy, mandatory=True)
-                    reader.ack(message)
-                    outcome.moved += 1
-                    if progress is not None:
-                        progress(message, exchange, routing_key)
-        finally:
-            if publisher is not None and publisher.is_open:
-                publisher.close()
-        return outcome
+
+        def route(message: Parked) -> tuple[str, str]:
+            return exchange, message.original_routing_key if fixed_key is None else fixed_key
+
+        def headers(message: Parked) -> dict[str, Any]:
+            return h.without_broker_headers(message.headers)
+
+        return self._move(Selection(), Outcome(), route, headers, dry_run=dry_run, rate=rate, progress=progress)
 
     def redrive_all(self, only: str | None = None, *, dry_run: bool = False,
                     rate: float | None = None) -> Iterator[Moved]:
