@@ -458,6 +458,18 @@ def dev_resources(repo: Path) -> int:
     return sum(r.custom and r.type != engine.STASH for r in record_program("dev", repo))
 
 
+def a_removed_tier_committed(repo: Path) -> None:
+    """`repo`: the dev stack's program files and tools in a git repository of their own, then a commit that removes
+    a tier (its wait queue deleted: what a review with an endpoint reads on the broker)."""
+    for name in ("Pulumi.yaml", "Pulumi.dev.yaml", "Makefile"):
+        shutil.copy(ROOT / name, repo)
+    shutil.copytree(ROOT / "tools", repo / "tools", ignore=shutil.ignore_patterns("__pycache__"))
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "base")
+    commit_edit(repo, "delays: [1s, 5s, 15s]", "delays: [1s, 5s]")
+
+
 def commit_edit(repo: Path, old: str, new: str) -> None:
     path = repo / "Pulumi.dev.yaml"
     assert old in path.read_text()

@@ -8,7 +8,6 @@ input does: one line naming the setting to fix, and nothing changed on the broke
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -318,15 +317,9 @@ def test_make_review_with_an_https_endpoint(tls_broker: Broker, program_copy: Pa
     """`make review ENDPOINT=https://…` end to end (tests/test_review.py's repository): a removed tier's wait queues
     are read on the broker over HTTPS and AMQPS (the shared broker may have the dev vhost or not); without the CA,
     the review says it could not read them, in one line naming the setting."""
-    from tests.test_review import cli, commit_edit, git
+    from tests.test_review import a_removed_tier_committed, cli
 
-    for name in ("Pulumi.yaml", "Pulumi.dev.yaml", "Makefile"):
-        shutil.copy(ROOT / name, program_copy)
-    shutil.copytree(ROOT / "tools", program_copy / "tools", ignore=shutil.ignore_patterns("__pycache__"))
-    git(program_copy, "init", "-q")
-    git(program_copy, "add", ".")
-    git(program_copy, "commit", "-qm", "base")
-    commit_edit(program_copy, "delays: [1s, 5s, 15s]", "delays: [1s, 5s]")
+    a_removed_tier_committed(program_copy)
     assert tls_broker.tls is not None
     env = {"RABBITMQ_USERNAME": tls_broker.username, "RABBITMQ_PASSWORD": tls_broker.password,
            "PYTHONPATH": str(program_copy)}

@@ -15,7 +15,6 @@ The first test shows the relay does see a password sent in clear: the others' si
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -232,15 +231,9 @@ def test_the_review_reads_no_depth_over_a_redirect_or_plain_amqp(
         broker: Broker, program_copy: Path, ca: CertificateAuthority, server_cert: tuple[Path, Path],
         operator: Operator, http_relay: RecordingRelay, amqp_relay: RecordingRelay) -> None:
     """`make review ENDPOINT=https://…`: the review says it could not read the queues, in one line each time."""
-    from tests.test_review import cli, commit_edit, git
+    from tests.test_review import a_removed_tier_committed, cli
 
-    for name in ("Pulumi.yaml", "Pulumi.dev.yaml", "Makefile"):
-        shutil.copy(ROOT / name, program_copy)
-    shutil.copytree(ROOT / "tools", program_copy / "tools", ignore=shutil.ignore_patterns("__pycache__"))
-    git(program_copy, "init", "-q")
-    git(program_copy, "add", ".")
-    git(program_copy, "commit", "-qm", "base")
-    commit_edit(program_copy, "delays: [1s, 5s, 15s]", "delays: [1s, 5s]")
+    a_removed_tier_committed(program_copy)
     env = {"RABBITMQ_USERNAME": operator.username, "RABBITMQ_PASSWORD": operator.password,
            "PYTHONPATH": str(program_copy)}
     upstream = (broker.host, broker.management_port)
