@@ -177,12 +177,14 @@ start_node() { # version index: start the node's process unless it runs (returns
   node_pid "$v" "$n" >/dev/null && return 0
   dir="$(cluster_dir "$v")/$n"
   # Not brokers.sh's daemon_start: the detached node must hold neither its lock (fd 9) nor ours (fd 8).
-  on "$v" RABBITMQ_NODENAME="$(node_name "$v" "$n")" RABBITMQ_NODE_PORT="$(node_amqp "$v" "$n")" \
+  # Started in its own directory: a node keeps its caller's working directory, and once that is deleted (a test's
+  # temporary directory, a clone removed after a run) its management API answers 500 (enoent in filename:absname).
+  (cd "$(host_dir "$v")/$n" && on "$v" RABBITMQ_NODENAME="$(node_name "$v" "$n")" RABBITMQ_NODE_PORT="$(node_amqp "$v" "$n")" \
     RABBITMQ_DIST_PORT="$(node_dist "$v" "$n")" RABBITMQ_CONFIG_FILE="$dir/rabbitmq.conf" \
     RABBITMQ_ENABLED_PLUGINS_FILE="$(cluster_dir "$v")/enabled_plugins" RABBITMQ_MNESIA_BASE="$dir/data" \
     RABBITMQ_LOG_BASE="$dir/log" RABBITMQ_PID_FILE="$dir/pid" \
     RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}" \
-    rabbitmq-server -detached >>"$(host_dir "$v")/$n/log/startup.out" 2>&1 </dev/null 8>&- 9>&-
+    rabbitmq-server -detached >>"$(host_dir "$v")/$n/log/startup.out" 2>&1 </dev/null 8>&- 9>&-)
 }
 
 await_node() { # version index: until the node has booted (fails with its log when it does not)
