@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import pika
 from pika.adapters.blocking_connection import BlockingChannel
@@ -32,6 +33,7 @@ from bench.strategies import (
     route,
     vhost_config,
 )
+from components import wire
 from tests.support.amqp import parameters
 from tests.support.deploy import Deployer, throwaway_vhost
 from tests.support.mirror import Broker
@@ -230,6 +232,27 @@ def config_for(strategy: Strategy, queue_type: str, plan: Delays) -> dict[str, o
     return vhost_config(strategy, queue_type, plan.delays_ms, 3, plan.unit_ms)
 
 
+def amqp_url(broker: Broker, vhost: str) -> str:
+    return (f"amqp://{quote(broker.username, safe='')}:{quote(broker.password, safe='')}@{broker.host}:"
+            f"{broker.amqp_port}/{quote(vhost, safe='')}")
+
+
+def declare_kombu(broker: Broker, vhost: str, queue_type: str) -> None:
+    """kombu declares its 28 levels for `queue_type` and binds QUEUE's exchange to its delivery exchange, as
+    Celery's worker does at start-up for a quorum queue."""
+    import kombu
+    from kombu.transport.native_delayed_delivery import (
+        bind_queue_to_native_delayed_delivery_exchange,
+        declare_native_delayed_delivery_exchanges_and_queues,
+    )
+
+    with kombu.Connection(amqp_url(broker, vhost)) as connection:
+        declare_native_delayed_delivery_exchanges_and_queues(connection, queue_type)
+        queue = kombu.Queue(QUEUE, kombu.Exchange(EXCHANGE, type="fanout"), routing_key=QUEUE,
+                            queue_arguments={wire.QUEUE_TYPE.argument: queue_type})
+        bind_queue_to_native_delayed_delivery_exchange(connection, queue)
+
+
 @contextmanager
 def deployed(broker: Broker, strategy: Strategy, queue_type: str,
              plan: Delays) -> Iterator[tuple[str, dict[str, object] | None]]:
@@ -242,8 +265,6 @@ def deployed(broker: Broker, strategy: Strategy, queue_type: str,
                 connection.channel().queue_declare(ANCHOR_DELAY_QUEUE, durable=True,
                                                    arguments=anchor_arguments(queue_type))
         if strategy is KOMBU:
-            from bench.peers import declare_kombu
-
             declare_kombu(broker, vhost, queue_type)
         yield vhost, contract
 
