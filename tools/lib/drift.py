@@ -14,10 +14,10 @@ from components.effective import PolicyIndex, effective_settings
 from components.entries import PolicyPlan, QueuePlan
 from components.user_limits import LIMIT_NAMES
 from tools.lib import engine
-from tools.lib.definitions import Snapshot, binding_id
 from tools.lib.evaluation import MigrationInfo
 from tools.lib.markdown import code, names, row
 from tools.lib.mockrun import Registered
+from tools.lib.snapshot import Snapshot, binding_id
 from tools.lib.unowned import unmanageable_binding, unmanageable_exchange, unmanageable_queue
 
 COMPARED = (engine.QUEUE, engine.EXCHANGE, engine.BINDING, engine.POLICY, engine.OPERATOR_POLICY)

@@ -26,9 +26,9 @@ from typing import Any
 
 from components import naming, wire
 from components.entries import quorum_dead_lettering
-from tools.lib.definitions import Snapshot
 from tools.lib.markdown import code, names
 from tools.lib.routing import Message, arrival_keys, route
+from tools.lib.snapshot import Snapshot
 
 SNEAKERS_MAX_RETRIES = 5
 """Sneakers' default `retry_max_times`."""
