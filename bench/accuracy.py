@@ -17,7 +17,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import quote
 
+import kombu
 import pika
+from kombu.transport.native_delayed_delivery import (
+    bind_queue_to_native_delayed_delivery_exchange,
+    declare_native_delayed_delivery_exchanges_and_queues,
+)
 from pika.adapters.blocking_connection import BlockingChannel
 
 from bench.strategies import (
@@ -240,12 +245,6 @@ def amqp_url(broker: Broker, vhost: str) -> str:
 def declare_kombu(broker: Broker, vhost: str, queue_type: str) -> None:
     """kombu declares its 28 levels for `queue_type` and binds QUEUE's exchange to its delivery exchange, as
     Celery's worker does at start-up for a quorum queue."""
-    import kombu
-    from kombu.transport.native_delayed_delivery import (
-        bind_queue_to_native_delayed_delivery_exchange,
-        declare_native_delayed_delivery_exchanges_and_queues,
-    )
-
     with kombu.Connection(amqp_url(broker, vhost)) as connection:
         declare_native_delayed_delivery_exchanges_and_queues(connection, queue_type)
         queue = kombu.Queue(QUEUE, kombu.Exchange(EXCHANGE, type="fanout"), routing_key=QUEUE,

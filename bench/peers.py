@@ -34,6 +34,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import dramatiq
+import kombu
+from dramatiq import Retry, Worker
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
+from dramatiq.middleware import Retries
+from kombu.transport.native_delayed_delivery import calculate_routing_key, level_name
+
 from bench import accuracy, throughput
 from bench.accuracy import SLACK_S, Delays, Outcome, amqp_url, declare_kombu, stats_of
 from bench.strategies import EXCHANGE, KOMBU, LEVELS, QUEUE, Strategy, vhost_config
@@ -89,18 +96,12 @@ class _Dramatiq:
 
     def __init__(self, broker: Broker, vhost: str, call_: Callable[[str], None], confirm: bool = True,
                  retries: bool = False) -> None:
-        import dramatiq
-        from dramatiq.brokers.rabbitmq import RabbitmqBroker
-        from dramatiq.middleware import Retries
-
         self.broker = RabbitmqBroker(url=amqp_url(broker, vhost), confirm_delivery=confirm,
                                      middleware=[Retries(max_retries=100)] if retries else [])
         options: dict[str, Any] = {"max_retries": 100} if retries else {}
         self.actor = dramatiq.actor(actor_name="bench", queue_name=QUEUE, broker=self.broker, **options)(call_)
 
     def worker(self, timeout_ms: int, prefetch: int | None = None) -> Any:
-        from dramatiq import Worker
-
         worker = Worker(self.broker, worker_timeout=timeout_ms, worker_threads=DRAMATIQ_THREADS)
         if prefetch is not None:
             worker.queue_prefetch = prefetch
@@ -240,9 +241,6 @@ def _kombu_loop(broker: Broker, vhost: str, tally: _Tally, messages: int, prefet
     """A kombu consumer on QUEUE: a failed message is republished as Celery retries a task on a quorum queue (a new
     message through `celery_delayed_27` with the countdown's routing key, without x-death), then acked. Celery's
     defaults: no publisher confirms."""
-    import kombu
-    from kombu.transport.native_delayed_delivery import calculate_routing_key, level_name
-
     key = calculate_routing_key(RETRY_DELAY_MS // 1000, QUEUE)
     deadline = time.monotonic() + throughput.TIMEOUT_S
     options = {"socket_settings": {socket.TCP_USER_TIMEOUT: 0}} if os.environ.get("BENCH_KOMBU_NO_USER_TIMEOUT") else {}
@@ -277,8 +275,6 @@ def _dramatiq_loop(broker: Broker, vhost: str, tally: _Tally, messages: int, pre
     """dramatiq's Worker in this process: the actor raises `Retry(delay=1000)` for a failed attempt (its Retries
     middleware sends the message to QUEUE.DQ with an eta; the worker holds it and republishes it). dramatiq's
     defaults: no publisher confirms. `started()` once the messages are in QUEUE, before the worker starts."""
-    from dramatiq import Retry
-
     logging.getLogger("dramatiq").setLevel(logging.CRITICAL)  # a log line with a traceback per retry otherwise
 
     def act(message_id: str) -> None:
@@ -538,10 +534,6 @@ def _consumers(broker: Broker, vhost: str, queue: str) -> int:
 
 def _worker_main(url: str, log: str) -> None:
     """`python -m bench.peers worker URL LOG`: a dramatiq Worker with its defaults until killed."""
-    import dramatiq
-    from dramatiq import Worker
-    from dramatiq.brokers.rabbitmq import RabbitmqBroker
-
     rabbit = RabbitmqBroker(url=url)
     lock = threading.Lock()
 
