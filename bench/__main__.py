@@ -226,10 +226,7 @@ def broker_file(broker: Broker, context: report.Context, out: Path, scale: Scale
     text += measured.sections(release, stem, out, scale, parts)
     if "p3" in parts:
         text += [f"P3 (plan cost, broker-free) is in [{context.date}-plan-cost.md]({context.date}-plan-cost.md).", ""]
-    path = out / f"{stem}.md"
-    path.write_text("\n".join(text))
-    progress(f"wrote {path}")
-    return path
+    return report.write(out / f"{stem}.md", text, progress)
 
 
 ALERT_ROUNDS = ("the alerts' rounds (bench/alerts.py: a message parked or a consumer closed, then `/api/v1/alerts` "
@@ -251,10 +248,7 @@ def plan_cost_file(context: report.Context, out: Path, sizes: Sequence[int], pro
              f"| duration | {time.monotonic() - started:.0f} s |"]
     text = report.header(f"Benchmark: plan cost (broker-free), {context.date}", context, lines)
     text += report.p3_section(costs, sizes, f"{stem}.png")
-    path = out / f"{stem}.md"
-    path.write_text("\n".join(text))
-    progress(f"wrote {path}")
-    return path
+    return report.write(out / f"{stem}.md", text, progress)
 
 
 def command(quick: bool, parts: Sequence[str], brokers: Sequence[str] | None) -> str:

@@ -255,7 +255,4 @@ def results_file(brokers: Sequence[Broker], context: report.Context, out: Path, 
         text.append(f"| {c.broker} | {c.parked:,} | `parked {c.what}` | {c.limit:,} | {c.read:,} | {c.seconds:.1f} |")
     if failed:
         text += ["", "## Not measured", "", *failed]
-    path = out / f"{context.date}-alerts.md"
-    path.write_text("\n".join([*text, ""]))
-    progress(f"wrote {path}")
-    return path
+    return report.write(out / f"{context.date}-alerts.md", [*text, ""], progress)

@@ -42,7 +42,7 @@ from pika.spec import Basic, BasicProperties
 
 from bench import aio_floor
 from bench.strategies import EXCHANGE, NATIVE, QUEUE, TIERS, Strategy, vhost_config
-from bench.throughput import _cpu_seconds, _Handler, broker_pid, client_core, plain_contract
+from bench.throughput import _cpu_seconds, _Handler, broker_pid, client_core, cpu_stopwatch, plain_contract
 from rabbitmq_retry_client import RetryingConsumer
 from rabbitmq_retry_client.handler_thread import HandlerThread
 from rabbitmq_retry_client.headers import (
@@ -411,12 +411,9 @@ def run_ours(broker: Broker, target: Target, messages: int, prefetch: int = PREF
     mode = "republish" if target.row == REPUBLISH else "reject"
     consumer = RetryingConsumer(parameters(broker, target.vhost), target.contract, handler, mode,  # type: ignore[arg-type]
                                 prefetch=prefetch)
-    pid = broker_pid(broker)
-    broker_before = _cpu_seconds(pid) if pid else 0.0
-    client_before = time.process_time()
+    stopwatch = cpu_stopwatch(broker)
     run_consumers([consumer], lambda: consumer.processed >= count, timeout=TIMEOUT_S)
-    client = time.process_time() - client_before
-    broker_cpu = _cpu_seconds(pid) - broker_before if pid else 0.0
+    client, broker_cpu = stopwatch()
     if consumer.processed != count or consumer.parked:
         raise RuntimeError(f"{target.row}: {consumer.processed} of {count} processed, {consumer.parked} parked")
     return Sample(handler.calls, consumer.retried, handler.last - handler.first, client, broker_cpu)
@@ -448,12 +445,9 @@ def run_hand(broker: Broker, target: Target, messages: int, prefetch: int = PREF
     publish_ids(broker, target.vhost, EXCHANGE, [f"f{i:05d}" for i in range(count)])
     loop = hand_wired(broker, target, messages, prefetch) if kind is None else loop_of(broker, target, kind, messages,
                                                                                         prefetch)
-    pid = broker_pid(broker)
-    broker_before = _cpu_seconds(pid) if pid else 0.0
-    client_before = time.process_time()
+    stopwatch = cpu_stopwatch(broker)
     loop.run()
-    client = time.process_time() - client_before
-    broker_cpu = _cpu_seconds(pid) - broker_before if pid else 0.0
+    client, broker_cpu = stopwatch()
     return Sample(sum(loop.deliveries.values()), loop.retries, loop.last - loop.first, client, broker_cpu)
 
 

@@ -260,7 +260,4 @@ def results_file(brokers: Sequence[Broker], context: report.Context, out: Path, 
              f"| duration | {time.monotonic() - started:.0f} s |"]
     text = report.header(f"Benchmark: levels routing encoding, {context.date}", context, lines)
     text += [*(__doc__ or "").split("\n\n", 1)[1].strip().splitlines(), "", *sections]
-    path = out / f"{context.date}-levels-encoding.md"
-    path.write_text("\n".join(text))
-    progress(f"wrote {path}")
-    return [path]
+    return [report.write(out / f"{context.date}-levels-encoding.md", text, progress)]

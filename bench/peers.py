@@ -315,13 +315,6 @@ def _send_dramatiq(peer: _Dramatiq, broker: Broker, vhost: str, messages: int) -
         time.sleep(0.1)
 
 
-def _cpu(broker: Broker) -> Callable[[], tuple[float, float]]:
-    """A stopwatch of (client CPU s, broker CPU s) from now."""
-    pid = throughput.broker_pid(broker)
-    client, server = time.process_time(), (throughput._cpu_seconds(pid) if pid else 0.0)
-    return lambda: (time.process_time() - client, (throughput._cpu_seconds(pid) - server) if pid else 0.0)
-
-
 def run_loop(broker: Broker, loop: Loop, vhost: str, contract: dict[str, Any] | None, messages: int,
              prefetch: int) -> tuple[Any, int]:
     """One run of `loop` in its prepared vhost: a throughput.Run, and how many messages never succeeded (a peer's
@@ -338,10 +331,11 @@ def run_loop(broker: Broker, loop: Loop, vhost: str, contract: dict[str, Any] | 
         stopwatch: list[Callable[[], tuple[float, float]]] = []
         if loop.library == "kombu":
             publish_ids(broker, vhost, EXCHANGE, [f"t{i:05d}" for i in range(published)])
-            stopwatch.append(_cpu(broker))
+            stopwatch.append(throughput.cpu_stopwatch(broker))
             _kombu_loop(broker, vhost, tally, published, prefetch)
         else:
-            _dramatiq_loop(broker, vhost, tally, published, prefetch, lambda: stopwatch.append(_cpu(broker)))
+            _dramatiq_loop(broker, vhost, tally, published, prefetch,
+                           lambda: stopwatch.append(throughput.cpu_stopwatch(broker)))
         client, server = stopwatch[0]()
         lost = published - tally.done
         deliveries, seconds = tally.calls, tally.last - tally.first

@@ -24,7 +24,7 @@ from bench.peers import (
     Holding,
     Loops,
 )
-from bench.report import ran_peers
+from bench.report import ran_peers, save
 from bench.strategies import KOMBU, LEVELS, NATIVE, TIERS
 from bench.throughput import FAILURES, Run, plain_messages
 
@@ -112,9 +112,7 @@ def p2_peers_plot(loops: Loops, title: str, path: Path) -> None:
     ax.set_title(title, fontsize=9)
     ax.margins(y=0.2)
     ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def holding_section(held: Sequence[Holding]) -> list[str]:

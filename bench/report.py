@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import version as package_version
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -65,6 +66,20 @@ def commit() -> str:
 
 def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def save(fig: Any, path: Path, **layout: Any) -> None:
+    """The figure as a PNG at `path`, then closed."""
+    fig.tight_layout(**layout)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(path: Path, text: Sequence[str], progress: Callable[[str], None]) -> Path:
+    """A results file, said on the progress line."""
+    path.write_text("\n".join(text))
+    progress(f"wrote {path}")
+    return path
 
 
 def _ms(value: float) -> str:
@@ -202,9 +217,7 @@ def p1_plot(outcomes: Sequence[Outcome], title: str, path: Path) -> None:
     ax.set_title(title, fontsize=10, wrap=True)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, ncol=2, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 # --- P2 --------------------------------------------------------------------------------------------------------
@@ -285,9 +298,7 @@ def p2_plot(runs: Sequence[Run], title: str, path: Path) -> None:
     ax.margins(y=0.2)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 # --- P3 --------------------------------------------------------------------------------------------------------
@@ -371,6 +382,4 @@ def p3_plot(costs: Sequence[Cost], title: str, path: Path) -> None:
     handles, labels = left.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(groups), fontsize=8)
     fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, rect=(0, 0.06, 1, 1))
