@@ -55,6 +55,17 @@ RETRY_PATHS_ROOM = 8_000
 """Characters that safe rows leave for the retry paths (grouped contract changes, a few diagrams)."""
 
 
+FAILS_NOTE = ("> ⛔ `pulumi up` would stop halfway, after replacing (and emptying) other queues: resolve the rows "
+              "marked **fails** before applying this change; ALLOW_DATA_LOSS does not waive them.")
+LOSS_NOTES = {
+    False: "> ⚠️ The queues below lose their messages. Drain them first (docs/operations.md: Changing topology "
+           "safely), then acknowledge with ALLOW_DATA_LOSS=1 or --allow-data-loss.",
+    True: "> ⚠️ Data loss acknowledged (ALLOW_DATA_LOSS=1 or --allow-data-loss): the queues below still lose their "
+          "messages."}
+CONTRACT_NOTE = ("> 💥 Consumers of the old retry contract break as said below: redeploy them with the new contract "
+                 "before, or together with, `pulumi up`.")
+
+
 def _summary(m: Model, allow_data_loss: bool) -> list[str]:
     by_risk = Counter(r.risk for r in m.rows)
     counts = m.counts
@@ -66,18 +77,8 @@ def _summary(m: Model, allow_data_loss: bool) -> list[str]:
              ("🔓 protection", PROTECTION)]
     out = ["**" + ", ".join([*summary, f"{counts['same']:,} unchanged"]) + "**"
            + "".join(f" — {label}: {by_risk[level]:,}" for label, level in flags if by_risk[level])]
-    if by_risk[FAILS]:
-        out += ["", "> ⛔ `pulumi up` would stop halfway, after replacing (and emptying) other queues: resolve the "
-                "rows marked **fails** before applying this change; ALLOW_DATA_LOSS does not waive them."]
-    if by_risk[DATA_LOSS] and allow_data_loss:
-        out += ["", "> ⚠️ Data loss acknowledged (ALLOW_DATA_LOSS=1 or --allow-data-loss): the queues below still "
-                "lose their messages."]
-    elif by_risk[DATA_LOSS]:
-        out += ["", "> ⚠️ The queues below lose their messages. Drain them first (docs/operations.md: Changing "
-                "topology safely), then acknowledge with ALLOW_DATA_LOSS=1 or --allow-data-loss."]
-    if by_risk[CONTRACT]:
-        out += ["", "> 💥 Consumers of the old retry contract break as said below: redeploy them with the new "
-                "contract before, or together with, `pulumi up`."]
+    for level, note in ((FAILS, FAILS_NOTE), (DATA_LOSS, LOSS_NOTES[allow_data_loss]), (CONTRACT, CONTRACT_NOTE)):
+        out += ["", note] * bool(by_risk[level])
     if m.stale:
         out += ["", "### Policies that match nothing", "", *m.stale]
     return out
@@ -268,8 +269,7 @@ def render(steps: Sequence[Step], old: Sequence[Registered], new: Sequence[Regis
     old = [r for r in old if r.type != engine.STASH]
     new = [r for r in new if r.type != engine.STASH]
     m = model(steps, old, new, plans, migrations)
-    lost = any(r.risk == DATA_LOSS for r in m.rows)
-    fails = any(r.risk == FAILS for r in m.rows)
+    risks = {r.risk for r in m.rows}
     moving = migration_section(migrations, steps, old, plans[0], stack, read, endpoint)
     return Review(compact(m, allow_data_loss) + moving, full(m, allow_data_loss) + moving,
-                  2 if fails or (lost and not allow_data_loss) else 0, tuple(m.rows))
+                  2 if FAILS in risks or (DATA_LOSS in risks and not allow_data_loss) else 0, tuple(m.rows))
