@@ -185,6 +185,13 @@ class Pair:
             return None
         return Pair(self.queue_type, HEADERS, ours=self.carrying, hand=self.hand, loads=self.loads)
 
+    def _retries_within(self) -> tuple[bool, str]:
+        """(met, the broker CPU's words) of a retry row: rate ≥ 0.9 × and broker CPU ≤ 1.1 × the hand-wired side's."""
+        rate, broker = self.rate_ratio or 0.0, self.broker_ratio
+        cpu = ("broker CPU not local" if broker is None
+               else f"{shown(broker, BROKER_CPU_TARGET)} × its broker CPU per retry")
+        return rate >= RATE_TARGET and (broker is None or broker <= BROKER_CPU_TARGET), cpu
+
     def verdict(self) -> tuple[bool, str]:
         """(met, why) against the targets: rate ≥ 0.9 ×, and for retries broker CPU ≤ 1.1 ×. A republish row short
         of the bare loop is met only by the issue's other way: ours within the same targets of the hand-wired loop
@@ -197,21 +204,15 @@ class Pair:
         if self.row == PLAIN:
             return rate >= RATE_TARGET, (f"{shown(rate, RATE_TARGET)} × bare pika's deliveries/s "
                                          f"(target ≥ {RATE_TARGET})")
-        broker = self.broker_ratio
-        met = rate >= RATE_TARGET and (broker is None or broker <= BROKER_CPU_TARGET)
-        cpu = ("broker CPU not local" if broker is None
-               else f"{shown(broker, BROKER_CPU_TARGET)} × its broker CPU per retry")
+        met, cpu = self._retries_within()
         why = (f"{shown(rate, RATE_TARGET)} × the hand-wired retries/s (target ≥ {RATE_TARGET}), {cpu} "
                f"(target ≤ {BROKER_CPU_TARGET})")
         carried = self.carried()
         if met or carried is None or not carried.rate_ratios:
             return met, why
         against = Pair(self.queue_type, self.row, ours=self.ours, hand=self.carrying, loads=self.loads)
-        carried_rate, carried_broker = against.rate_ratio or 0.0, against.broker_ratio
+        (explained, carried_cpu), carried_rate = against._retries_within(), against.rate_ratio or 0.0
         cost = carried.rate_ratio or 0.0
-        explained = carried_rate >= RATE_TARGET and (carried_broker is None or carried_broker <= BROKER_CPU_TARGET)
-        carried_cpu = ("broker CPU not local" if carried_broker is None
-                       else f"{shown(carried_broker, BROKER_CPU_TARGET)} × its broker CPU per retry")
         return explained, (f"{why}; {'explained' if explained else 'not explained'} by what our copy carries (its "
                            f"attempt and origin headers, `mandatory`), measured alone in the same rounds: the "
                            f"hand-wired loop carrying it runs at {cost:.2f} × the bare loop's retries/s, and ours at "
