@@ -234,8 +234,9 @@ def _accuracy_against_peers(outcomes: Sequence[Outcome]) -> list[str]:
         return []
     worst = max(ours)
     within = all(p99 <= target for p99, target, _, _ in ours)
+    peers = _peers_worst(outcomes)
     return [f"- Our worst p99: {worst[0]:,.1f} ms ({worst[2]}); every p99 of ours under max(5 % of the delay, "
-            f"100 ms): {'yes' if within else '**no**'}.", *_below_the_peers(ours, _peers_worst(outcomes))]
+            f"100 ms): {'yes' if within else '**no**'}.", *(_below_the_peers(ours, peers) if peers else [])]
 
 
 def _peers_worst(outcomes: Sequence[Outcome]) -> list[tuple[float, str, str]]:
@@ -245,8 +246,6 @@ def _peers_worst(outcomes: Sequence[Outcome]) -> list[tuple[float, str, str]]:
 
 
 def _below_the_peers(ours: Sequence[Ours], peers: Sequence[tuple[float, str, str]]) -> list[str]:
-    if not peers:
-        return []
     worst = max(ours)
     beaten = [where for p99, where, _ in peers if p99 <= worst[0]]
     out = ["- Our worst p99 below every peer's worst p99 (each over its delays: "
