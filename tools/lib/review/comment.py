@@ -143,7 +143,8 @@ class _Comment:
     """What was left out, in italics at the end."""
 
     def fill(self, lines: Sequence[Line], limit: int) -> int:
-        """Add `lines` in order while the comment stays within `limit` characters; how many were added."""
+        """Add `lines` (one or more lines of text each) in order while the comment stays within `limit` characters;
+        how many were added."""
         for added, line in enumerate(lines):
             if self.size + len(line.text) + 1 > limit:
                 return added
@@ -151,20 +152,6 @@ class _Comment:
             self.stars = self.stars or line.stars
             self.size += len(line.text) + 1
         return len(lines)
-
-    def diagrams(self, m: Model, drawn: Sequence[QueueKey]) -> int:
-        """Add the diagrams of `drawn` while they fit, MAX_DIAGRAMS at the most; how many were added."""
-        for shown, key in enumerate(drawn):
-            diagram = _diagram(m, key)
-            if shown == 0:  # one blank line after the contract lines, or after the heading when there is none
-                diagram[:0] = [*([""] if self.out[-1] else []), "Diagrams of the retry paths whose shape or risk "
-                               "changed; yellow = created, updated or replaced; red = deleted."]
-            length = len("\n".join(diagram)) + 1
-            if shown == MAX_DIAGRAMS or self.size + length > LIMIT:
-                return shown
-            self.out += diagram
-            self.size += length
-        return len(drawn)
 
     def text(self) -> str:
         """The comment, with the notes on what was left out or grouped and where the full report is."""
@@ -208,6 +195,16 @@ def _drawn(m: Model) -> list[QueueKey]:
         m.contracts[1].get(k))), key=lambda k: (k not in risky, k))
 
 
+def _diagrams(m: Model, drawn: Sequence[QueueKey], above: str) -> list[Line]:
+    """The diagrams of `drawn`, MAX_DIAGRAMS at the most, the first introduced (after a blank line unless `above`,
+    the line before it, is one)."""
+    diagrams = [_diagram(m, key) for key in drawn[:MAX_DIAGRAMS]]
+    if diagrams:
+        diagrams[0][:0] = [*([""] if above else []), "Diagrams of the retry paths whose shape or risk changed; "
+                           "yellow = created, updated or replaced; red = deleted."]
+    return [Line("\n".join(diagram), False) for diagram in diagrams]
+
+
 def _rows(m: Model, allow_data_loss: bool) -> _Comment:
     """The summary and the table: every row at risk, then safe rows while room is left for the retry paths; the
     notes on what was left out or grouped."""
@@ -239,7 +236,7 @@ def compact(m: Model, allow_data_loss: bool = False) -> str:
         comment.out += ["", "### Retry paths", ""]
     if comment.fill(paths, LIMIT) < len(paths):
         comment.notes.append("More retry contract changes are in the full report.")
-    if (shown := comment.diagrams(m, drawn)) < len(drawn):
+    if (shown := comment.fill(_diagrams(m, drawn, comment.out[-1]), LIMIT)) < len(drawn):
         comment.notes.append(f"{len(drawn) - shown:,} more retry paths changed shape or risk; their diagrams are in "
                              "the full report.")
     return comment.text()
