@@ -39,7 +39,7 @@ from bench.strategies import (
     vhost_config,
 )
 from components import wire
-from tests.support.amqp import parameters
+from tests.support.amqp import channel, parameters
 from tests.support.deploy import Deployer, throwaway_vhost
 from tests.support.mirror import Broker
 
@@ -151,13 +151,6 @@ class _Arrivals:
             raise self.errors[0]
 
 
-def _publisher(broker: Broker, vhost: str) -> tuple[pika.BlockingConnection, BlockingChannel]:
-    connection = pika.BlockingConnection(parameters(broker, vhost))
-    opened = connection.channel()
-    opened.confirm_delivery()
-    return connection, opened
-
-
 def _one_shot(broker: Broker, vhost: str, strategy: Strategy, contract: dict[str, object] | None,
               plan: Delays, seed: int) -> list[tuple[int, float]]:
     """Publish `plan.messages` messages, each with one of the delays (shuffled), and time their arrival."""
@@ -175,16 +168,13 @@ def _one_shot(broker: Broker, vhost: str, strategy: Strategy, contract: dict[str
 
     consumer = _Arrivals(broker, vhost, QUEUE, 500, on_delivery, lambda: len(arrived) >= plan.messages,
                          lambda: last_due[0])
-    connection, opened = _publisher(broker, vhost)
-    try:
+    with channel(broker, vhost) as opened:
         for message_id, delay in zip(ids, delays, strict=True):
             exchange, routing_key, expiration = route(strategy, contract or {}, delay)
             properties = pika.BasicProperties(message_id=message_id, delivery_mode=2, expiration=expiration)
             sent[message_id] = time.monotonic()
             opened.basic_publish(exchange, routing_key, message_id.encode(), properties, mandatory=True)
         last_due[0] = time.monotonic() + max(plan.delays_ms) / 1000 + SLACK_S
-    finally:
-        connection.close()
     consumer.join(max(plan.delays_ms) / 1000 + SLACK_S + 30)
     if len(arrived) != plan.messages:
         raise RuntimeError(f"{strategy.name}: {len(arrived)} of {plan.messages} messages arrived")
@@ -216,15 +206,12 @@ def _native(broker: Broker, vhost: str, plan: Delays) -> list[tuple[int, float]]
 
     consumer = _Arrivals(broker, vhost, QUEUE, 500, on_delivery, lambda: len(finished) >= plan.messages,
                          lambda: last_due[0])
-    connection, opened = _publisher(broker, vhost)
-    try:
+    with channel(broker, vhost) as opened:
         for i in range(plan.messages):
             message_id = f"m{i:05d}"
             opened.basic_publish(EXCHANGE, "", message_id.encode(),
                                  pika.BasicProperties(message_id=message_id, delivery_mode=2), mandatory=True)
         last_due[0] = time.monotonic() + sum(delays) / 1000 + SLACK_S
-    finally:
-        connection.close()
     consumer.join(sum(delays) / 1000 + SLACK_S + 30)
     if len(finished) != plan.messages:
         raise RuntimeError(f"native: {len(finished)} of {plan.messages} messages went through {retries} retries")
