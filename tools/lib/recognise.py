@@ -81,11 +81,6 @@ class Topology:
     """Retry keys the broker cannot tell (`max_retries` of a loop counted by its consumers): read from the retry
     contract when `make adopt` is given one, else written as decisions that `make plan` refuses until made."""
 
-    def uses(self) -> tuple[frozenset[str], frozenset[str], frozenset[int]]:
-        """(queues, exchanges, bindings) the topology's own routes use."""
-        return frozenset(self.queues), frozenset(self.route) | frozenset(self.exchanges), \
-            frozenset(self.route_bindings) | frozenset(self.bindings)
-
 
 def _applies(policy: Mapping[str, Any], queue: str) -> bool:
     return policy.get("apply-to", "all") in ("queues", "all", "classic_queues", "quorum_queues") and bool(
