@@ -106,10 +106,6 @@ class Progress:
     def __call__(self, line: str) -> None:
         print(f"[{time.monotonic() - self.start:6.1f} s] {line}", flush=True)
 
-    def of(self, name: str) -> Callable[[str], None]:
-        """Progress lines that start with `name` (the broker's)."""
-        return lambda line: self(f"{name} {line}")
-
 
 Outcomes = list[accuracy.Outcome]
 
@@ -215,8 +211,8 @@ def broker_file(broker: Broker, context: report.Context, out: Path, scale: Scale
     release = overview["rabbitmq_version"]
     stem = f"{context.date}-rabbitmq-{release}"
     started = time.monotonic()
-    measured = measure(broker, parse_version(release), context, scale, parts, progress.of(f"rabbitmq-{release}"),
-                       held)
+    measured = measure(broker, parse_version(release), context, scale, parts,
+                       report.prefixed(progress, f"rabbitmq-{release}"), held)
     lines = [f"| broker | RabbitMQ {release}, Erlang {overview.get('erlang_version', '?')}, "
              f"AMQP {broker.host}:{broker.amqp_port} (`{broker.name}` in RABBITMQ_BROKERS) |",
              f"| queue types | P1 {P1_QUEUE_TYPE}, ours also classic; P2 {' and '.join(QUEUE_TYPES)} |",

@@ -23,7 +23,6 @@ encoding later than round r - 1, so none always runs first.
 
 from __future__ import annotations
 
-import functools
 import random
 import statistics
 import time
@@ -231,10 +230,6 @@ def section(version: str, results: Sequence[Result], cpu_read: bool, messages: i
     return [*lines, ""]
 
 
-def _prefixed(progress: Callable[[str], None], prefix: str, line: str) -> None:
-    progress(f"{prefix} {line}")
-
-
 def results_file(brokers: Sequence[Broker], context: report.Context, out: Path, messages: int, rounds: int,
                  progress: Callable[[str], None]) -> list[Path]:
     """`<out>/<date>-levels-encoding.md`: every encoding on every broker that answers, in one run."""
@@ -247,8 +242,7 @@ def results_file(brokers: Sequence[Broker], context: report.Context, out: Path, 
             continue
         version = str(call(broker, "GET", "overview")[1]["rabbitmq_version"])
         versions.append(version)
-        results, cpu_read = measure(broker, messages, rounds, progress=functools.partial(_prefixed, progress,
-                                                                                         f"rabbitmq-{version}"))
+        results, cpu_read = measure(broker, messages, rounds, progress=report.prefixed(progress, f"rabbitmq-{version}"))
         sections += section(version, results, cpu_read, messages, rounds)
     if not sections:
         return []

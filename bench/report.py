@@ -82,6 +82,11 @@ def write(path: Path, text: Sequence[str], progress: Callable[[str], None]) -> P
     return path
 
 
+def prefixed(progress: Callable[[str], None], name: str) -> Callable[[str], None]:
+    """Progress lines that start with `name` (a broker's)."""
+    return lambda line: progress(f"{name} {line}")
+
+
 def _ms(value: float) -> str:
     return f"{value:,.1f}"
 
