@@ -215,10 +215,8 @@ def broker_file(broker: Broker, context: report.Context, out: Path, scale: Scale
                        report.prefixed(progress, f"rabbitmq-{release}"), held)
     lines = [f"| broker | RabbitMQ {release}, Erlang {overview.get('erlang_version', '?')}, "
              f"AMQP {broker.host}:{broker.amqp_port} (`{broker.name}` in RABBITMQ_BROKERS) |",
-             f"| queue types | P1 {P1_QUEUE_TYPE}, ours also classic; P2 {' and '.join(QUEUE_TYPES)} |",
-             f"| load average | {report.load()} (1, 5, 15 min) at the end; shared machine |",
-             f"| duration | {time.monotonic() - started:.0f} s for this broker |"]
-    text = report.header(f"Benchmark: RabbitMQ {release}, {context.date}", context, lines)
+             f"| queue types | P1 {P1_QUEUE_TYPE}, ours also classic; P2 {' and '.join(QUEUE_TYPES)} |"]
+    text = report.header(f"Benchmark: RabbitMQ {release}, {context.date}", context, lines, started, " for this broker")
     text += measured.sections(release, stem, out, scale, parts)
     if "p3" in parts:
         text += [f"P3 (plan cost, broker-free) is in [{context.date}-plan-cost.md]({context.date}-plan-cost.md).", ""]
@@ -239,10 +237,8 @@ def plan_cost_file(context: report.Context, out: Path, sizes: Sequence[int], pro
     stem = f"{context.date}-plan-cost"
     report.p3_plot(costs, f"P3 plan cost at {' and '.join(f'{s:,}' for s in sizes)} retryable queues × 3 tiers",
                    out / f"{stem}.png")
-    lines = [f"| load average | {report.load()} (1, 5, 15 min) at the end; shared machine |",
-             *([f"| beside it | {beside} |"] if beside else []),
-             f"| duration | {time.monotonic() - started:.0f} s |"]
-    text = report.header(f"Benchmark: plan cost (broker-free), {context.date}", context, lines)
+    text = report.header(f"Benchmark: plan cost (broker-free), {context.date}", context,
+                         [f"| beside it | {beside} |"] if beside else [], started)
     text += report.p3_section(costs, sizes, f"{stem}.png")
     return report.write(out / f"{stem}.md", text, progress)
 

@@ -227,10 +227,8 @@ def results_file(brokers: Sequence[Broker], context: report.Context, out: Path, 
     lines = [f"| Prometheus | {version} on 127.0.0.1 (scripts/prometheus.sh), scrape interval {scrape:g} s, "
              f"evaluation interval {evaluation:g} s |",
              f"| rounds | {rounds} per rule and broker |",
-             *([f"| beside the rounds | {beside} |"] if beside else []),
-             f"| load average | {report.load()} (1, 5, 15 min) at the end; shared machine |",
-             f"| duration | {time.monotonic() - started:.0f} s |"]
-    text = report.header(f"Benchmark: alerts firing on a real Prometheus, {context.date}", context, lines)
+             *([f"| beside the rounds | {beside} |"] if beside else [])]
+    text = report.header(f"Benchmark: alerts firing on a real Prometheus, {context.date}", context, lines, started)
     text += ["## Time to fire and to resolve", "",
              "From the event (a message parked, the consumer gone; the error queue purged) until Prometheus's "
              "`/api/v1/alerts` shows the alert firing (resolved: gone), median (min–max). Prometheus takes at most "

@@ -249,9 +249,7 @@ def results_file(brokers: Sequence[Broker], context: report.Context, out: Path, 
     lines = [f"| brokers | RabbitMQ {', '.join(versions)} (their node's OS process read from /proc) |",
              f"| levels | {LEVELS} levels of {UNIT_MS} ms × 2^k, delays {2**HIGHEST_BIT}–{2**(HIGHEST_BIT + 1) - 1} "
              f"units (every copy through levels {HIGHEST_BIT}…0 and the delivery exchange), queue `{QUEUE}` |",
-             f"| publisher | one pika channel, unconfirmed, {messages} copies of 64 bytes, persistent |",
-             f"| load average | {report.load()} (1, 5, 15 min) at the end; shared machine |",
-             f"| duration | {time.monotonic() - started:.0f} s |"]
-    text = report.header(f"Benchmark: levels routing encoding, {context.date}", context, lines)
+             f"| publisher | one pika channel, unconfirmed, {messages} copies of 64 bytes, persistent |"]
+    text = report.header(f"Benchmark: levels routing encoding, {context.date}", context, lines, started)
     text += [*(__doc__ or "").split("\n\n", 1)[1].strip().splitlines(), "", *sections]
     return [report.write(out / f"{context.date}-levels-encoding.md", text, progress)]

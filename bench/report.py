@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import version as package_version
@@ -91,7 +92,13 @@ def _ms(value: float) -> str:
     return f"{value:,.1f}"
 
 
-def header(title: str, context: Context, lines: Sequence[str]) -> list[str]:
+def header(title: str, context: Context, lines: Sequence[str], started: float | None = None,
+           duration: str = "") -> list[str]:
+    """A results file's title, how and where it was measured, and its table of `lines`; with `started` (a
+    time.monotonic()), the load average now and the duration since (`duration`: what it is of)."""
+    if started is not None:
+        lines = [*lines, f"| load average | {load()} (1, 5, 15 min) at the end; shared machine |",
+                 f"| duration | {time.monotonic() - started:.0f} s{duration} |"]
     mode = "quick (`BENCH_QUICK=1`)" if context.quick else "full"
     return [f"# {title}", "",
             f"Measured by `{context.command}` ({mode}), started {context.started_utc}, in one run; figures "
