@@ -54,7 +54,6 @@ MAX_DIAGRAMS = 10
 RETRY_PATHS_ROOM = 8_000
 """Characters that safe rows leave for the retry paths (grouped contract changes, a few diagrams)."""
 
-
 FAILS_NOTE = ("> ⛔ `pulumi up` would stop halfway, after replacing (and emptying) other queues: resolve the rows "
               "marked **fails** before applying this change; ALLOW_DATA_LOSS does not waive them.")
 LOSS_NOTES = {
