@@ -7,10 +7,13 @@ PULUMI_ENV := PULUMI_BACKEND_URL=$${PULUMI_BACKEND_URL:-file://$(CURDIR)/.pulumi
 	PULUMI_CONFIG_PASSPHRASE=$${PULUMI_CONFIG_PASSPHRASE-} \
 	$(if $(filter dev,$(STACK)),RABBITMQ_USERNAME=$${RABBITMQ_USERNAME:-guest} RABBITMQ_PASSWORD=$${RABBITMQ_PASSWORD:-guest})
 
-# make exits 2 whenever a recipe fails, so a tool's own status (1: error, 2: unacknowledged data loss)
-# cannot be make's; the recipe names it in one last line instead. `python -m tools.…` exits with it.
-tool_status = || { status=$$?; case $$status in 1) why=error;; 2) why="data loss not acknowledged";; *) why=failed;; \
-	esac; echo "make $@: $(1) exit status $$status ($$why); make itself exits 2 on any failure" >&2; exit $$status; }
+# make exits 2 whenever a recipe fails, so a tool's own status (1: error, else the one its caller names: 2 by
+# default, for unacknowledged data loss) cannot be make's; the recipe names it in one last line instead.
+# $(call tool_status,<module>[,<status>,<meaning>]); `python -m tools.…` exits with the same status.
+tool_status = || { status=$$?; case $$status in 1) why=error;; \
+	$(or $(2),2)) why="$(or $(3),data loss not acknowledged)";; *) why=failed;; esac; \
+	echo "make $@: $(1) exit status $$status ($$why); make itself exits 2 on any failure" >&2; \
+	exit $$status; }
 
 .PHONY: setup test test-fast lint plan evaluate preview up brokers review mutate adopt drift contracts definitions doctor bench \
 	migrate-status migrate-retire alerts
@@ -102,28 +105,20 @@ migrate-status:
 		$(call tool_status,tools.migrate_status)
 
 # 0 in sync, 2 drift, 1 error (python -m tools.drift); through make any failure is 2, named in the last line.
-drift_status = || { status=$$?; case $$status in 1) why=error;; 2) why=drift;; *) why=failed;; esac; \
-	echo "make $@: tools.drift exit status $$status ($$why); make itself exits 2 on any failure" >&2; exit $$status; }
-
 drift:
 	@$(PULUMI_ENV) $(PY) -m tools.drift --stack $(STACK)$(if $(ENDPOINT), --endpoint $(ENDPOINT))\
 		$(if $(DEFINITIONS), --definitions $(DEFINITIONS))$(if $(OUTPUT), --output $(OUTPUT))$(if \
-		$(FORMAT), --format $(FORMAT)) $(drift_status)
+		$(FORMAT), --format $(FORMAT)) $(call tool_status,tools.drift,2,drift)
 
 # Read-only: can the live broker (ENDPOINT, else RABBITMQ_ENDPOINT, else the stack's rabbitmq:endpoint) run the stack?
 # 0 nothing blocking, 2 blocking findings, 1 error (python -m tools.doctor); make names the status in its last line.
-doctor_status = || { status=$$?; case $$status in 1) why=error;; 2) why="blocking findings";; *) why=failed;; \
-	esac; echo "make $@: tools.doctor exit status $$status ($$why); make itself exits 2 on any failure" >&2; exit $$status; }
-
 doctor:
-	@$(PULUMI_ENV) $(PY) -m tools.doctor --stack $(STACK)$(if $(ENDPOINT), --endpoint $(ENDPOINT)) $(doctor_status)
+	@$(PULUMI_ENV) $(PY) -m tools.doctor --stack $(STACK)$(if $(ENDPOINT), --endpoint $(ENDPOINT)) \
+		$(call tool_status,tools.doctor,2,blocking findings)
 
 # An external move's old objects (move.external): read-only unless APPLY=1. 0 nothing refused, 3 stopped at a
 # refusal (nothing lost; run it again later), 1 error (python -m tools.migrate_retire).
-retire_status = || { status=$$?; case $$status in 1) why=error;; 3) why="stopped at a refusal";; *) why=failed;; \
-	esac; echo "make $@: tools.migrate_retire exit status $$status ($$why); make itself exits 2 on any failure" >&2; \
-	exit $$status; }
-
 migrate-retire:
 	@$(PULUMI_ENV) $(PY) -m tools.migrate_retire --stack $(STACK) --migration "$(MIGRATION)"$(if $(ENDPOINT), \
-		--endpoint $(ENDPOINT))$(if $(APPLY), --apply) $(retire_status)
+		--endpoint $(ENDPOINT))$(if $(APPLY), --apply) \
+		$(call tool_status,tools.migrate_retire,3,stopped at a refusal)

@@ -27,8 +27,9 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -52,6 +53,40 @@ is seconds, dramatiq's its worker_timeout, neither a few ms from ours): a few ms
 flip a single round's verdict, so our worst p99 is judged over the rounds (`peers_report.p1_rounds_section`)."""
 
 
+@dataclass(frozen=True)
+class Scale:
+    """How much a run measures: FULL for `make bench`, QUICK for a smoke run (`--quick`, BENCH_QUICK=1)."""
+
+    plan: accuracy.Delays
+    p1_rounds: int
+    p2_messages: int
+    p2_rounds: int
+    peer_messages: int
+    """Messages of each peer's retry loop (bench/peers.py)."""
+    hold_delay_ms: int
+    held: tuple[int, ...]
+    """Messages a dramatiq worker holds, beside the last broker's P2 (its memory is the client's, measured once)."""
+    floor_messages: int
+    floor_rounds: int
+    plan_cost_sizes: tuple[int, ...]
+    alert_rounds: int
+    parked: int
+    """Parked messages the alerts' part reads back, `limit` at a time."""
+    limit: int
+    encoding_messages: int
+    encoding_rounds: int
+    name: str
+    results: Path
+    """Where its files go unless --out says otherwise."""
+
+
+FULL = Scale(accuracy.FULL, P1_ROUNDS, 2000, throughput.ROUNDS, peers.MESSAGES, peers.HOLD_DELAY_MS, (1000, 10000),
+             floor.MESSAGES, floor.ROUNDS, (100, 1000), alerts.ROUNDS, 100_000, alerts.LIST_LIMIT, 3000,
+             levels_encoding.ROUNDS, "full", RESULTS)
+QUICK = Scale(accuracy.QUICK, 1, 300, 1, 50, 3000, (200,), floor.QUICK_MESSAGES, 1, (10, 30), 2, 3_000, 1_000, 300, 1,
+              "quick", RESULTS / "quick")
+
+
 def p1_runs() -> list[tuple[Strategy, str]]:
     """P1's runs of ours and the anchor, in order: every strategy on quorum queues (the default type), then ours
     again on classic queues where they run there (the peers run on both), so each is compared on the same type;
@@ -72,97 +107,120 @@ class Progress:
         print(f"[{time.monotonic() - self.start:6.1f} s] {line}", flush=True)
 
 
-def broker_file(broker: Broker, context: report.Context, out: Path, plan: accuracy.Delays, p2_messages: int,
-                parts: Sequence[str], progress: Progress, p2_rounds: int = throughput.ROUNDS,
-                held: Sequence[int] = (), p1_rounds: int = 1, floor_messages: int = floor.QUICK_MESSAGES,
-                floor_rounds: int = 1) -> Path | None:
+Outcomes = list[accuracy.Outcome]
+
+
+def p1(broker: Broker, version: tuple[int, ...], scale: Scale, progress: Callable[[str], None]) -> list[Outcomes]:
+    """P1's outcomes per round: the first (every strategy and peer), then ours and kombu again."""
+    outcomes: Outcomes = []
+    for strategy, queue_type in p1_runs():
+        progress(f"P1 {strategy.name} ({queue_type}, {scale.plan.messages} messages) …")
+        outcome = accuracy.measure(broker, version, strategy, queue_type, scale.plan)
+        outcomes.append(outcome)
+        if outcome.skipped:
+            progress(f"P1 {strategy.name} ({queue_type}) skipped: {outcome.skipped}")
+        else:
+            progress(f"P1 {strategy.name} ({queue_type}): p99 " + ", ".join(
+                f"{s.delay_ms} ms {s.percentile(99):.1f}" for s in outcome.stats) + f" ({outcome.seconds:.0f} s)")
+    rounds = [outcomes + peers.p1(broker, version, scale.plan, progress)]
+    for number in range(2, scale.p1_rounds + 1):
+        again = [accuracy.measure(broker, version, strategy, queue_type, scale.plan)
+                 for strategy, queue_type in p1_runs() if strategy is not SEED_003]
+        again += peers.p1(broker, version, scale.plan, progress, peers=(KOMBU,))
+        progress(f"P1 round {number}/{scale.p1_rounds}: our worst p99 "
+                 f"{max(s.percentile(99) for o in again if o.strategy.ours for s in o.stats):.1f} ms")
+        rounds.append(again)
+    return rounds
+
+
+@dataclass
+class Measured:
+    """What one broker's part of the run measured, each part empty (or None) when it did not run."""
+
+    rounds: list[Outcomes]
+    """P1's outcomes per round; the first has every strategy and peer."""
+    runs: list[throughput.Run]
+    loops: peers.Loops | None
+    pairs: list[floor.Pair]
+    holdings: list[peers.Holding]
+    on_cluster: cluster.ClusterP1 | None
+
+    def sections(self, release: str, stem: str, out: Path, scale: Scale, parts: Sequence[str]) -> list[str]:
+        """The results file's sections after its header, with their plots written beside it in `out`."""
+        outcomes, text = self.rounds[0], []
+        if outcomes:
+            report.p1_plot(outcomes, f"P1 delay accuracy, RabbitMQ {release}\n{scale.plan.messages} messages in "
+                           f"flight, {P1_QUEUE_TYPE} queues unless named", out / f"{stem}-p1.png")
+            text += report.p1_section(outcomes, scale.plan, P1_QUEUE_TYPE, f"{stem}-p1.png")
+        if outcomes and self.on_cluster:
+            text += peers_report.cluster_section(self.on_cluster, outcomes)
+        if self.runs:
+            report.p2_plot(self.runs, f"P2 retry throughput, RabbitMQ {release}: {scale.p2_messages} messages, "
+                           f"{throughput.FAILURES} failures each; plain {throughput.plain_messages(scale.p2_messages)} "
+                           "messages", out / f"{stem}-p2.png")
+            text += report.p2_section(self.runs, scale.p2_messages, scale.p2_rounds, f"{stem}-p2.png")
+        if self.pairs:
+            text += floor.section(self.pairs, scale.floor_messages, scale.floor_rounds)
+        if self.loops:
+            peers_report.p2_peers_plot(self.loops, f"P2 beside the peers, RabbitMQ {release}: {self.loops.messages} "
+                                       f"messages, {throughput.FAILURES} retries of 1 s each",
+                                       out / f"{stem}-p2-peers.png")
+            text += peers_report.p2_peers_section(self.loops, f"{stem}-p2-peers.png")
+        text += peers_report.holding_section(self.holdings) if self.holdings else []
+        text += peers_report.targets_section(outcomes, self.runs, self.loops, self.pairs)
+        return text + (peers_report.p1_rounds_section(self.rounds) if "p1" in parts else [])
+
+
+def measure(broker: Broker, version: tuple[int, ...], context: report.Context, scale: Scale, parts: Sequence[str],
+            progress: Callable[[str], None], held: Sequence[int]) -> Measured:
     """P1 and P2 on one broker, each with the peers beside ours (P1 also on the cluster of the broker's version when
-    there is one), and dramatiq holding `held` messages; the results file and its plots. None when the broker does
-    not answer."""
+    there is one), and dramatiq holding `held` messages."""
+    rounds = p1(broker, version, scale, progress) if "p1" in parts else [[]]
+    p2 = "p2" in parts
+    runs = [run for queue_type in QUEUE_TYPES if p2 for run in throughput.measure_rounds(
+        broker, version, queue_type, scale.p2_messages, rounds=scale.p2_rounds, progress=progress)]
+    loops = peers.retry_loops(broker, scale.peer_messages, min(scale.p2_rounds, 2), progress,
+                              defaults=not context.quick) if p2 else None
+    pairs = (floor.measure(broker, version, scale.floor_messages, scale.floor_rounds, progress)
+             if {"p2", "floor"} & set(parts) else [])
+    # After P2, so that neither a dramatiq worker's 10,000 held messages nor the cluster's work after its own P1
+    # shares the cores with P2's throughput figures.
+    with tempfile.TemporaryDirectory() as tmp:
+        holdings = [peers.holding(broker, count, Path(tmp), scale.hold_delay_ms) for count in held] if p2 else []
+    on_cluster = on_the_cluster(version, context, scale, progress) if "p1" in parts else None
+    return Measured(rounds, runs, loops, pairs, holdings, on_cluster)
+
+
+def on_the_cluster(version: tuple[int, ...], context: report.Context, scale: Scale,
+                   progress: Callable[[str], None]) -> cluster.ClusterP1 | None:
+    """P1 on the cluster of the broker's series (4.x only), or why it did not run."""
+    if version < (4, 0, 0):
+        return None
+    if context.quick:
+        return cluster.ClusterP1(cluster.series_of(version), skipped="quick run (BENCH_QUICK)")
+    return cluster.p1(cluster.series_of(version), scale.plan, progress)
+
+
+def broker_file(broker: Broker, context: report.Context, out: Path, scale: Scale, parts: Sequence[str],
+                progress: Progress, held: Sequence[int] = ()) -> Path | None:
+    """P1 and P2 on one broker (`measure`): the results file and its plots. None when the broker does not answer."""
     if problem := unreachable(broker):
         progress(f"skipped: {problem} (start it with `scripts/brokers.sh ensure all`)")
         return None
     overview = call(broker, "GET", "overview")[1]
-    version = parse_version(overview["rabbitmq_version"])
-    name = f"rabbitmq-{overview['rabbitmq_version']}"
-    stem = f"{context.date}-{name}"
+    release = overview["rabbitmq_version"]
+    stem = f"{context.date}-rabbitmq-{release}"
     started = time.monotonic()
-    outcomes: list[accuracy.Outcome] = []
-    rounds: list[list[accuracy.Outcome]] = [outcomes]
-    """P1's outcomes per round: the first (every strategy and peer), then ours and kombu again."""
-    on_cluster: cluster.ClusterP1 | None = None
-    if "p1" in parts:
-        for strategy, queue_type in p1_runs():
-            progress(f"{name} P1 {strategy.name} ({queue_type}, {plan.messages} messages) …")
-            outcome = accuracy.measure(broker, version, strategy, queue_type, plan)
-            outcomes.append(outcome)
-            if outcome.skipped:
-                progress(f"{name} P1 {strategy.name} ({queue_type}) skipped: {outcome.skipped}")
-            else:
-                progress(f"{name} P1 {strategy.name} ({queue_type}): p99 " + ", ".join(
-                    f"{s.delay_ms} ms {s.percentile(99):.1f}" for s in outcome.stats) + f" ({outcome.seconds:.0f} s)")
-        outcomes += peers.p1(broker, version, plan, lambda line: progress(f"{name} {line}"))
-        for number in range(2, p1_rounds + 1):
-            again = [accuracy.measure(broker, version, strategy, queue_type, plan) for strategy, queue_type in p1_runs()
-                     if strategy is not SEED_003]
-            again += peers.p1(broker, version, plan, lambda line: progress(f"{name} {line}"), peers=(KOMBU,))
-            progress(f"{name} P1 round {number}/{p1_rounds}: our worst p99 "
-                     f"{max(s.percentile(99) for o in again if o.strategy.ours for s in o.stats):.1f} ms")
-            rounds.append(again)
-    runs: list[throughput.Run] = []
-    loops: peers.Loops | None = None
-    pairs: list[floor.Pair] = []
-    if "p2" in parts:
-        for queue_type in QUEUE_TYPES:
-            runs += throughput.measure_rounds(broker, version, queue_type, p2_messages, rounds=p2_rounds,
-                                              progress=lambda line: progress(f"{name} {line}"))
-        loops = peers.retry_loops(broker, 50 if context.quick else peers.MESSAGES, min(p2_rounds, 2),
-                                  lambda line: progress(f"{name} {line}"), defaults=not context.quick)
-    if {"p2", "floor"} & set(parts):
-        pairs = floor.measure(broker, version, floor_messages, floor_rounds, lambda line: progress(f"{name} {line}"))
-    # After P2, so that neither a dramatiq worker's 10,000 held messages nor the cluster's work after its own P1
-    # shares the cores with P2's throughput figures.
-    with tempfile.TemporaryDirectory() as tmp:
-        holdings = [peers.holding(broker, count, Path(tmp), 3000 if context.quick else peers.HOLD_DELAY_MS)
-                    for count in held] if "p2" in parts else []
-    if "p1" in parts and version >= (4, 0, 0):
-        on_cluster = (cluster.ClusterP1(cluster.series_of(version), skipped="quick run (BENCH_QUICK)")
-                      if context.quick else cluster.p1(cluster.series_of(version), plan, progress))
-    lines = [f"| broker | RabbitMQ {overview['rabbitmq_version']}, Erlang {overview.get('erlang_version', '?')}, "
+    measured = measure(broker, parse_version(release), context, scale, parts,
+                       report.prefixed(progress, f"rabbitmq-{release}"), held)
+    lines = [f"| broker | RabbitMQ {release}, Erlang {overview.get('erlang_version', '?')}, "
              f"AMQP {broker.host}:{broker.amqp_port} (`{broker.name}` in RABBITMQ_BROKERS) |",
-             f"| queue types | P1 {P1_QUEUE_TYPE}, ours also classic; P2 {' and '.join(QUEUE_TYPES)} |",
-             f"| load average | {report.load()} (1, 5, 15 min) at the end; shared machine |",
-             f"| duration | {time.monotonic() - started:.0f} s for this broker |"]
-    text = report.header(f"Benchmark: RabbitMQ {overview['rabbitmq_version']}, {context.date}", context, lines)
-    if outcomes:
-        report.p1_plot(outcomes, f"P1 delay accuracy, RabbitMQ {overview['rabbitmq_version']}\n{plan.messages} "
-                       f"messages in flight, {P1_QUEUE_TYPE} queues unless named", out / f"{stem}-p1.png")
-        text += report.p1_section(outcomes, plan, P1_QUEUE_TYPE, f"{stem}-p1.png")
-        if on_cluster:
-            text += peers_report.cluster_section(on_cluster, outcomes)
-    if runs:
-        report.p2_plot(runs, f"P2 retry throughput, RabbitMQ {overview['rabbitmq_version']}: {p2_messages} messages, "
-                       f"{throughput.FAILURES} failures each; plain {throughput.plain_messages(p2_messages)} messages",
-                       out / f"{stem}-p2.png")
-        text += report.p2_section(runs, p2_messages, p2_rounds, f"{stem}-p2.png")
-    if pairs:
-        text += floor.section(pairs, floor_messages, floor_rounds)
-    if loops:
-        peers_report.p2_peers_plot(loops, f"P2 beside the peers, RabbitMQ {overview['rabbitmq_version']}: "
-                                   f"{loops.messages} messages, {throughput.FAILURES} retries of 1 s each",
-                                   out / f"{stem}-p2-peers.png")
-        text += peers_report.p2_peers_section(loops, f"{stem}-p2-peers.png")
-    if holdings:
-        text += peers_report.holding_section(holdings)
-    text += peers_report.targets_section(outcomes, runs, loops, pairs)
-    if "p1" in parts:
-        text += peers_report.p1_rounds_section(rounds)
+             f"| queue types | P1 {P1_QUEUE_TYPE}, ours also classic; P2 {' and '.join(QUEUE_TYPES)} |"]
+    text = report.header(f"Benchmark: RabbitMQ {release}, {context.date}", context, lines, started, " for this broker")
+    text += measured.sections(release, stem, out, scale, parts)
     if "p3" in parts:
         text += [f"P3 (plan cost, broker-free) is in [{context.date}-plan-cost.md]({context.date}-plan-cost.md).", ""]
-    path = out / f"{stem}.md"
-    path.write_text("\n".join(text))
-    progress(f"wrote {path}")
-    return path
+    return report.write(out / f"{stem}.md", text, progress)
 
 
 ALERT_ROUNDS = ("the alerts' rounds (bench/alerts.py: a message parked or a consumer closed, then `/api/v1/alerts` "
@@ -179,15 +237,10 @@ def plan_cost_file(context: report.Context, out: Path, sizes: Sequence[int], pro
     stem = f"{context.date}-plan-cost"
     report.p3_plot(costs, f"P3 plan cost at {' and '.join(f'{s:,}' for s in sizes)} retryable queues × 3 tiers",
                    out / f"{stem}.png")
-    lines = [f"| load average | {report.load()} (1, 5, 15 min) at the end; shared machine |",
-             *([f"| beside it | {beside} |"] if beside else []),
-             f"| duration | {time.monotonic() - started:.0f} s |"]
-    text = report.header(f"Benchmark: plan cost (broker-free), {context.date}", context, lines)
+    text = report.header(f"Benchmark: plan cost (broker-free), {context.date}", context,
+                         [f"| beside it | {beside} |"] if beside else [], started)
     text += report.p3_section(costs, sizes, f"{stem}.png")
-    path = out / f"{stem}.md"
-    path.write_text("\n".join(text))
-    progress(f"wrote {path}")
-    return path
+    return report.write(out / f"{stem}.md", text, progress)
 
 
 def command(quick: bool, parts: Sequence[str], brokers: Sequence[str] | None) -> str:
@@ -198,7 +251,9 @@ def command(quick: bool, parts: Sequence[str], brokers: Sequence[str] | None) ->
             + (f" --brokers {' '.join(brokers)}" if brokers else ""))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line, its parts defaulted for a full or quick run, `chosen` its brokers; a usage error for a
+    broker not configured."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", default=os.environ.get("BENCH_QUICK", "") not in ("", "0"),
@@ -209,53 +264,58 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="directory for results (default bench/results, quick: …/quick)")
     args = parser.parse_args(argv)
     args.parts = args.parts or list(QUICK_PARTS if args.quick else DEFAULT_PARTS)
-    known = [broker.name for broker in configured_brokers()]
-    if unknown := [name for name in args.brokers or [] if name not in known]:
+    configured = configured_brokers()
+    known = [broker.name for broker in configured]
+    names = args.brokers or known
+    if unknown := [name for name in names if name not in known]:
         parser.error(f"--brokers: no broker named {', '.join(unknown)} in RABBITMQ_BROKERS; its brokers are "
                      f"{', '.join(known)}")
-    out: Path = args.out or (RESULTS / "quick" if args.quick else RESULTS)
+    args.chosen = [broker for broker in configured if broker.name in names]
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = arguments(argv)
+    scale = QUICK if args.quick else FULL
+    out: Path = args.out or scale.results
     out.mkdir(parents=True, exist_ok=True)
     now = datetime.now(UTC)
     context = report.Context(now.strftime("%Y-%m-%d"), now.strftime("%Y-%m-%d %H:%M UTC"),
                              command(args.quick, args.parts, args.brokers), args.quick,
                              report.machine(), report.commit())
-    plan = accuracy.QUICK if args.quick else accuracy.FULL
-    p2_messages = 300 if args.quick else 2000
-    sizes = (10, 30) if args.quick else (100, 1000)
     progress = Progress()
-    progress(f"{'quick' if args.quick else 'full'} run: {context.machine}; load {report.load()}; writing to {out}")
+    progress(f"{scale.name} run: {context.machine}; load {report.load()}; writing to {out}")
+    chosen: list[Broker] = args.chosen
     written: list[Path] = []
-    chosen = [b for b in configured_brokers() if not args.brokers or b.name in args.brokers]
-    for broker in chosen:
-        if {"p1", "p2", "floor"} & set(args.parts):
-            # dramatiq's memory is the client's, not the broker's: measured once, beside the last broker's P2.
-            held = () if broker is not chosen[-1] else (200,) if args.quick else (1000, 10000)
-            path = broker_file(broker, context, out, plan, p2_messages, args.parts, progress,
-                               1 if args.quick else throughput.ROUNDS, held, 1 if args.quick else P1_ROUNDS,
-                               floor.QUICK_MESSAGES if args.quick else floor.MESSAGES,
-                               1 if args.quick else floor.ROUNDS)
-            written += [path] if path else []
-    if "alerts" in args.parts:
-        # P3 is broker-free and keeps one core busy; the alerts' rounds wait on Prometheus's intervals and `for`
-        # (seconds) and load the machine with a message and a poll now and then: they run together, and the reads
-        # of the parked messages, which load the broker and the client, after P3 is done.
-        with ThreadPoolExecutor(max_workers=1) as beside:
-            p3 = (beside.submit(plan_cost_file, context, out, sizes, progress, beside=ALERT_ROUNDS)
-                  if "p3" in args.parts else None)
-            path = alerts.results_file(chosen, context, out, 2 if args.quick else alerts.ROUNDS,
-                                       3_000 if args.quick else 100_000, 1_000 if args.quick else alerts.LIST_LIMIT,
-                                       progress, beside=P3_BESIDE if p3 else "",
-                                       before_reads=p3.result if p3 else lambda: None)
-            written += [p3.result()] if p3 else []
+    for broker in chosen if {"p1", "p2", "floor"} & set(args.parts) else ():
+        # dramatiq's memory is the client's, not the broker's: measured once, beside the last broker's P2.
+        held = scale.held if broker is chosen[-1] else ()
+        path = broker_file(broker, context, out, scale, args.parts, progress, held)
         written += [path] if path else []
+    if "alerts" in args.parts:
+        written += alerts_and_plan_cost(chosen, context, out, scale, "p3" in args.parts, progress)
     elif "p3" in args.parts:
-        written.append(plan_cost_file(context, out, sizes, progress))
+        written.append(plan_cost_file(context, out, scale.plan_cost_sizes, progress))
     if "levels-encoding" in args.parts:
-        written += levels_encoding.results_file(
-            [b for b in configured_brokers() if not args.brokers or b.name in args.brokers], context, out,
-            300 if args.quick else 3000, 1 if args.quick else levels_encoding.ROUNDS, progress)
+        written += levels_encoding.results_file(chosen, context, out, scale.encoding_messages, scale.encoding_rounds,
+                                                progress)
     progress(f"done: {', '.join(str(p) for p in written)}")
     return 0 if written else 1
+
+
+def alerts_and_plan_cost(brokers: Sequence[Broker], context: report.Context, out: Path, scale: Scale, p3: bool,
+                         progress: Progress) -> list[Path]:
+    """The alerts' results file and, with `p3`, P3's. P3 is broker-free and keeps one core busy; the alerts' rounds
+    wait on Prometheus's intervals and `for` (seconds) and load the machine with a message and a poll now and then:
+    they run together, and the reads of the parked messages, which load the broker and the client, after P3."""
+    with ThreadPoolExecutor(max_workers=1) as beside:
+        plan_cost = (beside.submit(plan_cost_file, context, out, scale.plan_cost_sizes, progress, beside=ALERT_ROUNDS)
+                     if p3 else None)
+        path = alerts.results_file(brokers, context, out, scale.alert_rounds, scale.parked, scale.limit, progress,
+                                   beside=P3_BESIDE if plan_cost else "",
+                                   before_reads=plan_cost.result if plan_cost else lambda: None)
+        written = [plan_cost.result()] if plan_cost else []
+    return written + ([path] if path else [])
 
 
 if __name__ == "__main__":

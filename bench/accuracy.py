@@ -15,8 +15,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from urllib.parse import quote
 
+import kombu
 import pika
+from kombu.transport.native_delayed_delivery import (
+    bind_queue_to_native_delayed_delivery_exchange,
+    declare_native_delayed_delivery_exchanges_and_queues,
+)
 from pika.adapters.blocking_connection import BlockingChannel
 
 from bench.strategies import (
@@ -32,7 +38,8 @@ from bench.strategies import (
     route,
     vhost_config,
 )
-from tests.support.amqp import parameters
+from components import wire
+from tests.support.amqp import channel, parameters
 from tests.support.deploy import Deployer, throwaway_vhost
 from tests.support.mirror import Broker
 
@@ -144,13 +151,6 @@ class _Arrivals:
             raise self.errors[0]
 
 
-def _publisher(broker: Broker, vhost: str) -> tuple[pika.BlockingConnection, BlockingChannel]:
-    connection = pika.BlockingConnection(parameters(broker, vhost))
-    opened = connection.channel()
-    opened.confirm_delivery()
-    return connection, opened
-
-
 def _one_shot(broker: Broker, vhost: str, strategy: Strategy, contract: dict[str, object] | None,
               plan: Delays, seed: int) -> list[tuple[int, float]]:
     """Publish `plan.messages` messages, each with one of the delays (shuffled), and time their arrival."""
@@ -168,16 +168,13 @@ def _one_shot(broker: Broker, vhost: str, strategy: Strategy, contract: dict[str
 
     consumer = _Arrivals(broker, vhost, QUEUE, 500, on_delivery, lambda: len(arrived) >= plan.messages,
                          lambda: last_due[0])
-    connection, opened = _publisher(broker, vhost)
-    try:
+    with channel(broker, vhost) as opened:
         for message_id, delay in zip(ids, delays, strict=True):
             exchange, routing_key, expiration = route(strategy, contract or {}, delay)
             properties = pika.BasicProperties(message_id=message_id, delivery_mode=2, expiration=expiration)
             sent[message_id] = time.monotonic()
             opened.basic_publish(exchange, routing_key, message_id.encode(), properties, mandatory=True)
         last_due[0] = time.monotonic() + max(plan.delays_ms) / 1000 + SLACK_S
-    finally:
-        connection.close()
     consumer.join(max(plan.delays_ms) / 1000 + SLACK_S + 30)
     if len(arrived) != plan.messages:
         raise RuntimeError(f"{strategy.name}: {len(arrived)} of {plan.messages} messages arrived")
@@ -209,15 +206,12 @@ def _native(broker: Broker, vhost: str, plan: Delays) -> list[tuple[int, float]]
 
     consumer = _Arrivals(broker, vhost, QUEUE, 500, on_delivery, lambda: len(finished) >= plan.messages,
                          lambda: last_due[0])
-    connection, opened = _publisher(broker, vhost)
-    try:
+    with channel(broker, vhost) as opened:
         for i in range(plan.messages):
             message_id = f"m{i:05d}"
             opened.basic_publish(EXCHANGE, "", message_id.encode(),
                                  pika.BasicProperties(message_id=message_id, delivery_mode=2), mandatory=True)
         last_due[0] = time.monotonic() + sum(delays) / 1000 + SLACK_S
-    finally:
-        connection.close()
     consumer.join(sum(delays) / 1000 + SLACK_S + 30)
     if len(finished) != plan.messages:
         raise RuntimeError(f"native: {len(finished)} of {plan.messages} messages went through {retries} retries")
@@ -228,6 +222,21 @@ def config_for(strategy: Strategy, queue_type: str, plan: Delays) -> dict[str, o
     if strategy is NATIVE:
         return vhost_config(strategy, queue_type, plan.native_ms, plan.native_retries)
     return vhost_config(strategy, queue_type, plan.delays_ms, 3, plan.unit_ms)
+
+
+def amqp_url(broker: Broker, vhost: str) -> str:
+    return (f"amqp://{quote(broker.username, safe='')}:{quote(broker.password, safe='')}@{broker.host}:"
+            f"{broker.amqp_port}/{quote(vhost, safe='')}")
+
+
+def declare_kombu(broker: Broker, vhost: str, queue_type: str) -> None:
+    """kombu declares its 28 levels for `queue_type` and binds QUEUE's exchange to its delivery exchange, as
+    Celery's worker does at start-up for a quorum queue."""
+    with kombu.Connection(amqp_url(broker, vhost)) as connection:
+        declare_native_delayed_delivery_exchanges_and_queues(connection, queue_type)
+        queue = kombu.Queue(QUEUE, kombu.Exchange(EXCHANGE, type="fanout"), routing_key=QUEUE,
+                            queue_arguments={wire.QUEUE_TYPE.argument: queue_type})
+        bind_queue_to_native_delayed_delivery_exchange(connection, queue)
 
 
 @contextmanager
@@ -242,8 +251,6 @@ def deployed(broker: Broker, strategy: Strategy, queue_type: str,
                 connection.channel().queue_declare(ANCHOR_DELAY_QUEUE, durable=True,
                                                    arguments=anchor_arguments(queue_type))
         if strategy is KOMBU:
-            from bench.peers import declare_kombu
-
             declare_kombu(broker, vhost, queue_type)
         yield vhost, contract
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 import statistics
 import time
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,8 +40,8 @@ from rabbitmq_retry_client.cli import LIST_LIMIT
 from rabbitmq_retry_client.management import ManagementError
 from tests.support import prometheus
 from tests.support.amqp import parameters
-from tests.support.deploy import Deployer, unreachable
-from tests.support.mirror import Broker, call, esc
+from tests.support.deploy import Deployer, throwaway_vhost, unreachable
+from tests.support.mirror import Broker
 from tests.support.retrying import retryable_queue
 
 ROUNDS = 3
@@ -84,14 +84,19 @@ def _rules(broker: Broker, config: dict[str, object], parked_for: str) -> dict[s
     return rule_file(stack_rules("bench", stack.alerts, [p for _, p in plan_stack(stack, "shovel")]))
 
 
+@contextmanager
+def _work_vhost(broker: Broker) -> Iterator[tuple[str, dict[str, object]]]:
+    """A throw-away vhost's name and its config: the retryable quorum queue `work` (one 1 s tier) bound to `in`."""
+    with throwaway_vhost(broker, "alerts") as vhost:
+        yield vhost, {"name": vhost, "exchanges": [{"name": "in", "type": "direct"}],
+                      "queues": [retryable_queue("work", "quorum", ["1s"], 1, routing_key="work")]}
+
+
 def measure(broker: Broker, rounds: int, progress: Callable[[str], None]) -> list[Timing]:
     """Every rule's timings on `broker`: `rounds` rounds each."""
-    vhost = f"alerts-{uuid.uuid4().hex[:10]}"
-    config: dict[str, object] = {"name": vhost, "exchanges": [{"name": "in", "type": "direct"}],
-                                 "queues": [retryable_queue("work", "quorum", ["1s"], 1, routing_key="work")]}
     timings: list[Timing] = []
-    labels = {"alertname": "RabbitmqRetryMessagesParked", "vhost": vhost, "queue": "work"}
-    try:
+    with _work_vhost(broker) as (vhost, config):
+        labels = {"alertname": "RabbitmqRetryMessagesParked", "vhost": vhost, "queue": "work"}
         Deployer(broker, vhost)(config)
         connection = pika.BlockingConnection(parameters(broker, vhost))
         channel = connection.channel()
@@ -128,8 +133,6 @@ def measure(broker: Broker, rounds: int, progress: Callable[[str], None]) -> lis
                 progress(f"{broker.name} alerts no_consumer: fired after {idle.fire_s[-1]:.1f} s")
         timings.append(idle)
         connection.close()
-    finally:
-        call(broker, "DELETE", f"vhosts/{esc(vhost)}")
     return timings
 
 
@@ -153,11 +156,8 @@ def parked_cost(broker: Broker, count: int, limit: int, progress: Callable[[str]
     """What reading a large error queue costs: `count` messages parked in `work.error` (published straight into its
     error exchange with the parking headers), then `parked summary` and `parked list` at their default limit beside
     `parked list` reading every message (what it did before the limit: every one held unacknowledged)."""
-    vhost = f"alerts-{uuid.uuid4().hex[:10]}"
-    config: dict[str, object] = {"name": vhost, "exchanges": [{"name": "in", "type": "direct"}],
-                                 "queues": [retryable_queue("work", "quorum", ["1s"], 1, routing_key="work")]}
     costs = []
-    try:
+    with _work_vhost(broker) as (vhost, config):
         deployment = Deployer(broker, vhost)(config)
         connection = pika.BlockingConnection(parameters(broker, vhost))
         channel = connection.channel()
@@ -183,8 +183,6 @@ def parked_cost(broker: Broker, count: int, limit: int, progress: Callable[[str]
                 read = sum(g.count for g in queue.summary(Selection(limit=bound)))
             costs.append(ReadCost(broker.name, count, what, bound, read, time.monotonic() - started))
             progress(f"{broker.name} alerts: parked {what} --limit {bound:,}: {costs[-1].seconds:.1f} s")
-    finally:
-        call(broker, "DELETE", f"vhosts/{esc(vhost)}")
     return costs
 
 
@@ -229,10 +227,8 @@ def results_file(brokers: Sequence[Broker], context: report.Context, out: Path, 
     lines = [f"| Prometheus | {version} on 127.0.0.1 (scripts/prometheus.sh), scrape interval {scrape:g} s, "
              f"evaluation interval {evaluation:g} s |",
              f"| rounds | {rounds} per rule and broker |",
-             *([f"| beside the rounds | {beside} |"] if beside else []),
-             f"| load average | {report.load()} (1, 5, 15 min) at the end; shared machine |",
-             f"| duration | {time.monotonic() - started:.0f} s |"]
-    text = report.header(f"Benchmark: alerts firing on a real Prometheus, {context.date}", context, lines)
+             *([f"| beside the rounds | {beside} |"] if beside else [])]
+    text = report.header(f"Benchmark: alerts firing on a real Prometheus, {context.date}", context, lines, started)
     text += ["## Time to fire and to resolve", "",
              "From the event (a message parked, the consumer gone; the error queue purged) until Prometheus's "
              "`/api/v1/alerts` shows the alert firing (resolved: gone), median (min–max). Prometheus takes at most "
@@ -255,7 +251,4 @@ def results_file(brokers: Sequence[Broker], context: report.Context, out: Path, 
         text.append(f"| {c.broker} | {c.parked:,} | `parked {c.what}` | {c.limit:,} | {c.read:,} | {c.seconds:.1f} |")
     if failed:
         text += ["", "## Not measured", "", *failed]
-    path = out / f"{context.date}-alerts.md"
-    path.write_text("\n".join([*text, ""]))
-    progress(f"wrote {path}")
-    return path
+    return report.write(out / f"{context.date}-alerts.md", [*text, ""], progress)

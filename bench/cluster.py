@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from bench import accuracy
 from bench.strategies import LEVELS, NATIVE, QUEUE, TIERS
+from tests.support.admin import parse_version
+from tests.support.cluster import configured_clusters
 from tests.support.mirror import call, esc
 
 STRATEGIES = (TIERS, LEVELS, NATIVE)
@@ -34,9 +36,6 @@ class ClusterP1:
 
 def p1(series: str, plan: accuracy.Delays, progress: Callable[[str], None]) -> ClusterP1:
     """P1 of TIERS, LEVELS and NATIVE (quorum) on the cluster of `series` (e.g. "4.3")."""
-    from tests.support.admin import parse_version
-    from tests.support.cluster import configured_clusters
-
     try:
         cluster = next((c for c in configured_clusters() if c.version == series), None)
     except (OSError, ValueError) as error:  # the script is missing or lists nothing usable

@@ -42,7 +42,7 @@ from pika.spec import Basic, BasicProperties
 
 from bench import aio_floor
 from bench.strategies import EXCHANGE, NATIVE, QUEUE, TIERS, Strategy, vhost_config
-from bench.throughput import _cpu_seconds, _Handler, broker_pid, client_core, plain_contract
+from bench.throughput import _cpu_seconds, _Handler, broker_pid, client_core, cpu_stopwatch, plain_contract
 from rabbitmq_retry_client import RetryingConsumer
 from rabbitmq_retry_client.handler_thread import HandlerThread
 from rabbitmq_retry_client.headers import (
@@ -185,6 +185,13 @@ class Pair:
             return None
         return Pair(self.queue_type, HEADERS, ours=self.carrying, hand=self.hand, loads=self.loads)
 
+    def _retries_within(self) -> tuple[bool, str]:
+        """(met, the broker CPU's words) of a retry row: rate ≥ 0.9 × and broker CPU ≤ 1.1 × the hand-wired side's."""
+        rate, broker = self.rate_ratio or 0.0, self.broker_ratio
+        cpu = ("broker CPU not local" if broker is None
+               else f"{shown(broker, BROKER_CPU_TARGET)} × its broker CPU per retry")
+        return rate >= RATE_TARGET and (broker is None or broker <= BROKER_CPU_TARGET), cpu
+
     def verdict(self) -> tuple[bool, str]:
         """(met, why) against the targets: rate ≥ 0.9 ×, and for retries broker CPU ≤ 1.1 ×. A republish row short
         of the bare loop is met only by the issue's other way: ours within the same targets of the hand-wired loop
@@ -197,21 +204,15 @@ class Pair:
         if self.row == PLAIN:
             return rate >= RATE_TARGET, (f"{shown(rate, RATE_TARGET)} × bare pika's deliveries/s "
                                          f"(target ≥ {RATE_TARGET})")
-        broker = self.broker_ratio
-        met = rate >= RATE_TARGET and (broker is None or broker <= BROKER_CPU_TARGET)
-        cpu = ("broker CPU not local" if broker is None
-               else f"{shown(broker, BROKER_CPU_TARGET)} × its broker CPU per retry")
+        met, cpu = self._retries_within()
         why = (f"{shown(rate, RATE_TARGET)} × the hand-wired retries/s (target ≥ {RATE_TARGET}), {cpu} "
                f"(target ≤ {BROKER_CPU_TARGET})")
         carried = self.carried()
         if met or carried is None or not carried.rate_ratios:
             return met, why
         against = Pair(self.queue_type, self.row, ours=self.ours, hand=self.carrying, loads=self.loads)
-        carried_rate, carried_broker = against.rate_ratio or 0.0, against.broker_ratio
+        (explained, carried_cpu), carried_rate = against._retries_within(), against.rate_ratio or 0.0
         cost = carried.rate_ratio or 0.0
-        explained = carried_rate >= RATE_TARGET and (carried_broker is None or carried_broker <= BROKER_CPU_TARGET)
-        carried_cpu = ("broker CPU not local" if carried_broker is None
-                       else f"{shown(carried_broker, BROKER_CPU_TARGET)} × its broker CPU per retry")
         return explained, (f"{why}; {'explained' if explained else 'not explained'} by what our copy carries (its "
                            f"attempt and origin headers, `mandatory`), measured alone in the same rounds: the "
                            f"hand-wired loop carrying it runs at {cost:.2f} × the bare loop's retries/s, and ours at "
@@ -411,12 +412,9 @@ def run_ours(broker: Broker, target: Target, messages: int, prefetch: int = PREF
     mode = "republish" if target.row == REPUBLISH else "reject"
     consumer = RetryingConsumer(parameters(broker, target.vhost), target.contract, handler, mode,  # type: ignore[arg-type]
                                 prefetch=prefetch)
-    pid = broker_pid(broker)
-    broker_before = _cpu_seconds(pid) if pid else 0.0
-    client_before = time.process_time()
+    stopwatch = cpu_stopwatch(broker)
     run_consumers([consumer], lambda: consumer.processed >= count, timeout=TIMEOUT_S)
-    client = time.process_time() - client_before
-    broker_cpu = _cpu_seconds(pid) - broker_before if pid else 0.0
+    client, broker_cpu = stopwatch()
     if consumer.processed != count or consumer.parked:
         raise RuntimeError(f"{target.row}: {consumer.processed} of {count} processed, {consumer.parked} parked")
     return Sample(handler.calls, consumer.retried, handler.last - handler.first, client, broker_cpu)
@@ -448,12 +446,9 @@ def run_hand(broker: Broker, target: Target, messages: int, prefetch: int = PREF
     publish_ids(broker, target.vhost, EXCHANGE, [f"f{i:05d}" for i in range(count)])
     loop = hand_wired(broker, target, messages, prefetch) if kind is None else loop_of(broker, target, kind, messages,
                                                                                         prefetch)
-    pid = broker_pid(broker)
-    broker_before = _cpu_seconds(pid) if pid else 0.0
-    client_before = time.process_time()
+    stopwatch = cpu_stopwatch(broker)
     loop.run()
-    client = time.process_time() - client_before
-    broker_cpu = _cpu_seconds(pid) - broker_before if pid else 0.0
+    client, broker_cpu = stopwatch()
     return Sample(sum(loop.deliveries.values()), loop.retries, loop.last - loop.first, client, broker_cpu)
 
 

@@ -23,7 +23,6 @@ encoding later than round r - 1, so none always runs first.
 
 from __future__ import annotations
 
-import functools
 import random
 import statistics
 import time
@@ -231,10 +230,6 @@ def section(version: str, results: Sequence[Result], cpu_read: bool, messages: i
     return [*lines, ""]
 
 
-def _prefixed(progress: Callable[[str], None], prefix: str, line: str) -> None:
-    progress(f"{prefix} {line}")
-
-
 def results_file(brokers: Sequence[Broker], context: report.Context, out: Path, messages: int, rounds: int,
                  progress: Callable[[str], None]) -> list[Path]:
     """`<out>/<date>-levels-encoding.md`: every encoding on every broker that answers, in one run."""
@@ -247,20 +242,14 @@ def results_file(brokers: Sequence[Broker], context: report.Context, out: Path, 
             continue
         version = str(call(broker, "GET", "overview")[1]["rabbitmq_version"])
         versions.append(version)
-        results, cpu_read = measure(broker, messages, rounds, progress=functools.partial(_prefixed, progress,
-                                                                                         f"rabbitmq-{version}"))
+        results, cpu_read = measure(broker, messages, rounds, progress=report.prefixed(progress, f"rabbitmq-{version}"))
         sections += section(version, results, cpu_read, messages, rounds)
     if not sections:
         return []
     lines = [f"| brokers | RabbitMQ {', '.join(versions)} (their node's OS process read from /proc) |",
              f"| levels | {LEVELS} levels of {UNIT_MS} ms × 2^k, delays {2**HIGHEST_BIT}–{2**(HIGHEST_BIT + 1) - 1} "
              f"units (every copy through levels {HIGHEST_BIT}…0 and the delivery exchange), queue `{QUEUE}` |",
-             f"| publisher | one pika channel, unconfirmed, {messages} copies of 64 bytes, persistent |",
-             f"| load average | {report.load()} (1, 5, 15 min) at the end; shared machine |",
-             f"| duration | {time.monotonic() - started:.0f} s |"]
-    text = report.header(f"Benchmark: levels routing encoding, {context.date}", context, lines)
+             f"| publisher | one pika channel, unconfirmed, {messages} copies of 64 bytes, persistent |"]
+    text = report.header(f"Benchmark: levels routing encoding, {context.date}", context, lines, started)
     text += [*(__doc__ or "").split("\n\n", 1)[1].strip().splitlines(), "", *sections]
-    path = out / f"{context.date}-levels-encoding.md"
-    path.write_text("\n".join(text))
-    progress(f"wrote {path}")
-    return [path]
+    return [report.write(out / f"{context.date}-levels-encoding.md", text, progress)]

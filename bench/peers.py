@@ -19,7 +19,9 @@ of that worker does to them.
 
 from __future__ import annotations
 
+import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -27,17 +29,25 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-from bench.accuracy import SLACK_S, Delays, Outcome, stats_of
+import dramatiq
+import kombu
+from dramatiq import Retry, Worker
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
+from dramatiq.middleware import Retries
+from kombu.transport.native_delayed_delivery import calculate_routing_key, level_name
+
+from bench import accuracy, throughput
+from bench.accuracy import SLACK_S, Delays, Outcome, amqp_url, declare_kombu, stats_of
 from bench.strategies import EXCHANGE, KOMBU, LEVELS, QUEUE, Strategy, vhost_config
-from components import wire
+from tests.support import amqp
 from tests.support.deploy import Deployer, throwaway_vhost
 from tests.support.mirror import Broker, call, esc
+from tests.support.retrying import publish_ids
 
 DRAMATIQ_THREADS = 8
 """dramatiq's default `worker_threads`."""
@@ -56,27 +66,6 @@ DRAMATIQ = tuple(dramatiq_strategy(t) for t in DRAMATIQ_TIMEOUTS_MS)
 P1_PEERS: tuple[tuple[Strategy, str], ...] = (
     (KOMBU, "quorum"), (KOMBU, "classic"), *((d, "classic") for d in DRAMATIQ))
 """(peer, queue type) in P1's order: kombu on both queue types, dramatiq (classic only) at both timeouts."""
-
-
-def amqp_url(broker: Broker, vhost: str) -> str:
-    return (f"amqp://{quote(broker.username, safe='')}:{quote(broker.password, safe='')}@{broker.host}:"
-            f"{broker.amqp_port}/{quote(vhost, safe='')}")
-
-
-def declare_kombu(broker: Broker, vhost: str, queue_type: str) -> None:
-    """kombu declares its 28 levels for `queue_type` and binds QUEUE's exchange to its delivery exchange, as
-    Celery's worker does at start-up for a quorum queue."""
-    import kombu
-    from kombu.transport.native_delayed_delivery import (
-        bind_queue_to_native_delayed_delivery_exchange,
-        declare_native_delayed_delivery_exchanges_and_queues,
-    )
-
-    with kombu.Connection(amqp_url(broker, vhost)) as connection:
-        declare_native_delayed_delivery_exchanges_and_queues(connection, queue_type)
-        queue = kombu.Queue(QUEUE, kombu.Exchange(EXCHANGE, type="fanout"), routing_key=QUEUE,
-                            queue_arguments={wire.QUEUE_TYPE.argument: queue_type})
-        bind_queue_to_native_delayed_delivery_exchange(connection, queue)
 
 
 def whole_seconds(plan: Delays) -> Delays:
@@ -107,18 +96,12 @@ class _Dramatiq:
 
     def __init__(self, broker: Broker, vhost: str, call_: Callable[[str], None], confirm: bool = True,
                  retries: bool = False) -> None:
-        import dramatiq
-        from dramatiq.brokers.rabbitmq import RabbitmqBroker
-        from dramatiq.middleware import Retries
-
         self.broker = RabbitmqBroker(url=amqp_url(broker, vhost), confirm_delivery=confirm,
                                      middleware=[Retries(max_retries=100)] if retries else [])
         options: dict[str, Any] = {"max_retries": 100} if retries else {}
         self.actor = dramatiq.actor(actor_name="bench", queue_name=QUEUE, broker=self.broker, **options)(call_)
 
     def worker(self, timeout_ms: int, prefetch: int | None = None) -> Any:
-        from dramatiq import Worker
-
         worker = Worker(self.broker, worker_timeout=timeout_ms, worker_threads=DRAMATIQ_THREADS)
         if prefetch is not None:
             worker.queue_prefetch = prefetch
@@ -131,8 +114,6 @@ class _Dramatiq:
 def dramatiq_p1(broker: Broker, strategy: Strategy, timeout_ms: int, plan: Delays, seed: int = 3) -> Outcome:
     """P1 for dramatiq: `plan.messages` messages sent with the plan's delays (shuffled as ours), timed at the
     actor's call."""
-    import random
-
     delays = [plan.delays_ms[i % len(plan.delays_ms)] for i in range(plan.messages)]
     random.Random(seed).shuffle(delays)
     sent: dict[str, float] = {}
@@ -170,8 +151,6 @@ def p1(broker: Broker, version: Sequence[int], plan: Delays, progress: Callable[
        peers: Sequence[Strategy] | None = None) -> list[Outcome]:
     """P1 of every peer on this broker (or of `peers` only), in P1_PEERS' order, with the whole-second delays of
     `plan`."""
-    from bench import accuracy
-
     whole = whole_seconds(plan)
     outcomes = []
     for strategy, queue_type in P1_PEERS:
@@ -262,11 +241,8 @@ def _kombu_loop(broker: Broker, vhost: str, tally: _Tally, messages: int, prefet
     """A kombu consumer on QUEUE: a failed message is republished as Celery retries a task on a quorum queue (a new
     message through `celery_delayed_27` with the countdown's routing key, without x-death), then acked. Celery's
     defaults: no publisher confirms."""
-    import kombu
-    from kombu.transport.native_delayed_delivery import calculate_routing_key, level_name
-
     key = calculate_routing_key(RETRY_DELAY_MS // 1000, QUEUE)
-    deadline = time.monotonic() + throughput_timeout()
+    deadline = time.monotonic() + throughput.TIMEOUT_S
     options = {"socket_settings": {socket.TCP_USER_TIMEOUT: 0}} if os.environ.get("BENCH_KOMBU_NO_USER_TIMEOUT") else {}
     with kombu.Connection(amqp_url(broker, vhost)) as connection, \
             kombu.Connection(amqp_url(broker, vhost), transport_options=options) as publishing:
@@ -294,21 +270,11 @@ def _kombu_loop(broker: Broker, vhost: str, tally: _Tally, messages: int, prefet
                     break  # nothing more will come: the caller counts what never came back
 
 
-def throughput_timeout() -> float:
-    from bench.throughput import TIMEOUT_S
-
-    return TIMEOUT_S
-
-
 def _dramatiq_loop(broker: Broker, vhost: str, tally: _Tally, messages: int, prefetch: int,
                    started: Callable[[], None]) -> None:
     """dramatiq's Worker in this process: the actor raises `Retry(delay=1000)` for a failed attempt (its Retries
     middleware sends the message to QUEUE.DQ with an eta; the worker holds it and republishes it). dramatiq's
     defaults: no publisher confirms. `started()` once the messages are in QUEUE, before the worker starts."""
-    import logging
-
-    from dramatiq import Retry
-
     logging.getLogger("dramatiq").setLevel(logging.CRITICAL)  # a log line with a traceback per retry otherwise
 
     def act(message_id: str) -> None:
@@ -322,7 +288,7 @@ def _dramatiq_loop(broker: Broker, vhost: str, tally: _Tally, messages: int, pre
         worker = peer.worker(DRAMATIQ_TIMEOUTS_MS[0], prefetch)
         worker.start()
         try:
-            deadline = time.monotonic() + throughput_timeout()
+            deadline = time.monotonic() + throughput.TIMEOUT_S
             calls, idle_since = tally.calls, time.monotonic()
             while tally.done < messages and time.monotonic() < deadline:
                 time.sleep(0.01)
@@ -339,34 +305,20 @@ def _dramatiq_loop(broker: Broker, vhost: str, tally: _Tally, messages: int, pre
 def _send_dramatiq(peer: _Dramatiq, broker: Broker, vhost: str, messages: int) -> None:
     """`messages` dramatiq messages on QUEUE, each with its id as its one argument; returns once QUEUE holds them
     all (sent without confirms, as dramatiq does by default, then counted)."""
-    from tests.support.amqp import message_counts
-
     peer.broker.declare_queue(QUEUE)
     for i in range(messages):
         peer.actor.send(f"t{i:05d}")
     deadline = time.monotonic() + 60
-    while message_counts(broker, vhost, [QUEUE])[QUEUE] < messages:
+    while amqp.message_counts(broker, vhost, [QUEUE])[QUEUE] < messages:
         if time.monotonic() > deadline:
             raise TimeoutError(f"dramatiq: fewer than {messages} messages reached {QUEUE}")
         time.sleep(0.1)
-
-
-def _cpu(broker: Broker) -> Callable[[], tuple[float, float]]:
-    """A stopwatch of (client CPU s, broker CPU s) from now."""
-    from bench.throughput import _cpu_seconds, broker_pid
-
-    pid = broker_pid(broker)
-    client, server = time.process_time(), (_cpu_seconds(pid) if pid else 0.0)
-    return lambda: (time.process_time() - client, (_cpu_seconds(pid) - server) if pid else 0.0)
 
 
 def run_loop(broker: Broker, loop: Loop, vhost: str, contract: dict[str, Any] | None, messages: int,
              prefetch: int) -> tuple[Any, int]:
     """One run of `loop` in its prepared vhost: a throughput.Run, and how many messages never succeeded (a peer's
     loop ends IDLE_S after its last delivery; ours raises instead, as in P2)."""
-    from bench import throughput
-    from tests.support.retrying import publish_ids
-
     published = messages if loop.retries else throughput.plain_messages(messages)
     failures = throughput.FAILURES if loop.retries else 0
     if loop.library == "rabbitmq_retry_client":
@@ -379,10 +331,11 @@ def run_loop(broker: Broker, loop: Loop, vhost: str, contract: dict[str, Any] | 
         stopwatch: list[Callable[[], tuple[float, float]]] = []
         if loop.library == "kombu":
             publish_ids(broker, vhost, EXCHANGE, [f"t{i:05d}" for i in range(published)])
-            stopwatch.append(_cpu(broker))
+            stopwatch.append(throughput.cpu_stopwatch(broker))
             _kombu_loop(broker, vhost, tally, published, prefetch)
         else:
-            _dramatiq_loop(broker, vhost, tally, published, prefetch, lambda: stopwatch.append(_cpu(broker)))
+            _dramatiq_loop(broker, vhost, tally, published, prefetch,
+                           lambda: stopwatch.append(throughput.cpu_stopwatch(broker)))
         client, server = stopwatch[0]()
         lost = published - tally.done
         deliveries, seconds = tally.calls, tally.last - tally.first
@@ -395,8 +348,6 @@ def run_loop(broker: Broker, loop: Loop, vhost: str, contract: dict[str, Any] | 
 @contextmanager
 def prepared(broker: Broker, loop: Loop) -> Iterator[tuple[str, dict[str, Any] | None]]:
     """`loop`'s throw-away vhost, deployed: (vhost, our contract or None)."""
-    from bench import throughput
-
     if loop.library == "dramatiq":
         with plain_vhost(broker) as vhost:
             yield vhost, None
@@ -430,10 +381,6 @@ def retry_loops(broker: Broker, messages: int, rounds: int, progress: Callable[[
     """Every LOOPS row at prefetch 250 in `rounds` rounds (each: every row once; a retry row's ratio is to its
     library's plain run of the same round), then (`defaults`) once at each library's default prefetch; client on
     one core."""
-    from contextlib import ExitStack
-
-    from bench import throughput
-
     results: dict[str, dict[str, list[Any]]] = {"judged": {}, "defaults": {}}
     lost: dict[str, list[int]] = {}
     with ExitStack() as stack:
@@ -461,8 +408,6 @@ def purge(broker: Broker, vhost: str) -> None:
 
 def _pair(per_row: dict[str, list[Any]]) -> list[Any]:
     """throughput.combine per library: each retry row's ratios to its own library's plain runs."""
-    from bench import throughput
-
     combined: list[Any] = []
     for library in dict.fromkeys(loop.library for loop in LOOPS):
         rows = [loop.row for loop in LOOPS if loop.library == library]
@@ -519,9 +464,7 @@ def _worker_process(url: str, log: Path) -> subprocess.Popen[bytes]:
 
 
 def _ready(broker: Broker, vhost: str, queue: str) -> int:
-    from tests.support.amqp import message_counts
-
-    return message_counts(broker, vhost, [queue])[queue]
+    return amqp.message_counts(broker, vhost, [queue])[queue]
 
 
 def holding(broker: Broker, sent: int, tmp: Path, delay_ms: int = HOLD_DELAY_MS) -> Holding:
@@ -579,18 +522,12 @@ def holding(broker: Broker, sent: int, tmp: Path, delay_ms: int = HOLD_DELAY_MS)
 
 
 def _consumers(broker: Broker, vhost: str, queue: str) -> int:
-    from tests.support.amqp import channel
-
-    with channel(broker, vhost, confirms=False) as opened:
+    with amqp.channel(broker, vhost, confirms=False) as opened:
         return int(opened.queue_declare(queue, passive=True).method.consumer_count)
 
 
 def _worker_main(url: str, log: str) -> None:
     """`python -m bench.peers worker URL LOG`: a dramatiq Worker with its defaults until killed."""
-    import dramatiq
-    from dramatiq import Worker
-    from dramatiq.brokers.rabbitmq import RabbitmqBroker
-
     rabbit = RabbitmqBroker(url=url)
     lock = threading.Lock()
 

@@ -24,7 +24,7 @@ from bench.peers import (
     Holding,
     Loops,
 )
-from bench.report import ran_peers
+from bench.report import ran_peers, save
 from bench.strategies import KOMBU, LEVELS, NATIVE, TIERS
 from bench.throughput import FAILURES, Run, plain_messages
 
@@ -112,9 +112,7 @@ def p2_peers_plot(loops: Loops, title: str, path: Path) -> None:
     ax.set_title(title, fontsize=9)
     ax.margins(y=0.2)
     ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def holding_section(held: Sequence[Holding]) -> list[str]:
@@ -178,60 +176,94 @@ def _worst(outcomes: Sequence[Outcome], pick: object) -> float | None:
     return max(values) if values else None
 
 
+def _ran(loops: Loops | None, library: str) -> Run | None:
+    """The judged round's run of `library`'s retry loop, if it ran."""
+    return next((r for r in (loops.judged if loops else []) if r.row.startswith(library) and not r.skipped), None)
+
+
+def _copy_cost(loops: Loops | None) -> list[str]:
+    """Issue 37: `levels` against kombu in the same retry loop, broker CPU per delayed copy and retries per second."""
+    levels, kombu = _ran(loops, "levels"), _ran(loops, "kombu")
+    if not (levels and kombu):
+        return []
+    share = copy_us(levels) / copy_us(kombu) if copy_us(kombu) else 0.0
+    return [f"- `levels` ÷ kombu, broker CPU per delayed copy (1 s, quorum, prefetch 250): {copy_us(levels):,.0f} ÷ "
+            f"{copy_us(kombu):,.0f} µs = **{share:.2f}** (target ≤ {COPY_CPU_TARGET}: "
+            f"{'met' if share <= COPY_CPU_TARGET else '**not met**'}).",
+            f"- Retries per second, `levels` against kombu (same loop, 1 s): {levels.rate:,.0f} against "
+            f"{kombu.rate:,.0f} deliveries/s ({'more: met' if levels.rate > kombu.rate else '**not more: not met**'})."]
+
+
+def _accuracy_against_kombu(outcomes: Sequence[Outcome]) -> list[str]:
+    ours_levels, peer_kombu = _worst(outcomes, LEVELS), _worst(outcomes, KOMBU)
+    if ours_levels is None or peer_kombu is None:
+        return []
+    return [f"- P1 worst p99, `levels` against kombu (quorum and classic): {ours_levels:,.1f} against "
+            f"{peer_kombu:,.1f} ms ({'no worse: met' if ours_levels <= peer_kombu else '**worse: not met**'})."]
+
+
+def _against_plain(runs: Sequence[Run]) -> list[str]:
+    """`tiers` and `native` against plain consume at prefetch 250: information (the floor judges them)."""
+    out = []
+    for strategy in (TIERS, NATIVE):
+        ratios = [(r.row, r.queue_type, r.ratio or 0.0) for r in runs if r.prefetch == 250 and r.ratio is not None
+                  and r.row.split(" ")[0] == strategy.name]
+        if ratios:
+            low = min(ratios, key=lambda x: x[2])
+            out.append(f"- `{strategy.name}` ÷ plain at prefetch 250 (information; judged against the broker's floor "
+                       "below): " + ", ".join(f"{row} {queue_type} {ratio:.2f}" for row, queue_type, ratio in ratios)
+                       + (" (at least 0.5)" if low[2] >= 0.5 else f" (below 0.5: {low[0]} {low[1]})"))
+    return out
+
+
+def _against_the_floor(pairs: Sequence[Pair]) -> list[str]:
+    verdicts = [(pair, *pair.verdict()) for pair in pairs if not pair.skipped and pair.row not in PARTS]
+    return [f"- `{pair.row}` against its hand-wired loop, {pair.queue_type} queues: {why}: "
+            f"{'met' if met else '**not met**'}." for pair, met, why in verdicts]
+
+
+Ours = tuple[float, float, str, str]
+"""One P1 figure of ours: (p99, its target, where: strategy, queue type and delay, queue type)."""
+
+
+def _accuracy_against_peers(outcomes: Sequence[Outcome]) -> list[str]:
+    """Our worst p99 within target, and below every peer's worst (over all queue types, then per type)."""
+    ours: list[Ours] = [(s.percentile(99), s.target_ms, f"{o.strategy.name} ({o.queue_type}) {s.delay_ms} ms",
+                         o.queue_type) for o in outcomes if o.strategy.ours for s in o.stats]
+    if not ours:
+        return []
+    worst = max(ours)
+    within = all(p99 <= target for p99, target, _, _ in ours)
+    peers = _peers_worst(outcomes)
+    return [f"- Our worst p99: {worst[0]:,.1f} ms ({worst[2]}); every p99 of ours under max(5 % of the delay, "
+            f"100 ms): {'yes' if within else '**no**'}.", *(_below_the_peers(ours, peers) if peers else [])]
+
+
+def _peers_worst(outcomes: Sequence[Outcome]) -> list[tuple[float, str, str]]:
+    """Each peer's worst p99 over its delays: (p99, `name (queue type)`, queue type)."""
+    return [(max(s.percentile(99) for s in o.stats), f"{o.strategy.name} ({o.queue_type})", o.queue_type)
+            for o in ran_peers(outcomes)]
+
+
+def _below_the_peers(ours: Sequence[Ours], peers: Sequence[tuple[float, str, str]]) -> list[str]:
+    worst = max(ours)
+    beaten = [where for p99, where, _ in peers if p99 <= worst[0]]
+    out = ["- Our worst p99 below every peer's worst p99 (each over its delays: "
+           + ", ".join(f"{where} {p99:,.1f} ms" for p99, where, _ in peers) + "): "
+           + ("**yes**." if not beaten else f"**no**, not below {', '.join(beaten)}.")]
+    for p99, where, queue_type in peers:
+        if same := [o for o in ours if o[3] == queue_type]:
+            mine = max(same)
+            out.append(f"  - on {queue_type} queues, our worst {mine[0]:,.1f} ms ({mine[2]}) against {where} "
+                       f"{p99:,.1f} ms: {'below' if mine[0] < p99 else '**not below**'}.")
+    return out
+
+
 def targets_section(outcomes: Sequence[Outcome], runs: Sequence[Run], loops: Loops | None,
                     pairs: Sequence[Pair] = ()) -> list[str]:
     """Issue 25's and issue 37's targets, each judged from figures of this file (paired within this run)."""
-    out = ["## Targets, from the figures above", ""]
-    if loops:
-        levels = next((r for r in loops.judged if r.row.startswith("levels") and not r.skipped), None)
-        kombu = next((r for r in loops.judged if r.row.startswith("kombu") and not r.skipped), None)
-        if levels and kombu:
-            share = copy_us(levels) / copy_us(kombu) if copy_us(kombu) else 0.0
-            out.append(f"- `levels` ÷ kombu, broker CPU per delayed copy (1 s, quorum, prefetch 250): "
-                       f"{copy_us(levels):,.0f} ÷ {copy_us(kombu):,.0f} µs = **{share:.2f}** (target ≤ "
-                       f"{COPY_CPU_TARGET}: {'met' if share <= COPY_CPU_TARGET else '**not met**'}).")
-            out.append(f"- Retries per second, `levels` against kombu (same loop, 1 s): {levels.rate:,.0f} against "
-                       f"{kombu.rate:,.0f} deliveries/s "
-                       f"({'more: met' if levels.rate > kombu.rate else '**not more: not met**'}).")
-    ours_levels, peer_kombu = _worst(outcomes, LEVELS), _worst(outcomes, KOMBU)
-    if ours_levels is not None and peer_kombu is not None:
-        out.append(f"- P1 worst p99, `levels` against kombu (quorum and classic): {ours_levels:,.1f} against "
-                   f"{peer_kombu:,.1f} ms ({'no worse: met' if ours_levels <= peer_kombu else '**worse: not met**'}).")
-    for strategy in (TIERS, NATIVE):
-        ratios = [(r.row, r.queue_type, r.ratio) for r in runs if r.prefetch == 250 and r.ratio is not None
-                  and r.row.split(" ")[0] == strategy.name]
-        if ratios:
-            low = min(ratios, key=lambda x: x[2] or 0.0)
-            out.append(f"- `{strategy.name}` ÷ plain at prefetch 250 (information; judged against the broker's "
-                       "floor below): " + ", ".join(f"{row} {queue_type} {ratio:.2f}" for row, queue_type, ratio
-                                                    in ratios)
-                       + (" (at least 0.5)" if (low[2] or 0.0) >= 0.5 else f" (below 0.5: {low[0]} {low[1]})"))
-    for pair in pairs:
-        if not pair.skipped and pair.row not in PARTS:
-            met, why = pair.verdict()
-            out.append(f"- `{pair.row}` against its hand-wired loop, {pair.queue_type} queues: {why}: "
-                       f"{'met' if met else '**not met**'}.")
-    ours = [(s.percentile(99), s.target_ms, f"{o.strategy.name} ({o.queue_type}) {s.delay_ms} ms", o.queue_type)
-            for o in outcomes if o.strategy.ours for s in o.stats]
-    peers = [(max(s.percentile(99) for s in o.stats), f"{o.strategy.name} ({o.queue_type})", o.queue_type)
-             for o in ran_peers(outcomes)]
-    if ours:
-        worst = max(ours)
-        within = all(p99 <= target for p99, target, _, _ in ours)
-        out.append(f"- Our worst p99: {worst[0]:,.1f} ms ({worst[2]}); every p99 of ours under max(5 % of the "
-                   f"delay, 100 ms): {'yes' if within else '**no**'}.")
-        if peers:
-            beaten = [where for p99, where, _ in peers if p99 <= worst[0]]
-            out.append("- Our worst p99 below every peer's worst p99 (each over its delays: "
-                       + ", ".join(f"{where} {p99:,.1f} ms" for p99, where, _ in peers) + "): "
-                       + ("**yes**." if not beaten else f"**no**, not below {', '.join(beaten)}."))
-            for p99, where, queue_type in peers:
-                same = [o for o in ours if o[3] == queue_type]
-                if same:
-                    mine = max(same)
-                    out.append(f"  - on {queue_type} queues, our worst {mine[0]:,.1f} ms ({mine[2]}) against {where} "
-                               f"{p99:,.1f} ms: {'below' if mine[0] < p99 else '**not below**'}.")
-    return [*out, ""]
+    return ["## Targets, from the figures above", "", *_copy_cost(loops), *_accuracy_against_kombu(outcomes),
+            *_against_plain(runs), *_against_the_floor(pairs), *_accuracy_against_peers(outcomes), ""]
 
 
 P1_TOLERANCE_MS = 2.0
@@ -254,8 +286,8 @@ def p1_rounds_section(rounds: Sequence[Sequence[Outcome]]) -> list[str]:
            f"{P1_TOLERANCE_MS:g} ms, {P1_TOLERANCE_SHARE:.0%}) of it.", ""]
     peers: dict[str, list[float]] = {}
     for r in rounds:
-        for o in ran_peers(r):
-            peers.setdefault(f"{o.strategy.name} ({o.queue_type})", []).append(max(s.percentile(99) for s in o.stats))
+        for p99, where, _ in _peers_worst(r):
+            peers.setdefault(where, []).append(p99)
     for where, values in peers.items():
         theirs = max(values)
         tolerance = max(P1_TOLERANCE_MS, P1_TOLERANCE_SHARE * theirs)

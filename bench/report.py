@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import version as package_version
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -67,11 +69,36 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def save(fig: Any, path: Path, **layout: Any) -> None:
+    """The figure as a PNG at `path`, then closed."""
+    fig.tight_layout(**layout)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(path: Path, text: Sequence[str], progress: Callable[[str], None]) -> Path:
+    """A results file, said on the progress line."""
+    path.write_text("\n".join(text))
+    progress(f"wrote {path}")
+    return path
+
+
+def prefixed(progress: Callable[[str], None], name: str) -> Callable[[str], None]:
+    """Progress lines that start with `name` (a broker's)."""
+    return lambda line: progress(f"{name} {line}")
+
+
 def _ms(value: float) -> str:
     return f"{value:,.1f}"
 
 
-def header(title: str, context: Context, lines: Sequence[str]) -> list[str]:
+def header(title: str, context: Context, lines: Sequence[str], started: float | None = None,
+           duration: str = "") -> list[str]:
+    """A results file's title, how and where it was measured, and its table of `lines`; with `started` (a
+    time.monotonic()), the load average now and the duration since (`duration`: what it is of)."""
+    if started is not None:
+        lines = [*lines, f"| load average | {load()} (1, 5, 15 min) at the end; shared machine |",
+                 f"| duration | {time.monotonic() - started:.0f} s{duration} |"]
     mode = "quick (`BENCH_QUICK=1`)" if context.quick else "full"
     return [f"# {title}", "",
             f"Measured by `{context.command}` ({mode}), started {context.started_utc}, in one run; figures "
@@ -202,9 +229,7 @@ def p1_plot(outcomes: Sequence[Outcome], title: str, path: Path) -> None:
     ax.set_title(title, fontsize=10, wrap=True)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, ncol=2, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 # --- P2 --------------------------------------------------------------------------------------------------------
@@ -285,9 +310,7 @@ def p2_plot(runs: Sequence[Run], title: str, path: Path) -> None:
     ax.margins(y=0.2)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 # --- P3 --------------------------------------------------------------------------------------------------------
@@ -371,6 +394,4 @@ def p3_plot(costs: Sequence[Cost], title: str, path: Path) -> None:
     handles, labels = left.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(groups), fontsize=8)
     fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, rect=(0, 0.06, 1, 1))

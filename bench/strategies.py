@@ -83,7 +83,6 @@ SEED_003 = Strategy("seed-003", "published to ONE delay queue with its own per-m
                     "queue has no consumer and dead-letters to the destination (head-of-line blocking)", ours=False)
 
 P1_STRATEGIES = (TIERS, LEVELS, NATIVE, SEED_003)
-P2_STRATEGIES = (TIERS, LEVELS, NATIVE)
 
 
 def _ms(value: int) -> str:

@@ -130,6 +130,13 @@ def broker_pid(broker: Broker) -> int | None:
     return pid if pid and Path(f"/proc/{pid}/stat").exists() else None
 
 
+def cpu_stopwatch(broker: Broker) -> Callable[[], tuple[float, float]]:
+    """A stopwatch of (client CPU s, broker CPU s) from now; the broker's 0 when it does not run on this machine."""
+    pid = broker_pid(broker)
+    server, client = _cpu_seconds(pid) if pid else 0.0, time.process_time()
+    return lambda: (time.process_time() - client, (_cpu_seconds(pid) - server) if pid else 0.0)
+
+
 def _consume(broker: Broker, vhost: str, contract: dict[str, Any], mode: str, messages: int,
              failures: int, prefetch: int) -> tuple[int, float, float, float]:
     """(deliveries, seconds, client CPU s, broker CPU s, the last 0 when the broker is not local)."""
@@ -138,13 +145,10 @@ def _consume(broker: Broker, vhost: str, contract: dict[str, Any], mode: str, me
     handler = _Handler(failures)
     consumer = RetryingConsumer(parameters(broker, vhost), contract, handler, mode,  # type: ignore[arg-type]
                                 prefetch=prefetch)
-    pid = broker_pid(broker)
-    broker_before = _cpu_seconds(pid) if pid else 0.0
-    client_before = time.process_time()
+    stopwatch = cpu_stopwatch(broker)
     run_consumers([consumer], lambda: consumer.processed >= messages, timeout=TIMEOUT_S)
     seconds = handler.last - handler.first
-    client = time.process_time() - client_before
-    broker_cpu = _cpu_seconds(pid) - broker_before if pid else 0.0
+    client, broker_cpu = stopwatch()
     if consumer.processed != messages or consumer.parked:
         raise RuntimeError(f"{contract['queue']}: {consumer.processed} of {messages} processed, "
                            f"{consumer.parked} parked")

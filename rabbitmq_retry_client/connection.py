@@ -124,7 +124,7 @@ def parameters(params: Parameters | str, vhost: str | None = None, tls: TlsSetti
         external = False
     if vhost is not None:
         result.virtual_host = vhost
-    if tls is not None and tls.configured and result.ssl_options is None:
+    if tls is not None and tls.given() and result.ssl_options is None:
         raise ValueError(f"amqp://{result.host}:{result.port} is plain AMQP, but TLS settings are given "
                          f"({tls.given()}): the password would cross in clear; use amqps:// and the broker's TLS "
                          "port (5671 by default)")

@@ -155,12 +155,9 @@ class TlsSettings:
 
         return cls(path("cacert_file"), path("clientcert_file"), path("clientkey_file"), truthy(value("insecure")))
 
-    @property
-    def configured(self) -> bool:
-        return bool(self.cacert_file or self.clientcert_file or self.clientkey_file or self.insecure)
-
     def given(self) -> str:
-        """The names of the settings that are set, for an error line: `rabbitmq:cacertFile (RABBITMQ_CACERT, …)`."""
+        """The names of the settings that are set, for an error line: `rabbitmq:cacertFile (RABBITMQ_CACERT, …)`;
+        "" when none is."""
         return ", ".join(TLS_SETTINGS[field].names() for field in TLS_SETTINGS if getattr(self, field))
 
     def context(self) -> ssl.SSLContext:
@@ -424,7 +421,7 @@ class ManagementClient:
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self._context: ssl.SSLContext | None = None
-        if self.scheme == "http" and self.tls.configured:
+        if self.scheme == "http" and self.tls.given():
             raise TlsError(f"{self.url} is plain HTTP, but TLS settings are given ({self.tls.given()}): the password "
                            f"would cross in clear; use https:// and the broker's TLS port (15671 by default) in "
                            f"{ENDPOINT.names()}")

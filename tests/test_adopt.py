@@ -22,9 +22,9 @@ from components.plan import plan_vhost
 from tools import adopt as adopt_tool
 from tools.lib import engine
 from tools.lib.adopt import ALONE, BESIDE, IMPORT, RETIRE, adopt, report, stack_file, summary
-from tools.lib.definitions import Snapshot, read_file
 from tools.lib.mockrun import Registered, record
 from tools.lib.recognise import dead_letter, recognise
+from tools.lib.snapshot import Snapshot, read_file
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -410,7 +410,7 @@ def test_the_written_stack_runs_as_a_program(tmp_path: Path) -> None:
 
 def test_a_missing_message_count_is_explained_by_where_the_snapshot_was_read():
     from tools.lib.adopt import _messages
-    from tools.lib.definitions import Snapshot
+    from tools.lib.snapshot import Snapshot
 
     live = Snapshot("shop", "http://127.0.0.1:15672", queues={"jobs": {"name": "jobs"}, "audit": {"messages": 5}},
                     live=True)
@@ -427,7 +427,7 @@ def test_the_stack_file_gives_the_shovels_the_broker_s_own_amqp_port() -> None:
     local 4.3 listens on 5673, where the default 5672 is the other broker)."""
     from dataclasses import replace
 
-    from tools.lib.definitions import amqp_ports
+    from tools.lib.snapshot import amqp_ports
 
     assert amqp_ports({"listeners": [{"protocol": "amqp", "port": 5673}, {"protocol": "http", "port": 15673},
                                      {"protocol": "amqp/ssl", "port": 5671}, {"protocol": "clustering",

@@ -17,10 +17,10 @@ import yaml
 from components.config import ConfigError, load_vhost
 from tools.lib.adopt import REQUIRED, adopt, report, stack_file
 from tools.lib.contracts import stack_contracts
-from tools.lib.definitions import read_file
+from tools.lib.definitions import export, text
 from tools.lib.evaluation import evaluate
-from tools.lib.export import export, text
 from tools.lib.mockrun import close_event_loop
+from tools.lib.snapshot import read_file
 
 ROOT = Path(__file__).resolve().parents[1]
 STACKS = [(ROOT, "dev"), (ROOT, "prod"), (ROOT / "tests" / "recordings", "every")]

@@ -9,7 +9,7 @@ import sys
 
 from tests.conftest import ROOT
 from tests.support import recordings
-from tools.lib.export import export, policy_definition
+from tools.lib.definitions import export, policy_definition
 from tools.lib.mockrun import Registered
 
 

@@ -19,9 +19,9 @@ import yaml
 from components import Vhost
 from tools import drift as drift_command
 from tools.lib import engine
-from tools.lib.definitions import Snapshot
 from tools.lib.drift import Finding, drifted, findings, render
 from tools.lib.mockrun import Registered, record
+from tools.lib.snapshot import Snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = {"name": "shop", "existing": True, "exchanges": [{"name": "orders", "type": "topic"}],
@@ -216,8 +216,8 @@ def _broker_after_step_move(project: Path, stack: str) -> dict[str, Any]:
     """A broker-wide export as `pulumi up` of the stack leaves it beside the runtime topology it adopted (the
     Sneakers queues `orders`, `orders-retry`, `orders-error` and their exchanges, still draining), with the shovels
     as the broker stores them and every user."""
+    from tools.lib.definitions import export
     from tools.lib.evaluation import evaluate
-    from tools.lib.export import export
 
     recording = evaluate(stack, project).recording
     definitions = export(recording).definitions

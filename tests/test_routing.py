@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tools.lib.definitions import Snapshot
 from tools.lib.routing import Message, arrival_keys, route, topic_covers, topic_overlaps
+from tools.lib.snapshot import Snapshot
 
 
 def _snapshot(exchanges: dict[str, str], bindings: list[tuple[str, str, str]], queues: tuple[str, ...] = (),

@@ -31,9 +31,9 @@ import pulumi
 from rabbitmq_retry_client.management import TLS_SETTINGS, ManagementClient, ManagementError
 from tools.lib.adopt import DEFAULT_SUFFIX, adopt, report, stack_file
 from tools.lib.cli import add_tls_arguments, broker_client
-from tools.lib.definitions import DefinitionsError, Snapshot, read_file, read_live
 from tools.lib.migrate_status import SAMPLE_S
 from tools.lib.mockrun import ROOT
+from tools.lib.snapshot import DefinitionsError, Snapshot, read_file, read_live
 
 
 def _read_counted(endpoint: ManagementClient, vhost: str) -> Snapshot:

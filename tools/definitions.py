@@ -1,6 +1,6 @@
 """`make definitions STACK=<stack>`: the stack's topology as RabbitMQ definitions (what `rabbitmqctl
 import_definitions` and `POST /api/definitions` take), from the program run under Pulumi's mocks, without the CLI,
-a backend or secrets (tools/lib/export.py says what is left out, and why).
+a backend or secrets (tools/lib/definitions.py says what is left out, and why).
 
     python -m tools.definitions --stack dev [--output definitions.dev.json]
 
@@ -14,8 +14,8 @@ import argparse
 import sys
 
 from tools.lib.cli import Written, stack_file_command
+from tools.lib.definitions import counts, export, text
 from tools.lib.evaluation import Evaluation
-from tools.lib.export import counts, export, text
 
 
 def _definitions(args: argparse.Namespace, evaluated: Evaluation) -> Written:

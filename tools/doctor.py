@@ -21,10 +21,10 @@ import pulumi
 from components.config.stack_file import StackFileError
 from rabbitmq_retry_client.management import ManagementError
 from tools.lib.cli import broker_client, broker_command_parser, tls_summary
-from tools.lib.definitions import DefinitionsError
 from tools.lib.doctor import diagnose, read_facts, render
 from tools.lib.evaluation import EvaluationError, evaluate
 from tools.lib.mockrun import close_event_loop
+from tools.lib.snapshot import DefinitionsError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,10 +34,10 @@ import pulumi
 from components.config.stack_file import StackFileError
 from rabbitmq_retry_client.management import ManagementError
 from tools.lib.cli import broker_client, broker_command_parser
-from tools.lib.definitions import DefinitionsError, read_file, read_live
 from tools.lib.drift import DRIFT_COMPARED, drifted, findings, present_drained, render
 from tools.lib.evaluation import EvaluationError, evaluate
 from tools.lib.mockrun import close_event_loop
+from tools.lib.snapshot import DefinitionsError, read_file, read_live
 
 SCHEMA_VERSION = 1
 """`--format json`'s `schema_version` (docs/schemas/drift.schema.json)."""

@@ -17,10 +17,10 @@ from components.config.stack_file import StackFileError
 from rabbitmq_retry_client.depth import BrokerAccess, DepthError
 from rabbitmq_retry_client.management import ManagementError
 from tools.lib.cli import broker_client, broker_command_parser
-from tools.lib.definitions import DefinitionsError, read_live
 from tools.lib.evaluation import EvaluationError, evaluate
 from tools.lib.migrate_retire import Broker, RetireError, find, retire
 from tools.lib.mockrun import close_event_loop
+from tools.lib.snapshot import DefinitionsError, read_live
 
 REFUSED = 3
 

@@ -19,11 +19,11 @@ from components.config.stack_file import StackFileError
 from rabbitmq_retry_client.depth import DepthError
 from rabbitmq_retry_client.management import ManagementError, path_escape
 from tools.lib.cli import broker_client, broker_command_parser
-from tools.lib.definitions import DefinitionsError
 from tools.lib.evaluation import EvaluationError, evaluate
 from tools.lib.migrate_status import SAMPLE_S, render, status
 from tools.lib.mockrun import close_event_loop
 from tools.lib.queue_guard import depth_reader
+from tools.lib.snapshot import DefinitionsError
 
 
 def main(argv: list[str] | None = None) -> int:

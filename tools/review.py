@@ -36,12 +36,12 @@ from rabbitmq_retry_client.management import ManagementError
 from tools.lib import engine
 from tools.lib.checkout import CheckoutError, checkout
 from tools.lib.cli import add_tls_arguments, broker_client
-from tools.lib.definitions import DefinitionsError
 from tools.lib.evaluation import NO_PLAN, TOOLS_PLAN, Evaluation, EvaluationError
 from tools.lib.queue_guard import depth_reader, review_section
 from tools.lib.review import BaseProgramError, Review, ReviewError, evaluate_both, render
 from tools.lib.review import alerts as alert_rules
 from tools.lib.risk import DATA_LOSS
+from tools.lib.snapshot import DefinitionsError
 
 REVIEW_SCHEMA_VERSION = 1
 """`--format json`'s `schema_version` (docs/schemas/review.schema.json)."""

@@ -28,12 +28,12 @@ from tests.support.amqp import channel, message_counts, next_message
 from tests.support.mirror import Broker, ImportRefusedError, MirrorError, apply, call, esc, read_back
 from tools.lib import engine
 from tools.lib.adopt import BESIDE, IMPORT, RETIRE, adopt, record_vhost, summary
-from tools.lib.definitions import Snapshot, read_live
 from tools.lib.drift import findings
 from tools.lib.evaluation import infos
 from tools.lib.migrate_retire import Broker as RetireBroker
 from tools.lib.migrate_retire import Found, retire
 from tools.lib.mockrun import record
+from tools.lib.snapshot import Snapshot, read_live
 
 SNEAKERS_TTL_MS = 600_000
 """Long enough that the messages waiting in `mailer-retry` stay there for the whole test."""

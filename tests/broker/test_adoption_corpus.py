@@ -36,11 +36,11 @@ from tests.support.hooks import ProgramHooks
 from tests.support.mirror import Broker, apply_update, call, esc, read_back
 from tests.support.stack import Stack, record_stack, stack_vhost
 from tools.lib.adopt import IMPORT, adopt, shovel_port, summary
-from tools.lib.definitions import Snapshot, read_live
 from tools.lib.drift import Finding, drifted, findings
 from tools.lib.evaluation import infos
 from tools.lib.migrate_retire import Broker as RetireBroker
 from tools.lib.migrate_retire import Found, retire
+from tools.lib.snapshot import Snapshot, read_live
 
 LONG_MS = 600_000
 """A wait that outlasts the test: its messages must still be waiting after adoption."""

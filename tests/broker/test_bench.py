@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import re
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from pika.exceptions import ChannelClosedByBroker, UnroutableError
 
 from bench import accuracy, aio_floor, floor, peers, report, throughput
-from bench.__main__ import QUEUE_TYPES, Progress, broker_file, p1_runs
+from bench.__main__ import QUEUE_TYPES, QUICK, Progress, broker_file, p1_runs
 from bench.strategies import P1_STRATEGIES
 from tests.support import retrying
 from tests.support.admin import version
@@ -27,7 +28,8 @@ TINY = accuracy.Delays(8, (50, 100), (50, 100), 2, 10)
 
 def test_p1_and_p2_on_tiny_inputs_write_the_broker_s_results_file(broker: Broker, tmp_path: Path) -> None:
     context = report.Context("2026-01-02", "2026-01-02 03:04 UTC", "make bench", True, report.machine(), "test")
-    path = broker_file(broker, context, tmp_path, TINY, 10, ["p1", "p2"], Progress(), p2_rounds=1, floor_messages=10)
+    tiny = replace(QUICK, plan=TINY, p2_messages=10, floor_messages=10)
+    path = broker_file(broker, context, tmp_path, tiny, ["p1", "p2"], Progress())
     assert path is not None
     live = ".".join(map(str, version(broker)))
     assert path.name == f"2026-01-02-rabbitmq-{live}.md"

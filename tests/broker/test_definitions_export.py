@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import dev_vhost_config, record_vhost
 from tests.support.mirror import Broker, call, esc, get, read_back
-from tools.lib.export import export
+from tools.lib.definitions import export
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from tests.conftest import record_vhost
 from tests.support.doctor import planned_objects
 from tests.support.mirror import Broker, MirrorError, apply, get
 from tools.lib import doctor, engine
-from tools.lib.definitions import read_live
 from tools.lib.drift import findings, render
+from tools.lib.snapshot import read_live
 
 
 def _config(vhost: str, existing: bool) -> dict[str, Any]:

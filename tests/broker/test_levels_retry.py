@@ -24,8 +24,8 @@ from rabbitmq_retry_client.levels import delay_routing_key
 from tests.support.amqp import channel, drain, message_counts, parameters, returned_by_crashed_readers
 from tests.support.mirror import Broker, call, esc, read_back
 from tests.support.retrying import Recorder, fail_every_attempt, publish_ids, run_consumers
-from tools.lib.definitions import read_live
 from tools.lib.drift import findings
+from tools.lib.snapshot import read_live
 
 if TYPE_CHECKING:
     from tests.support.deploy import Deployer

@@ -19,9 +19,9 @@ from tests.support.amqp import channel, message_counts
 from tests.support.deploy import throwaway_vhost
 from tests.support.mirror import Broker, apply, apply_update, call, esc
 from tools.lib.adopt import adopt, record_vhost
-from tools.lib.definitions import Snapshot, read_live
 from tools.lib.migrate_retire import DELETE_QUEUE, UNBIND, Found, plan, retire
 from tools.lib.migrate_retire import Broker as RetireBroker
+from tools.lib.snapshot import Snapshot, read_live
 
 SNEAKERS_TTL_MS = 600_000
 """Messages waiting in `mailer-retry` stay there for the whole test: its delete must be refused."""

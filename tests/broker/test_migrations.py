@@ -45,10 +45,10 @@ from tests.support.mirror import Broker, apply, apply_update, esc, get
 from tests.support.retrying import Recorder, publish_ids
 from tests.support.stack import Stack, record_stack, stack_vhost
 from tools.lib import engine
-from tools.lib.definitions import read_live
 from tools.lib.drift import findings
 from tools.lib.evaluation import infos
 from tools.lib.migrate_status import status as migration_status
+from tools.lib.snapshot import read_live
 
 EARLY_MS = 5
 """Clock tolerance for "never early": the times are taken by the test and the handler, not by the broker."""

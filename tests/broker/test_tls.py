@@ -41,7 +41,7 @@ from tests.support.deploy import (
 from tests.support.environment import missing
 from tests.support.mirror import Broker, call, esc, user_limits_provider
 from tests.support.retrying import Recorder, publish_ids, retryable_queue, run_consumers
-from tools.lib.definitions import read_live
+from tools.lib.snapshot import read_live
 
 ROOT = Path(__file__).resolve().parents[2]
 TLS_BROKERS = configured_tls_brokers()

@@ -34,10 +34,10 @@ from tests.support.mirror import Broker, call, esc
 from tests.support.retrying import Recorder
 from tests.support.tls import CertificateAuthority, FakeManagement, RecordingRelay
 from tests.test_retry_client import contract
-from tools.lib.definitions import read_live
 from tools.lib.migrate_retire import Broker as RetireBroker
 from tools.lib.migrate_retire import RetireError
 from tools.lib.queue_guard import depth_reader
+from tools.lib.snapshot import read_live
 
 ROOT = Path(__file__).resolve().parents[2]
 

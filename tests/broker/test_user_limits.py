@@ -20,8 +20,8 @@ from tests.support.admin import wait_for
 from tests.support.amqp import parameters
 from tests.support.deploy import Deployer
 from tests.support.mirror import Broker, MirrorError, call, esc, read_back, user_limits_provider
-from tools.lib.definitions import read_live
 from tools.lib.drift import findings
+from tools.lib.snapshot import read_live
 
 PASSWORD = "limits-test-password"
 TRACKED_S = 15.0

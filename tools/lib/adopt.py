@@ -32,11 +32,11 @@ from components.migration_kinds import move
 from components.plan import plan_vhost
 from components.resources import ShovelAccess
 from tools.lib import engine
-from tools.lib.definitions import DefinitionsError, Snapshot, binding_id
 from tools.lib.drift import COMPARED, binding_label, compare, import_id, markdown_table
 from tools.lib.markdown import code, names
 from tools.lib.mockrun import Registered, close_event_loop, record
 from tools.lib.recognise import Topology, delay_levels, own_policy, recognise, unclear
+from tools.lib.snapshot import DefinitionsError, Snapshot, binding_id
 from tools.lib.unowned import kept_detail, unmanageable_exchange, unmanageable_queue
 
 DEFAULT_SUFFIX = ".v2"

@@ -1,162 +1,139 @@
-"""What one vhost holds, read (GET only) from the live management API or from an exported definitions file.
+"""The evaluated plan as RabbitMQ definitions (`make definitions`): what `rabbitmqctl import_definitions` and
+`POST /api/definitions` take, from the program's own recording under mocks, each object with the inputs `pulumi up`
+would send for it (docs/provider.md: string-only `arguments` against typed `argumentsJson`, policy values converted
+as the provider converts them).
 
-`make adopt` and `make drift` both start here. The live API gives each binding its `properties_key`, the part
-of a binding's import ID that cannot be computed for a binding with arguments; a definitions file does not
-carry it, nor message counts.
+Importing definitions only adds and updates: it never deletes a queue, an exchange or a binding, never replaces a
+queue whose arguments differ (the import fails on it instead), and knows nothing of the stack's state. It puts a
+topology on a broker without the Pulumi CLI (the quick start's tour, a throw-away broker for tests); it is not
+`pulumi up`.
+
+What a recording cannot carry is left out and said (`Export.left_out`): the users' passwords (secrets of the stack:
+each user is exported without one), and the shovels of migrations (their URIs hold the shovel user's password).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from rabbitmq_retry_client.management import ManagementClient, path_escape
+from tools.lib import engine
+from tools.lib.mockrun import Registered
+
+_INT64 = re.compile(r"[+-]?[0-9]+")
 
 
-class DefinitionsError(Exception):
-    """A file that is not definitions, or an adoption that cannot be made; the live API's failures are the
-    client's `ManagementError`."""
+@dataclass
+class Export:
+    definitions: dict[str, Any]
+    left_out: list[str] = field(default_factory=list)
+    """One line per object or value the definitions do not carry, and what to do about it."""
 
 
-@dataclass(frozen=True)
-class Snapshot:
-    """One vhost's objects as the broker stores them (management API field names)."""
-
-    vhost: str
-    source: str
-    """Where it was read: the endpoint or the file."""
-    queues: dict[str, dict[str, Any]] = field(default_factory=dict)
-    exchanges: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Without the default exchange ("")."""
-    bindings: list[dict[str, Any]] = field(default_factory=list)
-    """Without the default exchange's implicit bindings; `properties_key` only when read live."""
-    policies: dict[str, dict[str, Any]] = field(default_factory=dict)
-    operator_policies: dict[str, dict[str, Any]] = field(default_factory=dict)
-    permissions: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """By user: configure, write and read in this vhost."""
-    topic_permissions: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    """By user: exchange, write and read of each entry in this vhost."""
-    user_limits: dict[str, dict[str, Any]] | None = None
-    """By user, broker-wide (users are): `max-connections`, `max-channels`; None when the source does not carry
-    them (a single-vhost export), {} for a user without limits."""
-    broker_version: str = ""
-    amqp_ports: tuple[int, ...] = ()
-    """The broker's plain AMQP listener ports (`/api/overview` listeners, protocol `amqp`); () from a file. A shovel
-    runs on the broker and connects to one of them (`rabbitmq-retry:amqp_port`)."""
-    live: bool = False
-    exists: bool = True
-    """False when the vhost itself is not on the broker."""
-    shovels: dict[str, dict[str, Any]] | None = None
-    """Dynamic shovels of this vhost by name (their parameter's value: `src-queue`, `dest-queue`, …); None when the
-    source does not carry them."""
-    users: frozenset[str] | None = None
-    """Every user of the broker (broker-wide); None when the source does not carry them (a single-vhost export)."""
-    reader: str = ""
-    """The user the live API was read as (its permissions in the vhost are the provider's own); "" from a file."""
-
-    def messages(self, queue: str) -> int | None:
-        """Messages in `queue` (ready and unacknowledged) when read live; None from a file."""
-        value = self.queues.get(queue, {}).get("messages")
-        return int(value) if isinstance(value, (int, float)) else None
+def _number(value: Any) -> Any:
+    """Pulumi carries numbers as floats (10.0): whole ones go to the broker as integers."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-def binding_id(vhost: str, source: str, destination: str, destination_type: str, properties_key: str) -> str:
-    """The provider's binding ID: only the vhost is escaped (`%`, `/`)."""
-    escaped = vhost.replace("%", "%25").replace("/", "%2F")
-    return f"{escaped}/{source}/{destination}/{destination_type}/{properties_key}"
+def policy_definition(definition: Mapping[str, Any]) -> dict[str, Any]:
+    """As the provider writes a policy's definition (docs/provider.md §4): each value that parses as a 64-bit
+    integer is sent as one, every other string as it is."""
+    out: dict[str, Any] = {}
+    for key, value in definition.items():
+        if isinstance(value, str) and _INT64.fullmatch(value):
+            out[key] = int(value)
+        else:
+            out[key] = _number(value)
+    return out
 
 
-def _keep(item: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    return {k: item[k] for k in keys if k in item}
+def arguments(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A queue's, exchange's or binding's arguments: typed from `argumentsJson`, else the string-only `arguments`."""
+    if settings.get("argumentsJson"):
+        loaded: dict[str, Any] = json.loads(settings["argumentsJson"])
+        return loaded
+    return {str(k): str(v) for k, v in (settings.get("arguments") or {}).items()}
 
 
-QUEUE_FIELDS = ("name", "durable", "auto_delete", "arguments", "type", "messages", "consumers", "policy",
-                "operator_policy", "exclusive")
-EXCHANGE_FIELDS = ("name", "type", "durable", "auto_delete", "internal", "arguments")
-BINDING_FIELDS = ("source", "destination", "destination_type", "routing_key", "arguments", "properties_key")
-POLICY_FIELDS = ("name", "pattern", "apply-to", "priority", "definition")
-PERMISSION_FIELDS = ("configure", "write", "read")
-TOPIC_PERMISSION_FIELDS = ("exchange", "write", "read")
-SHOVEL_COMPONENT = "shovel"
-"""The runtime parameter component of a dynamic shovel (`/api/parameters/shovel/<vhost>`)."""
+def _policy(r: Registered) -> dict[str, Any]:
+    policy = r.inputs["policy"]
+    return {"vhost": r.inputs["vhost"], "name": r.inputs["name"], "pattern": policy["pattern"],
+            "apply-to": policy.get("applyTo") or "all", "priority": int(_number(policy.get("priority") or 0)),
+            "definition": policy_definition(policy.get("definition") or {})}
 
 
-def _snapshot(vhost: str, source: str, queues: list[Any], exchanges: list[Any], bindings: list[Any],
-              policies: list[Any], operator_policies: list[Any], version: str, live: bool,
-              permissions: list[Any], topic_permissions: list[Any],
-              user_limits: dict[str, dict[str, Any]] | None = None, parameters: list[Any] | None = None,
-              users: list[Any] | None = None) -> Snapshot:
-    def mine(items: list[Any]) -> list[dict[str, Any]]:
-        return [i for i in items if isinstance(i, dict) and i.get("vhost", vhost) == vhost]
+def export(resources: Sequence[Registered]) -> Export:
+    """Definitions for every object the recording declares, in the order RabbitMQ imports them."""
+    d: dict[str, list[Any]] = {key: [] for key in ("users", "vhosts", "permissions", "topic_permissions",
+                                                   "parameters", "policies", "queues",
+                                                   "exchanges", "bindings")}
+    left_out: list[str] = []
+    limits = {r.inputs["user"]: {k: int(_number(v)) for k, v in (r.inputs.get("limits") or {}).items()}
+              for r in resources if r.type == engine.USER_LIMITS}
+    for r in resources:
+        i = r.inputs
+        if r.type == engine.VHOST:
+            queue_type = i.get("defaultQueueType")  # 3.10 reads it at the top, 4.x from the metadata
+            d["vhosts"].append({"name": i["name"], **({"default_queue_type": queue_type, "metadata": {
+                "default_queue_type": queue_type}} if queue_type else {})})
+            vhost_limits = {key: int(i[prop]) for key, prop in (("max-connections", "maxConnections"),
+                                                               ("max-queues", "maxQueues")) if i.get(prop)}
+            if vhost_limits:
+                d["parameters"].append({"vhost": i["name"], "component": "vhost-limits", "name": "limits",
+                                        "value": vhost_limits})
+        elif r.type == engine.QUEUE:
+            s = i.get("settings") or {}
+            d["queues"].append({"name": i["name"], "vhost": i["vhost"], "durable": bool(s.get("durable")),
+                                "auto_delete": bool(s.get("autoDelete")), "arguments": arguments(s)})
+        elif r.type == engine.EXCHANGE:
+            s = i.get("settings") or {}
+            d["exchanges"].append({"name": i["name"], "vhost": i["vhost"], "type": s.get("type"),
+                                   "durable": bool(s.get("durable")), "auto_delete": bool(s.get("autoDelete")),
+                                   "internal": False, "arguments": arguments(s)})
+        elif r.type == engine.BINDING:
+            d["bindings"].append({"source": i["source"], "vhost": i["vhost"], "destination": i["destination"],
+                                  "destination_type": i.get("destinationType") or "queue",
+                                  "routing_key": i.get("routingKey") or "", "arguments": arguments(i)})
+        elif r.type == engine.POLICY:
+            d["policies"].append(_policy(r))
+        elif r.type == engine.OPERATOR_POLICY:  # definitions carry none: the import would drop it unsaid
+            p = _policy(r)
+            left_out.append(f"operator policy {p['name']} in vhost {p['vhost']}: definitions carry no operator policy; "
+                            f"set it with `rabbitmqctl set_operator_policy -p {p['vhost']} --priority {p['priority']} "
+                            f"--apply-to {p['apply-to']} {p['name']} '{p['pattern']}' "
+                            f"'{json.dumps(p['definition'], sort_keys=True)}'`")
+        elif r.type == engine.USER:
+            d["users"].append({"name": i["name"], "password_hash": "", "hashing_algorithm":
+                               "rabbit_password_hashing_sha256", "tags": list(i.get("tags") or []),
+                               **({"limits": limits[i["name"]]} if i["name"] in limits else {})})
+            left_out.append(f"user {i['name']}: exported without a password (a secret of the stack); set it with "
+                            f"`rabbitmqctl change_password {i['name']} <password>`")
+        elif r.type == engine.PERMISSIONS:
+            p = i["permissions"]
+            d["permissions"].append({"user": i["user"], "vhost": i["vhost"], "configure": p.get("configure") or "",
+                                     "write": p.get("write") or "", "read": p.get("read") or ""})
+        elif r.type == engine.TOPIC_PERMISSIONS:
+            d["topic_permissions"] += [{"user": i["user"], "vhost": i["vhost"], "exchange": p["exchange"],
+                                        "write": p.get("write") or "", "read": p.get("read") or ""}
+                                       for p in i.get("permissions") or ()]
+        elif r.type == engine.SHOVEL:
+            left_out.append(f"shovel {i['name']} in vhost {i['vhost']}: not exported (its URIs hold the shovel "
+                            "user's password); a migration is applied with `pulumi up`")
+    return Export(dict(d), left_out)
 
-    topics: dict[str, list[dict[str, Any]]] = {}
-    for entry in mine(topic_permissions):
-        topics.setdefault(entry["user"], []).append(_keep(entry, TOPIC_PERMISSION_FIELDS))
 
-    return Snapshot(
-        vhost=vhost, source=source, broker_version=version, live=live,
-        queues={q["name"]: _keep(q, QUEUE_FIELDS) for q in mine(queues) if not q.get("exclusive")},
-        exchanges={x["name"]: _keep(x, EXCHANGE_FIELDS) for x in mine(exchanges) if x.get("name")},
-        bindings=[_keep(b, BINDING_FIELDS) for b in mine(bindings) if b.get("source")],
-        policies={p["name"]: _keep(p, POLICY_FIELDS) for p in mine(policies)},
-        operator_policies={p["name"]: _keep(p, POLICY_FIELDS) for p in mine(operator_policies)},
-        permissions={p["user"]: _keep(p, PERMISSION_FIELDS) for p in mine(permissions) if p.get("user")},
-        topic_permissions=topics,
-        user_limits=user_limits,
-        shovels=None if parameters is None else {p["name"]: dict(p.get("value") or {}) for p in mine(parameters)
-                                                 if p.get("component") == SHOVEL_COMPONENT and p.get("name")},
-        users=None if users is None else frozenset(u["name"] for u in users if isinstance(u, dict) and "name" in u),
-    )
+def text(found: Export) -> str:
+    return json.dumps(found.definitions, indent=2, sort_keys=True) + "\n"
 
 
-def amqp_ports(overview: Mapping[str, Any]) -> tuple[int, ...]:
-    """The plain AMQP listener ports of an `/api/overview` (every node's), sorted."""
-    return tuple(sorted({int(listener["port"]) for listener in overview.get("listeners") or []
-                         if isinstance(listener, Mapping) and listener.get("protocol") == "amqp"
-                         and isinstance(listener.get("port"), int)}))
+_ONE = {"users": "user", "vhosts": "vhost", "parameters": "parameter", "policies": "policy", "queues": "queue",
+        "exchanges": "exchange", "bindings": "binding"}
 
 
-def read_live(endpoint: ManagementClient, vhost: str) -> Snapshot:
-    """GET only: overview, then the vhost's queues, exchanges, bindings, policies, operator policies and
-    (topic) permissions, and the users' limits."""
-    v = path_escape(vhost)
-    overview = endpoint.get("overview") or {}
-    version = str(overview.get("rabbitmq_version", ""))
-    if endpoint.get(f"vhosts/{v}") is None:
-        return Snapshot(vhost, endpoint.url, broker_version=version, live=True, exists=False,
-                        amqp_ports=amqp_ports(overview))
-    snapshot = _snapshot(vhost, endpoint.url, endpoint.get(f"queues/{v}") or [],
-                         endpoint.get(f"exchanges/{v}") or [], endpoint.get(f"bindings/{v}") or [],
-                         endpoint.get(f"policies/{v}") or [], endpoint.get(f"operator-policies/{v}") or [], version,
-                         live=True, permissions=endpoint.get(f"vhosts/{v}/permissions") or [],
-                         topic_permissions=endpoint.get(f"vhosts/{v}/topic-permissions") or [],
-                         user_limits={e["user"]: dict(e.get("value") or {}) for e in endpoint.get("user-limits") or []
-                                      if isinstance(e, dict) and "user" in e},
-                         parameters=[{**p, "component": SHOVEL_COMPONENT}
-                                     for p in endpoint.get(f"parameters/{SHOVEL_COMPONENT}/{v}") or []],
-                         users=endpoint.get("users") or [])
-    return replace(snapshot, amqp_ports=amqp_ports(overview), reader=endpoint.username)
-
-
-def read_file(path: Path, vhost: str) -> Snapshot:
-    """A broker-wide (`GET /api/definitions`) or single-vhost export (`GET /api/definitions/<vhost>`)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise DefinitionsError(f"{path}: {error}") from None
-    if not isinstance(data, dict) or not any(k in data for k in ("queues", "exchanges", "bindings")):
-        raise DefinitionsError(f"{path}: not a RabbitMQ definitions export (no queues, exchanges or bindings)")
-    version = str(data.get("rabbitmq_version") or data.get("rabbit_version") or "")
-    if "vhosts" in data and vhost not in {v.get("name") for v in data["vhosts"] if isinstance(v, dict)}:
-        return Snapshot(vhost, str(path), broker_version=version, exists=False)
-    return _snapshot(vhost, str(path), data.get("queues") or [], data.get("exchanges") or [],
-                     data.get("bindings") or [], data.get("policies") or [], data.get("operator_policies") or [],
-                     version, live=False, permissions=data.get("permissions") or [],
-                     topic_permissions=data.get("topic_permissions") or [],
-                     user_limits=None if "users" not in data else {
-                         u["name"]: dict(u.get("limits") or {}) for u in data["users"] if isinstance(u, dict)},
-                     parameters=data.get("parameters") if "parameters" in data else None,
-                     users=data.get("users") if "users" in data else None)
+def counts(found: Export) -> str:
+    """`1 vhost, 12 queues, …`, the kinds present."""
+    return ", ".join(f"{len(v)} {_ONE.get(k, k) if len(v) == 1 else k}".replace("_", " ")
+                     for k, v in found.definitions.items() if v)

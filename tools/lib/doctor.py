@@ -26,8 +26,8 @@ from components.resources import DEFAULT_AMQP_PORT
 from components.strategies import strategy_of
 from rabbitmq_retry_client.management import ManagementClient, path_escape
 from tools.lib import drift
-from tools.lib.definitions import Snapshot, amqp_ports, read_live
 from tools.lib.mockrun import Registered
+from tools.lib.snapshot import Snapshot, amqp_ports, read_live
 
 ADMINISTRATOR = "administrator"
 POLICYMAKER = "policymaker"

@@ -5,7 +5,7 @@ diff rules (tools/lib/engine.py). `make adopt` and `make doctor` compare the sam
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,10 +14,10 @@ from components.effective import PolicyIndex, effective_settings
 from components.entries import PolicyPlan, QueuePlan
 from components.user_limits import LIMIT_NAMES
 from tools.lib import engine
-from tools.lib.definitions import Snapshot, binding_id
 from tools.lib.evaluation import MigrationInfo
 from tools.lib.markdown import code, names, row
 from tools.lib.mockrun import Registered
+from tools.lib.snapshot import Snapshot, binding_id
 from tools.lib.unowned import unmanageable_binding, unmanageable_exchange, unmanageable_queue
 
 COMPARED = (engine.QUEUE, engine.EXCHANGE, engine.BINDING, engine.POLICY, engine.OPERATOR_POLICY)
@@ -42,7 +42,8 @@ class Draining:
     """Its shovels by name: (source queue, destination queue)."""
 
     def holds(self, kind: str, name: str) -> bool:
-        return name in {"Queue": self.queues, "Exchange": self.exchanges, "Policy": self.policies}.get(kind, ())
+        return name in {"Queue": self.queues, "Exchange": self.exchanges, "Policy": self.policies,
+                        "Shovel": self.shovels}.get(kind, ())
 
     def binds(self, binding: dict[str, Any]) -> bool:
         """A binding of the old topology: from one of its exchanges, or to one of its queues."""
@@ -247,37 +248,43 @@ def _expected(snapshot: Snapshot, finding: Finding) -> Finding:
     return finding if why is None else Finding("expected", finding.vhost, finding.type, finding.name, why)
 
 
+def _unclaimed(snapshot: Snapshot, kind: str, type_: str, items: Mapping[str, Any], claimed: set[tuple[str, Any]],
+               detail: Callable[[str, Any], str], drained: Draining) -> list[Finding]:
+    """The `items` of one kind (by name, or by user) that no record claims and no migration still drains."""
+    return [Finding("extra", snapshot.vhost, kind, n, detail(n, x)) for n, x in sorted(items.items())
+            if (type_, n) not in claimed and not drained.holds(kind, n)]
+
+
+def _unbound(snapshot: Snapshot, bound: Sequence[dict[str, Any] | None], drained: Draining) -> list[Finding]:
+    """The bindings no record declares (but the default exchanges' and what a migration still drains)."""
+    return [Finding("extra", snapshot.vhost, "Binding", binding_label(b), "") for b in snapshot.bindings
+            if not any(b is x for x in bound) and not b["source"].startswith("amq.") and not drained.binds(b)]
+
+
 def _extras(snapshot: Snapshot, records: Iterable[Registered], own_user: str,
             drained: Draining) -> list[Finding]:
     records = list(records)
     declared = {(r.type, r.inputs.get("name")) for r in records}
-    bound = [find_binding(snapshot, r.inputs) for r in records if r.type == engine.BINDING]
-    found = [Finding("extra", snapshot.vhost, "Queue", n, _queue_detail(snapshot, n))
-             for n in sorted(snapshot.queues) if (engine.QUEUE, n) not in declared and not drained.holds("Queue", n)]
-    found += [Finding("extra", snapshot.vhost, "Exchange", n, f"type {x.get('type')}")
-              for n, x in sorted(snapshot.exchanges.items())
-              if (engine.EXCHANGE, n) not in declared and not n.startswith("amq.") and not drained.holds("Exchange", n)]
-    found += [Finding("extra", snapshot.vhost, "Binding", binding_label(b), "")
-              for b in snapshot.bindings if not any(b is x for x in bound) and not b["source"].startswith("amq.")
-              and not drained.binds(b)]
-    found += [Finding("extra", snapshot.vhost, "Policy", n, f"pattern {p.get('pattern')}")
-              for n, p in sorted(snapshot.policies.items())
-              if (engine.POLICY, n) not in declared and not drained.holds("Policy", n)]
-    found += [Finding("extra", snapshot.vhost, "OperatorPolicy", n, f"pattern {p.get('pattern')}")
-              for n, p in sorted(snapshot.operator_policies.items()) if (engine.OPERATOR_POLICY, n) not in declared]
-    granted = {str(r.inputs.get("user")) for r in records if r.type == engine.PERMISSIONS}
-    found += [Finding("extra", snapshot.vhost, "Permissions", user,
-                      f"configure {p.get('configure')!r}, write {p.get('write')!r}, read {p.get('read')!r}")
-              for user, p in sorted(snapshot.permissions.items()) if user not in granted and user != own_user]
-    topics = {str(r.inputs.get("user")) for r in records if r.type == engine.TOPIC_PERMISSIONS}
-    found += [Finding("extra", snapshot.vhost, "TopicPermissions", user,
-                      names(str(e.get("exchange", "")) for e in entries))
-              for user, entries in sorted(snapshot.topic_permissions.items())
-              if user not in topics and user != own_user]
-    found += [Finding("extra", snapshot.vhost, "Shovel", n, f"{v.get('src-queue')} → {v.get('dest-queue')}")
-              for n, v in sorted((snapshot.shovels or {}).items())
-              if n not in drained.shovels and (engine.SHOVEL, n) not in declared]
-    return found
+    granted = ({(r.type, str(r.inputs.get("user"))) for r in records}
+               | {(engine.PERMISSIONS, own_user), (engine.TOPIC_PERMISSIONS, own_user)})
+    exchanges = {n: x for n, x in snapshot.exchanges.items() if not n.startswith("amq.")}
+    return [
+        *_unclaimed(snapshot, "Queue", engine.QUEUE, snapshot.queues, declared,
+                    lambda n, _: _queue_detail(snapshot, n), drained),
+        *_unclaimed(snapshot, "Exchange", engine.EXCHANGE, exchanges, declared, lambda _, x: f"type {x.get('type')}",
+                    drained),
+        *_unbound(snapshot, [find_binding(snapshot, r.inputs) for r in records if r.type == engine.BINDING], drained),
+        *_unclaimed(snapshot, "Policy", engine.POLICY, snapshot.policies, declared,
+                    lambda _, p: f"pattern {p.get('pattern')}", drained),
+        *_unclaimed(snapshot, "OperatorPolicy", engine.OPERATOR_POLICY, snapshot.operator_policies, declared,
+                    lambda _, p: f"pattern {p.get('pattern')}", drained),
+        *_unclaimed(snapshot, "Permissions", engine.PERMISSIONS, snapshot.permissions, granted,
+                    lambda _, p: f"configure {p.get('configure')!r}, write {p.get('write')!r}, read {p.get('read')!r}",
+                    drained),
+        *_unclaimed(snapshot, "TopicPermissions", engine.TOPIC_PERMISSIONS, snapshot.topic_permissions, granted,
+                    lambda _, entries: names(str(e.get("exchange", "")) for e in entries), drained),
+        *_unclaimed(snapshot, "Shovel", engine.SHOVEL, snapshot.shovels or {}, declared,
+                    lambda _, v: f"{v.get('src-queue')} → {v.get('dest-queue')}", drained)]
 
 
 def binding_label(b: dict[str, Any]) -> str:

@@ -36,11 +36,11 @@ from components.config.model import Migration, StackConfig
 from rabbitmq_retry_client.connection import amqp_failure, quiet_pika, reason
 from rabbitmq_retry_client.depth import TIMEOUT_S, BrokerAccess, DepthError, DepthReader, QueueDepth
 from rabbitmq_retry_client.management import ManagementError, path_escape
-from tools.lib.definitions import Snapshot
 from tools.lib.drift import binding_label
 from tools.lib.markdown import names
 from tools.lib.recognise import dead_letter
 from tools.lib.routing import Message, Route, arrival_keys, route
+from tools.lib.snapshot import Snapshot
 
 UNBIND, DELETE_QUEUE, DELETE_EXCHANGE, DELETE_POLICY = "unbind", "delete queue", "delete exchange", "delete policy"
 

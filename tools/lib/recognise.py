@@ -26,9 +26,9 @@ from typing import Any
 
 from components import naming, wire
 from components.entries import quorum_dead_lettering
-from tools.lib.definitions import Snapshot
 from tools.lib.markdown import code, names
 from tools.lib.routing import Message, arrival_keys, route
+from tools.lib.snapshot import Snapshot
 
 SNEAKERS_MAX_RETRIES = 5
 """Sneakers' default `retry_max_times`."""
@@ -73,18 +73,9 @@ class Topology:
     """For `ours`: max_length, delivery_limit, error_retention, error_max_length read from our policies."""
     backoff: Mapping[str, Any] = field(default_factory=dict)
     """For `levels`: the retry contract's backoff, in the config's shape."""
-    route: tuple[str, ...] = ()
-    """Every exchange a retry's route passes through (out of the work queue and back), shared ones included."""
-    route_bindings: tuple[int, ...] = ()
-    """Indexes into `Snapshot.bindings` of every binding on that route."""
     required: tuple[str, ...] = ()
     """Retry keys the broker cannot tell (`max_retries` of a loop counted by its consumers): read from the retry
     contract when `make adopt` is given one, else written as decisions that `make plan` refuses until made."""
-
-    def uses(self) -> tuple[frozenset[str], frozenset[str], frozenset[int]]:
-        """(queues, exchanges, bindings) the topology's own routes use."""
-        return frozenset(self.queues), frozenset(self.route) | frozenset(self.exchanges), \
-            frozenset(self.route_bindings) | frozenset(self.bindings)
 
 
 def _applies(policy: Mapping[str, Any], queue: str) -> bool:
@@ -335,8 +326,7 @@ def trace(snapshot: Snapshot, q: str) -> Topology | str | None:
                     tuple(sorted(out.exchanges)), tuple(sorted(out.bindings)), _policies(snapshot, (q, wait)), None,
                     ("the loop had no limit of its own (consumers count x-death): max_retries is a decision",
                      "messages past the limit were dropped or kept by the consumer: the new queue parks "
-                     "them in its error queue"), route=tuple(sorted(out.exchanges | returned.exchanges)),
-                    route_bindings=tuple(sorted(out.bindings | returned.bindings)), required=("max_retries",))
+                     "them in its error queue"), required=("max_retries",))
 
 
 def _loop(snapshot: Snapshot, q: str) -> Topology | None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from tools.lib.definitions import Snapshot
+from tools.lib.snapshot import Snapshot
 
 DEFAULT = ""
 """The default exchange: every queue is bound to it by its name."""

@@ -10,9 +10,9 @@ from typing import Any
 from components import naming, wire
 from components.config import EXCHANGE_TYPES, QUEUE_TYPES
 from components.durations import format_duration
-from tools.lib.definitions import Snapshot
 from tools.lib.markdown import code
 from tools.lib.recognise import dead_letter, own_policy, queue_policy
+from tools.lib.snapshot import Snapshot
 
 
 def valid_name(name: str) -> bool:

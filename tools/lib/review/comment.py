@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from components.durations import format_duration
@@ -54,6 +54,16 @@ MAX_DIAGRAMS = 10
 RETRY_PATHS_ROOM = 8_000
 """Characters that safe rows leave for the retry paths (grouped contract changes, a few diagrams)."""
 
+FAILS_NOTE = ("> ⛔ `pulumi up` would stop halfway, after replacing (and emptying) other queues: resolve the rows "
+              "marked **fails** before applying this change; ALLOW_DATA_LOSS does not waive them.")
+LOSS_NOTES = {
+    False: "> ⚠️ The queues below lose their messages. Drain them first (docs/operations.md: Changing topology "
+           "safely), then acknowledge with ALLOW_DATA_LOSS=1 or --allow-data-loss.",
+    True: "> ⚠️ Data loss acknowledged (ALLOW_DATA_LOSS=1 or --allow-data-loss): the queues below still lose their "
+          "messages."}
+CONTRACT_NOTE = ("> 💥 Consumers of the old retry contract break as said below: redeploy them with the new contract "
+                 "before, or together with, `pulumi up`.")
+
 
 def _summary(m: Model, allow_data_loss: bool) -> list[str]:
     by_risk = Counter(r.risk for r in m.rows)
@@ -66,18 +76,8 @@ def _summary(m: Model, allow_data_loss: bool) -> list[str]:
              ("🔓 protection", PROTECTION)]
     out = ["**" + ", ".join([*summary, f"{counts['same']:,} unchanged"]) + "**"
            + "".join(f" — {label}: {by_risk[level]:,}" for label, level in flags if by_risk[level])]
-    if by_risk[FAILS]:
-        out += ["", "> ⛔ `pulumi up` would stop halfway, after replacing (and emptying) other queues: resolve the "
-                "rows marked **fails** before applying this change; ALLOW_DATA_LOSS does not waive them."]
-    if by_risk[DATA_LOSS] and allow_data_loss:
-        out += ["", "> ⚠️ Data loss acknowledged (ALLOW_DATA_LOSS=1 or --allow-data-loss): the queues below still "
-                "lose their messages."]
-    elif by_risk[DATA_LOSS]:
-        out += ["", "> ⚠️ The queues below lose their messages. Drain them first (docs/operations.md: Changing "
-                "topology safely), then acknowledge with ALLOW_DATA_LOSS=1 or --allow-data-loss."]
-    if by_risk[CONTRACT]:
-        out += ["", "> 💥 Consumers of the old retry contract break as said below: redeploy them with the new "
-                "contract before, or together with, `pulumi up`."]
+    for level, note in ((FAILS, FAILS_NOTE), (DATA_LOSS, LOSS_NOTES[allow_data_loss]), (CONTRACT, CONTRACT_NOTE)):
+        out += ["", note] * bool(by_risk[level])
     if m.stale:
         out += ["", "### Policies that match nothing", "", *m.stale]
     return out
@@ -128,92 +128,117 @@ def _shape(contract: Mapping[str, Any] | None) -> Any:
             "tiers": [{k: v for k, v in t.items() if k != "delay_ms"} for t in contract.get("tiers", [])]}
 
 
+@dataclass
+class _Comment:
+    """The comment's lines as they are written, their size in characters (with room kept for the heading and the
+    notes), and whether a line shown writes a retryable queue's name as `*`."""
+
+    out: list[str]
+    size: int
+    stars: bool
+    grouped: bool = False
+    """Identical changes were grouped into one row."""
+    notes: list[str] = field(default_factory=list)
+    """What was left out, in italics at the end."""
+
+    def fill(self, lines: Sequence[Line], limit: int) -> int:
+        """Add `lines` (one or more lines of text each) in order while the comment stays within `limit` characters;
+        how many were added."""
+        for added, line in enumerate(lines):
+            if self.size + len(line.text) + 1 > limit:
+                return added
+            self.out.append(line.text)
+            self.stars = self.stars or line.stars
+            self.size += len(line.text) + 1
+        return len(lines)
+
+    def text(self) -> str:
+        """The comment, with the notes on what was left out or grouped and where the full report is."""
+        notes = self.notes
+        if notes or self.grouped:
+            star = " (`*` stands for each retryable queue's name)" if self.stars else ""
+            notes = [*notes, f"Identical changes are grouped{star}; the full report (`--output-full`, in CI the "
+                     "artifact `review-<stack>-full`) lists every change and diagram."]
+        return "\n".join([*self.out, *(["", *(f"_{t}_" for t in notes)] if notes else [])])
+
+
+def _contract_lines(m: Model, keys: Sequence[QueueKey]) -> list[Line]:
+    """One line per vhost and contract change of the retry paths in `keys`, naming the queues it applies to."""
+    lines: dict[tuple[str, str], list[str]] = {}
+    starred: set[tuple[str, str]] = set()
+    for key in keys:
+        before, after = m.contracts[0].get(key), m.contracts[1].get(key)
+        if before == after:
+            continue
+        changes = _contract_changes(relative_contract(before) if before else None,
+                                    relative_contract(after) if after else None)
+        joined = (key[0], "; ".join(changes))
+        lines.setdefault(joined, []).append(key[1])
+        if changes != _contract_changes(before, after):  # names of the queue's own objects, written `*.retry`
+            starred.add(joined)
+    paths = []
+    for (vhost, text), queues in sorted(lines.items()):
+        every = {k[1] for k in m.families.get(vhost, set())}
+        who = (f"every retryable queue in vhost {markdown.code(vhost)} ({len(queues):,})"
+               if len(queues) > 1 and set(queues) == every else
+               f"{markdown.code(vhost)} / " + listed(queues, NAMES_SHOWN))
+        paths.append(Line(f"- Retry contract: {markdown.text(text)} — {who}", (vhost, text) in starred))
+    return paths
+
+
+def _drawn(m: Model) -> list[QueueKey]:
+    """The retry paths whose diagram the comment shows: those with a risky row first, then those whose shape
+    changed."""
+    risky = {r.family for r in m.rows if r.risk in MUST_SEE and r.family}
+    return sorted((k for k in m.touched if k in risky or _shape(m.contracts[0].get(k)) != _shape(
+        m.contracts[1].get(k))), key=lambda k: (k not in risky, k))
+
+
+def _diagrams(m: Model, drawn: Sequence[QueueKey], above: str) -> list[Line]:
+    """The diagrams of `drawn`, MAX_DIAGRAMS at the most, the first introduced (after a blank line unless `above`,
+    the line before it, is one)."""
+    diagrams = [_diagram(m, key) for key in drawn[:MAX_DIAGRAMS]]
+    if diagrams:
+        diagrams[0][:0] = [*([""] if above else []), "Diagrams of the retry paths whose shape or risk changed; "
+                           "yellow = created, updated or replaced; red = deleted."]
+    return [Line("\n".join(diagram), False) for diagram in diagrams]
+
+
+def _rows(m: Model, allow_data_loss: bool) -> _Comment:
+    """The summary and the table: every row at risk, then safe rows while room is left for the retry paths; the
+    notes on what was left out or grouped."""
+    must_lines = grouped_rows(m, [r for r in m.rows if r.risk in MUST_SEE])
+    out = [*_summary(m, allow_data_loss), *(TABLE if m.rows else []), *(line.text for line in must_lines)]
+    comment = _Comment(out, len("\n".join(out)) + 600, any(line.stars for line in must_lines))
+    if comment.size > LIMIT:
+        out[1:1] = ["", f"> ⚠️ The rows at risk alone take {comment.size:,} characters, more than a comment's "
+                    f"{LIMIT:,}: every one is listed below anyway; GitHub may refuse or cut this comment."]
+    safe_lines = grouped_rows(m, [r for r in m.rows if r.risk not in MUST_SEE])
+    kept = comment.fill(safe_lines, LIMIT - RETRY_PATHS_ROOM * bool(m.touched))
+    if kept < len(safe_lines):
+        comment.notes.append(f"{len(safe_lines) - kept:,} more rows of safe changes are in the full report.")
+    comment.grouped = len(safe_lines) + len(must_lines) < len(m.rows)
+    return comment
+
+
 def compact(m: Model, allow_data_loss: bool = False) -> str:
     """The review for one pull-request comment, at most LIMIT characters whatever the change (unless its
     risky rows alone are longer: they are never dropped). Identical changes are one row; safe rows, grouped
     contract changes and diagrams fill what is left, risky retry paths first."""
     if not m.rows and not m.touched:
         return f"**No changes** — {m.counts['same']:,} unchanged."
-    must = [r for r in m.rows if r.risk in MUST_SEE]
-    out = _summary(m, allow_data_loss)
-    if m.rows:
-        out += TABLE
-    must_lines = grouped_rows(m, must)
-    out += [line.text for line in must_lines]
-    stars = any(line.stars for line in must_lines)  # some line shown writes a retryable queue's name as `*`
-    tail: list[str] = []
-    size = len("\n".join(out)) + 600  # the heading and the notes below
-    if size > LIMIT:
-        out[1:1] = ["", f"> ⚠️ The rows at risk alone take {size:,} characters, more than a comment's "
-                    f"{LIMIT:,}: every one is listed below anyway; GitHub may refuse or cut this comment."]
-    safe_lines = grouped_rows(m, [r for r in m.rows if r.risk not in MUST_SEE])
-    kept = 0
-    for line in safe_lines:
-        if size + len(line.text) + 1 > LIMIT - RETRY_PATHS_ROOM * bool(m.touched):
-            break
-        out.append(line.text)
-        stars = stars or line.stars
-        size += len(line.text) + 1
-        kept += 1
-    if kept < len(safe_lines):
-        tail.append(f"{len(safe_lines) - kept:,} more rows of safe changes are in the full report.")
-    grouped = len(safe_lines) + len(must_lines) < len(m.rows)
-
-    risky = {r.family for r in m.rows if r.risk in MUST_SEE and r.family}
-    drawn = sorted((k for k in m.touched if k in risky or _shape(m.contracts[0].get(k)) != _shape(
-        m.contracts[1].get(k))), key=lambda k: (k not in risky, k))
-    not_drawn = [k for k in sorted(m.touched) if k not in set(drawn)]
-    lines: dict[str, list[str]] = {}
-    starred: set[str] = set()
-    for key in not_drawn:
-        before, after = m.contracts[0].get(key), m.contracts[1].get(key)
-        if before == after:
-            continue
-        changes = _contract_changes(relative_contract(before) if before else None,
-                                    relative_contract(after) if after else None)
-        text = "; ".join(changes)
-        lines.setdefault(f"{key[0]}\0{text}", []).append(key[1])
-        if changes != _contract_changes(before, after):  # names of the queue's own objects, written `*.retry`
-            starred.add(f"{key[0]}\0{text}")
-    paths = []
-    for joined, queues in sorted(lines.items()):
-        vhost, text = joined.split("\0")
-        every = {k[1] for k in m.families.get(vhost, set())}
-        who = (f"every retryable queue in vhost {markdown.code(vhost)} ({len(queues):,})"
-               if len(queues) > 1 and set(queues) == every else
-               f"{markdown.code(vhost)} / " + listed(queues, NAMES_SHOWN))
-        paths.append(Line(f"- Retry contract: {markdown.text(text)} — {who}", joined in starred))
-    header = ["", "### Retry paths", ""]
+    comment = _rows(m, allow_data_loss)
+    drawn = _drawn(m)
+    paths = _contract_lines(m, [k for k in sorted(m.touched) if k not in set(drawn)])
     if paths or drawn:
-        size += len("\n".join(header)) + 80
-        out += header
-    for line in paths:
-        if size + len(line.text) + 1 > LIMIT:
-            tail.append("More retry contract changes are in the full report.")
-            break
-        out.append(line.text)
-        stars = stars or line.stars
-        size += len(line.text) + 1
-    shown = 0
-    for key in drawn:
-        diagram = _diagram(m, key)
-        if shown == 0:  # one blank line after the contract lines, or after the heading when there is none
-            diagram[:0] = [*([""] if out[-1] else []), "Diagrams of the retry paths whose shape or risk changed; "
-                           "yellow = created, updated or replaced; red = deleted."]
-        length = len("\n".join(diagram)) + 1
-        if shown == MAX_DIAGRAMS or size + length > LIMIT:
-            break
-        out += diagram
-        size += length
-        shown += 1
-    if shown < len(drawn):
-        tail.append(f"{len(drawn) - shown:,} more retry paths changed shape or risk; their diagrams are in the full "
-                    "report.")
-    if tail or grouped:
-        star = " (`*` stands for each retryable queue's name)" if stars else ""
-        tail.append(f"Identical changes are grouped{star}; the full report (`--output-full`, in CI the artifact "
-                    "`review-<stack>-full`) lists every change and diagram.")
-    return "\n".join([*out, *(["", *(f"_{t}_" for t in tail)] if tail else [])])
+        comment.size += len("\n".join(["", "### Retry paths", ""])) + 80
+        comment.out += ["", "### Retry paths", ""]
+    if comment.fill(paths, LIMIT) < len(paths):
+        comment.notes.append("More retry contract changes are in the full report.")
+    if (shown := comment.fill(_diagrams(m, drawn, comment.out[-1]), LIMIT)) < len(drawn):
+        comment.notes.append(f"{len(drawn) - shown:,} more retry paths changed shape or risk; their diagrams are in "
+                             "the full report.")
+    return comment.text()
 
 
 @dataclass(frozen=True)
@@ -240,8 +265,7 @@ def render(steps: Sequence[Step], old: Sequence[Registered], new: Sequence[Regis
     old = [r for r in old if r.type != engine.STASH]
     new = [r for r in new if r.type != engine.STASH]
     m = model(steps, old, new, plans, migrations)
-    lost = any(r.risk == DATA_LOSS for r in m.rows)
-    fails = any(r.risk == FAILS for r in m.rows)
+    risks = {r.risk for r in m.rows}
     moving = migration_section(migrations, steps, old, plans[0], stack, read, endpoint)
     return Review(compact(m, allow_data_loss) + moving, full(m, allow_data_loss) + moving,
-                  2 if fails or (lost and not allow_data_loss) else 0, tuple(m.rows))
+                  2 if FAILS in risks or (DATA_LOSS in risks and not allow_data_loss) else 0, tuple(m.rows))
