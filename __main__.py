@@ -5,9 +5,9 @@ import gc
 import pulumi
 
 from components import Vhost
-from components.alerts import rule_file, stack_rules
-from components.runtime_settings import read_stack_settings
-from components.stack import application_passwords, declare_shovel_user, plan_stack, register_guard
+from components.plan.alert_rules import rule_file, stack_rules
+from components.pulumi.program_settings import read_stack_settings
+from components.pulumi.stack_resources import application_passwords, declare_shovel_user, plan_stack, register_guard
 
 # A short-lived process whose SDK object graph only grows: the cyclic collector's repeated passes over it were
 # most of the cost of a big stack (measured by `make bench`, P3: bench/README.md).

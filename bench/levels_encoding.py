@@ -37,8 +37,8 @@ import pika
 
 from bench import report
 from bench.throughput import _cpu_seconds, broker_pid
-from components import wire
-from components.entries import quorum_dead_lettering
+from components.model import wire
+from components.model.plan_types import quorum_dead_lettering
 from tests.support.amqp import parameters
 from tests.support.deploy import unreachable
 from tests.support.mirror import Broker, call, esc

@@ -35,7 +35,7 @@ from urllib.parse import quote
 
 from bench.accuracy import SLACK_S, Delays, Outcome, stats_of
 from bench.strategies import EXCHANGE, KOMBU, LEVELS, QUEUE, Strategy, vhost_config
-from components import wire
+from components.model import wire
 from tests.support.deploy import Deployer, throwaway_vhost
 from tests.support.mirror import Broker, call, esc
 

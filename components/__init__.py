@@ -3,7 +3,9 @@
 Installed with pip, this package is `rabbitmq_retry`; in its repository it is the Pulumi program's
 `components/` folder. Its modules import each other relatively, so both names work."""
 
-from .args_types import (
+from .config import StackConfig, load_delay_levels, load_queue, load_stack_config, load_vhost
+from .model.problems import ConfigError
+from .pulumi.args_types import (
     ApplicationSpec,
     BackoffSpec,
     BindingSpec,
@@ -15,10 +17,9 @@ from .args_types import (
     VhostSpec,
     VhostStackSpec,
 )
-from .config import ConfigError, StackConfig, load_delay_levels, load_queue, load_stack_config, load_vhost
-from .delay_levels import DelayLevels, DelayLevelsArgs, DelayLevelsPythonArgs
-from .retryable_queue import RetryableQueue, RetryableQueueArgs, RetryableQueuePythonArgs
-from .vhost import Vhost, VhostArgs, VhostPythonArgs
+from .pulumi.delay_levels import DelayLevels, DelayLevelsArgs, DelayLevelsPythonArgs
+from .pulumi.retryable_queue import RetryableQueue, RetryableQueueArgs, RetryableQueuePythonArgs
+from .pulumi.vhost import Vhost, VhostArgs, VhostPythonArgs
 
 __all__ = [
     "ApplicationSpec",

@@ -9,8 +9,8 @@ import pytest
 from bench import levels_encoding
 from bench.__main__ import command
 from bench.levels_encoding import ENCODINGS, LEVELS, QUEUE, TODAY, Encoding
-from components import naming
-from components.checks import _topic_matches
+from components.model import naming
+from components.plan.checks import _topic_matches
 
 
 def test_todays_encoding_is_the_products_key_and_level_bindings() -> None:

@@ -27,7 +27,7 @@ from rabbitmq_retry import (
     load_stack_config,
     load_vhost,
 )
-from rabbitmq_retry.config.keys import KEY_TABLES
+from rabbitmq_retry.model.keys import KEY_TABLES
 
 from tests.support import package
 from tests.support.package import adopted_vhost, as_typescript_sends, cases

@@ -9,13 +9,13 @@ import pytest
 
 from components.config import (
     POLICY_DEFINITION_KEYS,
-    ConfigError,
     Defaults,
     load_stack_config,
     password_problems,
     plain_password_paths,
     plain_password_problems,
 )
+from components.model.problems import ConfigError
 from tests.conftest import vhost_config
 from tests.support.problems import config_problems
 
@@ -724,7 +724,7 @@ def test_a_queue_s_arguments_are_kept_as_written_and_each_mistake_is_one_line_na
     """`queues[].arguments` (what `make adopt` writes for a queue it keeps): sent as they are, in place of the derived
     ones; a value RabbitMQ would refuse is refused before anything reaches a broker."""
     from components.config import load_vhost
-    from components.plan import plan_vhost
+    from components.plan.planner import plan_vhost
 
     kept = {"name": "jobs.retry", "type": "classic", "arguments": {"x-message-ttl": 60000, "x-dead-letter-exchange": "",
                                                                    "x-dead-letter-routing-key": "jobs"}}

@@ -33,8 +33,6 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from components import layout, naming
-from components.checks import check_logical_names, check_vhost
 from components.config import (
     EXCHANGE_TYPES,
     KEY_TABLES,
@@ -42,16 +40,19 @@ from components.config import (
     QUEUE_TYPES,
     TOP_LEVEL_KEYS,
     X_MATCH,
-    ConfigError,
     StackConfig,
     load_stack_config,
     password_problems,
 )
-from components.config.key_paths import NAME_KEYS, with_paths
-from components.config.keys import NAMESPACE
-from components.durations import MAX_MS, DurationError, format_duration, parse_duration
-from components.plan import VhostPlan, plan_vhost
-from components.problems import Problem
+from components.model import naming
+from components.model.durations import MAX_MS, DurationError, format_duration, parse_duration
+from components.model.key_paths import NAME_KEYS, with_paths
+from components.model.keys import NAMESPACE
+from components.model.plan_types import VhostPlan
+from components.model.problems import ConfigError, Problem
+from components.plan import layout
+from components.plan.checks import check_logical_names, check_vhost
+from components.plan.planner import plan_vhost
 from tests.support.environment import IN_CI
 
 FUZZ_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "1000"))

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from components.config.keys import KEY_TABLES, MIGRATION_KEYS
-from components.config.model import RETIRE
-from components.migration_kinds import KINDS
+from components.migrations import KINDS
+from components.model.keys import KEY_TABLES, MIGRATION_KEYS
+from components.model.stack_config import RETIRE
 from tests.support.sources import ROOT, python_files
 
 REGISTRY = ROOT / "components" / "migration_kinds"

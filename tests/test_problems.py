@@ -8,12 +8,11 @@ import ast
 import re
 from pathlib import Path
 
-from components import checks
 from components.config import load_vhost
-from components.entries import Grant
-from components.migrations import SHOVEL_WRITE
-from components.plan import plan_vhost
-from components.problems import Problem
+from components.model.plan_types import SHOVEL_WRITE, Grant
+from components.model.problems import Problem
+from components.plan import checks
+from components.plan.planner import plan_vhost
 from components.strategies.levels import levels_write_pattern
 from tests.conftest import vhost_config
 from tests.support.sources import python_files

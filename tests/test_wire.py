@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from components import wire
 from components.config import load_stack_config
 from components.config.capabilities import version_problems
-from components.config.fields import Problems
-from components.config.keys import KEY_TABLES
 from components.config.parsers import parse_queue_arguments, policy_value
-from components.effective import applies_to_queue_type, merge
-from components.entries import PolicyPlan, QueuePlan
+from components.model import wire
+from components.model.fields import Problems
+from components.model.keys import KEY_TABLES
+from components.model.plan_types import PolicyPlan, QueuePlan
+from components.plan.effective import applies_to_queue_type, merge
 from tests.conftest import RETRYABLE, vhost_config
 from tests.support.sources import ROOT, python_files
 from tools.lib import engine

@@ -15,7 +15,7 @@ import sys
 
 import yaml
 
-from components.alerts import FORMATS, prometheus_rule
+from components.plan.alert_rules import FORMATS, prometheus_rule
 from tools.lib.cli import Written, stack_file_command
 from tools.lib.evaluation import Evaluation
 

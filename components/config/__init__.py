@@ -5,10 +5,7 @@ takes, `fields` checks single values, `parsers` one entity each, `crosschecks` w
 `passwords` which application users still need one, and `load` puts them together.
 """
 
-from ..strategies.levels import Backoff, LevelsRetry
-from ..strategies.native import NativeRetry
-from ..strategies.tiers import TiersRetry
-from .keys import (
+from ..model.keys import (
     APPLICATION_KEYS,
     BINDING_KEYS,
     DEFAULTS_KEYS,
@@ -25,8 +22,8 @@ from .keys import (
     TOPIC_PERMISSION_KEYS,
     VHOST_KEYS,
 )
-from .load import check_queue_levels, load_delay_levels, load_queue, load_stack_config, load_vhost
-from .model import (
+from ..model.problems import ConfigError
+from ..model.stack_config import (
     APPLY_TO,
     DEFAULT_DELIVERY_LIMIT,
     DEFAULT_POLICY_PRIORITY,
@@ -37,7 +34,6 @@ from .model import (
     X_MATCH,
     Application,
     Binding,
-    ConfigError,
     Defaults,
     DelayLevels,
     Exchange,
@@ -51,13 +47,11 @@ from .model import (
     UserLimits,
     Vhost,
 )
-from .passwords import (
-    password_command,
-    password_path,
-    password_problems,
-    plain_password_paths,
-    plain_password_problems,
-)
+from ..strategies.levels import Backoff, LevelsRetry
+from ..strategies.native import NativeRetry
+from ..strategies.tiers import TiersRetry
+from .load import check_queue_levels, load_delay_levels, load_queue, load_stack_config, load_vhost
+from .passwords import password_command, password_path, password_problems, plain_password_paths, plain_password_problems
 
 __all__ = [
     "APPLICATION_KEYS",

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from ..naming import SHOVEL_USER
-from .fields import INVALID, Problems
-from .model import Exchange, Policy
-from .parsers import ApplicationEntry, Entry, OperatorEntry, QueueEntry, VhostEntry
+from ..model.config_entries import ApplicationEntry, Entry, OperatorEntry, QueueEntry, VhostEntry
+from ..model.fields import INVALID, Problems
+from ..model.naming import SHOVEL_USER
+from ..model.stack_config import Exchange, Policy
 
 
 def check_policy_names(p: Problems, policies: Sequence[Entry[Policy]],

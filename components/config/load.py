@@ -6,35 +6,17 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..naming import SHOVEL_USER
+from ..model.alerts import parse_alerts, queue_alerts, vhost_alerts
+from ..model.config_entries import ApplicationEntry, OperatorEntry, VhostEntry
+from ..model.fields import ABSENT, INVALID, Invalid, Problems, boolean, describe, did_you_mean, items, mapping, optional
+from ..model.key_paths import with_paths
+from ..model.keys import BROKER_KEYS, NAMESPACE, TOP_LEVEL_KEYS
+from ..model.naming import SHOVEL_USER
+from ..model.stack_config import Defaults, DelayLevels, Queue, StackConfig, Vhost
 from ..strategies.levels import LevelsRetry, check_backoff_fits
-from .alerts import parse_alerts, queue_alerts, vhost_alerts
 from .capabilities import TARGET_GROUP_SIZE_FROM, Version, parse_version, version_problems
 from .crosschecks import check_users, check_vhost, check_vhost_names
-from .fields import (
-    ABSENT,
-    INVALID,
-    Invalid,
-    Problems,
-    boolean,
-    describe,
-    did_you_mean,
-    items,
-    mapping,
-    optional,
-)
-from .key_paths import with_paths
-from .keys import BROKER_KEYS, NAMESPACE, TOP_LEVEL_KEYS
-from .model import Defaults, DelayLevels, Queue, StackConfig, Vhost
-from .parsers import (
-    ApplicationEntry,
-    OperatorEntry,
-    VhostEntry,
-    parse_defaults,
-    parse_delay_levels,
-    parse_queue,
-    parse_vhost,
-)
+from .parsers import parse_defaults, parse_delay_levels, parse_queue, parse_vhost
 from .passwords import NOT_A_MAPPING, key_path, password_command
 
 BUILT_IN_DEFAULTS = Defaults()

@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..migration_kinds import KINDS, CheckScope, MigrationKind, kind_of
-from .fields import INVALID, Invalid, Problems, choice, items, mapping
-from .key_paths import entry_paths
-from .keys import MIGRATION_KEYS
-from .model import DelayLevels, Migration
-
-if TYPE_CHECKING:
-    from .parsers import Entry, QueueEntry
+from ..migrations import KINDS, CheckScope, MigrationKind, kind_of
+from ..model.config_entries import Entry, QueueEntry
+from ..model.fields import INVALID, Invalid, Problems, choice, items, mapping
+from ..model.key_paths import entry_paths
+from ..model.keys import MIGRATION_KEYS
+from ..model.stack_config import DelayLevels, Migration
 
 MIGRATION_NAME = re.compile(r"[a-z0-9-]+")
 """A migration's name ends the shovels' names and shows in review and status: lower case, digits and dashes."""

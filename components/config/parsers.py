@@ -10,15 +10,20 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
-from .. import naming, wire
-from ..durations import format_duration
-from ..strategies import DEFAULT, STRATEGIES, strategy_of
-from ..strategies.common import positive_duration
-from ..strategies.levels import LevelsRetry, check_backoff_fits
-from .fields import (
+from ..model import naming, wire
+from ..model.config_entries import (
+    ApplicationEntry,
+    BindingEntry,
+    Entry,
+    OperatorEntry,
+    QueueEntry,
+    TopicEntry,
+    VhostEntry,
+)
+from ..model.durations import format_duration
+from ..model.fields import (
     ABSENT,
     INVALID,
     Invalid,
@@ -35,8 +40,8 @@ from .fields import (
     regex,
     written_name,
 )
-from .key_paths import with_paths
-from .keys import (
+from ..model.key_paths import with_paths
+from ..model.keys import (
     APPLICATION_KEYS,
     BINDING_KEYS,
     DEFAULTS_KEYS,
@@ -55,8 +60,7 @@ from .keys import (
     USER_LIMITS_KEYS,
     VHOST_KEYS,
 )
-from .migrations import parse_migrations
-from .model import (
+from ..model.stack_config import (
     APPLY_TO,
     EXCHANGE_TYPES,
     MAX_AGE,
@@ -77,75 +81,15 @@ from .model import (
     UserLimits,
     Vhost,
 )
+from ..strategies import DEFAULT, STRATEGIES, strategy_of
+from ..strategies.common import positive_duration
+from ..strategies.levels import LevelsRetry, check_backoff_fits
+from .migrations import parse_migrations
 
 T = TypeVar("T")
 E = TypeVar("E", bound="Entry[Any]")
 GO_INTEGER = re.compile(r"[+-]?[0-9]+")
 """What Go's `strconv.ParseInt(s, 10, 64)` reads as a number (within int64), ASCII digits only."""
-
-
-@dataclass(frozen=True)
-class Entry(Generic[T]):
-    """One item of a config list, kept even when refused."""
-
-    index: int
-    name: str | None
-    """The entry's name when that name is valid, even if the entry is not."""
-    written: str | None
-    """The name as written when it is a string, valid or not: references to it are never undeclared."""
-    value: T | Invalid
-    path: str
-    """Its key path (`key_paths.entry_paths`)."""
-
-
-@dataclass(frozen=True)
-class BindingEntry(Entry[Binding]):
-    external: bool = False
-    """`external: true` as written, so that an exchange named only here counts as declared."""
-
-
-@dataclass(frozen=True)
-class QueueEntry(Entry[Queue]):
-    bindings: tuple[BindingEntry, ...] = ()
-    owned_queues: tuple[str, ...] = ()
-    """Queues this entry brings into its vhost: itself, and a retryable queue's wait tiers and error queue."""
-    owned_exchanges: tuple[str, ...] = ()
-    """A retryable queue's retry, requeue and error exchanges."""
-
-
-@dataclass(frozen=True)
-class TopicEntry:
-    path: str
-    exchange: object
-    """As written (`INVALID` when the entry is not a mapping): `crosschecks` checks that it names an exchange
-    of the vhost."""
-    value: TopicPermission | Invalid
-
-
-@dataclass(frozen=True)
-class ApplicationEntry(Entry[Application]):
-    publishes: Sequence[object] = ()
-    consumes: Sequence[object] = ()
-    topics: tuple[TopicEntry, ...] = ()
-
-
-@dataclass(frozen=True)
-class OperatorEntry(Entry[Operator]):
-    """An `operators[]` entry, kept even when refused."""
-
-
-@dataclass(frozen=True)
-class VhostEntry(Entry[Vhost]):
-    """A vhost and every entry in it, for the checks across entities."""
-
-    exchanges: tuple[Entry[Exchange], ...] = ()
-    queues: tuple[QueueEntry, ...] = ()
-    policies: tuple[Entry[Policy], ...] = ()
-    operator_policies: tuple[Entry[Policy], ...] = ()
-    applications: tuple[ApplicationEntry, ...] = ()
-    operators: tuple[OperatorEntry, ...] = ()
-    unreadable: frozenset[str] = frozenset()
-    """Its list keys written as something other than a list (already reported)."""
 
 
 def refused(index: int, path: str) -> Entry[Any]:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from rabbitmq_retry_client.contract import DEFAULT_STRATEGY
 
-from ..config.model import Retry
+from ..model.stack_config import Retry
 from . import levels, native, tiers
 from .base import Strategy
 

@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..config.fields import Invalid, Problems
-from ..config.model import DelayLevels, Queue, Retry
-from ..entries import RetryablePlan, TopicGrant
-from ..problems import Problem
+from ..model.fields import Invalid, Problems
+from ..model.plan_types import RetryablePlan, TopicGrant
+from ..model.problems import Problem
+from ..model.stack_config import DelayLevels, Queue, Retry
 
 Route = Callable[[str, str | None], set[str] | None]
 """Queues a message published to an exchange with a routing key reaches in the planned topology (None when

@@ -17,7 +17,7 @@ import pika
 import pytest
 from pulumi.runtime.config import set_all_config
 
-from components.guard import QUEUE_GUARD, GuardError, check_queue_delete, guard_queue_delete, queue_key
+from components.pulumi.guard import QUEUE_GUARD, GuardError, check_queue_delete, guard_queue_delete, queue_key
 from rabbitmq_retry_client.depth import BrokerAccess, DepthReader, QueueDepth
 from tests.support.admin import STATS_S, version, wait_for
 from tests.support.amqp import channel, parameters

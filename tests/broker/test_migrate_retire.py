@@ -13,7 +13,7 @@ import pika
 import pytest
 
 from components.config import load_vhost
-from components.resources import ShovelAccess
+from components.pulumi.resources import ShovelAccess
 from rabbitmq_retry_client.depth import BrokerAccess
 from tests.support.amqp import channel, message_counts
 from tests.support.deploy import throwaway_vhost

@@ -31,9 +31,9 @@ from typing import Any
 import pika
 import pytest
 
-from components import naming
 from components.config import load_stack_config
-from components.stack import plan_stack
+from components.model import naming
+from components.pulumi.stack_resources import plan_stack
 from rabbitmq_retry_client import RetryingConsumer
 from rabbitmq_retry_client.depth import BrokerAccess, DepthReader
 from rabbitmq_retry_client.levels import delay_exchange, delay_routing_key

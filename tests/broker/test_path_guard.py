@@ -21,8 +21,8 @@ from typing import Any
 import pika
 import pytest
 
-from components import naming
-from components.guard import GuardError, queue_key
+from components.model import naming
+from components.pulumi.guard import GuardError, queue_key
 from rabbitmq_retry_client.levels import delay_exchange, delay_routing_key
 from rabbitmq_retry_client.strategies import behaviour_of
 from tests.support.admin import wait_for

@@ -10,10 +10,10 @@ from collections.abc import Mapping
 
 import pytest
 
-from components import wire
 from components.config.capabilities import APPLY_TO_VERSIONS, NEWEST_MEASURED, Version
-from components.config.keys import OPERATOR_POLICY_KEYS, POLICY_DEFINITION_KEYS, RETIRED_POLICY_KEYS
-from components.config.model import APPLY_TO
+from components.model import wire
+from components.model.keys import OPERATOR_POLICY_KEYS, POLICY_DEFINITION_KEYS, RETIRED_POLICY_KEYS
+from components.model.stack_config import APPLY_TO
 from components.strategies import native
 from tests.support.admin import version
 from tests.support.deploy import throwaway_vhost

@@ -16,7 +16,7 @@ from typing import Any
 import pulumi
 from pulumi.runtime.config import set_all_config
 
-from components.guard import PATH_GUARD, QUEUE_GUARD, guard_path_change, guard_queue_delete
+from components.pulumi.guard import PATH_GUARD, QUEUE_GUARD, guard_path_change, guard_queue_delete
 from tests.support.mirror import Broker
 from tools.lib import engine
 from tools.lib.mockrun import Registered

@@ -84,7 +84,7 @@ def user_limits_provider(broker: Broker) -> UserLimitsProvider:
     configured as the engine would configure it from the stack's `rabbitmq:` keys."""
     import pulumi.dynamic
 
-    from components.config.keys import NAMESPACE
+    from components.model.keys import NAMESPACE
 
     provider = UserLimitsProvider()
     provider.configure(pulumi.dynamic.ConfigureRequest(pulumi.dynamic.Config(broker.provider_config(), NAMESPACE)))

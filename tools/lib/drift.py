@@ -9,9 +9,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from components import wire
-from components.effective import PolicyIndex, effective_settings
-from components.entries import PolicyPlan, QueuePlan
+from components.model import wire
+from components.model.plan_types import PolicyPlan, QueuePlan
+from components.plan.effective import PolicyIndex, effective_settings
 from components.user_limits import LIMIT_NAMES
 from tools.lib import engine
 from tools.lib.definitions import Snapshot, binding_id

@@ -20,9 +20,10 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from types import ModuleType
 from typing import IO, Any
 
-from components.config.model import RETIRE
+from components.model.stack_config import RETIRE
 from tools.lib.mockrun import ROOT, Registered, run_program, secret_placeholders, stack_config
 from tools.lib.planned import Planned, index_plans, planned_from
 
@@ -161,8 +162,8 @@ def evaluate(stack: str, root: Path = ROOT, *, preview: bool = True, written_ver
     runs it (every password required). `written_version=False`: `broker.version` is not checked against what the
     stack uses (`make doctor` checks the live version instead) but kept in the settings. `pulumi.RunError` (the
     program refused the config) or StackFileError."""
-    from components import layout
-    from components.config.settings import with_written_version, without_written_version
+    from components.config.stack_settings import with_written_version, without_written_version
+    from components.plan import layout
 
     values, secret_keys = stack_config(stack, root)
     handed = values if written_version else without_written_version(values)
@@ -200,6 +201,14 @@ def _components_of(root: Path) -> Iterator[None]:
         sys.modules.update(mine)
 
 
+def _own_layout() -> ModuleType:
+    """A checkout's layout module: `components/plan/layout.py`, or `components/layout.py` before the layers."""
+    try:
+        return importlib.import_module("components.plan.layout")
+    except ImportError:
+        return importlib.import_module("components.layout")
+
+
 def evaluate_checkout(stack: str, root: Path) -> Evaluation:
     """A checkout's stack as its own program would deploy it: `root/__main__.py` with `root/components` run under
     these tools' mocks and stack file reader (so a checkout from before these tools is evaluated too). The roles of
@@ -215,15 +224,15 @@ def evaluate_checkout(stack: str, root: Path) -> Evaluation:
         try:
             if not plans:
                 raise ValueError("the program keeps no plans")
-            index = index_plans(recording, plans, importlib.import_module("components.layout"))
+            index = index_plans(recording, plans, _own_layout())
             found, source = infos(plans), OWN_PLAN
         except (ImportError, AttributeError, TypeError, ValueError, KeyError):  # no plans, or not walked as ours
             index, found, source = {}, [], NO_PLAN
     if source == NO_PLAN:
         import pulumi
 
-        from components import layout
-        from components.config.stack_file import StackFileError
+        from components.config.pulumi_yaml import StackFileError
+        from components.plan import layout
 
         try:
             _, mine = run_program(stack, ROOT, config=config, exiting=True, project=root)

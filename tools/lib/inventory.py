@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components import wire
-from components.config.stack_file import SECRET_MARKER, is_secret_placeholder
-from components.effective import PolicyIndex
-from components.plan import PolicyPlan, QueuePlan
+from components.config.pulumi_yaml import SECRET_MARKER, is_secret_placeholder
+from components.model import wire
+from components.model.plan_types import PolicyPlan, QueuePlan
+from components.plan.effective import PolicyIndex
 from tools.lib.engine import USER_LIMITS, short_type
 from tools.lib.mockrun import Registered
 from tools.lib.planned import PlanIndex, QueueKey, planned

@@ -207,7 +207,7 @@ def secret_placeholders() -> tuple[str, Callable[[Any], bool]]:
     """(SECRET_MARKER, is_secret_placeholder) of these tools' own stack file reader, imported once: a program run
     with components of its own (another checkout's, `evaluation.evaluate_checkout`) masks its secrets as these tools
     read them."""
-    from components.config.stack_file import SECRET_MARKER, is_secret_placeholder
+    from components.config.pulumi_yaml import SECRET_MARKER, is_secret_placeholder
 
     return SECRET_MARKER, is_secret_placeholder
 
@@ -291,7 +291,7 @@ def close_event_loop() -> None:
 
 def stack_config(stack: str, root: Path = ROOT) -> tuple[dict[str, str], list[str]]:
     """Config of `<root>/Pulumi.<stack>.yaml` as the engine hands it to the program."""
-    from components.config.stack_file import stack_config as read
+    from components.config.pulumi_yaml import stack_config as read
 
     return read(root / f"Pulumi.{stack}.yaml")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from components.migration_kinds import kind_of
+from components.migrations import kind_of
 from rabbitmq_retry_client.depth import DepthError
 from tools.lib import engine, markdown
 from tools.lib.engine import Step
