@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from ..model.key_paths import entry_labels
 from ..model.problems import ConfigError
+from .boundary import reported
 
 F = TypeVar("F", bound=Callable[..., None])
 _constructing: contextvars.ContextVar[bool] = contextvars.ContextVar("rabbitmq_retry_constructing", default=False)
@@ -168,11 +169,13 @@ def accepts_other_languages(args_type: type, component: str) -> Callable[[F], F]
     """Decorates a component's `__init__(self, name, args, opts)`: when the process is the plugin, the args'
     integers are made ints (or refused), a ConfigError's key paths are spelled as the schema spells them, and the
     outputs the SDK would pass on half-renamed are spelled for it (`for_state`); what the component registers is
-    untouched. `functools.wraps` keeps the annotations the analyzer reads."""
+    untouched; a ConfigError or TopologyError leaves it as a `pulumi.RunError` (`boundary.reported`).
+    `functools.wraps` keeps the annotations the analyzer reads."""
     fields = field_names(args_type)
 
     def decorate(init: F) -> F:
         @functools.wraps(init)
+        @reported
         def wrapper(self: Any, name: str, args: Any, opts: Any = None) -> None:
             if not hosted() or _constructing.get():  # a Python call, or a child of the component being constructed
                 init(self, name, args, opts)

@@ -29,6 +29,7 @@ from ..config.stack_settings import (
 )
 from ..model.key_paths import with_paths
 from ..model.problems import ConfigError
+from .boundary import reported
 
 
 def _all_keys() -> set[str]:
@@ -80,6 +81,7 @@ def lock_out_problems(config: StackConfig, deployer: str | None) -> list[tuple[s
             for user, path in vhost.user_paths() if user == deployer]
 
 
+@reported
 def read_stack_settings() -> StackSettings:
     """Everything the stack says, parsed; raises ConfigError listing every problem. Missing passwords are
     problems only in a real update: a preview gets placeholders (`stack.application_passwords`)."""

@@ -22,6 +22,7 @@ from ..model.problems import TopologyError
 from ..plan.checks import check_logical_names, check_vhost
 from ..plan.layout import stack_children
 from ..plan.planner import plan_vhost
+from .boundary import reported
 from .guard import path_guard, queue_guard, unplanned_entries
 from .resources import DEFAULT_AMQP_PORT, ShovelAccess
 
@@ -32,6 +33,7 @@ def stack_shovel_user() -> str:
     return naming.shovel_user(pulumi.get_project(), pulumi.get_stack())
 
 
+@reported
 def plan_stack(config: StackConfig, shovel_user: str | None = None) -> list[tuple[str, VhostPlan]]:
     """(Vhost component name, plan) of every vhost, planned and checked once, before any component exists, so
     that problems carry the stack file's key paths and two vhosts' URNs cannot clash. The Vhost components
@@ -46,6 +48,7 @@ def plan_stack(config: StackConfig, shovel_user: str | None = None) -> list[tupl
     return plans
 
 
+@reported
 def register_guard(plans: list[tuple[str, VhostPlan]], allowed: frozenset[str]) -> None:
     """Register the queue guard's hook whatever the stack declares: queues deleted by this update (their vhost
     removed from the config included) are bound to it in the state, and the engine cannot delete them without it.
@@ -59,6 +62,7 @@ def register_guard(plans: list[tuple[str, VhostPlan]], allowed: frozenset[str]) 
                         "the entry once that is done")
 
 
+@reported
 def declare_shovel_user(plans: list[tuple[str, VhostPlan]], passwords: Mapping[str, pulumi.Input[str]],
                         amqp_port: int | None = None) -> ShovelAccess | None:
     """The stack's one shovel user (no tags), named as the plans name it (`stack_shovel_user`), when a migration of
@@ -75,6 +79,7 @@ def declare_shovel_user(plans: list[tuple[str, VhostPlan]], passwords: Mapping[s
     return ShovelAccess(user.name, passwords[naming.SHOVEL_USER], amqp_port or DEFAULT_AMQP_PORT)
 
 
+@reported
 def application_passwords(settings: StackSettings) -> dict[str, pulumi.Output[str]]:
     """Each application or operator user's password as a secret. In a preview a missing one is a random
     placeholder that nobody knows, with a warning: `pulumi up` refuses it (`read_stack_settings`)."""
