@@ -402,10 +402,22 @@ def test_the_error_message_lists_each_problem_on_its_own_line():
     )
 
 
-def test_config_errors_print_without_a_traceback_in_pulumi():
+def test_config_errors_print_without_a_traceback_in_pulumi_and_are_plain_below_it():
+    """Pulumi prints a RunError's message alone: the public loaders and the components raise one, with the
+    pure layer's problems and message; the pure layers raise a plain exception and import no Pulumi."""
     import pulumi
 
-    assert issubclass(ConfigError, pulumi.RunError)
+    import components
+
+    raw = with_queue(retryable(delays=["1s", "10x"]))
+    with pytest.raises(ConfigError) as plain:
+        load_stack_config(raw)
+    assert not isinstance(plain.value, pulumi.RunError)
+    with pytest.raises(pulumi.RunError) as reported:
+        components.load_stack_config(raw)
+    assert isinstance(reported.value, ConfigError)
+    assert (str(reported.value), reported.value.problems) == (str(plain.value), plain.value.problems)
+    assert reported.value.__cause__ is None and reported.value.__suppress_context__
 
 
 def test_parsing_does_not_mutate_the_input(stack_raw):
