@@ -1,6 +1,6 @@
 """The levels-encoding benchmark measures what it says: its `msb-28` is exactly the product's key and bindings,
 and every candidate encoding holds a copy in exactly the levels of its delay's 1 bits and then delivers it to
-its queue (topic matching as RabbitMQ does it, `components/checks.py`). Figures are never asserted."""
+its queue (topic matching as RabbitMQ does it, `components/plan/checks.py`). Figures are never asserted."""
 
 from __future__ import annotations
 

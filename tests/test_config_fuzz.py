@@ -672,7 +672,7 @@ def physical_names(plan: VhostPlan) -> tuple[list[str], list[str], list[str]]:
 
 def urns(config: StackConfig, plans: Sequence[VhostPlan]) -> list[tuple[tuple[str, str], str]]:
     """((type chain, logical name), what it comes from) of every resource `__main__` registers: the layout
-    tables the components declare from (components/layout.py), walked here on their own so that
+    tables the components declare from (components/plan/layout.py), walked here on their own so that
     `check_logical_names` is checked against them; `test_the_urn_model_matches_the_program` checks the
     walk against the program. A URN is the type chain and the logical name, so each pair must be unique."""
     found: list[tuple[tuple[str, str], str]] = []

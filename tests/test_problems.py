@@ -1,6 +1,6 @@
 """Problems are data: the preview-time checks return `Problem(path, code, message)`, and no tool acts on a message's
 text (tests/test_adopt.py rewords every message and finds the same decisions). Nor does a tool read a permission
-regex back into names: the plan says the names it granted (`components.entries.Grant`)."""
+regex back into names: the plan says the names it granted (`components.model.plan_types.Grant`)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_a_problem_names_the_entry_it_is_about_and_what_it_is():
 
 GRANTED = (Grant.exactly(["orders", "orders.retry"]).regex, Grant.exactly(["a", "b", "c"]).regex, SHOVEL_WRITE.regex,
            levels_write_pattern(["orders"]))
-"""Permission regexes the plan writes, each with its names beside it (`components.entries.Grant`)."""
+"""Permission regexes the plan writes, each with its names beside it (`components.model.plan_types.Grant`)."""
 RE_CALLS = frozenset({"compile", "search", "match", "fullmatch", "findall", "finditer", "sub", "subn", "split"})
 
 

@@ -54,7 +54,7 @@ from tests.conftest import ROOT, vhost_config
 
 
 def contract(vhost: str = "shop", queue: str = "orders", **changes: Any) -> dict[str, Any]:
-    """A valid contract as the stack exports it (see components/plan.py)."""
+    """A valid contract as the stack exports it (see components/plan/planner.py)."""
     value: dict[str, Any] = {
         "vhost": vhost, "queue": queue, "queue_type": "quorum", "retry_exchange": f"{queue}.retry",
         "reject_routes_to": "wait.1",

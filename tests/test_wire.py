@@ -1,4 +1,4 @@
-"""The wire table (components/wire.py): each RabbitMQ key is spelt there alone, and what each row says is what the
+"""The wire table (components/model/wire.py): each RabbitMQ key is spelt there alone, and what each row says is what the
 config, the effective-policy merge, the broker-version checks and the review's engine do with the key."""
 
 from __future__ import annotations

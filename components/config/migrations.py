@@ -3,7 +3,7 @@
 A migration is declared in the stack file, never inferred: the entry names what moves or drains, and its
 `step` says which commit of the migration this is. Every problem names the key path and a fix. What differs
 between kinds (the body's keys, its parser, its checks, what the plan makes of it) is its module's
-(`components/migration_kinds/`).
+(`components/migrations/`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 guard's keys, the RabbitMQ provider's and TLS settings, and the passwords as written.
 
 Pure: the source is a mapping of `namespace:key` → text, as the Pulumi engine hands config to the program (JSON
-text for structured values). The program reads it from the Pulumi runtime (`components/runtime_settings.py`); the
+text for structured values). The program reads it from the Pulumi runtime (`components/pulumi/program_settings.py`); the
 tools hand a stack file to the same program under Pulumi's mocks (`config/stack_file.py` reads it as the engine
 would, `tools/lib/evaluation.py` runs it), so both parse through `parse_stack_settings`. Every problem is a
 (key path, what to fix) pair; the caller raises them together.
@@ -34,8 +34,8 @@ PASSWORDS_KEY = f"{NAMESPACE}:passwords"
 BROKER_KEY = f"{NAMESPACE}:broker"
 
 KeyProblem = tuple[str, str]
-"""(key path, what to fix), raised together as one ConfigError; not `components.problems.Problem`, which the plan's
-checks find with a code."""
+"""(key path, what to fix), raised together as one ConfigError; not `components.model.problems.Problem`, which the
+plan's checks find with a code."""
 
 
 def decode(value: Any) -> Any:
@@ -89,7 +89,7 @@ def parse_amqp_port(raw: object) -> tuple[int | None, list[KeyProblem]]:
 
 @dataclass(frozen=True)
 class GuardSettings:
-    """The queue guard's keys (components/guard.py)."""
+    """The queue guard's keys (components/pulumi/guard.py)."""
 
     delete_with_messages: frozenset[str] = frozenset()
     """`<vhost>/<queue>` that `pulumi up` may delete with what they hold (reviewed as data loss)."""

@@ -101,7 +101,7 @@ class MigrationKind(Protocol):
     NAME: str
     """The entry's key that says its kind (`move: {…}`), and the kind `make migrate-status` prints."""
     KEYS: tuple[str, ...]
-    """The keys of that mapping (`components/config/keys.py`, docs/config.md)."""
+    """The keys of that mapping (`components/model/keys.py`, docs/config.md)."""
     STEPS: tuple[str, ...]
     """Its steps in order, the last `retire`; each is one commit whose `pulumi up` applies it."""
     KEEPS_OUT_OF_CONTRACT: bool

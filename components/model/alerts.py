@@ -1,5 +1,5 @@
 """The `alerts` blocks of the stack config: thresholds, `for:` durations, severities and labels of the Prometheus
-rules `components/alerts.py` derives from the plan, per stack (`alerts`), vhost (`vhosts[].alerts`) and queue
+rules `components/plan/alert_rules.py` derives from the plan, per stack (`alerts`), vhost (`vhosts[].alerts`) and queue
 (`vhosts[].queues[].alerts`). A queue's setting overrides its vhost's, which overrides the stack's, which overrides
 the rule's default; labels add up the same way.
 

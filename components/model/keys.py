@@ -17,7 +17,7 @@ NAMESPACE = "rabbitmq-retry"
 
 TOP_LEVEL_KEYS = ("protect", "retain_error_queues", "defaults", "vhosts", "passwords", "broker", "delete_with_messages",
                   "amqp_port", "alerts")
-"""`delete_with_messages` and `amqp_port` belong to the queue guard, which parses them (components/guard.py);
+"""`delete_with_messages` and `amqp_port` belong to the queue guard, which parses them (components/pulumi/guard.py);
 the topology parser only accepts them. `alerts` (here, in a vhost and in a queue) is parsed by `alerts.py`."""
 BROKER_KEYS = ("version",)
 DEFAULTS_KEYS = ("queue_type", "policy_priority", "delivery_limit", "quorum_group_size")
@@ -37,9 +37,9 @@ others are its own (`RETRY_KEYS`)."""
 BACKOFF_KEYS = ("initial", "multiplier", "max", "jitter")
 POLICY_KEYS = ("name", "pattern", "priority", "apply_to", "definition")
 OPERATOR_POLICY_KEYS = wire.OPERATOR_POLICY_KEYS
-"""What RabbitMQ accepts in an operator policy's definition (components/wire.py)."""
+"""What RabbitMQ accepts in an operator policy's definition (components/model/wire.py)."""
 POLICY_DEFINITION_KEYS = wire.POLICY_KEYS
-"""What RabbitMQ accepts in a user policy's definition (components/wire.py: which versions take which)."""
+"""What RabbitMQ accepts in a user policy's definition (components/model/wire.py: which versions take which)."""
 RETIRED_POLICY_KEYS = wire.RETIRED_POLICY_KEYS
 """Keys RabbitMQ 3.10 still takes in a user policy but 4.x refuses, with what to use instead."""
 MIGRATION_KEYS = ("name", "move", "drain_tiers", "drain_levels", "step")

@@ -8,7 +8,7 @@ Pure. Read in rabbitmq-server (3.10.8 and 4.3) `rabbit_policy.erl`, `rabbit_poli
   skips the whole policy for that queue);
 - of the user policies, and separately of the operator policies, only the highest priority applies
   (ties: RabbitMQ picks one, so every tied candidate is considered);
-- operator over user policy, and policy over queue argument, key by key as components/wire.py says.
+- operator over user policy, and policy over queue argument, key by key as components/model/wire.py says.
 """
 
 from __future__ import annotations

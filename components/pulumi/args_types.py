@@ -4,7 +4,7 @@ One set of types serves two readers. mypy checks a Python program's `RetryableQu
 (a misspelt key or a wrong type is an error in the editor), and Pulumi's component analyzer turns them into
 the package schema other languages get their SDKs from (`pulumi package add`): each field's docstring is its
 description there, `snake_case` becomes `camelCase`. The run-time check stays the config parser's
-(`components/config`, `components/arguments.py`): as strict as the stack file, every problem with its key path.
+(`components/config`, `components/pulumi/arguments.py`): as strict as the stack file, every problem with its key path.
 
 What the analyzer of pulumi 3.272 takes shapes these types: no `from __future__ import annotations` (string
 annotations break it), no unions (so durations are the strings users write, `"1m30s"`; a policy's definition values

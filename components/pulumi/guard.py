@@ -39,7 +39,7 @@ in every later run, or the engine cannot delete those queues (`hook … was not 
 PATH_GUARD = "rabbitmq-retry-path-guard"
 """The hook of the path guards (docs/guard.md, "The path guard"), recorded in the stack's state like QUEUE_GUARD."""
 __all__ = ["AMQP_PORT", "DELETE_WITH_MESSAGES", "parse_amqp_port", "parse_delete_with_messages"]
-"""The guard's keys, parsed with the rest of the stack's settings (components/config/settings.py)."""
+"""The guard's keys, parsed with the rest of the stack's settings (components/config/stack_settings.py)."""
 
 
 class GuardError(Exception):

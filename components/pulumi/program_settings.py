@@ -1,5 +1,5 @@
 """The stack's settings from the Pulumi runtime: the program's one source of `StackSettings`
-(components/config/settings.py parses them), and of the guard's and the provider's settings when a hook runs.
+(components/config/stack_settings.py parses them), and of the guard's and the provider's settings when a hook runs.
 
 The only module that reads `pulumi.runtime.config`. Under Pulumi's mocks (the tools, tools/lib/evaluation.py) the
 runtime holds a stack file's values as the engine would hand them over, so the tools parse through here too.

@@ -16,7 +16,7 @@ a lowered `delay_levels.max_delay`, and the strategy switches tiers ↔ levels, 
   broker and the final recording (tools/lib/drift.py).
 
 Isolation on shared brokers: each test works in its own vhost `mvi-<random>`, and its stack's shovel user is
-named `mvi-shovel-<random>` instead of the product's per-stack name (`components.naming.shovel_user`, patched for
+named `mvi-shovel-<random>` instead of the product's per-stack name (`components.model.naming.shovel_user`, patched for
 the test), so that concurrent runs on one broker never share a broker-wide user.
 """
 

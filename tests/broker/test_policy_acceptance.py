@@ -1,6 +1,6 @@
 """Which policy keys and `apply-to` values each broker takes: every definition key the config accepts and every
 `apply-to` value, PUT through the management API as a user policy and as an operator policy, must be refused
-(400) exactly where the wire table (components/wire.py, read by components/config/capabilities.py) says preview
+(400) exactly where the wire table (components/model/wire.py, read by components/config/capabilities.py) says preview
 refuses it. Re-run it to re-measure a broker
 version (`-s` prints what each broker refused)."""
 

@@ -109,7 +109,7 @@ class ConfigPolicy:
 def config_policies(recording: Sequence[Registered], plan: PlanIndex) -> dict[tuple[str, str, str], ConfigPolicy]:
     """The stack config's user and operator policies (by their role in `plan`), by (vhost, kind, name), with how
     many queues or exchanges of the recording each matches, by the preview checks' own rules
-    (`components.effective`: pattern searched, apply-to and the queue type's refused keys honoured)."""
+    (`components.plan.effective`: pattern searched, apply-to and the queue type's refused keys honoured)."""
     queues: dict[str, list[QueuePlan]] = {}
     exchanges: dict[str, list[str]] = {}
     for r in recording:

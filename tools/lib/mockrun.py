@@ -1,7 +1,7 @@
 """Run the Pulumi program (or any function that registers resources) under Pulumi's mocks and record
 every resource it registers: type, logical name, URN, parent, options and exact inputs.
 
-No CLI, broker or secrets: secret config values are replaced by a placeholder (`components/config/stack_file.py`),
+No CLI, broker or secrets: secret config values are replaced by a placeholder (`components/config/pulumi_yaml.py`),
 and the inputs that carry them are reported as secret. `python -m tools.mockrun --stack dev` prints the recording as
 JSON. Imports nothing of `components` until a stack file is read or a secret is masked: `docs/components.md`'s reuse
 example records a program of its own beside a `components` folder of the user's.

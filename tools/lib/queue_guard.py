@@ -1,4 +1,4 @@
-"""What `make review` adds about the queue guard (components/guard.py), in a section of its own after the review:
+"""What `make review` adds about the queue guard (components/pulumi/guard.py), in a section of its own after the review:
 
 - each `rabbitmq-retry:delete_with_messages` entry is a data-loss line, acknowledged like any other (ALLOW_DATA_LOSS):
   it lets `pulumi up` delete that queue with what it holds; an entry that names no queue the change deletes or
