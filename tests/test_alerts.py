@@ -1,6 +1,6 @@
 """Alerting rules derived from the plan (components/plan/alert_rules.py): every retryable queue gets its rules, the
-`alerts` blocks are strict, and Prometheus's own `promtool` accepts every generated file (`check rules`) and evaluates each
-rule kind as meant on synthetic series, firing and not firing (`test rules`)."""
+`alerts` blocks are strict, and Prometheus's own `promtool` accepts every generated file (`check rules`) and evaluates
+each rule kind as meant on synthetic series, firing and not firing (`test rules`)."""
 
 from __future__ import annotations
 

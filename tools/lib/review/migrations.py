@@ -1,6 +1,6 @@
 """What `make review` says about the stack file's migrations (`vhosts[].migrations[]`,
-components/model/plan_types.py): a "Migrations" section per migration (what moves where, what is left to do), and which deletions a migration's step
-retire covers, so that they are not unacknowledged data loss.
+components/model/plan_types.py): a "Migrations" section per migration (what moves where, what is left to do), and
+which deletions a migration's step retire covers, so that they are not unacknowledged data loss.
 
 The migrations are read from the working tree's own evaluation (tools/lib/evaluation.py: its plan, `infos`), never
 re-derived from names here.
