@@ -81,7 +81,7 @@ from ..model.stack_config import (
     UserLimits,
     Vhost,
 )
-from ..strategies import DEFAULT, STRATEGIES, strategy_of
+from ..strategies import DEFAULT, STRATEGIES, delivery_limit_problem, strategy_of
 from ..strategies.common import positive_duration
 from ..strategies.levels import LevelsRetry, check_backoff_fits
 from .migrations import parse_migrations
@@ -271,10 +271,8 @@ def resolve_delivery_limit(p: Problems, path: str, written: int | None, queue_ty
     if written is None:
         # On RabbitMQ 4 every plain retry counts toward the limit for the message's whole life.
         return defaults.delivery_limit + retry.max_retries
-    if written <= retry.max_retries + 1:
-        p.add(path, f"{written} is not above max_retries + 1 ({retry.max_retries + 1}): on "
-              "RabbitMQ 4 each retry counts toward it, and a message over it jams in a dead-letter cycle; "
-              "raise it or leave it unset (default: defaults.delivery_limit + max_retries)")
+    if (problem := delivery_limit_problem(retry, written)) is not None:
+        p.add(path, f"{written} {problem}; raise it or leave it unset (default: defaults.delivery_limit + max_retries)")
         return INVALID
     return written
 

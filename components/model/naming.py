@@ -109,6 +109,17 @@ def logical_name(component: str, key: str) -> str:
     return f"{component}-{key}"
 
 
+def id_vhost(vhost: str) -> str:
+    """A vhost as the provider's binding IDs write it: `%` and `/` escaped, nothing else (`/` separates the ID's
+    parts); the one place this escaping is written."""
+    return vhost.replace("%", "%25").replace("/", "%2F")
+
+
+def binding_id(vhost: str, source: str, destination: str, destination_type: str, properties_key: str) -> str:
+    """The provider's ID of a binding, what an `import` entry names and its Read returns."""
+    return f"{id_vhost(vhost)}/{source}/{destination}/{destination_type}/{properties_key}"
+
+
 def vhost_key(vhost: str) -> str:
     """Logical name of a vhost component: the vhost name, path-escaped so `/` cannot appear."""
     return quote(vhost, safe="")

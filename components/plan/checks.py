@@ -36,7 +36,8 @@ from ..model.plan_types import (
     VhostPlan,
 )
 from ..model.problems import Problem
-from ..strategies import strategy_of
+from ..model.stack_config import Retry
+from ..strategies import delivery_limit_problem, strategy_of
 from .effective import Effective, PolicyIndex, Setting, effective_settings
 from .layout import logical_names
 
@@ -299,25 +300,8 @@ def _effective_problems(retryable: RetryablePlan, settings: Mapping[str, list[Ef
                         f'{_cause(ttl, effective)}: message-ttl {ttl.value} on wait queue '
                         f'"{queue.name}" is not the tier\'s delay ({format_duration(delay)}): RabbitMQ retries '
                         f"after {format_duration(ttl.value)} instead; {_fix(ttl, queue.name)}"))
-            if role == "input" and strategy_of(retryable.retry).DELIVERY_LIMIT_IS_MAX_RETRIES:
-                limit = effective.get(wire.DELIVERY_LIMIT.key) or Setting(DEFAULT_DELIVERY_LIMIT, "")
-                if limit.value != retry.max_retries:
-                    problems.append(Problem(
-                        _source(limit, effective), DELIVERY_LIMIT_NOT_MAX_RETRIES,
-                        f'{_cause(limit, effective)}: delivery-limit {limit.value} on quorum queue '
-                        f'"{queue.name}" is not retry.max_retries ({retry.max_retries}): with strategy '
-                        f"native it is the number of retries before the broker parks a message; "
-                        f"{_fix(limit, queue.name)}"))
-            elif role == "input" and queue.queue_type == "quorum":
-                limit = effective.get(wire.DELIVERY_LIMIT.key) or Setting(DEFAULT_DELIVERY_LIMIT, "")
-                if isinstance(limit.value, int) and 0 <= limit.value <= retry.max_retries + 1:
-                    or_narrow = f", or {_fix(limit, queue.name)}" if limit.operator else ""
-                    problems.append(Problem(
-                        _source(limit, effective), DELIVERY_LIMIT_TOO_LOW,
-                        f'{_cause(limit, effective)}: delivery-limit {limit.value} on quorum queue '
-                        f'"{queue.name}" is not above max_retries + 1 ({retry.max_retries + 1}): on '
-                        "RabbitMQ 4 each retry counts toward it, and a message over it jams in a "
-                        f"dead-letter cycle; raise it above {retry.max_retries + 1}{or_narrow}"))
+            if role == "input" and queue.queue_type == "quorum":
+                problems += _delivery_limit_problems(retry, queue, effective)
             if wire.DEAD_LETTER_EXCHANGE.argument in queue.arguments and (full := _drops_when_full(effective)):
                 key, length = full
                 overflow = effective.get(wire.OVERFLOW.key)
@@ -329,6 +313,21 @@ def _effective_problems(retryable: RetryablePlan, settings: Mapping[str, list[Ef
                     f"{WHEN_FULL[role].format(queue=retryable.config.name)}; "
                     f"{_overflow_fix(length, overflow, role, retryable.config.name, queue.name)}"))
     return list(dict.fromkeys(problems))
+
+
+def _delivery_limit_problems(retry: Retry, queue: QueuePlan, effective: Effective) -> list[Problem]:
+    """The delivery limit the policies leave on a retryable quorum queue, against the one rule
+    (`strategies.delivery_limit_problem`)."""
+    limit = effective.get(wire.DELIVERY_LIMIT.key) or Setting(DEFAULT_DELIVERY_LIMIT, "")
+    if (problem := delivery_limit_problem(retry, limit.value)) is None:
+        return []
+    if strategy_of(retry).DELIVERY_LIMIT_IS_MAX_RETRIES:
+        code, fix = DELIVERY_LIMIT_NOT_MAX_RETRIES, _fix(limit, queue.name)
+    else:
+        or_narrow = f", or {_fix(limit, queue.name)}" if limit.operator else ""
+        code, fix = DELIVERY_LIMIT_TOO_LOW, f"raise it above {retry.max_retries + 1}{or_narrow}"
+    return [Problem(_source(limit, effective), code, f'{_cause(limit, effective)}: delivery-limit {limit.value} on '
+                    f'quorum queue "{queue.name}" {problem}; {fix}')]
 
 
 def check_vhost(plan: VhostPlan, extra_policies: Iterable[PolicyPlan] = ()) -> list[Problem]:

@@ -67,7 +67,7 @@ def _unmatched_imports(plan: VhostPlan, path: str) -> list[tuple[str, str]]:
     """Every `import` entry must adopt exactly one planned object: an ID nothing declares would never be
     imported, one that two objects match would be imported twice."""
     vhost = plan.config.name
-    escaped = vhost.replace("%", "%25").replace("/", "%2F")
+    escaped = naming.id_vhost(vhost)
     adopted: list[tuple[str, str]] = [
         *(("queue", q.import_id) for q in plan.queues if q.import_id),
         *(("exchange", x.import_id) for x in plan.exchanges if x.import_id),

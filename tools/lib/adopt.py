@@ -22,6 +22,7 @@ from components.model import naming, wire
 from components.model.durations import format_duration
 from components.model.key_paths import entry_paths
 from components.model.keys import NAMESPACE
+from components.model.naming import binding_id
 from components.model.plan_types import Grant
 from components.model.problems import ConfigError
 from components.model.stack_config import DEFAULT_POLICY_PRIORITY
@@ -30,7 +31,7 @@ from components.plan.planner import plan_vhost
 from components.pulumi.guard import AMQP_PORT
 from components.pulumi.resources import ShovelAccess
 from tools.lib import engine
-from tools.lib.definitions import DefinitionsError, Snapshot, binding_id
+from tools.lib.definitions import DefinitionsError, Snapshot
 from tools.lib.drift import COMPARED, binding_label, compare, import_id, markdown_table
 from tools.lib.markdown import code, names
 from tools.lib.mockrun import Registered, close_event_loop, record

@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components.model import wire
+from components.model.naming import binding_id
 from components.model.plan_types import PolicyPlan, QueuePlan
 from components.plan.effective import PolicyIndex, effective_settings
 from components.user_limits import LIMIT_NAMES
 from tools.lib import engine
-from tools.lib.definitions import Snapshot, binding_id
+from tools.lib.definitions import Snapshot
 from tools.lib.evaluation import MigrationInfo
 from tools.lib.markdown import code, names, row
 from tools.lib.mockrun import Registered
