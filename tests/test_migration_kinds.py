@@ -15,7 +15,7 @@ from components.model.stack_config import RETIRE
 from tests.support.sources import ROOT, python_files
 
 REGISTRY = ROOT / "components" / "migrations"
-KEY_TABLES_FILE = ROOT / "components" / "config" / "keys.py"
+KEY_TABLES_FILE = ROOT / "components" / "model" / "keys.py"
 """The key tables name each kind as a key of a `migrations[]` entry (checked against the registry below)."""
 MODULES = {module.__name__.rsplit(".", 1)[-1] for module in KINDS.values()}
 
