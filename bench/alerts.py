@@ -31,7 +31,7 @@ import pika.exceptions
 import yaml
 
 from bench import report
-from components.config import load_stack_config
+from components.config.load import load_stack_config
 from components.model.durations import parse_duration
 from components.plan.alert_rules import rule_file, stack_rules
 from components.pulumi.stack_resources import plan_stack

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.config import load_vhost
+from components.config.load import load_vhost
 from components.model import wire
 from components.model.problems import ConfigError
 from rabbitmq_retry_client.levels import delay_exchange

@@ -3,8 +3,8 @@
 Installed with pip, this package is `rabbitmq_retry`; in its repository it is the Pulumi program's
 `components/` folder. Its modules import each other relatively, so both names work."""
 
-from . import config
-from .config import StackConfig
+from .config import load
+from .model.stack_config import StackConfig
 from .pulumi.args_types import (
     ApplicationSpec,
     BackoffSpec,
@@ -19,14 +19,15 @@ from .pulumi.args_types import (
 )
 from .pulumi.boundary import ConfigError, reported
 from .pulumi.delay_levels import DelayLevels, DelayLevelsArgs, DelayLevelsPythonArgs
+from .pulumi.guard import queue_guard
 from .pulumi.retryable_queue import RetryableQueue, RetryableQueueArgs, RetryableQueuePythonArgs
 from .pulumi.vhost import Vhost, VhostArgs, VhostPythonArgs
 
 # The loaders a program calls itself refuse a config as a component does: a `pulumi.RunError` (pulumi/boundary.py).
-load_delay_levels = reported(config.load_delay_levels)
-load_queue = reported(config.load_queue)
-load_stack_config = reported(config.load_stack_config)
-load_vhost = reported(config.load_vhost)
+load_delay_levels = reported(load.load_delay_levels)
+load_queue = reported(load.load_queue)
+load_stack_config = reported(load.load_stack_config)
+load_vhost = reported(load.load_vhost)
 
 __all__ = [
     "ApplicationSpec",
@@ -54,4 +55,5 @@ __all__ = [
     "load_queue",
     "load_stack_config",
     "load_vhost",
+    "queue_guard",
 ]

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from components import Vhost
-from components.config import load_vhost
+from components.config.load import load_vhost
 from components.model import naming
 from components.model.naming import vhost_key
 from components.model.problems import ConfigError

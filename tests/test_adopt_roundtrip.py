@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.config import load_vhost
+from components.config.load import load_vhost
 from components.model.problems import ConfigError
 from tools.lib.adopt import REQUIRED, adopt, report, stack_file
 from tools.lib.contracts import stack_contracts

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.config import load_stack_config
+from components.config.load import load_stack_config
 from components.model.alerts import RULE_KINDS
 from components.plan.alert_rules import prometheus_rule, rule_file, rules_by_key, stack_rules
 from components.pulumi.stack_resources import plan_stack

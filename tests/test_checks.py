@@ -10,7 +10,7 @@ import pulumi
 import pytest
 
 from components import Vhost
-from components.config import load_vhost
+from components.config.load import load_vhost
 from components.model.plan_types import PolicyPlan
 from components.model.problems import TopologyError
 from components.plan.checks import check_logical_names, check_vhost, stale_policies
@@ -150,8 +150,8 @@ def test_the_program_checks_every_vhost_before_registering_and_names_stack_file_
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_logical_names_predict_exactly_what_the_components_register(stack):
-    from components.config import Defaults
     from components.model.naming import vhost_key
+    from components.model.stack_config import Defaults
     from tools.lib.mockrun import record_program, stack_config
 
     registered = sorted((r.type.rsplit(":", 1)[-1], r.name) for r in record_program(stack)

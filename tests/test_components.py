@@ -7,7 +7,7 @@ import json
 import pytest
 
 from components import ConfigError, RetryableQueue, Vhost
-from components.config import load_vhost
+from components.config.load import load_vhost
 from components.plan import layout
 from components.plan.planner import plan_vhost
 from components.pulumi.resources import BUILDERS, ShovelAccess

@@ -7,15 +7,11 @@ from typing import Any
 
 import pytest
 
-from components.config import (
-    POLICY_DEFINITION_KEYS,
-    Defaults,
-    load_stack_config,
-    password_problems,
-    plain_password_paths,
-    plain_password_problems,
-)
+from components.config.load import load_stack_config
+from components.config.passwords import password_problems, plain_password_paths, plain_password_problems
+from components.model.keys import POLICY_DEFINITION_KEYS
 from components.model.problems import ConfigError
+from components.model.stack_config import Defaults
 from tests.conftest import vhost_config
 from tests.support.problems import config_problems
 
@@ -735,7 +731,7 @@ def test_a_boolean_is_refused_and_a_name_may_be_true():
 def test_a_queue_s_arguments_are_kept_as_written_and_each_mistake_is_one_line_naming_the_argument() -> None:
     """`queues[].arguments` (what `make adopt` writes for a queue it keeps): sent as they are, in place of the derived
     ones; a value RabbitMQ would refuse is refused before anything reaches a broker."""
-    from components.config import load_vhost
+    from components.config.load import load_vhost
     from components.plan.planner import plan_vhost
 
     kept = {"name": "jobs.retry", "type": "classic", "arguments": {"x-message-ttl": 60000, "x-dead-letter-exchange": "",

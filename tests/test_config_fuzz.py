@@ -33,23 +33,15 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from components.config import (
-    EXCHANGE_TYPES,
-    KEY_TABLES,
-    OPERATOR_POLICY_KEYS,
-    QUEUE_TYPES,
-    TOP_LEVEL_KEYS,
-    X_MATCH,
-    StackConfig,
-    load_stack_config,
-    password_problems,
-)
+from components.config.load import load_stack_config
+from components.config.passwords import password_problems
 from components.model import naming
 from components.model.durations import MAX_MS, DurationError, format_duration, parse_duration
 from components.model.key_paths import NAME_KEYS, with_paths
-from components.model.keys import NAMESPACE
+from components.model.keys import KEY_TABLES, NAMESPACE, OPERATOR_POLICY_KEYS, TOP_LEVEL_KEYS
 from components.model.plan_types import VhostPlan
 from components.model.problems import ConfigError, Problem
+from components.model.stack_config import EXCHANGE_TYPES, QUEUE_TYPES, X_MATCH, StackConfig
 from components.plan import layout
 from components.plan.checks import check_logical_names, check_vhost
 from components.plan.planner import plan_vhost

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from components.config import load_stack_config
+from components.config.load import load_stack_config
 from components.model.problems import ConfigError
 from components.pulumi.stack_resources import plan_stack
 from tests.conftest import vhost_config

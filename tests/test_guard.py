@@ -291,7 +291,7 @@ def test_a_vhost_moved_elsewhere_touches_every_path():
 
 
 def test_what_a_planned_wait_tier_needs_is_its_dead_letter_route_back_and_a_consumers_queue_only_itself():
-    from components.config import load_vhost
+    from components.config.load import load_vhost
     from components.plan.paths import vhost_paths
     from components.plan.planner import plan_vhost
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.config import load_stack_config
+from components.config.load import load_stack_config
 from components.model.key_paths import entry_paths
 from components.model.problems import ConfigError
 from tests.conftest import vhost_config

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from components import Vhost
-from components.config import load_stack_config, load_vhost
+from components.config.load import load_stack_config, load_vhost
 from components.config.passwords import password_problems
 from components.model import naming
 from components.model.plan_types import SHOVEL_ACK_MODE, SHOVEL_DELETE_AFTER, VhostPlan

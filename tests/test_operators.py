@@ -11,7 +11,8 @@ import pulumi
 import pytest
 
 from components import Vhost
-from components.config import load_stack_config, password_problems
+from components.config.load import load_stack_config
+from components.config.passwords import password_problems
 from components.model.plan_types import Grant
 from components.plan.planner import plan_vhost
 from tests.conftest import of_type

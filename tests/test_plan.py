@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from components.config import load_queue, load_vhost
+from components.config.load import load_queue, load_vhost
 from components.plan.layout import logical_names
 from components.plan.planner import plan_retryable, plan_vhost
 from tests.conftest import RETRYABLE, vhost_config
@@ -146,7 +146,7 @@ def test_a_plain_queue_s_ttl_and_byte_limit_are_in_its_policy_and_single_active_
 def test_a_retryable_queue_refuses_the_plain_queue_keys():
     import pytest
 
-    from components.config import load_stack_config
+    from components.config.load import load_stack_config
     from components.model.problems import ConfigError
 
     raw = vhost_config(queues=[{**RETRYABLE, "message_ttl": "1m", "single_active_consumer": True}])
@@ -182,7 +182,7 @@ def test_quorum_group_size_is_an_argument_of_every_queue_a_config_queue_plans_an
 def test_quorum_group_size_defaults_to_the_stack_default_on_quorum_queues_only_and_a_classic_queue_refuses_it():
     import pytest
 
-    from components.config import load_stack_config
+    from components.config.load import load_stack_config
     from components.model.problems import ConfigError
 
     config = load_stack_config({"defaults": {"quorum_group_size": 3}, "vhosts": [vhost_config(

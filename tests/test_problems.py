@@ -8,7 +8,7 @@ import ast
 import re
 from pathlib import Path
 
-from components.config import load_vhost
+from components.config.load import load_vhost
 from components.model.plan_types import SHOVEL_WRITE, Grant
 from components.model.problems import Problem
 from components.plan import checks

@@ -25,7 +25,7 @@ import pytest
 from jsonschema import Draft202012Validator
 from pika.spec import BasicProperties
 
-from components.config import load_vhost
+from components.config.load import load_vhost
 from components.plan.planner import plan_vhost
 from rabbitmq_retry_client import SUPPORTED_STRATEGIES, ContractError, PermanentError, RetryingConsumer, load_contract
 from rabbitmq_retry_client import stack_output as stack_output_of
@@ -722,7 +722,7 @@ def test_publish_takes_its_vhost_from_the_url_unless_vhost_is_given() -> None:
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_make_contracts_writes_the_plans_contracts_in_the_stack_outputs_shape(stack: str, tmp_path: Path) -> None:
-    from components.config import load_stack_config
+    from components.config.load import load_stack_config
     from components.config.pulumi_yaml import load
     from tools import contracts as make_contracts
 

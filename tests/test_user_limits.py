@@ -12,7 +12,7 @@ import dill
 import pulumi.dynamic
 import pytest
 
-from components.config import load_stack_config
+from components.config.load import load_stack_config
 from components.model.problems import ConfigError
 from components.pulumi.stack_resources import plan_stack
 from components.user_limits import TYPE, UserLimitsProvider

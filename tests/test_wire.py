@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from components.config import load_stack_config
 from components.config.capabilities import version_problems
+from components.config.load import load_stack_config
 from components.config.parsers import parse_queue_arguments, policy_value
 from components.model import wire
 from components.model.fields import Problems

@@ -21,7 +21,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..config import DEFAULT_DELIVERY_LIMIT
 from ..model import wire
 from ..model.durations import format_duration
 from ..model.names import names
@@ -36,7 +35,7 @@ from ..model.plan_types import (
     VhostPlan,
 )
 from ..model.problems import Problem
-from ..model.stack_config import Retry
+from ..model.stack_config import DEFAULT_DELIVERY_LIMIT, Retry
 from ..strategies import delivery_limit_problem, strategy_of
 from .effective import Effective, PolicyIndex, Setting, effective_settings
 from .layout import logical_names

@@ -4,11 +4,11 @@ from typing import NotRequired, TypedDict
 
 import pulumi
 
-from ..config import DelayLevels as DelayLevelsConfig
-from ..config import load_delay_levels
+from ..config.load import load_delay_levels
 from ..model import naming
 from ..model.plan_types import DelayLevelsPlan
 from ..model.problems import ConfigError
+from ..model.stack_config import DelayLevels as DelayLevelsConfig
 from ..plan import layout
 from ..plan.paths import delay_levels_path, inventory
 from ..strategies.levels import plan_delay_levels

@@ -14,9 +14,9 @@ from typing import Any
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from ..config import StackConfig, password_problems
 from ..config.capabilities import end_of_support, version_warnings
 from ..config.crosschecks import LOCK_OUT
+from ..config.passwords import password_problems
 from ..config.pulumi_yaml import StackFileError, load
 from ..config.stack_settings import (
     GuardSettings,
@@ -29,6 +29,7 @@ from ..config.stack_settings import (
 )
 from ..model.key_paths import with_paths
 from ..model.problems import ConfigError
+from ..model.stack_config import StackConfig
 from .boundary import reported
 
 

@@ -13,7 +13,6 @@ from typing import Any
 import pulumi
 import pulumi_rabbitmq as rabbitmq
 
-from ..config import Vhost as VhostConfig
 from ..model import naming
 from ..model.plan_types import (
     BindingPlan,
@@ -24,6 +23,7 @@ from ..model.plan_types import (
     ShovelPlan,
     UserLimitsPlan,
 )
+from ..model.stack_config import Vhost as VhostConfig
 from ..plan.layout import Slot, children
 from ..user_limits import UserLimits
 from .guard import guarded, path_guard

@@ -6,10 +6,11 @@ from typing import Any, NotRequired, TypedDict, cast
 
 import pulumi
 
-from ..config import Queue, check_queue_levels, load_queue
+from ..config.load import check_queue_levels, load_queue
 from ..model import naming
 from ..model.plan_types import RetryablePlan
 from ..model.problems import ConfigError
+from ..model.stack_config import Queue
 from ..plan import layout
 from ..plan.paths import inventory, retryable_path
 from ..plan.planner import plan_retryable

@@ -10,8 +10,7 @@ from collections.abc import Mapping
 import pulumi
 import pulumi_rabbitmq as rabbitmq
 
-from ..config import StackConfig, password_command
-from ..config.passwords import moves_queues
+from ..config.passwords import moves_queues, password_command
 from ..config.stack_settings import DELETE_WITH_MESSAGES, StackSettings
 from ..model import naming
 from ..model.key_paths import with_paths
@@ -19,6 +18,7 @@ from ..model.keys import NAMESPACE
 from ..model.naming import vhost_key
 from ..model.plan_types import VhostPlan
 from ..model.problems import TopologyError
+from ..model.stack_config import StackConfig
 from ..plan.checks import check_logical_names, check_vhost
 from ..plan.layout import stack_children
 from ..plan.planner import plan_vhost

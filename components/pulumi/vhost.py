@@ -6,13 +6,13 @@ from typing import Any, NotRequired, TypedDict
 
 import pulumi
 
-from ..config import Vhost as VhostConfig
-from ..config import load_vhost
+from ..config.load import load_vhost
 from ..model import naming
 from ..model.key_paths import entry_path
 from ..model.names import names
 from ..model.plan_types import DelayLevelsPlan, RetryablePlan, VhostPlan
 from ..model.problems import ConfigError, TopologyError
+from ..model.stack_config import Vhost as VhostConfig
 from ..plan import layout
 from ..plan.checks import check_logical_names, check_vhost, stale_policies
 from ..plan.paths import inventory, vhost_paths

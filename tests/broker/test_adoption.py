@@ -19,7 +19,7 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
 from components import Vhost
-from components.config import load_vhost
+from components.config.load import load_vhost
 from components.model import naming
 from components.plan.planner import plan_vhost
 from components.pulumi.resources import ShovelAccess

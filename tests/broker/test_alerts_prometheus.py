@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pika
 import pytest
 
-from components.config import load_stack_config
+from components.config.load import load_stack_config
 from components.plan.alert_rules import rule_file, stack_rules
 from components.pulumi.stack_resources import plan_stack
 from rabbitmq_retry_client import PermanentError, RetryingConsumer

@@ -13,7 +13,7 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import NackError
 
-from components.config import load_vhost
+from components.config.load import load_vhost
 from components.plan.checks import _graph, check_vhost
 from components.plan.effective import merge, winners
 from components.plan.planner import plan_vhost

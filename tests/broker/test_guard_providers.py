@@ -18,7 +18,7 @@ import pulumi_rabbitmq as rabbitmq
 import pytest
 
 from components import Vhost
-from components.config import load_vhost
+from components.config.load import load_vhost
 from components.plan.planner import plan_vhost
 from components.pulumi import guard
 from components.pulumi.guard import PATH_GUARD, QUEUE_GUARD, GuardError

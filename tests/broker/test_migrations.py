@@ -31,7 +31,7 @@ from typing import Any
 import pika
 import pytest
 
-from components.config import load_stack_config
+from components.config.load import load_stack_config
 from components.model import naming
 from components.pulumi.stack_resources import plan_stack
 from rabbitmq_retry_client import RetryingConsumer

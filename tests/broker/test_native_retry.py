@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from components.config import load_stack_config
+from components.config.load import load_stack_config
 from components.model.problems import ConfigError
 from rabbitmq_retry_client.parked import ParkedQueue, Selection
 from tests.support.admin import version, wait_for_queue

@@ -14,7 +14,7 @@ from typing import Any
 import pika
 import pytest
 
-from components.config import load_vhost
+from components.config.load import load_vhost
 from components.model import naming
 from components.model.plan_types import VhostPlan
 from components.plan.planner import plan_vhost

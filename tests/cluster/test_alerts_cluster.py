@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from components.config import load_stack_config
+from components.config.load import load_stack_config
 from components.plan.alert_rules import rule_file, stack_rules
 from components.pulumi.stack_resources import plan_stack
 from tests.support import prometheus

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from components.config import load_stack_config
+from components.config.load import load_stack_config
 from components.model.problems import ConfigError, Problem
 
 

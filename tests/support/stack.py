@@ -14,7 +14,7 @@ import pulumi
 import pytest
 
 from components import Vhost
-from components.config import load_stack_config
+from components.config.load import load_stack_config
 from components.model import naming
 from components.pulumi.stack_resources import declare_shovel_user, plan_stack
 from components.pulumi.vhost import VhostPythonArgs

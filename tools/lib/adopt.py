@@ -15,13 +15,13 @@ from urllib.parse import quote_plus
 import yaml
 
 from components import Vhost
-from components.config import OPERATOR_POLICY_KEYS, load_vhost
+from components.config.load import load_vhost
 from components.config.pulumi_yaml import PROJECT
 from components.migrations import move
 from components.model import naming, wire
 from components.model.durations import format_duration
 from components.model.key_paths import entry_paths
-from components.model.keys import NAMESPACE
+from components.model.keys import NAMESPACE, OPERATOR_POLICY_KEYS
 from components.model.naming import binding_id
 from components.model.plan_types import Grant
 from components.model.problems import ConfigError

@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.config import StackConfig
 from components.config.capabilities import (
     AT_LEAST_ONCE_MIN_VERSION,
     Version,
@@ -21,7 +20,7 @@ from components.config.capabilities import (
 )
 from components.config.passwords import moves_queues
 from components.model.key_paths import with_paths
-from components.model.stack_config import Limits
+from components.model.stack_config import Limits, StackConfig
 from components.pulumi.resources import DEFAULT_AMQP_PORT
 from components.strategies import strategy_of
 from rabbitmq_retry_client.management import ManagementClient, path_escape

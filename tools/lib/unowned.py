@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from components.config import EXCHANGE_TYPES, QUEUE_TYPES
 from components.model import naming, wire
 from components.model.durations import format_duration
+from components.model.stack_config import EXCHANGE_TYPES, QUEUE_TYPES
 from tools.lib.definitions import Snapshot
 from tools.lib.markdown import code
 from tools.lib.recognise import dead_letter, own_policy, queue_policy
