@@ -55,7 +55,6 @@ from ..model.keys import (
     POLICY_KEYS,
     QUEUE_KEYS,
     RETIRED_POLICY_KEYS,
-    RETRY_KEYS,
     TOPIC_PERMISSION_KEYS,
     USER_LIMITS_KEYS,
     VHOST_KEYS,
@@ -81,7 +80,7 @@ from ..model.stack_config import (
     UserLimits,
     Vhost,
 )
-from ..strategies import DEFAULT, STRATEGIES, delivery_limit_problem, strategy_of
+from ..strategies import STRATEGIES, check_retryable, delivery_limit_problem, parse_retry, strategy_of
 from ..strategies.common import positive_duration
 from ..strategies.levels import LevelsRetry, check_backoff_fits
 from .migrations import parse_migrations
@@ -186,22 +185,6 @@ def check_duplicate_bindings(p: Problems, path: str, bindings: Sequence[BindingE
 # --- queues ---------------------------------------------------------------------------------------------------
 
 
-def parse_retry(p: Problems, path: str, raw: object) -> Retry | Invalid:
-    """The block of the strategy it names (default `tiers`); keys of another strategy are refused."""
-    data = mapping(p, path, raw, RETRY_KEYS)
-    if data is INVALID:
-        return INVALID
-    name = optional(data, "strategy", lambda v: choice(p, f"{path}.strategy", v, tuple(STRATEGIES)), DEFAULT)
-    if name is INVALID:
-        return INVALID
-    for other in STRATEGIES.values():
-        for key in other.RETRY_KEYS:
-            if name != other.NAME and key in data:
-                p.add(f"{path}.{key}", f"belongs to strategy {other.NAME}, not {name}; remove it or set "
-                      f"{path}.strategy: {other.NAME}")
-    return STRATEGIES[name].parse_retry(p, path, data)
-
-
 def parse_group_size(p: Problems, path: str, data: Mapping[str, Any], queue_type: object,
                      defaults: Defaults) -> int | Invalid | None:
     """`quorum_group_size` of a queue or of the delay levels, else the default's; refused on a classic type."""
@@ -243,15 +226,6 @@ def parse_delay_levels(p: Problems, path: str, raw: object, defaults: Defaults) 
     else:
         return levels
     return INVALID
-
-
-def check_derived_name_lengths(p: Problems, path: str, name: str, retry: Retry) -> bool:
-    queues, exchanges = strategy_of(retry).owned_names(name, retry)
-    for derived in queues + exchanges:
-        if naming.byte_length(derived) > naming.MAX_NAME_BYTES:
-            p.add(path, f'derived name "{derived[:40]}…" is over 255 bytes; shorten the queue name')
-            return False
-    return True
 
 
 def resolve_delivery_limit(p: Problems, path: str, written: int | None, queue_type: str, retry: Retry | None,
@@ -363,16 +337,9 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
                      for i, b in enumerate(items(p, f"{path}.bindings", data.get("bindings", ABSENT))))
     check_duplicate_bindings(p, f"{path}.bindings", bindings)
     retry = optional(data, "retry", lambda v: parse_retry(p, f"{path}.retry", v), None)
-    lengths_ok = name is INVALID or not isinstance(retry, Retry) or check_derived_name_lengths(
-        p, f"{path}.name", name, retry)
-    entry = QueueEntry(index, None if name is INVALID else name, written_name(data.get("name")), INVALID, path,
-                       bindings=bindings)
     if name is INVALID:
-        return entry
-    if isinstance(retry, Retry) and isinstance(queue_type, str) and not strategy_of(retry).check_queue(
-            p, path, name, queue_type):
-        retry = INVALID
-    owned = strategy_of(retry).owned_names(name, retry) if isinstance(retry, Retry) else ([name], [])
+        return QueueEntry(index, None, written_name(data.get("name")), INVALID, path, bindings=bindings)
+    retry, owned, lengths_ok = check_retryable(p, path, name, queue_type, retry)
     entry = QueueEntry(index, name, name, INVALID, path, bindings, tuple(owned[0]), tuple(owned[1]))
     if (not lengths_ok or queue_type is INVALID or priority is INVALID or max_length is INVALID
             or delivery_limit is INVALID or retry is INVALID or max_length_bytes is INVALID or message_ttl is INVALID

@@ -10,6 +10,9 @@ from collections.abc import Mapping
 
 from rabbitmq_retry_client.contract import DEFAULT_STRATEGY
 
+from ..model import naming
+from ..model.fields import INVALID, Invalid, Problems, choice, mapping, optional
+from ..model.keys import RETRY_KEYS
 from ..model.stack_config import Retry
 from . import levels, native, tiers
 from .base import Strategy
@@ -19,6 +22,40 @@ STRATEGIES: Mapping[str, Strategy] = {module.NAME: module for module in (tiers, 
 vhost's shared binary delay levels) or `native` (RabbitMQ 4.3's delayed retry of quorum queues)."""
 DEFAULT = DEFAULT_STRATEGY
 """The strategy of a `retry` block that names none, as of a contract that names none (the contract's schema)."""
+
+
+def parse_retry(p: Problems, path: str, raw: object) -> Retry | Invalid:
+    """A queue's `retry` block, parsed by the strategy it names (default `tiers`); keys of another strategy are
+    refused."""
+    data = mapping(p, path, raw, RETRY_KEYS)
+    if data is INVALID:
+        return INVALID
+    name = optional(data, "strategy", lambda v: choice(p, f"{path}.strategy", v, tuple(STRATEGIES)), DEFAULT)
+    if name is INVALID:
+        return INVALID
+    for other in STRATEGIES.values():
+        for key in other.RETRY_KEYS:
+            if name != other.NAME and key in data:
+                p.add(f"{path}.{key}", f"belongs to strategy {other.NAME}, not {name}; remove it or set "
+                      f"{path}.strategy: {other.NAME}")
+    return STRATEGIES[name].parse_retry(p, path, data)
+
+
+def check_retryable(p: Problems, path: str, name: str, queue_type: object,
+                    retry: Retry | Invalid | None) -> tuple[Retry | Invalid | None, tuple[list[str], list[str]], bool]:
+    """The queue `name` at `path` with its parsed `retry` block, as its strategy sees it: the block (refused when the
+    strategy does not run on `queue_type`), the queues and exchanges the queue owns, and whether every derived name
+    fits RabbitMQ's 255 bytes."""
+    if not isinstance(retry, Retry):
+        return retry, ([name], []), True
+    strategy = strategy_of(retry)
+    queues, exchanges = strategy.owned_names(name, retry)
+    too_long = next((n for n in (*queues, *exchanges) if naming.byte_length(n) > naming.MAX_NAME_BYTES), None)
+    if too_long is not None:
+        p.add(f"{path}.name", f'derived name "{too_long[:40]}…" is over 255 bytes; shorten the queue name')
+    if isinstance(queue_type, str) and not strategy.check_queue(p, path, name, queue_type):
+        return INVALID, ([name], []), too_long is None
+    return retry, (queues, exchanges), too_long is None
 
 
 def delivery_limit_problem(retry: Retry, limit: object) -> str | None:
@@ -36,12 +73,9 @@ def delivery_limit_problem(retry: Retry, limit: object) -> str | None:
     return None
 
 
-def strategy_named(name: str) -> Strategy:
-    return STRATEGIES[name]
-
-
 def strategy_of(retry: Retry) -> Strategy:
     return STRATEGIES[retry.strategy]
 
 
-__all__ = ["DEFAULT", "STRATEGIES", "Strategy", "delivery_limit_problem", "strategy_named", "strategy_of"]
+__all__ = ["DEFAULT", "STRATEGIES", "Strategy", "check_retryable", "delivery_limit_problem", "parse_retry",
+           "strategy_of"]
