@@ -329,6 +329,19 @@ def _delivery_limit_problems(retry: Retry, queue: QueuePlan, effective: Effectiv
                     f'quorum queue "{queue.name}" {problem}; {fix}')]
 
 
+def _dead_letters_nowhere(graph: _Graph) -> list[Problem]:
+    """Every queue's dead-letter exchange and key route to some queue."""
+    problems = []
+    for name, queue in sorted(graph.queues.items()):
+        dlx = queue.arguments.get(wire.DEAD_LETTER_EXCHANGE.argument)
+        key = queue.arguments.get(wire.DEAD_LETTER_ROUTING_KEY.argument)
+        if isinstance(dlx, str) and route(graph, dlx, key if isinstance(key, str) else None) == set():
+            problems.append(Problem("", DEAD_LETTERS_NOWHERE, f'queue "{name}" dead-letters to "{dlx}"'
+                                    + (f" with key {key}" if key else "")
+                                    + ", which routes to no queue: RabbitMQ would drop those messages"))
+    return problems
+
+
 def check_vhost(plan: VhostPlan, extra_policies: Iterable[PolicyPlan] = ()) -> list[Problem]:
     """Every problem of the planned topology, or []."""
     graph = _graph(plan, extra_policies)
@@ -338,16 +351,7 @@ def check_vhost(plan: VhostPlan, extra_policies: Iterable[PolicyPlan] = ()) -> l
     for retryable in plan.retryables:
         problems += strategy_of(retryable.retry).path_problems(
             retryable, lambda exchange, key: route(graph, exchange, key))
-    for name, queue in sorted(graph.queues.items()):
-        dlx = queue.arguments.get(wire.DEAD_LETTER_EXCHANGE.argument)
-        if not isinstance(dlx, str):
-            continue
-        key = queue.arguments.get(wire.DEAD_LETTER_ROUTING_KEY.argument)
-        reached = route(graph, dlx, key if isinstance(key, str) else None)
-        if reached is not None and not reached:
-            problems.append(Problem("", DEAD_LETTERS_NOWHERE, f'queue "{name}" dead-letters to "{dlx}"'
-                                    + (f" with key {key}" if key else "")
-                                    + ", which routes to no queue: RabbitMQ would drop those messages"))
+    problems += _dead_letters_nowhere(graph)
     for retryable in plan.retryables:
         problems += _effective_problems(retryable, settings)
     if plan.delay_levels is not None:

@@ -12,6 +12,7 @@ what is decided here is what `pulumi up` applies. The rules (docs/design.md §2)
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ..migrations import plan_migrations
 from ..model import naming, wire
@@ -63,20 +64,22 @@ def _config_policy(key: str, policy: Policy, path: str, role: PolicyRole) -> Pol
                       sources={k: f"{path}.definition.{k}" for k in policy.definition}, source=path, role=role)
 
 
+def _adopted(plan: VhostPlan) -> list[tuple[str, str]]:
+    """(kind, ID) of every planned object that adopts an existing one, its own and its retryables' and levels'."""
+    owners = (*plan.retryables, *((plan.delay_levels,) if plan.delay_levels else ()))
+    groups: list[tuple[str, tuple[Any, ...]]] = [
+        ("queue", plan.queues), ("exchange", plan.exchanges), ("binding", plan.bindings), ("policy", plan.policies),
+        ("operator_policy", plan.operator_policies),
+        *((kind, group) for r in owners for kind, group in (("queue", r.queues), ("exchange", r.exchanges),
+                                                            ("binding", r.bindings), ("policy", r.policies)))]
+    return [(kind, entry.import_id) for kind, group in groups for entry in group if entry.import_id]
+
+
 def _unmatched_imports(plan: VhostPlan, path: str) -> list[tuple[str, str]]:
     """Every `import` entry must adopt exactly one planned object: an ID nothing declares would never be
     imported, one that two objects match would be imported twice."""
-    vhost = plan.config.name
-    escaped = naming.id_vhost(vhost)
-    adopted: list[tuple[str, str]] = [
-        *(("queue", q.import_id) for q in plan.queues if q.import_id),
-        *(("exchange", x.import_id) for x in plan.exchanges if x.import_id),
-        *(("binding", b.import_id) for b in plan.bindings if b.import_id),
-        *(("policy", p.import_id) for p in plan.policies if p.import_id),
-        *(("operator_policy", p.import_id) for p in plan.operator_policies if p.import_id),
-        *((kind, e.import_id) for r in (*plan.retryables, *((plan.delay_levels,) if plan.delay_levels else ()))
-          for kind, group in (("queue", r.queues), ("exchange", r.exchanges), ("binding", r.bindings),
-                              ("policy", r.policies)) for e in group if e.import_id)]
+    escaped = naming.id_vhost(plan.config.name)
+    adopted = _adopted(plan)
     problems = []
     for i, entry in enumerate(plan.config.imports):
         kind, object_id = entry.split(" ", 1)
