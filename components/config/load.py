@@ -13,7 +13,7 @@ from ..model.key_paths import with_paths
 from ..model.keys import BROKER_KEYS, NAMESPACE, TOP_LEVEL_KEYS
 from ..model.naming import SHOVEL_USER
 from ..model.stack_config import Defaults, DelayLevels, Queue, StackConfig, Vhost
-from ..strategies.levels import LevelsRetry, check_backoff_fits
+from ..strategies import fits_delay_levels
 from .capabilities import TARGET_GROUP_SIZE_FROM, Version, parse_version, version_problems
 from .crosschecks import check_users, check_vhost, check_vhost_names
 from .parsers import parse_defaults, parse_delay_levels, parse_queue, parse_vhost
@@ -166,8 +166,8 @@ def load_queue(raw: Mapping[str, Any], path: str, defaults: Defaults = BUILT_IN_
 def check_queue_levels(queue: Queue, path: str, delay_levels: DelayLevels, levels_path: str) -> None:
     """A `levels` queue's backoff must fit in the delay levels it retries through; ConfigError otherwise."""
     p = Problems()
-    if isinstance(queue.retry, LevelsRetry):
-        check_backoff_fits(p, f"{path}.retry", queue.retry, delay_levels, levels_path)
+    if queue.retry is not None:
+        fits_delay_levels(p, f"{path}.retry", queue.retry, delay_levels, levels_path)
     p.raise_if_any()
 
 

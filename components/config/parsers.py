@@ -80,9 +80,15 @@ from ..model.stack_config import (
     UserLimits,
     Vhost,
 )
-from ..strategies import STRATEGIES, check_retryable, delivery_limit_problem, parse_retry, strategy_of
+from ..strategies import (
+    STRATEGIES,
+    check_retryable,
+    delivery_limit_problem,
+    fits_delay_levels,
+    parse_retry,
+    strategy_of,
+)
 from ..strategies.common import positive_duration
-from ..strategies.levels import LevelsRetry, check_backoff_fits
 from .migrations import parse_migrations
 
 T = TypeVar("T")
@@ -671,6 +677,6 @@ def vhost_delay_levels(p: Problems, path: str, data: Mapping[str, Any], queues: 
         return INVALID
     fits = True
     for entry in queues:
-        if isinstance(entry.value, Queue) and isinstance(retry := entry.value.retry, LevelsRetry):
-            fits &= check_backoff_fits(p, f"{entry.path}.retry", retry, levels, levels_path)
+        if isinstance(entry.value, Queue) and entry.value.retry is not None:
+            fits &= fits_delay_levels(p, f"{entry.path}.retry", entry.value.retry, levels, levels_path)
     return levels if fits else INVALID

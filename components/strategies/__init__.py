@@ -13,7 +13,7 @@ from rabbitmq_retry_client.contract import DEFAULT_STRATEGY
 from ..model import naming
 from ..model.fields import INVALID, Invalid, Problems, choice, mapping, optional
 from ..model.keys import RETRY_KEYS
-from ..model.stack_config import Retry
+from ..model.stack_config import DelayLevels, Retry
 from . import levels, native, tiers
 from .base import Strategy
 
@@ -58,6 +58,12 @@ def check_retryable(p: Problems, path: str, name: str, queue_type: object,
     return retry, (queues, exchanges), too_long is None
 
 
+def fits_delay_levels(p: Problems, path: str, retry: Retry, delay_levels: DelayLevels, levels_path: str) -> bool:
+    """Whether the queue's retries fit in the vhost's delay levels (only a `levels` queue retries through them)."""
+    return not isinstance(retry, levels.LevelsRetry) or levels.check_backoff_fits(p, path, retry, delay_levels,
+                                                                                  levels_path)
+
+
 def delivery_limit_problem(retry: Retry, limit: object) -> str | None:
     """Why `limit` is no delivery limit for a retryable quorum queue of `retry`, else None: the one rule, said by the
     parser of a written `delivery_limit` and by the checks of the limit every policy leaves in effect. A strategy
@@ -77,5 +83,5 @@ def strategy_of(retry: Retry) -> Strategy:
     return STRATEGIES[retry.strategy]
 
 
-__all__ = ["DEFAULT", "STRATEGIES", "Strategy", "check_retryable", "delivery_limit_problem", "parse_retry",
-           "strategy_of"]
+__all__ = ["DEFAULT", "STRATEGIES", "Strategy", "check_retryable", "delivery_limit_problem", "fits_delay_levels",
+           "parse_retry", "strategy_of"]
