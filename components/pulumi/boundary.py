@@ -1,10 +1,7 @@
-"""Where the pure layers' errors become `pulumi.RunError`, at the edge of every component and program step.
-
-Pulumi prints a `RunError` as its message alone, and any other exception as "Program failed with an unhandled
-exception" and its traceback; the plugin host likewise fails a Construct with a RunError's message. The layers
-below raise plain `ConfigError`s and `TopologyError`s (`model/problems.py`) and import no Pulumi; `reported`
-re-raises them here as the same error, with the same problems and message, that is also a `RunError`.
-"""
+"""Where the pure layers' plain `ConfigError` and `TopologyError` become `pulumi.RunError`s: Pulumi prints a RunError
+as its message alone (the plugin host fails a Construct with it), any other exception as "Program failed with an
+unhandled exception" and a traceback. `reported` wraps the components' constructors, the program's steps and the
+public loaders."""
 
 from __future__ import annotations
 
@@ -27,17 +24,9 @@ class TopologyError(problems.TopologyError, pulumi.RunError):
     """A `TopologyError` as Pulumi reports it: the problems, no traceback."""
 
 
-def as_run_error(error: problems.ConfigError | problems.TopologyError) -> pulumi.RunError:
-    """The same error (its problems, its message) as the `RunError` class of its kind."""
-    kind = ConfigError if isinstance(error, problems.ConfigError) else TopologyError
-    reported: pulumi.RunError = kind.__new__(kind)
-    reported.__dict__.update(error.__dict__)
-    reported.args = error.args
-    return reported
-
-
 def reported(function: F) -> F:
-    """`function`, raising its `ConfigError`s and `TopologyError`s as `RunError`s (`as_run_error`)."""
+    """`function`, raising each plain `ConfigError` or `TopologyError` again as the same error (its problems, its
+    message) of the class above that is also a `RunError`."""
 
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -46,6 +35,10 @@ def reported(function: F) -> F:
         except (problems.ConfigError, problems.TopologyError) as error:
             if isinstance(error, pulumi.RunError):
                 raise
-            raise as_run_error(error) from None
+            kind = ConfigError if isinstance(error, problems.ConfigError) else TopologyError
+            again = kind.__new__(kind)
+            again.__dict__.update(error.__dict__)
+            again.args = error.args
+            raise again from None
 
     return cast(F, wrapper)
