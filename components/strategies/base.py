@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..model.fields import Invalid, Problems
-from ..model.plan_types import RetryablePlan, TopicGrant
+from ..model.plan_types import PlannedBy, RetryablePlan, TopicGrant
 from ..model.problems import Problem
 from ..model.stack_config import DelayLevels, Queue, Retry
 
@@ -37,8 +37,9 @@ class FeatureFlag:
     """What of the strategy needs it, as `make doctor` says it."""
 
 
-class Strategy(Protocol):
-    """A module of `strategies/`; its functions are documented there."""
+class Strategy(PlannedBy, Protocol):
+    """A module of `strategies/`; its functions are documented there. What each plan asks of it after (`PlannedBy`:
+    `consumer_exchanges`, `contract`) is entered through the plan."""
 
     NAME: str
     """`retry.strategy` in the config and `strategy` in the contract."""
@@ -64,15 +65,11 @@ class Strategy(Protocol):
     def plan(self, queue: Queue, retry: Any, path: str, levels: DelayLevels | None,
              imports: tuple[str, ...]) -> RetryablePlan[Any]: ...
 
-    def consumer_exchanges(self, plan: RetryablePlan[Any]) -> tuple[str, ...]: ...
-
     def redrive_exchanges(self, plan: RetryablePlan[Any]) -> tuple[str, ...]: ...
 
     def topic_permissions(self, own: Iterable[RetryablePlan[Any]]) -> tuple[TopicGrant, ...]: ...
 
     def retry_exchange(self, plan: RetryablePlan[Any]) -> str | None: ...
-
-    def contract(self, plan: RetryablePlan[Any], vhost: str) -> dict[str, object]: ...
 
     def path_problems(self, plan: RetryablePlan[Any], route: Route) -> list[Problem]: ...
 
