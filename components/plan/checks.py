@@ -232,6 +232,11 @@ def _cause(setting: Setting, effective: Effective) -> str:
     return _source(setting, effective) or f'queue "{effective.queue.name}"'
 
 
+def _found(setting: Setting, effective: Effective, code: str, what: str) -> Problem:
+    """The problem `what` with `setting` where `effective` applies it, said after what sets it (`_cause`)."""
+    return Problem(_source(setting, effective), code, f"{_cause(setting, effective)}: {what}")
+
+
 def _fix(setting: Setting, queue: str) -> str:
     whose = "the operator policy's" if setting.operator else "its"
     return f'narrow {whose} pattern so that it does not match "{queue}"'
@@ -268,35 +273,30 @@ def _effective_problems(retryable: RetryablePlan, settings: Mapping[str, list[Ef
             role = queue.role
             ttl, expires = effective.get(wire.MESSAGE_TTL.key), effective.get(wire.EXPIRES.key)
             if ttl is not None and role == "input":
-                problems.append(Problem(
-                    _source(ttl, effective), TTL_ON_INPUT,
-                    f'{_cause(ttl, effective)}: message-ttl {ttl.value} reaches input queue '
+                problems.append(_found(
+                    ttl, effective, TTL_ON_INPUT, f'message-ttl {ttl.value} reaches input queue '
                     f'"{queue.name}": waiting messages expire into the retry loop and RabbitMQ drops '
                     f"them when they come round (nothing rejected them); {_fix(ttl, queue.name)}"))
             if ttl is not None and role == "error" and not ttl.source.endswith(".retry.error_retention"):
-                problems.append(Problem(
-                    _source(ttl, effective), TTL_ON_ERROR_QUEUE,
-                    f'{_cause(ttl, effective)}: message-ttl {ttl.value} reaches error queue '
+                problems.append(_found(
+                    ttl, effective, TTL_ON_ERROR_QUEUE, f'message-ttl {ttl.value} reaches error queue '
                     f'"{queue.name}": RabbitMQ deletes parked messages after {format_duration(ttl.value)}; set '
                     f"retry.error_retention instead, or {_fix(ttl, queue.name)}"))
             if expires is not None:
-                problems.append(Problem(
-                    _source(expires, effective), EXPIRES_ON_QUEUE,
-                    f'{_cause(expires, effective)}: expires {expires.value} reaches {role} queue '
+                problems.append(_found(
+                    expires, effective, EXPIRES_ON_QUEUE, f'expires {expires.value} reaches {role} queue '
                     f'"{queue.name}": RabbitMQ deletes the queue with its messages once it has had no '
                     f"consumer for {format_duration(expires.value)}; {_fix(expires, queue.name)}"))
             if role == "wait":
                 delay = tiers[queue.name].delay_ms
                 if ttl is None:
-                    problems.append(Problem(
-                        _source(Setting("", ""), effective), WAIT_WITHOUT_TTL,
-                        f'{_cause(Setting("", ""), effective)}: wait queue "{queue.name}" gets no '
+                    problems.append(_found(
+                        Setting("", ""), effective, WAIT_WITHOUT_TTL, f'wait queue "{queue.name}" gets no '
                         f"message-ttl (the tier's delay is {format_duration(delay)}): its messages would never "
                         "come back; leave the wait queue to its own policy"))
                 elif ttl.value != delay:
-                    problems.append(Problem(
-                        _source(ttl, effective), WAIT_TTL_NOT_DELAY,
-                        f'{_cause(ttl, effective)}: message-ttl {ttl.value} on wait queue '
+                    problems.append(_found(
+                        ttl, effective, WAIT_TTL_NOT_DELAY, f'message-ttl {ttl.value} on wait queue '
                         f'"{queue.name}" is not the tier\'s delay ({format_duration(delay)}): RabbitMQ retries '
                         f"after {format_duration(ttl.value)} instead; {_fix(ttl, queue.name)}"))
             if role == "input" and queue.queue_type == "quorum":
@@ -304,9 +304,8 @@ def _effective_problems(retryable: RetryablePlan, settings: Mapping[str, list[Ef
             if wire.DEAD_LETTER_EXCHANGE.argument in queue.arguments and (full := _drops_when_full(effective)):
                 key, length = full
                 overflow = effective.get(wire.OVERFLOW.key)
-                problems.append(Problem(
-                    _source(length, effective), DROPS_WHEN_FULL,
-                    f'{_cause(length, effective)}: {key} {length.value} on {role} queue "{queue.name}", '
+                problems.append(_found(
+                    length, effective, DROPS_WHEN_FULL, f'{key} {length.value} on {role} queue "{queue.name}", '
                     "which dead-letters, without overflow reject-publish (effective: "
                     f'{overflow.value if overflow else "drop-head"}): when full, RabbitMQ '
                     f"{WHEN_FULL[role].format(queue=retryable.config.name)}; "
@@ -400,22 +399,19 @@ def _delay_level_problems(levels: DelayLevelsPlan, settings: Mapping[str, list[E
             if ttl is None or ttl.value != delay:
                 setting = ttl or Setting("", "")
                 when = "never come back" if ttl is None else "come back at the wrong time"
-                problems.append(Problem(
-                    _source(setting, effective), LEVEL_TTL_NOT_DELAY,
-                    f'{_cause(setting, effective)}: message-ttl {ttl.value if ttl else "none"} on delay '
+                problems.append(_found(
+                    setting, effective, LEVEL_TTL_NOT_DELAY, f'message-ttl {ttl.value if ttl else "none"} on delay '
                     f'level "{queue.name}" is not its {format_duration(delay)}: messages would {when}; '
                     f"{_fix(setting, queue.name)}"))
             if expires is not None:
-                problems.append(Problem(
-                    _source(expires, effective), EXPIRES_ON_LEVEL,
-                    f'{_cause(expires, effective)}: expires {expires.value} reaches delay level '
+                problems.append(_found(
+                    expires, effective, EXPIRES_ON_LEVEL, f'expires {expires.value} reaches delay level '
                     f'"{queue.name}", which has no consumer: RabbitMQ would delete it with its messages; '
                     f"{_fix(expires, queue.name)}"))
             if full := _drops_when_full(effective):
                 key, length = full
-                problems.append(Problem(
-                    _source(length, effective), LEVEL_DROPS_WHEN_FULL,
-                    f'{_cause(length, effective)}: {key} {length.value} on delay level "{queue.name}" '
+                problems.append(_found(
+                    length, effective, LEVEL_DROPS_WHEN_FULL, f'{key} {length.value} on delay level "{queue.name}" '
                     "without overflow reject-publish: when full, RabbitMQ sends the oldest message on "
                     f"before its delay is over; {_fix(length, queue.name)}"))
     return problems
