@@ -1,7 +1,4 @@
 """Reading the stack config into the model: the Pulumi stack file and the runtime's values, each entity by its
 parser (`parsers`, `migrations`), the checks across entities (`crosschecks`), the passwords, what a broker version
-can run (`capabilities`), the topology put together (`load`) and everything a stack says (`stack_settings`).
-
-Pure: no resource is registered here, and no Pulumi is imported; a refused config is one `ConfigError` listing every
-problem with its key path (`model/problems.py`).
-"""
+can run (`capabilities`), the topology put together (`load`) and everything a stack says (`stack_settings`); a
+refused config is one `ConfigError` listing every problem with its key path (`model/problems.py`)."""

@@ -1,9 +1,7 @@
 """The `alerts` blocks of the stack config: thresholds, `for:` durations, severities and labels of the Prometheus
 rules `components/plan/alert_rules.py` derives from the plan, per stack (`alerts`), vhost (`vhosts[].alerts`) and queue
 (`vhosts[].queues[].alerts`). A queue's setting overrides its vhost's, which overrides the stack's, which overrides
-the rule's default; labels add up the same way.
-
-Pure and Pulumi-free. Every mistake is a key-path problem like the rest of the config.
+the rule's default; labels add up the same way. Every mistake is a key-path problem like the rest of the config.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What a plan is made of: the entries the components register one to one, and the builders every strategy
 shares (error queue, limits, policies, adoption of existing objects).
 
-Pure and Pulumi-free. `plan.py` puts a vhost's plan together; each strategy module (`strategies/`) plans its
-retryable queues from these parts.
+`plan/planner.py` puts a vhost's plan together; each strategy module (`strategies/`) plans its retryable
+queues from these parts.
 """
 
 from __future__ import annotations

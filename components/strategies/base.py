@@ -4,8 +4,6 @@ A strategy owns everything that differs between strategies: its `retry` block (c
 objects it plans for a retryable queue, the contract a consumer follows and the paths the preview checks.
 Everything else (the vhost, plain queues, policies, permissions, the components) is strategy-free and asks the
 strategy through this interface; `strategies/__init__.py` maps names to modules.
-
-Pure and Pulumi-free, like the plan.
 """
 
 from __future__ import annotations

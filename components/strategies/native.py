@@ -37,8 +37,7 @@ from ..model.stack_config import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry
 from .base import FeatureFlag, Route
 from .common import parse_error_queue, positive_duration
 
-PLANNER = cast("PlannedBy", sys.modules[__name__])
-"""This module, as each plan it makes records it (`RetryablePlan.planned_by`)."""
+PLANNER = cast("PlannedBy", sys.modules[__name__])  # each plan it makes records it (`planned_by`)
 
 NAME = "native"
 RETRY_KEYS = ("min_delay", "max_delay")

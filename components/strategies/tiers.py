@@ -38,8 +38,7 @@ from ..model.stack_config import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry
 from .base import Route
 from .common import parse_error_queue
 
-PLANNER = cast("PlannedBy", sys.modules[__name__])
-"""This module, as each plan it makes records it (`RetryablePlan.planned_by`)."""
+PLANNER = cast("PlannedBy", sys.modules[__name__])  # each plan it makes records it (`planned_by`)
 
 NAME = "tiers"
 RETRY_KEYS = ("delays",)
