@@ -147,27 +147,20 @@ def entity_name(p: Problems, path: str, value: object, kind: str, allow_reserved
     if not isinstance(value, str) or not value.strip():
         p.add(path, f"{kind} name must be a non-empty string, got {value!r}")
         return INVALID
-    ok = True
-    if "@" in value:
-        p.add(path, f'"{value}": "@" breaks the provider\'s name@vhost IDs; rename the {kind}')
-        ok = False
-    if "/" in value:
-        p.add(path, f'"{value}": "/" breaks the provider\'s binding IDs; rename the {kind}')
-        ok = False
-    if value.startswith(naming.RESERVED_PREFIX) and not allow_reserved:
-        p.add(path, f'"{value}": the "amq." prefix is reserved by RabbitMQ; rename the {kind}')
-        ok = False
-    if value.startswith(f"{naming.DELAY_PREFIX}.") and not allow_reserved:
-        p.add(path, f'"{value}": the "{naming.DELAY_PREFIX}." prefix names the shared delay levels of strategy '
-              f"levels; rename the {kind}")
-        ok = False
-    if value != value.strip():
-        p.add(path, f'"{value}": leading or trailing whitespace; remove it')
-        ok = False
-    if naming.byte_length(value) > naming.MAX_NAME_BYTES:
-        p.add(path, f"{kind} name is {naming.byte_length(value)} bytes; RabbitMQ allows 255")
-        ok = False
-    return value if ok else INVALID
+    refusals = [message for refused, message in (
+        ("@" in value, f'"{value}": "@" breaks the provider\'s name@vhost IDs; rename the {kind}'),
+        ("/" in value, f'"{value}": "/" breaks the provider\'s binding IDs; rename the {kind}'),
+        (not allow_reserved and value.startswith(naming.RESERVED_PREFIX),
+         f'"{value}": the "amq." prefix is reserved by RabbitMQ; rename the {kind}'),
+        (not allow_reserved and value.startswith(f"{naming.DELAY_PREFIX}."),
+         f'"{value}": the "{naming.DELAY_PREFIX}." prefix names the shared delay levels of strategy levels; rename '
+         f"the {kind}"),
+        (value != value.strip(), f'"{value}": leading or trailing whitespace; remove it'),
+        (naming.byte_length(value) > naming.MAX_NAME_BYTES,
+         f"{kind} name is {naming.byte_length(value)} bytes; RabbitMQ allows 255")) if refused]
+    for message in refusals:
+        p.add(path, message)
+    return INVALID if refusals else value
 
 
 def written_name(value: object) -> str | None:
