@@ -98,6 +98,14 @@ def _plan(where: str, checked: Mapping[str, Any]) -> RetryablePlan:
     return plan_retryable(queue, f"{where}.queue", None if levels is None else levels.plan.config)
 
 
+def _levels_of_vhost(where: str, vhost: object, levels: DelayLevels | None) -> DelayLevels | None:
+    """The DelayLevels component a queue retries through, refused when it is in another vhost."""
+    if levels is not None and isinstance(vhost, str) and isinstance(levels.vhost, str) and vhost != levels.vhost:
+        raise ConfigError([(f"{where}.delay_levels", f'the DelayLevels component is in vhost "{levels.vhost}", '
+                            f'not "{vhost}"; pass the one of vhost "{vhost}"')])
+    return levels
+
+
 class RetryableQueue(pulumi.ComponentResource):
     """Input queue `Q`, direct exchange `Q.retry`, wait queues `Q.wait.<n>` (TTL by policy),
     fanout `Q.requeue` bound only to `Q`, and `Q.error` exchange and queue for parked messages. With
@@ -125,10 +133,7 @@ class RetryableQueue(pulumi.ComponentResource):
         checked = check_args(where, args, OPTIONS)
         plan = _plan(where, checked)
         vhost = checked["vhost"]
-        levels: DelayLevels | None = checked.get("delay_levels")
-        if levels is not None and isinstance(vhost, str) and isinstance(levels.vhost, str) and vhost != levels.vhost:
-            raise ConfigError([(f"{where}.delay_levels", f'the DelayLevels component is in vhost "{levels.vhost}", '
-                                f'not "{vhost}"; pass the one of vhost "{vhost}"')])
+        levels = _levels_of_vhost(where, vhost, checked.get("delay_levels"))
         super().__init__(TYPE_TOKEN, name, None, opts)
         self.plan: RetryablePlan = plan
         """What it registers (not an output: Python only)."""
