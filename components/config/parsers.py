@@ -657,18 +657,23 @@ def _written_levels(data: Mapping[str, Any]) -> bool:
                for name in _written_strategies(data))
 
 
+def _unused_levels(p: Problems, levels_path: str, data: Mapping[str, Any]) -> Invalid | None:
+    """`delay_levels` in a vhost none of whose queues retries through them is refused, unless a queue misspells its
+    strategy (`level`): that is its own problem, and delay_levels may well be what it asks for."""
+    misspelt = any(not (isinstance(name, str) and name in STRATEGIES) for name in _written_strategies(data))
+    if "delay_levels" in data and not misspelt:
+        p.add(levels_path, "no queue of this vhost has retry.strategy: levels; remove delay_levels")
+        return INVALID
+    return None
+
+
 def vhost_delay_levels(p: Problems, path: str, data: Mapping[str, Any], queues: tuple[QueueEntry, ...],
                        defaults: Defaults) -> DelayLevels | Invalid | None:
     """The vhost's delay levels when a queue uses a strategy that retries through them, else None
     (`delay_levels` without such a queue is refused); the backoff of each such queue must fit in them."""
     levels_path = f"{path}.delay_levels"
     if not _written_levels(data):
-        # A misspelt strategy (`level`) is its own problem: delay_levels may well be what it asks for.
-        misspelt = any(not (isinstance(name, str) and name in STRATEGIES) for name in _written_strategies(data))
-        if "delay_levels" in data and not misspelt:
-            p.add(levels_path, "no queue of this vhost has retry.strategy: levels; remove delay_levels")
-            return INVALID
-        return None
+        return _unused_levels(p, levels_path, data)
     levels = optional(data, "delay_levels", lambda v: parse_delay_levels(p, levels_path, v, defaults),
                       DelayLevels(queue_type=defaults.queue_type, policy_priority=defaults.policy_priority,
                                   quorum_group_size=defaults.quorum_group_size if defaults.queue_type == "quorum"
