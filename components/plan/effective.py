@@ -131,6 +131,11 @@ def merge(queue: QueuePlan, policy: PolicyPlan | None, operator_policy: PolicyPl
             merged[key] = setting
         elif key in LOWER_WINS:
             merged[key] = _lower(key, merged[key], setting)
+    return Effective(queue, policy, operator_policy, _with_arguments(queue, merged))
+
+
+def _with_arguments(queue: QueuePlan, merged: dict[str, Setting]) -> dict[str, Setting]:
+    """`merged` (the policies' settings) with the queue's own arguments, each combined as its wire row says."""
     for argument, value in queue.arguments.items():
         key = argument.removeprefix("x-")
         if argument == key or argument == wire.QUEUE_TYPE.argument:
@@ -141,7 +146,7 @@ def merge(queue: QueuePlan, policy: PolicyPlan | None, operator_policy: PolicyPl
             merged[key] = own
         elif key in LOWER_WINS:
             merged[key] = _lower(key, own, merged[key])
-    return Effective(queue, policy, operator_policy, merged)
+    return merged
 
 
 def effective_settings(queue: QueuePlan, policies: PolicyIndex, operator_policies: PolicyIndex) -> list[Effective]:
