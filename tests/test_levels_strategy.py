@@ -23,8 +23,8 @@ from components.model.problems import ConfigError
 from components.model.stack_config import MAX_MESSAGE_TTL_MS, DelayLevels
 from components.plan.checks import _graph, _topic_matches, check_vhost, route, stale_policies
 from components.plan.effective import winners
-from components.plan.planner import plan_delay_levels, plan_retryable, plan_vhost
-from components.strategies.levels import Backoff, LevelsRetry
+from components.plan.planner import plan_retryable, plan_vhost
+from components.strategies.levels import Backoff, LevelsRetry, plan_delay_levels
 from rabbitmq_retry_client import levels as client_levels
 from rabbitmq_retry_client.contract import ContractError, load_contract, validate
 from tests.conftest import vhost_config

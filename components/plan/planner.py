@@ -19,7 +19,6 @@ from ..model import naming, wire
 from ..model.key_paths import entry_paths, with_paths
 from ..model.plan_types import (
     BindingPlan,
-    DelayLevelsPlan,
     ExchangePlan,
     Grant,
     PermissionPlan,
@@ -27,12 +26,10 @@ from ..model.plan_types import (
     PolicyRole,
     QueuePlan,
     RetryablePlan,
-    Tier,
     TopicGrant,
     UserLimitsPlan,
     VhostPlan,
     adopt,
-    exact_names,
     limit_sources,
     queue_limits,
     queue_policy,
@@ -42,10 +39,6 @@ from ..model.problems import ConfigError
 from ..model.stack_config import Binding, DelayLevels, Policy, Queue, Vhost
 from ..strategies import strategy_of
 from ..strategies.levels import plan_delay_levels
-
-__all__ = ["BindingPlan", "DelayLevelsPlan", "ExchangePlan", "Grant", "PermissionPlan", "PolicyPlan", "QueuePlan",
-           "RetryablePlan", "Tier", "TopicGrant", "UserLimitsPlan", "VhostPlan", "exact_names", "plan_delay_levels",
-           "plan_retryable", "plan_vhost"]
 
 
 def plan_retryable(queue: Queue, path: str = "queue", delay_levels: DelayLevels | None = None,

@@ -82,6 +82,3 @@ def delivery_limit_problem(retry: Retry, limit: object) -> str | None:
 def strategy_of(retry: Retry) -> Strategy:
     return STRATEGIES[retry.strategy]
 
-
-__all__ = ["DEFAULT", "STRATEGIES", "Strategy", "check_retryable", "delivery_limit_problem", "fits_delay_levels",
-           "parse_retry", "strategy_of"]
