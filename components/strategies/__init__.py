@@ -81,4 +81,3 @@ def delivery_limit_problem(retry: Retry, limit: object) -> str | None:
 
 def strategy_of(retry: Retry) -> Strategy:
     return STRATEGIES[retry.strategy]
-
