@@ -134,13 +134,17 @@ class AlertsConfig:
             if rule is None:
                 continue
             labels.update(rule.labels)
-            resolved = Resolved(
-                rule.enabled if rule.enabled is not None else resolved.enabled,
-                rule.for_ms if rule.for_ms is not None else resolved.for_ms,
-                rule.severity or resolved.severity,
-                rule.threshold if rule.threshold is not None else resolved.threshold,
-                rule.window_ms or resolved.window_ms, {})
+            resolved = _overridden(resolved, rule)
         return replace(resolved, labels=labels)
+
+
+def _overridden(resolved: Resolved, rule: RuleSettings) -> Resolved:
+    """`resolved` with what `rule` sets (its labels aside)."""
+    return Resolved(rule.enabled if rule.enabled is not None else resolved.enabled,
+                    rule.for_ms if rule.for_ms is not None else resolved.for_ms,
+                    rule.severity or resolved.severity,
+                    rule.threshold if rule.threshold is not None else resolved.threshold,
+                    rule.window_ms or resolved.window_ms, {})
 
 
 def _labels(p: Problems, path: str, raw: object) -> dict[str, str]:
@@ -163,9 +167,14 @@ def _labels(p: Problems, path: str, raw: object) -> dict[str, str]:
     return labels
 
 
+def _rule_keys(kind: RuleKind) -> tuple[str, ...]:
+    """The keys a rule of `kind` takes: `threshold` and `window` only where the kind has one."""
+    return tuple(k for k in RULE_KEYS if (k != "threshold" or kind.threshold is not None)
+                 and (k != "window" or kind.window_ms is not None))
+
+
 def _rule(p: Problems, path: str, kind: RuleKind, raw: object) -> RuleSettings | Invalid:
-    allowed = tuple(k for k in RULE_KEYS if (k != "threshold" or kind.threshold is not None)
-                    and (k != "window" or kind.window_ms is not None))
+    allowed = _rule_keys(kind)
     data = mapping(p, path, raw, allowed)
     if data is INVALID:
         return INVALID
