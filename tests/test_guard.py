@@ -12,14 +12,13 @@ from typing import Any
 import pulumi
 import pytest
 
+from components.config.stack_settings import parse_amqp_port, parse_delete_with_messages
 from components.plan.paths import changed_parts
 from components.pulumi.guard import (
     PATH_GUARD,
     QUEUE_GUARD,
     GuardError,
     check_queue_delete,
-    parse_amqp_port,
-    parse_delete_with_messages,
     path_refusal,
     queue_key,
     refusal,

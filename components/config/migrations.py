@@ -12,7 +12,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..migrations import KINDS, CheckScope, MigrationKind, kind_of
+from ..migrations import KINDS, kind_of
+from ..migrations.base import CheckScope, MigrationKind
 from ..model.config_entries import Entry, QueueEntry
 from ..model.fields import INVALID, Invalid, Problems, choice, items, mapping
 from ..model.key_paths import entry_paths

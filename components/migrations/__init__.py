@@ -14,7 +14,7 @@ from ..model.key_paths import with_paths
 from ..model.plan_types import DelayLevelsPlan, Migrated, RetryablePlan, shovel_permissions
 from ..model.stack_config import Vhost
 from . import drain_levels, drain_tiers, move
-from .base import CheckScope, Format, Migrating, MigrationKind, Reviewed
+from .base import Migrating, MigrationKind
 
 KINDS: Mapping[str, MigrationKind] = {module.NAME: module for module in (move, drain_tiers, drain_levels)}
 """What a `migrations[]` entry does: `move` a queue's messages to a successor queue, or drain the wait tiers a
@@ -45,5 +45,3 @@ def plan_migrations(vhost: Vhost, path: str, retryables: tuple[RetryablePlan[Any
     return Migrated(tuple(migrating.retryables[r.config.name] for r in retryables), migrating.delay_levels, plans,
                     shovel_permissions([s for m in plans for s in m.shovels]))
 
-
-__all__ = ["KINDS", "CheckScope", "Format", "MigrationKind", "Reviewed", "kind_of", "plan_migrations"]

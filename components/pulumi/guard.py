@@ -25,7 +25,7 @@ import pulumi
 from rabbitmq_retry_client.depth import BrokerAccess, DepthError, DepthReader, QueueDepth
 from rabbitmq_retry_client.management import truthy
 
-from ..config.stack_settings import AMQP_PORT, DELETE_WITH_MESSAGES, parse_amqp_port, parse_delete_with_messages
+from ..config.stack_settings import DELETE_WITH_MESSAGES
 from ..model.keys import NAMESPACE
 from ..model.names import names
 from ..model.plan_types import VhostPlan
@@ -38,8 +38,6 @@ QUEUE_GUARD = "rabbitmq-retry-queue-guard"
 in every later run, or the engine cannot delete those queues (`hook … was not registered`)."""
 PATH_GUARD = "rabbitmq-retry-path-guard"
 """The hook of the path guards (docs/guard.md, "The path guard"), recorded in the stack's state like QUEUE_GUARD."""
-__all__ = ["AMQP_PORT", "DELETE_WITH_MESSAGES", "parse_amqp_port", "parse_delete_with_messages"]
-"""The guard's keys, parsed with the rest of the stack's settings (components/config/stack_settings.py)."""
 
 
 class GuardError(Exception):

@@ -17,6 +17,7 @@ import yaml
 from components import Vhost
 from components.config.load import load_vhost
 from components.config.pulumi_yaml import PROJECT
+from components.config.stack_settings import AMQP_PORT
 from components.migrations import move
 from components.model import naming, wire
 from components.model.durations import format_duration
@@ -28,7 +29,6 @@ from components.model.problems import ConfigError
 from components.model.stack_config import DEFAULT_POLICY_PRIORITY
 from components.plan.checks import check_vhost
 from components.plan.planner import plan_vhost
-from components.pulumi.guard import AMQP_PORT
 from components.pulumi.resources import ShovelAccess
 from tools.lib import engine
 from tools.lib.definitions import DefinitionsError, Snapshot
