@@ -1,9 +1,5 @@
-"""One parser per entity of the stack config; each reports the problems of its own fields.
-
-A refused entry is kept as an `Entry` whose value is `INVALID` but whose name (when the name itself is
-fine) still counts: checks across entities (`crosschecks`) see it, so one bad field never makes its queue,
-exchange or policy look undeclared elsewhere.
-"""
+"""One parser per entity of the stack config; each reports the problems of its own fields and returns its entry,
+kept even when refused (`model/config_entries.py`)."""
 
 from __future__ import annotations
 
