@@ -38,7 +38,7 @@ from bench.strategies import (
     route,
     vhost_config,
 )
-from components import wire
+from components.model import wire
 from tests.support.amqp import channel, parameters
 from tests.support.deploy import Deployer, throwaway_vhost
 from tests.support.mirror import Broker

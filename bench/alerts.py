@@ -31,10 +31,10 @@ import pika.exceptions
 import yaml
 
 from bench import report
-from components.alerts import rule_file, stack_rules
-from components.config import load_stack_config
-from components.durations import parse_duration
-from components.stack import plan_stack
+from components.config.load import load_stack_config
+from components.model.durations import parse_duration
+from components.plan.alert_rules import rule_file, stack_rules
+from components.pulumi.stack_resources import plan_stack
 from rabbitmq_retry_client import ParkedQueue, Selection
 from rabbitmq_retry_client.cli import LIST_LIMIT
 from rabbitmq_retry_client.management import ManagementError

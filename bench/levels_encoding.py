@@ -5,7 +5,7 @@ delivery exchange; each step is a topic match of the whole key (28 bit words, th
 encoding here builds its own levels in a throw-away vhost (`lenc-…`), with the same level count, unit, delays,
 queue and publisher, and only the key and the level bindings differ:
 
-- `msb-28` (today's, `components/naming.py`): 28 bit words, most significant first; level k reads word 27 - k;
+- `msb-28` (today's, `components/model/naming.py`): 28 bit words, most significant first; level k reads word 27 - k;
 - `lsb-28`: 28 bit words, least significant first; level k reads word k, so its pattern is decided within its
   first k + 1 words;
 - `lsb-L` / `msb-L`: only as many bit words as there are levels (the shorter key), either order;
@@ -36,8 +36,8 @@ import pika
 
 from bench import report
 from bench.throughput import _cpu_seconds, broker_pid
-from components import wire
-from components.entries import quorum_dead_lettering
+from components.model import wire
+from components.model.plan_types import quorum_dead_lettering
 from tests.support.amqp import parameters
 from tests.support.deploy import unreachable
 from tests.support.mirror import Broker, call, esc

@@ -179,10 +179,10 @@ def _child_floor(recording: Path) -> dict[str, Any]:
 
 
 def _child_check(root: Path) -> dict[str, Any]:
-    from components.checks import check_vhost
-    from components.config.settings import parse_stack_settings
-    from components.config.stack_file import stack_config
-    from components.plan import plan_vhost
+    from components.config.pulumi_yaml import stack_config
+    from components.config.stack_settings import parse_stack_settings
+    from components.plan.checks import check_vhost
+    from components.plan.planner import plan_vhost
 
     config = parse_stack_settings(*stack_config(root / f"Pulumi.{STACK}.yaml"))[0].config
     plans = [plan_vhost(vhost, f"vhosts[{i}]") for i, vhost in enumerate(config.vhosts)]

@@ -23,8 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from components import wire
-from components.config import ConfigError, load_vhost
+from components.config.load import load_vhost
+from components.model import wire
+from components.model.problems import ConfigError
 from rabbitmq_retry_client.levels import delay_exchange
 
 EXCHANGE = "in"

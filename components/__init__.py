@@ -3,7 +3,9 @@
 Installed with pip, this package is `rabbitmq_retry`; in its repository it is the Pulumi program's
 `components/` folder. Its modules import each other relatively, so both names work."""
 
-from .args_types import (
+from .config import load
+from .model.stack_config import StackConfig
+from .pulumi.args_types import (
     ApplicationSpec,
     BackoffSpec,
     BindingSpec,
@@ -15,10 +17,17 @@ from .args_types import (
     VhostSpec,
     VhostStackSpec,
 )
-from .config import ConfigError, StackConfig, load_delay_levels, load_queue, load_stack_config, load_vhost
-from .delay_levels import DelayLevels, DelayLevelsArgs, DelayLevelsPythonArgs
-from .retryable_queue import RetryableQueue, RetryableQueueArgs, RetryableQueuePythonArgs
-from .vhost import Vhost, VhostArgs, VhostPythonArgs
+from .pulumi.boundary import ConfigError, reported
+from .pulumi.delay_levels import DelayLevels, DelayLevelsArgs, DelayLevelsPythonArgs
+from .pulumi.guard import queue_guard
+from .pulumi.retryable_queue import RetryableQueue, RetryableQueueArgs, RetryableQueuePythonArgs
+from .pulumi.vhost import Vhost, VhostArgs, VhostPythonArgs
+
+# The loaders a program calls itself refuse a config as a component does: a `pulumi.RunError` (pulumi/boundary.py).
+load_delay_levels = reported(load.load_delay_levels)
+load_queue = reported(load.load_queue)
+load_stack_config = reported(load.load_stack_config)
+load_vhost = reported(load.load_vhost)
 
 __all__ = [
     "ApplicationSpec",
@@ -46,4 +55,5 @@ __all__ = [
     "load_queue",
     "load_stack_config",
     "load_vhost",
+    "queue_guard",
 ]

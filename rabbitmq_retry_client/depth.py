@@ -1,6 +1,6 @@
 """How many messages a queue holds on a live broker, read-only, for deciding whether deleting it loses any.
 
-One reader serves the apply-time guard (`components/guard.py`), `make review ENDPOINT=…` and, later, the
+One reader serves the apply-time guard (`components/pulumi/guard.py`), `make review ENDPOINT=…` and, later, the
 migration status: each needs the same answer and the same refusal when the broker cannot give one.
 
 - **ready** comes from an AMQP passive `queue.declare`: the broker's own count at that instant, not the

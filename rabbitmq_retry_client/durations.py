@@ -1,6 +1,6 @@
 """Durations as people write them, in one grammar for the stack config and for `rabbitmq-retry`: a whole
 number and a unit (`500ms`, `90s`, `15m`, `2h`, `7d`), or several, largest unit first, each unit once
-(`1m30s`, `1h30m`, `1s500ms`). Pure; the stack config adds its own range (`components/durations.py`)."""
+(`1m30s`, `1h30m`, `1s500ms`). Pure; the stack config adds its own range (`components/model/durations.py`)."""
 
 from __future__ import annotations
 

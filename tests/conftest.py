@@ -41,7 +41,7 @@ def record_vhost(config: dict[str, Any] | None = None, *, name: str = "shop", re
                  **vhost_args: Any) -> list[Registered]:
     """What a `Vhost` component registers under mocks, for `config` (default: `vhost_config()`); secrets are
     masked as plans show them unless `reveal_secrets` (what the provider gets)."""
-    from components import Vhost  # here, not above: ROOT is on sys.path only once this module has run
+    from components import Vhost
     from tools.lib.mockrun import record
 
     args: Any = {"vhost": config or vhost_config(), **vhost_args}  # any keys: tests pass wrong ones on purpose

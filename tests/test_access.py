@@ -13,7 +13,9 @@ import pulumi
 import pytest
 
 from components import Vhost
-from components.config import ConfigError, load_stack_config, password_problems
+from components.config.load import load_stack_config
+from components.config.passwords import password_problems
+from components.model.problems import ConfigError
 from tests.conftest import of_type
 from tests.support.problems import config_problems
 from tools.lib.mockrun import Registered, record, record_program

@@ -15,10 +15,13 @@ from typing import Any
 import pytest
 import yaml
 
-from components import Vhost, checks, naming
-from components.config import ConfigError, load_vhost
-from components.naming import vhost_key
-from components.plan import plan_vhost
+from components import Vhost
+from components.config.load import load_vhost
+from components.model import naming
+from components.model.naming import vhost_key
+from components.model.problems import ConfigError
+from components.plan import checks
+from components.plan.planner import plan_vhost
 from tools import adopt as adopt_tool
 from tools.lib import engine
 from tools.lib.adopt import ALONE, BESIDE, IMPORT, RETIRE, adopt, report, stack_file, summary

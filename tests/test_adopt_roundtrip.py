@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from components.config import ConfigError, load_vhost
+from components.config.load import load_vhost
+from components.model.problems import ConfigError
 from tools.lib.adopt import REQUIRED, adopt, report, stack_file
 from tools.lib.contracts import stack_contracts
 from tools.lib.definitions import export, text

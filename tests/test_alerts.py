@@ -1,6 +1,6 @@
-"""Alerting rules derived from the plan (components/alerts.py): every retryable queue gets its rules, the `alerts`
-blocks are strict, and Prometheus's own `promtool` accepts every generated file (`check rules`) and evaluates each
-rule kind as meant on synthetic series, firing and not firing (`test rules`)."""
+"""Alerting rules derived from the plan (components/plan/alert_rules.py): every retryable queue gets its rules, the
+`alerts` blocks are strict, and Prometheus's own `promtool` accepts every generated file (`check rules`) and evaluates
+each rule kind as meant on synthetic series, firing and not firing (`test rules`)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
-from components.alerts import prometheus_rule, rule_file, rules_by_key, stack_rules
-from components.config import load_stack_config
-from components.config.alerts import RULE_KINDS
-from components.stack import plan_stack
+from components.config.load import load_stack_config
+from components.model.alerts import RULE_KINDS
+from components.plan.alert_rules import prometheus_rule, rule_file, rules_by_key, stack_rules
+from components.pulumi.stack_resources import plan_stack
 from tests.conftest import ROOT
 from tests.support.environment import missing
 from tests.support.problems import config_problems

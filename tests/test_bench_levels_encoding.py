@@ -1,6 +1,6 @@
 """The levels-encoding benchmark measures what it says: its `msb-28` is exactly the product's key and bindings,
 and every candidate encoding holds a copy in exactly the levels of its delay's 1 bits and then delivers it to
-its queue (topic matching as RabbitMQ does it, `components/checks.py`). Figures are never asserted."""
+its queue (topic matching as RabbitMQ does it, `components/plan/checks.py`). Figures are never asserted."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from bench import levels_encoding
 from bench.__main__ import command
 from bench.levels_encoding import ENCODINGS, LEVELS, QUEUE, TODAY, Encoding
-from components import naming
-from components.checks import _topic_matches
+from components.model import naming
+from components.plan.checks import _topic_matches
 
 
 def test_todays_encoding_is_the_products_key_and_level_bindings() -> None:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from components.config import load_stack_config
 from components.config.capabilities import end_of_support, parse_version
+from components.config.load import load_stack_config
 from tests.conftest import RETRYABLE, vhost_config
 from tests.support.problems import config_problems
 

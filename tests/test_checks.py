@@ -10,10 +10,12 @@ import pulumi
 import pytest
 
 from components import Vhost
-from components.checks import TopologyError, check_logical_names, check_vhost, stale_policies
-from components.config import load_vhost
-from components.layout import logical_names
-from components.plan import PolicyPlan, plan_vhost
+from components.config.load import load_vhost
+from components.model.plan_types import PolicyPlan
+from components.model.problems import TopologyError
+from components.plan.checks import check_logical_names, check_vhost, stale_policies
+from components.plan.layout import logical_names
+from components.plan.planner import plan_vhost
 from tests.conftest import vhost_config
 from tests.support.problems import messages
 from tools.lib.mockrun import mocked_runtime
@@ -103,7 +105,7 @@ def test_the_component_fails_before_registering_anything():
     ("order.#", "order", True), ("*.created", "order.created", True), ("a.#.z", "a.b.c.z", True),
 ])
 def test_topic_routing_is_simulated_like_rabbitmq(pattern, key, expected):
-    from components.checks import _topic_matches
+    from components.plan.checks import _topic_matches
 
     assert _topic_matches(pattern, key) is expected
 
@@ -148,8 +150,8 @@ def test_the_program_checks_every_vhost_before_registering_and_names_stack_file_
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_logical_names_predict_exactly_what_the_components_register(stack):
-    from components.config import Defaults
-    from components.naming import vhost_key
+    from components.model.naming import vhost_key
+    from components.model.stack_config import Defaults
     from tools.lib.mockrun import record_program, stack_config
 
     registered = sorted((r.type.rsplit(":", 1)[-1], r.name) for r in record_program(stack)
@@ -284,8 +286,8 @@ def test_apply_to_decides_which_queues_a_policy_reaches(apply_to, matched):
 
 
 def test_apply_to_is_the_same_for_overlaps_and_for_the_effective_policy():
-    from components.checks import _graph, _overlaps
-    from components.effective import winners
+    from components.plan.checks import _graph, _overlaps
+    from components.plan.effective import winners
 
     raw = vhost_config(policies=[{"name": "classic-only", "pattern": "^orders$", "apply_to": "classic_queues",
                                   "priority": 99, "definition": {"message-ttl": 5}}])
@@ -321,7 +323,7 @@ def test_policies_that_match_nothing_planned_are_warnings_not_errors():
 
 
 def test_exact_name_patterns_are_indexed_without_changing_what_matches():
-    from components.effective import PolicyIndex
+    from components.plan.effective import PolicyIndex
 
     policies = [PolicyPlan(str(i), str(i), pattern, 0, {}) for i, pattern in enumerate(
         (r"^orders\.wait\.1$", r"^orders$", r"^orders\$$", "orders", r"^a\\$", "^b$"))]

@@ -27,7 +27,7 @@ from rabbitmq_retry import (
     load_stack_config,
     load_vhost,
 )
-from rabbitmq_retry.config.keys import KEY_TABLES
+from rabbitmq_retry.model.keys import KEY_TABLES
 
 from tests.support import package
 from tests.support.package import adopted_vhost, as_typescript_sends, cases
@@ -126,7 +126,7 @@ def _untyped(tables: dict[str, tuple[str, ...]], schema: dict[str, Any]) -> list
 
 
 def test_every_stack_file_key_a_component_takes_is_a_typed_field_of_the_schema() -> None:
-    """components/config/keys.py against the schema other languages get: a new stack-file key cannot ship untyped.
+    """components/model/keys.py against the schema other languages get: a new stack-file key cannot ship untyped.
     Keywords included: the field `from_` is the schema's `from` (the analyzer's camel_case drops the empty tail)."""
     schema = package.schema()
     assert _untyped(dict(KEY_TABLES), schema) == []

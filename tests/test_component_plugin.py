@@ -14,7 +14,7 @@ from google.protobuf import struct_pb2
 from pulumi.runtime import rpc
 from pulumi.runtime.proto import provider_pb2
 
-from components.config.stack_file import PROJECT
+from components.config.pulumi_yaml import PROJECT
 from tests.support import package
 from tests.support.package import as_typescript_sends, cases
 from tests.support.wire import engine_services, running_plugin

@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from components import ConfigError, RetryableQueue, Vhost, layout
-from components.config import load_vhost
-from components.plan import plan_vhost
-from components.resources import BUILDERS, ShovelAccess
+from components import ConfigError, RetryableQueue, Vhost
+from components.config.load import load_vhost
+from components.plan import layout
+from components.plan.planner import plan_vhost
+from components.pulumi.resources import BUILDERS, ShovelAccess
 from tests.conftest import RETRYABLE, of_type, record_vhost, vhost_config
 from tests.support.problems import problems_of
 from tools.lib.mockrun import Registered, record
@@ -272,7 +273,9 @@ def comparable(resources: list[Registered]) -> list[tuple[str, str, str]]:
 
 def test_a_vhost_given_its_plan_registers_it_without_planning_or_checking_again(monkeypatch):
     """One plan per program run: the stack plans and checks every vhost, and the components register it."""
-    from components import checks, plan, vhost
+    from components.plan import checks
+    from components.plan import planner as plan
+    from components.pulumi import vhost
     from components.strategies import STRATEGIES
 
     raw = every_strategy_vhost()

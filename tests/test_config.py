@@ -7,15 +7,11 @@ from typing import Any
 
 import pytest
 
-from components.config import (
-    POLICY_DEFINITION_KEYS,
-    ConfigError,
-    Defaults,
-    load_stack_config,
-    password_problems,
-    plain_password_paths,
-    plain_password_problems,
-)
+from components.config.load import load_stack_config
+from components.config.passwords import password_problems, plain_password_paths, plain_password_problems
+from components.model.keys import POLICY_DEFINITION_KEYS
+from components.model.problems import ConfigError
+from components.model.stack_config import Defaults
 from tests.conftest import vhost_config
 from tests.support.problems import config_problems
 
@@ -402,10 +398,22 @@ def test_the_error_message_lists_each_problem_on_its_own_line():
     )
 
 
-def test_config_errors_print_without_a_traceback_in_pulumi():
+def test_config_errors_print_without_a_traceback_in_pulumi_and_are_plain_below_it():
+    """Pulumi prints a RunError's message alone: the public loaders and the components raise one, with the
+    pure layer's problems and message; the pure layers raise a plain exception and import no Pulumi."""
     import pulumi
 
-    assert issubclass(ConfigError, pulumi.RunError)
+    import components
+
+    raw = with_queue(retryable(delays=["1s", "10x"]))
+    with pytest.raises(ConfigError) as plain:
+        load_stack_config(raw)
+    assert not isinstance(plain.value, pulumi.RunError)
+    with pytest.raises(pulumi.RunError) as reported:
+        components.load_stack_config(raw)
+    assert isinstance(reported.value, ConfigError)
+    assert (str(reported.value), reported.value.problems) == (str(plain.value), plain.value.problems)
+    assert reported.value.__cause__ is None and reported.value.__suppress_context__
 
 
 def test_parsing_does_not_mutate_the_input(stack_raw):
@@ -723,8 +731,8 @@ def test_a_boolean_is_refused_and_a_name_may_be_true():
 def test_a_queue_s_arguments_are_kept_as_written_and_each_mistake_is_one_line_naming_the_argument() -> None:
     """`queues[].arguments` (what `make adopt` writes for a queue it keeps): sent as they are, in place of the derived
     ones; a value RabbitMQ would refuse is refused before anything reaches a broker."""
-    from components.config import load_vhost
-    from components.plan import plan_vhost
+    from components.config.load import load_vhost
+    from components.plan.planner import plan_vhost
 
     kept = {"name": "jobs.retry", "type": "classic", "arguments": {"x-message-ttl": 60000, "x-dead-letter-exchange": "",
                                                                    "x-dead-letter-routing-key": "jobs"}}

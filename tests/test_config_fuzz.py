@@ -33,25 +33,18 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from components import layout, naming
-from components.checks import check_logical_names, check_vhost
-from components.config import (
-    EXCHANGE_TYPES,
-    KEY_TABLES,
-    OPERATOR_POLICY_KEYS,
-    QUEUE_TYPES,
-    TOP_LEVEL_KEYS,
-    X_MATCH,
-    ConfigError,
-    StackConfig,
-    load_stack_config,
-    password_problems,
-)
-from components.config.key_paths import NAME_KEYS, with_paths
-from components.config.keys import NAMESPACE
-from components.durations import MAX_MS, DurationError, format_duration, parse_duration
-from components.plan import VhostPlan, plan_vhost
-from components.problems import Problem
+from components.config.load import load_stack_config
+from components.config.passwords import password_problems
+from components.model import naming
+from components.model.durations import MAX_MS, DurationError, format_duration, parse_duration
+from components.model.key_paths import NAME_KEYS, with_paths
+from components.model.keys import KEY_TABLES, NAMESPACE, OPERATOR_POLICY_KEYS, TOP_LEVEL_KEYS
+from components.model.plan_types import VhostPlan
+from components.model.problems import ConfigError, Problem
+from components.model.stack_config import EXCHANGE_TYPES, QUEUE_TYPES, X_MATCH, StackConfig
+from components.plan import layout
+from components.plan.checks import check_logical_names, check_vhost
+from components.plan.planner import plan_vhost
 from tests.support.environment import IN_CI
 
 FUZZ_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "1000"))
@@ -671,7 +664,7 @@ def physical_names(plan: VhostPlan) -> tuple[list[str], list[str], list[str]]:
 
 def urns(config: StackConfig, plans: Sequence[VhostPlan]) -> list[tuple[tuple[str, str], str]]:
     """((type chain, logical name), what it comes from) of every resource `__main__` registers: the layout
-    tables the components declare from (components/layout.py), walked here on their own so that
+    tables the components declare from (components/plan/layout.py), walked here on their own so that
     `check_logical_names` is checked against them; `test_the_urn_model_matches_the_program` checks the
     walk against the program. A URN is the type chain and the logical name, so each pair must be unique."""
     found: list[tuple[tuple[str, str], str]] = []

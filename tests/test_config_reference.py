@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from components.config import KEY_TABLES
+from components.model.keys import KEY_TABLES
 from tests.conftest import ROOT
 
 INTRO = re.compile(r"^Keys of `([^`]+)`")

@@ -1,6 +1,6 @@
 """The documentation's relative links lead somewhere: every link in README.md, docs/*.md and bench/README.md
 that is not a URL names a file or folder of this repository, and an anchor names a heading of its target (as
-GitHub makes them). Paths written as code (`components/naming.py`) name files that exist too, so a module
+GitHub makes them). Paths written as code (`components/model/naming.py`) name files that exist too, so a module
 that moves cannot leave the docs pointing at nothing."""
 
 from __future__ import annotations

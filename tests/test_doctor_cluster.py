@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.config import load_stack_config
+from components.config.load import load_stack_config
 from tests.conftest import RETRYABLE, vhost_config
 from tests.support.doctor import planned_objects
 from tools.lib import doctor

@@ -1,6 +1,6 @@
 import pytest
 
-from components.durations import MAX_MS, DurationError, format_duration, parse_duration
+from components.model.durations import MAX_MS, DurationError, format_duration, parse_duration
 
 
 @pytest.mark.parametrize(("text", "ms"), [

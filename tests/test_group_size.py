@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from components.config import ConfigError, load_stack_config
-from components.stack import plan_stack
+from components.config.load import load_stack_config
+from components.model.problems import ConfigError
+from components.pulumi.stack_resources import plan_stack
 from tests.conftest import vhost_config
 from tests.support.doctor import planned_objects
 from tests.test_doctor_cluster import facts

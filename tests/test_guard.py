@@ -12,18 +12,17 @@ from typing import Any
 import pulumi
 import pytest
 
-from components.guard import (
+from components.config.stack_settings import parse_amqp_port, parse_delete_with_messages
+from components.plan.paths import changed_parts
+from components.pulumi.guard import (
     PATH_GUARD,
     QUEUE_GUARD,
     GuardError,
     check_queue_delete,
-    parse_amqp_port,
-    parse_delete_with_messages,
     path_refusal,
     queue_key,
     refusal,
 )
-from components.paths import changed_parts
 from rabbitmq_retry_client.depth import DepthError, QueueDepth, amqp_listener
 from tests.conftest import ROOT
 from tests.support import recordings
@@ -189,7 +188,7 @@ def test_the_registered_hook_reads_the_queue_the_engine_names_and_refuses_when_t
 
     from pulumi.runtime.config import set_all_config
 
-    from components.guard import _guard_queue_delete
+    from components.pulumi.guard import _guard_queue_delete
 
     monkeypatch.setenv("RABBITMQ_ENDPOINT", "http://127.0.0.1:1")
     monkeypatch.setenv("RABBITMQ_USERNAME", "deployer")
@@ -291,9 +290,9 @@ def test_a_vhost_moved_elsewhere_touches_every_path():
 
 
 def test_what_a_planned_wait_tier_needs_is_its_dead_letter_route_back_and_a_consumers_queue_only_itself():
-    from components.config import load_vhost
-    from components.paths import vhost_paths
-    from components.plan import plan_vhost
+    from components.config.load import load_vhost
+    from components.plan.paths import vhost_paths
+    from components.plan.planner import plan_vhost
 
     plan = plan_vhost(load_vhost({"name": "shop", "exchanges": [{"name": "in", "type": "topic"}], "queues": [
         {"name": "orders", "bindings": [{"exchange": "in", "routing_key": "o.#"}],

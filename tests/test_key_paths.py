@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from components.config import ConfigError, load_stack_config
-from components.config.key_paths import entry_paths
+from components.config.load import load_stack_config
+from components.model.key_paths import entry_paths
+from components.model.problems import ConfigError
 from tests.conftest import vhost_config
 
 

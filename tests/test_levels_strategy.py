@@ -16,21 +16,15 @@ from typing import Any
 
 import pytest
 
-from components import naming
-from components.checks import _graph, _topic_matches, check_vhost, route, stale_policies
-from components.config import (
-    Backoff,
-    ConfigError,
-    DelayLevels,
-    LevelsRetry,
-    load_delay_levels,
-    load_queue,
-    load_stack_config,
-    load_vhost,
-)
-from components.config.model import MAX_MESSAGE_TTL_MS
-from components.effective import winners
-from components.plan import DelayLevelsPlan, VhostPlan, exact_names, plan_delay_levels, plan_retryable, plan_vhost
+from components.config.load import load_delay_levels, load_queue, load_stack_config, load_vhost
+from components.model import naming
+from components.model.plan_types import DelayLevelsPlan, VhostPlan, exact_names
+from components.model.problems import ConfigError
+from components.model.stack_config import MAX_MESSAGE_TTL_MS, DelayLevels
+from components.plan.checks import _graph, _topic_matches, check_vhost, route, stale_policies
+from components.plan.effective import winners
+from components.plan.planner import plan_retryable, plan_vhost
+from components.strategies.levels import Backoff, LevelsRetry, plan_delay_levels
 from rabbitmq_retry_client import levels as client_levels
 from rabbitmq_retry_client.contract import ContractError, load_contract, validate
 from tests.conftest import vhost_config
@@ -677,7 +671,8 @@ DELAY_LEVELS_TYPE = "rabbitmq-retry:index:DelayLevels"
 
 
 def test_a_vhost_with_a_levels_queue_registers_one_delay_levels_component_with_the_level_children():
-    from components import Vhost, layout
+    from components import Vhost
+    from components.plan import layout
     from tools.lib.mockrun import record
 
     raw = levels_vhost(delay_levels=SMALL, applications=[{"user": "app", "consumes": ["orders"]}])
@@ -732,7 +727,7 @@ def test_a_vhost_without_a_levels_queue_registers_no_delay_levels():
 
 def test_a_standalone_delay_levels_and_retryable_queue_wire_together():
     from components import RetryableQueue
-    from components.delay_levels import DelayLevels as DelayLevelsComponent
+    from components.pulumi.delay_levels import DelayLevels as DelayLevelsComponent
     from tools.lib.mockrun import record
 
     def program() -> None:
@@ -758,7 +753,7 @@ def test_a_standalone_levels_queue_cannot_disagree_with_its_levels():
     names only levels the component declares. (Given `{unit 10s, max 1d}` beside levels of `{unit 1s, max 1h}`,
     it once named `rabbitmq-retry.delay.13`, which did not exist: every retry unroutable.)"""
     from components import RetryableQueue
-    from components.delay_levels import DelayLevels as DelayLevelsComponent
+    from components.pulumi.delay_levels import DelayLevels as DelayLevelsComponent
     from tools.lib.mockrun import record
 
     def program() -> None:
@@ -792,7 +787,7 @@ def test_a_standalone_levels_queue_needs_the_delay_levels_component_and_no_secon
 
 def test_the_delay_levels_of_a_tiers_queue_another_vhost_or_too_short_a_backoff_are_refused():
     from components import RetryableQueue
-    from components.delay_levels import DelayLevels as DelayLevelsComponent
+    from components.pulumi.delay_levels import DelayLevels as DelayLevelsComponent
     from tools.lib.mockrun import record
 
     def refused(args: dict[str, Any]) -> list[tuple[str, str]]:

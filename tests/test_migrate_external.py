@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from components import Vhost
-from components.resources import ShovelAccess
+from components.pulumi.resources import ShovelAccess
 from tests.conftest import of_type
 from tests.test_migration_review import Run, review_of  # noqa: F401 (the review's fixture)
 from tests.test_migrations import plan, problems

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from components.config.keys import KEY_TABLES, MIGRATION_KEYS
-from components.config.model import RETIRE
-from components.migration_kinds import KINDS
+from components.migrations import KINDS
+from components.model.keys import KEY_TABLES, MIGRATION_KEYS
+from components.model.stack_config import RETIRE
 from tests.support.sources import ROOT, python_files
 
-REGISTRY = ROOT / "components" / "migration_kinds"
-KEY_TABLES_FILE = ROOT / "components" / "config" / "keys.py"
+REGISTRY = ROOT / "components" / "migrations"
+KEY_TABLES_FILE = ROOT / "components" / "model" / "keys.py"
 """The key tables name each kind as a key of a `migrations[]` entry (checked against the registry below)."""
 MODULES = {module.__name__.rsplit(".", 1)[-1] for module in KINDS.values()}
 
@@ -52,7 +52,7 @@ def _choices_by_kind(path: Path, root: Path = ROOT) -> list[str]:
 
 
 def test_nothing_outside_the_registry_compares_a_kind_with_a_name():
-    """Outside `components/migration_kinds/`, no kind's name is written as a string (the key tables aside) and
+    """Outside `components/migrations/`, no kind's name is written as a string (the key tables aside) and
     nothing is compared with a kind's name or module: code asks the kind's module (`kind_of(m)`)."""
     paths = python_files("components", "tools", "rabbitmq_retry_client", "bench",
                          leaving_out=lambda p: REGISTRY in p.parents or p == KEY_TABLES_FILE)

@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from components import Vhost, naming
-from components.config import ConfigError, load_stack_config, load_vhost
+from components import Vhost
+from components.config.load import load_stack_config, load_vhost
 from components.config.passwords import password_problems
-from components.entries import VhostPlan
-from components.migrations import SHOVEL_ACK_MODE, SHOVEL_DELETE_AFTER
-from components.plan import plan_vhost
-from components.resources import ShovelAccess
+from components.model import naming
+from components.model.plan_types import SHOVEL_ACK_MODE, SHOVEL_DELETE_AFTER, VhostPlan
+from components.model.problems import ConfigError
+from components.plan.planner import plan_vhost
+from components.pulumi.resources import ShovelAccess
 from tests.conftest import of_type, vhost_config
 from tools.lib.mockrun import record
 
@@ -395,7 +396,7 @@ def test_a_copy_of_the_config_is_not_changed_by_planning():
 
 
 def test_the_planned_shovels_pass_the_checks_and_a_lossy_or_dangling_one_does_not():
-    from components.checks import (
+    from components.plan.checks import (
         SHOVEL_ACK_MODE,
         SHOVEL_DELETES_ITSELF,
         SHOVEL_NOT_GRANTED,

@@ -2,7 +2,7 @@ import re
 
 import pytest
 
-from components import naming
+from components.model import naming
 
 
 def test_retryable_queue_names_follow_the_documented_scheme():

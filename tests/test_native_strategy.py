@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
-from components.checks import DELIVERY_LIMIT_NOT_MAX_RETRIES, check_vhost
-from components.config import NativeRetry, load_queue, load_stack_config, load_vhost
-from components.plan import plan_retryable, plan_vhost
-from components.problems import Problem
+from components.config.load import load_queue, load_stack_config, load_vhost
+from components.model.problems import Problem
+from components.plan.checks import DELIVERY_LIMIT_NOT_MAX_RETRIES, check_vhost
+from components.plan.planner import plan_retryable, plan_vhost
+from components.strategies.native import NativeRetry
 from rabbitmq_retry_client.contract import ContractError, load_contract
 from tests.conftest import RETRYABLE, vhost_config
 from tests.support.problems import problems_of
@@ -141,7 +142,8 @@ def test_a_stack_with_a_native_queue_loads():
 
 
 def test_the_native_components_register_exactly_the_layout_with_integer_delays():
-    from components import RetryableQueue, Vhost, layout
+    from components import RetryableQueue, Vhost
+    from components.plan import layout
     from tools.lib.mockrun import record
 
     resources = record(lambda: RetryableQueue("billing", {"vhost": "payments",

@@ -11,8 +11,10 @@ import pulumi
 import pytest
 
 from components import Vhost
-from components.config import load_stack_config, password_problems
-from components.plan import Grant, plan_vhost
+from components.config.load import load_stack_config
+from components.config.passwords import password_problems
+from components.model.plan_types import Grant
+from components.plan.planner import plan_vhost
 from tests.conftest import of_type
 from tests.support.problems import config_problems
 from tests.test_access import PASSWORDS, PERMISSIONS, USER, shop

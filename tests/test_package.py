@@ -111,7 +111,7 @@ def test_the_users_components_folder_stays_theirs(example_run: dict[str, Any]):
     assert modules["components"] == str(example_run["project"] / "components" / "__init__.py")
     assert [name for name in modules if name.startswith("components.")] == []
     ours = {name: path for name, path in modules.items() if name.split(".")[0] == "rabbitmq_retry"}
-    assert "rabbitmq_retry.retryable_queue" in ours
+    assert "rabbitmq_retry.pulumi.retryable_queue" in ours
     assert all(Path(path).is_relative_to(example_run["installed"]) for path in ours.values()), ours
 
 

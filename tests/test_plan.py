@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from components.config import load_queue, load_vhost
-from components.layout import logical_names
-from components.plan import plan_retryable, plan_vhost
+from components.config.load import load_queue, load_vhost
+from components.plan.layout import logical_names
+from components.plan.planner import plan_retryable, plan_vhost
 from tests.conftest import RETRYABLE, vhost_config
 
 
@@ -124,7 +124,7 @@ def test_logical_names_walk_each_component_and_its_nested_components():
 def test_a_plain_queue_s_ttl_and_byte_limit_are_in_its_policy_and_single_active_consumer_is_an_argument():
     """Tunables in our policy (a change updates it in place and leaves no room for a user policy to clash);
     single_active_consumer is wiring, a queue argument. A TTL next to max_length needs no policy of its own."""
-    from components.checks import check_vhost
+    from components.plan.checks import check_vhost
 
     raw = vhost_config(queues=[{"name": "audit", "type": "classic", "max_length": 1000, "message_ttl": "1m30s",
                                 "max_length_bytes": 10_000_000, "single_active_consumer": True}])
@@ -146,7 +146,8 @@ def test_a_plain_queue_s_ttl_and_byte_limit_are_in_its_policy_and_single_active_
 def test_a_retryable_queue_refuses_the_plain_queue_keys():
     import pytest
 
-    from components.config import ConfigError, load_stack_config
+    from components.config.load import load_stack_config
+    from components.model.problems import ConfigError
 
     raw = vhost_config(queues=[{**RETRYABLE, "message_ttl": "1m", "single_active_consumer": True}])
     with pytest.raises(ConfigError) as error:
@@ -181,7 +182,8 @@ def test_quorum_group_size_is_an_argument_of_every_queue_a_config_queue_plans_an
 def test_quorum_group_size_defaults_to_the_stack_default_on_quorum_queues_only_and_a_classic_queue_refuses_it():
     import pytest
 
-    from components.config import ConfigError, load_stack_config
+    from components.config.load import load_stack_config
+    from components.model.problems import ConfigError
 
     config = load_stack_config({"defaults": {"quorum_group_size": 3}, "vhosts": [vhost_config(
         queues=[{**RETRYABLE, "type": "quorum"}, {"name": "audit", "type": "classic"},

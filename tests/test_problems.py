@@ -1,6 +1,6 @@
 """Problems are data: the preview-time checks return `Problem(path, code, message)`, and no tool acts on a message's
 text (tests/test_adopt.py rewords every message and finds the same decisions). Nor does a tool read a permission
-regex back into names: the plan says the names it granted (`components.entries.Grant`)."""
+regex back into names: the plan says the names it granted (`components.model.plan_types.Grant`)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,11 @@ import ast
 import re
 from pathlib import Path
 
-from components import checks
-from components.config import load_vhost
-from components.entries import Grant
-from components.migrations import SHOVEL_WRITE
-from components.plan import plan_vhost
-from components.problems import Problem
+from components.config.load import load_vhost
+from components.model.plan_types import SHOVEL_WRITE, Grant
+from components.model.problems import Problem
+from components.plan import checks
+from components.plan.planner import plan_vhost
 from components.strategies.levels import levels_write_pattern
 from tests.conftest import vhost_config
 from tests.support.sources import python_files
@@ -68,7 +67,7 @@ def test_a_problem_names_the_entry_it_is_about_and_what_it_is():
 
 GRANTED = (Grant.exactly(["orders", "orders.retry"]).regex, Grant.exactly(["a", "b", "c"]).regex, SHOVEL_WRITE.regex,
            levels_write_pattern(["orders"]))
-"""Permission regexes the plan writes, each with its names beside it (`components.entries.Grant`)."""
+"""Permission regexes the plan writes, each with its names beside it (`components.model.plan_types.Grant`)."""
 RE_CALLS = frozenset({"compile", "search", "match", "fullmatch", "findall", "finditer", "sub", "subn", "split"})
 
 

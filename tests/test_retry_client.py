@@ -25,8 +25,8 @@ import pytest
 from jsonschema import Draft202012Validator
 from pika.spec import BasicProperties
 
-from components.config import load_vhost
-from components.plan import plan_vhost
+from components.config.load import load_vhost
+from components.plan.planner import plan_vhost
 from rabbitmq_retry_client import SUPPORTED_STRATEGIES, ContractError, PermanentError, RetryingConsumer, load_contract
 from rabbitmq_retry_client import stack_output as stack_output_of
 from rabbitmq_retry_client.cli import UsageError, duration, main, parser, urls
@@ -54,7 +54,7 @@ from tests.conftest import ROOT, vhost_config
 
 
 def contract(vhost: str = "shop", queue: str = "orders", **changes: Any) -> dict[str, Any]:
-    """A valid contract as the stack exports it (see components/plan.py)."""
+    """A valid contract as the stack exports it (see components/plan/planner.py)."""
     value: dict[str, Any] = {
         "vhost": vhost, "queue": queue, "queue_type": "quorum", "retry_exchange": f"{queue}.retry",
         "reject_routes_to": "wait.1",
@@ -722,8 +722,8 @@ def test_publish_takes_its_vhost_from_the_url_unless_vhost_is_given() -> None:
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_make_contracts_writes_the_plans_contracts_in_the_stack_outputs_shape(stack: str, tmp_path: Path) -> None:
-    from components.config import load_stack_config
-    from components.config.stack_file import load
+    from components.config.load import load_stack_config
+    from components.config.pulumi_yaml import load
     from tools import contracts as make_contracts
 
     output = tmp_path / f"contracts.{stack}.json"

@@ -632,10 +632,11 @@ NAME = _counted(NAME)
 
 
 def test_make_review_plans_and_parses_each_side_once(repo: Path, tmp_path: Path):
-    """Counted: the copy's planner entry point (`components.stack.plan_stack`) and topology parser
+    """Counted: the copy's planner entry point (`components.pulumi.stack_resources.plan_stack`) and topology parser
     (`components.config.load.load_stack_config`) log each call with the project they belong to; `make review`
     between two commits calls each once per side, BASE's in BASE's checkout."""
-    for module, name in (("components/stack.py", "plan_stack"), ("components/config/load.py", "load_stack_config")):
+    for module, name in (("components/pulumi/stack_resources.py", "plan_stack"),
+                         ("components/config/load.py", "load_stack_config")):
         path = repo / module
         path.write_text(path.read_text(encoding="utf-8") + COUNTED.replace("NAME", name), encoding="utf-8")
     git(repo, "commit", "-qam", "count the planner's and the parser's calls")
@@ -763,7 +764,7 @@ def test_the_review_reads_roles_from_the_plan_not_from_logical_names(review_of, 
     """The program's own naming mints config policies' logical keys in a new format: the review plans the stack
     with the same components, so it still knows which policies the config declares (it once compared names with
     the tools' copy of the format, and this policy was silently left out)."""
-    naming = program_copy / "components" / "naming.py"
+    naming = program_copy / "components" / "model" / "naming.py"
     written = naming.read_text(encoding="utf-8")
     assert 'return f"policy-{policy}"' in written
     naming.write_text(written.replace('return f"policy-{policy}"', 'return f"declared-{policy}-by-config"'),

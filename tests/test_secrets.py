@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pulumi import RunError
 
-from components.config.stack_file import SECRET_MARKER, is_secret_placeholder
+from components.config.pulumi_yaml import SECRET_MARKER, is_secret_placeholder
 from tools.lib.mockrun import Registered, record_program
 
 USER = "rabbitmq:index/user:User"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from components.config.stack_file import SECRET_MARKER, StackFileError, load, stack_config
+from components.config.pulumi_yaml import SECRET_MARKER, StackFileError, load, stack_config
 from tools.lib.mockrun import ROOT
 
 CIPHERTEXT = "v1:Zm9yLXRoZS10ZXN0cy1vbmx5LWRpc3RpbmN0aXZl"

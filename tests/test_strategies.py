@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from components.config import RETRY_KEYS, load_queue
-from components.config.fields import Problems
-from components.config.model import Retry
+from components.config.load import load_queue
+from components.model.fields import Problems
+from components.model.keys import RETRY_KEYS
+from components.model.stack_config import Retry
 from components.strategies import DEFAULT, STRATEGIES, strategy_of
 from rabbitmq_retry_client.contract import SCHEMA
 

@@ -12,8 +12,9 @@ import dill
 import pulumi.dynamic
 import pytest
 
-from components.config import ConfigError, load_stack_config
-from components.stack import plan_stack
+from components.config.load import load_stack_config
+from components.model.problems import ConfigError
+from components.pulumi.stack_resources import plan_stack
 from components.user_limits import TYPE, UserLimitsProvider
 from tests.conftest import record_vhost, vhost_config
 from tools.lib import engine

@@ -1,4 +1,4 @@
-"""The wire table (components/wire.py): each RabbitMQ key is spelt there alone, and what each row says is what the
+"""The wire table (components/model/wire.py): each RabbitMQ key is spelt there alone, and what each row says is what the
 config, the effective-policy merge, the broker-version checks and the review's engine do with the key."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from components import wire
-from components.config import load_stack_config
 from components.config.capabilities import version_problems
-from components.config.fields import Problems
-from components.config.keys import KEY_TABLES
+from components.config.load import load_stack_config
 from components.config.parsers import parse_queue_arguments, policy_value
-from components.effective import applies_to_queue_type, merge
-from components.entries import PolicyPlan, QueuePlan
+from components.model import wire
+from components.model.fields import Problems
+from components.model.keys import KEY_TABLES
+from components.model.plan_types import PolicyPlan, QueuePlan
+from components.plan.effective import applies_to_queue_type, merge
 from tests.conftest import RETRYABLE, vhost_config
 from tests.support.sources import ROOT, python_files
 from tools.lib import engine

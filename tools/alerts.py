@@ -1,6 +1,7 @@
 """`make alerts STACK=<stack> [FORMAT=prometheus|prometheus-rule] [OUTPUT=file]`: the stack's Prometheus alerting
-rules, derived from its plan (components/alerts.py; docs/alerts.md), as the program exports them (`alert_rules`):
-a rule file for Prometheus's `rule_files:`, or a Kubernetes `PrometheusRule` manifest for the Prometheus operator.
+rules, derived from its plan (components/plan/alert_rules.py; docs/alerts.md), as the program exports them
+(`alert_rules`): a rule file for Prometheus's `rule_files:`, or a Kubernetes `PrometheusRule` manifest for the
+Prometheus operator.
 No engine, broker or secrets: the program runs under Pulumi's mocks (tools/lib/evaluation.py).
 
     python -m tools.alerts --stack dev [--format prometheus-rule] [--output alerts.dev.yml]
@@ -15,7 +16,7 @@ import sys
 
 import yaml
 
-from components.alerts import FORMATS, prometheus_rule
+from components.plan.alert_rules import FORMATS, prometheus_rule
 from tools.lib.cli import Written, stack_file_command
 from tools.lib.evaluation import Evaluation
 

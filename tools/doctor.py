@@ -18,7 +18,7 @@ import sys
 
 import pulumi
 
-from components.config.stack_file import StackFileError
+from components.config.pulumi_yaml import StackFileError
 from rabbitmq_retry_client.management import ManagementError
 from tools.lib.cli import broker_client, broker_command_parser, tls_summary
 from tools.lib.doctor import diagnose, read_facts, render

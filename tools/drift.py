@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pulumi
 
-from components.config.stack_file import StackFileError
+from components.config.pulumi_yaml import StackFileError
 from rabbitmq_retry_client.management import ManagementError
 from tools.lib.cli import broker_client, broker_command_parser
 from tools.lib.drift import DRIFT_COMPARED, drifted, findings, present_drained, render

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pulumi
 
-from components.config.stack_file import StackFileError
+from components.config.pulumi_yaml import StackFileError
 from tools.lib.evaluation import SCHEMA_VERSION, EvaluationError, evaluate_checkout
 from tools.lib.mockrun import close_event_loop
 

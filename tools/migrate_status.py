@@ -15,7 +15,7 @@ import time
 
 import pulumi
 
-from components.config.stack_file import StackFileError
+from components.config.pulumi_yaml import StackFileError
 from rabbitmq_retry_client.depth import DepthError
 from rabbitmq_retry_client.management import ManagementError, path_escape
 from tools.lib.cli import broker_client, broker_command_parser

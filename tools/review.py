@@ -31,7 +31,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from components.config.stack_file import StackFileError, not_found
+from components.config.pulumi_yaml import StackFileError, not_found
 from rabbitmq_retry_client.management import ManagementError
 from tools.lib import engine
 from tools.lib.checkout import CheckoutError, checkout

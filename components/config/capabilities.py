@@ -10,11 +10,11 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from .. import wire
+from ..model import wire
+from ..model.key_paths import with_paths
+from ..model.keys import OPERATOR_POLICY_KEYS
+from ..model.stack_config import Policy, StackConfig
 from ..strategies import strategy_of
-from .key_paths import with_paths
-from .keys import OPERATOR_POLICY_KEYS
-from .model import Policy, StackConfig
 
 Version = wire.Version
 VERSION = re.compile(r"([0-9]+)\.([0-9]+)\.([0-9]+)")

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from ..naming import SHOVEL_USER
-from .fields import INVALID, Problems
-from .model import Exchange, Policy
-from .parsers import ApplicationEntry, Entry, OperatorEntry, QueueEntry, VhostEntry
+from ..model.config_entries import ApplicationEntry, Entry, OperatorEntry, QueueEntry, VhostEntry
+from ..model.fields import INVALID, Problems
+from ..model.naming import SHOVEL_USER
+from ..model.stack_config import Exchange, Policy
 
 
 def check_policy_names(p: Problems, policies: Sequence[Entry[Policy]],
@@ -30,18 +30,21 @@ def check_policy_names(p: Problems, policies: Sequence[Entry[Policy]],
             p.add(where, f'"{entry.name}" is the name of a policy this stack derives for that queue; rename the policy')
 
 
+def _exchange_owners(p: Problems, exchanges: Sequence[Entry[Exchange]]) -> dict[str, str]:
+    """The key path that declares each exchange first; one problem per exchange declared again."""
+    owners: dict[str, str] = {}
+    for name, where in ((e.name, f"{e.path}.name") for e in exchanges if e.name is not None):
+        if name in owners:
+            p.add(where, f'duplicate exchange "{name}" (also {owners[name]})')
+        owners.setdefault(name, where)
+    return owners
+
+
 def check_queue_and_exchange_names(p: Problems, exchanges: Sequence[Entry[Exchange]],
                                    queues: Sequence[QueueEntry]) -> None:
     """No queue or exchange is declared twice, including those a retryable queue derives."""
     queue_owner: dict[str, str] = {}
-    exchange_owner: dict[str, str] = {}
-    for exchange in exchanges:
-        if exchange.name is None:
-            continue
-        where = f"{exchange.path}.name"
-        if exchange.name in exchange_owner:
-            p.add(where, f'duplicate exchange "{exchange.name}" (also {exchange_owner[exchange.name]})')
-        exchange_owner.setdefault(exchange.name, where)
+    exchange_owner = _exchange_owners(p, exchanges)
     declared_by: dict[str, str] = {}
     for queue in queues:
         where = f"{queue.path}.name"

@@ -6,35 +6,17 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..naming import SHOVEL_USER
-from ..strategies.levels import LevelsRetry, check_backoff_fits
-from .alerts import parse_alerts, queue_alerts, vhost_alerts
+from ..model.alerts import parse_alerts, queue_alerts, vhost_alerts
+from ..model.config_entries import ApplicationEntry, OperatorEntry, VhostEntry
+from ..model.fields import ABSENT, INVALID, Invalid, Problems, boolean, describe, did_you_mean, items, mapping, optional
+from ..model.key_paths import with_paths
+from ..model.keys import BROKER_KEYS, NAMESPACE, TOP_LEVEL_KEYS
+from ..model.naming import SHOVEL_USER
+from ..model.stack_config import Defaults, DelayLevels, Queue, StackConfig, Vhost
+from ..strategies import fits_delay_levels
 from .capabilities import TARGET_GROUP_SIZE_FROM, Version, parse_version, version_problems
 from .crosschecks import check_users, check_vhost, check_vhost_names
-from .fields import (
-    ABSENT,
-    INVALID,
-    Invalid,
-    Problems,
-    boolean,
-    describe,
-    did_you_mean,
-    items,
-    mapping,
-    optional,
-)
-from .key_paths import with_paths
-from .keys import BROKER_KEYS, NAMESPACE, TOP_LEVEL_KEYS
-from .model import Defaults, DelayLevels, Queue, StackConfig, Vhost
-from .parsers import (
-    ApplicationEntry,
-    OperatorEntry,
-    VhostEntry,
-    parse_defaults,
-    parse_delay_levels,
-    parse_queue,
-    parse_vhost,
-)
+from .parsers import parse_defaults, parse_delay_levels, parse_queue, parse_vhost
 from .passwords import NOT_A_MAPPING, key_path, password_command
 
 BUILT_IN_DEFAULTS = Defaults()
@@ -184,8 +166,8 @@ def load_queue(raw: Mapping[str, Any], path: str, defaults: Defaults = BUILT_IN_
 def check_queue_levels(queue: Queue, path: str, delay_levels: DelayLevels, levels_path: str) -> None:
     """A `levels` queue's backoff must fit in the delay levels it retries through; ConfigError otherwise."""
     p = Problems()
-    if isinstance(queue.retry, LevelsRetry):
-        check_backoff_fits(p, f"{path}.retry", queue.retry, delay_levels, levels_path)
+    if queue.retry is not None:
+        fits_delay_levels(p, f"{path}.retry", queue.retry, delay_levels, levels_path)
     p.raise_if_any()
 
 

@@ -3,23 +3,22 @@
 A migration is declared in the stack file, never inferred: the entry names what moves or drains, and its
 `step` says which commit of the migration this is. Every problem names the key path and a fix. What differs
 between kinds (the body's keys, its parser, its checks, what the plan makes of it) is its module's
-(`components/migration_kinds/`).
+(`components/migrations/`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..migration_kinds import KINDS, CheckScope, MigrationKind, kind_of
-from .fields import INVALID, Invalid, Problems, choice, items, mapping
-from .key_paths import entry_paths
-from .keys import MIGRATION_KEYS
-from .model import DelayLevels, Migration
-
-if TYPE_CHECKING:
-    from .parsers import Entry, QueueEntry
+from ..migrations import KINDS, kind_of
+from ..migrations.base import CheckScope, MigrationKind
+from ..model.config_entries import Entry, QueueEntry
+from ..model.fields import INVALID, Invalid, Problems, choice, items, mapping
+from ..model.key_paths import entry_paths
+from ..model.keys import MIGRATION_KEYS
+from ..model.stack_config import DelayLevels, Migration
 
 MIGRATION_NAME = re.compile(r"[a-z0-9-]+")
 """A migration's name ends the shovels' names and shows in review and status: lower case, digits and dashes."""

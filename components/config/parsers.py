@@ -1,24 +1,25 @@
-"""One parser per entity of the stack config; each reports the problems of its own fields.
-
-A refused entry is kept as an `Entry` whose value is `INVALID` but whose name (when the name itself is
-fine) still counts: checks across entities (`crosschecks`) see it, so one bad field never makes its queue,
-exchange or policy look undeclared elsewhere.
-"""
+"""One parser per entity of the stack config; each reports the problems of its own fields and returns its entry,
+kept even when refused (`model/config_entries.py`)."""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
-from .. import naming, wire
-from ..durations import format_duration
-from ..strategies import DEFAULT, STRATEGIES, strategy_of
-from ..strategies.common import positive_duration
-from ..strategies.levels import LevelsRetry, check_backoff_fits
-from .fields import (
+from ..model import naming, wire
+from ..model.config_entries import (
+    ApplicationEntry,
+    BindingEntry,
+    Entry,
+    OperatorEntry,
+    QueueEntry,
+    TopicEntry,
+    VhostEntry,
+)
+from ..model.durations import format_duration
+from ..model.fields import (
     ABSENT,
     INVALID,
     Invalid,
@@ -35,8 +36,8 @@ from .fields import (
     regex,
     written_name,
 )
-from .key_paths import with_paths
-from .keys import (
+from ..model.key_paths import with_paths
+from ..model.keys import (
     APPLICATION_KEYS,
     BINDING_KEYS,
     DEFAULTS_KEYS,
@@ -50,13 +51,11 @@ from .keys import (
     POLICY_KEYS,
     QUEUE_KEYS,
     RETIRED_POLICY_KEYS,
-    RETRY_KEYS,
     TOPIC_PERMISSION_KEYS,
     USER_LIMITS_KEYS,
     VHOST_KEYS,
 )
-from .migrations import parse_migrations
-from .model import (
+from ..model.stack_config import (
     APPLY_TO,
     EXCHANGE_TYPES,
     MAX_AGE,
@@ -77,75 +76,21 @@ from .model import (
     UserLimits,
     Vhost,
 )
+from ..strategies import (
+    STRATEGIES,
+    check_retryable,
+    delivery_limit_problem,
+    fits_delay_levels,
+    parse_retry,
+    strategy_of,
+)
+from ..strategies.common import positive_duration
+from .migrations import parse_migrations
 
 T = TypeVar("T")
 E = TypeVar("E", bound="Entry[Any]")
 GO_INTEGER = re.compile(r"[+-]?[0-9]+")
 """What Go's `strconv.ParseInt(s, 10, 64)` reads as a number (within int64), ASCII digits only."""
-
-
-@dataclass(frozen=True)
-class Entry(Generic[T]):
-    """One item of a config list, kept even when refused."""
-
-    index: int
-    name: str | None
-    """The entry's name when that name is valid, even if the entry is not."""
-    written: str | None
-    """The name as written when it is a string, valid or not: references to it are never undeclared."""
-    value: T | Invalid
-    path: str
-    """Its key path (`key_paths.entry_paths`)."""
-
-
-@dataclass(frozen=True)
-class BindingEntry(Entry[Binding]):
-    external: bool = False
-    """`external: true` as written, so that an exchange named only here counts as declared."""
-
-
-@dataclass(frozen=True)
-class QueueEntry(Entry[Queue]):
-    bindings: tuple[BindingEntry, ...] = ()
-    owned_queues: tuple[str, ...] = ()
-    """Queues this entry brings into its vhost: itself, and a retryable queue's wait tiers and error queue."""
-    owned_exchanges: tuple[str, ...] = ()
-    """A retryable queue's retry, requeue and error exchanges."""
-
-
-@dataclass(frozen=True)
-class TopicEntry:
-    path: str
-    exchange: object
-    """As written (`INVALID` when the entry is not a mapping): `crosschecks` checks that it names an exchange
-    of the vhost."""
-    value: TopicPermission | Invalid
-
-
-@dataclass(frozen=True)
-class ApplicationEntry(Entry[Application]):
-    publishes: Sequence[object] = ()
-    consumes: Sequence[object] = ()
-    topics: tuple[TopicEntry, ...] = ()
-
-
-@dataclass(frozen=True)
-class OperatorEntry(Entry[Operator]):
-    """An `operators[]` entry, kept even when refused."""
-
-
-@dataclass(frozen=True)
-class VhostEntry(Entry[Vhost]):
-    """A vhost and every entry in it, for the checks across entities."""
-
-    exchanges: tuple[Entry[Exchange], ...] = ()
-    queues: tuple[QueueEntry, ...] = ()
-    policies: tuple[Entry[Policy], ...] = ()
-    operator_policies: tuple[Entry[Policy], ...] = ()
-    applications: tuple[ApplicationEntry, ...] = ()
-    operators: tuple[OperatorEntry, ...] = ()
-    unreadable: frozenset[str] = frozenset()
-    """Its list keys written as something other than a list (already reported)."""
 
 
 def refused(index: int, path: str) -> Entry[Any]:
@@ -242,22 +187,6 @@ def check_duplicate_bindings(p: Problems, path: str, bindings: Sequence[BindingE
 # --- queues ---------------------------------------------------------------------------------------------------
 
 
-def parse_retry(p: Problems, path: str, raw: object) -> Retry | Invalid:
-    """The block of the strategy it names (default `tiers`); keys of another strategy are refused."""
-    data = mapping(p, path, raw, RETRY_KEYS)
-    if data is INVALID:
-        return INVALID
-    name = optional(data, "strategy", lambda v: choice(p, f"{path}.strategy", v, tuple(STRATEGIES)), DEFAULT)
-    if name is INVALID:
-        return INVALID
-    for other in STRATEGIES.values():
-        for key in other.RETRY_KEYS:
-            if name != other.NAME and key in data:
-                p.add(f"{path}.{key}", f"belongs to strategy {other.NAME}, not {name}; remove it or set "
-                      f"{path}.strategy: {other.NAME}")
-    return STRATEGIES[name].parse_retry(p, path, data)
-
-
 def parse_group_size(p: Problems, path: str, data: Mapping[str, Any], queue_type: object,
                      defaults: Defaults) -> int | Invalid | None:
     """`quorum_group_size` of a queue or of the delay levels, else the default's; refused on a classic type."""
@@ -301,15 +230,6 @@ def parse_delay_levels(p: Problems, path: str, raw: object, defaults: Defaults) 
     return INVALID
 
 
-def check_derived_name_lengths(p: Problems, path: str, name: str, retry: Retry) -> bool:
-    queues, exchanges = strategy_of(retry).owned_names(name, retry)
-    for derived in queues + exchanges:
-        if naming.byte_length(derived) > naming.MAX_NAME_BYTES:
-            p.add(path, f'derived name "{derived[:40]}…" is over 255 bytes; shorten the queue name')
-            return False
-    return True
-
-
 def resolve_delivery_limit(p: Problems, path: str, written: int | None, queue_type: str, retry: Retry | None,
                            defaults: Defaults) -> int | Invalid | None:
     """Quorum queues always get a limit; a retryable queue's stays above max_retries + 1, the deliveries a
@@ -327,10 +247,8 @@ def resolve_delivery_limit(p: Problems, path: str, written: int | None, queue_ty
     if written is None:
         # On RabbitMQ 4 every plain retry counts toward the limit for the message's whole life.
         return defaults.delivery_limit + retry.max_retries
-    if written <= retry.max_retries + 1:
-        p.add(path, f"{written} is not above max_retries + 1 ({retry.max_retries + 1}): on "
-              "RabbitMQ 4 each retry counts toward it, and a message over it jams in a dead-letter cycle; "
-              "raise it or leave it unset (default: defaults.delivery_limit + max_retries)")
+    if (problem := delivery_limit_problem(retry, written)) is not None:
+        p.add(path, f"{written} {problem}; raise it or leave it unset (default: defaults.delivery_limit + max_retries)")
         return INVALID
     return written
 
@@ -421,16 +339,9 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
                      for i, b in enumerate(items(p, f"{path}.bindings", data.get("bindings", ABSENT))))
     check_duplicate_bindings(p, f"{path}.bindings", bindings)
     retry = optional(data, "retry", lambda v: parse_retry(p, f"{path}.retry", v), None)
-    lengths_ok = name is INVALID or not isinstance(retry, Retry) or check_derived_name_lengths(
-        p, f"{path}.name", name, retry)
-    entry = QueueEntry(index, None if name is INVALID else name, written_name(data.get("name")), INVALID, path,
-                       bindings=bindings)
     if name is INVALID:
-        return entry
-    if isinstance(retry, Retry) and isinstance(queue_type, str) and not strategy_of(retry).check_queue(
-            p, path, name, queue_type):
-        retry = INVALID
-    owned = strategy_of(retry).owned_names(name, retry) if isinstance(retry, Retry) else ([name], [])
+        return QueueEntry(index, None, written_name(data.get("name")), INVALID, path, bindings=bindings)
+    retry, owned, lengths_ok = check_retryable(p, path, name, queue_type, retry)
     entry = QueueEntry(index, name, name, INVALID, path, bindings, tuple(owned[0]), tuple(owned[1]))
     if (not lengths_ok or queue_type is INVALID or priority is INVALID or max_length is INVALID
             or delivery_limit is INVALID or retry is INVALID or max_length_bytes is INVALID or message_ttl is INVALID
@@ -742,18 +653,23 @@ def _written_levels(data: Mapping[str, Any]) -> bool:
                for name in _written_strategies(data))
 
 
+def _unused_levels(p: Problems, levels_path: str, data: Mapping[str, Any]) -> Invalid | None:
+    """`delay_levels` in a vhost none of whose queues retries through them is refused, unless a queue misspells its
+    strategy (`level`): that is its own problem, and delay_levels may well be what it asks for."""
+    misspelt = any(not (isinstance(name, str) and name in STRATEGIES) for name in _written_strategies(data))
+    if "delay_levels" in data and not misspelt:
+        p.add(levels_path, "no queue of this vhost has retry.strategy: levels; remove delay_levels")
+        return INVALID
+    return None
+
+
 def vhost_delay_levels(p: Problems, path: str, data: Mapping[str, Any], queues: tuple[QueueEntry, ...],
                        defaults: Defaults) -> DelayLevels | Invalid | None:
     """The vhost's delay levels when a queue uses a strategy that retries through them, else None
     (`delay_levels` without such a queue is refused); the backoff of each such queue must fit in them."""
     levels_path = f"{path}.delay_levels"
     if not _written_levels(data):
-        # A misspelt strategy (`level`) is its own problem: delay_levels may well be what it asks for.
-        misspelt = any(not (isinstance(name, str) and name in STRATEGIES) for name in _written_strategies(data))
-        if "delay_levels" in data and not misspelt:
-            p.add(levels_path, "no queue of this vhost has retry.strategy: levels; remove delay_levels")
-            return INVALID
-        return None
+        return _unused_levels(p, levels_path, data)
     levels = optional(data, "delay_levels", lambda v: parse_delay_levels(p, levels_path, v, defaults),
                       DelayLevels(queue_type=defaults.queue_type, policy_priority=defaults.policy_priority,
                                   quorum_group_size=defaults.quorum_group_size if defaults.queue_type == "quorum"
@@ -762,6 +678,6 @@ def vhost_delay_levels(p: Problems, path: str, data: Mapping[str, Any], queues: 
         return INVALID
     fits = True
     for entry in queues:
-        if isinstance(entry.value, Queue) and isinstance(retry := entry.value.retry, LevelsRetry):
-            fits &= check_backoff_fits(p, f"{entry.path}.retry", retry, levels, levels_path)
+        if isinstance(entry.value, Queue) and entry.value.retry is not None:
+            fits &= fits_delay_levels(p, f"{entry.path}.retry", entry.value.retry, levels, levels_path)
     return levels if fits else INVALID

@@ -9,12 +9,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 
-from ..migration_kinds import kind_of
-from ..naming import SHOVEL_USER
-from .fields import describe
-from .key_paths import entry_path, with_paths
-from .keys import NAMESPACE
-from .model import StackConfig
+from ..migrations import kind_of
+from ..model.fields import describe
+from ..model.key_paths import entry_path, with_paths
+from ..model.keys import NAMESPACE
+from ..model.naming import SHOVEL_USER
+from ..model.stack_config import StackConfig
 
 NOT_A_MAPPING = ("expected a mapping of application user to password, set with "
                  f"`pulumi config set --secret --path '{NAMESPACE}:passwords.<user>' <password>`")

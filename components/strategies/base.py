@@ -4,8 +4,6 @@ A strategy owns everything that differs between strategies: its `retry` block (c
 objects it plans for a retryable queue, the contract a consumer follows and the paths the preview checks.
 Everything else (the vhost, plain queues, policies, permissions, the components) is strategy-free and asks the
 strategy through this interface; `strategies/__init__.py` maps names to modules.
-
-Pure and Pulumi-free, like the plan.
 """
 
 from __future__ import annotations
@@ -14,10 +12,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..config.fields import Invalid, Problems
-from ..config.model import DelayLevels, Queue, Retry
-from ..entries import RetryablePlan, TopicGrant
-from ..problems import Problem
+from ..model.fields import Invalid, Problems
+from ..model.plan_types import PlannedBy, RetryablePlan, TopicGrant
+from ..model.problems import Problem
+from ..model.stack_config import DelayLevels, Queue, Retry
 
 Route = Callable[[str, str | None], set[str] | None]
 """Queues a message published to an exchange with a routing key reaches in the planned topology (None when
@@ -37,8 +35,9 @@ class FeatureFlag:
     """What of the strategy needs it, as `make doctor` says it."""
 
 
-class Strategy(Protocol):
-    """A module of `strategies/`; its functions are documented there."""
+class Strategy(PlannedBy, Protocol):
+    """A module of `strategies/`; its functions are documented there. What each plan asks of it after (`PlannedBy`:
+    `consumer_exchanges`, `contract`) is entered through the plan."""
 
     NAME: str
     """`retry.strategy` in the config and `strategy` in the contract."""
@@ -64,15 +63,11 @@ class Strategy(Protocol):
     def plan(self, queue: Queue, retry: Any, path: str, levels: DelayLevels | None,
              imports: tuple[str, ...]) -> RetryablePlan[Any]: ...
 
-    def consumer_exchanges(self, plan: RetryablePlan[Any]) -> tuple[str, ...]: ...
-
     def redrive_exchanges(self, plan: RetryablePlan[Any]) -> tuple[str, ...]: ...
 
     def topic_permissions(self, own: Iterable[RetryablePlan[Any]]) -> tuple[TopicGrant, ...]: ...
 
     def retry_exchange(self, plan: RetryablePlan[Any]) -> str | None: ...
-
-    def contract(self, plan: RetryablePlan[Any], vhost: str) -> dict[str, object]: ...
 
     def path_problems(self, plan: RetryablePlan[Any], route: Route) -> list[Problem]: ...
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..config.fields import INVALID, Invalid, Problems, duration, integer, optional
-from ..durations import format_duration
+from ..model.durations import format_duration
+from ..model.fields import INVALID, Invalid, Problems, duration, integer, optional
 
 
 def parse_error_queue(p: Problems, path: str, data: Mapping[str, Any]) -> tuple[int | Invalid | None,

@@ -11,21 +11,22 @@ The levels themselves are the vhost's (`delay_levels`, a DelayLevels component),
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
-from .. import naming, wire
-from ..config.fields import INVALID, Invalid, Problems, integer, mapping, number, optional
-from ..config.keys import BACKOFF_KEYS
-from ..config.model import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry
-from ..durations import format_duration
-from ..entries import (
+from ..model import naming, wire
+from ..model.durations import format_duration
+from ..model.fields import INVALID, Invalid, Problems, integer, mapping, number, optional
+from ..model.keys import BACKOFF_KEYS
+from ..model.plan_types import (
     ERROR_QUEUE_DELIVERY_LIMIT,
     BindingPlan,
     DelayLevelsPlan,
     ExchangePlan,
     Grant,
+    PlannedBy,
     PolicyPlan,
     QueuePlan,
     RetryablePlan,
@@ -42,9 +43,12 @@ from ..entries import (
     quorum_dead_lettering,
     reconciliation,
 )
-from ..problems import Problem
+from ..model.problems import Problem
+from ..model.stack_config import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry
 from .base import Route
 from .common import REDEPLOY, contract_ms, contract_number, parse_error_queue, positive_duration
+
+PLANNER = cast("PlannedBy", sys.modules[__name__])  # each plan it makes records it (`planned_by`)
 
 NAME = "levels"
 RETRY_KEYS = ("backoff",)
@@ -165,7 +169,8 @@ def plan(queue: Queue, retry: LevelsRetry, path: str, levels: DelayLevels | None
     policies = [*([queue_policy(naming.QUEUE_POLICY_KEY, queue.name, queue.policy_priority, limits,
                                 limit_sources(path, queue))] if limits else []),
                 *error_policies(queue, retry, path)]
-    return RetryablePlan(config=queue, retry=retry, tiers=(), queues=adopt((input_queue, error), "queue", imports),
+    return RetryablePlan(config=queue, retry=retry, planned_by=PLANNER,
+                         tiers=(), queues=adopt((input_queue, error), "queue", imports),
                          exchanges=adopt((error_exchange,), "exchange", imports),
                          bindings=adopt((error_binding, delivery), "binding", imports),
                          policies=adopt(tuple(policies), "policy", imports), delay_levels=levels)

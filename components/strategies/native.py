@@ -9,18 +9,19 @@ exchange it was first published to.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from rabbitmq_retry_client.contract import NATIVE_RETRY_CALL
 
-from .. import naming, wire
-from ..config.fields import INVALID, Invalid, Problems, integer, optional
-from ..config.model import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry
-from ..entries import (
+from ..model import naming, wire
+from ..model.fields import INVALID, Invalid, Problems, integer, optional
+from ..model.plan_types import (
     BindingPlan,
     ExchangePlan,
+    PlannedBy,
     RetryablePlan,
     TopicGrant,
     adopt,
@@ -31,9 +32,12 @@ from ..entries import (
     queue_limits,
     queue_policy,
 )
-from ..problems import Problem
+from ..model.problems import Problem
+from ..model.stack_config import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry
 from .base import FeatureFlag, Route
 from .common import parse_error_queue, positive_duration
+
+PLANNER = cast("PlannedBy", sys.modules[__name__])  # each plan it makes records it (`planned_by`)
 
 NAME = "native"
 RETRY_KEYS = ("min_delay", "max_delay")
@@ -118,7 +122,8 @@ def plan(queue: Queue, retry: NativeRetry, path: str, levels: DelayLevels | None
                wire.DELAYED_RETRY_MAX.key: f"{path}.retry.max_delay"}
     policies = (queue_policy(naming.QUEUE_POLICY_KEY, queue.name, queue.policy_priority, definition, sources),
                 *error_policies(queue, retry, path))
-    return RetryablePlan(config=queue, retry=retry, tiers=(), queues=adopt((input_queue, error), "queue", imports),
+    return RetryablePlan(config=queue, retry=retry, planned_by=PLANNER,
+                         tiers=(), queues=adopt((input_queue, error), "queue", imports),
                          exchanges=adopt((requeue_exchange, error_exchange), "exchange", imports),
                          bindings=adopt((requeue_binding, error_binding), "binding", imports),
                          policies=adopt(policies, "policy", imports))

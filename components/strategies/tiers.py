@@ -8,16 +8,17 @@ A rejected message dead-letters from `Q` through the direct exchange `Q.retry` t
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
-from .. import naming, wire
-from ..config.fields import ABSENT, INVALID, Invalid, Problems, duration, integer, items, optional
-from ..config.model import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry
-from ..entries import (
+from ..model import naming, wire
+from ..model.fields import ABSENT, INVALID, Invalid, Problems, duration, integer, items, optional
+from ..model.plan_types import (
     BindingPlan,
     ExchangePlan,
+    PlannedBy,
     QueuePlan,
     RetryablePlan,
     Tier,
@@ -32,9 +33,12 @@ from ..entries import (
     quorum_dead_lettering,
     reconciliation,
 )
-from ..problems import Problem
+from ..model.problems import Problem
+from ..model.stack_config import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry
 from .base import Route
 from .common import parse_error_queue
+
+PLANNER = cast("PlannedBy", sys.modules[__name__])  # each plan it makes records it (`planned_by`)
 
 NAME = "tiers"
 RETRY_KEYS = ("delays",)
@@ -143,7 +147,8 @@ def plan(queue: Queue, retry: TiersRetry, path: str, levels: DelayLevels | None,
         policies.insert(0, queue_policy(naming.QUEUE_POLICY_KEY, name, queue.policy_priority, limits,
                                         limit_sources(path, queue)))
     policies += error_policies(queue, retry, path)
-    return RetryablePlan(config=queue, retry=retry, tiers=tiers,
+    return RetryablePlan(config=queue, retry=retry, planned_by=PLANNER,
+                         tiers=tiers,
                          queues=adopt((input_queue, *wait_queues, error), "queue", imports),
                          exchanges=adopt(exchanges, "exchange", imports),
                          bindings=adopt(bindings, "binding", imports),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from components.resources import ShovelAccess
+from components.pulumi.resources import ShovelAccess
 from tests.support.deploy import Deployer, configured_brokers, throwaway_vhost, unreachable
 from tests.support.environment import missing
 from tests.support.mirror import Broker, call, esc

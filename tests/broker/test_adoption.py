@@ -18,10 +18,11 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from components import Vhost, naming
-from components.config import load_vhost
-from components.plan import plan_vhost
-from components.resources import ShovelAccess
+from components import Vhost
+from components.config.load import load_vhost
+from components.model import naming
+from components.plan.planner import plan_vhost
+from components.pulumi.resources import ShovelAccess
 from rabbitmq_retry_client.depth import BrokerAccess
 from tests.support.admin import version
 from tests.support.amqp import channel, message_counts, next_message

@@ -28,8 +28,8 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from components.config import load_stack_config, load_vhost
-from components.stack import plan_stack
+from components.config.load import load_stack_config, load_vhost
+from components.pulumi.stack_resources import plan_stack
 from rabbitmq_retry_client.depth import BrokerAccess
 from tests.support.amqp import channel, message_counts, next_message
 from tests.support.hooks import ProgramHooks

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 import pika
 import pytest
 
-from components.alerts import rule_file, stack_rules
-from components.config import load_stack_config
-from components.stack import plan_stack
+from components.config.load import load_stack_config
+from components.plan.alert_rules import rule_file, stack_rules
+from components.pulumi.stack_resources import plan_stack
 from rabbitmq_retry_client import PermanentError, RetryingConsumer
 from rabbitmq_retry_client.cli import main
 from tests.broker.test_delivery_limit import _deploy as with_delivery_limit

@@ -13,10 +13,10 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import NackError
 
-from components.checks import _graph, check_vhost
-from components.config import load_vhost
-from components.effective import merge, winners
-from components.plan import plan_vhost
+from components.config.load import load_vhost
+from components.plan.checks import _graph, check_vhost
+from components.plan.effective import merge, winners
+from components.plan.planner import plan_vhost
 from tests.broker.test_delivery_limit import EMPTY, STATS_S, _jammed, _settles
 from tests.support.amqp import channel as _channel
 from tests.support.amqp import message_count, returned_by_crashed_readers
@@ -40,7 +40,7 @@ def _apply_anyway(deploy: Deployer, monkeypatch: pytest.MonkeyPatch, config: dic
     """Apply `config` although the checks refuse it (they must, with a problem starting with `refused`)."""
     problems = _problems(deploy.vhost, config)
     assert any(problem.startswith(refused) for problem in problems), problems
-    monkeypatch.setattr("components.vhost.check_vhost", lambda *args, **kwargs: [])
+    monkeypatch.setattr("components.pulumi.vhost.check_vhost", lambda *args, **kwargs: [])
     return deploy(config)
 
 

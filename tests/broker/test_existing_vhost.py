@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from components.config import load_stack_config
+from components.config.load import load_stack_config
 from tests.conftest import record_vhost
 from tests.support.doctor import planned_objects
 from tests.support.mirror import Broker, MirrorError, apply, get

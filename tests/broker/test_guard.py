@@ -1,4 +1,4 @@
-"""The queue guard's logic on real brokers (3.10.8 and 4.3.6): what `components/guard.py`'s before-delete hook
+"""The queue guard's logic on real brokers (3.10.8 and 4.3.6): what `components/pulumi/guard.py`'s before-delete hook
 decides, from what `rabbitmq_retry_client/depth.py` reads, for each way a queue can hold messages.
 
 The engine calling the hook cannot run here (no Pulumi CLI); these tests call the hook's own code, the way the
@@ -17,7 +17,7 @@ import pika
 import pytest
 from pulumi.runtime.config import set_all_config
 
-from components.guard import QUEUE_GUARD, GuardError, check_queue_delete, guard_queue_delete, queue_key
+from components.pulumi.guard import QUEUE_GUARD, GuardError, check_queue_delete, guard_queue_delete, queue_key
 from rabbitmq_retry_client.depth import BrokerAccess, DepthReader, QueueDepth
 from tests.support.admin import STATS_S, version, wait_for
 from tests.support.amqp import channel, parameters

@@ -17,10 +17,11 @@ import pulumi
 import pulumi_rabbitmq as rabbitmq
 import pytest
 
-from components import Vhost, guard
-from components.config import load_vhost
-from components.guard import PATH_GUARD, QUEUE_GUARD, GuardError
-from components.plan import plan_vhost
+from components import Vhost
+from components.config.load import load_vhost
+from components.plan.planner import plan_vhost
+from components.pulumi import guard
+from components.pulumi.guard import PATH_GUARD, QUEUE_GUARD, GuardError
 from tests.support.deploy import configured_brokers, configured_tls_brokers, throwaway_vhost, unreachable
 from tests.support.mirror import Broker, apply
 from tests.support.retrying import publish_ids

@@ -12,8 +12,8 @@ from typing import Any
 import pika
 import pytest
 
-from components.config import load_vhost
-from components.resources import ShovelAccess
+from components.config.load import load_vhost
+from components.pulumi.resources import ShovelAccess
 from rabbitmq_retry_client.depth import BrokerAccess
 from tests.support.amqp import channel, message_counts
 from tests.support.deploy import throwaway_vhost

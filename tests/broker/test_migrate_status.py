@@ -12,9 +12,9 @@ from typing import Any
 import pika
 import pytest
 
-from components.config import load_vhost
-from components.naming import shovel_user
-from components.plan import plan_vhost
+from components.config.load import load_vhost
+from components.model.naming import shovel_user
+from components.plan.planner import plan_vhost
 from rabbitmq_retry_client.depth import BrokerAccess, DepthReader
 from tests.support.admin import wait_for
 from tests.support.amqp import channel

@@ -16,7 +16,7 @@ a lowered `delay_levels.max_delay`, and the strategy switches tiers ↔ levels, 
   broker and the final recording (tools/lib/drift.py).
 
 Isolation on shared brokers: each test works in its own vhost `mvi-<random>`, and its stack's shovel user is
-named `mvi-shovel-<random>` instead of the product's per-stack name (`components.naming.shovel_user`, patched for
+named `mvi-shovel-<random>` instead of the product's per-stack name (`components.model.naming.shovel_user`, patched for
 the test), so that concurrent runs on one broker never share a broker-wide user.
 """
 
@@ -31,9 +31,9 @@ from typing import Any
 import pika
 import pytest
 
-from components import naming
-from components.config import load_stack_config
-from components.stack import plan_stack
+from components.config.load import load_stack_config
+from components.model import naming
+from components.pulumi.stack_resources import plan_stack
 from rabbitmq_retry_client import RetryingConsumer
 from rabbitmq_retry_client.depth import BrokerAccess, DepthReader
 from rabbitmq_retry_client.levels import delay_exchange, delay_routing_key

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from components.config import ConfigError, load_stack_config
+from components.config.load import load_stack_config
+from components.model.problems import ConfigError
 from rabbitmq_retry_client.parked import ParkedQueue, Selection
 from tests.support.admin import version, wait_for_queue
 from tests.support.amqp import channel, drain, message_counts, parameters

@@ -4,7 +4,7 @@ a message (issue 31, docs/guard.md "The path guard").
 Each change is applied the way the engine schedules `pulumi up` (tests/support/mirror.py `apply_update`): creates,
 updates and replacements in dependency order, a failed step stopping only what waits for it (everything else runs,
 the worst case), deletions only after every other step succeeded, dependents first. The program's own hooks
-(components/guard.py) run where the engine calls them (tests/support/hooks.py), reading the broker with the
+(components/pulumi/guard.py) run where the engine calls them (tests/support/hooks.py), reading the broker with the
 provider's settings as `pulumi up` hands them over. That the engine calls them is not verified here (no Pulumi CLI).
 
 For each way a change can delete a part of a retry path while a message waits on it, the change is refused before
@@ -21,8 +21,8 @@ from typing import Any
 import pika
 import pytest
 
-from components import naming
-from components.guard import GuardError, queue_key
+from components.model import naming
+from components.pulumi.guard import GuardError, queue_key
 from rabbitmq_retry_client.levels import delay_exchange, delay_routing_key
 from rabbitmq_retry_client.strategies import behaviour_of
 from tests.support.admin import wait_for

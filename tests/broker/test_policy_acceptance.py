@@ -1,6 +1,6 @@
 """Which policy keys and `apply-to` values each broker takes: every definition key the config accepts and every
 `apply-to` value, PUT through the management API as a user policy and as an operator policy, must be refused
-(400) exactly where the wire table (components/wire.py, read by components/config/capabilities.py) says preview
+(400) exactly where the wire table (components/model/wire.py, read by components/config/capabilities.py) says preview
 refuses it. Re-run it to re-measure a broker
 version (`-s` prints what each broker refused)."""
 
@@ -10,10 +10,10 @@ from collections.abc import Mapping
 
 import pytest
 
-from components import wire
 from components.config.capabilities import APPLY_TO_VERSIONS, NEWEST_MEASURED, Version
-from components.config.keys import OPERATOR_POLICY_KEYS, POLICY_DEFINITION_KEYS, RETIRED_POLICY_KEYS
-from components.config.model import APPLY_TO
+from components.model import wire
+from components.model.keys import OPERATOR_POLICY_KEYS, POLICY_DEFINITION_KEYS, RETIRED_POLICY_KEYS
+from components.model.stack_config import APPLY_TO
 from components.strategies import native
 from tests.support.admin import version
 from tests.support.deploy import throwaway_vhost

@@ -6,7 +6,7 @@ tests/cluster/test_replication.py.
 
 from __future__ import annotations
 
-from components.config import load_stack_config
+from components.config.load import load_stack_config
 from tests.support.deploy import Deployer
 from tests.support.doctor import planned_objects
 from tests.support.mirror import Broker, call, esc

@@ -14,10 +14,10 @@ from typing import Any
 import pika
 import pytest
 
-from components import naming
-from components.config import load_vhost
-from components.entries import VhostPlan
-from components.plan import plan_vhost
+from components.config.load import load_vhost
+from components.model import naming
+from components.model.plan_types import VhostPlan
+from components.plan.planner import plan_vhost
 from tests.support.admin import wait_for
 from tests.support.amqp import channel
 from tests.support.deploy import throwaway_vhost

@@ -25,7 +25,7 @@ from pathlib import Path
 import pika
 import pytest
 
-from components.guard import GuardError, check_queue_delete
+from components.pulumi.guard import GuardError, check_queue_delete
 from components.user_limits import UserLimitsError, UserLimitsProvider
 from rabbitmq_retry_client import Publisher, RetryingConsumer, TlsSettings
 from rabbitmq_retry_client.depth import BrokerAccess, DepthError, DepthReader

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from components.alerts import rule_file, stack_rules
-from components.config import load_stack_config
-from components.stack import plan_stack
+from components.config.load import load_stack_config
+from components.plan.alert_rules import rule_file, stack_rules
+from components.pulumi.stack_resources import plan_stack
 from tests.support import prometheus
 from tests.support.cluster import Cluster
 from tests.support.deploy import Deployer

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from components.config import load_stack_config
+from components.config.load import load_stack_config
 from tests.support.admin import STATS_S, wait_for
 from tests.support.cluster import ROOT, Cluster
 from tests.support.deploy import Deployer

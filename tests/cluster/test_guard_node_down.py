@@ -12,7 +12,7 @@ from __future__ import annotations
 import pika
 import pytest
 
-from components.guard import GuardError, check_queue_delete, path_refusal
+from components.pulumi.guard import GuardError, check_queue_delete, path_refusal
 from rabbitmq_retry_client.depth import BrokerAccess, DepthError, DepthReader
 from tests.support.admin import wait_for
 from tests.support.amqp import channel

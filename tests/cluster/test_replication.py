@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from components.config import load_stack_config
+from components.config.load import load_stack_config
 from tests.support.cluster import Cluster
 from tests.support.deploy import Deployer, throwaway_vhost
 from tests.support.doctor import planned_objects

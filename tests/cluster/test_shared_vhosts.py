@@ -19,7 +19,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from components.config import load_stack_config
+from components.config.load import load_stack_config
 from tests.conftest import record_vhost
 from tests.support.admin import wait_for
 from tests.support.amqp import parameters

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from components.config import load_vhost
-from components.plan import plan_vhost
+from components.config.load import load_vhost
+from components.plan.planner import plan_vhost
 from rabbitmq_retry_client.management import ManagementError, TlsSettings
 from tests.conftest import record_vhost
 from tests.support.mirror import BeforeDelete, Broker, MirrorError, apply, apply_update, call, esc

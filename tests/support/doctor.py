@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import cast
 
-from components import Vhost, VhostPythonArgs, naming
-from components.config import StackConfig
-from components.naming import vhost_key
-from components.resources import ShovelAccess
+from components import Vhost, VhostPythonArgs
+from components.model import naming
+from components.model.naming import vhost_key
+from components.model.stack_config import StackConfig
+from components.pulumi.resources import ShovelAccess
 from tools.lib.mockrun import Registered, record
 
 

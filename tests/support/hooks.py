@@ -1,6 +1,6 @@
 """The engine's part of an update that the mirror (tests/support/mirror.py) cannot do: calling the program's resource
-hooks. `ProgramHooks` calls the program's own callbacks (components/guard.py), by the hook names a record is bound to,
-with the `ResourceHookArgs` the engine passes, and with the provider's settings as `pulumi up` hands them over
+hooks. `ProgramHooks` calls the program's own callbacks (components/pulumi/guard.py), by the hook names a record is
+bound to, with the `ResourceHookArgs` the engine passes, and with the provider's settings as `pulumi up` hands them over
 (environment variables) and the stack's `delete_with_messages`. When the engine calls them is the mirror's model
 (`apply_update`); that the engine calls them at all is not verified here (no Pulumi CLI).
 """
@@ -16,7 +16,7 @@ from typing import Any
 import pulumi
 from pulumi.runtime.config import set_all_config
 
-from components.guard import PATH_GUARD, QUEUE_GUARD, guard_path_change, guard_queue_delete
+from components.pulumi.guard import PATH_GUARD, QUEUE_GUARD, guard_path_change, guard_queue_delete
 from tests.support.mirror import Broker
 from tools.lib import engine
 from tools.lib.mockrun import Registered

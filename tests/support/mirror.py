@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
 
+from components.model.naming import binding_id
 from components.user_limits import UserLimitsProvider
 from rabbitmq_retry_client.management import TLS_SETTINGS, ManagementClient, TlsSettings
 from tools.lib import engine
@@ -84,7 +85,7 @@ def user_limits_provider(broker: Broker) -> UserLimitsProvider:
     configured as the engine would configure it from the stack's `rabbitmq:` keys."""
     import pulumi.dynamic
 
-    from components.config.keys import NAMESPACE
+    from components.model.keys import NAMESPACE
 
     provider = UserLimitsProvider()
     provider.configure(pulumi.dynamic.ConfigureRequest(pulumi.dynamic.Config(broker.provider_config(), NAMESPACE)))
@@ -382,8 +383,7 @@ def _import_target(r: Registered) -> str:
     """The ID the provider would give the object the record declares (a binding's without its key)."""
     i = r.inputs
     if r.type == engine.BINDING:
-        vhost = i["vhost"].replace("%", "%25").replace("/", "%2F")
-        return f"{vhost}/{i['source']}/{i['destination']}/{i.get('destinationType') or 'queue'}/"
+        return binding_id(i["vhost"], i["source"], i["destination"], i.get("destinationType") or "queue", "")
     return f"{i.get('name')}@{i.get('vhost') or '/'}"
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from components.config import ConfigError, load_stack_config
-from components.problems import Problem
+from components.config.load import load_stack_config
+from components.model.problems import ConfigError, Problem
 
 
 def problems_of(action: Callable[[], object]) -> list[tuple[str, str]]:

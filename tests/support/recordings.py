@@ -52,7 +52,7 @@ def _standalone_levels() -> Any:
 
 def _standalone_levels_queue() -> Any:
     from components import DelayLevels, RetryableQueue
-    from components.retryable_queue import RetryableQueuePythonArgs
+    from components.pulumi.retryable_queue import RetryableQueuePythonArgs
 
     levels = DelayLevels("payments-levels", {"vhost": "payments", "delay_levels": {"unit": "1s", "max_delay": "1h"}})
     args: RetryableQueuePythonArgs = {

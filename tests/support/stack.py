@@ -13,10 +13,11 @@ from typing import Any
 import pulumi
 import pytest
 
-from components import Vhost, naming
-from components.config import load_stack_config
-from components.stack import declare_shovel_user, plan_stack
-from components.vhost import VhostPythonArgs
+from components import Vhost
+from components.config.load import load_stack_config
+from components.model import naming
+from components.pulumi.stack_resources import declare_shovel_user, plan_stack
+from components.pulumi.vhost import VhostPythonArgs
 from tests.support.deploy import _integers
 from tests.support.mirror import Broker, call, esc
 from tools.lib import engine

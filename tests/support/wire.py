@@ -57,7 +57,7 @@ class RecordingResourceMonitor(resource_pb2_grpc.ResourceMonitorServicer):
         return resource_pb2.DeploymentInfo(supportedFeatures=features)
 
     def RegisterResourceHook(self, request: Any, context: Any) -> Any:  # noqa: N802
-        """The queue guard's before_delete hook (components/guard.py): registered, never called in a preview."""
+        """The queue guard's before_delete hook (components/pulumi/guard.py): registered, never called in a preview."""
         self.hooks.append(request.name)
         return empty_pb2.Empty()
 

@@ -14,29 +14,28 @@ from urllib.parse import quote_plus
 
 import yaml
 
-from components import Vhost, naming, wire
-from components.checks import check_vhost
-from components.config import (
-    OPERATOR_POLICY_KEYS,
-    ConfigError,
-    load_vhost,
-)
-from components.config.key_paths import entry_paths
-from components.config.keys import NAMESPACE
-from components.config.model import DEFAULT_POLICY_PRIORITY
-from components.config.stack_file import PROJECT
-from components.durations import format_duration
-from components.entries import Grant
-from components.guard import AMQP_PORT
-from components.migration_kinds import move
-from components.plan import plan_vhost
-from components.resources import ShovelAccess
+from components import Vhost
+from components.config.load import load_vhost
+from components.config.pulumi_yaml import PROJECT
+from components.config.stack_settings import AMQP_PORT
+from components.migrations import move
+from components.model import naming, wire
+from components.model.durations import format_duration
+from components.model.key_paths import entry_paths
+from components.model.keys import NAMESPACE, OPERATOR_POLICY_KEYS
+from components.model.naming import binding_id
+from components.model.plan_types import Grant
+from components.model.problems import ConfigError
+from components.model.stack_config import DEFAULT_POLICY_PRIORITY
+from components.plan.checks import check_vhost
+from components.plan.planner import plan_vhost
+from components.pulumi.resources import ShovelAccess
 from tools.lib import engine
 from tools.lib.drift import COMPARED, binding_label, compare, import_id, markdown_table
 from tools.lib.markdown import code, names
 from tools.lib.mockrun import Registered, close_event_loop, record
 from tools.lib.recognise import Topology, delay_levels, own_policy, recognise, unclear
-from tools.lib.snapshot import DefinitionsError, Snapshot, binding_id
+from tools.lib.snapshot import DefinitionsError, Snapshot
 from tools.lib.unowned import kept_detail, unmanageable_exchange, unmanageable_queue
 
 DEFAULT_SUFFIX = ".v2"

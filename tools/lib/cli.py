@@ -13,7 +13,7 @@ from typing import Any
 
 import pulumi
 
-from components.config.stack_file import StackFileError
+from components.config.pulumi_yaml import StackFileError
 from rabbitmq_retry_client.management import INSECURE, TLS_SETTINGS, ManagementClient
 from tools.lib.evaluation import Evaluation, EvaluationError, evaluate
 from tools.lib.mockrun import ROOT, Registered, close_event_loop

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from components.durations import format_duration
-from components.naming import DELIVERY_EXCHANGE, delay_level, requeue_exchange
+from components.model.durations import format_duration
+from components.model.naming import DELIVERY_EXCHANGE, delay_level, requeue_exchange
 from components.strategies import levels, native, tiers
 from rabbitmq_retry_client.contract import strategy_of
 

@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.config import StackConfig
 from components.config.capabilities import (
     AT_LEAST_ONCE_MIN_VERSION,
     Version,
@@ -19,10 +18,10 @@ from components.config.capabilities import (
     version_problems,
     version_warnings,
 )
-from components.config.key_paths import with_paths
-from components.config.model import Limits
 from components.config.passwords import moves_queues
-from components.resources import DEFAULT_AMQP_PORT
+from components.model.key_paths import with_paths
+from components.model.stack_config import Limits, StackConfig
+from components.pulumi.resources import DEFAULT_AMQP_PORT
 from components.strategies import strategy_of
 from rabbitmq_retry_client.management import ManagementClient, path_escape
 from tools.lib import drift

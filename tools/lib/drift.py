@@ -9,15 +9,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from components import wire
-from components.effective import PolicyIndex, effective_settings
-from components.entries import PolicyPlan, QueuePlan
+from components.model import wire
+from components.model.naming import binding_id
+from components.model.plan_types import PolicyPlan, QueuePlan
+from components.plan.effective import PolicyIndex, effective_settings
 from components.user_limits import LIMIT_NAMES
 from tools.lib import engine
 from tools.lib.evaluation import MigrationInfo
 from tools.lib.markdown import code, names, row
 from tools.lib.mockrun import Registered
-from tools.lib.snapshot import Snapshot, binding_id
+from tools.lib.snapshot import Snapshot
 from tools.lib.unowned import unmanageable_binding, unmanageable_exchange, unmanageable_queue
 
 COMPARED = (engine.QUEUE, engine.EXCHANGE, engine.BINDING, engine.POLICY, engine.OPERATOR_POLICY)

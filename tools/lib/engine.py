@@ -38,7 +38,7 @@ USER_LIMITS = "pulumi-python:dynamic/rabbitmq-retry:UserLimits"
 """The project's own dynamic resource (components/user_limits.py), whose diff replaces it for another user only."""
 STACK = "pulumi:pulumi:Stack"
 STASH = "pulumi:index:Stash"
-"""The path guards (components/resources.py): Pulumi's built-in Stash, whose `input` updates in place."""
+"""The path guards (components/pulumi/resources.py): Pulumi's built-in Stash, whose `input` updates in place."""
 
 
 def short_type(resource_type: str) -> str:

@@ -1,7 +1,7 @@
 """One evaluation of a checkout's stack: its program (`__main__.py`) run once under Pulumi's mocks, as `pulumi
 preview` would run it, and everything the tools need of it taken from that one run: what it registered (the
 recording), what its plans knew of each registration (`planned.index_plans`), its migrations, its alerting rules,
-and its settings (`components.config.settings.StackSettings`, parsed once by the program itself).
+and its settings (`components.config.stack_settings.StackSettings`, parsed once by the program itself).
 
 A command that looks at the working tree evaluates it in its own process (`evaluate`). `make review` evaluates
 each side in a process of its own (`start` / `finish`: `python -m tools.evaluate`), always by these tools: BASE's
@@ -20,9 +20,10 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from types import ModuleType
 from typing import IO, Any
 
-from components.config.model import RETIRE
+from components.model.stack_config import RETIRE
 from tools.lib.mockrun import ROOT, Registered, run_program, secret_placeholders, stack_config
 from tools.lib.planned import Planned, index_plans, planned_from
 
@@ -31,7 +32,7 @@ SCHEMA_VERSION = 1
 changes meaning or is removed; a reader refuses any other version."""
 OWN_PLAN, TOOLS_PLAN, NO_PLAN = "program", "tools", "none"
 """Where the roles of an evaluation's resources come from (`plan_source`): the program's own plans, walked by its
-own `components.layout`; these tools' planner reading the same stack file (a program that keeps no plan these tools
+own `components.plan.layout`; these tools' planner reading the same stack file (a program that keeps no plan these tools
 can read: an older checkout), matched by place; or nowhere (these tools refuse that stack file too)."""
 
 
@@ -49,7 +50,7 @@ class MigrationInfo:
     shovels: tuple[tuple[str, str, str], ...]
     """(shovel name, source queue, destination queue)."""
     old_queues: tuple[str, ...]
-    """What drains and is retired (components/migrations.py `MigrationPlan.old_queues`)."""
+    """What drains and is retired (components/model/plan_types.py `MigrationPlan.old_queues`)."""
     straggler_binding: bool
     """Step retire of a move with delay levels: the successor is bound for the old queue's key."""
     max_delay_ms: int | None
@@ -60,7 +61,8 @@ class MigrationInfo:
     source_in_levels: bool = False
     """Step move: the old queue retries through the vhost's shared delay levels, where copies for it wait uncounted."""
     shovel_user: str | None = None
-    """The user its shovels connect as: the stack's own (`components.naming.shovel_user`); None without shovels."""
+    """The user its shovels connect as: the stack's own (`components.model.naming.shovel_user`); None without
+    shovels."""
     old_exchanges: tuple[str, ...] = ()
     """`move.external`: the old topology's own exchanges, retired by `make migrate-retire` after its queues."""
     old_policies: tuple[str, ...] = ()
@@ -161,8 +163,8 @@ def evaluate(stack: str, root: Path = ROOT, *, preview: bool = True, written_ver
     runs it (every password required). `written_version=False`: `broker.version` is not checked against what the
     stack uses (`make doctor` checks the live version instead) but kept in the settings. `pulumi.RunError` (the
     program refused the config) or StackFileError."""
-    from components import layout
-    from components.config.settings import with_written_version, without_written_version
+    from components.config.stack_settings import with_written_version, without_written_version
+    from components.plan import layout
 
     values, secret_keys = stack_config(stack, root)
     handed = values if written_version else without_written_version(values)
@@ -200,11 +202,19 @@ def _components_of(root: Path) -> Iterator[None]:
         sys.modules.update(mine)
 
 
+def _own_layout() -> ModuleType:
+    """A checkout's layout module: `components/plan/layout.py`, or `components/layout.py` before the layers."""
+    try:
+        return importlib.import_module("components.plan.layout")
+    except ImportError:
+        return importlib.import_module("components.layout")
+
+
 def evaluate_checkout(stack: str, root: Path) -> Evaluation:
     """A checkout's stack as its own program would deploy it: `root/__main__.py` with `root/components` run under
     these tools' mocks and stack file reader (so a checkout from before these tools is evaluated too). The roles of
-    its resources come from its own plans when its `components.layout` walks them as these tools do, else from these
-    tools' planner reading the same stack file, matched by place (`TOOLS_PLAN`; none when it refuses the file)."""
+    its resources come from its own plans when its `components.plan.layout` walks them as these tools do, else from
+    these tools' planner reading the same stack file, matched by place (`TOOLS_PLAN`; none when it refuses the file)."""
     if root.resolve() == ROOT or not (root / "components").is_dir() or not (root / "__main__.py").is_file():
         return evaluate(stack, root)
     config = stack_config(stack, root)
@@ -215,15 +225,15 @@ def evaluate_checkout(stack: str, root: Path) -> Evaluation:
         try:
             if not plans:
                 raise ValueError("the program keeps no plans")
-            index = index_plans(recording, plans, importlib.import_module("components.layout"))
+            index = index_plans(recording, plans, _own_layout())
             found, source = infos(plans), OWN_PLAN
         except (ImportError, AttributeError, TypeError, ValueError, KeyError):  # no plans, or not walked as ours
             index, found, source = {}, [], NO_PLAN
     if source == NO_PLAN:
         import pulumi
 
-        from components import layout
-        from components.config.stack_file import StackFileError
+        from components.config.pulumi_yaml import StackFileError
+        from components.plan import layout
 
         try:
             _, mine = run_program(stack, ROOT, config=config, exiting=True, project=root)

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components import wire
-from components.config.stack_file import SECRET_MARKER, is_secret_placeholder
-from components.effective import PolicyIndex
-from components.plan import PolicyPlan, QueuePlan
+from components.config.pulumi_yaml import SECRET_MARKER, is_secret_placeholder
+from components.model import wire
+from components.model.plan_types import PolicyPlan, QueuePlan
+from components.plan.effective import PolicyIndex
 from tools.lib.engine import USER_LIMITS, short_type
 from tools.lib.mockrun import Registered
 from tools.lib.planned import PlanIndex, QueueKey, planned
@@ -109,7 +109,7 @@ class ConfigPolicy:
 def config_policies(recording: Sequence[Registered], plan: PlanIndex) -> dict[tuple[str, str, str], ConfigPolicy]:
     """The stack config's user and operator policies (by their role in `plan`), by (vhost, kind, name), with how
     many queues or exchanges of the recording each matches, by the preview checks' own rules
-    (`components.effective`: pattern searched, apply-to and the queue type's refused keys honoured)."""
+    (`components.plan.effective`: pattern searched, apply-to and the queue type's refused keys honoured)."""
     queues: dict[str, list[QueuePlan]] = {}
     exchanges: dict[str, list[str]] = {}
     for r in recording:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from components.config.names import code, names
+from components.model.names import code, names
 
 __all__ = ["cell", "code", "names", "row", "text"]
 

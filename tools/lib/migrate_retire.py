@@ -32,7 +32,7 @@ import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
-from components.config.model import Migration, StackConfig
+from components.model.stack_config import Migration, StackConfig
 from rabbitmq_retry_client.connection import amqp_failure, quiet_pika, reason
 from rabbitmq_retry_client.depth import TIMEOUT_S, BrokerAccess, DepthError, DepthReader, QueueDepth
 from rabbitmq_retry_client.management import ManagementError, path_escape

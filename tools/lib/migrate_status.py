@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components import naming
-from components.durations import format_duration
-from components.migration_kinds import kind_of
+from components.migrations import kind_of
+from components.model import naming
+from components.model.durations import format_duration
 from rabbitmq_retry_client.depth import QueueDepth
 from tools.lib.markdown import code, names
 from tools.lib.queue_guard import Reader

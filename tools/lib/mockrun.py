@@ -1,7 +1,7 @@
 """Run the Pulumi program (or any function that registers resources) under Pulumi's mocks and record
 every resource it registers: type, logical name, URN, parent, options and exact inputs.
 
-No CLI, broker or secrets: secret config values are replaced by a placeholder (`components/config/stack_file.py`),
+No CLI, broker or secrets: secret config values are replaced by a placeholder (`components/config/pulumi_yaml.py`),
 and the inputs that carry them are reported as secret. `python -m tools.mockrun --stack dev` prints the recording as
 JSON. Imports nothing of `components` until a stack file is read or a secret is masked: `docs/components.md`'s reuse
 example records a program of its own beside a `components` folder of the user's.
@@ -207,7 +207,7 @@ def secret_placeholders() -> tuple[str, Callable[[Any], bool]]:
     """(SECRET_MARKER, is_secret_placeholder) of these tools' own stack file reader, imported once: a program run
     with components of its own (another checkout's, `evaluation.evaluate_checkout`) masks its secrets as these tools
     read them."""
-    from components.config.stack_file import SECRET_MARKER, is_secret_placeholder
+    from components.config.pulumi_yaml import SECRET_MARKER, is_secret_placeholder
 
     return SECRET_MARKER, is_secret_placeholder
 
@@ -291,7 +291,7 @@ def close_event_loop() -> None:
 
 def stack_config(stack: str, root: Path = ROOT) -> tuple[dict[str, str], list[str]]:
     """Config of `<root>/Pulumi.<stack>.yaml` as the engine hands it to the program."""
-    from components.config.stack_file import stack_config as read
+    from components.config.pulumi_yaml import stack_config as read
 
     return read(root / f"Pulumi.{stack}.yaml")
 

@@ -1,6 +1,6 @@
 """Does a change to a user, its permissions or its topic permissions grant more than before, and which names does a
 changed permission add and remove? Both from the names the plan says each regex allows (`planned.Allowed`, built
-with the regex by `components.entries.Grant`): no regex is read back into names here.
+with the regex by `components.model.plan_types.Grant`): no regex is read back into names here.
 
 Exact where the plans of both sides built the regex from a finite list of names. Anything else (a grant with no plan
 entry, such as a user permission the recording has but the plan index does not know; a pattern, such as the

@@ -2,12 +2,12 @@
 role, by the resource's URN.
 
 An evaluation (tools/lib/evaluation.py) runs a checkout's program once, and indexes its registrations here with the
-plans that same run made, walked by the same project's own `components.layout` (`walk`): the review looks every
+plans that same run made, walked by the same project's own `components.plan.layout` (`walk`): the review looks every
 resource up here instead of recovering its role from its name, so a change of a logical-key format in
-`components/naming.py` changes the plan and the recording alike. A registration is matched to its plan entry by
+`components/model/naming.py` changes the plan and the recording alike. A registration is matched to its plan entry by
 what the recording says of it (its parents' kinds, its own kind and logical name), never by a URN rebuilt from names.
 A grant (Permissions, TopicPermissions) carries the names each of its regexes allows as the plan built them
-(`components.entries.Grant`), so that the review never reads a regex back.
+(`components.model.plan_types.Grant`), so that the review never reads a regex back.
 """
 
 from __future__ import annotations
@@ -81,8 +81,8 @@ def planned_from(item: Mapping[str, Any]) -> Planned:
 
 def _allowed(kind: str, entry: Any) -> tuple[Allowed, ...]:
     """The regexes a Permissions or TopicPermissions entry (`PermissionPlan`) grants, each with its names. A plan
-    whose grants are bare regexes (a checkout from before `components.entries.Grant`) knows no names: the review
-    then treats any change of them as widening."""
+    whose grants are bare regexes (a checkout from before `components.model.plan_types.Grant`) knows no names: the
+    review then treats any change of them as widening."""
     if kind == "Permissions":
         parts = [(None, part, getattr(entry, part)) for part in ("configure", "write", "read")]
     elif kind == "TopicPermissions":
@@ -95,7 +95,7 @@ def _allowed(kind: str, entry: Any) -> tuple[Allowed, ...]:
 
 def _places(plans: Sequence[tuple[str, Any]], layout: Any) -> dict[Place, Planned]:
     """Every resource the program registers for `plans` ((component name, VhostPlan)), by place, walked by `layout`
-    (`components.layout` of the same project, whose tables the components register by)."""
+    (`components.plan.layout` of the same project, whose tables the components register by)."""
     found: dict[Place, Planned] = {}
     for kind, name in layout.stack_children(plans):
         found[((), kind, name)] = Planned(kind, "", None, None, None, "")

@@ -1,4 +1,4 @@
-"""What `make review` adds about the queue guard (components/guard.py), in a section of its own after the review:
+"""What `make review` adds about the queue guard (components/pulumi/guard.py), in a section of its own after the review:
 
 - each `rabbitmq-retry:delete_with_messages` entry is a data-loss line, acknowledged like any other (ALLOW_DATA_LOSS):
   it lets `pulumi up` delete that queue with what it holds; an entry that names no queue the change deletes or
@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from components.config.keys import NAMESPACE
-from components.config.settings import DELETE_WITH_MESSAGES
-from components.guard import queue_key
-from components.paths import at_risk, changed_parts
+from components.config.stack_settings import DELETE_WITH_MESSAGES
+from components.model.keys import NAMESPACE
+from components.plan.paths import at_risk, changed_parts
+from components.pulumi.guard import queue_key
 from rabbitmq_retry_client.depth import BrokerAccess, DepthError, DepthReader, QueueDepth
 from rabbitmq_retry_client.management import ManagementClient
 from tools.lib import engine, markdown

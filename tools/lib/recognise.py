@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from components import naming, wire
-from components.entries import quorum_dead_lettering
+from components.model import naming, wire
+from components.model.plan_types import quorum_dead_lettering
 from tools.lib.markdown import code, names
 from tools.lib.routing import Message, arrival_keys, route
 from tools.lib.snapshot import Snapshot

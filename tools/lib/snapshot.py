@@ -63,12 +63,6 @@ class Snapshot:
         return int(value) if isinstance(value, (int, float)) else None
 
 
-def binding_id(vhost: str, source: str, destination: str, destination_type: str, properties_key: str) -> str:
-    """The provider's binding ID: only the vhost is escaped (`%`, `/`)."""
-    escaped = vhost.replace("%", "%25").replace("/", "%2F")
-    return f"{escaped}/{source}/{destination}/{destination_type}/{properties_key}"
-
-
 def _keep(item: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     return {k: item[k] for k in keys if k in item}
 

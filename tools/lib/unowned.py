@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from components import naming, wire
-from components.config import EXCHANGE_TYPES, QUEUE_TYPES
-from components.durations import format_duration
+from components.model import naming, wire
+from components.model.durations import format_duration
+from components.model.stack_config import EXCHANGE_TYPES, QUEUE_TYPES
 from tools.lib.markdown import code
 from tools.lib.recognise import dead_letter, own_policy, queue_policy
 from tools.lib.snapshot import Snapshot

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from components.alerts import rules_by_key
+from components.plan.alert_rules import rules_by_key
 from tools.lib import markdown
 
 SHOWN = 40

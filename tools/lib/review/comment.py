@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.durations import format_duration
+from components.model.durations import format_duration
 from rabbitmq_retry_client.contract import strategy_of
 from tools.lib import engine, markdown
 from tools.lib.diagram import retry_path

@@ -1,6 +1,6 @@
-"""What `make review` says about the stack file's migrations (`vhosts[].migrations[]`, components/migrations.py): a
-"Migrations" section per migration (what moves where, what is left to do), and which deletions a migration's step
-retire covers, so that they are not unacknowledged data loss.
+"""What `make review` says about the stack file's migrations (`vhosts[].migrations[]`,
+components/model/plan_types.py): a "Migrations" section per migration (what moves where, what is left to do), and
+which deletions a migration's step retire covers, so that they are not unacknowledged data loss.
 
 The migrations are read from the working tree's own evaluation (tools/lib/evaluation.py: its plan, `infos`), never
 re-derived from names here.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from components.migration_kinds import kind_of
+from components.migrations import kind_of
 from rabbitmq_retry_client.depth import DepthError
 from tools.lib import engine, markdown
 from tools.lib.engine import Step

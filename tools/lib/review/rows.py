@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components.config.stack_file import is_secret_placeholder
-from components.naming import DELAY_PREFIX
+from components.config.pulumi_yaml import is_secret_placeholder
+from components.model.naming import DELAY_PREFIX
 from tools.lib import engine, markdown
 from tools.lib.engine import Step, short_type
 from tools.lib.inventory import (
