@@ -213,7 +213,8 @@ class RetryingConsumer(Follower):
         while self._to_flush:
             settlements = self._to_flush.pop()
             if settlements.channel.is_open:
-                settlements.flush()
+                for tag, multiple in settlements.flush():
+                    settlements.channel._impl.basic_ack(tag, multiple=multiple)
 
     def _settlements_of(self, channel: BlockingChannel) -> Settlements:
         """The record of `channel`'s unsettled deliveries (a new one for a new channel)."""
