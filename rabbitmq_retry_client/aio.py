@@ -20,7 +20,7 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import aio_pika
@@ -29,14 +29,11 @@ from aio_pika import IncomingMessage
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage, DeliveryMode
 from aiormq.abc import DeliveredMessage
 
-from .connection import BrokerUnreachableError, CertificateCredentials, ConnectionParams, hosts, where
-from .consumer import DEFAULT_PREFETCH
+from .connection import BrokerUnreachableError, CertificateCredentials, where
+from .follower import Follower
 from .handler_thread import DeadlineExceededError
-from .management import TlsSettings
-from .metrics import NO_METRICS, Metrics
-from .policies import Delivered, Follower, PermanentError, Publish, Reason, Reject
+from .policies import Delivered, PermanentError, Publish, Reason, Reject
 from .settlements import Settlements
-from .strategies import Mode
 
 LOG = logging.getLogger("rabbitmq_retry_client")
 
@@ -52,23 +49,14 @@ class _LostError(ConnectionError):
     """The consuming connection or channel closed while the consumer waited for a delivery."""
 
 
-class AsyncRetryingConsumer(Follower):
+class AsyncRetryingConsumer(Follower[AsyncHandler]):
     """Consume the contract's queue with asyncio, await `handler(message)`, and retry or park what it raises on.
 
-    The counters, `mode`, `prefetch`, `reconnect_timeout`, `publish_failure_pause`, `handler_timeout` and `metrics`
-    mean what they mean for `RetryingConsumer`. Certificate login (SASL EXTERNAL) is the threaded consumer's only.
+    Its arguments and counters are `Follower`'s, as `RetryingConsumer`'s. Certificate login (SASL EXTERNAL) is the
+    threaded consumer's only.
     """
 
-    def __init__(self, connection_params: ConnectionParams, contract: Mapping[str, Any], handler: AsyncHandler,
-                 mode: Mode | None = None, prefetch: int = DEFAULT_PREFETCH, *, reconnect: bool = True,
-                 reconnect_timeout: float = 60.0, publish_failure_pause: float = 1.0,
-                 handler_timeout: float | None = None, tls: TlsSettings | None = None,
-                 metrics: Metrics = NO_METRICS) -> None:
-        super().__init__(contract, mode, handler_timeout, metrics)
-        self.handler = handler
-        self.prefetch, self.reconnect, self.reconnect_timeout = prefetch, reconnect, reconnect_timeout
-        self.publish_failure_pause = publish_failure_pause
-        self._params = hosts(connection_params, self.contract["vhost"], tls)
+    def _start(self) -> None:
         if any(isinstance(p.credentials, CertificateCredentials) for p in self._params):
             raise ValueError("the asyncio consumer logs in with a user and password; for a client certificate login "
                              "(SASL EXTERNAL) use RetryingConsumer")
@@ -82,7 +70,6 @@ class AsyncRetryingConsumer(Follower):
         self._consumer_tag: str | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
         self._stopping = False
-        self._pause_owed = False
         self._node: str | None = None
         self._settlements = Settlements(None)
         """The consuming channel's deliveries not settled yet (`settlements.py`; its channel is aiormq's)."""

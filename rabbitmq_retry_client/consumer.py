@@ -19,9 +19,8 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any
 
 import pika
 import pika.exceptions
@@ -30,13 +29,11 @@ from pika.spec import Basic, BasicProperties
 
 from . import headers as h
 from .confirms import Confirms
-from .connection import ConnectionParams, connect, connection_params_of, hosts, quiet_pika
+from .connection import connect, connection_params_of, quiet_pika
+from .follower import DEFAULT_PREFETCH, Follower
 from .handler_thread import DeadlineExceededError, Handler, HandlerThread, NotRunError
-from .management import TlsSettings
-from .metrics import NO_METRICS, Metrics
-from .policies import Decision, Delivered, Follower, PermanentError, Reason, Reject, contract_mode
+from .policies import Decision, Delivered, PermanentError, Reason, Reject, contract_mode
 from .settlements import Settlements
-from .strategies import Mode
 
 LOG = logging.getLogger("rabbitmq_retry_client")
 
@@ -59,46 +56,26 @@ def _buffered(channel: BlockingChannel) -> Delivery | None:
     return event.method, event.properties, event.body
 
 
-DEFAULT_PREFETCH = 250
-"""Deliveries the broker sends ahead of the handler. 250 is Spring AMQP's default and inside the 100–300 range
-RabbitMQ's documentation gives for throughput: a retrying consumer holds each original until the broker confirmed
-its copy, so a small prefetch leaves it waiting on confirms (bench/README.md measures 10 against 250). A consumer
-with a slow handler, beside others, gets fairer sharing from a smaller one (`prefetch=`, `--prefetch`)."""
-
-
-class RetryingConsumer(Follower):
+class RetryingConsumer(Follower[Handler]):
     """Consume the contract's queue, call `handler(body, properties)`, and retry or park what it raises on.
 
-    The counters are `Follower`'s. The connection's vhost is the contract's. `mode` applies to `tiers` contracts
-    only; None (the default) is the contract's own, `contract_mode`. An abandoned handler (`handler_timeout`) runs on
-    in its thread: handlers should honour their own deadline.
+    Its arguments and counters are `Follower`'s. An abandoned handler (`handler_timeout`) runs on in its thread:
+    handlers should honour their own deadline.
     """
 
-    def __init__(self, connection_params: ConnectionParams, contract: Mapping[str, Any], handler: Handler,
-                 mode: Mode | None = None, prefetch: int = DEFAULT_PREFETCH, *, reconnect: bool = True,
-                 reconnect_timeout: float = 60.0, publish_failure_pause: float = 1.0,
-                 handler_timeout: float | None = None, tls: TlsSettings | None = None,
-                 metrics: Metrics = NO_METRICS) -> None:
-        super().__init__(contract, mode, handler_timeout, metrics)
-        self.handler = handler
-        self.prefetch, self.reconnect, self.reconnect_timeout = prefetch, reconnect, reconnect_timeout
-        self.publish_failure_pause = publish_failure_pause
+    def _start(self) -> None:
         self._stopping = threading.Event()
-        self._params = hosts(connection_params, self.contract["vhost"], tls)
-        """Every host to try, in order, on connect and on each reconnect (a cluster's nodes)."""
         self._connection: BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
         self._confirms: Confirms | None = None
         self._worker: HandlerThread | None = None
         self._settlements: Settlements | None = None
         """The consuming channel's deliveries not settled yet (`settlements.py`)."""
-        self._pause_owed = False
-        """A copy was refused while settling inside an I/O pass, where the consumer cannot pause."""
         self._answer_scheduled = False
         """`_settle_in_io` is due once the I/O loop has dispatched what it read."""
         self._to_flush: list[Settlements] = []
         """Those holding acks of originals whose copies were confirmed, until `_settle` sends them."""
-        self.max_in_flight = prefetch if prefetch > 0 else 1000
+        self.max_in_flight = self.prefetch if self.prefetch > 0 else 1000
         """Copies published and not yet confirmed; at the bound the consumer waits for confirms. `prefetch`
         is the natural bound: each unconfirmed copy holds its original, unacked, and so one prefetch slot."""
 
