@@ -111,12 +111,7 @@ def parameters(params: Parameters | str, vhost: str | None = None, tls: TlsSetti
     broker's rabbitmq_auth_mechanism_ssl). ValueError for a URL that is not AMQP (an http(s) management URL), or a
     plain amqp:// one where TLS settings are given: the password would cross in clear."""
     if isinstance(params, str):
-        scheme = params.partition("://")[0].lower()
-        if scheme not in ("amqp", "amqps"):
-            raise ValueError(f"{_redacted(params)} is not an AMQP URL"
-                             + (": that looks like the management API's; give amqp://host:5672 or amqps://host:5671"
-                                if scheme in ("http", "https") else ": give amqp://host:5672 or amqps://host:5671"))
-        result = pika.URLParameters(params)
+        result = _url_parameters(params)
         tls = TlsSettings.from_sources(None, os.environ) if tls is None else tls
         external = "@" not in params.partition("://")[2].partition("/")[0]
     else:
@@ -129,13 +124,28 @@ def parameters(params: Parameters | str, vhost: str | None = None, tls: TlsSetti
                          f"({tls.given()}): the password would cross in clear; use amqps:// and the broker's TLS "
                          "port (5671 by default)")
     if tls is not None and result.ssl_options is not None:
-        try:
-            result.ssl_options = TlsOptions(tls, result.host)
-        except ManagementError as error:
-            raise ValueError(str(error)) from None
-        if external and tls.clientcert_file:
-            result.credentials = CertificateCredentials(tls.clientcert_file)
+        _speak_tls(result, tls, external)
     return result
+
+
+def _speak_tls(params: Parameters, tls: TlsSettings, external: bool) -> None:
+    """Give `params` the TLS options of `tls`, and (`external`: no password given) its client certificate's login."""
+    try:
+        params.ssl_options = TlsOptions(tls, params.host)
+    except ManagementError as error:
+        raise ValueError(str(error)) from None
+    if external and tls.clientcert_file:
+        params.credentials = CertificateCredentials(tls.clientcert_file)
+
+
+def _url_parameters(url: str) -> Parameters:
+    """pika parameters of an AMQP URL; ValueError for another scheme."""
+    scheme = url.partition("://")[0].lower()
+    if scheme not in ("amqp", "amqps"):
+        raise ValueError(f"{_redacted(url)} is not an AMQP URL"
+                         + (": that looks like the management API's; give amqp://host:5672 or amqps://host:5671"
+                            if scheme in ("http", "https") else ": give amqp://host:5672 or amqps://host:5671"))
+    return pika.URLParameters(url)
 
 
 def _redacted(url: str) -> str:
