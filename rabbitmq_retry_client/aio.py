@@ -30,7 +30,7 @@ from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMe
 from aiormq.abc import DeliveredMessage
 
 from .connection import BrokerUnreachableError, CertificateCredentials, where
-from .follower import Follower
+from .follower import Follower, Run
 from .handler_thread import DeadlineExceededError
 from .policies import Delivered, PermanentError, Publish, Reason, Reject
 from .settlements import Settlements
@@ -166,42 +166,33 @@ class AsyncRetryingConsumer(Follower[AsyncHandler]):
         `until()` is true or `stop()` was called; returns how many were handled. Reconnects after a lost
         connection; raises `BrokerUnreachableError` when the broker stays away longer than `reconnect_timeout`."""
         self._stopping = False
-        handled = 0
-        poll = 0.2 if idle_timeout is None else max(0.01, min(0.2, idle_timeout))
-        last_activity = time.monotonic()
-
-        finished = False
-
-        def done() -> bool:
-            """Sticky: `until()` is asked once more only while it said no (it may answer yes only once)."""
-            nonlocal finished
-            finished = finished or (self._stopping or (max_messages is not None and handled >= max_messages)
-                                    or (until is not None and until()))
-            return finished
-
+        run = Run(max_messages, idle_timeout, until, lambda: self._stopping)
         try:
-            while not done():
+            while not run.done():
                 try:
                     if self._connection is None or self._connection.is_closed:
                         await self._connect()
-                    while not done():
-                        if idle_timeout is not None and time.monotonic() - last_activity >= idle_timeout:
-                            return handled
-                        message = await self._next(poll)
+                    while not run.done() and not run.idle():
+                        message = await self._next(run.poll)
                         if message is not None:
-                            handled += await self._handle(message)
-                            last_activity = time.monotonic()
+                            run.active(await self._handle(message))
+                    if run.idle():
+                        return run.handled
                 except (*_LOST, _LostError) as error:
-                    if not self.reconnect:
-                        raise
-                    LOG.warning("connection lost (%s); reconnecting", error or type(error).__name__)
-                    await self._drop()
-                    self.reconnects += 1
-                    last_activity = time.monotonic()
-            return handled
+                    await self._lost(error)
+                    run.active()
+            return run.handled
         finally:
             await self._settle_all()
             await self._stop_consuming()
+
+    async def _lost(self, error: BaseException) -> None:
+        """Forget a lost connection (the loop connects again), or raise `error` when not reconnecting."""
+        if not self.reconnect:
+            raise error
+        LOG.warning("connection lost (%s); reconnecting", error or type(error).__name__)
+        await self._drop()
+        self.reconnects += 1
 
     async def _next(self, poll: float) -> AbstractIncomingMessage | None:
         """The next delivery, or None after `poll` seconds; raises `_LostError` once the connection or channel

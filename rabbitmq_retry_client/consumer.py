@@ -30,7 +30,7 @@ from pika.spec import Basic, BasicProperties
 from . import headers as h
 from .confirms import Confirms
 from .connection import connect, connection_params_of, quiet_pika
-from .follower import DEFAULT_PREFETCH, Follower
+from .follower import DEFAULT_PREFETCH, Follower, Run
 from .handler_thread import DeadlineExceededError, Handler, HandlerThread, NotRunError
 from .policies import Decision, Delivered, PermanentError, Reason, Reject, contract_mode
 from .settlements import Settlements
@@ -240,25 +240,16 @@ class RetryingConsumer(Follower[Handler]):
         restart; raises `BrokerUnreachableError` when the broker stays away longer than `reconnect_timeout`."""
         quiet_pika()
         self._stopping.clear()
-        handled = 0
-        poll = 0.2 if idle_timeout is None else max(0.01, min(0.2, idle_timeout))
-        last_activity = time.monotonic()
-
-        def done() -> bool:
-            return (self._stopping.is_set() or (max_messages is not None and handled >= max_messages)
-                    or (until is not None and until()))
-
+        run = Run(max_messages, idle_timeout, until, self._stopping.is_set)
         try:
-            while not done():
+            while not run.done():
                 try:
                     channel = self._connect()
-                    for method, properties, body in channel.consume(self.queue, inactivity_timeout=poll):
+                    for method, properties, body in channel.consume(self.queue, inactivity_timeout=run.poll):
                         self._settle()
                         if method is not None:
-                            room = None if max_messages is None else max_messages - handled
-                            handled += self._handle_buffered(channel, (method, properties, body), room)
-                            last_activity = time.monotonic()
-                        if done() or (idle_timeout is not None and time.monotonic() - last_activity >= idle_timeout):
+                            run.active(self._handle_buffered(channel, (method, properties, body), run.room()))
+                        if run.done() or run.idle():
                             break
                     else:
                         # The generator ends when the broker cancels the consumer (queue deleted, leader moved).
@@ -266,23 +257,27 @@ class RetryingConsumer(Follower[Handler]):
                         time.sleep(0.5)
                         continue
                     self._settle_all()
-                    return handled
+                    return run.handled
                 except (pika.exceptions.AMQPConnectionError, pika.exceptions.ChannelWrongStateError) as error:
-                    connection_lost = self._connection is None or not self._connection.is_open
-                    if not self.reconnect or not connection_lost:
-                        raise
-                    LOG.warning("connection lost (%s); reconnecting", error or type(error).__name__)
-                    self._drop()
-                    self.reconnects += 1
-                    last_activity = time.monotonic()
+                    self._lost(error)
+                    run.active()
             self._settle_all()
-            return handled
+            return run.handled
         finally:
             if self.in_flight():
                 # Leaving on an error with copies unanswered: closing the connection puts their originals
                 # back in the queue (a duplicate at worst) and no late confirm can settle them wrongly.
                 self._drop()
             self._stop_consuming()
+
+    def _lost(self, error: pika.exceptions.AMQPError) -> None:
+        """Forget a lost connection (the loop connects again); raise `error` when not reconnecting, or when only a
+        channel closed (a broker's refusal on the consuming channel is not a lost connection)."""
+        if not self.reconnect or (self._connection is not None and self._connection.is_open):
+            raise error
+        LOG.warning("connection lost (%s); reconnecting", error or type(error).__name__)
+        self._drop()
+        self.reconnects += 1
 
     def _stop_consuming(self) -> None:
         """Cancel the consumer; prefetched, unhandled messages go back to the queue (not lost)."""

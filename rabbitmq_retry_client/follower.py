@@ -4,7 +4,8 @@ its loop (`_start`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 from .connection import ConnectionParams, hosts
@@ -21,6 +22,38 @@ DEFAULT_PREFETCH = 250
 RabbitMQ's documentation gives for throughput: a retrying consumer holds each original until the broker confirmed
 its copy, so a small prefetch leaves it waiting on confirms (bench/README.md measures 10 against 250). A consumer
 with a slow handler, beside others, gets fairer sharing from a smaller one (`prefetch=`, `--prefetch`)."""
+
+
+class Run:
+    """One call of a consumer's `run`: how many it handled, and whether it is over: `max_messages` handled, nothing
+    arrived for `idle_timeout` seconds, `until()` true or `stopping()` (stop() called)."""
+
+    def __init__(self, max_messages: int | None, idle_timeout: float | None, until: Callable[[], bool] | None,
+                 stopping: Callable[[], bool]) -> None:
+        self.max_messages, self.idle_timeout, self.until, self.stopping = max_messages, idle_timeout, until, stopping
+        self.handled = 0
+        self.poll = 0.2 if idle_timeout is None else max(0.01, min(0.2, idle_timeout))
+        """Seconds to wait for a delivery before looking again."""
+        self.last_activity = time.monotonic()
+        self._finished = False
+
+    def done(self) -> bool:
+        """Sticky: `until()` is asked once more only while it said no (it may answer yes only once)."""
+        self._finished = self._finished or self.stopping() or self.room() == 0 or (
+            self.until is not None and self.until())
+        return self._finished
+
+    def room(self) -> int | None:
+        """How many more it may handle (None: no limit)."""
+        return None if self.max_messages is None else max(0, self.max_messages - self.handled)
+
+    def idle(self) -> bool:
+        return self.idle_timeout is not None and time.monotonic() - self.last_activity >= self.idle_timeout
+
+    def active(self, handled: int = 0) -> None:
+        """`handled` more were handled (or the connection came back): the idle time starts again."""
+        self.handled += handled
+        self.last_activity = time.monotonic()
 
 
 class Follower(Generic[HandlerT]):
