@@ -333,16 +333,9 @@ class RetryingConsumer(Follower[Handler]):
         if self._worker is None:
             self._worker = HandlerThread(self.handler, self._stopping, self.metrics, self.queue)
         given: collections.deque[Delivery] = collections.deque()
-        taken = skipped = 0
+        skipped = 0
         try:
-            delivery: Delivery | None = first
-            while delivery is not None:
-                taken += 1
-                if self._before_handler(channel, *delivery):
-                    self._worker.submit(delivery[2], delivery[1])
-                    given.append(delivery)
-                more = (room is None or taken < room) and not self._stopping.is_set()
-                delivery = _buffered(channel) if more else None
+            taken = self._hand_over(channel, first, room, given)
             while given:
                 method, properties, body = given.popleft()
                 outcome = self._await_outcome(None)
@@ -357,6 +350,22 @@ class RetryingConsumer(Follower[Handler]):
                 self._worker.retire()
                 self._worker = None
         return taken - skipped
+
+    def _hand_over(self, channel: BlockingChannel, first: Delivery, room: int | None,
+                   given: collections.deque[Delivery]) -> int:
+        """Give the worker `first` and the deliveries pika holds behind it (up to `room`, none once stopping),
+        appending each to `given`, but those parked before their handler; how many were taken."""
+        assert self._worker is not None
+        taken = 0
+        delivery: Delivery | None = first
+        while delivery is not None:
+            taken += 1
+            if self._before_handler(channel, *delivery):
+                self._worker.submit(delivery[2], delivery[1])
+                given.append(delivery)
+            more = (room is None or taken < room) and not self._stopping.is_set()
+            delivery = _buffered(channel) if more else None
+        return taken
 
     def _before_handler(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
                         body: bytes) -> bool:
