@@ -129,6 +129,10 @@ def bare(params: Any, contract: dict[str, Any], count: int, prefetch: int,
             queue = await channel.get_queue(contract["queue"], ensure=False)
             await queue.consume(delivered)
             await asyncio.wait_for(done.wait(), 300)
+            # A copy can come back and succeed before its original's ack is sent: closing now would requeue that
+            # original, a duplicate for the next run on this queue.
+            while in_flight:
+                await asyncio.gather(*in_flight)
             return retried
 
     retried = asyncio.run(consume())
