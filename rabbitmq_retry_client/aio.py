@@ -6,11 +6,15 @@
 policy's decision: a reject (the broker retries), or a copy published on a second, confirm-mode channel (a retry that
 waits, or parking), the original acked only once the broker confirmed the copy and requeued (nack) when it refused it
 (nack, unroutable return, channel closed). Copies are confirmed in background tasks, so the next delivery's handler
-does not wait for them; the prefetch bounds how many originals wait for their copies. After a lost connection it
-connects again (each host in turn, up to `reconnect_timeout`): the originals it had not settled go back to the queue
-with their channel, so a message may be handled twice, never lost.
+does not wait for them; the prefetch bounds how many originals wait for their copies. Acks leave once the loop
+yields, those asked for meanwhile together (a run from the oldest unsettled delivery as one multiple ack,
+`settlements.py`, as the threaded consumer sends them): an awaited ack per delivery cost a socket write and a
+pass of the event loop each (bench/README.md). After a lost connection it connects again (each host in
+turn, up to `reconnect_timeout`): the originals it had not settled go back to the queue with their channel, so a
+message may be handled twice, never lost.
 
-Install it with `pip install "rabbitmq-retry[aio]"` (aio-pika); docs/client.md shows it in an application.
+Install it with `pip install "rabbitmq-retry[aio]"` (aio-pika); docs/contract.md ("The asyncio consumer") shows it
+in an application.
 """
 
 from __future__ import annotations
