@@ -328,8 +328,10 @@ class AsyncRetryingConsumer(Follower[AsyncHandler]):
         if channel is None or channel.is_closed:
             return
         with contextlib.suppress(*_LOST):
-            for tag, multiple in acks:
-                await channel.basic_ack(tag, multiple=multiple, wait=False)
+            for number, (tag, multiple) in enumerate(acks, start=1):
+                # Only the last waits until it is written: frames leave in order, so a close after it (stop, then
+                # close) cannot drop acks still queued in aiormq, whose deliveries would come again.
+                await channel.basic_ack(tag, multiple=multiple, wait=number == len(acks))
 
     async def _give_back(self, message: AbstractIncomingMessage, *, requeue: bool, reject: bool = False) -> None:
         """Reject or nack a delivery; it counts as settled only once its frame is queued, so that no multiple ack
