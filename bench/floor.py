@@ -82,8 +82,10 @@ ASYNCIO = "tiers (republish), asyncio"
 ROWS = (REJECT, REPUBLISH, NATIVE.name, PLAIN, ASYNCIO)
 THREAD = "plain + handler thread"
 HEADERS = "republish + our headers"
+AIO_HEADERS = "republish + our headers, asyncio"
+"""The asyncio row's `HEADERS`: the bare aio-pika loop carrying what our copy must (bench/aio_floor.carrying)."""
 MULTIPLE = "plain + multiple acks"
-PARTS = (THREAD, HEADERS, MULTIPLE)
+PARTS = (THREAD, HEADERS, MULTIPLE, AIO_HEADERS)
 """What a difference between ours and the floor buys, measured alone, each as the hand-wired loop with only that
 added (the `ours` side of its Pair) against the bare hand-wired loop: our handler thread (heartbeats and
 `handler_timeout` during a long handler) on plain consume; the headers our republished copy carries (its attempt
@@ -91,7 +93,7 @@ and origin) with `mandatory` set (an unroutable copy comes back instead of vanis
 of an I/O pass acked as one `basic.ack(multiple=true)` (rabbitmq_retry_client/settlements.py), on plain consume.
 No target of their own. The headers' part runs in the same rounds as the republish row, as its third side: a
 republish row short of the bare loop is judged against it (`Pair.verdict`), the issue's "say what the difference
-buys and measure that alone"."""
+buys and measure that alone"; `AIO_HEADERS` is the same for the asyncio row."""
 PLAIN_ROWS = (PLAIN, THREAD, MULTIPLE)
 """The rows of plain consume: twice the messages, none failing."""
 
@@ -152,8 +154,8 @@ class Pair:
     hand: list[Sample] = field(default_factory=list)
     loads: list[str] = field(default_factory=list)
     carrying: list[Sample] = field(default_factory=list)
-    """`tiers (republish)` only: the hand-wired loop whose copy carries what ours must (`HEADERS`), run in the same
-    rounds, so that a shortfall against the bare loop is measured apart from what the copy carries."""
+    """The republish rows only: the hand-wired loop whose copy carries what ours must (`HEADERS`, `AIO_HEADERS`), run
+    in the same rounds, so that a shortfall against the bare loop is measured apart from what the copy carries."""
 
     def _paired(self, pick: Callable[[Sample], float]) -> list[float]:
         return [pick(o) / pick(h) for o, h in zip(self.ours, self.hand, strict=True) if pick(h)]
@@ -183,7 +185,8 @@ class Pair:
         the same rounds (None when it was not run)."""
         if not self.carrying:
             return None
-        return Pair(self.queue_type, HEADERS, ours=self.carrying, hand=self.hand, loads=self.loads)
+        return Pair(self.queue_type, AIO_HEADERS if self.row == ASYNCIO else HEADERS, ours=self.carrying,
+                    hand=self.hand, loads=self.loads)
 
     def _retries_within(self) -> tuple[bool, str]:
         """(met, the broker CPU's words) of a retry row: rate ≥ 0.9 × and broker CPU ≤ 1.1 × the hand-wired side's."""
@@ -466,6 +469,12 @@ def _run_aio(broker: Broker, target: Target, messages: int, prefetch: int,
     return Sample(deliveries, retries, seconds, client, broker_cpu)
 
 
+CARRYING: dict[str, Callable[[Broker, Target, int], Sample]] = {
+    REPUBLISH: lambda b, t, n: run_hand(b, t, n, kind=PART_KINDS[HEADERS]),
+    ASYNCIO: lambda b, t, n: _run_aio(b, t, n, PREFETCH, aio_floor.carrying)}
+"""The third side of each republish row: its bare loop carrying what our copy must."""
+
+
 def measure(broker: Broker, version: Sequence[int], messages: int, rounds: int,
             progress: Callable[[str], None] = lambda _: None,
             queue_types: Sequence[str] = ("classic", "quorum")) -> list[Pair]:
@@ -483,8 +492,8 @@ def measure(broker: Broker, version: Sequence[int], messages: int, rounds: int,
                         continue
                     sides: list[tuple[str, Callable[[Broker, Target, int], Sample]]] = [
                         ("ours", run_ours), ("hand", run_hand)]
-                    if target.row == REPUBLISH:
-                        sides.append(("carrying", lambda b, t, n: run_hand(b, t, n, kind=PART_KINDS[HEADERS])))
+                    if target.row in CARRYING:
+                        sides.append(("carrying", CARRYING[target.row]))
                     for side, run in sides if number % 2 else reversed(sides):
                         sample = run(broker, target, messages)
                         {"ours": pair.ours, "hand": pair.hand, "carrying": pair.carrying}[side].append(sample)
@@ -545,7 +554,8 @@ def section(pairs: Sequence[Pair], messages: int, rounds: int) -> list[str]:
             "that added: our consumer's hand-off of each delivery to its handler thread and back (which keeps the "
             "connection's heartbeats going and `handler_timeout` working while a handler runs long); the "
             "headers our republished copy carries (its attempt and origin) with `mandatory` set (an unroutable copy "
-            "comes back, and its original is requeued, instead of vanishing); and our way of acking, the "
+            "comes back, and its original is requeued, instead of vanishing), on bare pika and on the bare aio-pika "
+            "loop of the asyncio row (bench/aio_floor.py, `carrying`); and our way of acking, the "
             "deliveries of an I/O pass acked with one `basic.ack(multiple=true)` instead of one ack each (ours "
             "does so for every run of acks from its oldest unsettled delivery, the hand-wired loops ack one by "
             "one).", "", "Targets:", ""]

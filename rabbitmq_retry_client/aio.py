@@ -6,33 +6,38 @@
 policy's decision: a reject (the broker retries), or a copy published on a second, confirm-mode channel (a retry that
 waits, or parking), the original acked only once the broker confirmed the copy and requeued (nack) when it refused it
 (nack, unroutable return, channel closed). Copies are confirmed in background tasks, so the next delivery's handler
-does not wait for them; the prefetch bounds how many originals wait for their copies. After a lost connection it
-connects again (each host in turn, up to `reconnect_timeout`): the originals it had not settled go back to the queue
-with their channel, so a message may be handled twice, never lost.
+does not wait for them; the prefetch bounds how many originals wait for their copies. Acks leave once the loop
+yields, those asked for meanwhile together (a run from the oldest unsettled delivery as one multiple ack,
+`settlements.py`, as the threaded consumer sends them): an awaited ack per delivery cost a socket write and a
+pass of the event loop each (bench/README.md). After a lost connection it connects again (each host in
+turn, up to `reconnect_timeout`): the originals it had not settled go back to the queue with their channel, so a
+message may be handled twice, never lost.
 
-Install it with `pip install "rabbitmq-retry[aio]"` (aio-pika); docs/client.md shows it in an application.
+Install it with `pip install "rabbitmq-retry[aio]"` (aio-pika); docs/contract.md ("The asyncio consumer") shows it
+in an application.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import aio_pika
 import aiormq
+from aio_pika import IncomingMessage
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage, DeliveryMode
+from aiormq.abc import DeliveredMessage
 
-from .connection import BrokerUnreachableError, CertificateCredentials, ConnectionParams, hosts, where
-from .consumer import DEFAULT_PREFETCH
+from .connection import BrokerUnreachableError, CertificateCredentials, where
+from .follower import Follower, Run
 from .handler_thread import DeadlineExceededError
-from .management import TlsSettings
-from .metrics import NO_METRICS, Metrics
-from .policies import Delivered, Follower, PermanentError, Publish, Reason, Reject
-from .strategies import Mode
+from .policies import Delivered, PermanentError, Publish, Reason, Reject
+from .settlements import Settlements
 
 LOG = logging.getLogger("rabbitmq_retry_client")
 
@@ -48,35 +53,32 @@ class _LostError(ConnectionError):
     """The consuming connection or channel closed while the consumer waited for a delivery."""
 
 
-class AsyncRetryingConsumer(Follower):
+class AsyncRetryingConsumer(Follower[AsyncHandler]):
     """Consume the contract's queue with asyncio, await `handler(message)`, and retry or park what it raises on.
 
-    The counters, `mode`, `prefetch`, `reconnect_timeout`, `publish_failure_pause`, `handler_timeout` and `metrics`
-    mean what they mean for `RetryingConsumer`. Certificate login (SASL EXTERNAL) is the threaded consumer's only.
+    Its arguments and counters are `Follower`'s, as `RetryingConsumer`'s. Certificate login (SASL EXTERNAL) is the
+    threaded consumer's only.
     """
 
-    def __init__(self, connection_params: ConnectionParams, contract: Mapping[str, Any], handler: AsyncHandler,
-                 mode: Mode | None = None, prefetch: int = DEFAULT_PREFETCH, *, reconnect: bool = True,
-                 reconnect_timeout: float = 60.0, publish_failure_pause: float = 1.0,
-                 handler_timeout: float | None = None, tls: TlsSettings | None = None,
-                 metrics: Metrics = NO_METRICS) -> None:
-        super().__init__(contract, mode, handler_timeout, metrics)
-        self.handler = handler
-        self.prefetch, self.reconnect, self.reconnect_timeout = prefetch, reconnect, reconnect_timeout
-        self.publish_failure_pause = publish_failure_pause
-        self._params = hosts(connection_params, self.contract["vhost"], tls)
+    def _start(self) -> None:
         if any(isinstance(p.credentials, CertificateCredentials) for p in self._params):
             raise ValueError("the asyncio consumer logs in with a user and password; for a client certificate login "
                              "(SASL EXTERNAL) use RetryingConsumer")
         self._connection: AbstractConnection | None = None
         self._channel: AbstractChannel | None = None
         self._copies: AbstractChannel | None = None
-        self._deliveries: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
+        self._deliveries: collections.deque[AbstractIncomingMessage] = collections.deque()
+        """Deliveries received, not handled yet (at most `prefetch`)."""
+        self._arrival: asyncio.Future[None] | None = None
+        """What `_next` waits on while `_deliveries` is empty; the next delivery (or the poll timer) resolves it."""
         self._consumer_tag: str | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
         self._stopping = False
-        self._pause_owed = False
         self._node: str | None = None
+        self._settlements = Settlements(None)
+        """The consuming channel's deliveries not settled yet (`settlements.py`; its channel is aiormq's)."""
+        self._acks_due = False
+        """`_send_acks` is scheduled: it runs once this task yields."""
 
     # connection ---------------------------------------------------------------------------------------
 
@@ -110,10 +112,18 @@ class AsyncRetryingConsumer(Follower):
                 await asyncio.sleep(1.0)
         self._channel = await self._connection.channel(publisher_confirms=False)
         await self._channel.set_qos(prefetch_count=self.prefetch)
+        consuming = await self._channel.get_underlay_channel()
+        self._settlements = Settlements(consuming)
         self._copies = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
-        self._deliveries = asyncio.Queue()
-        queue = await self._channel.get_queue(self.queue, ensure=False)
-        self._consumer_tag = await queue.consume(self._deliveries.put)
+        self._deliveries.clear()
+        # aiormq's own consume: aio-pika's would run each delivery in one more task before it reached `_arrived`.
+        self._consumer_tag = (await consuming.basic_consume(self.queue, self._arrived)).consumer_tag
+
+    async def _arrived(self, delivered: DeliveredMessage) -> None:
+        """Queue a delivery for `run`, waking it when it waits."""
+        self._deliveries.append(IncomingMessage(delivered))
+        if self._arrival is not None and not self._arrival.done():
+            self._arrival.set_result(None)
 
     async def _drop(self) -> None:
         """Forget a broken connection; its unsettled deliveries go back to the queue with it."""
@@ -148,7 +158,8 @@ class AsyncRetryingConsumer(Follower):
         return self._node
 
     def in_flight(self) -> int:
-        """Copies published whose originals wait for the broker's answer."""
+        """Originals not settled yet in the background: their copies wait for the broker's answer (and one task
+        for the acks not sent yet)."""
         return len(self._in_flight)
 
     # loop ---------------------------------------------------------------------------------------------
@@ -159,42 +170,33 @@ class AsyncRetryingConsumer(Follower):
         `until()` is true or `stop()` was called; returns how many were handled. Reconnects after a lost
         connection; raises `BrokerUnreachableError` when the broker stays away longer than `reconnect_timeout`."""
         self._stopping = False
-        handled = 0
-        poll = 0.2 if idle_timeout is None else max(0.01, min(0.2, idle_timeout))
-        last_activity = time.monotonic()
-
-        finished = False
-
-        def done() -> bool:
-            """Sticky: `until()` is asked once more only while it said no (it may answer yes only once)."""
-            nonlocal finished
-            finished = finished or (self._stopping or (max_messages is not None and handled >= max_messages)
-                                    or (until is not None and until()))
-            return finished
-
+        run = Run(max_messages, idle_timeout, until, lambda: self._stopping)
         try:
-            while not done():
+            while not run.done():
                 try:
                     if self._connection is None or self._connection.is_closed:
                         await self._connect()
-                    while not done():
-                        if idle_timeout is not None and time.monotonic() - last_activity >= idle_timeout:
-                            return handled
-                        message = await self._next(poll)
+                    while not run.done() and not run.idle():
+                        message = await self._next(run.poll)
                         if message is not None:
-                            handled += await self._handle(message)
-                            last_activity = time.monotonic()
+                            run.active(await self._handle(message))
+                    if run.idle():
+                        return run.handled
                 except (*_LOST, _LostError) as error:
-                    if not self.reconnect:
-                        raise
-                    LOG.warning("connection lost (%s); reconnecting", error or type(error).__name__)
-                    await self._drop()
-                    self.reconnects += 1
-                    last_activity = time.monotonic()
-            return handled
+                    await self._lost(error)
+                    run.active()
+            return run.handled
         finally:
             await self._settle_all()
             await self._stop_consuming()
+
+    async def _lost(self, error: BaseException) -> None:
+        """Forget a lost connection (the loop connects again), or raise `error` when not reconnecting."""
+        if not self.reconnect:
+            raise error
+        LOG.warning("connection lost (%s); reconnecting", error or type(error).__name__)
+        await self._drop()
+        self.reconnects += 1
 
     async def _next(self, poll: float) -> AbstractIncomingMessage | None:
         """The next delivery, or None after `poll` seconds; raises `_LostError` once the connection or channel
@@ -202,18 +204,26 @@ class AsyncRetryingConsumer(Follower):
         if self._pause_owed and self.publish_failure_pause > 0:
             self._pause_owed = False
             await asyncio.sleep(self.publish_failure_pause)
-        try:
-            return await asyncio.wait_for(self._deliveries.get(), poll)
-        except TimeoutError:
-            if self._connection is None or self._connection.is_closed or self._channel is None \
-                    or self._channel.is_closed:
-                raise _LostError("the connection or its channel closed") from None
-            return None
+        if not self._deliveries:
+            loop = asyncio.get_running_loop()
+            self._arrival = arrival = loop.create_future()
+            timer = loop.call_later(poll, _resolve, arrival)
+            try:
+                await arrival
+            finally:
+                timer.cancel()
+                self._arrival = None
+        if self._deliveries:
+            return self._deliveries.popleft()
+        if self._connection is None or self._connection.is_closed or self._channel is None or self._channel.is_closed:
+            raise _LostError("the connection or its channel closed")
+        return None
 
     async def _settle_all(self) -> None:
         """Wait until every copy in flight is answered and its original settled."""
         while self._in_flight:
             await asyncio.gather(*self._in_flight, return_exceptions=True)
+        await self._send_acks()
 
     async def _stop_consuming(self) -> None:
         """Cancel the consumer; the prefetched, unhandled deliveries go back to the queue."""
@@ -224,8 +234,8 @@ class AsyncRetryingConsumer(Follower):
             underlay = await channel.get_underlay_channel()
             await underlay.basic_cancel(tag)
             self._consumer_tag = None
-            while not self._deliveries.empty():
-                await self._deliveries.get_nowait().nack(requeue=True)
+            while self._deliveries:
+                await self._deliveries.popleft().nack(requeue=True)
         except (*_LOST, TimeoutError):
             await self._drop()
 
@@ -233,6 +243,7 @@ class AsyncRetryingConsumer(Follower):
 
     async def _handle(self, message: AbstractIncomingMessage) -> int:
         """Run the handler of one delivery and settle it by its outcome; 1 (handled)."""
+        self._settlements.delivered(message.delivery_tag or 0)
         parking = self.policy.before_handler(_delivered(message))
         if parking is not None:
             self._carry_out(message, parking, Reason(str(parking.headers["error-reason"])))
@@ -248,13 +259,13 @@ class AsyncRetryingConsumer(Follower):
             error = failed
         self.metrics.handled(self.queue, time.perf_counter() - started, error is not None)
         if error is None:
-            await message.ack()
+            self._ack_later(message)
             self.processed += 1
             return 1
         reason = Reason(error)
         decision = self.policy.on_failure(_delivered(message), reason, permanent=isinstance(error, PermanentError))
         if isinstance(decision, Reject):
-            await message.reject(requeue=decision.requeue)
+            await self._give_back(message, requeue=decision.requeue, reject=True)
             self._count(decision, message.message_id, reason)
         else:
             self._carry_out(message, decision, reason)
@@ -262,7 +273,11 @@ class AsyncRetryingConsumer(Follower):
 
     def _carry_out(self, message: AbstractIncomingMessage, decision: Publish, reason: Reason) -> None:
         """Publish the copy in a background task; ack the original once the broker confirmed it."""
-        task = asyncio.get_running_loop().create_task(self._publish_then_ack(message, decision, reason))
+        self._in_background(self._publish_then_ack(message, decision, reason))
+
+    def _in_background(self, settling: Coroutine[Any, Any, None]) -> None:
+        """Run `settling` in a task that `_settle_all` waits for and `_drop` cancels."""
+        task = asyncio.get_running_loop().create_task(settling)
         self._in_flight.add(task)
         task.add_done_callback(self._in_flight.discard)
 
@@ -283,14 +298,55 @@ class AsyncRetryingConsumer(Follower):
                     and not self._connection.is_closed:
                 self._copies = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
             with contextlib.suppress(*_LOST):
-                await message.nack(requeue=True)
+                await self._give_back(message, requeue=True)
                 self.requeued += 1
                 LOG.error("could not publish %s to %r (%s: %s); original requeued", message.message_id,
                           decision.exchange, type(error).__name__, error)
             return
+        self._ack_later(message)
+        self._count(decision, message.message_id, reason)
+
+    def _ack_later(self, message: AbstractIncomingMessage) -> None:
+        """Ack `message` with the acks asked for beside it, once this task yields (`_send_acks`): the deliveries
+        handled between two waits, and the originals of a batch of confirms, leave as one frame where they can. An
+        original of a lost channel is not acked: the broker put it back in the queue."""
+        try:
+            if message.channel is not self._settlements.channel:
+                return
+        except aiormq.exceptions.ChannelInvalidStateError:  # closed
+            return
+        self._settlements.ack_later(message.delivery_tag or 0)
+        if not self._acks_due:
+            self._acks_due = True
+            self._in_background(self._send_acks())
+
+    async def _send_acks(self) -> None:
+        """Send the acks asked for since the last time: a run from the oldest unsettled delivery as one
+        `basic.ack(multiple=true)`, the others one each (`Settlements.flush`)."""
+        self._acks_due = False
+        channel, acks = self._settlements.channel, self._settlements.flush()
+        if channel is None or channel.is_closed:
+            return
         with contextlib.suppress(*_LOST):
-            await message.ack()
-            self._count(decision, message.message_id, reason)
+            for number, (tag, multiple) in enumerate(acks, start=1):
+                # Only the last waits until it is written: frames leave in order, so a close after it (stop, then
+                # close) cannot drop acks still queued in aiormq, whose deliveries would come again.
+                await channel.basic_ack(tag, multiple=multiple, wait=number == len(acks))
+
+    async def _give_back(self, message: AbstractIncomingMessage, *, requeue: bool, reject: bool = False) -> None:
+        """Reject or nack a delivery; it counts as settled only once its frame is queued, so that no multiple ack
+        sent meanwhile covers it."""
+        if reject:
+            await message.reject(requeue=requeue)
+        else:
+            await message.nack(requeue=requeue)
+        self._settlements.settled(message.delivery_tag or 0)
+
+
+def _resolve(arrival: asyncio.Future[None]) -> None:
+    """Wake a `_next` that waited its poll interval."""
+    if not arrival.done():
+        arrival.set_result(None)
 
 
 def _delivered(message: AbstractIncomingMessage) -> Delivered:

@@ -25,6 +25,7 @@ Exit status: 0 done; 1 error (one `error: …` line); 2 usage, including a purge
 from __future__ import annotations
 
 import argparse
+import collections
 import importlib
 import json
 import logging
@@ -35,7 +36,7 @@ import signal
 import sys
 import uuid
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -47,6 +48,7 @@ from . import headers as h
 from .connection import DEFAULT_URL, BrokerRefusedError, BrokerUnreachableError, hosts, quiet_pika
 from .consumer import DEFAULT_PREFETCH, Handler, RetryingConsumer, contract_mode
 from .contract import Contract, ContractError, contracts_in, load_contract, read_contracts, stack_output, validate
+from .contract_types import RetryContract
 from .durations import duration_ms
 from .management import TLS_SETTINGS, TlsSettings
 from .parked import Outcome, Parked, ParkedQueue, Selection
@@ -165,52 +167,41 @@ def _parked_queue(args: argparse.Namespace) -> ParkedQueue:
 def _list(args: argparse.Namespace) -> int:
     with _parked_queue(args) as parked:
         held = parked.count()
-        groups = parked.summary(_selection(args))
+        selection = _selection(args)
+        groups = parked.summary(selection)
         total = sum(g.count for g in groups)
         if args.json:
             json.dump([{"reason": g.reason, "original_routing_key": g.routing_key, "count": g.count,
-                        "redriven_before": g.redriven,
-                        "oldest_first_failure_at": h.utc_iso(g.oldest) if g.oldest else None} for g in groups],
+                        "redriven_before": g.redriven, "oldest_first_failure_at": _when(g.oldest)} for g in groups],
                       sys.stdout, indent=1)
             print()
             return 0
-        selection = _selection(args)
-        cut = selection.limit is not None and total >= selection.limit and held > total
-        print(f"{total} parked in {parked.contract['vhost']}/{parked.queue}"
-              + (" (selected)" if selection.filtered and not cut else "")
-              + (f": the first {total:,} of {held:,} read (--limit {selection.limit:,}: at most that many are held "
-                 "unacknowledged while they are read); raise --limit to read more" if cut else ""))
+        print(f"{total} parked in {parked.contract['vhost']}/{parked.queue}{_read_of(selection, total, held)}")
         if groups:
             print(f"{'count':>7}  {'redriven':>8}  {'oldest first failure':<24}  {'routing key':<24}  reason")
         for g in groups:
-            oldest = h.utc_iso(g.oldest) if g.oldest else "-"
-            print(f"{g.count:>7}  {g.redriven:>8}  {oldest:<24}  {g.routing_key:<24}  {g.reason[:args.reason_width]}")
+            print(f"{g.count:>7}  {g.redriven:>8}  {_when(g.oldest) or '-':<24}  {g.routing_key:<24}  "
+                  f"{g.reason[:args.reason_width]}")
     return 0
+
+
+def _read_of(selection: Selection, total: int, held: int) -> str:
+    """What `list` read of the `held` parked messages, after their count: all of them, the selected ones, or the
+    first `total` (at `--limit`)."""
+    if selection.limit is not None and total >= selection.limit and held > total:
+        return (f": the first {total:,} of {held:,} read (--limit {selection.limit:,}: at most that many are held "
+                "unacknowledged while they are read); raise --limit to read more")
+    return " (selected)" if selection.filtered else ""
+
+
+def _when(moment: datetime | None) -> str | None:
+    """A moment as the headers write it (None for none)."""
+    return h.utc_iso(moment) if moment else None
 
 
 def _summary(args: argparse.Namespace) -> int:
     """Every error queue of a contract file: how many are parked, since when, and why."""
-    source: Any = args.contract if args.contract is not None else stack_output(args.stack)
-    data = source if isinstance(source, dict) else read_contracts(source)
-    contracts = sorted((validate(c) for c in contracts_in(data)), key=lambda c: (c["vhost"], c["queue"]))
-    if args.vhost is not None:
-        contracts = [c for c in contracts if c["vhost"] == args.vhost]
-    if not contracts:
-        raise ContractError("no contract" + (f" of vhost {args.vhost!r}" if args.vhost else "") + " in the file")
-    rows: list[dict[str, Any]] = []
-    for contract in contracts:
-        with ParkedQueue(args.url, contract, connect_timeout=args.connect_timeout) as parked:
-            count = parked.count()
-            head = parked.oldest() if count else None
-            groups = parked.summary(Selection(limit=args.limit)) if count else []
-        reasons: dict[str, int] = {}
-        for g in groups:
-            reasons[g.reason] = reasons.get(g.reason, 0) + g.count
-        rows.append({"vhost": contract["vhost"], "queue": contract["queue"], "error_queue": contract["error_queue"],
-                     "parked": count, "read": sum(g.count for g in groups),
-                     "oldest_first_failure_at": h.utc_iso(head.first_failure_at)
-                     if head is not None and head.first_failure_at else None,
-                     "reasons": dict(sorted(reasons.items(), key=lambda r: (-r[1], r[0])))})
+    rows = [_error_queue(args, contract) for contract in _summary_contracts(args)]
     if args.json:
         json.dump(rows, sys.stdout, indent=1)
         print()
@@ -223,6 +214,33 @@ def _summary(args: argparse.Namespace) -> int:
         print(f"{r['parked']:>9,}  {r['oldest_first_failure_at'] or '-':<24}  {r['vhost'] + '/' + r['queue']:<40}  "
               f"{top}")
     return 0
+
+
+def _summary_contracts(args: argparse.Namespace) -> list[RetryContract]:
+    """The contracts `summary` reads, by vhost and queue (only `--vhost`'s when given)."""
+    source: Any = args.contract if args.contract is not None else stack_output(args.stack)
+    data = source if isinstance(source, dict) else read_contracts(source)
+    contracts = sorted((validate(c) for c in contracts_in(data)), key=lambda c: (c["vhost"], c["queue"]))
+    contracts = [c for c in contracts if args.vhost is None or c["vhost"] == args.vhost]
+    if not contracts:
+        raise ContractError("no contract" + (f" of vhost {args.vhost!r}" if args.vhost else "") + " in the file")
+    return contracts
+
+
+def _error_queue(args: argparse.Namespace, contract: RetryContract) -> dict[str, Any]:
+    """One row of `summary`: the contract's error queue, its count, oldest first failure and reasons."""
+    with ParkedQueue(args.url, contract, connect_timeout=args.connect_timeout) as parked:
+        count = parked.count()
+        head = parked.oldest() if count else None
+        groups = parked.summary(Selection(limit=args.limit)) if count else []
+    reasons: collections.Counter[str] = collections.Counter()
+    for g in groups:
+        reasons[g.reason] += g.count
+    oldest = head.first_failure_at if head is not None else None
+    return {"vhost": contract["vhost"], "queue": contract["queue"], "error_queue": contract["error_queue"],
+            "parked": count, "read": sum(g.count for g in groups),
+            "oldest_first_failure_at": _when(oldest),
+            "reasons": dict(sorted(reasons.items(), key=lambda r: (-r[1], r[0])))}
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -479,19 +497,23 @@ def project_command(command: str, argv: list[str], project: Path) -> int:
     return int(tool.main(argv))
 
 
+def _log(verbose: bool) -> None:
+    """Warnings only (pika logs a line per connection step at INFO); our own lines (a broker reachable again)
+    stay. `verbose` (-v): everything at INFO."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(asctime)s %(message)s")
+    logging.getLogger("rabbitmq_retry_client").setLevel(logging.DEBUG if verbose else logging.INFO)
+    if verbose:
+        logging.getLogger("pika").setLevel(logging.INFO)
+    else:
+        quiet_pika()  # pika logs a refused login at ERROR with a traceback; our error line says it once
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in PROJECT_COMMANDS:
         return project_command(argv[0], argv[1:], Path.cwd())
     args = parser().parse_args(argv)
-    # Warnings only (pika logs a line per connection step at INFO); our own lines (a broker reachable again)
-    # stay. -v: everything at INFO.
-    logging.basicConfig(level=logging.INFO if args.log_info else logging.WARNING, format="%(asctime)s %(message)s")
-    logging.getLogger("rabbitmq_retry_client").setLevel(logging.DEBUG if args.log_info else logging.INFO)
-    if args.log_info:
-        logging.getLogger("pika").setLevel(logging.INFO)
-    else:
-        quiet_pika()  # pika logs a refused login at ERROR with a traceback; our error line says it once
+    _log(args.log_info)
     try:
         tls = TlsSettings.from_sources(None, os.environ, {f: getattr(args, f, None) for f in TLS_SETTINGS})
         try:

@@ -159,16 +159,23 @@ class Confirms:
     def _match(self, returned: ReturnedMessage) -> None:
         """Mark the copy a basic.return is about (see the module docstring). Should none match, every copy in
         flight is marked: their originals are requeued, a duplicate at worst, never a loss."""
-        method, properties = returned.method, returned.properties
-        candidates = [c for c in self.pending.values() if c.returned is None and c.exchange == method.exchange
-                      and c.routing_key == method.routing_key and c.body == returned.body
-                      and c.properties.message_id == properties.message_id]
-        same = [c for c in candidates if (c.properties.headers or {}) == (properties.headers or {})]
-        chosen = (same or candidates)[:1]
-        if not chosen:
+        method = returned.method
+        unanswered = [c for c in self.pending.values() if c.returned is None]
+        headers = returned.properties.headers or {}
+        # The first alike, one with the same headers before any other.
+        best = min((c for c in unanswered if _alike(c, returned)), default=None,
+                   key=lambda c: (c.properties.headers or {}) != headers)
+        chosen = unanswered if best is None else [best]
+        if best is None:
             LOG.warning("a copy to %r (%s) was returned (%s %s) but matches none in flight; requeueing the "
                         "originals of all %d", method.exchange, method.routing_key, method.reply_code,
                         method.reply_text, len(self.pending))
-            chosen = [c for c in self.pending.values() if c.returned is None]
         for copy in chosen:
             copy.returned = returned
+
+
+def _alike(copy: InFlight, returned: ReturnedMessage) -> bool:
+    """The copy could be the one returned: same exchange, routing key, body and message id."""
+    method = returned.method
+    return (copy.exchange, copy.routing_key, copy.body, copy.properties.message_id) == (
+        method.exchange, method.routing_key, returned.body, returned.properties.message_id)

@@ -111,12 +111,7 @@ def parameters(params: Parameters | str, vhost: str | None = None, tls: TlsSetti
     broker's rabbitmq_auth_mechanism_ssl). ValueError for a URL that is not AMQP (an http(s) management URL), or a
     plain amqp:// one where TLS settings are given: the password would cross in clear."""
     if isinstance(params, str):
-        scheme = params.partition("://")[0].lower()
-        if scheme not in ("amqp", "amqps"):
-            raise ValueError(f"{_redacted(params)} is not an AMQP URL"
-                             + (": that looks like the management API's; give amqp://host:5672 or amqps://host:5671"
-                                if scheme in ("http", "https") else ": give amqp://host:5672 or amqps://host:5671"))
-        result = pika.URLParameters(params)
+        result = _url_parameters(params)
         tls = TlsSettings.from_sources(None, os.environ) if tls is None else tls
         external = "@" not in params.partition("://")[2].partition("/")[0]
     else:
@@ -129,13 +124,28 @@ def parameters(params: Parameters | str, vhost: str | None = None, tls: TlsSetti
                          f"({tls.given()}): the password would cross in clear; use amqps:// and the broker's TLS "
                          "port (5671 by default)")
     if tls is not None and result.ssl_options is not None:
-        try:
-            result.ssl_options = TlsOptions(tls, result.host)
-        except ManagementError as error:
-            raise ValueError(str(error)) from None
-        if external and tls.clientcert_file:
-            result.credentials = CertificateCredentials(tls.clientcert_file)
+        _speak_tls(result, tls, external)
     return result
+
+
+def _speak_tls(params: Parameters, tls: TlsSettings, external: bool) -> None:
+    """Give `params` the TLS options of `tls`, and (`external`: no password given) its client certificate's login."""
+    try:
+        params.ssl_options = TlsOptions(tls, params.host)
+    except ManagementError as error:
+        raise ValueError(str(error)) from None
+    if external and tls.clientcert_file:
+        params.credentials = CertificateCredentials(tls.clientcert_file)
+
+
+def _url_parameters(url: str) -> Parameters:
+    """pika parameters of an AMQP URL; ValueError for another scheme."""
+    scheme = url.partition("://")[0].lower()
+    if scheme not in ("amqp", "amqps"):
+        raise ValueError(f"{_redacted(url)} is not an AMQP URL"
+                         + (": that looks like the management API's; give amqp://host:5672 or amqps://host:5671"
+                            if scheme in ("http", "https") else ": give amqp://host:5672 or amqps://host:5671"))
+    return pika.URLParameters(url)
 
 
 def _redacted(url: str) -> str:
@@ -228,44 +238,63 @@ def connect(params: Parameters | Sequence[Parameters], timeout: float, interval:
     are tried in order within each attempt (pika's BlockingConnection takes a list); the reason given is the
     last host's."""
     quiet_pika()
-    deadline = time.monotonic() + timeout
-    last_reason: str | None = None
-    started = time.monotonic()
-    wrong_port = 0
+    hosts_given = [params] if isinstance(params, Parameters) else list(params)
+    attempts = _Attempts(hosts_given, timeout, interval)
     while True:
         try:
-            connection = BlockingConnection(params if isinstance(params, Parameters) else list(params))
+            connection = BlockingConnection(params if isinstance(params, Parameters) else hosts_given)
         except ssl.SSLError as error:  # pika raises a failed handshake as it is: a certificate or a scheme
-            last = params if isinstance(params, Parameters) else params[-1]
+            last = hosts_given[-1]
             raise BrokerRefusedError(amqp_failure(error, last) or f"TLS: {last.host}:{last.port}: {error}") from None
         except pika.exceptions.AMQPConnectionError as error:
-            last = params if isinstance(params, Parameters) else params[-1]
-            wrong = amqp_failure(error, last)
-            if wrong is not None and HUNG_UP not in wrong and (last.ssl_options is not None or " speaks TLS" in wrong):
-                raise BrokerRefusedError(wrong) from None  # a certificate or a scheme: no retry changes it
-            if (permanent := refusal(error, params)) is not None:
-                raise BrokerRefusedError(permanent) from None
-            # A port that closes every handshake is not AMQP (nor a TLS port that accepts this client); a node
-            # shutting down may close one or two: said after a few in a row, without a warning before.
-            wrong_port = wrong_port + 1 if wrong is not None else 0
-            if wrong is not None and wrong_port >= WRONG_PORT_ATTEMPTS:
-                raise BrokerRefusedError(wrong) from None
-            why = reason(error)
-            if time.monotonic() + interval > deadline:
-                raise BrokerUnreachableError(f"broker unreachable at {where(params)}: {wrong or why} "
-                                        f"(gave up after {time.monotonic() - started:.0f} s)") from None
-            if wrong is None and why != last_reason:
-                LOG.warning("broker unreachable at %s: %s; retrying every %.0f s for up to %.0f s",
-                            where(params), why, interval, timeout)
-                last_reason = why
+            attempts.failed(error)
             sleep(interval)
             continue
         send_joined(connection)  # one write per I/O pass, not one per frame (writes.py)
-        if last_reason is not None:
-            LOG.info("broker reachable again at %s after %.1f s", where(params), time.monotonic() - started)
-        if not isinstance(params, Parameters) and len(params) > 1:
-            LOG.debug("connected to %s", where(connection_params_of(connection, params)))
+        if attempts.last_reason is not None:
+            LOG.info("broker reachable again at %s after %.1f s", where(params), time.monotonic() - attempts.started)
+        if len(hosts_given) > 1:
+            LOG.debug("connected to %s", where(connection_params_of(connection, hosts_given)))
         return connection
+
+
+class _Attempts:
+    """`connect`'s failed attempts so far: when to give up, and what was said."""
+
+    def __init__(self, hosts_given: list[Parameters], timeout: float, interval: float) -> None:
+        self.hosts, self.timeout, self.interval = hosts_given, timeout, interval
+        self.started = time.monotonic()
+        self.last_reason: str | None = None
+        self.wrong_port = 0
+        """Handshakes of the last host closed in a row (`amqp_failure`)."""
+
+    def failed(self, error: pika.exceptions.AMQPConnectionError) -> None:
+        """Raise BrokerRefusedError when no retry can connect (a certificate or a scheme, a refused login or vhost,
+        a port that is not AMQP's), BrokerUnreachableError once the next attempt would end past `timeout`; warn
+        once per reason otherwise."""
+        wrong = amqp_failure(error, self.hosts[-1])
+        self.wrong_port = self.wrong_port + 1 if wrong is not None else 0
+        if (refused := self._refused(error, wrong)) is not None:
+            raise BrokerRefusedError(refused) from None
+        why = reason(error)
+        if time.monotonic() + self.interval > self.started + self.timeout:
+            raise BrokerUnreachableError(f"broker unreachable at {where(self.hosts)}: {wrong or why} "
+                                         f"(gave up after {time.monotonic() - self.started:.0f} s)") from None
+        if wrong is None and why != self.last_reason:
+            LOG.warning("broker unreachable at %s: %s; retrying every %.0f s for up to %.0f s",
+                        where(self.hosts), why, self.interval, self.timeout)
+            self.last_reason = why
+
+    def _refused(self, error: pika.exceptions.AMQPConnectionError, wrong: str | None) -> str | None:
+        """Why no retry can connect, or None. `wrong`: the last host's failed handshake (`amqp_failure`)."""
+        last = self.hosts[-1]
+        if wrong is not None and HUNG_UP not in wrong and (last.ssl_options is not None or " speaks TLS" in wrong):
+            return wrong  # a certificate or a scheme
+        if (permanent := refusal(error, self.hosts)) is not None:
+            return permanent
+        # A port that closes every handshake is not AMQP (nor a TLS port that accepts this client); a node
+        # shutting down may close one or two: said after a few in a row, without a warning before.
+        return wrong if wrong is not None and self.wrong_port >= WRONG_PORT_ATTEMPTS else None
 
 
 def connection_params_of(connection: BlockingConnection, tried: Sequence[Parameters]) -> Parameters:

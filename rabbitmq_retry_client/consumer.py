@@ -19,9 +19,8 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any
 
 import pika
 import pika.exceptions
@@ -30,13 +29,11 @@ from pika.spec import Basic, BasicProperties
 
 from . import headers as h
 from .confirms import Confirms
-from .connection import ConnectionParams, connect, connection_params_of, hosts, quiet_pika
+from .connection import connect, connection_params_of, quiet_pika
+from .follower import DEFAULT_PREFETCH, Follower, Run
 from .handler_thread import DeadlineExceededError, Handler, HandlerThread, NotRunError
-from .management import TlsSettings
-from .metrics import NO_METRICS, Metrics
-from .policies import Decision, Delivered, Follower, PermanentError, Reason, Reject, contract_mode
+from .policies import Decision, Delivered, PermanentError, Reason, Reject, contract_mode
 from .settlements import Settlements
-from .strategies import Mode
 
 LOG = logging.getLogger("rabbitmq_retry_client")
 
@@ -59,46 +56,26 @@ def _buffered(channel: BlockingChannel) -> Delivery | None:
     return event.method, event.properties, event.body
 
 
-DEFAULT_PREFETCH = 250
-"""Deliveries the broker sends ahead of the handler. 250 is Spring AMQP's default and inside the 100–300 range
-RabbitMQ's documentation gives for throughput: a retrying consumer holds each original until the broker confirmed
-its copy, so a small prefetch leaves it waiting on confirms (bench/README.md measures 10 against 250). A consumer
-with a slow handler, beside others, gets fairer sharing from a smaller one (`prefetch=`, `--prefetch`)."""
-
-
-class RetryingConsumer(Follower):
+class RetryingConsumer(Follower[Handler]):
     """Consume the contract's queue, call `handler(body, properties)`, and retry or park what it raises on.
 
-    The counters are `Follower`'s. The connection's vhost is the contract's. `mode` applies to `tiers` contracts
-    only; None (the default) is the contract's own, `contract_mode`. An abandoned handler (`handler_timeout`) runs on
-    in its thread: handlers should honour their own deadline.
+    Its arguments and counters are `Follower`'s. An abandoned handler (`handler_timeout`) runs on in its thread:
+    handlers should honour their own deadline.
     """
 
-    def __init__(self, connection_params: ConnectionParams, contract: Mapping[str, Any], handler: Handler,
-                 mode: Mode | None = None, prefetch: int = DEFAULT_PREFETCH, *, reconnect: bool = True,
-                 reconnect_timeout: float = 60.0, publish_failure_pause: float = 1.0,
-                 handler_timeout: float | None = None, tls: TlsSettings | None = None,
-                 metrics: Metrics = NO_METRICS) -> None:
-        super().__init__(contract, mode, handler_timeout, metrics)
-        self.handler = handler
-        self.prefetch, self.reconnect, self.reconnect_timeout = prefetch, reconnect, reconnect_timeout
-        self.publish_failure_pause = publish_failure_pause
+    def _start(self) -> None:
         self._stopping = threading.Event()
-        self._params = hosts(connection_params, self.contract["vhost"], tls)
-        """Every host to try, in order, on connect and on each reconnect (a cluster's nodes)."""
         self._connection: BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
         self._confirms: Confirms | None = None
         self._worker: HandlerThread | None = None
         self._settlements: Settlements | None = None
         """The consuming channel's deliveries not settled yet (`settlements.py`)."""
-        self._pause_owed = False
-        """A copy was refused while settling inside an I/O pass, where the consumer cannot pause."""
         self._answer_scheduled = False
         """`_settle_in_io` is due once the I/O loop has dispatched what it read."""
         self._to_flush: list[Settlements] = []
         """Those holding acks of originals whose copies were confirmed, until `_settle` sends them."""
-        self.max_in_flight = prefetch if prefetch > 0 else 1000
+        self.max_in_flight = self.prefetch if self.prefetch > 0 else 1000
         """Copies published and not yet confirmed; at the bound the consumer waits for confirms. `prefetch`
         is the natural bound: each unconfirmed copy holds its original, unacked, and so one prefetch slot."""
 
@@ -213,7 +190,8 @@ class RetryingConsumer(Follower):
         while self._to_flush:
             settlements = self._to_flush.pop()
             if settlements.channel.is_open:
-                settlements.flush()
+                for tag, multiple in settlements.flush():
+                    settlements.channel._impl.basic_ack(tag, multiple=multiple)
 
     def _settlements_of(self, channel: BlockingChannel) -> Settlements:
         """The record of `channel`'s unsettled deliveries (a new one for a new channel)."""
@@ -262,25 +240,16 @@ class RetryingConsumer(Follower):
         restart; raises `BrokerUnreachableError` when the broker stays away longer than `reconnect_timeout`."""
         quiet_pika()
         self._stopping.clear()
-        handled = 0
-        poll = 0.2 if idle_timeout is None else max(0.01, min(0.2, idle_timeout))
-        last_activity = time.monotonic()
-
-        def done() -> bool:
-            return (self._stopping.is_set() or (max_messages is not None and handled >= max_messages)
-                    or (until is not None and until()))
-
+        run = Run(max_messages, idle_timeout, until, self._stopping.is_set)
         try:
-            while not done():
+            while not run.done():
                 try:
                     channel = self._connect()
-                    for method, properties, body in channel.consume(self.queue, inactivity_timeout=poll):
+                    for method, properties, body in channel.consume(self.queue, inactivity_timeout=run.poll):
                         self._settle()
                         if method is not None:
-                            room = None if max_messages is None else max_messages - handled
-                            handled += self._handle_buffered(channel, (method, properties, body), room)
-                            last_activity = time.monotonic()
-                        if done() or (idle_timeout is not None and time.monotonic() - last_activity >= idle_timeout):
+                            run.active(self._handle_buffered(channel, (method, properties, body), run.room()))
+                        if run.done() or run.idle():
                             break
                     else:
                         # The generator ends when the broker cancels the consumer (queue deleted, leader moved).
@@ -288,23 +257,27 @@ class RetryingConsumer(Follower):
                         time.sleep(0.5)
                         continue
                     self._settle_all()
-                    return handled
+                    return run.handled
                 except (pika.exceptions.AMQPConnectionError, pika.exceptions.ChannelWrongStateError) as error:
-                    connection_lost = self._connection is None or not self._connection.is_open
-                    if not self.reconnect or not connection_lost:
-                        raise
-                    LOG.warning("connection lost (%s); reconnecting", error or type(error).__name__)
-                    self._drop()
-                    self.reconnects += 1
-                    last_activity = time.monotonic()
+                    self._lost(error)
+                    run.active()
             self._settle_all()
-            return handled
+            return run.handled
         finally:
             if self.in_flight():
                 # Leaving on an error with copies unanswered: closing the connection puts their originals
                 # back in the queue (a duplicate at worst) and no late confirm can settle them wrongly.
                 self._drop()
             self._stop_consuming()
+
+    def _lost(self, error: pika.exceptions.AMQPError) -> None:
+        """Forget a lost connection (the loop connects again); raise `error` when not reconnecting, or when only a
+        channel closed (a broker's refusal on the consuming channel is not a lost connection)."""
+        if not self.reconnect or (self._connection is not None and self._connection.is_open):
+            raise error
+        LOG.warning("connection lost (%s); reconnecting", error or type(error).__name__)
+        self._drop()
+        self.reconnects += 1
 
     def _stop_consuming(self) -> None:
         """Cancel the consumer; prefetched, unhandled messages go back to the queue (not lost)."""
@@ -360,16 +333,9 @@ class RetryingConsumer(Follower):
         if self._worker is None:
             self._worker = HandlerThread(self.handler, self._stopping, self.metrics, self.queue)
         given: collections.deque[Delivery] = collections.deque()
-        taken = skipped = 0
+        skipped = 0
         try:
-            delivery: Delivery | None = first
-            while delivery is not None:
-                taken += 1
-                if self._before_handler(channel, *delivery):
-                    self._worker.submit(delivery[2], delivery[1])
-                    given.append(delivery)
-                more = (room is None or taken < room) and not self._stopping.is_set()
-                delivery = _buffered(channel) if more else None
+            taken = self._hand_over(channel, first, room, given)
             while given:
                 method, properties, body = given.popleft()
                 outcome = self._await_outcome(None)
@@ -384,6 +350,22 @@ class RetryingConsumer(Follower):
                 self._worker.retire()
                 self._worker = None
         return taken - skipped
+
+    def _hand_over(self, channel: BlockingChannel, first: Delivery, room: int | None,
+                   given: collections.deque[Delivery]) -> int:
+        """Give the worker `first` and the deliveries pika holds behind it (up to `room`, none once stopping),
+        appending each to `given`, but those parked before their handler; how many were taken."""
+        assert self._worker is not None
+        taken = 0
+        delivery: Delivery | None = first
+        while delivery is not None:
+            taken += 1
+            if self._before_handler(channel, *delivery):
+                self._worker.submit(delivery[2], delivery[1])
+                given.append(delivery)
+            more = (room is None or taken < room) and not self._stopping.is_set()
+            delivery = _buffered(channel) if more else None
+        return taken
 
     def _before_handler(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
                         body: bytes) -> bool:

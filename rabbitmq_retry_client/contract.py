@@ -194,12 +194,17 @@ def load_contract(source: str | Path | Mapping[str, Any], queue: str | None = No
     found = [c for c in contracts_in(data)
              if (queue is None or c.get("queue") == queue) and (vhost is None or c.get("vhost") == vhost)]
     if len(found) != 1:
-        names = sorted(f"{c.get('vhost')}/{c.get('queue')}" for c in contracts_in(data))
-        what = "no contract matches" if not found else "several contracts match"
-        hint = ("; name one with --queue (and --vhost), or see every error queue with `rabbitmq-retry parked summary`"
-                if found else "")
-        raise ContractError(f"{what} queue={queue!r} vhost={vhost!r}{hint}; available: {', '.join(names) or 'none'}")
+        raise ContractError(_not_one(found, data, queue, vhost))
     return validate(found[0])
+
+
+def _not_one(found: list[Mapping[str, Any]], data: Any, queue: str | None, vhost: str | None) -> str:
+    """Why `load_contract` found none or several, and the contracts there are."""
+    names = sorted(f"{c.get('vhost')}/{c.get('queue')}" for c in contracts_in(data))
+    what = "no contract matches" if not found else "several contracts match"
+    hint = ("; name one with --queue (and --vhost), or see every error queue with `rabbitmq-retry parked summary`"
+            if found else "")
+    return f"{what} queue={queue!r} vhost={vhost!r}{hint}; available: {', '.join(names) or 'none'}"
 
 
 def stack_output(stack: str | None = None, cwd: str | Path | None = None) -> dict[str, Any]:

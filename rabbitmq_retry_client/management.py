@@ -503,28 +503,9 @@ class ManagementClient:
         what = f"{method} /api/{path}"
         if isinstance(cause, ManagementError):
             return cause
-        if self.scheme == "https" and isinstance(cause, (ssl.SSLError, ConnectionError, http.client.HTTPException)):
-            fault = TlsFault(self.url, self.host, self.port, "http://", self.tls).of(cause, self.ssl_context())
-            if fault is not None:
-                return TlsError(fault)
-            if isinstance(cause, ssl.SSLError):
-                return TlsError(f"TLS: handshake with {self.url} failed ({cause.reason or cause}): check "
-                                f"{CACERT.names()} and the port")
-        said = str(cause)
-        if isinstance(cause, http.client.BadStatusLine) and "AMQP" in said:
-            return UnreachableError(f"{self.url} is an AMQP port, not the management API: give the management "
-                                    f"port in {ENDPOINT.names()} (15672 by default, 15671 with TLS)")
-        if self.scheme == "http" and (isinstance(cause, (http.client.RemoteDisconnected, http.client.BadStatusLine,
-                                                         ConnectionResetError))):
-            speaks = what_speaks(self.host, self.port, min(self.timeout, 3.0))
-            if speaks == "amqp":
-                return UnreachableError(f"{self.url} is an AMQP port, not the management API: give the management "
-                                        f"port in {ENDPOINT.names()} (15672 by default, 15671 with TLS)")
-            if speaks == "tls":
-                return TlsError(f"{self.url} speaks TLS: use https:// in {ENDPOINT.names()}, with "
-                                        f"{CACERT.names()} naming the CA that signed the broker's certificate")
-            return UnreachableError(f"{self.url} closed the connection without an HTTP answer to {what}: is it the "
-                                    f"management port? Check {ENDPOINT.names()}")
+        failed = self._tls_failure(cause) or self._not_http(cause, what)
+        if failed is not None:
+            return failed
         if isinstance(cause, ConnectionRefusedError):
             return UnreachableError(f"the management API at {self.url} refuses connections ({what}): the node behind "
                                     "it is down or its management plugin is off; on a cluster, use another node's "
@@ -538,6 +519,36 @@ class ManagementClient:
             return UnreachableError(f"the management API at {self.url}: unknown host {self.host!r} ({cause}): fix "
                                     f"{ENDPOINT.names()}")
         return UnreachableError(f"the management API at {self.url} unreachable ({what}): {cause or type(cause)}")
+
+    def _tls_failure(self, cause: BaseException) -> ManagementError | None:
+        """An https request's failed TLS, in words (None: not that)."""
+        if self.scheme != "https" or not isinstance(cause, (ssl.SSLError, ConnectionError, http.client.HTTPException)):
+            return None
+        fault = TlsFault(self.url, self.host, self.port, "http://", self.tls).of(cause, self.ssl_context())
+        if fault is not None:
+            return TlsError(fault)
+        if isinstance(cause, ssl.SSLError):
+            return TlsError(f"TLS: handshake with {self.url} failed ({cause.reason or cause}): check "
+                            f"{CACERT.names()} and the port")
+        return None
+
+    def _not_http(self, cause: BaseException, what: str) -> ManagementError | None:
+        """A port that answered `what` with something else than HTTP: AMQP's, a TLS one, another (None: not that)."""
+        amqp = (f"{self.url} is an AMQP port, not the management API: give the management port in "
+                f"{ENDPOINT.names()} (15672 by default, 15671 with TLS)")
+        if isinstance(cause, http.client.BadStatusLine) and "AMQP" in str(cause):
+            return UnreachableError(amqp)
+        if self.scheme != "http" or not isinstance(cause, (http.client.RemoteDisconnected, http.client.BadStatusLine,
+                                                           ConnectionResetError)):
+            return None
+        speaks = what_speaks(self.host, self.port, min(self.timeout, 3.0))
+        if speaks == "amqp":
+            return UnreachableError(amqp)
+        if speaks == "tls":
+            return TlsError(f"{self.url} speaks TLS: use https:// in {ENDPOINT.names()}, with {CACERT.names()} "
+                            "naming the CA that signed the broker's certificate")
+        return UnreachableError(f"{self.url} closed the connection without an HTTP answer to {what}: is it the "
+                                f"management port? Check {ENDPOINT.names()}")
 
     def _raise_for(self, method: str, path: str, answer: Response) -> None:
         if answer.status < 400:

@@ -3,7 +3,8 @@
 Both consumers (`RetryingConsumer`, `aio.AsyncRetryingConsumer`) call it: `handled` after each handler call with
 its duration, `retried` once a retry is on its way (a reject sent, or a copy confirmed), `parked` once the parking
 copy is confirmed. The threaded consumer calls `handled` from its handler thread, the others from its own thread:
-an implementation must be thread-safe (prometheus_client's metrics are). docs/client.md has a Prometheus example.
+an implementation must be thread-safe (prometheus_client's metrics are). docs/contract.md ("Metrics")
+has a Prometheus example.
 """
 
 from __future__ import annotations

@@ -330,9 +330,8 @@ class ParkedQueue:
         """Each selected message of the queue read (`_reading`) published to `route(message)` with `headers(message)`
         (confirmed, mandatory), then its original acked, at most `rate` a second; `dry_run` only counts them. What is
         not acked when a publish fails or the connection is lost goes back to the queue read: nothing is lost."""
-        interval = 1.0 / rate if rate else 0.0
         publisher = None if dry_run else self._channel(confirms=True)
-        next_at = time.monotonic()
+        pace = _Pace(rate)
         try:
             with self._reading() as reader:
                 for message in self._choose(reader, selection, outcome):
@@ -341,12 +340,8 @@ class ParkedQueue:
                     outcome.destinations[key] = outcome.destinations.get(key, 0) + 1
                     if publisher is None:
                         continue
-                    if interval:
-                        delay = next_at - time.monotonic()
-                        if delay > 0:
-                            assert self._connection is not None
-                            self._connection.sleep(delay)  # services heartbeats meanwhile
-                        next_at = max(next_at, time.monotonic()) + interval
+                    assert self._connection is not None
+                    pace.wait(self._connection)
                     copy = h.copy_properties(message.properties, headers(message))
                     publisher.basic_publish(exchange, routing_key, message.body, copy, mandatory=True)
                     reader.ack(message)
@@ -384,3 +379,20 @@ class ParkedQueue:
                     reader.ack(message)
                     outcome.deleted += 1
         return outcome
+
+
+class _Pace:
+    """At most `rate` moves a second (None: no limit)."""
+
+    def __init__(self, rate: float | None) -> None:
+        self.interval = 1.0 / rate if rate else 0.0
+        self.next_at = time.monotonic()
+
+    def wait(self, connection: BlockingConnection) -> None:
+        """Sleep until the next move is due, servicing the connection's heartbeats meanwhile."""
+        if not self.interval:
+            return
+        delay = self.next_at - time.monotonic()
+        if delay > 0:
+            connection.sleep(delay)
+        self.next_at = max(self.next_at, time.monotonic()) + self.interval

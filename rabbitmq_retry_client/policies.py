@@ -24,10 +24,9 @@ from datetime import datetime
 from typing import Any
 
 from . import headers as h
-from .contract import RetryContract, strategy_of, validate
+from .contract import RetryContract
 from .durations import format_duration
-from .metrics import Metrics
-from .strategies import MODES, Mode, Retries, StrategyBehaviour, behaviour_of
+from .strategies import Mode, Retries, StrategyBehaviour, behaviour_of
 
 LOG = logging.getLogger("rabbitmq_retry_client")
 
@@ -263,46 +262,3 @@ def policy_for(contract: RetryContract, mode: Mode | None = None) -> RetryPolicy
     policy = {Retries.BY_BROKER: NativePolicy, Retries.BY_DEAD_LETTER: RejectPolicy,
               Retries.BY_PUBLISHED_COPY: RepublishPolicy}[retries]
     return policy(contract, behaviour)
-
-
-class Follower:
-    """What both consumers (threaded and asyncio) share: the contract validated, its policy, the counters, and the
-    counting of a decision carried out.
-
-    Counters: `processed` (handler succeeded, acked), `retried` (left to wait for a retry), `parked` (sent to the
-    error exchange, `permanent` of them at once), `requeued` (a retry or parking publish failed: the original was
-    nacked back to the queue), `reconnects`, `timed_out` (handlers abandoned at their deadline)."""
-
-    def __init__(self, contract: Mapping[str, Any], mode: Mode | None, handler_timeout: float | None,
-                 metrics: Metrics) -> None:
-        if mode is not None and mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if handler_timeout is not None and handler_timeout <= 0:
-            raise ValueError(f"handler_timeout must be positive seconds or None, got {handler_timeout!r}")
-        self.contract = validate(contract)
-        self.mode: Mode = contract_mode(self.contract) if mode is None else mode
-        self.strategy = strategy_of(self.contract)
-        self.policy = policy_for(self.contract, self.mode)
-        self.counts_in_header = self.policy.retries is Retries.BY_PUBLISHED_COPY
-        """The attempt is our own `attempt_header`, and a failure is retried by publishing a copy."""
-        self.queue: str = self.contract["queue"]
-        self.handler_timeout = handler_timeout
-        """Seconds one delivery's handler may run; past it the attempt fails (and is retried)."""
-        self.metrics = metrics
-        self.processed = self.retried = self.parked = self.permanent = self.requeued = 0
-        self.reconnects = self.timed_out = 0
-
-    def retry_route(self, attempt: int) -> tuple[str, str, int]:
-        """(exchange, routing key, wait in ms) of the copy that retries `attempt` (`RetryPolicy.retry_route`)."""
-        return self.policy.retry_route(attempt)
-
-    def _count(self, decision: Decision, message_id: object, reason: Reason | str) -> None:
-        """Count (and log, and tell `metrics`) a decision carried out."""
-        if decision.parked:
-            self.parked += 1
-            self.permanent += isinstance(decision, Publish) and decision.permanent
-            self.metrics.parked(self.queue, isinstance(decision, Publish) and decision.permanent)
-        else:
-            self.retried += 1
-            self.metrics.retried(self.queue)
-        self.policy.log(decision, message_id, reason)

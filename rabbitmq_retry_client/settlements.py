@@ -21,10 +21,12 @@ from typing import Any
 
 class Settlements:
     """Deliveries of one consuming channel not settled yet, in delivery order, and the originals to ack once
-    `flush()` sends them (the caller flushes before the connection's next I/O pass)."""
+    `flush()` hands them over (the caller sends them before the connection's next I/O pass). Both consumers use it:
+    it only counts, the consumer sends."""
 
     def __init__(self, channel: Any) -> None:
         self.channel = channel
+        """The channel the deliveries came on (either client's); only the caller sends on it."""
         self._unsettled: OrderedDict[int, None] = OrderedDict()
         self._to_ack: list[int] = []
         self._last = 0
@@ -46,13 +48,14 @@ class Settlements:
         """Ack `tag` with the next `flush()`."""
         self._to_ack.append(tag)
 
-    def flush(self) -> None:
-        """Queue the acks asked for since the last flush: the run of them that starts at the oldest delivery not
-        settled as one `basic.ack(multiple=true)`, the others one each, in delivery order."""
+    def flush(self) -> list[tuple[int, bool]]:
+        """The acks asked for since the last flush, as (delivery tag, multiple) to send in this order: the run of
+        them that starts at the oldest delivery not settled as one `basic.ack(multiple=true)`, the others one each,
+        in delivery order. The caller sends them before any later settlement of the channel."""
         if not self._to_ack:
-            return
+            return []
         to_ack, self._to_ack = set(self._to_ack), []
-        impl = self.channel._impl
+        acks: list[tuple[int, bool]] = []
         last, covered = 0, 0
         if self._complete:
             for tag in self._unsettled:
@@ -60,10 +63,11 @@ class Settlements:
                     break
                 last, covered = tag, covered + 1
         if covered > 1:
-            impl.basic_ack(last, multiple=True)
+            acks.append((last, True))
             for _ in range(covered):
                 self._unsettled.popitem(last=False)
             to_ack = {tag for tag in to_ack if tag > last}
         for tag in sorted(to_ack):
-            impl.basic_ack(tag)
+            acks.append((tag, False))
             self._unsettled.pop(tag, None)
+        return acks
