@@ -41,7 +41,7 @@ from pika.spec import Basic, BasicProperties
 
 from bench import aio_floor
 from bench.report import load
-from bench.strategies import EXCHANGE, NATIVE, QUEUE, TIERS, Strategy, vhost_config
+from bench.strategies import EXCHANGE, NATIVE, QUEUE, TIERS, Strategy, plain_config, vhost_config
 from bench.throughput import _cpu_seconds, _Handler, broker_pid, client_core, cpu_stopwatch, plain_contract
 from rabbitmq_retry_client import RetryingConsumer
 from rabbitmq_retry_client.handler_thread import HandlerThread
@@ -363,8 +363,7 @@ def _deploy(stack: ExitStack, broker: Broker, queue_type: str, strategy: Strateg
     """The program's topology for `strategy` (None: a plain queue bound to `in`) in a throw-away vhost."""
     vhost = stack.enter_context(throwaway_vhost(broker, "floor"))
     if strategy is None:
-        config: dict[str, Any] = {"exchanges": [{"name": EXCHANGE, "type": "fanout"}],
-                                  "queues": [{"name": QUEUE, "type": queue_type, "bindings": [{"exchange": EXCHANGE}]}]}
+        config = plain_config(queue_type)
     else:
         delays = (TIER_MS,) if strategy is TIERS else NATIVE_MS
         config = vhost_config(strategy, queue_type, delays, 3)

@@ -43,7 +43,7 @@ from kombu.transport.native_delayed_delivery import calculate_routing_key, level
 
 from bench import accuracy, throughput
 from bench.accuracy import SLACK_S, Delays, Outcome, amqp_url, declare_kombu, stats_of
-from bench.strategies import EXCHANGE, KOMBU, LEVELS, QUEUE, Strategy, vhost_config
+from bench.strategies import EXCHANGE, KOMBU, LEVELS, QUEUE, Strategy, plain_config, vhost_config
 from bench.throughput import _Handler
 from tests.support import amqp
 from tests.support.deploy import Deployer, throwaway_vhost
@@ -84,8 +84,7 @@ def plain_vhost(broker: Broker, queue_type: str | None = None) -> Iterator[str]:
             call(broker, "PUT", f"permissions/{esc(vhost)}/{esc(broker.username)}",
                  {"configure": ".*", "write": ".*", "read": ".*"})
         else:
-            Deployer(broker, vhost)({"exchanges": [{"name": EXCHANGE, "type": "fanout"}], "queues": [
-                {"name": QUEUE, "type": queue_type, "bindings": [{"exchange": EXCHANGE}]}]})
+            Deployer(broker, vhost)(plain_config(queue_type))
         yield vhost
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from pika.spec import BasicProperties
 
+from bench import strategies
 from bench.strategies import EXCHANGE, LEVELS, NATIVE, QUEUE, TIERS, Strategy, client_refusal, refused, vhost_config
 from rabbitmq_retry_client import RetryingConsumer
 from tests.support.amqp import parameters
@@ -180,8 +181,7 @@ def prepare(stack: ExitStack, broker: Broker, version: Sequence[int], queue_type
     row = PLAIN if strategy is None else strategy.row(mode)
     failures = 0 if strategy is None else FAILURES
     if strategy is None:
-        config: dict[str, Any] = {"exchanges": [{"name": EXCHANGE, "type": "fanout"}],
-                                  "queues": [{"name": QUEUE, "type": queue_type, "bindings": [{"exchange": EXCHANGE}]}]}
+        config = strategies.plain_config(queue_type)
     else:
         if why := strategy.unsupported(version, queue_type):
             return Target(row, "", failures, skipped=why)
