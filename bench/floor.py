@@ -32,7 +32,6 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pika
@@ -41,7 +40,8 @@ from pika.frame import Method
 from pika.spec import Basic, BasicProperties
 
 from bench import aio_floor
-from bench.strategies import EXCHANGE, NATIVE, QUEUE, TIERS, Strategy, vhost_config
+from bench.report import load
+from bench.strategies import EXCHANGE, NATIVE, QUEUE, TIERS, Strategy, plain_config, vhost_config
 from bench.throughput import _cpu_seconds, _Handler, broker_pid, client_core, cpu_stopwatch, plain_contract
 from rabbitmq_retry_client import RetryingConsumer
 from rabbitmq_retry_client.handler_thread import HandlerThread
@@ -105,11 +105,6 @@ def shown(ratio: float, bound: float) -> str:
         if (float(text) >= bound) == (ratio >= bound) and (float(text) <= bound) == (ratio <= bound):
             return text
     return f"{ratio:.5f}"
-
-
-def load_average() -> str:
-    """The 1, 5 and 15 minute load averages, as /proc/loadavg has them."""
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 @dataclass(frozen=True)
@@ -371,8 +366,7 @@ def _deploy(stack: ExitStack, broker: Broker, queue_type: str, strategy: Strateg
     """The program's topology for `strategy` (None: a plain queue bound to `in`) in a throw-away vhost."""
     vhost = stack.enter_context(throwaway_vhost(broker, "floor"))
     if strategy is None:
-        config: dict[str, Any] = {"exchanges": [{"name": EXCHANGE, "type": "fanout"}],
-                                  "queues": [{"name": QUEUE, "type": queue_type, "bindings": [{"exchange": EXCHANGE}]}]}
+        config = plain_config(queue_type)
     else:
         delays = (TIER_MS,) if strategy is TIERS else NATIVE_MS
         config = vhost_config(strategy, queue_type, delays, 3)
@@ -497,7 +491,7 @@ def measure(broker: Broker, version: Sequence[int], messages: int, rounds: int,
                     for side, run in sides if number % 2 else reversed(sides):
                         sample = run(broker, target, messages)
                         {"ours": pair.ours, "hand": pair.hand, "carrying": pair.carrying}[side].append(sample)
-                    pair.loads.append(load_average())
+                    pair.loads.append(load())
                     unit = "deliveries" if pair.row in PLAIN_ROWS else "retries"
                     progress(f"floor {queue_type} round {number}/{rounds} {pair.row}: ours {pair.ours[-1].rate:,.0f}"
                              f", hand-wired {pair.hand[-1].rate:,.0f} {unit}/s (load {pair.loads[-1]})")

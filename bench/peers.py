@@ -43,7 +43,8 @@ from kombu.transport.native_delayed_delivery import calculate_routing_key, level
 
 from bench import accuracy, throughput
 from bench.accuracy import SLACK_S, Delays, Outcome, amqp_url, declare_kombu, stats_of
-from bench.strategies import EXCHANGE, KOMBU, LEVELS, QUEUE, Strategy, vhost_config
+from bench.strategies import EXCHANGE, KOMBU, LEVELS, QUEUE, Strategy, plain_config, vhost_config
+from bench.throughput import _Handler
 from tests.support import amqp
 from tests.support.deploy import Deployer, throwaway_vhost
 from tests.support.mirror import Broker, call, esc
@@ -83,8 +84,7 @@ def plain_vhost(broker: Broker, queue_type: str | None = None) -> Iterator[str]:
             call(broker, "PUT", f"permissions/{esc(vhost)}/{esc(broker.username)}",
                  {"configure": ".*", "write": ".*", "read": ".*"})
         else:
-            Deployer(broker, vhost)({"exchanges": [{"name": EXCHANGE, "type": "fanout"}], "queues": [
-                {"name": QUEUE, "type": queue_type, "bindings": [{"exchange": EXCHANGE}]}]})
+            Deployer(broker, vhost)(plain_config(queue_type))
         yield vhost
 
 
@@ -213,31 +213,7 @@ LOOPS = (
 classic queues it declares."""
 
 
-class _Tally:
-    """Fails each id `failures` times, then succeeds; `first`/`last`: monotonic times of the first and latest
-    call; `done`: ids that succeeded."""
-
-    def __init__(self, failures: int) -> None:
-        self.failures = failures
-        self.lock = threading.Lock()
-        self.seen: dict[str, int] = {}
-        self.calls = self.done = 0
-        self.first = self.last = 0.0
-
-    def __call__(self, message_id: str) -> bool:
-        """True: the attempt succeeds."""
-        with self.lock:
-            self.last = time.monotonic()
-            self.first = self.first or self.last
-            self.calls += 1
-            attempt = self.seen[message_id] = self.seen.get(message_id, 0) + 1
-            if attempt > self.failures:
-                self.done += 1
-                return True
-            return False
-
-
-def _kombu_loop(broker: Broker, vhost: str, tally: _Tally, messages: int, prefetch: int) -> None:
+def _kombu_loop(broker: Broker, vhost: str, tally: _Handler, messages: int, prefetch: int) -> None:
     """A kombu consumer on QUEUE: a failed message is republished as Celery retries a task on a quorum queue (a new
     message through `celery_delayed_27` with the countdown's routing key, without x-death), then acked. Celery's
     defaults: no publisher confirms."""
@@ -251,7 +227,7 @@ def _kombu_loop(broker: Broker, vhost: str, tally: _Tally, messages: int, prefet
 
         def on_message(body: Any, message: Any) -> None:
             message_id = str(message.properties.get("message_id"))
-            if not tally(message_id):
+            if not tally.succeeds(message_id):
                 producer.publish(message.body, exchange=level_name(27), routing_key=key, delivery_mode=2,
                                  message_id=message_id, content_type=message.content_type,
                                  content_encoding=message.content_encoding, retry=True)
@@ -270,7 +246,7 @@ def _kombu_loop(broker: Broker, vhost: str, tally: _Tally, messages: int, prefet
                     break  # nothing more will come: the caller counts what never came back
 
 
-def _dramatiq_loop(broker: Broker, vhost: str, tally: _Tally, messages: int, prefetch: int,
+def _dramatiq_loop(broker: Broker, vhost: str, tally: _Handler, messages: int, prefetch: int,
                    started: Callable[[], None]) -> None:
     """dramatiq's Worker in this process: the actor raises `Retry(delay=1000)` for a failed attempt (its Retries
     middleware sends the message to QUEUE.DQ with an eta; the worker holds it and republishes it). dramatiq's
@@ -278,7 +254,7 @@ def _dramatiq_loop(broker: Broker, vhost: str, tally: _Tally, messages: int, pre
     logging.getLogger("dramatiq").setLevel(logging.CRITICAL)  # a log line with a traceback per retry otherwise
 
     def act(message_id: str) -> None:
-        if not tally(message_id):
+        if not tally.succeeds(message_id):
             raise Retry(delay=RETRY_DELAY_MS)
 
     peer = _Dramatiq(broker, vhost, act, confirm=False, retries=True)
@@ -327,7 +303,7 @@ def run_loop(broker: Broker, loop: Loop, vhost: str, contract: dict[str, Any] | 
             broker, vhost, contract, "reject", published, failures, prefetch)
         lost = 0
     else:
-        tally = _Tally(failures)
+        tally = _Handler(failures)
         stopwatch: list[Callable[[], tuple[float, float]]] = []
         if loop.library == "kombu":
             publish_ids(broker, vhost, EXCHANGE, [f"t{i:05d}" for i in range(published)])

@@ -381,8 +381,7 @@ def p3_plot(costs: Sequence[Cost], title: str, path: Path) -> None:
         chosen = [next((c for c in costs if c.kind == k and c.queues == queues and c.layout == layout), None)
                   for k in kinds]
         xs = [j + i * width for j, c in enumerate(chosen) if c]
-        vhosts = next(c for c in costs if c.layout == layout).vhosts
-        label = f"{queues:,} queues, {'1 vhost' if vhosts == 1 else f'{vhosts} vhosts'}"
+        label = f"{queues:,} queues, {_layout(next(c for c in costs if c.layout == layout))}"
         left.bar(xs, [max(c.seconds, 1e-3) for c in chosen if c], width, label=label)
         right.bar(xs, [c.peak_mb for c in chosen if c], width, label=label)
     for ax in (left, right):

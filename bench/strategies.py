@@ -90,8 +90,10 @@ def _ms(value: int) -> str:
     return f"{value}ms"
 
 
-def _bound(queue_type: str) -> dict[str, Any]:
-    return {"name": QUEUE, "type": queue_type, "bindings": [{"exchange": EXCHANGE}]}
+def plain_config(queue_type: str) -> dict[str, Any]:
+    """Plain consume's vhost config (without its name): QUEUE of `queue_type` bound to the fanout EXCHANGE."""
+    return {"exchanges": [{"name": EXCHANGE, "type": "fanout"}],
+            "queues": [{"name": QUEUE, "type": queue_type, "bindings": [{"exchange": EXCHANGE}]}]}
 
 
 def vhost_config(strategy: Strategy, queue_type: str, delays_ms: Sequence[int], max_retries: int,
@@ -101,8 +103,8 @@ def vhost_config(strategy: Strategy, queue_type: str, delays_ms: Sequence[int], 
     `delays_ms`: tiers: the tiers; levels: the backoff's steps (initial, then × 2 up to the last; delays are
     chosen per message anyway) with levels of `unit_ms` up to 2 × the longest; native: [min_delay, max_delay];
     seed-003: unused (QUEUE is a plain queue, the delay queue is declared by `declare_anchor`)."""
-    exchanges = [{"name": EXCHANGE, "type": "fanout"}]
-    queue = _bound(queue_type)
+    config = plain_config(queue_type)
+    queue = config["queues"][0]
     extra: dict[str, Any] = {}
     if strategy is TIERS:
         queue["retry"] = {"delays": [_ms(d) for d in delays_ms], "max_retries": max_retries}
@@ -114,7 +116,7 @@ def vhost_config(strategy: Strategy, queue_type: str, delays_ms: Sequence[int], 
     elif strategy is NATIVE:
         queue["retry"] = {"strategy": "native", "min_delay": _ms(delays_ms[0]), "max_delay": _ms(delays_ms[-1]),
                           "max_retries": max_retries}
-    return {"exchanges": exchanges, "queues": [queue], **extra}
+    return {**config, **extra}
 
 
 def refused(config: Mapping[str, Any]) -> str | None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from pika.spec import BasicProperties
 
+from bench import strategies
 from bench.strategies import EXCHANGE, LEVELS, NATIVE, QUEUE, TIERS, Strategy, client_refusal, refused, vhost_config
 from rabbitmq_retry_client import RetryingConsumer
 from tests.support.amqp import parameters
@@ -84,24 +85,29 @@ class Run:
 
 class _Handler:
     """Fails each message `failures` times, then succeeds; thread-safe. `first` and `last`: the monotonic times
-    of its first and its latest call."""
+    of its first and its latest call; `done`: the calls that succeeded."""
 
     def __init__(self, failures: int) -> None:
         self.failures = failures
         self.lock = threading.Lock()
         self.seen: dict[str, int] = {}
-        self.calls = 0
+        self.calls = self.done = 0
         self.first = self.last = 0.0
 
-    def __call__(self, body: bytes, properties: BasicProperties) -> None:
-        message_id = str(properties.message_id)
+    def succeeds(self, message_id: str) -> bool:
+        """Count a call for `message_id`; True past its first `failures` calls."""
         with self.lock:
             self.last = time.monotonic()
             self.first = self.first or self.last
             self.calls += 1
             attempt = self.seen[message_id] = self.seen.get(message_id, 0) + 1
-        if attempt <= self.failures:
-            raise RuntimeError(f"planned failure {attempt} of {message_id}")
+            self.done += attempt > self.failures
+        return attempt > self.failures
+
+    def __call__(self, body: bytes, properties: BasicProperties) -> None:
+        message_id = str(properties.message_id)
+        if not self.succeeds(message_id):
+            raise RuntimeError(f"planned failure {self.seen[message_id]} of {message_id}")
 
 
 def plain_contract(vhost: str, queue_type: str) -> dict[str, Any]:
@@ -175,8 +181,7 @@ def prepare(stack: ExitStack, broker: Broker, version: Sequence[int], queue_type
     row = PLAIN if strategy is None else strategy.row(mode)
     failures = 0 if strategy is None else FAILURES
     if strategy is None:
-        config: dict[str, Any] = {"exchanges": [{"name": EXCHANGE, "type": "fanout"}],
-                                  "queues": [{"name": QUEUE, "type": queue_type, "bindings": [{"exchange": EXCHANGE}]}]}
+        config = strategies.plain_config(queue_type)
     else:
         if why := strategy.unsupported(version, queue_type):
             return Target(row, "", failures, skipped=why)

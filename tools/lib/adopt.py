@@ -503,9 +503,9 @@ def _properties_key(routing_key: str) -> str:
 
 
 SHOVEL_PASSWORD_PLACEHOLDER = "set passwords.rabbitmq-retry-shovel"
+"""What the adoption's recording gives the shovel user: the stack file's own password is a secret it never has."""
 USER_PASSWORD_PLACEHOLDER = "set passwords.<user> to the user's current password"
 """What the adoption's recording gives an application or operator user: the stack file never holds a password."""
-"""What the adoption's recording gives the shovel user: the stack file's own password is a secret it never has."""
 
 
 def record_vhost(vhost: dict[str, Any], shovel_access: ShovelAccess | None = None,
@@ -525,13 +525,11 @@ def record_vhost(vhost: dict[str, Any], shovel_access: ShovelAccess | None = Non
         close_event_loop()
 
 
-_record = record_vhost
-
 
 def finish(adoption: Adoption) -> Adoption:
     """Compare every object the config declares with the broker: import what is equal, create the rest."""
     snapshot = adoption.snapshot
-    records = [r for r in _record(adoption.vhost) if r.custom and r.type in COMPARED]
+    records = [r for r in record_vhost(adoption.vhost) if r.custom and r.type in COMPARED]
     imports: list[str] = []
     created: list[Registered] = []
     for r in records:
@@ -566,8 +564,8 @@ def finish(adoption: Adoption) -> Adoption:
             adoption.decide(IMPORT, kind, label, f"`{object_id}`")
         imports.append(f"{_IMPORT_KIND[r.type]} {object_id}")
     adoption.vhost["import"] = imports
-    _check_access(adoption, [r for r in _record(adoption.vhost) if r.type in ACCESS])
-    adoption.records = _record(adoption.vhost)  # the plan refuses an import ID that matches nothing
+    _check_access(adoption, [r for r in record_vhost(adoption.vhost) if r.type in ACCESS])
+    adoption.records = record_vhost(adoption.vhost)  # the plan refuses an import ID that matches nothing
     return adoption
 
 

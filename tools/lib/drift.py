@@ -24,11 +24,11 @@ from tools.lib.unowned import unmanageable_binding, unmanageable_exchange, unman
 COMPARED = (engine.QUEUE, engine.EXCHANGE, engine.BINDING, engine.POLICY, engine.OPERATOR_POLICY)
 """What `make adopt` can import from a vhost snapshot."""
 DRIFT_COMPARED = (*COMPARED, engine.PERMISSIONS, engine.TOPIC_PERMISSIONS)
-USER_LIMIT_NAMES = frozenset(LIMIT_NAMES.values())
-"""The user limits a UserLimits resource manages; it leaves any other limit of its user alone."""
 """What `make drift` compares: also who may do what in the vhost. The migrations' shovels (as the evaluation's
 migrations have them: a recorded shovel's settings are one secret with its URIs) are compared too when the snapshot
 carries them, and the users (broker-wide, passwords unreadable) by name when it carries those."""
+USER_LIMIT_NAMES = frozenset(LIMIT_NAMES.values())
+"""The user limits a UserLimits resource manages; it leaves any other limit of its user alone."""
 
 
 @dataclass(frozen=True)

@@ -104,14 +104,10 @@ class Step:
     retain_on_delete: bool = False
 
 
-def replace_keys(type_: str) -> frozenset[str]:
-    """Top-level inputs of `type_` that replace on change ({"*"} = all of them)."""
-    return REPLACE_ON_CHANGES.get(type_, frozenset({EVERYTHING}))
-
-
 def forces_replace(type_: str, path: str) -> bool:
-    """Would a change at input `path` ("settings.argumentsJson.x", "policy.priority") replace the resource?"""
-    keys = replace_keys(type_)
+    """Would a change at input `path` ("settings.argumentsJson.x", "policy.priority") replace the resource? Any
+    change does for a type REPLACE_ON_CHANGES does not list."""
+    keys = REPLACE_ON_CHANGES.get(type_, frozenset({EVERYTHING}))
     return EVERYTHING in keys or path.split(".", 1)[0] in keys
 
 

@@ -240,7 +240,6 @@ def evaluate_checkout(stack: str, root: Path) -> Evaluation:
         except (pulumi.RunError, StackFileError):  # these tools refuse the stack file: the roles are unknown
             pass
         else:
-
             index, found, source = index_plans(recording, mine["plans"], layout), [], TOOLS_PLAN
     provider = getattr(settings, "provider", None)
     return Evaluation(stack, recording, index, found, tuple(sorted(getattr(settings, "delete_with_messages", ()))),

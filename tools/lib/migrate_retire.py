@@ -262,10 +262,6 @@ class Broker:
         return float(rate) if isinstance(rate, (int, float)) else 0.0
 
 
-def _holds(depth: QueueDepth) -> bool:
-    return depth.messages > 0 or depth.consumers > 0
-
-
 def _queue_refusal(found: Found, queue: str, depth: QueueDepth) -> str:
     m = found.migration
     if depth.messages:
@@ -317,7 +313,7 @@ def run(found: Found, actions: Sequence[Action], broker: Broker, apply: bool,
             if depth is None:
                 out(f"{line}: already gone")
                 continue
-            if _holds(depth):
+            if depth.messages > 0 or depth.consumers > 0:
                 out(f"{line}: refused: {_queue_refusal(found, action.name, depth)}")
                 return False
             if (rate := broker.publish_rate(action.name)) > 0:

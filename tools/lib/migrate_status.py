@@ -55,10 +55,6 @@ def old_queues(m: MigrationInfo, read: Reader) -> list[tuple[str, QueueDepth | N
     return found
 
 
-def _holding(depths: Sequence[tuple[str, QueueDepth | None]]) -> list[tuple[str, QueueDepth]]:
-    return [(q, d) for q, d in depths if d is not None and d.messages > 0]
-
-
 def next_step(m: MigrationInfo, depths: Sequence[tuple[str, QueueDepth | None]], stack: str,
               shovels: Sequence[tuple[str, str]] = ()) -> str:
     """What to do now, in one sentence. A move whose shovels are not on the broker has not been applied: nothing
@@ -72,7 +68,7 @@ def next_step(m: MigrationInfo, depths: Sequence[tuple[str, QueueDepth | None]],
         return (f"shovel {stopped[0]} has stopped (terminated) and moves nothing: fix what its reason says (an AMQP "
                 f"port the broker does not listen on: set rabbitmq-retry:amqp_port to the broker's, see `make doctor "
                 f"STACK={stack}`), then `pulumi up --stack {stack}`")
-    holding = _holding(depths)
+    holding = [(q, d) for q, d in depths if d is not None and d.messages > 0]
     present = [q for q, d in depths if d is not None]
     retire = f"make migrate-retire STACK={stack} MIGRATION={m.name}"
     if m.external and m.retiring and present:  # not the stack's: `pulumi up` never deletes them

@@ -8,7 +8,7 @@ re-derived from names here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from components.migrations import kind_of
 from rabbitmq_retry_client.depth import DepthError
@@ -46,10 +46,6 @@ def kept_by_drains(migrations: Sequence[MigrationInfo]) -> dict[str, dict[str, s
     return kept
 
 
-def _code(names: Iterable[str]) -> str:
-    return ", ".join(markdown.code(n) for n in names)
-
-
 def _depth(read: Reader, vhost: str, queue: str) -> str:
     try:
         depth = read(vhost, queue)
@@ -74,7 +70,7 @@ def _lines(m: MigrationInfo, stack: str, deleted: Sequence[str], read: Reader | 
         return out + kind.review_first_step(m, markdown.code, status)
     gone = list(deleted) or list(m.old_queues)
     out += ["- Deletes, each only once empty (the queue guard fails `pulumi up` on one that holds messages): "
-            + (_code(gone) if read is None else "")]
+            + (markdown.names(gone) if read is None else "")]
     if read is not None:
         out += [f"  - {markdown.code(q)}: {_depth(read, m.vhost, q)}" for q in gone]
     return [*out, *kind.review_retire(m, markdown.code), f"- Check first: {status}."]
@@ -83,8 +79,8 @@ def _lines(m: MigrationInfo, stack: str, deleted: Sequence[str], read: Reader | 
 def _external_lines(m: MigrationInfo, stack: str, status: str, read: Reader | None) -> list[str]:
     """An external move: its old objects were declared by applications at runtime, never by the stack."""
     retire = f"`make migrate-retire STACK={stack} MIGRATION={m.name}`"
-    old = (f"Not the stack's (`move.external`, declared by applications at runtime): {_code(m.old_queues)} and the "
-           "old topology's exchanges and policies. `pulumi up` never declares, changes or deletes them.")
+    old = (f"Not the stack's (`move.external`, declared by applications at runtime): {markdown.names(m.old_queues)} "
+           "and the old topology's exchanges and policies. `pulumi up` never declares, changes or deletes them.")
     if not m.retiring:
         moves = "; ".join(f"shovel {markdown.code(n)} {markdown.code(s)} → {markdown.code(d)}" for n, s, d in m.shovels)
         return [f"- Moves: {moves} (ack-mode on-confirm, src-delete-after never, as user `rabbitmq-retry-shovel`).",
