@@ -9,9 +9,9 @@ import pytest
 
 from components.config.load import load_stack_config
 from components.config.passwords import password_problems, plain_password_paths, plain_password_problems
-from components.model.keys import POLICY_DEFINITION_KEYS
 from components.model.problems import ConfigError
 from components.model.stack_config import Defaults
+from components.model.wire import POLICY_KEYS
 from tests.conftest import vhost_config
 from tests.support.problems import config_problems
 
@@ -659,7 +659,7 @@ def test_every_policy_key_rabbitmq_knows_is_accepted_with_a_value_it_takes():
                   "stream-max-segment-size-bytes": 500_000, "consumer-timeout": 1_800_000, "target-group-size": 3,
                   "stream-filter-size-bytes": 32, "delayed-retry-type": "failed", "delayed-retry-min": 1_000,
                   "delayed-retry-max": "60000"}
-    assert sorted(definition) == sorted(POLICY_DEFINITION_KEYS)
+    assert sorted(definition) == sorted(POLICY_KEYS)
     (policy,) = load_stack_config(with_policy(definition)).vhosts[0].policies
     assert policy.definition == {key: str(value) for key, value in definition.items()}
 
@@ -679,7 +679,7 @@ def test_delayed_retry_keys_in_combinations_rabbitmq_refuses_are_refused():
 def test_a_policy_key_rabbitmq_does_not_know_is_refused_with_the_keys_it_knows():
     assert config_problems(with_policy({"x": "true", "max-length": 1})) == [
         ("vhosts[shop].policies[team].definition.x", f"not a policy key RabbitMQ knows (allowed: "
-         f"{', '.join(POLICY_DEFINITION_KEYS)})"),
+         f"{', '.join(POLICY_KEYS)})"),
     ]
 
 

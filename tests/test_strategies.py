@@ -13,8 +13,8 @@ from components.config.load import load_queue
 from components.model.fields import Problems
 from components.model.keys import RETRY_KEYS
 from components.model.stack_config import Retry
-from components.strategies import DEFAULT, STRATEGIES, strategy_of
-from rabbitmq_retry_client.contract import SCHEMA
+from components.strategies import STRATEGIES, strategy_of
+from rabbitmq_retry_client.contract import DEFAULT_STRATEGY, SCHEMA
 
 COMPONENTS = Path(__file__).resolve().parent.parent / "components"
 WRITTEN = {
@@ -26,7 +26,7 @@ WRITTEN = {
 
 
 def test_every_strategy_has_a_written_example():
-    assert set(WRITTEN) == set(STRATEGIES) and DEFAULT in STRATEGIES
+    assert set(WRITTEN) == set(STRATEGIES) and DEFAULT_STRATEGY in STRATEGIES
 
 
 @pytest.mark.parametrize("name", sorted(STRATEGIES))

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from ..model import wire
 from ..model.key_paths import with_paths
-from ..model.keys import OPERATOR_POLICY_KEYS
 from ..model.stack_config import Policy, StackConfig
 from ..strategies import strategy_of
 
@@ -50,8 +49,8 @@ required by `requirements` on their own). 3.10.8 still takes the `ha-*` and `que
 refuses; the config refuses those on every version (wire.RETIRED_POLICY_KEYS)."""
 OPERATOR_POLICY_KEY_VERSIONS: dict[str, tuple[Version, Version]] = {
     row.key: versions for row in wire.ROWS if row.operator_policy and (versions := _measured(row.operator_since))}
-"""Operator policy keys (of keys.OPERATOR_POLICY_KEYS) not every measured broker takes."""
-OPERATOR_POLICY_KEYS_ON_3_10 = tuple(k for k in OPERATOR_POLICY_KEYS if k not in OPERATOR_POLICY_KEY_VERSIONS)
+"""Operator policy keys (of wire.OPERATOR_POLICY_KEYS) not every measured broker takes."""
+OPERATOR_POLICY_KEYS_ON_3_10 = tuple(k for k in wire.OPERATOR_POLICY_KEYS if k not in OPERATOR_POLICY_KEY_VERSIONS)
 TARGET_GROUP_SIZE_FROM: Version = (4, 0, 0)
 """From this `broker.version` on, a quorum queue with a `quorum_group_size` also gets `target-group-size` in its
 policy (`Queue.target_group_size`). 3.10.8 refuses the key and 4.3.6 takes it (USER_POLICY_KEY_VERSIONS);

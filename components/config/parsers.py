@@ -46,11 +46,8 @@ from ..model.keys import (
     IMPORT_KINDS,
     LIMITS_KEYS,
     OPERATOR_KEYS,
-    OPERATOR_POLICY_KEYS,
-    POLICY_DEFINITION_KEYS,
     POLICY_KEYS,
     QUEUE_KEYS,
-    RETIRED_POLICY_KEYS,
     TOPIC_PERMISSION_KEYS,
     USER_LIMITS_KEYS,
     VHOST_KEYS,
@@ -400,15 +397,15 @@ def policy_value(p: Problems, path: str, key: str, value: object) -> str | Inval
 
 
 def check_definition_key(p: Problems, path: str, key: object, allowed_keys: Sequence[str] | None) -> bool:
-    """A user policy takes the keys RabbitMQ knows (`POLICY_DEFINITION_KEYS`), an operator policy fewer."""
+    """A user policy takes the keys RabbitMQ knows (`wire.POLICY_KEYS`), an operator policy fewer."""
     if allowed_keys is not None:
         if key in allowed_keys:
             return True
         p.add(path, f"not allowed in an operator policy (allowed: {', '.join(allowed_keys)})")
-    elif key in RETIRED_POLICY_KEYS:
-        p.add(path, RETIRED_POLICY_KEYS[str(key)])
-    elif key not in POLICY_DEFINITION_KEYS:
-        p.add(path, f"not a policy key RabbitMQ knows (allowed: {', '.join(POLICY_DEFINITION_KEYS)})")
+    elif key in wire.RETIRED_POLICY_KEYS:
+        p.add(path, wire.RETIRED_POLICY_KEYS[str(key)])
+    elif key not in wire.POLICY_KEYS:
+        p.add(path, f"not a policy key RabbitMQ knows (allowed: {', '.join(wire.POLICY_KEYS)})")
     else:
         return True
     return False
@@ -603,7 +600,7 @@ def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defau
     queues = parse_list(p, path, data, "queues", lambda p_, at, i, raw: parse_queue(p_, at, i, raw, defaults))
     policies = parse_list(p, path, data, "policies", parse_policy)
     operator_policies = parse_list(p, path, data, "operator_policies",
-                                   lambda p_, at, i, raw: parse_policy(p_, at, i, raw, OPERATOR_POLICY_KEYS))
+                                   lambda p_, at, i, raw: parse_policy(p_, at, i, raw, wire.OPERATOR_POLICY_KEYS))
     applications = parse_list(p, path, data, "applications", parse_application)
     operators = parse_list(p, path, data, "operators", parse_operator)
     limits = optional(data, "limits", lambda v: parse_limits(p, f"{path}.limits", v), Limits())

@@ -36,12 +36,6 @@ RETRY_KEYS = ("strategy", "delays", "backoff", "min_delay", "max_delay", "max_re
 others are its own (`RETRY_KEYS`)."""
 BACKOFF_KEYS = ("initial", "multiplier", "max", "jitter")
 POLICY_KEYS = ("name", "pattern", "priority", "apply_to", "definition")
-OPERATOR_POLICY_KEYS = wire.OPERATOR_POLICY_KEYS
-"""What RabbitMQ accepts in an operator policy's definition (components/model/wire.py)."""
-POLICY_DEFINITION_KEYS = wire.POLICY_KEYS
-"""What RabbitMQ accepts in a user policy's definition (components/model/wire.py: which versions take which)."""
-RETIRED_POLICY_KEYS = wire.RETIRED_POLICY_KEYS
-"""Keys RabbitMQ 3.10 still takes in a user policy but 4.x refuses, with what to use instead."""
 MIGRATION_KEYS = ("name", "move", "drain_tiers", "drain_levels", "step")
 MOVE_KEYS = ("from", "to", "external")
 EXTERNAL_KEYS = ("error_queue", "queues", "exchanges", "policies")
@@ -68,7 +62,7 @@ KEY_TABLES: Mapping[str, tuple[str, ...]] = {
     "vhosts[].queues[].retry.backoff": BACKOFF_KEYS,
     "vhosts[].delay_levels": DELAY_LEVELS_KEYS,
     "vhosts[].policies[]": POLICY_KEYS,
-    "vhosts[].operator_policies[].definition": OPERATOR_POLICY_KEYS,
+    "vhosts[].operator_policies[].definition": wire.OPERATOR_POLICY_KEYS,
     "vhosts[].applications[]": APPLICATION_KEYS,
     "vhosts[].applications[].topic_permissions[]": TOPIC_PERMISSION_KEYS,
     "vhosts[].applications[].limits": USER_LIMITS_KEYS,
@@ -85,4 +79,5 @@ KEY_TABLES: Mapping[str, tuple[str, ...]] = {
     "vhosts[].queues[].alerts": QUEUE_ALERTS_KEYS,
 }
 """Each table by the config path of the mapping it belongs to (`[]`: every item of a list). Operator
-policies take the keys of `vhosts[].policies[]`; their definition is limited to the keys above."""
+policies take the keys of `vhosts[].policies[]`; their definition is limited to those RabbitMQ accepts in one
+(`wire.OPERATOR_POLICY_KEYS`)."""

@@ -25,7 +25,7 @@ from ..model.naming import (
     retryable_key,
     user_key,
 )
-from ..model.plan_types import DelayLevelsPlan, PermissionPlan, RetryablePlan, VhostPlan
+from ..model.plan_types import DelayLevelsPlan, RetryablePlan, VhostPlan
 
 PlanT = TypeVar("PlanT")
 
@@ -60,18 +60,6 @@ def _key(entry: Any) -> str:
     return str(entry.key)
 
 
-def _created_vhost(plan: VhostPlan) -> tuple[object, ...]:
-    return () if plan.config.existing else (plan.config,)
-
-
-def _delay_levels(plan: VhostPlan) -> tuple[DelayLevelsPlan, ...]:
-    return () if plan.delay_levels is None else (plan.delay_levels,)
-
-
-def _topic_grants(plan: VhostPlan) -> tuple[PermissionPlan, ...]:
-    return tuple(grant for grant in plan.permissions if grant.topic)
-
-
 RETRYABLE_QUEUE: tuple[Slot[RetryablePlan], ...] = (
     # Policies first: a queue depends on its policy (see resources.declare_queue).
     Slot("Policy", lambda plan: plan.policies, _key),
@@ -93,19 +81,21 @@ DELAY_LEVELS: tuple[Slot[DelayLevelsPlan], ...] = (
 VHOST: tuple[Slot[VhostPlan], ...] = (
     # First: every other child waits for the path guard (docs/guard.md).
     Slot("Stash", lambda _: PATH_GUARD, _key),
-    Slot("VHost", _created_vhost, lambda _: VHOST_KEY),
+    Slot("VHost", lambda plan: () if plan.config.existing else (plan.config,), lambda _: VHOST_KEY),
     Slot("Exchange", lambda plan: plan.exchanges, _key),
     Slot("Policy", lambda plan: plan.policies, _key),
     Slot("Queue", lambda plan: plan.queues, _key),
     # Before the retryable queues: a `levels` queue is bound to the delivery exchange.
-    Slot("DelayLevels", _delay_levels, lambda _: DELAY_LEVELS_KEY),
+    Slot("DelayLevels", lambda plan: () if plan.delay_levels is None else (plan.delay_levels,),
+         lambda _: DELAY_LEVELS_KEY),
     Slot("RetryableQueue", lambda plan: plan.retryables, lambda retryable: retryable_key(retryable.config.name)),
     # After every exchange and queue: a binding refers to both by their resources' outputs.
     Slot("Binding", lambda plan: plan.bindings, _key),
     Slot("OperatorPolicy", lambda plan: plan.operator_policies, _key),
     Slot("User", lambda plan: plan.permissions, lambda grant: grant.user_key),
     Slot("Permissions", lambda plan: plan.permissions, _key),
-    Slot("TopicPermissions", _topic_grants, lambda grant: grant.topic_key),
+    Slot("TopicPermissions", lambda plan: [grant for grant in plan.permissions if grant.topic],
+         lambda grant: grant.topic_key),
     # Migrations: the shovel user's permissions, then the shovels, which connect as that user.
     Slot("Permissions", lambda plan: plan.shovel_permissions, _key),
     Slot("Shovel", lambda plan: plan.shovels, _key),

@@ -20,8 +20,6 @@ from .base import Strategy
 STRATEGIES: Mapping[str, Strategy] = {module.NAME: module for module in (tiers, levels, native)}
 """`retry.strategy`: `tiers` (fixed TTL wait queues, the default), `levels` (a delay per message through the
 vhost's shared binary delay levels) or `native` (RabbitMQ 4.3's delayed retry of quorum queues)."""
-DEFAULT = DEFAULT_STRATEGY
-"""The strategy of a `retry` block that names none, as of a contract that names none (the contract's schema)."""
 
 
 def parse_retry(p: Problems, path: str, raw: object) -> Retry | Invalid:
@@ -30,7 +28,7 @@ def parse_retry(p: Problems, path: str, raw: object) -> Retry | Invalid:
     data = mapping(p, path, raw, RETRY_KEYS)
     if data is INVALID:
         return INVALID
-    name = optional(data, "strategy", lambda v: choice(p, f"{path}.strategy", v, tuple(STRATEGIES)), DEFAULT)
+    name = optional(data, "strategy", lambda v: choice(p, f"{path}.strategy", v, tuple(STRATEGIES)), DEFAULT_STRATEGY)
     if name is INVALID:
         return INVALID
     for other in STRATEGIES.values():

@@ -12,7 +12,6 @@ import pytest
 
 from components.config.capabilities import APPLY_TO_VERSIONS, NEWEST_MEASURED, Version
 from components.model import wire
-from components.model.keys import OPERATOR_POLICY_KEYS, POLICY_DEFINITION_KEYS, RETIRED_POLICY_KEYS
 from components.model.stack_config import APPLY_TO
 from components.strategies import native
 from tests.support.admin import version
@@ -76,7 +75,7 @@ def test_the_broker_refuses_exactly_the_keys_and_apply_to_values_preview_refuses
         broker: Broker, kind: str) -> None:
     running = version(broker)
     operator = kind == "operator-policies"
-    keys = OPERATOR_POLICY_KEYS if operator else POLICY_DEFINITION_KEYS
+    keys = wire.OPERATOR_POLICY_KEYS if operator else wire.POLICY_KEYS
     by_key, by_apply_to = _probe(broker, kind, keys)
     print(f"\nRabbitMQ {'.'.join(map(str, running))} {KINDS[kind]} policies refuse: "
           f"{[k for k, r in by_key.items() if r]}; apply-to {[v for v, r in by_apply_to.items() if r]}")
@@ -93,7 +92,7 @@ def test_retired_keys_are_refused_by_4_3_6_and_taken_by_3_10_8(broker: Broker) -
     """The config refuses the mirroring keys and queue-master-locator on every version (4.3.6 answers 400)."""
     by_key, _ = _probe(broker, "policies", ("ha-mode", "queue-master-locator"))
     assert all(by_key.values()) if version(broker) >= NEWEST_MEASURED else not any(by_key.values()), by_key
-    assert set(by_key) <= set(RETIRED_POLICY_KEYS)
+    assert set(by_key) <= set(wire.RETIRED_POLICY_KEYS)
 
 
 REFUSED_TOGETHER = ({"delayed-retry-type": "all"}, {"delayed-retry-type": "failed"},

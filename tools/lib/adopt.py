@@ -22,7 +22,7 @@ from components.migrations import move
 from components.model import naming, wire
 from components.model.durations import format_duration
 from components.model.key_paths import entry_paths
-from components.model.keys import NAMESPACE, OPERATOR_POLICY_KEYS
+from components.model.keys import NAMESPACE
 from components.model.naming import binding_id
 from components.model.plan_types import Grant
 from components.model.problems import ConfigError
@@ -419,7 +419,7 @@ def _policies_of(adoption: Adoption, owned: _Owned) -> None:
             adoption.vhost["policies"].append(policy_entry)
     for name, policy in sorted(adoption.snapshot.operator_policies.items()):
         policy_entry = _policy_entry(policy)
-        if isinstance(policy_entry, str) or set(policy_entry["definition"]) - set(OPERATOR_POLICY_KEYS):
+        if isinstance(policy_entry, str) or set(policy_entry["definition"]) - set(wire.OPERATOR_POLICY_KEYS):
             why = (policy_entry if isinstance(policy_entry, str)
                    else "keys an operator policy of the config may not hold")
             adoption.decide(ALONE, "OperatorPolicy", name, why)
