@@ -35,10 +35,10 @@ from hypothesis import strategies as st
 
 from components.config.load import load_stack_config
 from components.config.passwords import password_problems
-from components.model import naming
+from components.model import naming, wire
 from components.model.durations import MAX_MS, DurationError, format_duration, parse_duration
 from components.model.key_paths import NAME_KEYS, with_paths
-from components.model.keys import KEY_TABLES, NAMESPACE, OPERATOR_POLICY_KEYS, TOP_LEVEL_KEYS
+from components.model.keys import KEY_TABLES, NAMESPACE, TOP_LEVEL_KEYS
 from components.model.plan_types import VhostPlan
 from components.model.problems import ConfigError, Problem
 from components.model.stack_config import EXCHANGE_TYPES, QUEUE_TYPES, X_MATCH, StackConfig
@@ -129,7 +129,7 @@ POLICY_VALUES: dict[str, tuple[str | int, ...]] = {
 @st.composite
 def definitions(draw: st.DrawFn, operator: bool) -> Tree:
     if operator:
-        keys = draw(st.lists(st.sampled_from(OPERATOR_POLICY_KEYS), min_size=1, max_size=3, unique=True))
+        keys = draw(st.lists(st.sampled_from(wire.OPERATOR_POLICY_KEYS), min_size=1, max_size=3, unique=True))
         return {key: "reject-publish" if key == "overflow" else draw(st.sampled_from([1, 1_000, "1000", 2]))
                 for key in keys}
     keys = draw(st.lists(st.sampled_from(sorted(POLICY_VALUES)), min_size=1, max_size=3, unique=True))
