@@ -60,23 +60,17 @@ def _key(entry: Any) -> str:
     return str(entry.key)
 
 
-RETRYABLE_QUEUE: tuple[Slot[RetryablePlan], ...] = (
+RETRYABLE_QUEUE: tuple[Slot[RetryablePlan | DelayLevelsPlan], ...] = (
     # Policies first: a queue depends on its policy (see resources.declare_queue).
     Slot("Policy", lambda plan: plan.policies, _key),
     Slot("Queue", lambda plan: plan.queues, _key),
+    # Every exchange before any binding: a delay level's exchange is bound to the one below it.
     Slot("Exchange", lambda plan: plan.exchanges, _key),
     Slot("Binding", lambda plan: plan.bindings, _key),
 )
 """Children of a RetryableQueue component, whose plan is a `RetryablePlan`."""
-
-DELAY_LEVELS: tuple[Slot[DelayLevelsPlan], ...] = (
-    Slot("Policy", lambda plan: plan.policies, _key),
-    Slot("Queue", lambda plan: plan.queues, _key),
-    # Every exchange before any binding: a level's exchange is bound to the one below it.
-    Slot("Exchange", lambda plan: plan.exchanges, _key),
-    Slot("Binding", lambda plan: plan.bindings, _key),
-)
-"""Children of a DelayLevels component (a vhost's shared delay levels), whose plan is a `DelayLevelsPlan`."""
+DELAY_LEVELS = RETRYABLE_QUEUE
+"""Children of a DelayLevels component (a vhost's shared delay levels, a `DelayLevelsPlan`): the same rows."""
 
 VHOST: tuple[Slot[VhostPlan], ...] = (
     # First: every other child waits for the path guard (docs/guard.md).

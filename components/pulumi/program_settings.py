@@ -33,15 +33,11 @@ from ..model.stack_config import StackConfig
 from .boundary import reported
 
 
-def _all_keys() -> set[str]:
-    # Pulumi has no public API that lists config keys; unknown (misspelt) keys are only
-    # detectable from the runtime's own map.
-    return set(runtime_config.CONFIG.get()) | set(runtime_config.get_config_env())
-
-
 def runtime_values() -> tuple[dict[str, Any], set[str]]:
     """Every config key the engine handed over (`namespace:key` → text), and those that are secrets."""
-    keys = _all_keys()
+    # Pulumi has no public API that lists config keys; unknown (misspelt) keys are only
+    # detectable from the runtime's own map.
+    keys = set(runtime_config.CONFIG.get()) | set(runtime_config.get_config_env())
     return ({key: runtime_config.get_config(key) for key in keys},
             {key for key in keys if runtime_config.is_config_secret(key)})
 
