@@ -194,9 +194,5 @@ RETIRED_POLICY_KEYS: Mapping[str, str] = {row.key: row.retired for row in ROWS i
 
 SKIPPED_KEYS: Mapping[str, frozenset[str]] = {
     queue_type: frozenset(row.key for row in ROWS if queue_type not in row.queue_types) for queue_type in QUEUE_TYPES}
-"""The keys that make RabbitMQ skip a policy for a queue of each type the project declares."""
-
-
-def skipped_keys(queue_type: str) -> frozenset[str]:
-    """`SKIPPED_KEYS` of `queue_type`; none for another type (a stream)."""
-    return SKIPPED_KEYS.get(queue_type, frozenset())
+"""The keys that make RabbitMQ skip a policy for a queue of each type the project declares; none for another type
+(a stream)."""

@@ -33,7 +33,7 @@ EXCHANGE_APPLY_TO = ("exchanges", "all")
 def applies_to_queue_type(policy: PolicyPlan, queue_type: str) -> bool:
     """`apply-to` and the definition's keys allow `policy` on a queue of `queue_type`."""
     return ((policy.apply_to in QUEUE_APPLY_TO or policy.apply_to == f"{queue_type}_queues")
-            and not wire.skipped_keys(queue_type).intersection(policy.definition))
+            and not wire.SKIPPED_KEYS.get(queue_type, frozenset()).intersection(policy.definition))
 
 
 class PolicyIndex:
