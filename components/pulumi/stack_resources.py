@@ -1,4 +1,4 @@
-"""The program's stack-wide steps, between reading the settings (`runtime_settings.read_stack_settings`) and the
+"""The program's stack-wide steps, between reading the settings (`program_settings.read_stack_settings`) and the
 Vhost components: plan every vhost once and check them, register the queue guard's hooks, declare the shovel user,
 and hand each application its password."""
 
