@@ -78,8 +78,7 @@ def title(m: Reviewed, code: Format) -> str:
     return "drain the removed delay levels"
 
 
-def review_first_step(m: Reviewed, code: Format, status: str) -> list[str]:
-    return review_drain(m, code, status)
+review_first_step = review_drain
 
 
 def review_retire(m: Reviewed, code: Format) -> list[str]:

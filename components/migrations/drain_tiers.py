@@ -103,8 +103,7 @@ def title(m: Reviewed, code: Format) -> str:
     return f"drain the removed wait tiers of {code(m.source)}"
 
 
-def review_first_step(m: Reviewed, code: Format, status: str) -> list[str]:
-    return review_drain(m, code, status)
+review_first_step = review_drain
 
 
 def review_retire(m: Reviewed, code: Format) -> list[str]:
