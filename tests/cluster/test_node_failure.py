@@ -81,7 +81,7 @@ class Loop:
             return int(min(contract["min_delay_ms"] * attempt, contract["max_delay_ms"]))
         if self.consumer.strategy == "tiers" and self.mode == "reject":
             return int(contract["tiers"][0]["delay_ms"])  # every rejected attempt waits in tier 1
-        return self.consumer.retry_route(attempt)[2]
+        return self.consumer.policy.retry_route(attempt)[2]
 
 
 def topology(version: str) -> dict[str, Any]:
