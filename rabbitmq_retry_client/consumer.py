@@ -290,14 +290,6 @@ class RetryingConsumer(Follower[Handler]):
 
     # one delivery -------------------------------------------------------------------------------------
 
-    def _call_handler(self, body: bytes, properties: BasicProperties) -> BaseException | None:
-        """Run the handler in the worker thread while this one keeps the connection serviced; its exception,
-        DeadlineExceededError at `handler_timeout`, or None on success."""
-        if self._worker is None:
-            self._worker = HandlerThread(self.handler, self._stopping, self.metrics, self.queue)
-        self._worker.submit(body, properties)
-        return self._await_outcome(self.handler_timeout)
-
     def _await_outcome(self, timeout: float | None) -> BaseException | None:
         """The outcome of the oldest delivery given to the worker and not answered yet, servicing the connection
         meanwhile; DeadlineExceededError (and a new worker for the next delivery) after `timeout` seconds."""
@@ -327,9 +319,9 @@ class RetryingConsumer(Follower[Handler]):
         order once the last one is given. Handing deliveries over one at a time costs two thread switches
         each, the largest part of the consumer's own CPU per delivery (bench/README.md, "Against the broker's
         floor"); a batch costs about two in all. With `handler_timeout`, each delivery is handed over alone
-        and timed alone."""
+        and timed alone (`room` 1)."""
         if self.handler_timeout is not None:
-            return self._handle(channel, *first)
+            room = 1
         if self._worker is None:
             self._worker = HandlerThread(self.handler, self._stopping, self.metrics, self.queue)
         given: collections.deque[Delivery] = collections.deque()
@@ -338,7 +330,7 @@ class RetryingConsumer(Follower[Handler]):
             taken = self._hand_over(channel, first, room, given)
             while given:
                 method, properties, body = given.popleft()
-                outcome = self._await_outcome(None)
+                outcome = self._await_outcome(self.handler_timeout)
                 skipped += isinstance(outcome, NotRunError)
                 self._after_handler(channel, method, properties, body, outcome)
             self._flush_acks()
@@ -376,16 +368,6 @@ class RetryingConsumer(Follower[Handler]):
             return True
         self._carry_out(channel, method, properties, body, parking, Reason(parking.headers[h.ERROR_REASON]))
         return False
-
-    def _handle(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
-                body: bytes) -> int:
-        """One delivery, its handler run and timed alone; 0 when its handler never ran (stopping), else 1."""
-        if not self._before_handler(channel, method, properties, body):
-            return 1
-        outcome = self._call_handler(body, properties)
-        self._after_handler(channel, method, properties, body, outcome)
-        self._flush_acks()
-        return 0 if isinstance(outcome, NotRunError) else 1
 
     def _after_handler(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
                        body: bytes, error: BaseException | None) -> None:

@@ -1148,8 +1148,8 @@ def _deliver(contract: dict[str, Any], handler: Any, headers: dict[str, Any] | N
     channel = channel or RecordingChannel()
     consumer = _consumer(contract, handler, channel, mode)
     consuming = RecordingChannel(calls=channel.calls)
-    consumer._handle(consuming, _method(), BasicProperties(message_id="m-1", headers=headers),  # type: ignore[arg-type]
-                     b"body")
+    delivery = (_method(), BasicProperties(message_id="m-1", headers=headers), b"body")
+    consumer._handle_buffered(consuming, delivery, 1)  # type: ignore[arg-type]
     return consumer, channel.calls
 
 
@@ -1342,7 +1342,7 @@ def _fail_each(consumer: RetryingConsumer, consuming: RecordingChannel, tags: li
     """A failing delivery per tag (message m-<tag>, unless all share `headers`' message), handled in order."""
     for tag in tags:
         properties = BasicProperties(message_id="m-1" if headers else f"m-{tag}", headers=dict(headers or {}))
-        consumer._handle(consuming, _method(tag), properties, b"body")  # type: ignore[arg-type]
+        consumer._handle_buffered(consuming, (_method(tag), properties, b"body"), 1)  # type: ignore[arg-type]
 
 
 def _in_flight(outcome: str | None = None, prefetch: int = 10, contract: dict[str, Any] | None = None,
@@ -1710,8 +1710,8 @@ def test_a_batch_left_on_an_error_retires_its_worker_so_no_outcome_is_taken_for_
     with pytest.raises(pika.exceptions.ChannelWrongStateError):
         consumer._handle_buffered(consuming, first, None)  # type: ignore[arg-type]
     assert consumer._worker is None, "the next delivery gets a new worker"
-    consumer._handle(RecordingChannel(calls=channel.calls), _method(9), BasicProperties(message_id="m-9"),  # type: ignore[arg-type]
-                     b"m-9")
+    ninth = (_method(9), BasicProperties(message_id="m-9"), b"m-9")
+    consumer._handle_buffered(RecordingChannel(calls=channel.calls), ninth, 1)  # type: ignore[arg-type]
     assert channel.calls[-1] == ("ack", 9) and consumer.processed == 1
 
 
