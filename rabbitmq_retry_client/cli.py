@@ -290,8 +290,8 @@ def _stuck_redrive(args: argparse.Namespace) -> int:
     moved: list[tuple[str, Outcome]] = []
     with StuckTiers(args.url, _contract(args), connect_timeout=args.connect_timeout) as tiers:
         try:
-            for done in tiers.redrive_all(args.tier, dry_run=args.dry_run, rate=args.rate):
-                moved.append((done.queue, done.outcome))
+            for queue in tiers.tiers(args.tier):
+                moved.append((queue, tiers.move(queue, dry_run=args.dry_run, rate=args.rate)))
         except (pika.exceptions.AMQPConnectionError, pika.exceptions.AMQPChannelError, OSError) as error:
             if args.dry_run:
                 raise
