@@ -324,15 +324,17 @@ def _purge(args: argparse.Namespace) -> int:
 
 # --- arguments ------------------------------------------------------------------------------------
 
-def _contract_options(parser: argparse.ArgumentParser) -> None:
+def _contract_options(parser: argparse.ArgumentParser, pick_one: bool = True) -> None:
+    """Where the contracts come from, and (`pick_one`) which of them a command follows."""
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--contract", type=Path,
                         help="JSON of `pulumi stack output retry_contracts --json` (or `make contracts`), "
                         "or one contract")
     source.add_argument("--stack",
                         help="read the contracts with `pulumi stack output retry_contracts --json --stack STACK`")
-    parser.add_argument("--queue", help="which input queue, when there are several contracts")
-    parser.add_argument("--vhost", help="which vhost, when the queue name is in several")
+    if pick_one:
+        parser.add_argument("--queue", help="which input queue, when there are several contracts")
+        parser.add_argument("--vhost", help="which vhost, when the queue name is in several")
 
 
 def _filter_options(parser: argparse.ArgumentParser, limit: int | None = None) -> None:
@@ -411,11 +413,7 @@ def parser() -> argparse.ArgumentParser:
     listing.set_defaults(run=_list)
 
     summary = actions.add_parser("summary", help="every error queue of the contract file: count, oldest, reasons")
-    source = summary.add_mutually_exclusive_group(required=True)
-    source.add_argument("--contract", type=Path, help="JSON of `pulumi stack output retry_contracts --json` (or "
-                        "`make contracts`)")
-    source.add_argument("--stack", help="read the contracts with `pulumi stack output retry_contracts --json "
-                        "--stack STACK`")
+    _contract_options(summary, pick_one=False)
     summary.add_argument("--vhost", help="only this vhost's queues")
     summary.add_argument("--limit", type=positive(int), default=LIST_LIMIT,
                          help="messages read per queue for the reasons, at most that many held unacknowledged at "
