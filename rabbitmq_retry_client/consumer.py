@@ -167,7 +167,9 @@ class RetryingConsumer(Follower[Handler]):
 
     def _ack(self, channel: BlockingChannel, delivery_tag: int) -> None:
         """Ack a delivery with the next `_flush_acks`, before the connection's next I/O pass: the acks of a run of
-        deliveries from the oldest one unsettled leave as one `basic.ack(multiple=true)` (`settlements.py`)."""
+        deliveries from the oldest one unsettled leave as one `basic.ack(multiple=true)` (`settlements.py`), with
+        whatever else is queued. `BlockingChannel.basic_ack` would run an I/O pass per ack, which cost more client CPU
+        than the rest of a plain delivery."""
         settlements = self._settlements_of(channel)
         settlements.ack_later(delivery_tag)
         if settlements not in self._to_flush:
@@ -377,9 +379,6 @@ class RetryingConsumer(Follower[Handler]):
             self._give_back(channel, method.delivery_tag, requeue=True)
             return
         if error is None:
-            # Not sent yet: the consumer's next wait for a delivery sends it with whatever else is queued
-            # (`BlockingChannel.basic_ack` runs an I/O pass per ack, which cost more client CPU than the rest of a
-            # plain delivery), with the acks before and after it as one multiple ack where it can (`_ack`).
             self._ack(channel, method.delivery_tag)
             self.processed += 1
             return
@@ -411,8 +410,6 @@ class RetryingConsumer(Follower[Handler]):
         def answer(error: BaseException | None) -> None:
             if not channel.is_open:
                 return  # the broker put the original back in the queue with its channel
-            # Not sent yet: `_settle` sends a batch of answers with one I/O pass, the acks of a run of originals
-            # as one multiple ack (`_ack`).
             if error is None:
                 self._ack(channel, method.delivery_tag)
                 confirmed()
