@@ -244,9 +244,6 @@ def _error_queue(args: argparse.Namespace, contract: RetryContract) -> dict[str,
 
 
 def _show(args: argparse.Namespace) -> int:
-    def shown(value: object) -> object:
-        return h.text(value) if isinstance(value, bytes) else value
-
     with _parked_queue(args) as parked:
         for n, message in enumerate(parked.selected(_selection(args)), start=1):
             p = message.properties
@@ -254,7 +251,7 @@ def _show(args: argparse.Namespace) -> int:
             more = f" … ({len(message.body)} bytes)" if len(message.body) > args.body_bytes else ""
             print(f"#{n} message_id={p.message_id} content_type={p.content_type} timestamp={p.timestamp}")
             for key, value in sorted(message.headers.items()):
-                print(f"    {key}: {shown(value)}")
+                print(f"    {key}: {h.text(value) if isinstance(value, bytes) else value}")
             print(f"    body: {body.decode('utf-8', 'replace')!r}{more}")
     return 0
 
