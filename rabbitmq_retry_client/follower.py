@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 from .connection import ConnectionParams, hosts
-from .contract import strategy_of, validate
+from .contract import validate
 from .management import TlsSettings
 from .metrics import NO_METRICS, Metrics
 from .policies import Decision, Publish, Reason, contract_mode, policy_for
@@ -78,7 +78,6 @@ class Follower(Generic[HandlerT]):
             raise ValueError(f"handler_timeout must be positive seconds or None, got {handler_timeout!r}")
         self.contract = validate(contract)
         self.mode: Mode = contract_mode(self.contract) if mode is None else mode
-        self.strategy = strategy_of(self.contract)
         self.policy = policy_for(self.contract, self.mode)
         self.queue: str = self.contract["queue"]
         self.handler = handler
