@@ -22,7 +22,6 @@ NAMES = {"2.5.4.3": "CN", "2.5.4.6": "C", "2.5.4.7": "L", "2.5.4.8": "ST", "2.5.
 class Certificate:
     subject: str
     """`CN=broker,O=Example`, openssl's short names, most significant last as in RFC 4514."""
-    issuer: str
     not_before: datetime
     not_after: datetime
 
@@ -87,17 +86,17 @@ def _time(data: bytes, tag: int, start: int, end: int) -> datetime:
 
 
 def from_der(der: bytes) -> Certificate:
-    """The certificate's subject, issuer and dates; ValueError when `der` is not a certificate."""
+    """The certificate's subject and dates; ValueError when `der` is not a certificate."""
     try:
         _, cert_start, cert_end = _element(der, 0)
         _, tbs_start, tbs_end = _children(der, cert_start, cert_end)[0]
         fields = _children(der, tbs_start, tbs_end)
         if fields[0][0] == 0xA0:  # [0] version
             fields = fields[1:]
-        issuer, validity, subject = fields[2], fields[3], fields[4]
+        validity, subject = fields[3], fields[4]
         (nb_tag, nb_start, nb_end), (na_tag, na_start, na_end) = _children(der, validity[1], validity[2])
-        return Certificate(_name(der, subject[1], subject[2]), _name(der, issuer[1], issuer[2]),
-                           _time(der, nb_tag, nb_start, nb_end), _time(der, na_tag, na_start, na_end))
+        return Certificate(_name(der, subject[1], subject[2]), _time(der, nb_tag, nb_start, nb_end),
+                           _time(der, na_tag, na_start, na_end))
     except (IndexError, ValueError, UnicodeDecodeError) as error:
         raise ValueError(f"not a DER certificate: {error}") from None
 

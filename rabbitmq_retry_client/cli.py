@@ -244,9 +244,6 @@ def _error_queue(args: argparse.Namespace, contract: RetryContract) -> dict[str,
 
 
 def _show(args: argparse.Namespace) -> int:
-    def shown(value: object) -> object:
-        return h.text(value) if isinstance(value, bytes) else value
-
     with _parked_queue(args) as parked:
         for n, message in enumerate(parked.selected(_selection(args)), start=1):
             p = message.properties
@@ -254,7 +251,7 @@ def _show(args: argparse.Namespace) -> int:
             more = f" … ({len(message.body)} bytes)" if len(message.body) > args.body_bytes else ""
             print(f"#{n} message_id={p.message_id} content_type={p.content_type} timestamp={p.timestamp}")
             for key, value in sorted(message.headers.items()):
-                print(f"    {key}: {shown(value)}")
+                print(f"    {key}: {h.text(value) if isinstance(value, bytes) else value}")
             print(f"    body: {body.decode('utf-8', 'replace')!r}{more}")
     return 0
 
@@ -290,8 +287,8 @@ def _stuck_redrive(args: argparse.Namespace) -> int:
     moved: list[tuple[str, Outcome]] = []
     with StuckTiers(args.url, _contract(args), connect_timeout=args.connect_timeout) as tiers:
         try:
-            for done in tiers.redrive_all(args.tier, dry_run=args.dry_run, rate=args.rate):
-                moved.append((done.queue, done.outcome))
+            for queue in tiers.tiers(args.tier):
+                moved.append((queue, tiers.move(queue, dry_run=args.dry_run, rate=args.rate)))
         except (pika.exceptions.AMQPConnectionError, pika.exceptions.AMQPChannelError, OSError) as error:
             if args.dry_run:
                 raise
@@ -324,15 +321,17 @@ def _purge(args: argparse.Namespace) -> int:
 
 # --- arguments ------------------------------------------------------------------------------------
 
-def _contract_options(parser: argparse.ArgumentParser) -> None:
+def _contract_options(parser: argparse.ArgumentParser, pick_one: bool = True) -> None:
+    """Where the contracts come from, and (`pick_one`) which of them a command follows."""
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--contract", type=Path,
                         help="JSON of `pulumi stack output retry_contracts --json` (or `make contracts`), "
                         "or one contract")
     source.add_argument("--stack",
                         help="read the contracts with `pulumi stack output retry_contracts --json --stack STACK`")
-    parser.add_argument("--queue", help="which input queue, when there are several contracts")
-    parser.add_argument("--vhost", help="which vhost, when the queue name is in several")
+    if pick_one:
+        parser.add_argument("--queue", help="which input queue, when there are several contracts")
+        parser.add_argument("--vhost", help="which vhost, when the queue name is in several")
 
 
 def _filter_options(parser: argparse.ArgumentParser, limit: int | None = None) -> None:
@@ -411,11 +410,7 @@ def parser() -> argparse.ArgumentParser:
     listing.set_defaults(run=_list)
 
     summary = actions.add_parser("summary", help="every error queue of the contract file: count, oldest, reasons")
-    source = summary.add_mutually_exclusive_group(required=True)
-    source.add_argument("--contract", type=Path, help="JSON of `pulumi stack output retry_contracts --json` (or "
-                        "`make contracts`)")
-    source.add_argument("--stack", help="read the contracts with `pulumi stack output retry_contracts --json "
-                        "--stack STACK`")
+    _contract_options(summary, pick_one=False)
     summary.add_argument("--vhost", help="only this vhost's queues")
     summary.add_argument("--limit", type=positive(int), default=LIST_LIMIT,
                          help="messages read per queue for the reasons, at most that many held unacknowledged at "

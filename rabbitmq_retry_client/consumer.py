@@ -167,7 +167,9 @@ class RetryingConsumer(Follower[Handler]):
 
     def _ack(self, channel: BlockingChannel, delivery_tag: int) -> None:
         """Ack a delivery with the next `_flush_acks`, before the connection's next I/O pass: the acks of a run of
-        deliveries from the oldest one unsettled leave as one `basic.ack(multiple=true)` (`settlements.py`)."""
+        deliveries from the oldest one unsettled leave as one `basic.ack(multiple=true)` (`settlements.py`), with
+        whatever else is queued. `BlockingChannel.basic_ack` would run an I/O pass per ack, which cost more client CPU
+        than the rest of a plain delivery."""
         settlements = self._settlements_of(channel)
         settlements.ack_later(delivery_tag)
         if settlements not in self._to_flush:
@@ -290,14 +292,6 @@ class RetryingConsumer(Follower[Handler]):
 
     # one delivery -------------------------------------------------------------------------------------
 
-    def _call_handler(self, body: bytes, properties: BasicProperties) -> BaseException | None:
-        """Run the handler in the worker thread while this one keeps the connection serviced; its exception,
-        DeadlineExceededError at `handler_timeout`, or None on success."""
-        if self._worker is None:
-            self._worker = HandlerThread(self.handler, self._stopping, self.metrics, self.queue)
-        self._worker.submit(body, properties)
-        return self._await_outcome(self.handler_timeout)
-
     def _await_outcome(self, timeout: float | None) -> BaseException | None:
         """The outcome of the oldest delivery given to the worker and not answered yet, servicing the connection
         meanwhile; DeadlineExceededError (and a new worker for the next delivery) after `timeout` seconds."""
@@ -327,9 +321,9 @@ class RetryingConsumer(Follower[Handler]):
         order once the last one is given. Handing deliveries over one at a time costs two thread switches
         each, the largest part of the consumer's own CPU per delivery (bench/README.md, "Against the broker's
         floor"); a batch costs about two in all. With `handler_timeout`, each delivery is handed over alone
-        and timed alone."""
+        and timed alone (`room` 1)."""
         if self.handler_timeout is not None:
-            return self._handle(channel, *first)
+            room = 1
         if self._worker is None:
             self._worker = HandlerThread(self.handler, self._stopping, self.metrics, self.queue)
         given: collections.deque[Delivery] = collections.deque()
@@ -338,7 +332,7 @@ class RetryingConsumer(Follower[Handler]):
             taken = self._hand_over(channel, first, room, given)
             while given:
                 method, properties, body = given.popleft()
-                outcome = self._await_outcome(None)
+                outcome = self._await_outcome(self.handler_timeout)
                 skipped += isinstance(outcome, NotRunError)
                 self._after_handler(channel, method, properties, body, outcome)
             self._flush_acks()
@@ -377,16 +371,6 @@ class RetryingConsumer(Follower[Handler]):
         self._carry_out(channel, method, properties, body, parking, Reason(parking.headers[h.ERROR_REASON]))
         return False
 
-    def _handle(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
-                body: bytes) -> int:
-        """One delivery, its handler run and timed alone; 0 when its handler never ran (stopping), else 1."""
-        if not self._before_handler(channel, method, properties, body):
-            return 1
-        outcome = self._call_handler(body, properties)
-        self._after_handler(channel, method, properties, body, outcome)
-        self._flush_acks()
-        return 0 if isinstance(outcome, NotRunError) else 1
-
     def _after_handler(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
                        body: bytes, error: BaseException | None) -> None:
         """Settle a delivery by its handler's outcome: ack it, or retry or park it; one whose handler never ran
@@ -395,9 +379,6 @@ class RetryingConsumer(Follower[Handler]):
             self._give_back(channel, method.delivery_tag, requeue=True)
             return
         if error is None:
-            # Not sent yet: the consumer's next wait for a delivery sends it with whatever else is queued
-            # (`BlockingChannel.basic_ack` runs an I/O pass per ack, which cost more client CPU than the rest of a
-            # plain delivery), with the acks before and after it as one multiple ack where it can (`_ack`).
             self._ack(channel, method.delivery_tag)
             self.processed += 1
             return
@@ -429,8 +410,6 @@ class RetryingConsumer(Follower[Handler]):
         def answer(error: BaseException | None) -> None:
             if not channel.is_open:
                 return  # the broker put the original back in the queue with its channel
-            # Not sent yet: `_settle` sends a batch of answers with one I/O pass, the acks of a run of originals
-            # as one multiple ack (`_ack`).
             if error is None:
                 self._ack(channel, method.delivery_tag)
                 confirmed()

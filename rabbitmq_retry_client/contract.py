@@ -31,9 +31,8 @@ from jsonschema import Draft202012Validator, ValidationError, validators
 
 from .contract_types import RetryContract
 
-SCHEMA_PATH = Path(__file__).with_name("contract.schema.json")
-"""The contract's JSON Schema (draft 2020-12)."""
-SCHEMA: Mapping[str, Any] = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+SCHEMA: Mapping[str, Any] = json.loads(Path(__file__).with_name("contract.schema.json").read_text(encoding="utf-8"))
+"""The contract's JSON Schema (draft 2020-12), shipped beside this module."""
 _STRATEGY = SCHEMA["properties"]["strategy"]
 DEFAULT_STRATEGY: str = _STRATEGY["default"]
 """The strategy of a contract that names none (every contract exported before strategies existed)."""
@@ -50,15 +49,14 @@ class ContractError(ValueError):
     """The contract is missing, ambiguous, malformed or of a strategy this client cannot follow."""
 
 
-def _is_contract(value: object) -> TypeGuard[Mapping[str, Any]]:
-    return isinstance(value, Mapping) and "queue" in value and ("retry_exchange" in value or "strategy" in value)
-
-
 def contracts_in(data: object) -> Iterator[Mapping[str, Any]]:
-    """A single contract, or every contract nested in `retry_contracts` ({vhost: {queue: contract}})."""
-    if _is_contract(data):
+    """A single contract (a mapping with `queue`, and `retry_exchange` or `strategy`), or every contract nested in
+    `retry_contracts` ({vhost: {queue: contract}})."""
+    if not isinstance(data, Mapping):
+        return
+    if "queue" in data and ("retry_exchange" in data or "strategy" in data):
         yield data
-    elif isinstance(data, Mapping):
+    else:
         for value in data.values():
             yield from contracts_in(value)
 

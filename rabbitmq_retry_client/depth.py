@@ -34,9 +34,9 @@ from .connection import CertificateCredentials, TlsOptions, amqp_failure, quiet_
 from .management import ManagementClient, ManagementError, TlsSettings, path_escape
 
 TIMEOUT_S = 10.0
+"""Per HTTP request and AMQP connection: a broker that has not answered by then is unreachable here."""
 AMQP_PORT_KEY = "amqp_port"
 """The stack setting (`rabbitmq-retry:amqp_port`) that gives the AMQP port when the overview's is not the one."""
-"""Per HTTP request and AMQP connection: a broker that has not answered by then is unreachable here."""
 
 
 class DepthError(Exception):

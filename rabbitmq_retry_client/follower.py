@@ -9,11 +9,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 from .connection import ConnectionParams, hosts
-from .contract import strategy_of, validate
+from .contract import validate
 from .management import TlsSettings
 from .metrics import NO_METRICS, Metrics
 from .policies import Decision, Publish, Reason, contract_mode, policy_for
-from .strategies import MODES, Mode, Retries
+from .strategies import MODES, Mode
 
 HandlerT = TypeVar("HandlerT")
 
@@ -78,10 +78,7 @@ class Follower(Generic[HandlerT]):
             raise ValueError(f"handler_timeout must be positive seconds or None, got {handler_timeout!r}")
         self.contract = validate(contract)
         self.mode: Mode = contract_mode(self.contract) if mode is None else mode
-        self.strategy = strategy_of(self.contract)
         self.policy = policy_for(self.contract, self.mode)
-        self.counts_in_header = self.policy.retries is Retries.BY_PUBLISHED_COPY
-        """The attempt is our own `attempt_header`, and a failure is retried by publishing a copy."""
         self.queue: str = self.contract["queue"]
         self.handler = handler
         self.handler_timeout = handler_timeout
@@ -98,10 +95,6 @@ class Follower(Generic[HandlerT]):
 
     def _start(self) -> None:
         """Set up the consumer's own state (not connected yet)."""
-
-    def retry_route(self, attempt: int) -> tuple[str, str, int]:
-        """(exchange, routing key, wait in ms) of the copy that retries `attempt` (`RetryPolicy.retry_route`)."""
-        return self.policy.retry_route(attempt)
 
     def _count(self, decision: Decision, message_id: object, reason: Reason | str) -> None:
         """Count (and log, and tell `metrics`) a decision carried out."""

@@ -142,18 +142,14 @@ class TlsSettings:
         """From `given` (flags, by field), else the environment, else the stack's config (provider keys)."""
         config, env, given = config or {}, os.environ if env is None else env, given or {}
 
-        def value(field: str) -> Any:
+        def value(field: str) -> str | None:
             setting = TLS_SETTINGS[field]
             for found in (given.get(field), env.get(setting.env), config.get(setting.config)):
                 if found not in (None, ""):
-                    return found
+                    return str(found)
             return None
 
-        def path(field: str) -> str | None:
-            found = value(field)
-            return None if found is None else str(found)
-
-        return cls(path("cacert_file"), path("clientcert_file"), path("clientkey_file"), truthy(value("insecure")))
+        return cls(value("cacert_file"), value("clientcert_file"), value("clientkey_file"), truthy(value("insecure")))
 
     def given(self) -> str:
         """The names of the settings that are set, for an error line: `rabbitmq:cacertFile (RABBITMQ_CACERT, …)`;

@@ -10,28 +10,19 @@ counter too), but for the broker's own (`x-death`, delivery counters): a copy is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import headers as h
 from .parked import Outcome, Parked, ParkedQueue, Selection
 
 
-@dataclass(frozen=True)
-class Moved:
-    """What `StuckTiers.redrive` did in one tier."""
-
-    queue: str
-    outcome: Outcome
-
-
 class StuckTiers(ParkedQueue):
     """The wait tiers of one `tiers` contract, on a connection of its own (the contract's vhost)."""
 
     def tiers(self, only: str | None = None) -> list[str]:
-        """The wait queues of the contract, or the one named `only` (its queue or routing key); ValueError for a
-        contract without wait tiers or a tier it does not have."""
+        """The wait queues of the contract, shortest delay first, or the one named `only` (its queue or routing key);
+        ValueError for a contract without wait tiers or a tier it does not have."""
         tiers: Sequence[Mapping[str, Any]] = self.contract.get("tiers") or []
         if not tiers:
             raise ValueError(f"queue {self.input_queue!r} has no wait tiers (strategy "
@@ -42,8 +33,7 @@ class StuckTiers(ParkedQueue):
                              + ", ".join(t["queue"] for t in tiers))
         return chosen
 
-    def move(self, tier: str, *, dry_run: bool = False, rate: float | None = None,
-             progress: Callable[[Parked, str, str], None] | None = None) -> Outcome:
+    def move(self, tier: str, *, dry_run: bool = False, rate: float | None = None) -> Outcome:
         """Move every message `tier` (a wait queue) held when it began to the input queue alone; `dry_run` counts
         them. Messages left unacknowledged (a failed publish, a lost connection) go back to the tier."""
         self.queue = tier  # what `_reading` reads
@@ -55,10 +45,4 @@ class StuckTiers(ParkedQueue):
         def headers(message: Parked) -> dict[str, Any]:
             return h.without_broker_headers(message.headers)
 
-        return self._move(Selection(), Outcome(), route, headers, dry_run=dry_run, rate=rate, progress=progress)
-
-    def redrive_all(self, only: str | None = None, *, dry_run: bool = False,
-                    rate: float | None = None) -> Iterator[Moved]:
-        """`move` each tier (or the one named `only`), shortest delay first."""
-        for queue in self.tiers(only):
-            yield Moved(queue, self.move(queue, dry_run=dry_run, rate=rate))
+        return self._move(Selection(), Outcome(), route, headers, dry_run=dry_run, rate=rate, progress=None)

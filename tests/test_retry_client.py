@@ -1148,8 +1148,8 @@ def _deliver(contract: dict[str, Any], handler: Any, headers: dict[str, Any] | N
     channel = channel or RecordingChannel()
     consumer = _consumer(contract, handler, channel, mode)
     consuming = RecordingChannel(calls=channel.calls)
-    consumer._handle(consuming, _method(), BasicProperties(message_id="m-1", headers=headers),  # type: ignore[arg-type]
-                     b"body")
+    delivery = (_method(), BasicProperties(message_id="m-1", headers=headers), b"body")
+    consumer._handle_buffered(consuming, delivery, 1)  # type: ignore[arg-type]
     return consumer, channel.calls
 
 
@@ -1163,19 +1163,19 @@ STEADY = levels_backoff(initial_ms=1000, multiplier=2, max_ms=3600000, jitter=0)
 
 def test_the_retry_route_of_a_levels_queue_is_the_level_of_the_delay_s_highest_bit_with_the_backoffs_key() -> None:
     consumer = RetryingConsumer("amqp://127.0.0.1:1/%2F", STEADY, _fails)
-    assert [consumer.retry_route(n) for n in (1, 3)] == [
+    assert [consumer.policy.retry_route(n) for n in (1, 3)] == [
         ("rabbitmq-retry.delay.0", _key(1), 1000), ("rabbitmq-retry.delay.2", _key(4), 4000)]
     three = [f"rabbitmq-retry.delay.{k}" for k in range(3)]
     capped = RetryingConsumer("amqp://127.0.0.1:1/%2F", levels_contract(
         delay_levels=3, delay_exchange=three[-1], delay_exchanges=three), _fails)
-    assert capped.retry_route(8) == ("rabbitmq-retry.delay.2", _key(7), 7000)  # waits 7 s, not 128 s
+    assert capped.policy.retry_route(8) == ("rabbitmq-retry.delay.2", _key(7), 7000)  # waits 7 s, not 128 s
     # A contract from before `delay_exchanges` names the top level only: every copy starts there.
     older = RetryingConsumer("amqp://127.0.0.1:1/%2F", {k: v for k, v in STEADY.items() if k != "delay_exchanges"},
                              _fails)
-    assert [older.retry_route(n) for n in (1, 3)] == [
+    assert [older.policy.retry_route(n) for n in (1, 3)] == [
         ("rabbitmq-retry.delay.16", _key(1), 1000), ("rabbitmq-retry.delay.16", _key(4), 4000)]
     tiers = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(), _fails, "republish")
-    assert [tiers.retry_route(n) for n in (1, 2, 9)] == [
+    assert [tiers.policy.retry_route(n) for n in (1, 2, 9)] == [
         ("orders.retry", "wait.1", 1000), ("orders.retry", "wait.2", 10000), ("orders.retry", "wait.2", 10000)]
 
 
@@ -1188,7 +1188,7 @@ def test_levels_like_native_ignores_the_mode(strategy: str, mode: str, counts: b
               "native": {**contract(), "strategy": "native", "retry_call": "basic.reject(requeue=true)",
                          "min_delay_ms": 1000, "max_delay_ms": 5000}}[strategy]
     consumer = RetryingConsumer("amqp://127.0.0.1:1/%2F", source, _fails, mode)  # type: ignore[arg-type]
-    assert consumer.counts_in_header is counts
+    assert (consumer.policy.retries is Retries.BY_PUBLISHED_COPY) is counts
 
 
 def test_the_client_follows_exactly_the_strategies_the_contract_schema_names() -> None:
@@ -1213,18 +1213,18 @@ def test_a_strategy_the_broker_retries_has_no_retry_copy_to_route() -> None:
               "min_delay_ms": 1000, "max_delay_ms": 5000}
     consumer = RetryingConsumer("amqp://127.0.0.1:1/%2F", native, _fails)
     with pytest.raises(ValueError, match="strategy native publishes no retry copies"):
-        consumer.retry_route(1)
+        consumer.policy.retry_route(1)
 
 
 def test_without_a_mode_a_tiers_consumer_takes_the_contract_s_republish_or_reject_for_a_single_tier() -> None:
     """docs/contract.md, "Which mode": republish follows every tier; reject would wait tier 1's delay each time,
     which is the same only with one tier."""
     stepped = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(), _fails)
-    assert (stepped.mode, stepped.counts_in_header) == ("republish", True)
+    assert (stepped.mode, stepped.policy.retries is Retries.BY_PUBLISHED_COPY) == ("republish", True)
     single = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(tiers=contract()["tiers"][:1]), _fails)
-    assert (single.mode, single.counts_in_header) == ("reject", False)
+    assert (single.mode, single.policy.retries is Retries.BY_PUBLISHED_COPY) == ("reject", False)
     chosen = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(), _fails, "reject")
-    assert (chosen.mode, chosen.counts_in_header) == ("reject", False)
+    assert (chosen.mode, chosen.policy.retries is Retries.BY_PUBLISHED_COPY) == ("reject", False)
     _, calls = _deliver(contract(), _fails, mode=None)  # type: ignore[arg-type]
     assert [c[0] for c in calls] == ["publish", "ack"] and calls[0][1:3] == ("orders.retry", "wait.1")
 
@@ -1342,7 +1342,7 @@ def _fail_each(consumer: RetryingConsumer, consuming: RecordingChannel, tags: li
     """A failing delivery per tag (message m-<tag>, unless all share `headers`' message), handled in order."""
     for tag in tags:
         properties = BasicProperties(message_id="m-1" if headers else f"m-{tag}", headers=dict(headers or {}))
-        consumer._handle(consuming, _method(tag), properties, b"body")  # type: ignore[arg-type]
+        consumer._handle_buffered(consuming, (_method(tag), properties, b"body"), 1)  # type: ignore[arg-type]
 
 
 def _in_flight(outcome: str | None = None, prefetch: int = 10, contract: dict[str, Any] | None = None,
@@ -1710,8 +1710,8 @@ def test_a_batch_left_on_an_error_retires_its_worker_so_no_outcome_is_taken_for_
     with pytest.raises(pika.exceptions.ChannelWrongStateError):
         consumer._handle_buffered(consuming, first, None)  # type: ignore[arg-type]
     assert consumer._worker is None, "the next delivery gets a new worker"
-    consumer._handle(RecordingChannel(calls=channel.calls), _method(9), BasicProperties(message_id="m-9"),  # type: ignore[arg-type]
-                     b"m-9")
+    ninth = (_method(9), BasicProperties(message_id="m-9"), b"m-9")
+    consumer._handle_buffered(RecordingChannel(calls=channel.calls), ninth, 1)  # type: ignore[arg-type]
     assert channel.calls[-1] == ("ack", 9) and consumer.processed == 1
 
 

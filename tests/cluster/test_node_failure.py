@@ -39,6 +39,7 @@ import pytest
 from pika.spec import BasicProperties
 
 from rabbitmq_retry_client import Mode, RetryingConsumer
+from rabbitmq_retry_client.contract import strategy_of
 from tests.support.admin import wait_for
 from tests.support.amqp import drain, message_counts
 from tests.support.cluster import Cluster
@@ -77,11 +78,11 @@ class Loop:
     def retry_delay_ms(self, attempt: int) -> int:
         """The least the broker holds the retry of `attempt` (1 = the first delivery failed)."""
         contract = self.contract
-        if self.consumer.strategy == "native":
+        if strategy_of(contract) == "native":
             return int(min(contract["min_delay_ms"] * attempt, contract["max_delay_ms"]))
-        if self.consumer.strategy == "tiers" and self.mode == "reject":
+        if strategy_of(contract) == "tiers" and self.mode == "reject":
             return int(contract["tiers"][0]["delay_ms"])  # every rejected attempt waits in tier 1
-        return self.consumer.retry_route(attempt)[2]
+        return self.consumer.policy.retry_route(attempt)[2]
 
 
 def topology(version: str) -> dict[str, Any]:
