@@ -8,7 +8,7 @@ from .contract_types import RetryContract
 from .management import TlsSettings
 from .metrics import Metrics
 from .parked import Outcome, Parked, ParkedQueue, Selection
-from .publisher import Publisher
+from .publisher import Publisher, publish
 from .strategies import MODES, Mode
 
 __all__ = [
@@ -35,5 +35,6 @@ __all__ = [
     "TlsSettings",
     "contract_mode",
     "load_contract",
+    "publish",
     "stack_output",
 ]

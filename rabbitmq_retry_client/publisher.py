@@ -50,3 +50,10 @@ class Publisher:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> None:
         self.close()
+
+
+def publish(connection_params: ConnectionParams, exchange: str, routing_key: str, body: bytes | str,
+            message_id: str, headers: Mapping[str, Any] | None = None) -> None:
+    """Publish one persistent message, mandatory, and wait for the broker's confirm."""
+    with Publisher(connection_params) as publisher:
+        publisher.publish(exchange, routing_key, body, message_id, headers)
