@@ -76,7 +76,11 @@ def test_connections_closed_by_the_broker_mid_run_lose_nothing(broker: Broker, d
     def cut_midway() -> None:
         while settled() < MESSAGES // 3:
             time.sleep(0.01)
-        closed.append(_close_connections(broker, deployment.vhost, at_least=2))
+        # The API's list lags: a connection already gone can stand for one not listed yet, so close again until
+        # every consumer has lost one (and reconnected), while the run still has work left.
+        while any(c.reconnects == 0 for c in consumers) and settled() < MESSAGES:
+            closed.append(_close_connections(broker, deployment.vhost, at_least=2))
+            time.sleep(1.0)
 
     cutter = threading.Thread(target=cut_midway, daemon=True)
     cutter.start()
@@ -88,7 +92,7 @@ def test_connections_closed_by_the_broker_mid_run_lose_nothing(broker: Broker, d
     parked = {str(p.message_id) for p, _ in drained}
     processed = set(recorder.succeeded)
     assert closed and closed[0] >= 2, "the consumers' connections were closed"
-    assert sum(c.reconnects for c in consumers) >= 2
+    assert all(c.reconnects >= 1 for c in consumers), "every consumer lost its connection mid-run and came back"
     assert not set(plan) - processed - parked, "lost"
     # A settlement the cut lost makes a duplicate, whose extra deliveries count as attempts to the recorder: such
     # a message may be both processed and parked (at least once), never neither.
