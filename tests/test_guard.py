@@ -188,7 +188,7 @@ def test_the_registered_hook_reads_the_queue_the_engine_names_and_refuses_when_t
 
     from pulumi.runtime.config import set_all_config
 
-    from components.pulumi.guard import _guard_queue_delete
+    from components.pulumi.guard import queue_guard
 
     monkeypatch.setenv("RABBITMQ_ENDPOINT", "http://127.0.0.1:1")
     monkeypatch.setenv("RABBITMQ_USERNAME", "deployer")
@@ -198,13 +198,13 @@ def test_the_registered_hook_reads_the_queue_the_engine_names_and_refuses_when_t
                                    name="q", type=QUEUE)
     with pytest.raises(GuardError, match=r'^refusing to delete queue "orders.billing" in vhost "shop": cannot prove '
                                          r"it is empty \(the management API at http://127.0.0.1:1 refuses connections"):
-        asyncio.run(_guard_queue_delete(args))
+        asyncio.run(queue_guard().callback(args))
     monkeypatch.delenv("RABBITMQ_ENDPOINT")
     with pytest.raises(GuardError, match=r"cannot prove it is empty \(no management endpoint: set rabbitmq:endpoint"):
-        asyncio.run(_guard_queue_delete(args))
+        asyncio.run(queue_guard().callback(args))
     set_all_config({"rabbitmq-retry:delete_with_messages": json.dumps(["shop/orders.billing"])}, [])
     try:
-        asyncio.run(_guard_queue_delete(args))  # listed: allowed unread, with a warning
+        asyncio.run(queue_guard().callback(args))  # listed: allowed unread, with a warning
     finally:
         set_all_config({}, [])
 

@@ -76,10 +76,9 @@ from ..model.stack_config import (
 from ..strategies import (
     STRATEGIES,
     check_retryable,
-    delivery_limit_problem,
+    delivery_limit_of,
     fits_delay_levels,
     parse_retry,
-    strategy_of,
 )
 from ..strategies.common import positive_duration
 from .migrations import parse_migrations
@@ -229,25 +228,12 @@ def parse_delay_levels(p: Problems, path: str, raw: object, defaults: Defaults) 
 
 def resolve_delivery_limit(p: Problems, path: str, written: int | None, queue_type: str, retry: Retry | None,
                            defaults: Defaults) -> int | Invalid | None:
-    """Quorum queues always get a limit; a retryable queue's stays above max_retries + 1, the deliveries a
-    message that fails every attempt gets before it is parked."""
+    """Quorum queues always get a limit; a retryable queue's follows its strategy (`strategies.delivery_limit_of`)."""
     if queue_type != "quorum":
         return None
     if retry is None:
         return written or defaults.delivery_limit
-    if strategy_of(retry).DELIVERY_LIMIT_IS_MAX_RETRIES:
-        if written is not None:
-            p.add(path, f"strategy {retry.strategy} sets the delivery limit to retry.max_retries (the broker parks a "
-                  "message past it); remove delivery_limit and set retry.max_retries instead")
-            return INVALID
-        return retry.max_retries
-    if written is None:
-        # On RabbitMQ 4 every plain retry counts toward the limit for the message's whole life.
-        return defaults.delivery_limit + retry.max_retries
-    if (problem := delivery_limit_problem(retry, written)) is not None:
-        p.add(path, f"{written} {problem}; raise it or leave it unset (default: defaults.delivery_limit + max_retries)")
-        return INVALID
-    return written
+    return delivery_limit_of(p, path, written, retry, defaults.delivery_limit)
 
 
 PLAIN_QUEUE_ONLY = {

@@ -98,22 +98,28 @@ def check_queue_delete(vhost: str, queue: str, read: Callable[[str, str], QueueD
              f"listed in {NAMESPACE}:{DELETE_WITH_MESSAGES}")
 
 
+ENVIRONMENT = (("endpoint", "RABBITMQ_ENDPOINT"), ("username", "RABBITMQ_USERNAME"), ("password", "RABBITMQ_PASSWORD"),
+               ("cacert_file", "RABBITMQ_CACERT"), ("insecure", "RABBITMQ_INSECURE"),
+               ("clientcert_file", "RABBITMQ_CLIENTCERT"), ("clientkey_file", "RABBITMQ_CLIENTKEY"))
+"""Each provider setting the guard reads, with the environment variable the provider falls back to when it is unset
+(docs/provider.md §9)."""
+
+
+def _access(settings: Mapping[str, str], amqp_port: int | None) -> BrokerAccess:
+    """The access of the `ENVIRONMENT` settings, each already the setting or else its variable ("" when neither)."""
+    return BrokerAccess(settings["endpoint"], settings["username"], settings["password"], amqp_port,
+                        settings["cacert_file"] or None, truthy(settings["insecure"]),
+                        settings["clientcert_file"] or None, settings["clientkey_file"] or None)
+
+
 def provider_access() -> BrokerAccess:
     """The broker and user `pulumi up` deploys with: the provider's config, else its environment variables
-    (docs/provider.md §9); `rabbitmq-retry:amqp_port` when the AMQP port cannot be read from the broker. DepthError
+    (`ENVIRONMENT`); `rabbitmq-retry:amqp_port` when the AMQP port cannot be read from the broker. DepthError
     without an endpoint."""
-    def setting(value: str | None, variable: str) -> str:
-        return value or os.environ.get(variable, "")
-
     port = runtime_guard_settings().amqp_port
     provider = runtime_provider_settings()
-    insecure = truthy(setting(provider.insecure, "RABBITMQ_INSECURE"))
-    return BrokerAccess(setting(provider.endpoint, "RABBITMQ_ENDPOINT"),
-                        setting(provider.username, "RABBITMQ_USERNAME"),
-                        setting(provider.password, "RABBITMQ_PASSWORD"), port,
-                        setting(provider.cacert_file, "RABBITMQ_CACERT") or None, insecure,
-                        setting(provider.clientcert_file, "RABBITMQ_CLIENTCERT") or None,
-                        setting(provider.clientkey_file, "RABBITMQ_CLIENTKEY") or None)
+    return _access({name: getattr(provider, name) or os.environ.get(variable, "") for name, variable in ENVIRONMENT},
+                   port)
 
 
 def allowed_deletions() -> frozenset[str]:
@@ -154,32 +160,17 @@ def guard_queue_delete(args: pulumi.ResourceHookArgs, read: Read = read_at_provi
     check_queue_delete(vhost, queue, read, allowed)
 
 
-async def _guard_queue_delete(args: pulumi.ResourceHookArgs) -> None:
-    # Off the event loop: the engine may delete several queues at once, and the reads block.
-    await asyncio.to_thread(guard_queue_delete, args)
-
-
 async def explicit_provider_access(provider: pulumi.ProviderResource) -> BrokerAccess:
-    """The broker and user an explicit `rabbitmq.Provider` deploys with: its `endpoint`, `username`, `password`,
-    `cacert_file`, `clientcert_file` and `clientkey_file` outputs, each else its environment variable, as the provider
-    itself falls back (docs/provider.md §9). The stack's `rabbitmq:*` config and `rabbitmq-retry:amqp_port` are the
-    default provider's, not this one's: the AMQP port is read from the broker's /api/overview. `insecure` is not an
-    output of the provider: only RABBITMQ_INSECURE turns it on here."""
+    """The broker and user an explicit `rabbitmq.Provider` deploys with: its outputs of the `ENVIRONMENT` settings,
+    each else its environment variable, as the provider itself falls back. The stack's `rabbitmq:*` config and
+    `rabbitmq-retry:amqp_port` are the default provider's, not this one's: the AMQP port is read from the broker's
+    /api/overview. `insecure` is not an output of the provider: only RABBITMQ_INSECURE turns it on here."""
     async def setting(attribute: str, variable: str) -> str:
         output = getattr(provider, attribute, None)
         value = await output.future() if isinstance(output, pulumi.Output) else output
         return str(value) if value else os.environ.get(variable, "")
 
-    return BrokerAccess(await setting("endpoint", "RABBITMQ_ENDPOINT"), await setting("username", "RABBITMQ_USERNAME"),
-                        await setting("password", "RABBITMQ_PASSWORD"), None,
-                        await setting("cacert_file", "RABBITMQ_CACERT") or None,
-                        truthy(await setting("insecure", "RABBITMQ_INSECURE")),
-                        await setting("clientcert_file", "RABBITMQ_CLIENTCERT") or None,
-                        await setting("clientkey_file", "RABBITMQ_CLIENTKEY") or None)
-
-
-def _reader(access: BrokerAccess) -> Read:
-    return DepthReader(access).read
+    return _access({name: await setting(name, variable) for name, variable in ENVIRONMENT}, None)
 
 
 _providers_named: weakref.WeakKeyDictionary[pulumi.Resource, dict[str, pulumi.ProviderResource]] = (
@@ -216,16 +207,26 @@ def _registered(name: str, hook: Callable[[pulumi.ResourceHookArgs], Any]) -> pu
     return per_root[root]
 
 
-def queue_guard(provider: pulumi.ProviderResource | None = None) -> pulumi.ResourceHook:
-    """The program's one `QUEUE_GUARD` hook; for the queues of an explicit provider, `QUEUE_GUARD.<provider name>`,
-    which reads the queue on that provider's broker (`explicit_provider_access`)."""
+def _hook(name: str, check: Callable[[pulumi.ResourceHookArgs, Read], None],
+          provider: pulumi.ProviderResource | None) -> pulumi.ResourceHook:
+    """The program's one hook `name`, which runs `check` off the event loop (the engine may run several hooks at once,
+    and the reads block); for an explicit provider, `name.<provider name>`, which reads on that provider's broker
+    (`explicit_provider_access`)."""
     if provider is None:
-        return _registered(QUEUE_GUARD, _guard_queue_delete)
+        async def guard(args: pulumi.ResourceHookArgs) -> None:
+            await asyncio.to_thread(check, args, read_at_provider)
+        return _registered(name, guard)
 
-    async def guard(args: pulumi.ResourceHookArgs) -> None:
-        read = _reader(await explicit_provider_access(provider))
-        await asyncio.to_thread(guard_queue_delete, args, read)
-    return _registered(f"{QUEUE_GUARD}.{_provider_key(provider)}", guard)
+    async def explicit_guard(args: pulumi.ResourceHookArgs) -> None:
+        read = DepthReader(await explicit_provider_access(provider)).read
+        await asyncio.to_thread(check, args, read)
+    return _registered(f"{name}.{_provider_key(provider)}", explicit_guard)
+
+
+def queue_guard(provider: pulumi.ProviderResource | None = None) -> pulumi.ResourceHook:
+    """The program's one `QUEUE_GUARD` hook (`guard_queue_delete`); for the queues of an explicit provider,
+    `QUEUE_GUARD.<provider name>` (`_hook`)."""
+    return _hook(QUEUE_GUARD, guard_queue_delete, provider)
 
 
 def guarded(provider: pulumi.ProviderResource | None = None) -> pulumi.ResourceHookBinding:
@@ -286,17 +287,7 @@ def guard_path_change(args: pulumi.ResourceHookArgs, read: Read = read_at_provid
         raise GuardError(why)
 
 
-async def _guard_path_change(args: pulumi.ResourceHookArgs) -> None:
-    await asyncio.to_thread(guard_path_change, args)
-
-
 def path_guard(provider: pulumi.ProviderResource | None = None) -> pulumi.ResourceHook:
-    """The program's one PATH_GUARD hook; for the paths of an explicit provider, `PATH_GUARD.<provider name>`, which
-    reads their queues on that provider's broker."""
-    if provider is None:
-        return _registered(PATH_GUARD, _guard_path_change)
-
-    async def guard(args: pulumi.ResourceHookArgs) -> None:
-        read = _reader(await explicit_provider_access(provider))
-        await asyncio.to_thread(guard_path_change, args, read)
-    return _registered(f"{PATH_GUARD}.{_provider_key(provider)}", guard)
+    """The program's one PATH_GUARD hook (`guard_path_change`); for the paths of an explicit provider,
+    `PATH_GUARD.<provider name>` (`_hook`)."""
+    return _hook(PATH_GUARD, guard_path_change, provider)

@@ -64,9 +64,9 @@ def fits_delay_levels(p: Problems, path: str, retry: Retry, delay_levels: DelayL
 
 def delivery_limit_problem(retry: Retry, limit: object) -> str | None:
     """Why `limit` is no delivery limit for a retryable quorum queue of `retry`, else None: the one rule, said by the
-    parser of a written `delivery_limit` and by the checks of the limit every policy leaves in effect. A strategy
-    whose broker parks a message past the limit needs exactly `max_retries`; the others need it above
-    `max_retries + 1`, the deliveries a message that fails every attempt gets (a negative limit is none)."""
+    parser of a written `delivery_limit` (`delivery_limit_of`) and by the checks of the limit every policy leaves in
+    effect. A strategy whose broker parks a message past the limit needs exactly `max_retries`; the others need it
+    above `max_retries + 1`, the deliveries a message that fails every attempt gets (a negative limit is none)."""
     if strategy_of(retry).DELIVERY_LIMIT_IS_MAX_RETRIES:
         return None if limit == retry.max_retries else (
             f"is not retry.max_retries ({retry.max_retries}): with strategy {retry.strategy} it is the number of "
@@ -75,6 +75,25 @@ def delivery_limit_problem(retry: Retry, limit: object) -> str | None:
         return (f"is not above max_retries + 1 ({retry.max_retries + 1}): on RabbitMQ 4 each retry counts toward it, "
                 "and a message over it jams in a dead-letter cycle")
     return None
+
+
+def delivery_limit_of(p: Problems, path: str, written: int | None, retry: Retry, default: int) -> int | Invalid:
+    """The delivery limit of a retryable quorum queue, by the rule of `delivery_limit_problem`: `max_retries` for a
+    strategy whose broker parks a message past it (one written is refused), else the limit written, or unset
+    `default` (`defaults.delivery_limit`) + `max_retries`: on RabbitMQ 4 every plain retry counts toward the limit
+    for the message's whole life."""
+    if strategy_of(retry).DELIVERY_LIMIT_IS_MAX_RETRIES:
+        if written is not None:
+            p.add(path, f"strategy {retry.strategy} sets the delivery limit to retry.max_retries (the broker parks a "
+                  "message past it); remove delivery_limit and set retry.max_retries instead")
+            return INVALID
+        return retry.max_retries
+    if written is None:
+        return default + retry.max_retries
+    if (problem := delivery_limit_problem(retry, written)) is not None:
+        p.add(path, f"{written} {problem}; raise it or leave it unset (default: defaults.delivery_limit + max_retries)")
+        return INVALID
+    return written
 
 
 def strategy_of(retry: Retry) -> Strategy:
