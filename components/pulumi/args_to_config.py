@@ -16,16 +16,14 @@ A ConfigError's key path names each renamed key as the caller wrote it: `Vhost(s
 from Python, `…move.from` from another language (`foreign.spelled` makes `from_` the schema's `from`). Pulumi-free."""
 
 import keyword
-import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..model import wire
-from ..model.key_paths import entry_labels
 from ..model.problems import ConfigError
 from .args_types import QueueSpec
-from .foreign import field_hints
+from .foreign import field_hints, rebuilt
 
 T = TypeVar("T")
 
@@ -61,64 +59,53 @@ class Shaped:
     """Relative key path as the parser names it (`migrations[m].move.from`) → as the caller wrote it (`….from_`)."""
     problems: list[tuple[str, str]] = field(default_factory=list)
 
-    def caller_path(self, path: str, where: str) -> str:
-        """`path`, under `where`, with the longest renamed key path it starts with spelled as the caller wrote it."""
-        if not path.startswith(f"{where}."):
-            return path
-        relative = path[len(where) + 1:]
-        matches = [stack for stack in self.written
-                   if relative == stack or relative.startswith((f"{stack}.", f"{stack}["))]
+    def spelled(self, path: str) -> str:
+        """A key path below the args, with the longest renamed key path it starts with spelled as the caller wrote
+        it."""
+        matches = [stack for stack in self.written if path == stack or path.startswith((f"{stack}.", f"{stack}["))]
         if not matches:
             return path
         stack = max(matches, key=len)
-        return f"{where}.{self.written[stack]}{relative[len(stack):]}"
+        return f"{self.written[stack]}{path[len(stack):]}"
 
+    def caller_path(self, path: str, where: str) -> str:
+        """`path`, under `where`, as the caller spelled it (`spelled`)."""
+        return f"{where}.{self.spelled(path[len(where) + 1:])}" if path.startswith(f"{where}.") else path
 
-def _child(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-def _shape(value: Any, hint: Any, path: str, caller: str, shaped: Shaped) -> Any:
-    """`value` (typed by `hint`) in the stack file's shape; `path` is where it stands as the parser names it,
-    `caller` as the caller does."""
-    if typing.is_typeddict(hint) and isinstance(value, Mapping):
+    def fields(self, value: Mapping[str, Any], hint: type, path: str) -> dict[Any, Any]:
+        """A mapping `hint` types, at `path` as the parser names it, in the stack file's shape (`foreign.rebuilt`)."""
         hints = field_hints(hint)
         by_stack_key = {stack_key(name): name for name in hints}
+        caller = self.spelled(path)
         out: dict[Any, Any] = {}
         spelled_as: dict[Any, Any] = {}  # each key of `out`, as the caller wrote it
         for key, item in value.items():
             typed = key if key in hints else by_stack_key.get(key) if isinstance(key, str) else None
             name = stack_key(key) if key in hints else key
             if name in out:
-                shaped.problems.append((_child(caller, key), f"also written as {spelled_as[name]}; write one "
-                                        f"({key if key in hints else spelled_as[name]} is the typed spelling)"))
+                self.problems.append((_child(caller, key), f"also written as {spelled_as[name]}; write one "
+                                      f"({key if key in hints else spelled_as[name]} is the typed spelling)"))
                 continue
             if name != key:
-                shaped.written[_child(path, name)] = _child(caller, key)
+                self.written[_child(path, name)] = _child(caller, key)
             convert = STRINGS_OF.get((hint, typed)) if typed is not None else None
             if convert is not None and isinstance(item, Mapping):
                 out[name] = {k: convert(k, v) for k, v in item.items()}
             else:
-                sub_hint = hints[typed] if typed is not None else None
-                out[name] = _shape(item, sub_hint, _child(path, name), _child(caller, key), shaped)
+                out[name] = rebuilt(item, hints[typed] if typed is not None else None, _child(path, name), self.fields)
             spelled_as[name] = key
         return out
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is list and isinstance(value, list):
-        labels = entry_labels(path.rpartition(".")[2], value)
-        return [_shape(item, args[0], f"{path}{label}", f"{caller}{label}", shaped)
-                for label, item in zip(labels, value, strict=True)]
-    if origin is dict and isinstance(value, Mapping):
-        return {key: _shape(item, args[1], _child(path, str(key)), _child(caller, str(key)), shaped)
-                for key, item in value.items()}
-    return value
+
+
+def _child(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
 
 
 def load_typed(load: Callable[[Any, str], T], raw: Any, hint: type, path: str) -> T:
     """`load(raw, path)`, `raw` typed by `hint` (a `VhostSpec`, a `QueueSpec`) and taken to the stack file's shape
     first; each ConfigError names the keys the way the caller wrote them."""
     shaped = Shaped(raw)
-    shaped.value = _shape(raw, hint, "", "", shaped)
+    shaped.value = rebuilt(raw, hint, "", shaped.fields)
     if shaped.problems:
         raise ConfigError([(f"{path}.{key}", problem) for key, problem in shaped.problems])
     try:

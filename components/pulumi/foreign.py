@@ -76,29 +76,49 @@ def _wants_int(hint: Any) -> bool:
     return is_union and int in args and float not in args
 
 
-def integers(value: Any, hint: Any, path: str, problems: list[tuple[str, str]]) -> Any:
-    """`value` with every whole float that `hint` types as an integer made an int; a fractional one is a problem
-    at `path` (schema spelling). Everything else is returned as it is, for the config parser to check."""
-    if isinstance(value, float) and not isinstance(value, bool) and _wants_int(hint):
-        if value.is_integer():
-            return int(value)
-        problems.append((path, f"expected an integer, got {value!r}"))
-        return value
+Fields = Callable[[Mapping[str, Any], type, str], Any]
+"""Rebuilds a mapping a TypedDict types, at its key path: `(mapping, typed_dict, path)`."""
+
+
+def rebuilt(value: Any, hint: Any, path: str, fields: Fields,
+            leaf: Callable[[Any, Any, str], Any] = lambda value, hint, path: value) -> Any:
+    """`value`, typed by `hint`, rebuilt at key path `path`: a mapping a TypedDict types by `fields` (which walks
+    its fields on), the entries of a list (each named as `key_paths` names it) and the values of a dict by their
+    hint, a union by its one member that holds objects, and anything else by `leaf`. The one walk of typed args and
+    outputs."""
     if typing.is_typeddict(hint) and isinstance(value, Mapping):
-        hints = field_hints(hint)
-        return {key: integers(item, hints[key], f"{path}.{schema_name(key)}", problems) if key in hints else item
-                for key, item in value.items()}
+        return fields(value, hint, path)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is list and isinstance(value, list):
         labels = entry_labels(python_name(path.rpartition(".")[2]), value)
-        return [integers(item, args[0], f"{path}{label}", problems) for label, item in zip(labels, value, strict=True)]
+        return [rebuilt(item, args[0], f"{path}{label}", fields, leaf)
+                for label, item in zip(labels, value, strict=True)]
     if origin is dict and isinstance(value, Mapping):
-        return {key: integers(item, args[1], f"{path}.{key}", problems) for key, item in value.items()}
+        return {key: rebuilt(item, args[1], f"{path}.{key}" if path else str(key), fields, leaf)
+                for key, item in value.items()}
     if origin in (typing.Union, types.UnionType):
         typed = [arg for arg in args if typing.is_typeddict(arg) or typing.get_origin(arg) in (list, dict)]
         if len(typed) == 1:
-            return integers(value, typed[0], path, problems)
-    return value
+            return rebuilt(value, typed[0], path, fields, leaf)
+    return leaf(value, hint, path)
+
+
+def integers(value: Any, hint: Any, path: str, problems: list[tuple[str, str]]) -> Any:
+    """`value` with every whole float that `hint` types as an integer made an int; a fractional one is a problem
+    at `path` (schema spelling). Everything else is returned as it is, for the config parser to check."""
+    def fields(value: Mapping[str, Any], typed_dict: type, path: str) -> dict[str, Any]:
+        hints = field_hints(typed_dict)
+        return {key: rebuilt(item, hints[key], f"{path}.{schema_name(key)}", fields, integer) if key in hints
+                else item for key, item in value.items()}
+
+    def integer(value: Any, hint: Any, path: str) -> Any:
+        if isinstance(value, float) and _wants_int(hint):
+            if value.is_integer():
+                return int(value)
+            problems.append((path, f"expected an integer, got {value!r}"))
+        return value
+
+    return rebuilt(value, hint, path, fields, integer)
 
 
 def spelled(path: str, where: str, fields: frozenset[str]) -> str:
@@ -112,20 +132,12 @@ def spelled(path: str, where: str, fields: frozenset[str]) -> str:
 
 def schema_spelled(value: Any, hint: Any) -> Any:
     """`value`, typed by `hint`, with every field of every TypedDict in it named as the schema names it."""
-    if typing.is_typeddict(hint) and isinstance(value, Mapping):
-        hints = field_hints(hint)
-        return {schema_name(key) if key in hints else key: schema_spelled(item, hints.get(key))
+    def fields(value: Mapping[str, Any], typed_dict: type, path: str) -> dict[str, Any]:
+        hints = field_hints(typed_dict)
+        return {schema_name(key) if key in hints else key: rebuilt(item, hints.get(key), path, fields)
                 for key, item in value.items()}
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is list and isinstance(value, list):
-        return [schema_spelled(item, args[0]) for item in value]
-    if origin is dict and isinstance(value, Mapping):
-        return {key: schema_spelled(item, args[1]) for key, item in value.items()}
-    if origin in (typing.Union, types.UnionType):
-        typed = [arg for arg in args if arg is not type(None)]
-        if len(typed) == 1:
-            return schema_spelled(value, typed[0])
-    return value
+
+    return rebuilt(value, hint, "", fields)
 
 
 def for_state(value: Any, hint: Any) -> Any:
