@@ -95,7 +95,6 @@ class Tier:
     routing_key: str
 
 
-
 R = TypeVar("R", bound=Retry)
 
 
@@ -303,7 +302,6 @@ def exact_names(names: Iterable[str]) -> str:
     return f"^({'|'.join(re.escape(n) for n in unique)})$" if unique else "^$"
 
 
-
 def queue_type_arguments(queue: Queue) -> dict[str, str | int]:
     """The arguments every queue planned from a config queue carries: its type and, when the config sets one, its
     quorum group size (`quorum_group_size`: how many cluster nodes hold a replica; both fixed at declaration, so
@@ -359,10 +357,9 @@ def queue_limits(queue: Queue) -> dict[str, str]:
 
 
 def queue_policy(key: str, queue_name: str, priority: int, definition: dict[str, str],
-            sources: Mapping[str, str]) -> PolicyPlan:
+                 sources: Mapping[str, str]) -> PolicyPlan:
     return PolicyPlan(key=key, name=queue_name, pattern=naming.exact_pattern(queue_name), priority=priority,
                       definition=definition, sources={k: sources[k] for k in definition})
-
 
 
 def parking_input_queue(queue: Queue) -> QueuePlan:
@@ -382,7 +379,6 @@ def error_queue_plans(queue: Queue) -> tuple[QueuePlan, ExchangePlan, BindingPla
     error_x = naming.error_exchange(queue.name)
     return (error, ExchangePlan(naming.ERROR_EXCHANGE_KEY, error_x, "fanout"),
             BindingPlan(naming.ERROR_BINDING_KEY, error_x, error.name))
-
 
 
 def error_policies(queue: Queue, retry: Retry, path: str) -> list[PolicyPlan]:

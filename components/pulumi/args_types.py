@@ -22,9 +22,6 @@ Pulumi-free: the contract types are the retry contract of `rabbitmq_retry_client
 
 from typing import NotRequired, TypedDict
 
-from rabbitmq_retry_client.contract_types import ContractBackoff as ContractBackoff
-from rabbitmq_retry_client.contract_types import ContractMigration as ContractMigration
-from rabbitmq_retry_client.contract_types import ContractTier as ContractTier
 from rabbitmq_retry_client.contract_types import RetryContract as RetryContract
 
 

@@ -15,7 +15,7 @@ from ..strategies.levels import plan_delay_levels
 from .args_types import DelayLevelsSpec
 from .arguments import PROTECT_QUEUES, Option, check_args, input_string, instance_of, mapping_or
 from .foreign import accepts_other_languages
-from .resources import Scope, close_path_guard, declare_children, open_path_guard
+from .resources import Scope, declare_guarded
 
 TYPE_TOKEN = "rabbitmq-retry:index:DelayLevels"
 
@@ -86,16 +86,8 @@ class DelayLevels(pulumi.ComponentResource):
         self.vhost: pulumi.Input[str] = checked["vhost"]
         """The vhost it was given (Python only)."""
         scope = Scope(self, checked["vhost"], protect_queues=checked.get("protect_queues", False))
-        # Within a Vhost its path guards guard the levels; used on its own, they guard themselves.
-        scope.guard = getattr(opts.parent, "path_guard", None) if opts is not None else None
-        own_guards = scope.guard is None
-        if own_guards:
-            paths = pulumi.Output.from_input(checked["vhost"]).apply(
-                lambda vhost: inventory(vhost, [delay_levels_path(self.plan)]))
-            open_path_guard(scope, naming.logical_name(name, naming.PATH_GUARD_KEY), paths)
-        declare_children(scope, name, layout.DELAY_LEVELS, self.plan)
-        if own_guards:
-            close_path_guard(scope, naming.logical_name(name, naming.REMOVAL_GUARD_KEY), paths)
+        declare_guarded(scope, name, layout.DELAY_LEVELS, self.plan, opts,
+                        lambda vhost: inventory(vhost, [delay_levels_path(self.plan)]))
         self.delivery_exchange = scope.names[("Exchange", naming.DELIVERY_EXCHANGE)]
         self.delay_exchange = scope.names[("Exchange", self.plan.top_exchange)]
         self.queues = pulumi.Output.all(*(scope.names[("Queue", q.name)] for q in self.plan.queues))

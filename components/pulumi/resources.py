@@ -288,6 +288,21 @@ def declare_children(scope: Scope, component: str, layout: Iterable[Slot[Any]], 
         builders[slot.kind](scope, logical_name, entry)
 
 
+def declare_guarded(scope: Scope, component: str, layout: Iterable[Slot[Any]], plan: Any,
+                    opts: pulumi.ResourceOptions | None, paths: Callable[[str], Mapping[str, Any]]) -> None:
+    """`declare_children` of a RetryableQueue or DelayLevels component: within a Vhost the Vhost's path guards guard
+    them; used on its own, the component guards its path itself, `paths` making its inventory from the vhost's
+    name (`paths.inventory`)."""
+    scope.guard = getattr(opts.parent, "path_guard", None) if opts is not None else None
+    if scope.guard is not None:
+        declare_children(scope, component, layout, plan)
+        return
+    inventory = pulumi.Output.from_input(scope.vhost).apply(paths)
+    open_path_guard(scope, naming.logical_name(component, naming.PATH_GUARD_KEY), inventory)
+    declare_children(scope, component, layout, plan)
+    close_path_guard(scope, naming.logical_name(component, naming.REMOVAL_GUARD_KEY), inventory)
+
+
 def open_path_guard(scope: Scope, logical_name: str, inventory: pulumi.Input[Mapping[str, Any]]) -> None:
     """The component's path guard, declared before its other children, each of which waits for it: an update that
     deletes or replaces a part of a path it lists is refused by its `before_update` hook (`guard.py`) before

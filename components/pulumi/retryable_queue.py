@@ -20,7 +20,7 @@ from .args_types import QueueSpec, RetryContract
 from .arguments import PROTECT_QUEUES, RETAIN_ERROR_QUEUES, Option, check_args, input_string, instance_of, mapping_or
 from .delay_levels import DelayLevels
 from .foreign import accepts_other_languages
-from .resources import Scope, close_path_guard, declare_children, open_path_guard
+from .resources import Scope, declare_guarded
 
 TYPE_TOKEN = "rabbitmq-retry:index:RetryableQueue"
 
@@ -141,16 +141,8 @@ class RetryableQueue(pulumi.ComponentResource):
                       retain_error_queues=checked.get("retain_error_queues", False))
         if levels is not None:
             scope.names[("Exchange", naming.DELIVERY_EXCHANGE)] = levels.delivery_exchange
-        # Within a Vhost its path guards guard this queue's path; used on its own, it guards its path itself.
-        scope.guard = getattr(opts.parent, "path_guard", None) if opts is not None else None
-        own_guards = scope.guard is None
-        if own_guards:
-            paths = pulumi.Output.from_input(vhost).apply(lambda name: inventory(name, [retryable_path(
-                plan, levels.plan if levels is not None else None)]))
-            open_path_guard(scope, naming.logical_name(name, naming.PATH_GUARD_KEY), paths)
-        declare_children(scope, name, layout.RETRYABLE_QUEUE, plan)
-        if own_guards:
-            close_path_guard(scope, naming.logical_name(name, naming.REMOVAL_GUARD_KEY), paths)
+        declare_guarded(scope, name, layout.RETRYABLE_QUEUE, plan, opts, lambda vhost_name: inventory(vhost_name, [
+            retryable_path(plan, levels.plan if levels is not None else None)]))
 
         retry_exchange = strategy_of(plan.retry).retry_exchange(plan)
         self.queue_name = scope.names[("Queue", plan.config.name)]

@@ -79,6 +79,16 @@ def declare_shovel_user(plans: list[tuple[str, VhostPlan]], passwords: Mapping[s
     return ShovelAccess(user.name, passwords[naming.SHOVEL_USER], amqp_port or DEFAULT_AMQP_PORT)
 
 
+def _secret(password: object, who: str, user: str) -> pulumi.Output[str]:
+    """`password` as a secret; when it is not a non-empty string, a random placeholder that nobody knows, with a
+    warning naming `who` it is missing for and the command that sets `user`'s."""
+    if not isinstance(password, str) or not password:
+        pulumi.log.warn(f"no password for {who}: this preview uses a placeholder and `pulumi up` will refuse; set it "
+                        f"with {password_command(user)}")
+        password = secrets.token_urlsafe(32)
+    return pulumi.Output.secret(password)
+
+
 @reported
 def application_passwords(settings: StackSettings) -> dict[str, pulumi.Output[str]]:
     """Each application or operator user's password as a secret. In a preview a missing one is a random
@@ -88,19 +98,10 @@ def application_passwords(settings: StackSettings) -> dict[str, pulumi.Output[st
     result = {}
     for vhost in config.vhosts:
         for user, path in vhost.user_paths():
-            password = passwords.get(user)
-            if not isinstance(password, str) or not password:
-                kind = "application" if path.startswith("applications") else "operator"
-                pulumi.log.warn(f'no password for {kind} user "{user}": this preview uses a placeholder '
-                                f"and `pulumi up` will refuse; set it with {password_command(user)}")
-                password = secrets.token_urlsafe(32)
-            result[user] = pulumi.Output.secret(password)
+            kind = "application" if path.startswith("applications") else "operator"
+            result[user] = _secret(passwords.get(user), f'{kind} user "{user}"', user)
     if moves_queues(config):
-        password = passwords.get(naming.SHOVEL_USER)
-        if not isinstance(password, str) or not password:
-            pulumi.log.warn(f'no password for the shovel user "{stack_shovel_user()}" of the migrations: this '
-                            f"preview uses a placeholder and `pulumi up` will refuse; set it with "
-                            f"{password_command(naming.SHOVEL_USER)}")
-            password = secrets.token_urlsafe(32)
-        result[naming.SHOVEL_USER] = pulumi.Output.secret(password)
+        result[naming.SHOVEL_USER] = _secret(passwords.get(naming.SHOVEL_USER),
+                                             f'the shovel user "{stack_shovel_user()}" of the migrations',
+                                             naming.SHOVEL_USER)
     return result
