@@ -582,44 +582,33 @@ def parse_vhost(p: Problems, path: str, index: int, raw: object, defaults: Defau
     existing = optional(data, "existing", lambda v: boolean(p, f"{path}.existing", v), name == "/")
     if name == "/" and existing is False:
         p.add(f"{path}.existing", 'the default vhost "/" is never managed by this stack; remove existing: false')
-    exchanges = parse_list(p, path, data, "exchanges", parse_exchange)
-    queues = parse_list(p, path, data, "queues", lambda p_, at, i, raw: parse_queue(p_, at, i, raw, defaults))
-    policies = parse_list(p, path, data, "policies", parse_policy)
-    operator_policies = parse_list(p, path, data, "operator_policies",
-                                   lambda p_, at, i, raw: parse_policy(p_, at, i, raw, wire.OPERATOR_POLICY_KEYS))
-    applications = parse_list(p, path, data, "applications", parse_application)
-    operators = parse_list(p, path, data, "operators", parse_operator)
+    parsers: dict[str, Callable[[Problems, str, int, object], Entry[Any]]] = {
+        "exchanges": parse_exchange,
+        "queues": lambda p_, at, i, raw: parse_queue(p_, at, i, raw, defaults),
+        "policies": parse_policy,
+        "operator_policies": lambda p_, at, i, raw: parse_policy(p_, at, i, raw, wire.OPERATOR_POLICY_KEYS),
+        "applications": parse_application,
+        "operators": parse_operator,
+    }
+    lists: dict[str, Any] = {key: parse_list(p, path, data, key, parse) for key, parse in parsers.items()}
     limits = optional(data, "limits", lambda v: parse_limits(p, f"{path}.limits", v), Limits())
     default_queue_type = optional(data, "default_queue_type",
                                   lambda v: choice(p, f"{path}.default_queue_type", v, QUEUE_TYPES), None)
     imports = optional(data, "import", lambda v: parse_import(p, f"{path}.import", v, name, existing), ())
-    delay_levels = vhost_delay_levels(p, path, data, queues, defaults)
-    migrations = parse_migrations(p, path, data.get("migrations", ()), queues, delay_levels, exchanges)
+    delay_levels = vhost_delay_levels(p, path, data, lists["queues"], defaults)
+    migrations = parse_migrations(p, path, data.get("migrations", ()), lists["queues"], delay_levels,
+                                  lists["exchanges"])
     check_created_only_options(p, path, data, existing)
-
-    unreadable = frozenset(key for key in ("exchanges", "queues", "policies", "operator_policies", "applications",
-                                           "operators") if data.get(key) is not None and (
-                               isinstance(data[key], (str, bytes)) or not isinstance(data[key], Sequence)))
-
-    def entry(valid_name: str | None, written: str | None, value: Vhost | Invalid) -> VhostEntry:
-        return VhostEntry(index, valid_name, written, value, path=path, exchanges=exchanges, queues=queues,
-                          policies=policies, operator_policies=operator_policies, applications=applications,
-                          operators=operators, unreadable=unreadable)
-
-    exchange_values, queue_values = valid_values(exchanges), valid_values(queues)
-    policy_values, operator_policy_values = valid_values(policies), valid_values(operator_policies)
-    application_values, operator_values = valid_values(applications), valid_values(operators)
+    unreadable = frozenset(key for key in parsers if data.get(key) is not None and (
+        isinstance(data[key], (str, bytes)) or not isinstance(data[key], Sequence)))
+    values: dict[str, Any] = {key: valid_values(entries) for key, entries in lists.items()}
     if (name is INVALID or existing is INVALID or limits is INVALID or default_queue_type is INVALID
-            or imports is INVALID or delay_levels is INVALID or migrations is INVALID or exchange_values is INVALID
-            or queue_values is INVALID or policy_values is INVALID or operator_policy_values is INVALID
-            or application_values is INVALID or operator_values is INVALID):
-        return entry(None if name is INVALID else name, written_name(data.get("name")), INVALID)
-    vhost = Vhost(name=name, existing=existing, exchanges=exchange_values, queues=queue_values,
-                  policies=policy_values, operator_policies=operator_policy_values,
-                  applications=application_values, operators=operator_values,
-                  limits=limits, default_queue_type=default_queue_type, imports=imports, delay_levels=delay_levels,
-                  migrations=migrations)
-    return entry(name, name, vhost)
+            or imports is INVALID or delay_levels is INVALID or migrations is INVALID or INVALID in values.values()):
+        return VhostEntry(index, None if name is INVALID else name, written_name(data.get("name")), INVALID, path,
+                          **lists, unreadable=unreadable)
+    vhost = Vhost(name=name, existing=existing, limits=limits, default_queue_type=default_queue_type,
+                  imports=imports, delay_levels=delay_levels, migrations=migrations, **values)
+    return VhostEntry(index, name, name, vhost, path, **lists, unreadable=unreadable)
 
 
 def _written_strategies(data: Mapping[str, Any]) -> list[object]:

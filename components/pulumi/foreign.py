@@ -152,22 +152,14 @@ def for_state(value: Any, hint: Any) -> Any:
 
 
 def _state_hints(component: type) -> dict[str, Any]:
-    """The component's outputs (its class annotations `pulumi.Output[T]`) whose T holds a list or map of objects."""
+    """The component's outputs (its class annotations `pulumi.Output[T]`) whose T holds objects (`for_state`
+    leaves the others as they are)."""
     hints = {}
     for name, hint in component.__annotations__.items():
         inner = typing.get_args(hint)[0] if typing.get_args(hint) else hint
-        if any(typing.get_origin(part) in (list, dict) for part in _containers(inner)):
+        if any(True for _ in _typed_dicts(inner)):
             hints[name] = inner
     return hints
-
-
-def _containers(hint: Any) -> Iterator[Any]:
-    """`hint` and every type inside it that holds TypedDicts: the lists and maps the SDK copies as they are."""
-    if typing.get_origin(hint) in (list, dict) and any(True for _ in _typed_dicts(hint)):
-        yield hint
-    if typing.is_typeddict(hint):
-        for field in field_hints(hint).values():
-            yield from _containers(field)
 
 
 def hosted() -> bool:
