@@ -1,13 +1,15 @@
-"""What every strategy's module shares: parsing its `retry` block's error queue keys and positive delays, and
-reading contract values for a reviewer."""
+"""What every strategy's module shares: parsing its `retry` block's error queue keys and positive delays, the keys
+of a contract every strategy writes, and reading contract values for a reviewer."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from ..model import naming
 from ..model.durations import format_duration
 from ..model.fields import INVALID, Invalid, Problems, duration, integer, optional
+from ..model.plan_types import RetryablePlan
 
 
 def parse_error_queue(p: Problems, path: str, data: Mapping[str, Any]) -> tuple[int | Invalid | None,
@@ -17,6 +19,16 @@ def parse_error_queue(p: Problems, path: str, data: Mapping[str, Any]) -> tuple[
     error_max_length = optional(data, "error_max_length", lambda v: integer(p, f"{path}.error_max_length", v, 1),
                                 None)
     return retention, error_max_length
+
+
+def contract_of(plan: RetryablePlan[Any], vhost: str, own: Mapping[str, object], strategy: str | None = None,
+                attempt_header: str = naming.ATTEMPT_HEADER) -> dict[str, object]:
+    """A queue's contract: `strategy` (none for the schema's default), where the queue is, the strategy's `own` keys,
+    then its limits, its attempt header and its error path, in the order every contract has them."""
+    return {**({"strategy": strategy} if strategy is not None else {}), "vhost": vhost, "queue": plan.config.name,
+            "queue_type": plan.config.queue_type, **own, "max_retries": plan.retry.max_retries,
+            "delivery_limit": plan.config.delivery_limit, "attempt_header": attempt_header,
+            "error_exchange": plan.error_exchange, "error_queue": plan.error_queue}
 
 
 REDEPLOY = "consumers written for the old value must be redeployed before this is applied"

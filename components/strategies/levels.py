@@ -46,7 +46,7 @@ from ..model.plan_types import (
 from ..model.problems import Problem
 from ..model.stack_config import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry
 from .base import Route
-from .common import REDEPLOY, contract_ms, contract_number, parse_error_queue, positive_duration
+from .common import REDEPLOY, contract_ms, contract_number, contract_of, parse_error_queue, positive_duration
 
 PLANNER = cast("PlannedBy", sys.modules[__name__])  # each plan it makes records it (`planned_by`)
 
@@ -255,14 +255,9 @@ def retry_exchange(plan: RetryablePlan[Any]) -> str | None:
 
 
 def contract(plan: RetryablePlan[LevelsRetry], vhost: str) -> dict[str, object]:
-    levels, retry = plan.delay_levels, plan.retry
+    levels, backoff = plan.delay_levels, plan.retry.backoff
     assert levels is not None  # `plan` refuses a levels queue without them
-    backoff = retry.backoff
-    return {
-        "strategy": NAME,
-        "vhost": vhost,
-        "queue": plan.config.name,
-        "queue_type": plan.config.queue_type,
+    return contract_of(plan, vhost, {
         "delay_exchange": plan.delay_exchange,
         "delay_exchanges": list(plan.delay_exchanges),
         "delay_unit_ms": levels.unit_ms,
@@ -272,12 +267,7 @@ def contract(plan: RetryablePlan[LevelsRetry], vhost: str) -> dict[str, object]:
         "routing_key_format": KEY_FORMAT,
         "backoff": {"initial_ms": backoff.initial_ms, "multiplier": backoff.multiplier,
                     "max_ms": backoff.max_ms, "jitter": backoff.jitter},
-        "max_retries": retry.max_retries,
-        "delivery_limit": plan.config.delivery_limit,
-        "attempt_header": naming.ATTEMPT_HEADER,
-        "error_exchange": plan.error_exchange,
-        "error_queue": plan.error_queue,
-    }
+    }, NAME)
 
 
 REVIEWED_CONTRACT_KEYS = frozenset({"backoff", "delay_levels", "routing_key_format", "delay_exchanges",

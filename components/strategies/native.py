@@ -35,7 +35,7 @@ from ..model.plan_types import (
 from ..model.problems import Problem
 from ..model.stack_config import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry
 from .base import FeatureFlag, Route
-from .common import parse_error_queue, positive_duration
+from .common import contract_of, parse_error_queue, positive_duration
 
 PLANNER = cast("PlannedBy", sys.modules[__name__])  # each plan it makes records it (`planned_by`)
 
@@ -149,21 +149,8 @@ def retry_exchange(plan: RetryablePlan[Any]) -> str | None:
 
 
 def contract(plan: RetryablePlan[NativeRetry], vhost: str) -> dict[str, object]:
-    retry = plan.retry
-    return {
-        "strategy": NAME,
-        "vhost": vhost,
-        "queue": plan.config.name,
-        "queue_type": plan.config.queue_type,
-        "retry_call": RETRY_CALL,
-        "min_delay_ms": retry.min_delay_ms,
-        "max_delay_ms": retry.max_delay_ms,
-        "max_retries": retry.max_retries,
-        "delivery_limit": plan.config.delivery_limit,
-        "attempt_header": ATTEMPT_HEADER,
-        "error_exchange": plan.error_exchange,
-        "error_queue": plan.error_queue,
-    }
+    return contract_of(plan, vhost, {"retry_call": RETRY_CALL, "min_delay_ms": plan.retry.min_delay_ms,
+                                     "max_delay_ms": plan.retry.max_delay_ms}, NAME, ATTEMPT_HEADER)
 
 
 REVIEWED_CONTRACT_KEYS = frozenset({"min_delay_ms", "max_delay_ms"})

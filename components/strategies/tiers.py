@@ -36,7 +36,7 @@ from ..model.plan_types import (
 from ..model.problems import Problem
 from ..model.stack_config import MAX_RETRIES_CEILING, DelayLevels, Queue, Retry
 from .base import Route
-from .common import parse_error_queue
+from .common import contract_of, parse_error_queue
 
 PLANNER = cast("PlannedBy", sys.modules[__name__])  # each plan it makes records it (`planned_by`)
 
@@ -177,19 +177,11 @@ def retry_exchange(plan: RetryablePlan[Any]) -> str | None:
 def contract(plan: RetryablePlan[TiersRetry], vhost: str) -> dict[str, object]:
     """Names no strategy: `tiers` is the contract schema's default, and the clients that predate strategies read
     every contract so."""
-    return {
-        "vhost": vhost,
-        "queue": plan.config.name,
-        "queue_type": plan.config.queue_type,
+    return contract_of(plan, vhost, {
         "retry_exchange": plan.retry_exchange,
         "reject_routes_to": plan.tiers[0].routing_key,
         "tiers": [{"routing_key": t.routing_key, "queue": t.queue, "delay_ms": t.delay_ms} for t in plan.tiers],
-        "max_retries": plan.retry.max_retries,
-        "delivery_limit": plan.config.delivery_limit,
-        "attempt_header": naming.ATTEMPT_HEADER,
-        "error_exchange": plan.error_exchange,
-        "error_queue": plan.error_queue,
-    }
+    })
 
 
 REVIEWED_CONTRACT_KEYS = frozenset({"tiers", "reject_routes_to", "retry_exchange"})
