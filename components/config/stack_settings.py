@@ -3,7 +3,7 @@ guard's keys, the RabbitMQ provider's and TLS settings, and the passwords as wri
 
 Pure: the source is a mapping of `namespace:key` → text, as the Pulumi engine hands config to the program (JSON
 text for structured values). The program reads it from the Pulumi runtime (`components/pulumi/program_settings.py`); the
-tools hand a stack file to the same program under Pulumi's mocks (`config/stack_file.py` reads it as the engine
+tools hand a stack file to the same program under Pulumi's mocks (`config/pulumi_yaml.py` reads it as the engine
 would, `tools/lib/evaluation.py` runs it), so both parse through `parse_stack_settings`. Every problem is a
 (key path, what to fix) pair; the caller raises them together.
 """
@@ -28,7 +28,7 @@ PROVIDER = "rabbitmq"
 """The RabbitMQ provider's config namespace (`rabbitmq:endpoint`, …)."""
 DELETE_WITH_MESSAGES = "delete_with_messages"
 AMQP_PORT = "amqp_port"
-"""The queue guard's keys (docs/guard.md): the topology parser accepts them (config/keys.py), this module parses
+"""The queue guard's keys (docs/guard.md): the topology parser accepts them (model/keys.py), this module parses
 them into `GuardSettings`."""
 PASSWORDS_KEY = f"{NAMESPACE}:passwords"
 BROKER_KEY = f"{NAMESPACE}:broker"

@@ -1,10 +1,10 @@
-"""What a migration kind is: the one interface every module of `migration_kinds/` implements.
+"""What a migration kind is: the one interface every module of `migrations/` implements.
 
 A kind owns everything that differs between kinds of `migrations[]` entry: its key in the entry and the keys of
 its body, its steps, its parser and its checks against the vhost, what it does to the vhost's plan in each step,
 whether its step needs the shovel user, and what `make review` and `make migrate-status` say of it. Everything
 else (the shovels' settings, the shovel user's permissions, the components, the guard, `make migrate-retire` of an
-external move) is kind-free; `migration_kinds/__init__.py` maps names to modules.
+external move) is kind-free; `migrations/__init__.py` maps names to modules.
 
 Pure and Pulumi-free, like the plan.
 """
@@ -96,7 +96,7 @@ class Reviewed(Protocol):
 
 
 class MigrationKind(Protocol):
-    """A module of `migration_kinds/`; its functions are documented there."""
+    """A module of `migrations/`; its functions are documented there."""
 
     NAME: str
     """The entry's key that says its kind (`move: {…}`), and the kind `make migrate-status` prints."""

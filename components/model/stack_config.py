@@ -155,7 +155,7 @@ class Limits:
 
 
 RETIRE = "retire"
-"""The last step of every migration kind (`migration_kinds/`): the old objects leave the plan."""
+"""The last step of every migration kind (`migrations/`): the old objects leave the plan."""
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ class Migration:
 
     name: str
     kind: str
-    """Its kind's name, one of `migration_kinds.KINDS` (which `migration_kinds.kind_of` returns the module of)."""
+    """Its kind's name, one of `migrations.KINDS` (which `migrations.kind_of` returns the module of)."""
     step: str
     """One of its kind's `STEPS`."""
     index: int

@@ -16,7 +16,7 @@ Pure. A row says what RabbitMQ takes and how it combines what it is given:
 - from which broker version a user or an operator policy takes it: measured (tests/broker/test_policy_acceptance.py
   PUTs every key to 3.10.8 and 4.3.6; versions between were not run) or read in RabbitMQ's release notes.
 
-The config's key tables (config/keys.py), the value checks of the parser, the effective-policy merge
+The config's key tables (model/keys.py), the value checks of the parser, the effective-policy merge
 (effective.py), the broker-version checks (config/capabilities.py), the plan, the review, drift, adopt and
 `make mutate` read these rows; outside this module and the tests each key is spelt nowhere else
 (tests/test_wire.py scans the source). The client package (`rabbitmq_retry_client`) ships on its own and never

@@ -13,10 +13,10 @@ stack file's `true`), every optional key `NotRequired`, each schema type a class
 field's description from the source of the class it is analysing, so an inherited field would have none). A key
 that is a Python keyword is its field with a trailing underscore (`move.from_`, `import_`, an alert rule's `for_`):
 the analyzer's `camel_case` drops the empty last part, so the schema property is `from` again, and the SDK hands
-another language's `from` over as `from_`. `stack_shape.py` takes these spellings and strings to the stack file's
+another language's `from` over as `from_`. `args_to_config.py` takes these spellings and strings to the stack file's
 shape before the parser reads them; a Python program may also pass a stack file's entry as it is (`from`).
 Every stack-file key a component takes is a field here (`tests/test_component_package.py` compares them with
-`config/keys.py`). `alerts` is checked but registers nothing: a stack derives its alerting rules from its file.
+`model/keys.py`). `alerts` is checked but registers nothing: a stack derives its alerting rules from its file.
 
 Pulumi-free: the contract types are the retry contract of `rabbitmq_retry_client/contract.schema.json`."""
 
