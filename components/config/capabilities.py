@@ -29,12 +29,6 @@ COMMUNITY_SUPPORT_ENDED: dict[tuple[int, int], str] = {
 read in 2026: RabbitMQ gives community support to the latest minor series only, so mostly the day the next
 series came out; some series' own release notes had promised later dates, e.g. 3.10's July 31st, 2023). A
 series older than these ended earlier still."""
-OLDEST_MEASURED: Version = wire.OLDEST_MEASURED
-NEWEST_MEASURED: Version = wire.NEWEST_MEASURED
-"""The two brokers every policy key and `apply-to` value was PUT to (tests/broker/test_policy_acceptance.py);
-versions between them were not measured."""
-NOT_ON_3_10 = (OLDEST_MEASURED, NEWEST_MEASURED)
-"""(refused by, accepted by): 3.10.8 answers 400, 4.3.6 accepts."""
 
 
 def _measured(since: wire.Since | None) -> tuple[Version, Version] | None:
@@ -56,7 +50,7 @@ TARGET_GROUP_SIZE_FROM: Version = (4, 0, 0)
 policy (`Queue.target_group_size`). 3.10.8 refuses the key and 4.3.6 takes it (USER_POLICY_KEY_VERSIONS);
 versions from 4.0 below 4.3.6 were not measured, and preview warns about them as for any such key."""
 APPLY_TO_VERSIONS: dict[str, tuple[Version, Version]] = {
-    value: NOT_ON_3_10 for value in ("classic_queues", "quorum_queues", "streams")}
+    value: (wire.OLDEST_MEASURED, wire.NEWEST_MEASURED) for value in ("classic_queues", "quorum_queues", "streams")}
 """`apply-to` values not every measured broker takes, for user and operator policies alike: 3.10.8 takes
 only queues, exchanges and all."""
 
@@ -169,7 +163,7 @@ def version_warnings(config: StackConfig, version: Version | None, source: str =
     stack is checked for the newest broker); with one, a feature it was not measured on."""
     warnings = []
     for r in requirements(config):
-        if version is None and r.minimum > OLDEST_MEASURED:
+        if version is None and r.minimum > wire.OLDEST_MEASURED:
             measured = (f"RabbitMQ {shown(r.refused_by)} refuses it, {shown(r.minimum)} takes it" if r.refused_by
                         else f"needs RabbitMQ {shown(r.minimum)} or later")
             warnings.append(f"{r.path}: {r.feature}: {measured}; {source} is not set, so preview checked it for the "

@@ -270,10 +270,9 @@ def _vhost_rules(stack: str, config: AlertsConfig, s: _Selectors, plan: VhostPla
     return rules
 
 
-def _stack_rules(stack: str, config: AlertsConfig, plans: Sequence[VhostPlan]) -> list[Rule]:
+def _stack_rules(stack: str, config: AlertsConfig, s: _Selectors, plans: Sequence[VhostPlan]) -> list[Rule]:
     rules = []
-    common = ", ".join(f"{k}={string(v)}" for k, v in sorted(config.selector.items()))
-    extra = f", {common}" if common else ""
+    extra = "".join(f", {matcher}" for matcher in s.common)
     dropped = config.resolve("dead_lettered_to_nowhere")
     if dropped.enabled and dropped.window_ms:
         window = format_duration(dropped.window_ms)
@@ -324,7 +323,7 @@ def stack_rules(stack: str, config: AlertsConfig | None, plans: Iterable[VhostPl
         rules += _vhost_rules(stack, config, s, plan)
         if rules:
             groups.append(Group(f"rabbitmq-retry/{stack}/{plan.config.name}", tuple(rules)))
-    if broker := _stack_rules(stack, config, plans):
+    if broker := _stack_rules(stack, config, s, plans):
         groups.append(Group(f"rabbitmq-retry/{stack}", tuple(broker)))
     return tuple(groups)
 

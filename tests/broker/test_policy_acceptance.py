@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from components.config.capabilities import APPLY_TO_VERSIONS, NEWEST_MEASURED, Version
+from components.config.capabilities import APPLY_TO_VERSIONS, Version
 from components.model import wire
 from components.model.stack_config import APPLY_TO
 from components.strategies import native
@@ -91,7 +91,7 @@ def test_the_broker_refuses_exactly_the_keys_and_apply_to_values_preview_refuses
 def test_retired_keys_are_refused_by_4_3_6_and_taken_by_3_10_8(broker: Broker) -> None:
     """The config refuses the mirroring keys and queue-master-locator on every version (4.3.6 answers 400)."""
     by_key, _ = _probe(broker, "policies", ("ha-mode", "queue-master-locator"))
-    assert all(by_key.values()) if version(broker) >= NEWEST_MEASURED else not any(by_key.values()), by_key
+    assert all(by_key.values()) if version(broker) >= wire.NEWEST_MEASURED else not any(by_key.values()), by_key
     assert set(by_key) <= set(wire.RETIRED_POLICY_KEYS)
 
 
