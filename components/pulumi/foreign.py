@@ -62,11 +62,6 @@ def _typed_dicts(annotation: Any) -> Iterator[type]:
         yield from _typed_dicts(arg)
 
 
-def field_names(args_type: type) -> frozenset[str]:
-    """The field names of an args type and of every type inside it."""
-    return frozenset(name for typed_dict in _typed_dicts(args_type) for name in field_hints(typed_dict))
-
-
 def _wants_int(hint: Any) -> bool:
     """`int`, or a union with `int` and no `float` (Optional[int], Input[int])."""
     if hint is int:
@@ -175,7 +170,7 @@ def accepts_other_languages(args_type: type, component: str) -> Callable[[F], F]
     outputs the SDK would pass on half-renamed are spelled for it (`for_state`); what the component registers is
     untouched; a ConfigError or TopologyError leaves it as a `pulumi.RunError` (`boundary.reported`).
     `functools.wraps` keeps the annotations the analyzer reads."""
-    fields = field_names(args_type)
+    fields = frozenset(name for typed_dict in _typed_dicts(args_type) for name in field_hints(typed_dict))
 
     def decorate(init: F) -> F:
         @functools.wraps(init)
