@@ -52,9 +52,8 @@ STRINGS_OF: Mapping[tuple[type, str], Callable[[str, Any], Any]] = {(QueueSpec, 
 
 @dataclass
 class Shaped:
-    """Args in the stack file's shape, and where the caller spelled a key otherwise."""
+    """Where the caller spelled a key otherwise than the stack file, found while taking args to its shape."""
 
-    value: Any
     written: dict[str, str] = field(default_factory=dict)
     """Relative key path as the parser names it (`migrations[m].move.from`) → as the caller wrote it (`….from_`)."""
     problems: list[tuple[str, str]] = field(default_factory=list)
@@ -104,11 +103,11 @@ def _child(path: str, key: str) -> str:
 def load_typed(load: Callable[[Any, str], T], raw: Any, hint: type, path: str) -> T:
     """`load(raw, path)`, `raw` typed by `hint` (a `VhostSpec`, a `QueueSpec`) and taken to the stack file's shape
     first; each ConfigError names the keys the way the caller wrote them."""
-    shaped = Shaped(raw)
-    shaped.value = rebuilt(raw, hint, "", shaped.fields)
+    shaped = Shaped()
+    value = rebuilt(raw, hint, "", shaped.fields)
     if shaped.problems:
         raise ConfigError([(f"{path}.{key}", problem) for key, problem in shaped.problems])
     try:
-        return load(shaped.value, path)
+        return load(value, path)
     except ConfigError as error:
         raise ConfigError([(shaped.caller_path(at, path), problem) for at, problem in error.problems]) from error
