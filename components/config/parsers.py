@@ -185,14 +185,15 @@ def check_duplicate_bindings(p: Problems, path: str, bindings: Sequence[BindingE
 
 def parse_group_size(p: Problems, path: str, data: Mapping[str, Any], queue_type: object,
                      defaults: Defaults) -> int | Invalid | None:
-    """`quorum_group_size` of a queue or of the delay levels, else the default's; refused on a classic type."""
+    """`quorum_group_size` of a quorum queue or of quorum delay levels, else the default's (None for another type);
+    refused on a classic type."""
     group_size = optional(data, "quorum_group_size", lambda v: integer(p, f"{path}.quorum_group_size", v, 1),
                           defaults.quorum_group_size)
     if queue_type == "classic" and "quorum_group_size" in data:
         p.add(f"{path}.quorum_group_size", "x-quorum-initial-group-size is quorum-only (RabbitMQ refuses it on a "
               "classic queue); remove it or set type: quorum")
         return INVALID
-    return group_size
+    return group_size if queue_type == "quorum" else None
 
 
 def parse_delay_levels(p: Problems, path: str, raw: object, defaults: Defaults) -> DelayLevels | Invalid:
@@ -210,8 +211,7 @@ def parse_delay_levels(p: Problems, path: str, raw: object, defaults: Defaults) 
         return INVALID
     assert isinstance(unit, int) and isinstance(longest, int) and isinstance(queue_type, str)
     assert group_size is None or isinstance(group_size, int)
-    levels = DelayLevels(unit, longest, queue_type, defaults.policy_priority,
-                         group_size if queue_type == "quorum" else None)
+    levels = DelayLevels(unit, longest, queue_type, defaults.policy_priority, group_size)
     if longest < unit:
         p.add(f"{path}.max_delay", f"{data.get('max_delay', '1d')!r} is shorter than unit {data.get('unit', '1s')!r}")
     elif levels.levels > naming.DELAY_WORDS:
@@ -338,7 +338,7 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
                   bindings=tuple(b.value for b in bindings if isinstance(b.value, Binding)), max_length=max_length,
                   delivery_limit=limit, retry=retry, max_length_bytes=max_length_bytes, message_ttl_ms=message_ttl,
                   single_active_consumer=single_active is True,
-                  quorum_group_size=group_size if queue_type == "quorum" and arguments is None else None,
+                  quorum_group_size=group_size if arguments is None else None,
                   arguments=arguments)
     return QueueEntry(index, name, name, queue, path, bindings, entry.owned_queues, entry.owned_exchanges)
 
