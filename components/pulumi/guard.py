@@ -122,9 +122,13 @@ def provider_access() -> BrokerAccess:
                    port)
 
 
-def allowed_deletions() -> frozenset[str]:
-    """The `delete_with_messages` entries as the engine hands them over when the hook runs."""
-    return runtime_guard_settings().delete_with_messages
+def allowed_deletions(refusing: str) -> frozenset[str]:
+    """The `delete_with_messages` entries as the engine hands them over when the hook runs; when they are wrong, a
+    GuardError that says what it is `refusing`."""
+    try:
+        return runtime_guard_settings().delete_with_messages
+    except ConfigError as error:
+        raise GuardError(f"{refusing}: {error}") from None
 
 
 def _queue_of(args: pulumi.ResourceHookArgs) -> tuple[str, str]:
@@ -152,12 +156,7 @@ it cannot tell."""
 def guard_queue_delete(args: pulumi.ResourceHookArgs, read: Read = read_at_provider) -> None:
     """The hook: refuse the deletion (raise) unless the queue is missing, empty, or listed to go anyway."""
     vhost, queue = _queue_of(args)
-    try:
-        allowed = allowed_deletions()
-    except ConfigError as error:
-        raise GuardError(f'refusing to delete queue "{queue}" in vhost "{vhost}": {error}') from None
-
-    check_queue_delete(vhost, queue, read, allowed)
+    check_queue_delete(vhost, queue, read, allowed_deletions(f'refusing to delete queue "{queue}" in vhost "{vhost}"'))
 
 
 async def explicit_provider_access(provider: pulumi.ProviderResource) -> BrokerAccess:
@@ -278,11 +277,7 @@ def guard_path_change(args: pulumi.ResourceHookArgs, read: Read = read_at_provid
     lists) or deleted (everything it lists goes), refuse (raise) while a touched path holds a message."""
     old = _stashed(args.old_inputs) or _stashed(args.old_outputs)
     new = _stashed(args.new_inputs) if args.new_inputs is not None else None
-    try:
-        allowed = allowed_deletions()
-    except ConfigError as error:
-        raise GuardError(f"refusing to change the retry paths of {args.name}: {error}") from None
-
+    allowed = allowed_deletions(f"refusing to change the retry paths of {args.name}")
     if (why := path_refusal(old, new, read, allowed)) is not None:
         raise GuardError(why)
 
