@@ -156,7 +156,8 @@ it cannot tell."""
 def guard_queue_delete(args: pulumi.ResourceHookArgs, read: Read = read_at_provider) -> None:
     """The hook: refuse the deletion (raise) unless the queue is missing, empty, or listed to go anyway."""
     vhost, queue = _queue_of(args)
-    check_queue_delete(vhost, queue, read, allowed_deletions(f'refusing to delete queue "{queue}" in vhost "{vhost}"'))
+    allowed = allowed_deletions(f'refusing to delete queue "{queue}" in vhost "{vhost}"')
+    check_queue_delete(vhost, queue, read, allowed)
 
 
 async def explicit_provider_access(provider: pulumi.ProviderResource) -> BrokerAccess:
