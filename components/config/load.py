@@ -8,7 +8,7 @@ from typing import Any
 
 from ..model.alerts import parse_alerts, queue_alerts, vhost_alerts
 from ..model.config_entries import ApplicationEntry, OperatorEntry, VhostEntry
-from ..model.fields import ABSENT, INVALID, Invalid, Problems, boolean, describe, did_you_mean, items, mapping, optional
+from ..model.fields import ABSENT, INVALID, Problems, boolean, describe, did_you_mean, items, mapping, optional
 from ..model.key_paths import with_paths
 from ..model.keys import BROKER_KEYS, NAMESPACE, TOP_LEVEL_KEYS
 from ..model.naming import SHOVEL_USER
@@ -87,25 +87,12 @@ def parse_broker(p: Problems, raw: object) -> Version | None:
     return version
 
 
-def top_level(p: Problems, raw: object) -> Mapping[str, Any] | Invalid:
-    """The namespace's keys; an unknown one is named as the stack file writes it (`rabbitmq-retry:vhsts`), with
-    the key it may stand for and the allowed ones, namespace and all."""
-    if not isinstance(raw, Mapping):
-        return mapping(p, "", raw, TOP_LEVEL_KEYS)
-    allowed = ", ".join(f"{NAMESPACE}:{key}" for key in TOP_LEVEL_KEYS)
-    for key in raw:
-        if key not in TOP_LEVEL_KEYS:
-            guess = did_you_mean(key, TOP_LEVEL_KEYS, prefix=f"{NAMESPACE}:")
-            p.add(f"{NAMESPACE}:{key}", f"unknown key{';' + guess if guess else ''} (allowed: {allowed})")
-    return raw
-
-
 def load_stack_config(raw: Mapping[str, Any]) -> StackConfig:
     """Parse the `rabbitmq-retry:` namespace (keys without the prefix); raise ConfigError with all problems.
 
     Passwords are only shape-checked: see `password_problems` for the users that have none."""
     p = Problems()
-    top = top_level(p, raw)
+    top = mapping(p, "", raw, TOP_LEVEL_KEYS, prefix=f"{NAMESPACE}:")
     top = {} if top is INVALID else top
     protect = optional(top, "protect", lambda v: boolean(p, "protect", v), False)
     retain = optional(top, "retain_error_queues", lambda v: boolean(p, "retain_error_queues", v), False)

@@ -66,14 +66,18 @@ def did_you_mean(value: object, known: Sequence[str], prefix: str = "") -> str:
     return f' did you mean "{prefix}{close[0]}"?' if close else ""
 
 
-def mapping(p: Problems, path: str, value: object, allowed: Sequence[str]) -> Mapping[str, Any] | Invalid:
+def mapping(p: Problems, path: str, value: object, allowed: Sequence[str],
+            prefix: str = "") -> Mapping[str, Any] | Invalid:
+    """`value` when it is a mapping, each key it holds outside `allowed` reported with the allowed one it may stand for.
+    `prefix`: the keys' config namespace, with which the stack file writes them (`rabbitmq-retry:vhsts`)."""
     if not isinstance(value, Mapping):
         p.add(path, f"expected a mapping, got {describe(value)}")
         return INVALID
     for key in value:
         if key not in allowed:
-            guess = did_you_mean(key, allowed)
-            p.add(child(path, key), f"unknown key{';' + guess if guess else ''} (allowed: {', '.join(allowed)})")
+            guess = did_you_mean(key, allowed, prefix)
+            p.add(child(path, f"{prefix}{key}"), f"unknown key{';' + guess if guess else ''} (allowed: "
+                  f"{', '.join(prefix + name for name in allowed)})")
     return value
 
 
