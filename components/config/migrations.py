@@ -57,7 +57,6 @@ def parse_migration(p: Problems, path: str, index: int, raw: object) -> Migratio
     body = mapping(p, where, data[kind.NAME], kind.KEYS)
     if body is INVALID or name is INVALID or step is INVALID:
         return INVALID
-    assert isinstance(name, str) and isinstance(step, str)
     return kind.parse(p, where, body, name, step, index)
 
 

@@ -32,7 +32,6 @@ def parse(p: Problems, where: str, body: Mapping[str, Any], name: str, step: str
     longest = positive_duration(p, f"{where}.max_delay", body["max_delay"])
     if longest is INVALID:
         return INVALID
-    assert isinstance(longest, int)
     return Migration(name, NAME, step, index, max_delay_ms=longest)
 
 

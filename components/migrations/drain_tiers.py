@@ -43,7 +43,6 @@ def parse(p: Problems, where: str, body: Mapping[str, Any], name: str, step: str
     delays = _delays(p, f"{where}.delays", body.get("delays"))
     if queue is INVALID or delays is INVALID:
         return INVALID
-    assert isinstance(queue, str) and isinstance(delays, tuple)
     return Migration(name, NAME, step, index, source=queue, delays_ms=delays)
 
 

@@ -68,7 +68,6 @@ def parse(p: Problems, where: str, body: Mapping[str, Any], name: str, step: str
     source, target = (queue_name(p, f"{where}.{key}", body.get(key)) for key in ("from", "to"))
     if source is INVALID or target is INVALID:
         return INVALID
-    assert isinstance(source, str) and isinstance(target, str)
     if source == target:
         p.add(f"{where}.to", f'"{target}" is the queue it moves from; name the successor queue (a new name: a '
               "queue keeps its type and its strategy for life)")
@@ -76,7 +75,6 @@ def parse(p: Problems, where: str, body: Mapping[str, Any], name: str, step: str
     external = _external(p, f"{where}.external", body.get("external")) if "external" in body else None
     if external is INVALID:
         return INVALID
-    assert external is None or isinstance(external, ExternalSource)
     return Migration(name, NAME, step, index, source=source, target=target, external=external)
 
 
