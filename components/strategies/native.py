@@ -51,9 +51,9 @@ RETRY_CALL = NATIVE_RETRY_CALL
 """The only call RabbitMQ 4.3 counts toward the delivery limit and delays: `basic.nack(requeue=true)` is a
 "return" that neither counts nor waits, so a nack loop never ends (the contract's schema fixes it)."""
 ATTEMPT_HEADER = "x-delivery-count"
+"""Set by the broker on a redelivery: the failed deliveries so far (absent on the first delivery)."""
 REDRIVE_PATH_STRAYS = "redrive-path-strays"
 """`Problem.code`: a redrive does not reach exactly its own queue."""
-"""Set by the broker on a redelivery: the failed deliveries so far (absent on the first delivery)."""
 
 
 @dataclass(frozen=True, kw_only=True)
