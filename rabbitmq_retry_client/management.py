@@ -43,6 +43,12 @@ def path_escape(segment: str) -> str:
     return urllib.parse.quote(segment, safe="$&+:=@")
 
 
+class ConfigSource(Protocol):
+    """Where stack config is read: a dict of `namespace:key` → value, or the engine's `pulumi.dynamic.Config`."""
+
+    def get(self, key: str, /) -> Any: ...
+
+
 @dataclass(frozen=True)
 class Setting:
     """One setting's names: the stack config key (the provider's), the environment variable, the command flag."""
@@ -54,6 +60,13 @@ class Setting:
     def names(self) -> str:
         """`rabbitmq:cacertFile (RABBITMQ_CACERT, --cacert-file)`: every way to give it, for an error line."""
         return f"{self.config} ({self.env}, {self.flag})"
+
+    def value(self, config: ConfigSource, env: Mapping[str, str], flag: Any = None) -> str | None:
+        """Its value from `flag`, else the environment, else the stack's config; None when none gives one."""
+        for found in (flag, env.get(self.env), config.get(self.config)):
+            if found not in (None, ""):
+                return str(found)
+        return None
 
 
 ENDPOINT = Setting("rabbitmq:endpoint", "RABBITMQ_ENDPOINT", "--endpoint")
@@ -75,16 +88,8 @@ def truthy(value: Any) -> bool:
     return value is True or str(value).strip().lower() in ("1", "true", "yes")
 
 
-class ConfigSource(Protocol):
-    """Where stack config is read: a dict of `namespace:key` → value, or the engine's `pulumi.dynamic.Config`."""
-
-    def get(self, key: str, /) -> Any: ...
-
-
 class ManagementError(Exception):
-    """A management API request that failed, in one line naming what to fix. `kind` says which of the five."""
-
-    kind = "refused request"
+    """A management API request that failed, in one line naming what to fix; its class says which of the five kinds."""
 
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
@@ -94,33 +99,23 @@ class ManagementError(Exception):
 class UnreachableError(ManagementError):
     """Nothing answered HTTP at the endpoint: connection refused, timed out, unknown host, or not an HTTP port."""
 
-    kind = "unreachable"
-
 
 class LoginRefusedError(ManagementError):
     """401: the user or password is wrong (or the user may not use the management API)."""
-
-    kind = "refused login"
 
 
 class NotFoundError(ManagementError):
     """404: the object (or its vhost) is not there."""
 
-    kind = "not found"
-
 
 class RequestRefusedError(ManagementError):
     """Any other status from 400 up: the broker refused the request (a 403 for a user without the tag, a 400 …)."""
-
-    kind = "refused request"
 
 
 class TlsError(ManagementError):
     """TLS failed before HTTP: the broker's certificate is not trusted, not for this host or expired; a CA, client
     certificate or key file is missing or unreadable; or https:// was given for a plain port (or http:// for a TLS
     one)."""
-
-    kind = "TLS"
 
 
 @dataclass(frozen=True)
@@ -141,15 +136,8 @@ class TlsSettings:
                      given: Mapping[str, Any] | None = None) -> TlsSettings:
         """From `given` (flags, by field), else the environment, else the stack's config (provider keys)."""
         config, env, given = config or {}, os.environ if env is None else env, given or {}
-
-        def value(field: str) -> str | None:
-            setting = TLS_SETTINGS[field]
-            for found in (given.get(field), env.get(setting.env), config.get(setting.config)):
-                if found not in (None, ""):
-                    return str(found)
-            return None
-
-        return cls(value("cacert_file"), value("clientcert_file"), value("clientkey_file"), truthy(value("insecure")))
+        found = {field: setting.value(config, env, given.get(field)) for field, setting in TLS_SETTINGS.items()}
+        return cls(found["cacert_file"], found["clientcert_file"], found["clientkey_file"], truthy(found["insecure"]))
 
     def given(self) -> str:
         """The names of the settings that are set, for an error line: `rabbitmq:cacertFile (RABBITMQ_CACERT, …)`;
@@ -189,6 +177,8 @@ class TlsSettings:
         return context
 
 
+UNVERIFIED = TlsSettings(insecure=True)
+"""What a probe speaks when it only names what a server presents or speaks: no certificate verified."""
 NOT_TLS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST")
 """What OpenSSL says when the server answered a ClientHello with something that is not TLS."""
 TLS_RECORD = (b"\x15", b"\x16")
@@ -264,12 +254,9 @@ def probe_handshake(host: str, port: int, context: ssl.SSLContext, timeout: floa
 
 def peer_certificate(host: str, port: int, timeout: float = 3.0) -> Certificate | None:
     """The certificate a server presents, unverified: only to name its dates in an error line."""
-    probe = ssl.create_default_context()
-    probe.check_hostname = False
-    probe.verify_mode = ssl.CERT_NONE
     try:
         with socket.create_connection((host, port), timeout=timeout) as raw, \
-                probe.wrap_socket(raw, server_hostname=host) as tls:
+                UNVERIFIED.context().wrap_socket(raw, server_hostname=host) as tls:
             der = tls.getpeercert(binary_form=True)
         return from_der(der) if der else None
     except (OSError, ValueError):
@@ -375,10 +362,8 @@ def what_speaks(host: str, port: int, timeout: float) -> str | None:
                 return "amqp"
     except OSError:
         pass
-    probe = ssl.create_default_context()
-    probe.check_hostname = False
-    probe.verify_mode = ssl.CERT_NONE
-    return "tls" if probe_handshake(host, port, probe, timeout).outcome in ("accepted", "refused", "closed") else None
+    outcome = probe_handshake(host, port, UNVERIFIED.context(), timeout).outcome
+    return "tls" if outcome in ("accepted", "refused", "closed") else None
 
 
 class NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -398,7 +383,7 @@ class Response:
 
 
 class ManagementClient:
-    """One broker's management API as one user. `request` returns any HTTP answer; `get`, `put`, `post`, `delete`
+    """One broker's management API as one user. `request` returns any HTTP answer; `get`, `put`, `delete`
     raise the matching ManagementError for a status from 400 up (`get` returns None for 404, `delete` False)."""
 
     def __init__(self, url: str, username: str, password: str, tls: TlsSettings | None = None,
@@ -433,11 +418,11 @@ class ManagementClient:
         naming the variable."""
         env = os.environ if env is None else env
         config = config or {}
-        url = endpoint or env.get(ENDPOINT.env) or str(config.get(ENDPOINT.config) or "")
+        url = ENDPOINT.value(config, env, endpoint)
         if not url:
             raise UnreachableError(f"no management endpoint: pass ENDPOINT=http://host:15672 (or https://host:15671) "
                                    f"or set {ENDPOINT.names()}")
-        username = env.get(USERNAME.env) or str(config.get(USERNAME.config) or "")
+        username = USERNAME.value(config, env) or ""
         password = env.get(PASSWORD.env, "")
         if dev:
             username, password = username or "guest", password or "guest"
@@ -587,9 +572,6 @@ class ManagementClient:
 
     def put(self, path: str, body: Any) -> Any:
         return self.call("PUT", path, body)
-
-    def post(self, path: str, body: Any) -> Any:
-        return self.call("POST", path, body)
 
     def delete(self, path: str) -> bool:
         """True when deleted, False when it was not there (404, success for the provider too)."""
