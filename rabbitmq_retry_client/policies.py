@@ -24,9 +24,9 @@ from datetime import datetime
 from typing import Any
 
 from . import headers as h
-from .contract import RetryContract
+from .contract import SCHEMA, RetryContract
 from .durations import format_duration
-from .strategies import Mode, Retries, StrategyBehaviour, behaviour_of
+from .strategies import Mode, StrategyBehaviour, behaviour_of
 
 LOG = logging.getLogger("rabbitmq_retry_client")
 
@@ -93,8 +93,6 @@ Decision = Reject | Publish
 class RetryPolicy:
     """What the contract asks of a failed delivery; subclasses say how one is retried and counted."""
 
-    retries: Retries
-
     def __init__(self, contract: RetryContract, behaviour: StrategyBehaviour) -> None:
         self.contract = contract
         self.behaviour = behaviour
@@ -133,11 +131,10 @@ class RetryPolicy:
 
     def before_handler(self, delivered: Delivered) -> Publish | None:
         """Parking, before the handler, of a delivery whose `x-delivery-count` reached the queue's delivery limit;
-        None to run the handler. A retry by the broker counts toward the limit by design (past it the broker parks
-        the message itself), so a native policy never parks here."""
+        None to run the handler."""
         limit = self.contract.get("delivery_limit")
         deliveries = h.counter(delivered.headers.get("x-delivery-count"))
-        if not limit or deliveries < limit or self.retries is Retries.BY_BROKER:
+        if not limit or deliveries < limit:
             return None
         # Park before the broker's delivery-limit fires: its dead-letter would jam in a cycle (docs/contract.md,
         # "Before the handler"). This catches a message that keeps crashing consumers.
@@ -191,8 +188,6 @@ class RejectPolicy(RetryPolicy):
     """Tiers in reject mode: `basic.reject(requeue=false)`, the queue dead-letters it to tier 1, and the broker
     counts the attempts in `x-death`."""
 
-    retries = Retries.BY_DEAD_LETTER
-
     def attempt(self, headers: Mapping[str, Any]) -> int:
         return h.rejected_attempts(headers, self.queue) + 1
 
@@ -205,8 +200,6 @@ class RejectPolicy(RetryPolicy):
 
 class RepublishPolicy(RetryPolicy):
     """Tiers in republish mode, and levels: a copy where it waits (`retry_route`), counted in `attempt_header`."""
-
-    retries = Retries.BY_PUBLISHED_COPY
 
     def attempt(self, headers: Mapping[str, Any]) -> int:
         return h.counter(headers.get(self.contract["attempt_header"])) + 1
@@ -235,10 +228,13 @@ class NativePolicy(RetryPolicy):
     `min(min_delay_ms × n, max_delay_ms)` and counts it in `x-delivery-count`. The last attempt is parked by the
     client, with the reason; a consumer that dies on it leaves the parking to the broker (reason `delivery_limit`)."""
 
-    retries = Retries.BY_BROKER
-
     def attempt(self, headers: Mapping[str, Any]) -> int:
         return h.counter(headers.get("x-delivery-count")) + 1
+
+    def before_handler(self, delivered: Delivered) -> Publish | None:
+        """None: a retry by the broker counts toward the delivery limit by design (past it the broker parks the
+        message itself)."""
+        return None
 
     def retry(self, delivered: Delivered, attempt: int) -> Decision:
         delay = min(self.contract["min_delay_ms"] * attempt, self.contract["max_delay_ms"])
@@ -256,9 +252,14 @@ def contract_mode(contract: Mapping[str, Any]) -> Mode:
 
 
 def policy_for(contract: RetryContract, mode: Mode | None = None) -> RetryPolicy:
-    """The policy that follows a validated contract in `mode` (None: the contract's own, `contract_mode`)."""
+    """The policy that follows a validated contract in `mode` (None: the contract's own, `contract_mode`), as its
+    strategy's part of the contract schema says: a `retry_call` is the one call the broker retries by (native); a
+    `reject_routes_to` lets a plain reject dead-letter to the first tier (tiers in reject mode); any other failure
+    is retried by publishing a copy that waits (tiers in republish mode, levels)."""
     behaviour = behaviour_of(contract)
-    retries = behaviour.retries(contract_mode(contract) if mode is None else mode)
-    policy = {Retries.BY_BROKER: NativePolicy, Retries.BY_DEAD_LETTER: RejectPolicy,
-              Retries.BY_PUBLISHED_COPY: RepublishPolicy}[retries]
-    return policy(contract, behaviour)
+    spec = SCHEMA["$defs"][behaviour.name]
+    if "retry_call" in spec["properties"]:
+        return NativePolicy(contract, behaviour)
+    if "reject_routes_to" in spec["required"] and (contract_mode(contract) if mode is None else mode) == "reject":
+        return RejectPolicy(contract, behaviour)
+    return RepublishPolicy(contract, behaviour)

@@ -1,23 +1,19 @@
 """What each retry strategy of the contract means to a consumer, in one object per strategy.
 
-The consumer, the CLI and the parked-message tools ask `behaviour_of(contract)` how a failed delivery is
-retried, where its attempt number is read and where a retry is published, instead of comparing strategy names.
-The strategies are the ones the contract schema names (`contract.SUPPORTED_STRATEGIES`): a schema that names a
-strategy this table lacks (or the reverse) fails at import, so a new strategy cannot be half-followed.
-
-How a strategy retries is read from its part of the schema where the schema says it: a contract that carries a
-`retry_call` is retried by that call to the broker; one that carries `reject_routes_to` can be retried by a
-plain reject that the queue dead-letters; any other is retried by publishing a copy that waits. This package
-cannot import the components (it installs without Pulumi), so it keeps its own table.
+The retry policies, the CLI and the parked-message tools ask `behaviour_of(contract)` where a retry is published,
+how to describe it and which route reaches the queue alone, instead of comparing strategy names (how a failure is
+retried is read from the strategy's part of the contract schema: `policies.policy_for`). The strategies are the
+ones the contract schema names (`contract.SUPPORTED_STRATEGIES`): a schema that names a strategy this table lacks
+(or the reverse) fails at import, so a new strategy cannot be half-followed. This package cannot import the
+components (it installs without Pulumi), so it keeps its own table.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Literal
 
-from .contract import SCHEMA, SUPPORTED_STRATEGIES, strategy_of
+from .contract import SUPPORTED_STRATEGIES, strategy_of
 from .durations import format_duration
 from .levels import delay_exchange, delay_routing_key, delay_units, retry_delay_ms
 
@@ -27,29 +23,10 @@ MODES: tuple[Mode, ...] = ("reject", "republish")
 tells them apart."""
 
 
-class Retries(enum.Enum):
-    """How a failed delivery is retried, and so where its attempt number is counted."""
-
-    BY_BROKER = "rejected with the contract's retry_call: the broker waits, redelivers and counts it in " \
-                "x-delivery-count, and parks it past the delivery limit"
-    BY_DEAD_LETTER = "rejected without requeue: the queue dead-letters it to the first wait tier and the broker " \
-                     "counts it in x-death"
-    BY_PUBLISHED_COPY = "a copy is published where it waits, its attempt counted in the contract's attempt_header"
-
-
 class StrategyBehaviour:
     """One strategy as a consumer follows it; subclasses say where a copy goes and how to describe it."""
 
     name: ClassVar[str]
-
-    def retries(self, mode: Mode) -> Retries:
-        """How this strategy retries in `mode`, from what its contract carries (see the module docstring)."""
-        spec = SCHEMA["$defs"][self.name]
-        if "retry_call" in spec["properties"]:
-            return Retries.BY_BROKER
-        if "reject_routes_to" in spec["required"] and mode == "reject":
-            return Retries.BY_DEAD_LETTER
-        return Retries.BY_PUBLISHED_COPY
 
     def retry_route(self, contract: Mapping[str, Any], attempt: int) -> tuple[str, str, int]:
         """(exchange, routing key, wait in ms) of the copy that retries `attempt`, for a strategy whose retries
