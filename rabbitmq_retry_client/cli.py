@@ -51,10 +51,9 @@ from .contract import Contract, ContractError, contracts_in, load_contract, read
 from .contract_types import RetryContract
 from .durations import duration_ms
 from .management import TLS_SETTINGS, TlsSettings
-from .parked import Outcome, Parked, ParkedQueue, Selection
+from .parked import Outcome, Parked, ParkedQueue, Selection, StuckTiers
 from .publisher import Publisher
 from .strategies import MODES, behaviour_of
-from .stuck import StuckTiers
 
 PROG = "rabbitmq-retry"
 PROJECT_COMMANDS = {"plan": "plan_report", "review": "review", "drift": "drift", "doctor": "doctor",
