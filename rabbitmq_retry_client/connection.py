@@ -124,11 +124,11 @@ def parameters(params: Parameters | str, vhost: str | None = None, tls: TlsSetti
                          f"({tls.given()}): the password would cross in clear; use amqps:// and the broker's TLS "
                          "port (5671 by default)")
     if tls is not None and result.ssl_options is not None:
-        _speak_tls(result, tls, external)
+        speak_tls(result, tls, external)
     return result
 
 
-def _speak_tls(params: Parameters, tls: TlsSettings, external: bool) -> None:
+def speak_tls(params: Parameters, tls: TlsSettings, external: bool) -> None:
     """Give `params` the TLS options of `tls`, and (`external`: no password given) its client certificate's login."""
     try:
         params.ssl_options = TlsOptions(tls, params.host)
