@@ -144,9 +144,8 @@ class TlsSettings:
         "" when none is."""
         return ", ".join(TLS_SETTINGS[field].names() for field in TLS_SETTINGS if getattr(self, field))
 
-    def context(self) -> ssl.SSLContext:
-        """A client context verifying the broker (unless `insecure`), with the client certificate when given.
-        TlsError naming the setting when a file is missing or unreadable, or a certificate comes without its key."""
+    def _check_files(self) -> None:
+        """TlsError naming the setting when a file is missing or unreadable, or a certificate comes without its key."""
         for field, path in (("cacert_file", self.cacert_file), ("clientcert_file", self.clientcert_file),
                             ("clientkey_file", self.clientkey_file)):
             if path is not None and not os.access(path, os.R_OK):
@@ -155,6 +154,11 @@ class TlsSettings:
         if bool(self.clientcert_file) != bool(self.clientkey_file):
             have, missing = (CLIENTCERT, CLIENTKEY) if self.clientcert_file else (CLIENTKEY, CLIENTCERT)
             raise TlsError(f"{have.names()} is set but {missing.names()} is not: a client certificate needs its key")
+
+    def context(self) -> ssl.SSLContext:
+        """A client context verifying the broker (unless `insecure`), with the client certificate when given.
+        TlsError naming the setting when a file is missing or unreadable (`_check_files`) or not what it should be."""
+        self._check_files()
         try:
             context = ssl.create_default_context(cafile=self.cacert_file)
         except ssl.SSLError as error:
@@ -204,6 +208,21 @@ class Handshake:
     error: ssl.SSLError | None = None
 
 
+def failed_handshake(error: OSError, first: bytes, done: bool) -> Handshake:
+    """What a handshake that failed with `error` says of the server: `first`, the first byte it answered (b""
+    for none); `done`, whether the handshake had completed."""
+    if isinstance(error, (ssl.SSLEOFError, ssl.SSLZeroReturnError, ConnectionError, TimeoutError)):
+        if not first and not done:
+            return Handshake("unreachable" if isinstance(error, ConnectionRefusedError) else "plain")
+        return Handshake("closed" if first in TLS_RECORD else "plain")
+    if not isinstance(error, ssl.SSLError):
+        return Handshake("unreachable")
+    said = f"{error.reason} {error}".upper()
+    if not isinstance(error, ssl.SSLCertVerificationError) and any(s in said for s in NOT_TLS):
+        return Handshake("plain", error)
+    return Handshake("refused", error)
+
+
 def probe_handshake(host: str, port: int, context: ssl.SSLContext, timeout: float = 3.0) -> Handshake:
     """One TLS handshake with `context`, then a read without sending anything: a server that refuses the client's
     certificate says so then (TLS 1.3 completes the client's side of the handshake before the server has checked
@@ -239,17 +258,8 @@ def probe_handshake(host: str, port: int, context: ssl.SSLContext, timeout: floa
                         exchange(PROBE_WAIT_S)
                     except TimeoutError:
                         return Handshake("accepted")
-    except (ssl.SSLEOFError, ssl.SSLZeroReturnError, ConnectionError, TimeoutError) as error:
-        if not first and not done:
-            return Handshake("unreachable" if isinstance(error, ConnectionRefusedError) else "plain")
-        return Handshake("closed" if first in TLS_RECORD else "plain")
-    except ssl.SSLError as error:
-        said = f"{error.reason} {error}".upper()
-        if not isinstance(error, ssl.SSLCertVerificationError) and any(s in said for s in NOT_TLS):
-            return Handshake("plain", error)
-        return Handshake("refused", error)
-    except OSError:
-        return Handshake("unreachable")
+    except OSError as error:
+        return failed_handshake(error, first, done)
 
 
 def peer_certificate(host: str, port: int, timeout: float = 3.0) -> Certificate | None:
@@ -283,23 +293,24 @@ class TlsFault:
         """The line for a connection that failed with `error`; None when TLS is not the cause (the server accepts
         the handshake: a network problem, worth retrying). An error that says no more than "closed" or "reset" is
         explained by `probe_handshake` with `context`, the connection's own."""
+        named = self.named(error)
+        if named is not None or context is None:
+            return named
+        probe = probe_handshake(self.host, self.port, context)
+        if probe.outcome == "refused" and probe.error is not None:
+            return self.named(probe.error)
+        if probe.outcome == "plain":
+            return self.not_tls(probe.error or error)
+        return self.closed() if probe.outcome == "closed" else None
+
+    def named(self, error: BaseException) -> str | None:
+        """The line for an error that names its fault itself: a verification failure, an alert, not TLS."""
         if isinstance(error, ssl.SSLCertVerificationError):
             return self.verification(error)
         said = f"{getattr(error, 'reason', '') or ''} {error}".upper()
         if "ALERT_" in said:
             return self.alert(said, error)
-        if any(s in said for s in NOT_TLS):
-            return self.not_tls(error)
-        if context is None:
-            return None
-        probe = probe_handshake(self.host, self.port, context)
-        if probe.outcome == "refused" and probe.error is not None:
-            return self.of(probe.error, None)
-        if probe.outcome == "plain":
-            return self.not_tls(probe.error or error)
-        if probe.outcome == "closed":
-            return self.closed()
-        return None
+        return self.not_tls(error) if any(s in said for s in NOT_TLS) else None
 
     def reason(self, error: BaseException) -> str:
         return str(getattr(error, "reason", None) or error)
@@ -457,7 +468,7 @@ class ManagementClient:
             with opener.open(request, timeout=self.timeout) as answer:
                 status, raw, headers = answer.status, answer.read(), dict(answer.headers)
         except urllib.error.HTTPError as error:
-            status, raw, headers = error.code, error.read(), dict(error.headers or {})
+            status, raw, headers = error.code, error.read(), dict(error.headers)
         except (OSError, http.client.HTTPException) as error:
             raise self._failure(method, path, error) from None
         if 300 <= status < 400:
