@@ -314,16 +314,10 @@ class ParkedQueue:
         `Q` alone (`queue_route`) unless `to_original`: then every queue bound to its original exchange.
         `outcome`: counted into as it goes, so that a caller still knows what moved when the connection is lost
         halfway (every message not acked by then goes back to the error queue: nothing is lost)."""
-        outcome = Outcome() if outcome is None else outcome
-
-        def route(message: Parked) -> tuple[str, str]:
-            outcome.redriven_before += message.redriven_count > 0
-            return self.destination(message, to_original)
-
-        def headers(message: Parked) -> dict[str, Any]:
-            return h.redriven_headers(message.headers, self.contract["attempt_header"])
-
-        return self._move(selection, outcome, route, headers, dry_run=dry_run, rate=rate, progress=progress)
+        return self._move(selection, Outcome() if outcome is None else outcome,
+                          lambda message: self.destination(message, to_original),
+                          lambda message: h.redriven_headers(message.headers, self.contract["attempt_header"]),
+                          dry_run=dry_run, rate=rate, progress=progress)
 
     def _move(self, selection: Selection, outcome: Outcome, route: Callable[[Parked], tuple[str, str]],
               headers: Callable[[Parked], dict[str, Any]], *, dry_run: bool, rate: float | None,
@@ -336,6 +330,7 @@ class ParkedQueue:
         try:
             with self._reading() as reader:
                 for message in self._choose(reader, selection, outcome):
+                    outcome.redriven_before += message.redriven_count > 0
                     exchange, routing_key = route(message)
                     key = (exchange, routing_key)
                     outcome.destinations[key] = outcome.destinations.get(key, 0) + 1
@@ -409,15 +404,9 @@ class StuckTiers(ParkedQueue):
         """Move every message `tier` (a wait queue) held when it began to the input queue alone; `dry_run` counts
         them. Messages left unacknowledged (a failed publish, a lost connection) go back to the tier."""
         self.queue = tier  # what `_reading` reads
-        exchange, fixed_key = self.queue_route()
-
-        def route(message: Parked) -> tuple[str, str]:
-            return exchange, message.original_routing_key if fixed_key is None else fixed_key
-
-        def headers(message: Parked) -> dict[str, Any]:
-            return h.without_broker_headers(message.headers)
-
-        return self._move(Selection(), Outcome(), route, headers, dry_run=dry_run, rate=rate, progress=None)
+        return self._move(Selection(), Outcome(), self.destination,
+                          lambda message: h.without_broker_headers(message.headers),
+                          dry_run=dry_run, rate=rate, progress=None)
 
 
 class _Pace:
