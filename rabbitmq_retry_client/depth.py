@@ -24,7 +24,7 @@ from __future__ import annotations
 import ssl
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import pika
@@ -103,8 +103,7 @@ class BrokerAccess:
     @classmethod
     def of(cls, client: ManagementClient, amqp_port: int | None = None) -> BrokerAccess:
         """The access of a management client (its endpoint, user and TLS settings)."""
-        return cls(client.url, client.username, client.password, amqp_port, client.tls.cacert_file,
-                   client.tls.insecure, client.tls.clientcert_file, client.tls.clientkey_file)
+        return cls(client.url, client.username, client.password, amqp_port, **asdict(client.tls))
 
     @property
     def tls_settings(self) -> TlsSettings:

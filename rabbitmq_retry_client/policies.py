@@ -107,9 +107,8 @@ class RetryPolicy:
         """The decision that retries `attempt`, which failed and is within `max_retries`."""
         raise NotImplementedError
 
-    def first_failure_at(self, delivered: Delivered, attempt: int, first: datetime | None) -> str | None:
-        """`first-failure-at` of a parking copy (`first`: the broker's x-death time of the first reject, if any);
-        None for a strategy that records `last-failure-at` instead."""
+    def first_failure_at(self, delivered: Delivered, attempt: int) -> str | None:
+        """`first-failure-at` of a parking copy; None for a strategy that records `last-failure-at` instead."""
         raise NotImplementedError
 
     def retry_route(self, attempt: int) -> tuple[str, str, int]:
@@ -146,9 +145,8 @@ class RetryPolicy:
         attempt = self.attempt(delivered.headers)
         if not permanent and attempt <= self.max_retries:
             return self.retry(delivered, attempt)
-        _, _, first = self.origin(delivered)
         return self.park(delivered, reason, attempts=attempt, permanent=permanent,
-                         first_failure_at=self.first_failure_at(delivered, attempt, first))
+                         first_failure_at=self.first_failure_at(delivered, attempt))
 
     def park(self, delivered: Delivered, reason: Reason | str, *, attempts: int, first_failure_at: str | None,
              permanent: bool = False) -> Publish:
@@ -194,8 +192,9 @@ class RejectPolicy(RetryPolicy):
     def retry(self, delivered: Delivered, attempt: int) -> Decision:
         return Reject(requeue=False, attempt=attempt, wait_ms=self.contract["tiers"][0]["delay_ms"])
 
-    def first_failure_at(self, delivered: Delivered, attempt: int, first: datetime | None) -> str | None:
-        return h.utc_iso(first)
+    def first_failure_at(self, delivered: Delivered, attempt: int) -> str | None:
+        """The broker's x-death time of the first reject (now, for the first failure)."""
+        return h.utc_iso(self.origin(delivered)[2])
 
 
 class RepublishPolicy(RetryPolicy):
@@ -217,7 +216,7 @@ class RepublishPolicy(RetryPolicy):
                 self.contract["attempt_header"]: attempt}
         return Publish(retry_exchange, retry_key, copy, attempt, parked=False, wait_ms=wait_ms)
 
-    def first_failure_at(self, delivered: Delivered, attempt: int, first: datetime | None) -> str | None:
+    def first_failure_at(self, delivered: Delivered, attempt: int) -> str | None:
         if attempt > 1 and h.FIRST_FAILURE_AT in delivered.headers:
             return h.text(delivered.headers[h.FIRST_FAILURE_AT])
         return h.utc_iso()
@@ -240,7 +239,7 @@ class NativePolicy(RetryPolicy):
         delay = min(self.contract["min_delay_ms"] * attempt, self.contract["max_delay_ms"])
         return Reject(requeue=True, attempt=attempt, wait_ms=delay)
 
-    def first_failure_at(self, delivered: Delivered, attempt: int, first: datetime | None) -> str | None:
+    def first_failure_at(self, delivered: Delivered, attempt: int) -> str | None:
         return None
 
 
