@@ -208,7 +208,7 @@ class Handshake:
     error: ssl.SSLError | None = None
 
 
-def failed_handshake(error: OSError, first: bytes, done: bool) -> Handshake:
+def _failed_handshake(error: OSError, first: bytes, done: bool) -> Handshake:
     """What a handshake that failed with `error` says of the server: `first`, the first byte it answered (b""
     for none); `done`, whether the handshake had completed."""
     if isinstance(error, (ssl.SSLEOFError, ssl.SSLZeroReturnError, ConnectionError, TimeoutError)):
@@ -259,7 +259,7 @@ def probe_handshake(host: str, port: int, context: ssl.SSLContext, timeout: floa
                     except TimeoutError:
                         return Handshake("accepted")
     except OSError as error:
-        return failed_handshake(error, first, done)
+        return _failed_handshake(error, first, done)
 
 
 def peer_certificate(host: str, port: int, timeout: float = 3.0) -> Certificate | None:
