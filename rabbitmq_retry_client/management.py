@@ -493,8 +493,6 @@ class ManagementClient:
         """The one line for a request that got no HTTP answer."""
         cause: Any = getattr(error, "reason", error) if isinstance(error, urllib.error.URLError) else error
         what = f"{method} /api/{path}"
-        if isinstance(cause, ManagementError):
-            return cause
         failed = self._tls_failure(cause) or self._not_http(cause, what)
         if failed is not None:
             return failed
@@ -502,7 +500,7 @@ class ManagementClient:
             return UnreachableError(f"the management API at {self.url} refuses connections ({what}): the node behind "
                                     "it is down or its management plugin is off; on a cluster, use another node's "
                                     f"endpoint in {ENDPOINT.names()} and start this one")
-        if isinstance(cause, (TimeoutError, socket.timeout)):
+        if isinstance(cause, TimeoutError):
             return UnreachableError(f"the management API at {self.url} did not answer {what} within "
                                     f"{self.timeout:.0f} s: the node runs but cannot serve it; on a cluster, a "
                                     "majority of the nodes is probably down (RabbitMQ 4.x then waits for a quorum "
