@@ -32,8 +32,9 @@ from .confirms import Confirms
 from .connection import connect, connection_params_of, quiet_pika
 from .follower import DEFAULT_PREFETCH, Follower, Run
 from .handler_thread import DeadlineExceededError, Handler, HandlerThread, NotRunError
-from .policies import Decision, Delivered, PermanentError, Publish, Reason, Reject, contract_mode
+from .policies import Decision, Delivered, PermanentError, Publish, Reason, Reject
 from .settlements import Settlements
+from .strategies import contract_mode
 
 LOG = logging.getLogger("rabbitmq_retry_client")
 

@@ -8,25 +8,25 @@ asyncio `aio.py`) carry decisions out on their own connections, so both follow t
 
 - `RejectPolicy`: tiers in reject mode; the attempt is counted by the broker in `x-death`;
 - `RepublishPolicy`: tiers in republish mode, and levels; the attempt is the contract's `attempt_header`, the copy
-  goes where the strategy routes it (`strategies.py`);
+  goes where the strategy routes it;
 - `NativePolicy`: strategy native; the attempt is the broker's `x-delivery-count`, and the retry is
   `basic.reject(requeue=true)`, the one call the broker delays and counts.
 Every policy parks (a copy to the error exchange with the parking headers) past `max_retries`, or at once for a
-permanent failure.
+permanent failure. Which policy follows a contract, and where its copies go, is its strategy's to say
+(`strategies.StrategyBehaviour.policy`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from . import headers as h
-from .contract import SCHEMA, RetryContract
+from .contract import RetryContract
 from .durations import format_duration
-from .strategies import Mode, StrategyBehaviour, behaviour_of
 
 LOG = logging.getLogger("rabbitmq_retry_client")
 
@@ -93,9 +93,11 @@ Decision = Reject | Publish
 class RetryPolicy:
     """What the contract asks of a failed delivery; subclasses say how one is retried and counted."""
 
-    def __init__(self, contract: RetryContract, behaviour: StrategyBehaviour) -> None:
+    def __init__(self, contract: RetryContract, retry_route: Callable[[int], tuple[str, str, int]]) -> None:
         self.contract = contract
-        self.behaviour = behaviour
+        self.retry_route = retry_route
+        """(exchange, routing key, wait in ms) of the copy that retries an attempt, as the contract's strategy
+        routes it: the attempt's tier, or the delay levels holding it for the attempt's back-off."""
         self.queue = contract["queue"]
         self.max_retries = contract["max_retries"]
 
@@ -110,11 +112,6 @@ class RetryPolicy:
     def first_failure_at(self, delivered: Delivered, attempt: int) -> str | None:
         """`first-failure-at` of a parking copy; None for a strategy that records `last-failure-at` instead."""
         raise NotImplementedError
-
-    def retry_route(self, attempt: int) -> tuple[str, str, int]:
-        """(exchange, routing key, wait in ms) of the copy that retries `attempt`, as the contract's strategy
-        routes it: the attempt's tier, or the delay levels holding it for the attempt's back-off."""
-        return self.behaviour.retry_route(self.contract, attempt)
 
     def origin(self, delivered: Delivered) -> tuple[str, str, datetime | None]:
         """Where the message was first published (exchange, routing key) and, in reject mode, when it first
@@ -242,23 +239,3 @@ class NativePolicy(RetryPolicy):
     def first_failure_at(self, delivered: Delivered, attempt: int) -> str | None:
         return None
 
-
-def contract_mode(contract: Mapping[str, Any]) -> Mode:
-    """The mode a `tiers` contract prescribes: "republish" (attempt n waits in tier min(n, len(tiers))), or
-    "reject" when it has a single tier, where both wait the same and reject mode publishes nothing. A reject-mode
-    consumer of a contract with more tiers would wait tier 1's delay every time."""
-    return "reject" if len(contract.get("tiers") or []) == 1 else "republish"
-
-
-def policy_for(contract: RetryContract, mode: Mode | None = None) -> RetryPolicy:
-    """The policy that follows a validated contract in `mode` (None: the contract's own, `contract_mode`), as its
-    strategy's part of the contract schema says: a `retry_call` is the one call the broker retries by (native); a
-    `reject_routes_to` lets a plain reject dead-letter to the first tier (tiers in reject mode); any other failure
-    is retried by publishing a copy that waits (tiers in republish mode, levels)."""
-    behaviour = behaviour_of(contract)
-    spec = SCHEMA["$defs"][behaviour.name]
-    if "retry_call" in spec["properties"]:
-        return NativePolicy(contract, behaviour)
-    if "reject_routes_to" in spec["required"] and (contract_mode(contract) if mode is None else mode) == "reject":
-        return RejectPolicy(contract, behaviour)
-    return RepublishPolicy(contract, behaviour)
