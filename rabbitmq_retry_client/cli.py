@@ -51,10 +51,9 @@ from .contract import Contract, ContractError, contracts_in, load_contract, read
 from .contract_types import RetryContract
 from .durations import duration_ms
 from .management import TLS_SETTINGS, TlsSettings
-from .parked import Outcome, Parked, ParkedQueue, Selection
+from .parked import Outcome, Parked, ParkedQueue, Selection, StuckTiers
 from .publisher import Publisher
 from .strategies import MODES, behaviour_of
-from .stuck import StuckTiers
 
 PROG = "rabbitmq-retry"
 PROJECT_COMMANDS = {"plan": "plan_report", "review": "review", "drift": "drift", "doctor": "doctor",
@@ -171,10 +170,9 @@ def _list(args: argparse.Namespace) -> int:
         groups = parked.summary(selection)
         total = sum(g.count for g in groups)
         if args.json:
-            json.dump([{"reason": g.reason, "original_routing_key": g.routing_key, "count": g.count,
-                        "redriven_before": g.redriven, "oldest_first_failure_at": _when(g.oldest)} for g in groups],
-                      sys.stdout, indent=1)
-            print()
+            print(json.dumps([{"reason": g.reason, "original_routing_key": g.routing_key, "count": g.count,
+                               "redriven_before": g.redriven, "oldest_first_failure_at": _when(g.oldest)}
+                              for g in groups], indent=1))
             return 0
         print(f"{total} parked in {parked.contract['vhost']}/{parked.queue}{_read_of(selection, total, held)}")
         if groups:
@@ -203,8 +201,7 @@ def _summary(args: argparse.Namespace) -> int:
     """Every error queue of a contract file: how many are parked, since when, and why."""
     rows = [_error_queue(args, contract) for contract in _summary_contracts(args)]
     if args.json:
-        json.dump(rows, sys.stdout, indent=1)
-        print()
+        print(json.dumps(rows, indent=1))
         return 0
     print(f"{sum(r['parked'] for r in rows):,} parked in {len(rows)} error queues; reasons from at most "
           f"{args.limit:,} messages of each (--limit)")

@@ -13,7 +13,7 @@ import os
 import re
 import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeAlias
 
 import pika
@@ -124,11 +124,11 @@ def parameters(params: Parameters | str, vhost: str | None = None, tls: TlsSetti
                          f"({tls.given()}): the password would cross in clear; use amqps:// and the broker's TLS "
                          "port (5671 by default)")
     if tls is not None and result.ssl_options is not None:
-        _speak_tls(result, tls, external)
+        speak_tls(result, tls, external)
     return result
 
 
-def _speak_tls(params: Parameters, tls: TlsSettings, external: bool) -> None:
+def speak_tls(params: Parameters, tls: TlsSettings, external: bool) -> None:
     """Give `params` the TLS options of `tls`, and (`external`: no password given) its client certificate's login."""
     try:
         params.ssl_options = TlsOptions(tls, params.host)
@@ -162,13 +162,14 @@ def hosts(params: ConnectionParams, vhost: str | None = None, tls: TlsSettings |
     return [parameters(one, vhost, tls) for one in given]
 
 
-def _innermost(error: BaseException) -> BaseException:
-    """The innermost cause pika wraps (the last host's, for several)."""
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    """`error`, then each cause pika wraps in it down to the innermost (the last host's, for several)."""
+    yield error
     for inner in (*getattr(error, "exceptions", ())[-1:], getattr(error, "exception", None),
                   *(error.args[:1] if isinstance(error, pika.exceptions.AMQPError) else ())):
         if isinstance(inner, BaseException):
-            return _innermost(inner)
-    return error
+            yield from _causes(inner)
+            return
 
 
 def amqp_failure(error: BaseException, params: Parameters) -> str | None:
@@ -180,7 +181,7 @@ def amqp_failure(error: BaseException, params: Parameters) -> str | None:
     if isinstance(error, (pika.exceptions.ProbableAuthenticationError, pika.exceptions.ProbableAccessDeniedError,
                           pika.exceptions.ConnectionClosedByBroker)):
         return None  # the broker answered AMQP: past TLS
-    inner = _innermost(error)
+    *_, inner = _causes(error)
     host, port = params.host, params.port
     said = f"{inner} {reason(error)}"
     if params.ssl_options is not None:
@@ -208,18 +209,15 @@ def where(params: Parameters | Sequence[Parameters]) -> str:
 
 def reason(error: BaseException) -> str:
     """One short line for a failed connection: the innermost cause pika reports, without its traceback."""
-    if isinstance(error, pika.exceptions.ProbableAuthenticationError):
-        return "authentication refused (wrong user or password)"
-    if isinstance(error, pika.exceptions.ProbableAccessDeniedError):
-        detail = str(error.args[0]).replace("ConnectionClosedByBroker: ", "") if error.args else ""
-        return f"access to the vhost refused {detail}".strip()
-    for inner in (*getattr(error, "exceptions", ())[-1:], getattr(error, "exception", None),
-                  *(error.args[:1] if isinstance(error, pika.exceptions.AMQPError) else ())):
-        if isinstance(inner, BaseException):
-            return reason(inner)
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror
-    return str(error) or type(error).__name__
+    for cause in _causes(error):
+        if isinstance(cause, pika.exceptions.ProbableAuthenticationError):
+            return "authentication refused (wrong user or password)"
+        if isinstance(cause, pika.exceptions.ProbableAccessDeniedError):
+            detail = str(cause.args[0]).replace("ConnectionClosedByBroker: ", "") if cause.args else ""
+            return f"access to the vhost refused {detail}".strip()
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror
+    return str(cause) or type(cause).__name__
 
 
 def quiet_pika() -> None:

@@ -32,8 +32,9 @@ from .confirms import Confirms
 from .connection import connect, connection_params_of, quiet_pika
 from .follower import DEFAULT_PREFETCH, Follower, Run
 from .handler_thread import DeadlineExceededError, Handler, HandlerThread, NotRunError
-from .policies import Decision, Delivered, PermanentError, Reason, Reject, contract_mode
+from .policies import Decision, Delivered, PermanentError, Publish, Reason, Reject
 from .settlements import Settlements
+from .strategies import contract_mode
 
 LOG = logging.getLogger("rabbitmq_retry_client")
 
@@ -395,31 +396,29 @@ class RetryingConsumer(Follower[Handler]):
             self._give_back(channel, method.delivery_tag, requeue=decision.requeue, reject=True)
             self._count(decision, properties.message_id, reason)
             return
-        self._publish_then_ack(channel, method, decision.exchange, decision.routing_key, body,
-                               h.copy_properties(properties, decision.headers),
-                               lambda: self._count(decision, properties.message_id, reason))
+        self._publish_then_ack(channel, method, properties, body, decision, reason)
 
-    def _publish_then_ack(self, channel: BlockingChannel, method: Basic.Deliver, exchange: str,
-                          routing_key: str, body: bytes, properties: BasicProperties,
-                          confirmed: Callable[[], None]) -> None:
-        """Publish the copy and settle the original once the broker answered for it: ack it (then count,
-        `confirmed()`) after the confirm; nack it back to the queue after a nack, a return (unroutable) or the
-        confirm channel closing. A crash in between duplicates, never loses. Returns without waiting for the
-        confirm unless `max_in_flight` copies are unanswered."""
+    def _publish_then_ack(self, channel: BlockingChannel, method: Basic.Deliver, properties: BasicProperties,
+                          body: bytes, decision: Publish, reason: Reason) -> None:
+        """Publish the copy and settle the original once the broker answered for it: ack it (then count it) after
+        the confirm; nack it back to the queue after a nack, a return (unroutable) or the confirm channel closing. A
+        crash in between duplicates, never loses. Returns without waiting for the confirm unless `max_in_flight`
+        copies are unanswered."""
 
         def answer(error: BaseException | None) -> None:
             if not channel.is_open:
                 return  # the broker put the original back in the queue with its channel
             if error is None:
                 self._ack(channel, method.delivery_tag)
-                confirmed()
+                self._count(decision, properties.message_id, reason)
                 return
             self._give_back(channel, method.delivery_tag, requeue=True)
             self.requeued += 1
-            LOG.error("could not publish %s to %r (%s: %s); original requeued", properties.message_id, exchange,
-                      type(error).__name__, error)
+            LOG.error("could not publish %s to %r (%s: %s); original requeued", properties.message_id,
+                      decision.exchange, type(error).__name__, error)
 
-        self._confirming().publish(exchange, routing_key, body, properties, answer)
+        copy = h.copy_properties(properties, decision.headers)
+        self._confirming().publish(decision.exchange, decision.routing_key, body, copy, answer)
         self._settle()
         while self.in_flight() >= self.max_in_flight:
             self._await_answers()

@@ -24,13 +24,13 @@ from __future__ import annotations
 import ssl
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import pika
 import pika.exceptions
 
-from .connection import CertificateCredentials, TlsOptions, amqp_failure, quiet_pika, reason
+from .connection import amqp_failure, quiet_pika, reason, speak_tls
 from .management import ManagementClient, ManagementError, TlsSettings, path_escape
 
 TIMEOUT_S = 10.0
@@ -103,8 +103,7 @@ class BrokerAccess:
     @classmethod
     def of(cls, client: ManagementClient, amqp_port: int | None = None) -> BrokerAccess:
         """The access of a management client (its endpoint, user and TLS settings)."""
-        return cls(client.url, client.username, client.password, amqp_port, client.tls.cacert_file,
-                   client.tls.insecure, client.tls.clientcert_file, client.tls.clientkey_file)
+        return cls(client.url, client.username, client.password, amqp_port, **asdict(client.tls))
 
     @property
     def tls_settings(self) -> TlsSettings:
@@ -132,20 +131,15 @@ class BrokerAccess:
             raise DepthError(f"AMQP at {host}:{port} is plain, but the management endpoint {self.management_url} is "
                              f"https: the password would cross in clear; give the AMQPS port in "
                              f"rabbitmq-retry:{AMQP_PORT_KEY}")
-        external = tls and bool(self.clientcert_file) and not self.password
-        return pika.ConnectionParameters(
-            host=host, port=port, virtual_host=vhost,
-            credentials=CertificateCredentials(str(self.clientcert_file)) if external else pika.PlainCredentials(
-                self.username, self.password),
-            connection_attempts=1, socket_timeout=timeout, blocked_connection_timeout=timeout, stack_timeout=timeout,
-            ssl_options=self.ssl_options(host) if tls else None)
-
-    def ssl_options(self, host: str) -> TlsOptions:
-        """For AMQPS; DepthError naming the setting when a file is missing."""
-        try:
-            return TlsOptions(self.tls_settings, host)
-        except ManagementError as error:
-            raise DepthError(str(error)) from None
+        params = pika.ConnectionParameters(
+            host=host, port=port, virtual_host=vhost, credentials=pika.PlainCredentials(self.username, self.password),
+            connection_attempts=1, socket_timeout=timeout, blocked_connection_timeout=timeout, stack_timeout=timeout)
+        if tls:
+            try:
+                speak_tls(params, self.tls_settings, external=not self.password)
+            except ValueError as error:  # a TLS file missing or unreadable, named by its setting
+                raise DepthError(str(error)) from None
+        return params
 
 
 def amqp_listener(listeners: Sequence[Mapping[str, Any]], tls: bool) -> tuple[int, bool] | None:

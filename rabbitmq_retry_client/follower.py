@@ -12,8 +12,8 @@ from .connection import ConnectionParams, hosts
 from .contract import validate
 from .management import TlsSettings
 from .metrics import NO_METRICS, Metrics
-from .policies import Decision, Publish, Reason, contract_mode, policy_for
-from .strategies import MODES, Mode
+from .policies import Decision, Publish, Reason
+from .strategies import MODES, Mode, behaviour_of, contract_mode
 
 HandlerT = TypeVar("HandlerT")
 
@@ -78,7 +78,7 @@ class Follower(Generic[HandlerT]):
             raise ValueError(f"handler_timeout must be positive seconds or None, got {handler_timeout!r}")
         self.contract = validate(contract)
         self.mode: Mode = contract_mode(self.contract) if mode is None else mode
-        self.policy = policy_for(self.contract, self.mode)
+        self.policy = behaviour_of(self.contract).policy(self.contract, self.mode)
         self.queue: str = self.contract["queue"]
         self.handler = handler
         self.handler_timeout = handler_timeout

@@ -43,6 +43,12 @@ def path_escape(segment: str) -> str:
     return urllib.parse.quote(segment, safe="$&+:=@")
 
 
+class ConfigSource(Protocol):
+    """Where stack config is read: a dict of `namespace:key` → value, or the engine's `pulumi.dynamic.Config`."""
+
+    def get(self, key: str, /) -> Any: ...
+
+
 @dataclass(frozen=True)
 class Setting:
     """One setting's names: the stack config key (the provider's), the environment variable, the command flag."""
@@ -54,6 +60,13 @@ class Setting:
     def names(self) -> str:
         """`rabbitmq:cacertFile (RABBITMQ_CACERT, --cacert-file)`: every way to give it, for an error line."""
         return f"{self.config} ({self.env}, {self.flag})"
+
+    def value(self, config: ConfigSource, env: Mapping[str, str], flag: Any = None) -> str | None:
+        """Its value from `flag`, else the environment, else the stack's config; None when none gives one."""
+        for found in (flag, env.get(self.env), config.get(self.config)):
+            if found not in (None, ""):
+                return str(found)
+        return None
 
 
 ENDPOINT = Setting("rabbitmq:endpoint", "RABBITMQ_ENDPOINT", "--endpoint")
@@ -75,16 +88,8 @@ def truthy(value: Any) -> bool:
     return value is True or str(value).strip().lower() in ("1", "true", "yes")
 
 
-class ConfigSource(Protocol):
-    """Where stack config is read: a dict of `namespace:key` → value, or the engine's `pulumi.dynamic.Config`."""
-
-    def get(self, key: str, /) -> Any: ...
-
-
 class ManagementError(Exception):
-    """A management API request that failed, in one line naming what to fix. `kind` says which of the five."""
-
-    kind = "refused request"
+    """A management API request that failed, in one line naming what to fix; its class says which of the five kinds."""
 
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
@@ -94,33 +99,23 @@ class ManagementError(Exception):
 class UnreachableError(ManagementError):
     """Nothing answered HTTP at the endpoint: connection refused, timed out, unknown host, or not an HTTP port."""
 
-    kind = "unreachable"
-
 
 class LoginRefusedError(ManagementError):
     """401: the user or password is wrong (or the user may not use the management API)."""
-
-    kind = "refused login"
 
 
 class NotFoundError(ManagementError):
     """404: the object (or its vhost) is not there."""
 
-    kind = "not found"
-
 
 class RequestRefusedError(ManagementError):
     """Any other status from 400 up: the broker refused the request (a 403 for a user without the tag, a 400 …)."""
-
-    kind = "refused request"
 
 
 class TlsError(ManagementError):
     """TLS failed before HTTP: the broker's certificate is not trusted, not for this host or expired; a CA, client
     certificate or key file is missing or unreadable; or https:// was given for a plain port (or http:// for a TLS
     one)."""
-
-    kind = "TLS"
 
 
 @dataclass(frozen=True)
@@ -141,24 +136,16 @@ class TlsSettings:
                      given: Mapping[str, Any] | None = None) -> TlsSettings:
         """From `given` (flags, by field), else the environment, else the stack's config (provider keys)."""
         config, env, given = config or {}, os.environ if env is None else env, given or {}
-
-        def value(field: str) -> str | None:
-            setting = TLS_SETTINGS[field]
-            for found in (given.get(field), env.get(setting.env), config.get(setting.config)):
-                if found not in (None, ""):
-                    return str(found)
-            return None
-
-        return cls(value("cacert_file"), value("clientcert_file"), value("clientkey_file"), truthy(value("insecure")))
+        found = {field: setting.value(config, env, given.get(field)) for field, setting in TLS_SETTINGS.items()}
+        return cls(found["cacert_file"], found["clientcert_file"], found["clientkey_file"], truthy(found["insecure"]))
 
     def given(self) -> str:
         """The names of the settings that are set, for an error line: `rabbitmq:cacertFile (RABBITMQ_CACERT, …)`;
         "" when none is."""
         return ", ".join(TLS_SETTINGS[field].names() for field in TLS_SETTINGS if getattr(self, field))
 
-    def context(self) -> ssl.SSLContext:
-        """A client context verifying the broker (unless `insecure`), with the client certificate when given.
-        TlsError naming the setting when a file is missing or unreadable, or a certificate comes without its key."""
+    def _check_files(self) -> None:
+        """TlsError naming the setting when a file is missing or unreadable, or a certificate comes without its key."""
         for field, path in (("cacert_file", self.cacert_file), ("clientcert_file", self.clientcert_file),
                             ("clientkey_file", self.clientkey_file)):
             if path is not None and not os.access(path, os.R_OK):
@@ -167,6 +154,11 @@ class TlsSettings:
         if bool(self.clientcert_file) != bool(self.clientkey_file):
             have, missing = (CLIENTCERT, CLIENTKEY) if self.clientcert_file else (CLIENTKEY, CLIENTCERT)
             raise TlsError(f"{have.names()} is set but {missing.names()} is not: a client certificate needs its key")
+
+    def context(self) -> ssl.SSLContext:
+        """A client context verifying the broker (unless `insecure`), with the client certificate when given.
+        TlsError naming the setting when a file is missing or unreadable (`_check_files`) or not what it should be."""
+        self._check_files()
         try:
             context = ssl.create_default_context(cafile=self.cacert_file)
         except ssl.SSLError as error:
@@ -189,6 +181,8 @@ class TlsSettings:
         return context
 
 
+UNVERIFIED = TlsSettings(insecure=True)
+"""What a probe speaks when it only names what a server presents or speaks: no certificate verified."""
 NOT_TLS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST")
 """What OpenSSL says when the server answered a ClientHello with something that is not TLS."""
 TLS_RECORD = (b"\x15", b"\x16")
@@ -212,6 +206,21 @@ class Handshake:
     `closed` (it started the handshake, then closed or reset the connection without an alert), `plain` (it answered
     something that is not TLS, or closed before answering), `unreachable` (no connection)."""
     error: ssl.SSLError | None = None
+
+
+def _failed_handshake(error: OSError, first: bytes, done: bool) -> Handshake:
+    """What a handshake that failed with `error` says of the server: `first`, the first byte it answered (b""
+    for none); `done`, whether the handshake had completed."""
+    if isinstance(error, (ssl.SSLEOFError, ssl.SSLZeroReturnError, ConnectionError, TimeoutError)):
+        if not first and not done:
+            return Handshake("unreachable" if isinstance(error, ConnectionRefusedError) else "plain")
+        return Handshake("closed" if first in TLS_RECORD else "plain")
+    if not isinstance(error, ssl.SSLError):
+        return Handshake("unreachable")
+    said = f"{error.reason} {error}".upper()
+    if not isinstance(error, ssl.SSLCertVerificationError) and any(s in said for s in NOT_TLS):
+        return Handshake("plain", error)
+    return Handshake("refused", error)
 
 
 def probe_handshake(host: str, port: int, context: ssl.SSLContext, timeout: float = 3.0) -> Handshake:
@@ -249,27 +258,15 @@ def probe_handshake(host: str, port: int, context: ssl.SSLContext, timeout: floa
                         exchange(PROBE_WAIT_S)
                     except TimeoutError:
                         return Handshake("accepted")
-    except (ssl.SSLEOFError, ssl.SSLZeroReturnError, ConnectionError, TimeoutError) as error:
-        if not first and not done:
-            return Handshake("unreachable" if isinstance(error, ConnectionRefusedError) else "plain")
-        return Handshake("closed" if first in TLS_RECORD else "plain")
-    except ssl.SSLError as error:
-        said = f"{error.reason} {error}".upper()
-        if not isinstance(error, ssl.SSLCertVerificationError) and any(s in said for s in NOT_TLS):
-            return Handshake("plain", error)
-        return Handshake("refused", error)
-    except OSError:
-        return Handshake("unreachable")
+    except OSError as error:
+        return _failed_handshake(error, first, done)
 
 
 def peer_certificate(host: str, port: int, timeout: float = 3.0) -> Certificate | None:
     """The certificate a server presents, unverified: only to name its dates in an error line."""
-    probe = ssl.create_default_context()
-    probe.check_hostname = False
-    probe.verify_mode = ssl.CERT_NONE
     try:
         with socket.create_connection((host, port), timeout=timeout) as raw, \
-                probe.wrap_socket(raw, server_hostname=host) as tls:
+                UNVERIFIED.context().wrap_socket(raw, server_hostname=host) as tls:
             der = tls.getpeercert(binary_form=True)
         return from_der(der) if der else None
     except (OSError, ValueError):
@@ -296,23 +293,24 @@ class TlsFault:
         """The line for a connection that failed with `error`; None when TLS is not the cause (the server accepts
         the handshake: a network problem, worth retrying). An error that says no more than "closed" or "reset" is
         explained by `probe_handshake` with `context`, the connection's own."""
+        named = self.named(error)
+        if named is not None or context is None:
+            return named
+        probe = probe_handshake(self.host, self.port, context)
+        if probe.outcome == "refused" and probe.error is not None:
+            return self.named(probe.error)
+        if probe.outcome == "plain":
+            return self.not_tls(probe.error or error)
+        return self.closed() if probe.outcome == "closed" else None
+
+    def named(self, error: BaseException) -> str | None:
+        """The line for an error that names its fault itself: a verification failure, an alert, not TLS."""
         if isinstance(error, ssl.SSLCertVerificationError):
             return self.verification(error)
         said = f"{getattr(error, 'reason', '') or ''} {error}".upper()
         if "ALERT_" in said:
             return self.alert(said, error)
-        if any(s in said for s in NOT_TLS):
-            return self.not_tls(error)
-        if context is None:
-            return None
-        probe = probe_handshake(self.host, self.port, context)
-        if probe.outcome == "refused" and probe.error is not None:
-            return self.of(probe.error, None)
-        if probe.outcome == "plain":
-            return self.not_tls(probe.error or error)
-        if probe.outcome == "closed":
-            return self.closed()
-        return None
+        return self.not_tls(error) if any(s in said for s in NOT_TLS) else None
 
     def reason(self, error: BaseException) -> str:
         return str(getattr(error, "reason", None) or error)
@@ -375,10 +373,8 @@ def what_speaks(host: str, port: int, timeout: float) -> str | None:
                 return "amqp"
     except OSError:
         pass
-    probe = ssl.create_default_context()
-    probe.check_hostname = False
-    probe.verify_mode = ssl.CERT_NONE
-    return "tls" if probe_handshake(host, port, probe, timeout).outcome in ("accepted", "refused", "closed") else None
+    outcome = probe_handshake(host, port, UNVERIFIED.context(), timeout).outcome
+    return "tls" if outcome in ("accepted", "refused", "closed") else None
 
 
 class NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -398,7 +394,7 @@ class Response:
 
 
 class ManagementClient:
-    """One broker's management API as one user. `request` returns any HTTP answer; `get`, `put`, `post`, `delete`
+    """One broker's management API as one user. `request` returns any HTTP answer; `get`, `put`, `delete`
     raise the matching ManagementError for a status from 400 up (`get` returns None for 404, `delete` False)."""
 
     def __init__(self, url: str, username: str, password: str, tls: TlsSettings | None = None,
@@ -433,11 +429,11 @@ class ManagementClient:
         naming the variable."""
         env = os.environ if env is None else env
         config = config or {}
-        url = endpoint or env.get(ENDPOINT.env) or str(config.get(ENDPOINT.config) or "")
+        url = ENDPOINT.value(config, env, endpoint)
         if not url:
             raise UnreachableError(f"no management endpoint: pass ENDPOINT=http://host:15672 (or https://host:15671) "
                                    f"or set {ENDPOINT.names()}")
-        username = env.get(USERNAME.env) or str(config.get(USERNAME.config) or "")
+        username = USERNAME.value(config, env) or ""
         password = env.get(PASSWORD.env, "")
         if dev:
             username, password = username or "guest", password or "guest"
@@ -472,7 +468,7 @@ class ManagementClient:
             with opener.open(request, timeout=self.timeout) as answer:
                 status, raw, headers = answer.status, answer.read(), dict(answer.headers)
         except urllib.error.HTTPError as error:
-            status, raw, headers = error.code, error.read(), dict(error.headers or {})
+            status, raw, headers = error.code, error.read(), dict(error.headers)
         except (OSError, http.client.HTTPException) as error:
             raise self._failure(method, path, error) from None
         if 300 <= status < 400:
@@ -497,8 +493,6 @@ class ManagementClient:
         """The one line for a request that got no HTTP answer."""
         cause: Any = getattr(error, "reason", error) if isinstance(error, urllib.error.URLError) else error
         what = f"{method} /api/{path}"
-        if isinstance(cause, ManagementError):
-            return cause
         failed = self._tls_failure(cause) or self._not_http(cause, what)
         if failed is not None:
             return failed
@@ -506,7 +500,7 @@ class ManagementClient:
             return UnreachableError(f"the management API at {self.url} refuses connections ({what}): the node behind "
                                     "it is down or its management plugin is off; on a cluster, use another node's "
                                     f"endpoint in {ENDPOINT.names()} and start this one")
-        if isinstance(cause, (TimeoutError, socket.timeout)):
+        if isinstance(cause, TimeoutError):
             return UnreachableError(f"the management API at {self.url} did not answer {what} within "
                                     f"{self.timeout:.0f} s: the node runs but cannot serve it; on a cluster, a "
                                     "majority of the nodes is probably down (RabbitMQ 4.x then waits for a quorum "
@@ -587,9 +581,6 @@ class ManagementClient:
 
     def put(self, path: str, body: Any) -> Any:
         return self.call("PUT", path, body)
-
-    def post(self, path: str, body: Any) -> Any:
-        return self.call("POST", path, body)
 
     def delete(self, path: str) -> bool:
         """True when deleted, False when it was not there (404, success for the provider too)."""

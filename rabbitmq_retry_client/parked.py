@@ -1,4 +1,5 @@
-"""Parked messages: what is in a retryable queue's error queue, and moving it back (or away).
+"""Parked messages: what is in a retryable queue's error queue, and moving it back (or away); and the messages
+stuck in a wait tier, moved on the same way (`StuckTiers`).
 
 Every operation reads the error queue with `basic.get` and manual acks, at most as many messages as the
 queue held when it began (so a redriven message that fails again and is parked anew is not read twice).
@@ -16,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Self
@@ -313,16 +314,10 @@ class ParkedQueue:
         `Q` alone (`queue_route`) unless `to_original`: then every queue bound to its original exchange.
         `outcome`: counted into as it goes, so that a caller still knows what moved when the connection is lost
         halfway (every message not acked by then goes back to the error queue: nothing is lost)."""
-        outcome = Outcome() if outcome is None else outcome
-
-        def route(message: Parked) -> tuple[str, str]:
-            outcome.redriven_before += message.redriven_count > 0
-            return self.destination(message, to_original)
-
-        def headers(message: Parked) -> dict[str, Any]:
-            return h.redriven_headers(message.headers, self.contract["attempt_header"])
-
-        return self._move(selection, outcome, route, headers, dry_run=dry_run, rate=rate, progress=progress)
+        return self._move(selection, Outcome() if outcome is None else outcome,
+                          lambda message: self.destination(message, to_original),
+                          lambda message: h.redriven_headers(message.headers, self.contract["attempt_header"]),
+                          dry_run=dry_run, rate=rate, progress=progress)
 
     def _move(self, selection: Selection, outcome: Outcome, route: Callable[[Parked], tuple[str, str]],
               headers: Callable[[Parked], dict[str, Any]], *, dry_run: bool, rate: float | None,
@@ -335,6 +330,7 @@ class ParkedQueue:
         try:
             with self._reading() as reader:
                 for message in self._choose(reader, selection, outcome):
+                    outcome.redriven_before += message.redriven_count > 0
                     exchange, routing_key = route(message)
                     key = (exchange, routing_key)
                     outcome.destinations[key] = outcome.destinations.get(key, 0) + 1
@@ -379,6 +375,38 @@ class ParkedQueue:
                     reader.ack(message)
                     outcome.deleted += 1
         return outcome
+
+
+class StuckTiers(ParkedQueue):
+    """The wait tiers of one `tiers` contract, on a connection of its own (the contract's vhost), for the messages
+    stuck there (the `not_draining` runbook, docs/alerts.md).
+
+    A message takes the TTL its wait tier has when it enters: one that entered while a policy overrode the tier's
+    `message-ttl` has none, and stays there after the override is gone, where no TTL ever expires it. `move` sends
+    each message a tier held when it began to the input queue alone, through the route a parked message's redrive
+    takes (`Q.requeue`), as if its wait were over, by the same confirmed move as a redrive. Its headers stay (its
+    attempt counter too), but for the broker's own (`x-death`, delivery counters): a copy is a new message."""
+
+    def tiers(self, only: str | None = None) -> list[str]:
+        """The wait queues of the contract, shortest delay first, or the one named `only` (its queue or routing key);
+        ValueError for a contract without wait tiers or a tier it does not have."""
+        tiers: Sequence[Mapping[str, Any]] = self.contract.get("tiers") or []
+        if not tiers:
+            raise ValueError(f"queue {self.input_queue!r} has no wait tiers (strategy "
+                             f"{self.contract.get('strategy', 'tiers')!r}): nothing waits in a queue of its own")
+        chosen = [t["queue"] for t in tiers if only in (None, t["queue"], t["routing_key"])]
+        if not chosen:
+            raise ValueError(f"queue {self.input_queue!r} has no wait tier {only!r}; its tiers: "
+                             + ", ".join(t["queue"] for t in tiers))
+        return chosen
+
+    def move(self, tier: str, *, dry_run: bool = False, rate: float | None = None) -> Outcome:
+        """Move every message `tier` (a wait queue) held when it began to the input queue alone; `dry_run` counts
+        them. Messages left unacknowledged (a failed publish, a lost connection) go back to the tier."""
+        self.queue = tier  # what `_reading` reads
+        return self._move(Selection(), Outcome(), self.destination,
+                          lambda message: h.without_broker_headers(message.headers),
+                          dry_run=dry_run, rate=rate, progress=None)
 
 
 class _Pace:

@@ -8,17 +8,18 @@ asyncio `aio.py`) carry decisions out on their own connections, so both follow t
 
 - `RejectPolicy`: tiers in reject mode; the attempt is counted by the broker in `x-death`;
 - `RepublishPolicy`: tiers in republish mode, and levels; the attempt is the contract's `attempt_header`, the copy
-  goes where the strategy routes it (`strategies.py`);
+  goes where the strategy routes it;
 - `NativePolicy`: strategy native; the attempt is the broker's `x-delivery-count`, and the retry is
   `basic.reject(requeue=true)`, the one call the broker delays and counts.
 Every policy parks (a copy to the error exchange with the parking headers) past `max_retries`, or at once for a
-permanent failure.
+permanent failure. Which policy follows a contract, and where its copies go, is its strategy's to say
+(`strategies.StrategyBehaviour.policy`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -26,7 +27,6 @@ from typing import Any
 from . import headers as h
 from .contract import RetryContract
 from .durations import format_duration
-from .strategies import Mode, Retries, StrategyBehaviour, behaviour_of
 
 LOG = logging.getLogger("rabbitmq_retry_client")
 
@@ -93,11 +93,11 @@ Decision = Reject | Publish
 class RetryPolicy:
     """What the contract asks of a failed delivery; subclasses say how one is retried and counted."""
 
-    retries: Retries
-
-    def __init__(self, contract: RetryContract, behaviour: StrategyBehaviour) -> None:
+    def __init__(self, contract: RetryContract, retry_route: Callable[[int], tuple[str, str, int]]) -> None:
         self.contract = contract
-        self.behaviour = behaviour
+        self.retry_route = retry_route
+        """(exchange, routing key, wait in ms) of the copy that retries an attempt, as the contract's strategy
+        routes it: the attempt's tier, or the delay levels holding it for the attempt's back-off."""
         self.queue = contract["queue"]
         self.max_retries = contract["max_retries"]
 
@@ -109,15 +109,9 @@ class RetryPolicy:
         """The decision that retries `attempt`, which failed and is within `max_retries`."""
         raise NotImplementedError
 
-    def first_failure_at(self, delivered: Delivered, attempt: int, first: datetime | None) -> str | None:
-        """`first-failure-at` of a parking copy (`first`: the broker's x-death time of the first reject, if any);
-        None for a strategy that records `last-failure-at` instead."""
+    def first_failure_at(self, delivered: Delivered, attempt: int) -> str | None:
+        """`first-failure-at` of a parking copy; None for a strategy that records `last-failure-at` instead."""
         raise NotImplementedError
-
-    def retry_route(self, attempt: int) -> tuple[str, str, int]:
-        """(exchange, routing key, wait in ms) of the copy that retries `attempt`, as the contract's strategy
-        routes it: the attempt's tier, or the delay levels holding it for the attempt's back-off."""
-        return self.behaviour.retry_route(self.contract, attempt)
 
     def origin(self, delivered: Delivered) -> tuple[str, str, datetime | None]:
         """Where the message was first published (exchange, routing key) and, in reject mode, when it first
@@ -133,11 +127,10 @@ class RetryPolicy:
 
     def before_handler(self, delivered: Delivered) -> Publish | None:
         """Parking, before the handler, of a delivery whose `x-delivery-count` reached the queue's delivery limit;
-        None to run the handler. A retry by the broker counts toward the limit by design (past it the broker parks
-        the message itself), so a native policy never parks here."""
+        None to run the handler."""
         limit = self.contract.get("delivery_limit")
         deliveries = h.counter(delivered.headers.get("x-delivery-count"))
-        if not limit or deliveries < limit or self.retries is Retries.BY_BROKER:
+        if not limit or deliveries < limit:
             return None
         # Park before the broker's delivery-limit fires: its dead-letter would jam in a cycle (docs/contract.md,
         # "Before the handler"). This catches a message that keeps crashing consumers.
@@ -149,9 +142,8 @@ class RetryPolicy:
         attempt = self.attempt(delivered.headers)
         if not permanent and attempt <= self.max_retries:
             return self.retry(delivered, attempt)
-        _, _, first = self.origin(delivered)
         return self.park(delivered, reason, attempts=attempt, permanent=permanent,
-                         first_failure_at=self.first_failure_at(delivered, attempt, first))
+                         first_failure_at=self.first_failure_at(delivered, attempt))
 
     def park(self, delivered: Delivered, reason: Reason | str, *, attempts: int, first_failure_at: str | None,
              permanent: bool = False) -> Publish:
@@ -191,22 +183,19 @@ class RejectPolicy(RetryPolicy):
     """Tiers in reject mode: `basic.reject(requeue=false)`, the queue dead-letters it to tier 1, and the broker
     counts the attempts in `x-death`."""
 
-    retries = Retries.BY_DEAD_LETTER
-
     def attempt(self, headers: Mapping[str, Any]) -> int:
         return h.rejected_attempts(headers, self.queue) + 1
 
     def retry(self, delivered: Delivered, attempt: int) -> Decision:
         return Reject(requeue=False, attempt=attempt, wait_ms=self.contract["tiers"][0]["delay_ms"])
 
-    def first_failure_at(self, delivered: Delivered, attempt: int, first: datetime | None) -> str | None:
-        return h.utc_iso(first)
+    def first_failure_at(self, delivered: Delivered, attempt: int) -> str | None:
+        """The broker's x-death time of the first reject (now, for the first failure)."""
+        return h.utc_iso(self.origin(delivered)[2])
 
 
 class RepublishPolicy(RetryPolicy):
     """Tiers in republish mode, and levels: a copy where it waits (`retry_route`), counted in `attempt_header`."""
-
-    retries = Retries.BY_PUBLISHED_COPY
 
     def attempt(self, headers: Mapping[str, Any]) -> int:
         return h.counter(headers.get(self.contract["attempt_header"])) + 1
@@ -224,7 +213,7 @@ class RepublishPolicy(RetryPolicy):
                 self.contract["attempt_header"]: attempt}
         return Publish(retry_exchange, retry_key, copy, attempt, parked=False, wait_ms=wait_ms)
 
-    def first_failure_at(self, delivered: Delivered, attempt: int, first: datetime | None) -> str | None:
+    def first_failure_at(self, delivered: Delivered, attempt: int) -> str | None:
         if attempt > 1 and h.FIRST_FAILURE_AT in delivered.headers:
             return h.text(delivered.headers[h.FIRST_FAILURE_AT])
         return h.utc_iso()
@@ -235,30 +224,18 @@ class NativePolicy(RetryPolicy):
     `min(min_delay_ms × n, max_delay_ms)` and counts it in `x-delivery-count`. The last attempt is parked by the
     client, with the reason; a consumer that dies on it leaves the parking to the broker (reason `delivery_limit`)."""
 
-    retries = Retries.BY_BROKER
-
     def attempt(self, headers: Mapping[str, Any]) -> int:
         return h.counter(headers.get("x-delivery-count")) + 1
+
+    def before_handler(self, delivered: Delivered) -> Publish | None:
+        """None: a retry by the broker counts toward the delivery limit by design (past it the broker parks the
+        message itself)."""
+        return None
 
     def retry(self, delivered: Delivered, attempt: int) -> Decision:
         delay = min(self.contract["min_delay_ms"] * attempt, self.contract["max_delay_ms"])
         return Reject(requeue=True, attempt=attempt, wait_ms=delay)
 
-    def first_failure_at(self, delivered: Delivered, attempt: int, first: datetime | None) -> str | None:
+    def first_failure_at(self, delivered: Delivered, attempt: int) -> str | None:
         return None
 
-
-def contract_mode(contract: Mapping[str, Any]) -> Mode:
-    """The mode a `tiers` contract prescribes: "republish" (attempt n waits in tier min(n, len(tiers))), or
-    "reject" when it has a single tier, where both wait the same and reject mode publishes nothing. A reject-mode
-    consumer of a contract with more tiers would wait tier 1's delay every time."""
-    return "reject" if len(contract.get("tiers") or []) == 1 else "republish"
-
-
-def policy_for(contract: RetryContract, mode: Mode | None = None) -> RetryPolicy:
-    """The policy that follows a validated contract in `mode` (None: the contract's own, `contract_mode`)."""
-    behaviour = behaviour_of(contract)
-    retries = behaviour.retries(contract_mode(contract) if mode is None else mode)
-    policy = {Retries.BY_BROKER: NativePolicy, Retries.BY_DEAD_LETTER: RejectPolicy,
-              Retries.BY_PUBLISHED_COPY: RepublishPolicy}[retries]
-    return policy(contract, behaviour)

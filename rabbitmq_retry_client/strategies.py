@@ -1,9 +1,9 @@
 """What each retry strategy of the contract means to a consumer, in one object per strategy.
 
-The consumer, the CLI and the parked-message tools ask `behaviour_of(contract)` how a failed delivery is
-retried, where its attempt number is read and where a retry is published, instead of comparing strategy names.
-The strategies are the ones the contract schema names (`contract.SUPPORTED_STRATEGIES`): a schema that names a
-strategy this table lacks (or the reverse) fails at import, so a new strategy cannot be half-followed.
+The consumers, the CLI and the parked-message tools ask `behaviour_of(contract)` which retry policy follows it,
+where a retry is published, how to describe it and which route reaches the queue alone, instead of comparing
+strategy names. The strategies are the ones the contract schema names (`contract.SUPPORTED_STRATEGIES`): a schema
+that names a strategy this table lacks (or the reverse) fails at import, so a new strategy cannot be half-followed.
 
 How a strategy retries is read from its part of the schema where the schema says it: a contract that carries a
 `retry_call` is retried by that call to the broker; one that carries `reject_routes_to` can be retried by a
@@ -13,13 +13,14 @@ cannot import the components (it installs without Pulumi), so it keeps its own t
 
 from __future__ import annotations
 
-import enum
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Literal
 
-from .contract import SCHEMA, SUPPORTED_STRATEGIES, strategy_of
+from .contract import SCHEMA, SUPPORTED_STRATEGIES, RetryContract, strategy_of
 from .durations import format_duration
 from .levels import delay_exchange, delay_routing_key, delay_units, retry_delay_ms
+from .policies import NativePolicy, RejectPolicy, RepublishPolicy, RetryPolicy
 
 Mode = Literal["reject", "republish"]
 MODES: tuple[Mode, ...] = ("reject", "republish")
@@ -27,14 +28,11 @@ MODES: tuple[Mode, ...] = ("reject", "republish")
 tells them apart."""
 
 
-class Retries(enum.Enum):
-    """How a failed delivery is retried, and so where its attempt number is counted."""
-
-    BY_BROKER = "rejected with the contract's retry_call: the broker waits, redelivers and counts it in " \
-                "x-delivery-count, and parks it past the delivery limit"
-    BY_DEAD_LETTER = "rejected without requeue: the queue dead-letters it to the first wait tier and the broker " \
-                     "counts it in x-death"
-    BY_PUBLISHED_COPY = "a copy is published where it waits, its attempt counted in the contract's attempt_header"
+def contract_mode(contract: Mapping[str, Any]) -> Mode:
+    """The mode a `tiers` contract prescribes: "republish" (attempt n waits in tier min(n, len(tiers))), or
+    "reject" when it has a single tier, where both wait the same and reject mode publishes nothing. A reject-mode
+    consumer of a contract with more tiers would wait tier 1's delay every time."""
+    return "reject" if len(contract.get("tiers") or []) == 1 else "republish"
 
 
 class StrategyBehaviour:
@@ -42,14 +40,16 @@ class StrategyBehaviour:
 
     name: ClassVar[str]
 
-    def retries(self, mode: Mode) -> Retries:
-        """How this strategy retries in `mode`, from what its contract carries (see the module docstring)."""
+    def policy(self, contract: RetryContract, mode: Mode) -> RetryPolicy:
+        """The retry policy that follows a contract of this strategy in `mode`, from what the contract carries (see
+        the module docstring): native's, reject mode's or republish mode's."""
         spec = SCHEMA["$defs"][self.name]
+        route = functools.partial(self.retry_route, contract)
         if "retry_call" in spec["properties"]:
-            return Retries.BY_BROKER
+            return NativePolicy(contract, route)
         if "reject_routes_to" in spec["required"] and mode == "reject":
-            return Retries.BY_DEAD_LETTER
-        return Retries.BY_PUBLISHED_COPY
+            return RejectPolicy(contract, route)
+        return RepublishPolicy(contract, route)
 
     def retry_route(self, contract: Mapping[str, Any], attempt: int) -> tuple[str, str, int]:
         """(exchange, routing key, wait in ms) of the copy that retries `attempt`, for a strategy whose retries

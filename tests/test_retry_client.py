@@ -48,8 +48,9 @@ from rabbitmq_retry_client.headers import (
 )
 from rabbitmq_retry_client.levels import delay_routing_key, delay_units, retry_delay_ms
 from rabbitmq_retry_client.parked import Parked, ParkedQueue, Selection
+from rabbitmq_retry_client.policies import NativePolicy, RejectPolicy, RepublishPolicy
 from rabbitmq_retry_client.settlements import Settlements
-from rabbitmq_retry_client.strategies import BEHAVIOURS, Mode, Retries, behaviour_of, check_covers
+from rabbitmq_retry_client.strategies import BEHAVIOURS, Mode, behaviour_of, check_covers
 from tests.conftest import ROOT, vhost_config
 
 
@@ -1179,33 +1180,26 @@ def test_the_retry_route_of_a_levels_queue_is_the_level_of_the_delay_s_highest_b
         ("orders.retry", "wait.1", 1000), ("orders.retry", "wait.2", 10000), ("orders.retry", "wait.2", 10000)]
 
 
-@pytest.mark.parametrize(("strategy", "mode", "counts"), [
-    ("levels", "reject", True), ("levels", "republish", True), ("tiers", "republish", True),
-    ("tiers", "reject", False), ("native", "republish", False),
+@pytest.mark.parametrize(("strategy", "mode", "policy"), [
+    ("tiers", "reject", RejectPolicy), ("tiers", "republish", RepublishPolicy),
+    ("levels", "reject", RepublishPolicy), ("levels", "republish", RepublishPolicy),
+    ("native", "reject", NativePolicy), ("native", "republish", NativePolicy),
 ])
-def test_levels_like_native_ignores_the_mode(strategy: str, mode: str, counts: bool) -> None:
+def test_how_a_strategy_retries_follows_from_what_its_contract_schema_carries(strategy: str, mode: Mode,
+                                                                               policy: type) -> None:
+    """A `retry_call` means the broker retries; `reject_routes_to` lets a reject dead-letter to the first tier; levels,
+    like native, ignores the mode."""
     source = {"levels": STEADY, "tiers": contract(),
               "native": {**contract(), "strategy": "native", "retry_call": "basic.reject(requeue=true)",
                          "min_delay_ms": 1000, "max_delay_ms": 5000}}[strategy]
     consumer = RetryingConsumer("amqp://127.0.0.1:1/%2F", source, _fails, mode)  # type: ignore[arg-type]
-    assert (consumer.policy.retries is Retries.BY_PUBLISHED_COPY) is counts
+    assert type(consumer.policy) is policy
 
 
 def test_the_client_follows_exactly_the_strategies_the_contract_schema_names() -> None:
     assert set(BEHAVIOURS) == set(SUPPORTED_STRATEGIES)
     with pytest.raises(ImportError, match=r"names strategies \['fourth', .*give each one a StrategyBehaviour"):
         check_covers((*SUPPORTED_STRATEGIES, "fourth"))
-
-
-@pytest.mark.parametrize(("strategy", "mode", "retries"), [
-    ("tiers", "reject", Retries.BY_DEAD_LETTER), ("tiers", "republish", Retries.BY_PUBLISHED_COPY),
-    ("levels", "reject", Retries.BY_PUBLISHED_COPY), ("levels", "republish", Retries.BY_PUBLISHED_COPY),
-    ("native", "reject", Retries.BY_BROKER), ("native", "republish", Retries.BY_BROKER),
-])
-def test_how_a_strategy_retries_follows_from_what_its_contract_schema_carries(strategy: str, mode: Mode,
-                                                                               retries: Retries) -> None:
-    """A `retry_call` means the broker retries; `reject_routes_to` lets a reject dead-letter to the first tier."""
-    assert BEHAVIOURS[strategy].retries(mode) is retries
 
 
 def test_a_strategy_the_broker_retries_has_no_retry_copy_to_route() -> None:
@@ -1220,11 +1214,11 @@ def test_without_a_mode_a_tiers_consumer_takes_the_contract_s_republish_or_rejec
     """docs/contract.md, "Which mode": republish follows every tier; reject would wait tier 1's delay each time,
     which is the same only with one tier."""
     stepped = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(), _fails)
-    assert (stepped.mode, stepped.policy.retries is Retries.BY_PUBLISHED_COPY) == ("republish", True)
+    assert (stepped.mode, type(stepped.policy)) == ("republish", RepublishPolicy)
     single = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(tiers=contract()["tiers"][:1]), _fails)
-    assert (single.mode, single.policy.retries is Retries.BY_PUBLISHED_COPY) == ("reject", False)
+    assert (single.mode, type(single.policy)) == ("reject", RejectPolicy)
     chosen = RetryingConsumer("amqp://127.0.0.1:1/%2F", contract(), _fails, "reject")
-    assert (chosen.mode, chosen.policy.retries is Retries.BY_PUBLISHED_COPY) == ("reject", False)
+    assert (chosen.mode, type(chosen.policy)) == ("reject", RejectPolicy)
     _, calls = _deliver(contract(), _fails, mode=None)  # type: ignore[arg-type]
     assert [c[0] for c in calls] == ["publish", "ack"] and calls[0][1:3] == ("orders.retry", "wait.1")
 

@@ -350,7 +350,7 @@ def test_copies_refused_mid_flight_requeue_their_originals_lose_nothing_and_ack_
                 "flight.retry", "nowhere", 200)
         return route(attempt)
 
-    consumer.policy.retry_route = poisoning_route  # type: ignore[method-assign]
+    consumer.policy.retry_route = poisoning_route
     consumer.policy.on_failure = tracking  # type: ignore[method-assign]
     publish_ids(broker, deployment.vhost, "in", ids)
     with caplog.at_level(logging.ERROR, logger="rabbitmq_retry_client"):
