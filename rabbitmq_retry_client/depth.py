@@ -24,7 +24,7 @@ from __future__ import annotations
 import ssl
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pika
@@ -87,14 +87,8 @@ class BrokerAccess:
     amqp_port: int | None = None
     """The AMQP port on the endpoint's host, when the overview's listener is not the one to use (a port mapping,
     a load balancer); None: read it from `/api/overview`."""
-    cacert_file: str | None = None
-    """CA bundle for https and AMQPS (the provider's `rabbitmq:cacertFile`)."""
-    insecure: bool = False
-    """Skip certificate verification (the provider's `rabbitmq:insecure`)."""
-    clientcert_file: str | None = None
-    """Client certificate for https and AMQPS (the provider's `rabbitmq:clientcertFile`)."""
-    clientkey_file: str | None = None
-    """Its key (the provider's `rabbitmq:clientkeyFile`)."""
+    tls_settings: TlsSettings = field(default_factory=TlsSettings)
+    """For https and AMQPS (the provider's `rabbitmq:cacertFile`, `insecure`, `clientcertFile`, `clientkeyFile`)."""
 
     def __post_init__(self) -> None:
         if not self.management_url:
@@ -103,11 +97,7 @@ class BrokerAccess:
     @classmethod
     def of(cls, client: ManagementClient, amqp_port: int | None = None) -> BrokerAccess:
         """The access of a management client (its endpoint, user and TLS settings)."""
-        return cls(client.url, client.username, client.password, amqp_port, **asdict(client.tls))
-
-    @property
-    def tls_settings(self) -> TlsSettings:
-        return TlsSettings(self.cacert_file, self.clientcert_file, self.clientkey_file, self.insecure)
+        return cls(client.url, client.username, client.password, amqp_port, client.tls)
 
     def client(self, timeout: float = TIMEOUT_S) -> ManagementClient:
         """The management API client for this access; DepthError for an endpoint that is not an http(s) URL."""

@@ -23,7 +23,7 @@ from typing import Any
 import pulumi
 
 from rabbitmq_retry_client.depth import BrokerAccess, DepthError, DepthReader, QueueDepth
-from rabbitmq_retry_client.management import truthy
+from rabbitmq_retry_client.management import TlsSettings, truthy
 
 from ..config.stack_settings import DELETE_WITH_MESSAGES
 from ..model.keys import NAMESPACE
@@ -107,9 +107,9 @@ ENVIRONMENT = (("endpoint", "RABBITMQ_ENDPOINT"), ("username", "RABBITMQ_USERNAM
 
 def _access(settings: Mapping[str, str], amqp_port: int | None) -> BrokerAccess:
     """The access of the `ENVIRONMENT` settings, each already the setting or else its variable ("" when neither)."""
-    return BrokerAccess(settings["endpoint"], settings["username"], settings["password"], amqp_port,
-                        settings["cacert_file"] or None, truthy(settings["insecure"]),
-                        settings["clientcert_file"] or None, settings["clientkey_file"] or None)
+    return BrokerAccess(settings["endpoint"], settings["username"], settings["password"], amqp_port, TlsSettings(
+        settings["cacert_file"] or None, settings["clientcert_file"] or None, settings["clientkey_file"] or None,
+        truthy(settings["insecure"])))
 
 
 def provider_access() -> BrokerAccess:

@@ -233,7 +233,7 @@ def test_the_tools_guard_and_provider_present_their_client_certificate(tls_broke
     assert done.returncode != 0 and done.stderr.count("\n") == 1, done.stderr
     assert "does not trust the client certificate (TLSV1_ALERT_UNKNOWN_CA)" in done.stderr
     access = BrokerAccess(tls_broker.management_url, tls_broker.username, tls_broker.password, None,
-                          str(tls_dir() / "ca.pem"), False, str(certs.stranger[0]), str(certs.stranger[1]))
+                          TlsSettings(str(tls_dir() / "ca.pem"), str(certs.stranger[0]), str(certs.stranger[1])))
     with pytest.raises(DepthError, match=r"does not trust the client certificate \(TLSV1_ALERT_UNKNOWN_CA\)"):
         DepthReader(access).read("/", "anything")
     provider = UserLimitsProvider()

@@ -100,7 +100,7 @@ def plain_amqp_only(broker: Broker, server_cert: tuple[Path, Path],
 
 
 def access(fake: FakeManagement, ca: CertificateAuthority, operator: Operator) -> BrokerAccess:
-    return BrokerAccess(fake.url, operator.username, operator.password, cacert_file=str(ca.cert))
+    return BrokerAccess(fake.url, operator.username, operator.password, tls_settings=TlsSettings(str(ca.cert)))
 
 
 def redirect_line(relay: RecordingRelay) -> str:
@@ -219,7 +219,7 @@ def test_an_amqp_port_given_for_an_https_endpoint_is_spoken_to_over_tls(
     """rabbitmq-retry:amqp_port pointing at a plain port: TLS is tried there, so the relay gets a ClientHello, and
     the plain port's answer makes it "does not speak TLS"; no password."""
     broker = BrokerAccess(plain_amqp_only.url, operator.username, operator.password, amqp_relay.port,
-                          cacert_file=str(ca.cert))
+                          tls_settings=TlsSettings(str(ca.cert)))
     with pytest.raises(DepthError) as refused:
         DepthReader(broker).read("/", "orders")
     assert f"TLS: 127.0.0.1:{amqp_relay.port} does not speak TLS" in str(refused.value)
