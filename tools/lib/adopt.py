@@ -782,11 +782,3 @@ def adopt(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX,
                                                                   "the broker's") + "; set it to the broker's own "
                 "AMQP port (`make doctor` refuses a port the broker does not listen on)")
     return adoption
-
-
-def summary(decisions: Iterable[Decision]) -> dict[str, list[tuple[str, str]]]:
-    """(type, name) of every decision, by action: what the tests compare."""
-    out: dict[str, list[tuple[str, str]]] = {}
-    for d in decisions:
-        out.setdefault(d.action, []).append((d.type, d.name))
-    return out

@@ -377,9 +377,12 @@ def _record_arguments(record: Registered) -> dict[str, Any]:
     return dict(settings.get("arguments") or {})
 
 
-def _policy_plan(name: str, pattern: str, priority: Any, apply_to: Any, definition: dict[str, Any]) -> PolicyPlan:
-    return PolicyPlan(name, name, pattern, int(priority or 0), {k: str(v) for k, v in definition.items()},
-                      str(apply_to or "all"), source=f"policy {name}")
+def _policy_plan(name: str, policy: Mapping[str, Any], apply_to: str) -> PolicyPlan:
+    """A policy as the plan has it, from a recorded `policy` input (`apply_to`: "applyTo") or the broker's
+    ("apply-to")."""
+    return PolicyPlan(name, name, str(policy.get("pattern", "")), int(policy.get("priority") or 0),
+                      {k: str(v) for k, v in (policy.get("definition") or {}).items()},
+                      str(policy.get(apply_to) or "all"), source=f"policy {name}")
 
 
 def _stated(settings: list[Any], key: str) -> str:
@@ -395,24 +398,11 @@ def effective_findings(records: Sequence[Registered], snapshot: Snapshot) -> lis
     policies give it: a retry would wait another time, go elsewhere, or be dropped, even where every object the
     stack declares reads back equal (another team's policy of higher priority displacing ours, an operator policy
     lowering a TTL)."""
-    def index(policies: Iterable[PolicyPlan]) -> PolicyIndex:
-        return PolicyIndex(policies)
-
-    planned_user = index(_policy_plan(str(r.inputs["name"]), str((r.inputs.get("policy") or {}).get("pattern", "")),
-                                      (r.inputs.get("policy") or {}).get("priority"),
-                                      (r.inputs.get("policy") or {}).get("applyTo"),
-                                      dict((r.inputs.get("policy") or {}).get("definition") or {}))
-                         for r in records if r.type == engine.POLICY)
-    planned_operator = index(_policy_plan(str(r.inputs["name"]),
-                                          str((r.inputs.get("policy") or {}).get("pattern", "")),
-                                          (r.inputs.get("policy") or {}).get("priority"),
-                                          (r.inputs.get("policy") or {}).get("applyTo"),
-                                          dict((r.inputs.get("policy") or {}).get("definition") or {}))
-                             for r in records if r.type == engine.OPERATOR_POLICY)
-    live_user = index(_policy_plan(n, str(p.get("pattern", "")), p.get("priority"), p.get("apply-to"),
-                                   dict(p.get("definition") or {})) for n, p in snapshot.policies.items())
-    live_operator = index(_policy_plan(n, str(p.get("pattern", "")), p.get("priority"), p.get("apply-to"),
-                                       dict(p.get("definition") or {})) for n, p in snapshot.operator_policies.items())
+    planned_user, planned_operator = (
+        PolicyIndex(_policy_plan(str(r.inputs["name"]), r.inputs.get("policy") or {}, "applyTo")
+                    for r in records if r.type == kind) for kind in (engine.POLICY, engine.OPERATOR_POLICY))
+    live_user, live_operator = (PolicyIndex(_policy_plan(n, p, "apply-to") for n, p in policies.items())
+                                for policies in (snapshot.policies, snapshot.operator_policies))
     found = []
     for record in records:
         if record.type != engine.QUEUE or record.inputs.get("name") not in snapshot.queues:

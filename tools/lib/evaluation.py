@@ -18,7 +18,7 @@ import subprocess
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from types import ModuleType
 from typing import IO, Any
@@ -123,12 +123,9 @@ class Evaluation:
     """The program's `StackSettings`, when evaluated in this process (not serialised)."""
 
     def to_json(self) -> str:
-        return json.dumps({"schema_version": SCHEMA_VERSION, "stack": self.stack, "program": self.program,
-                           "plan_source": self.plan_source, "recording": [asdict(r) for r in self.recording],
-                           "plan": {urn: asdict(p) for urn, p in self.plan.items()},
-                           "migrations": [asdict(m) for m in self.migrations],
-                           "delete_with_messages": list(self.delete_with_messages), "amqp_port": self.amqp_port,
-                           "provider": self.provider, "alert_rules": self.alert_rules}, sort_keys=True, indent=1)
+        """Every field but `settings`, with its `schema_version`."""
+        document = {key: value for key, value in asdict(replace(self, settings=None)).items() if key != "settings"}
+        return json.dumps({"schema_version": SCHEMA_VERSION, **document}, sort_keys=True, indent=1)
 
     @classmethod
     def from_json(cls, text: str, source: str = "the evaluation") -> Evaluation:
