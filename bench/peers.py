@@ -299,9 +299,7 @@ def run_loop(broker: Broker, loop: Loop, vhost: str, contract: dict[str, Any] | 
     failures = throughput.FAILURES if loop.retries else 0
     if loop.library == "rabbitmq_retry_client":
         assert contract is not None
-        deliveries, seconds, client, server = throughput._consume(
-            broker, vhost, contract, "reject", published, failures, prefetch)
-        lost = 0
+        sample, lost = throughput.consume(broker, vhost, contract, "reject", published, failures, prefetch), 0
     else:
         tally = _Handler(failures)
         stopwatch: list[Callable[[], tuple[float, float]]] = []
@@ -312,13 +310,9 @@ def run_loop(broker: Broker, loop: Loop, vhost: str, contract: dict[str, Any] | 
         else:
             _dramatiq_loop(broker, vhost, tally, published, prefetch,
                            lambda: stopwatch.append(throughput.cpu_stopwatch(broker)))
-        client, server = stopwatch[0]()
+        sample = throughput.Sample(tally.calls, tally.calls - tally.done, tally.last - tally.first, *stopwatch[0]())
         lost = published - tally.done
-        deliveries, seconds = tally.calls, tally.last - tally.first
-    rate = deliveries / seconds if seconds else 0.0
-    return throughput.Run(loop.queue_type, loop.row, published, deliveries, seconds, prefetch=prefetch,
-                          rates=(rate,), client_us=1e6 * client / deliveries,
-                          broker_us=1e6 * server / deliveries), lost
+    return throughput.Run.of(loop.queue_type, loop.row, published, prefetch, sample), lost
 
 
 @contextmanager
