@@ -14,7 +14,7 @@ from components.model.naming import binding_id
 from components.model.plan_types import PolicyPlan, QueuePlan
 from components.plan.effective import PolicyIndex, effective_settings
 from components.user_limits import LIMIT_NAMES
-from tools.lib import engine
+from tools.lib import definitions, engine
 from tools.lib.evaluation import MigrationInfo
 from tools.lib.markdown import code, names, row
 from tools.lib.mockrun import Registered
@@ -136,16 +136,10 @@ def _queue_arguments_state(inputs: dict[str, Any], arguments: dict[str, Any]) ->
     return {"arguments": arguments}
 
 
-def _binding_arguments(inputs: dict[str, Any]) -> dict[str, Any]:
-    if inputs.get("argumentsJson"):
-        return dict(json.loads(inputs["argumentsJson"]))
-    return {k: engine.tf_string(v) for k, v in (inputs.get("arguments") or {}).items()}
-
-
 def find_binding(snapshot: Snapshot, inputs: dict[str, Any]) -> dict[str, Any] | None:
     """The broker binding with the same ends, routing key and arguments (Read matches by properties_key,
     which a binding keeps exactly as long as those stay the same)."""
-    wanted = _binding_arguments(inputs)
+    wanted = definitions.arguments(inputs)
     return next((b for b in snapshot.bindings
                  if (b.get("source"), b.get("destination"), b.get("destination_type"), b.get("routing_key") or "")
                  == (inputs.get("source"), inputs.get("destination"), inputs.get("destinationType") or "queue",
@@ -207,9 +201,8 @@ def compare(record: Registered, snapshot: Snapshot) -> Comparison:
     state, key = read_state(record, snapshot)
     if state is None:
         return Comparison(record, False)
-    planned = {**engine.SCHEMA_DEFAULTS.get(record.type, {}),
-               **{k: v for k, v in record.inputs.items() if v is not None}}
-    return Comparison(record, True, engine.input_changes(record.type, planned, state), state, key)
+    return Comparison(record, True, engine.input_changes(record.type, engine.with_defaults(record), state), state,
+                      key)
 
 
 def import_id(comparison: Comparison, snapshot: Snapshot) -> str | None:
@@ -313,7 +306,7 @@ def _record_label(record: Registered) -> str:
     i = record.inputs
     if record.type == engine.BINDING:
         return binding_label({"source": i.get("source"), "destination": i.get("destination"),
-                              "routing_key": i.get("routingKey"), "arguments": _binding_arguments(i)})
+                              "routing_key": i.get("routingKey"), "arguments": definitions.arguments(i)})
     return str(i.get("name") or i.get("user"))
 
 
@@ -370,13 +363,6 @@ def _queue_plan(name: str, arguments: dict[str, Any], queue_type: str | None) ->
                      "plain")
 
 
-def _record_arguments(record: Registered) -> dict[str, Any]:
-    settings = record.inputs.get("settings") or {}
-    if settings.get("argumentsJson"):
-        return dict(json.loads(settings["argumentsJson"]))
-    return dict(settings.get("arguments") or {})
-
-
 def _policy_plan(name: str, policy: Mapping[str, Any], apply_to: str) -> PolicyPlan:
     """A policy as the plan has it, from a recorded `policy` input (`apply_to`: "applyTo") or the broker's
     ("apply-to")."""
@@ -409,8 +395,8 @@ def effective_findings(records: Sequence[Registered], snapshot: Snapshot) -> lis
             continue
         name = str(record.inputs["name"])
         live = snapshot.queues[name]
-        planned = effective_settings(_queue_plan(name, _record_arguments(record), None), planned_user,
-                                     planned_operator)
+        declared = definitions.arguments(record.inputs.get("settings") or {})
+        planned = effective_settings(_queue_plan(name, declared, None), planned_user, planned_operator)
         actual = effective_settings(_queue_plan(name, dict(live.get("arguments") or {}), live.get("type")),
                                     live_user, live_operator)
         differences = []
@@ -434,20 +420,15 @@ def _user_limits_of(records: Sequence[Registered], mine: Sequence[Registered], s
 
 
 def _changes(result: Comparison, paths: list[str]) -> str:
-    def at(tree: Any, path: str) -> Any:
-        for part in path.split("."):
-            if isinstance(tree, str) and part and tree.startswith("{"):
-                tree = json.loads(tree)
-            if not isinstance(tree, dict) or part not in tree:
-                return "<absent>"
-            tree = tree[part]
-        return tree
-
-    def shown(value: Any) -> Any:
-        """Recorded numbers come back as floats (5.0): shown as the integers they are."""
+    def shown(tree: Any, path: str) -> Any:
+        """The value at `path`, `<absent>` for none; recorded numbers come back as floats (5.0): shown as the
+        integers they are."""
+        value = engine.lookup(tree, path)
+        if value is None:
+            return "<absent>"
         return int(value) if isinstance(value, float) and value.is_integer() else value
 
-    return "; ".join(f"{p}: stack {shown(at(result.record.inputs, p))!r}, broker {shown(at(result.state, p))!r}"
+    return "; ".join(f"{p}: stack {shown(result.record.inputs, p)!r}, broker {shown(result.state, p)!r}"
                      for p in paths)
 
 

@@ -182,7 +182,24 @@ def input_changes(type_: str, old: Mapping[str, Any], new: Mapping[str, Any], pa
     return changes
 
 
-def _with_defaults(record: Registered) -> dict[str, Any]:
+def lookup(inputs: Mapping[str, Any] | None, path: str) -> Any:
+    """An input by path (`settings.argumentsJson.x-message-ttl`), JSON text (argumentsJson) looked into; None when
+    absent."""
+    value: Any = inputs
+    for part in path.split("."):
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                return None
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def with_defaults(record: Registered) -> dict[str, Any]:
+    """The inputs as the provider compares them: the schema's defaults under those set."""
     return {**SCHEMA_DEFAULTS.get(record.type, {}), **{k: v for k, v in record.inputs.items() if v is not None}}
 
 
@@ -199,7 +216,7 @@ def _step(old: Registered | None, new: Registered | None) -> Step:
         return Step("delete", **base)
     if not current.custom:
         return Step("same", **base)
-    changed = input_changes(current.type, _with_defaults(old), _with_defaults(new))
+    changed = input_changes(current.type, with_defaults(old), with_defaults(new))
     forced = [p for p in changed if forces_replace(current.type, p)]
     if forced:
         # Only types with a `name` input are autonamed; an explicit one makes the bridge ask for DBR.
