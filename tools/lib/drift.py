@@ -11,11 +11,11 @@ from typing import Any
 
 from components.model import wire
 from components.model.naming import binding_id
-from components.model.plan_types import PolicyPlan, QueuePlan
 from components.plan.effective import PolicyIndex, effective_settings
 from components.user_limits import LIMIT_NAMES
 from tools.lib import definitions, engine
 from tools.lib.evaluation import MigrationInfo
+from tools.lib.inventory import policy_plan, queue_plan
 from tools.lib.markdown import code, names, row
 from tools.lib.mockrun import Registered
 from tools.lib.snapshot import Snapshot
@@ -358,19 +358,6 @@ ROUTE_KEYS = (wire.MESSAGE_TTL.key, wire.DEAD_LETTER_EXCHANGE.key, wire.DEAD_LET
 """What decides how long a message waits in a queue and where it goes when it expires or is rejected."""
 
 
-def _queue_plan(name: str, arguments: dict[str, Any], queue_type: str | None) -> QueuePlan:
-    return QueuePlan(name, name, str(arguments.get(wire.QUEUE_TYPE.argument) or queue_type or "classic"), arguments,
-                     "plain")
-
-
-def _policy_plan(name: str, policy: Mapping[str, Any], apply_to: str) -> PolicyPlan:
-    """A policy as the plan has it, from a recorded `policy` input (`apply_to`: "applyTo") or the broker's
-    ("apply-to")."""
-    return PolicyPlan(name, name, str(policy.get("pattern", "")), int(policy.get("priority") or 0),
-                      {k: str(v) for k, v in (policy.get("definition") or {}).items()},
-                      str(policy.get(apply_to) or "all"), source=f"policy {name}")
-
-
 def _stated(settings: list[Any], key: str) -> str:
     """A key's effective value(s), and what sets it (a policy's name, or the queue's argument)."""
     values = sorted({f"{s.settings[key].value!r} ({s.settings[key].source or 'argument'})" if key in s.settings
@@ -385,9 +372,9 @@ def effective_findings(records: Sequence[Registered], snapshot: Snapshot) -> lis
     stack declares reads back equal (another team's policy of higher priority displacing ours, an operator policy
     lowering a TTL)."""
     planned_user, planned_operator = (
-        PolicyIndex(_policy_plan(str(r.inputs["name"]), r.inputs.get("policy") or {}, "applyTo")
+        PolicyIndex(policy_plan(str(r.inputs["name"]), r.inputs.get("policy") or {})
                     for r in records if r.type == kind) for kind in (engine.POLICY, engine.OPERATOR_POLICY))
-    live_user, live_operator = (PolicyIndex(_policy_plan(n, p, "apply-to") for n, p in policies.items())
+    live_user, live_operator = (PolicyIndex(policy_plan(n, p, "apply-to") for n, p in policies.items())
                                 for policies in (snapshot.policies, snapshot.operator_policies))
     found = []
     for record in records:
@@ -396,8 +383,8 @@ def effective_findings(records: Sequence[Registered], snapshot: Snapshot) -> lis
         name = str(record.inputs["name"])
         live = snapshot.queues[name]
         declared = definitions.arguments(record.inputs.get("settings") or {})
-        planned = effective_settings(_queue_plan(name, declared, None), planned_user, planned_operator)
-        actual = effective_settings(_queue_plan(name, dict(live.get("arguments") or {}), live.get("type")),
+        planned = effective_settings(queue_plan(name, declared), planned_user, planned_operator)
+        actual = effective_settings(queue_plan(name, dict(live.get("arguments") or {}), live.get("type")),
                                     live_user, live_operator)
         differences = []
         for key in ROUTE_KEYS:
