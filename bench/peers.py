@@ -76,9 +76,9 @@ def whole_seconds(plan: Delays) -> Delays:
 
 
 @contextmanager
-def plain_vhost(broker: Broker, queue_type: str | None = None) -> Iterator[str]:
-    """A throw-away vhost; with `queue_type`, also the plain QUEUE bound to the fanout EXCHANGE."""
-    with throwaway_vhost(broker) as vhost:
+def plain_vhost(broker: Broker, queue_type: str | None = None, prefix: str = "test") -> Iterator[str]:
+    """A throw-away vhost named `prefix-…`; with `queue_type`, also the plain QUEUE bound to the fanout EXCHANGE."""
+    with throwaway_vhost(broker, prefix) as vhost:
         if queue_type is None:
             call(broker, "PUT", f"vhosts/{esc(vhost)}", {})
             call(broker, "PUT", f"permissions/{esc(vhost)}/{esc(broker.username)}",

@@ -457,8 +457,10 @@ def _messages(snapshot: Snapshot, queue: str) -> str:
     return "message count unknown (read from a file)"
 
 
-ENTRY_SECTIONS = ("policies", "operator_policies", "queues", "exchanges", "applications", "operators")
-"""The lists whose entries the adoption may leave alone when the config or the checks refuse them."""
+ENTRY_SECTIONS = {"policies": "Policy", "operator_policies": "OperatorPolicy", "queues": "Queue",
+                  "exchanges": "Exchange", "applications": "Permissions", "operators": "Permissions"}
+"""The lists whose entries the adoption may leave alone when the config or the checks refuse them, each with the
+type its decisions name."""
 
 
 def _refused_entry(vhost: Mapping[str, Any], path: str) -> tuple[str, int] | None:
@@ -490,9 +492,7 @@ def _drop_refused(adoption: Adoption) -> None:
             return
         section, index, text = problems[0]
         entry = adoption.vhost[section].pop(index)
-        kind = {"policies": "Policy", "operator_policies": "OperatorPolicy", "queues": "Queue",
-                "exchanges": "Exchange", "applications": "Permissions", "operators": "Permissions"}[section]
-        adoption.decide(ALONE, kind, entry.get("name") or entry["user"],
+        adoption.decide(ALONE, ENTRY_SECTIONS[section], entry.get("name") or entry["user"],
                         f"refused by the config or the preview checks: {text}")
     raise DefinitionsError("the adopted config does not plan")
 

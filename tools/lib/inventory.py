@@ -16,7 +16,7 @@ from components.plan.effective import PolicyIndex
 from tools.lib import definitions
 from tools.lib.engine import USER_LIMITS, short_type
 from tools.lib.mockrun import Registered
-from tools.lib.planned import PlanIndex, QueueKey, planned
+from tools.lib.planned import PlanIndex, QueueKey
 
 RETRYABLE_COMPONENT = "rabbitmq-retry:index:RetryableQueue"
 VHOST_COMPONENT = "rabbitmq-retry:index:Vhost"
@@ -137,7 +137,7 @@ def config_policies(recording: Sequence[Registered], plan: PlanIndex) -> dict[tu
             exchanges.setdefault(vhost, []).append(str(r.inputs["name"]))
     found = {}
     for r in recording:
-        known = planned(r, plan)
+        known = plan.get(r.urn)
         kind = CONFIG_POLICY_KINDS.get(known.role) if known is not None and known.kind.endswith("Policy") else None
         if kind is None:
             continue

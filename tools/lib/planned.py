@@ -144,14 +144,9 @@ def index_plans(recording: Iterable[Registered], plans: Sequence[tuple[str, Any]
     return index
 
 
-def planned(record: Registered, index: PlanIndex) -> Planned | None:
-    """What the plan knew about `record`; None for what no Vhost component registers (the stack itself)."""
-    return index.get(record.urn)
-
-
 def family_of(record: Registered, index: PlanIndex) -> QueueKey | None:
     """The retryable queue `record` is part of (None for the vhost's other resources)."""
-    found = planned(record, index)
+    found = index.get(record.urn)
     return found.family if found is not None else None
 
 

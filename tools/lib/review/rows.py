@@ -23,7 +23,7 @@ from tools.lib.inventory import (
 )
 from tools.lib.mockrun import Registered
 from tools.lib.permissions import NO_PLAN, Names, Sides, kinds, names_of, permissions_of
-from tools.lib.planned import PlanIndex, QueueKey, family_of, planned
+from tools.lib.planned import PlanIndex, QueueKey, family_of
 from tools.lib.review.migrations import MigrationInfo, kept_by_drains, retired_by
 from tools.lib.risk import (
     CONTRACT,
@@ -283,10 +283,9 @@ def _step_rows(steps: Sequence[Step], old_by: Mapping[str, Registered], new_by: 
         by_urn, plan = (old_by, plans[0]) if s.op == "delete" else (new_by, plans[1])
         record = by_urn[s.urn]
         physical = physical_name(record)
-        known = planned(record, plan)
+        known = plan.get(record.urn)
         family = known.family or known.leads_to if known is not None else None
-        sides = (planned(old_by[s.urn], plans[0]) if s.urn in old_by else None,
-                 planned(new_by[s.urn], plans[1]) if s.urn in new_by else None)
+        sides = (plans[0].get(s.urn) if s.urn in old_by else None, plans[1].get(s.urn) if s.urn in new_by else None)
         vhost_deleted = s.type != engine.VHOST and _vhost_of(s) in deleted_vhosts
         level, notes = risk(s, vhost_deleted, sides), _notes(s, vhost_deleted)
         if level == DATA_LOSS and s.op == "delete" and not vhost_deleted and (
