@@ -228,13 +228,17 @@ def _accuracy_against_peers(outcomes: Sequence[Outcome]) -> list[str]:
     if worst is None:
         return []
     within = all(s.percentile(99) <= s.target_ms for o in outcomes if o.strategy.ours for s in o.stats)
-    out = [f"- Our worst p99: {worst[0]:,.1f} ms ({worst[1]}); every p99 of ours under max(5 % of the delay, "
-           f"100 ms): {'yes' if within else '**no**'}."]
-    if peers := _peers_worst(outcomes):
-        beaten = [where for p99, where, _ in peers if p99 <= worst[0]]
-        out.append("- Our worst p99 below every peer's worst p99 (each over its delays: "
-                   + ", ".join(f"{where} {p99:,.1f} ms" for p99, where, _ in peers) + "): "
-                   + ("**yes**." if not beaten else f"**no**, not below {', '.join(beaten)}."))
+    peers = _peers_worst(outcomes)
+    return [f"- Our worst p99: {worst[0]:,.1f} ms ({worst[1]}); every p99 of ours under max(5 % of the delay, "
+            f"100 ms): {'yes' if within else '**no**'}.",
+            *(_below_the_peers(outcomes, worst[0], peers) if peers else [])]
+
+
+def _below_the_peers(outcomes: Sequence[Outcome], worst: float, peers: Sequence[tuple[float, str, str]]) -> list[str]:
+    beaten = [where for p99, where, _ in peers if p99 <= worst]
+    out = ["- Our worst p99 below every peer's worst p99 (each over its delays: "
+           + ", ".join(f"{where} {p99:,.1f} ms" for p99, where, _ in peers) + "): "
+           + ("**yes**." if not beaten else f"**no**, not below {', '.join(beaten)}.")]
     for p99, where, queue_type in peers:
         if mine := p1_worst([o for o in outcomes if o.queue_type == queue_type]):
             out.append(f"  - on {queue_type} queues, our worst {mine[0]:,.1f} ms ({mine[1]}) against {where} "
