@@ -134,9 +134,7 @@ def dramatiq_p1(broker: Broker, strategy: Strategy, timeout_ms: int, plan: Delay
                     message_id = f"m{i:05d}"
                     sent[message_id] = time.monotonic()
                     peer.actor.send_with_options(args=(message_id,), delay=delay)
-                deadline = time.monotonic() + max(delays) / 1000 + SLACK_S
-                while len(arrived) < len(delays) and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                _wait(lambda: len(arrived) >= len(delays), max(delays) / 1000 + SLACK_S, 0.05)
             finally:
                 worker.stop(timeout=5000)
         finally:
@@ -284,11 +282,8 @@ def _send_dramatiq(peer: _Dramatiq, broker: Broker, vhost: str, messages: int) -
     peer.broker.declare_queue(QUEUE)
     for i in range(messages):
         peer.actor.send(f"t{i:05d}")
-    deadline = time.monotonic() + 60
-    while amqp.message_counts(broker, vhost, [QUEUE])[QUEUE] < messages:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"dramatiq: fewer than {messages} messages reached {QUEUE}")
-        time.sleep(0.1)
+    if not _wait(lambda: _ready(broker, vhost, QUEUE) >= messages, 60):
+        raise TimeoutError(f"dramatiq: fewer than {messages} messages reached {QUEUE}")
 
 
 def run_loop(broker: Broker, loop: Loop, vhost: str, contract: dict[str, Any] | None, messages: int,
@@ -433,6 +428,15 @@ def _worker_process(url: str, log: Path) -> subprocess.Popen[bytes]:
                             stderr=subprocess.DEVNULL)
 
 
+def _wait(done: Callable[[], bool], seconds: float, poll_s: float = 0.1) -> bool:
+    """Poll `done` every `poll_s` for at most `seconds` (a bound for an eventual condition, not a figure); its last
+    answer."""
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        time.sleep(poll_s)
+    return done()
+
+
 def _ready(broker: Broker, vhost: str, queue: str) -> int:
     return amqp.message_counts(broker, vhost, [queue])[queue]
 
@@ -450,9 +454,7 @@ def holding(broker: Broker, sent: int, tmp: Path, delay_ms: int = HOLD_DELAY_MS)
             peer.broker.declare_queue(QUEUE, ensure=True)
             first = _worker_process(url, log)
             try:
-                deadline = time.monotonic() + 60
-                while _consumers(broker, vhost, f"{QUEUE}.DQ") < 1 and time.monotonic() < deadline:
-                    time.sleep(0.1)
+                _wait(lambda: _consumers(broker, vhost, f"{QUEUE}.DQ") >= 1, 60)
                 time.sleep(1.0)  # its threads started
                 before = _rss_kib(first.pid)
                 eta = time.monotonic() + delay_ms / 1000  # the same eta for every message, however long sending takes
@@ -460,8 +462,7 @@ def holding(broker: Broker, sent: int, tmp: Path, delay_ms: int = HOLD_DELAY_MS)
                     left = max(1, int(1000 * (eta - time.monotonic())))
                     peer.actor.send_with_options(args=(f"h{i:05d}",), delay=left)
                 expected_held = min(sent, DRAMATIQ_THREADS * 1000)
-                while _ready(broker, vhost, f"{QUEUE}.DQ") > sent - expected_held and time.monotonic() < deadline:
-                    time.sleep(0.1)
+                _wait(lambda: _ready(broker, vhost, f"{QUEUE}.DQ") <= sent - expected_held, 60)
                 time.sleep(1.0)  # the last deliveries decoded and queued in memory
                 ready = _ready(broker, vhost, f"{QUEUE}.DQ")
                 rss = _rss_kib(first.pid)
@@ -470,15 +471,11 @@ def holding(broker: Broker, sent: int, tmp: Path, delay_ms: int = HOLD_DELAY_MS)
             finally:
                 first.kill()
                 first.wait()
-            deadline = time.monotonic() + 30
-            while _ready(broker, vhost, f"{QUEUE}.DQ") < sent and time.monotonic() < deadline:
-                time.sleep(0.1)
+            _wait(lambda: _ready(broker, vhost, f"{QUEUE}.DQ") >= sent, 30)
             back = _ready(broker, vhost, f"{QUEUE}.DQ")
             second = _worker_process(url, log)
             try:
-                deadline = time.monotonic() + delay_ms / 1000 + SLACK_S
-                while len(set(log.read_text().split())) < sent and time.monotonic() < deadline:
-                    time.sleep(0.2)
+                _wait(lambda: len(set(log.read_text().split())) >= sent, delay_ms / 1000 + SLACK_S, 0.2)
                 time.sleep(2.0)  # a duplicate would show up by now
             finally:
                 second.terminate()
