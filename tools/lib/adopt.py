@@ -109,10 +109,6 @@ def _free_name(snapshot: Snapshot, queue: str, suffix: str, taken: set[str]) -> 
     raise DefinitionsError(f"no free name beside queue {queue!r}; pass another --suffix")
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'s' * (n != 1)}"
-
-
 def _binding_entry(b: dict[str, Any], managed_exchanges: set[str]) -> dict[str, Any]:
     entry: dict[str, Any] = {"exchange": b["source"]}
     if b.get("routing_key"):
@@ -346,11 +342,11 @@ def _queues(adoption: Adoption, owned: _Owned, ambiguous: Mapping[str, str]) -> 
         adoption.vhost["queues"].append(entry)
     if untyped:
         adoption.warnings.append(
-            f"{_count(len(untyped), 'queue')} without x-queue-type (RabbitMQ before 4.0 stores none), each imported "
-            f"with exactly the arguments it has: {names(untyped)}. RabbitMQ 4 stores `x-queue-type: classic` on "
-            "every queue: after upgrading the broker, add `x-queue-type: classic` to their `arguments` before the "
-            "next `pulumi up --refresh` (else the provider plans a replacement, which the queue guard refuses while "
-            "a queue holds messages)")
+            f"{len(untyped)} queue{'s' * (len(untyped) != 1)} without x-queue-type (RabbitMQ before 4.0 stores none), "
+            f"each imported with exactly the arguments it has: {names(untyped)}. RabbitMQ 4 stores `x-queue-type: "
+            "classic` on every queue: after upgrading the broker, add `x-queue-type: classic` to their `arguments` "
+            "before the next `pulumi up --refresh` (else the provider plans a replacement, which the queue guard "
+            "refuses while a queue holds messages)")
 
 
 def _bindings_left(adoption: Adoption, owned: _Owned) -> None:
