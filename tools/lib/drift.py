@@ -68,7 +68,7 @@ def draining(migrations: Iterable[MigrationInfo]) -> dict[str, Draining]:
 def shovel_findings(snapshot: Snapshot, drained: Draining) -> list[Finding]:
     """The migrations' shovels against the broker's, when the snapshot carries them: missing, or moving between
     other queues (a shovel's settings are replaced, not updated). Shovels the migrations do not declare are extra
-    (`extras`); the user they connect as is compared with the other users (`_users_of`)."""
+    (`extras`); the user they connect as is compared with the other users (`_granted_users`)."""
     found: list[Finding] = []
     if snapshot.shovels is None:
         return found
@@ -225,8 +225,7 @@ def extras(snapshot: Snapshot, records: Iterable[Registered], own_user: str = ""
     `drained`, is expected until its step retire). In a vhost the stack only references (`referenced`: `existing:
     true`, e.g. adopted), what the stack cannot own (`tools/lib/unowned.py`: a queue that deletes itself, an
     exchange-to-exchange binding …) is "expected", with the reason, not drift."""
-    found = [_expected(snapshot, f) if referenced else f for f in _extras(snapshot, records, own_user, drained)]
-    return found
+    return [_expected(snapshot, f) if referenced else f for f in _extras(snapshot, records, own_user, drained)]
 
 
 def _expected(snapshot: Snapshot, finding: Finding) -> Finding:
@@ -324,8 +323,7 @@ def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_
             found.append(Finding(absent, vhost, "VHost", vhost, "the vhost itself, with everything in it"
                                  if absent == "missing" else "declared `existing: true`, so never created"))
         mine = [r for r in records if r.custom and r.type in DRIFT_COMPARED and r.inputs.get("vhost") == vhost]
-        mine += _user_limits_of(records, mine, snapshot)
-        mine += _users_of(records, mine, snapshot)
+        mine += _granted_users(records, mine, snapshot)
         for record in mine:
             result = compare(record, snapshot)
             label, kind = _record_label(record), engine.short_type(record.type)
@@ -344,13 +342,14 @@ def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_
     return found
 
 
-def _users_of(records: Sequence[Registered], mine: Sequence[Registered], snapshot: Snapshot) -> list[Registered]:
-    """The users this vhost grants permissions to (the migrations' shovel user included), when the snapshot carries
-    users: users are broker-wide, and each is compared in the vhosts that grant it."""
-    if snapshot.users is None:
-        return []
+def _granted_users(records: Sequence[Registered], mine: Sequence[Registered], snapshot: Snapshot) -> list[Registered]:
+    """The limits of the users this vhost grants permissions to, then those users (the migrations' shovel user
+    included), each when the snapshot carries them: users are broker-wide, and each is compared in the vhosts that
+    grant it (one vhost's application)."""
     granted = {r.inputs.get("user") for r in mine if r.type == engine.PERMISSIONS}
-    return [r for r in records if r.type == engine.USER and r.inputs.get("name") in granted]
+    limits = [r for r in records if r.type == engine.USER_LIMITS and r.inputs.get("user") in granted]
+    users = [r for r in records if r.type == engine.USER and r.inputs.get("name") in granted]
+    return (limits if snapshot.user_limits is not None else []) + (users if snapshot.users is not None else [])
 
 
 ROUTE_KEYS = (wire.MESSAGE_TTL.key, wire.DEAD_LETTER_EXCHANGE.key, wire.DEAD_LETTER_ROUTING_KEY.key,
@@ -395,15 +394,6 @@ def effective_findings(records: Sequence[Registered], snapshot: Snapshot) -> lis
         if differences:
             found.append(Finding("effective", snapshot.vhost, "Queue", name, "; ".join(differences)))
     return found
-
-
-def _user_limits_of(records: Sequence[Registered], mine: Sequence[Registered], snapshot: Snapshot) -> list[Registered]:
-    """The limits of the users this vhost grants (users are broker-wide, and each is one vhost's application),
-    when the snapshot carries users' limits."""
-    if snapshot.user_limits is None:
-        return []
-    granted = {r.inputs.get("user") for r in mine if r.type == engine.PERMISSIONS}
-    return [r for r in records if r.type == engine.USER_LIMITS and r.inputs.get("user") in granted]
 
 
 def _changes(result: Comparison, paths: list[str]) -> str:
