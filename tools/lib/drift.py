@@ -347,9 +347,9 @@ def _granted_users(records: Sequence[Registered], mine: Sequence[Registered], sn
     included), each when the snapshot carries them: users are broker-wide, and each is compared in the vhosts that
     grant it (one vhost's application)."""
     granted = {r.inputs.get("user") for r in mine if r.type == engine.PERMISSIONS}
-    limits = [r for r in records if r.type == engine.USER_LIMITS and r.inputs.get("user") in granted]
-    users = [r for r in records if r.type == engine.USER and r.inputs.get("name") in granted]
-    return (limits if snapshot.user_limits is not None else []) + (users if snapshot.users is not None else [])
+    carried = {engine.USER_LIMITS: ("user", snapshot.user_limits), engine.USER: ("name", snapshot.users)}
+    return [r for kind, (key, read) in carried.items() if read is not None
+            for r in records if r.type == kind and r.inputs.get(key) in granted]
 
 
 ROUTE_KEYS = (wire.MESSAGE_TTL.key, wire.DEAD_LETTER_EXCHANGE.key, wire.DEAD_LETTER_ROUTING_KEY.key,
