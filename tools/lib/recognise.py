@@ -13,8 +13,9 @@ retryable queue of ours can take over beside it. Recognised:
   exchange-to-exchange bindings. Loops that share an exchange (one retry exchange, a key per worker) each get their
   own route; an ambiguous route is no loop (`unclear`: the reason, for the report).
 
-Dead-lettering and TTL count whether set by queue argument or by policy (a policy's `dead-letter-exchange`
-applies only where the queue has no argument; the highest-priority matching policy wins).
+Dead-lettering and TTL count whether set by queue argument or by policy, as the preview checks compute them
+(`components.plan.effective`: a policy's `dead-letter-exchange` applies only where the queue has no argument; of the
+user policies that match the queue and may apply to its type, the highest priority wins).
 """
 
 from __future__ import annotations
