@@ -80,19 +80,14 @@ def infos(plans: Iterable[tuple[str, Any]]) -> list[MigrationInfo]:
         levels = plan.config.delay_levels
         in_levels = {r.config.name for r in plan.retryables if r.delay_levels is not None}
         for m in getattr(plan, "migrations", ()):
+            external = getattr(m.config, "external", None)  # a move.external's old topology; None for the others
             found.append(MigrationInfo(
                 plan.config.name, m.name, m.config.kind, m.config.step, m.path, m.config.source, m.config.target,
                 tuple((s.name, s.source, s.destination) for s in m.shovels), tuple(m.old_queues), bool(m.bindings),
-                None if levels is None else levels.max_delay_ms, getattr(m.config, "external", None) is not None,
+                None if levels is None else levels.max_delay_ms, external is not None,
                 m.config.source in in_levels, m.shovels[0].user if m.shovels else None,
-                *_external_objects(m.config)))
+                tuple(getattr(external, "exchanges", ())), tuple(getattr(external, "policies", ()))))
     return found
-
-
-def _external_objects(migration: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(exchanges, policies) of an external move's old topology; nothing for any other migration."""
-    external = getattr(migration, "external", None)
-    return (tuple(external.exchanges), tuple(external.policies)) if external is not None else ((), ())
 
 
 class EvaluationError(Exception):
