@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -224,11 +224,6 @@ def _step(old: Registered | None, new: Registered | None) -> Step:
     return Step("update" if changed else "same", **base, changed=changed)
 
 
-def _references(record: Registered) -> Iterable[tuple[str, frozenset[str]]]:
-    yield "vhost", frozenset({VHOST})
-    yield from REFERENCES.get(record.type, ())
-
-
 def _drag_dependents(steps: dict[str, Step], new: Mapping[str, Registered]) -> None:
     """The engine replaces resources whose replace-forcing inputs come from a resource replaced
     delete-before-replace. Mocks echo inputs, so a reference is a dependency whose `name` equals the
@@ -240,7 +235,7 @@ def _drag_dependents(steps: dict[str, Step], new: Mapping[str, Registered]) -> N
             step = steps[urn]
             if not record.custom or step.op not in ("same", "update"):
                 continue
-            for key, types in _references(record):
+            for key, types in (("vhost", frozenset({VHOST})), *REFERENCES.get(record.type, ())):
                 value = record.inputs.get(key)
                 via = next((d for d in record.dependencies if d in steps and steps[d].op == "replace"
                             and steps[d].delete_before_replace and steps[d].type in types
