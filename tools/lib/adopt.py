@@ -184,7 +184,9 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX,
     taken: set[str] = set()
     for migration in adoption.migrations:
         if migration[move.NAME]["to"] in successors:
-            migration["name"] = _unique(migration["name"], taken)
+            name = migration["name"]  # unique among the stack file's migrations: `-2`, `-3`, … appended
+            migration["name"] = next(n for n in (name, *(f"{name}-{i}" for i in range(2, 1000))) if n not in taken)
+            taken.add(migration["name"])
             vhost.setdefault("migrations", []).append(migration)
     return adoption
 
@@ -421,12 +423,6 @@ def _policies_of(adoption: Adoption, owned: _Owned) -> None:
             adoption.decide(ALONE, "OperatorPolicy", name, why)
         else:
             adoption.vhost["operator_policies"].append(policy_entry)
-
-
-def _unique(name: str, taken: set[str]) -> str:
-    found = next(n for n in (name, *(f"{name}-{i}" for i in range(2, 1000))) if n not in taken)
-    taken.add(found)
-    return found
 
 
 def _migration(old: str, new: str, topology: Topology | None) -> dict[str, Any]:
