@@ -56,14 +56,12 @@ DRAMATIQ_TIMEOUTS_MS = (1000, 100)
 """dramatiq's default `worker_timeout`, then a tuned one: how often the worker checks a held message's eta."""
 
 
-def dramatiq_strategy(timeout_ms: int) -> Strategy:
-    return Strategy(f"dramatiq-{timeout_ms}ms", f"dramatiq `actor.send_with_options(delay=…)` to its RabbitmqBroker; "
-                    f"the message waits in `{QUEUE}.DQ` until the in-process Worker ({DRAMATIQ_THREADS} threads, "
-                    f"`worker_timeout` {timeout_ms} ms) takes it into memory, holds it until its eta and "
-                    f"republishes it to `{QUEUE}`; arrival = the actor's call", queue_types=("classic",), ours=False)
-
-
-DRAMATIQ = tuple(dramatiq_strategy(t) for t in DRAMATIQ_TIMEOUTS_MS)
+DRAMATIQ = tuple(Strategy(f"dramatiq-{timeout_ms}ms", f"dramatiq `actor.send_with_options(delay=…)` to its "
+                          f"RabbitmqBroker; the message waits in `{QUEUE}.DQ` until the in-process Worker "
+                          f"({DRAMATIQ_THREADS} threads, `worker_timeout` {timeout_ms} ms) takes it into memory, holds "
+                          f"it until its eta and republishes it to `{QUEUE}`; arrival = the actor's call",
+                          queue_types=("classic",), ours=False) for timeout_ms in DRAMATIQ_TIMEOUTS_MS)
+"""dramatiq at each of DRAMATIQ_TIMEOUTS_MS, as a peer of P1."""
 P1_PEERS: tuple[tuple[Strategy, str], ...] = (
     (KOMBU, "quorum"), (KOMBU, "classic"), *((d, "classic") for d in DRAMATIQ))
 """(peer, queue type) in P1's order: kombu on both queue types, dramatiq (classic only) at both timeouts."""
