@@ -168,7 +168,8 @@ def parked_cost(broker: Broker, count: int, limit: int, progress: Callable[[str]
                 delivery_mode=2, message_id=f"m{n}", headers=headers))
             if n % 5000 == 4999:
                 connection.process_data_events(0)
-        _until_count(channel, count)
+        _until(lambda: int(channel.queue_declare("work.error", passive=True).method.message_count) >= count,
+               f"{count} messages parked")
         connection.close()
         progress(f"{broker.name} alerts: {count:,} parked")
         contract = deployment.contracts["work"]
@@ -184,11 +185,6 @@ def parked_cost(broker: Broker, count: int, limit: int, progress: Callable[[str]
             costs.append(ReadCost(broker.name, count, what, bound, read, time.monotonic() - started))
             progress(f"{broker.name} alerts: parked {what} --limit {bound:,}: {costs[-1].seconds:.1f} s")
     return costs
-
-
-def _until_count(channel: pika.adapters.blocking_connection.BlockingChannel, count: int) -> None:
-    _until(lambda: int(channel.queue_declare("work.error", passive=True).method.message_count) >= count,
-           f"{count} messages parked")
 
 
 def _s(values: Sequence[float]) -> str:

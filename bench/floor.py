@@ -42,8 +42,7 @@ from pika.spec import Basic, BasicProperties
 from bench import aio_floor
 from bench.report import load
 from bench.strategies import EXCHANGE, NATIVE, QUEUE, TIERS, Strategy, plain_config, vhost_config
-from bench.throughput import _cpu_seconds, _Handler, broker_pid, client_core, cpu_stopwatch, plain_contract
-from rabbitmq_retry_client import RetryingConsumer
+from bench.throughput import Sample, client_core, consume, cpu_stopwatch, plain_contract
 from rabbitmq_retry_client.handler_thread import HandlerThread
 from rabbitmq_retry_client.headers import (
     FIRST_FAILURE_AT,
@@ -56,7 +55,7 @@ from rabbitmq_retry_client.headers import (
 from tests.support.amqp import parameters
 from tests.support.deploy import Deployer, throwaway_vhost
 from tests.support.mirror import Broker
-from tests.support.retrying import publish_ids, run_consumers
+from tests.support.retrying import publish_ids
 
 MESSAGES = 2000
 """Messages per run of `make bench` (each fails once: 2,000 retries, 4,000 deliveries): a run lasts about a second,
@@ -105,36 +104,6 @@ def shown(ratio: float, bound: float) -> str:
         if (float(text) >= bound) == (ratio >= bound) and (float(text) <= bound) == (ratio <= bound):
             return text
     return f"{ratio:.5f}"
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One run of one side: deliveries, retries (failed deliveries retried), seconds from the first delivery to
-    the last success, and the CPU seconds of the client process and the broker's OS process (0: not local)."""
-
-    deliveries: int
-    retries: int
-    seconds: float
-    client_s: float
-    broker_s: float
-
-    @property
-    def rate(self) -> float:
-        """Retries per second; deliveries per second for plain consume (no retries, and a Pair's ratio of these
-        rates is the ratio of deliveries per second anyway: both sides deliver as often)."""
-        count = self.retries or self.deliveries
-        return count / self.seconds if self.seconds else 0.0
-
-    @property
-    def client_us(self) -> float:
-        """Client CPU µs per delivery."""
-        return 1e6 * self.client_s / self.deliveries if self.deliveries else 0.0
-
-    @property
-    def broker_us(self) -> float:
-        """Broker CPU µs per retried delivery; per delivery for plain consume."""
-        count = self.retries or self.deliveries
-        return 1e6 * self.broker_s / count if count else 0.0
 
 
 @dataclass
@@ -402,32 +371,22 @@ def run_ours(broker: Broker, target: Target, messages: int, prefetch: int = PREF
     if target.row == ASYNCIO:
         return _run_aio(broker, target, messages, prefetch, aio_floor.ours)
     assert target.contract is not None
-    count = _published(target.row, messages)
-    failures = 0 if target.row == PLAIN else 1
-    publish_ids(broker, target.vhost, EXCHANGE, [f"f{i:05d}" for i in range(count)])
-    handler = _Handler(failures)
     mode = "republish" if target.row == REPUBLISH else "reject"
-    consumer = RetryingConsumer(parameters(broker, target.vhost), target.contract, handler, mode,  # type: ignore[arg-type]
-                                prefetch=prefetch)
-    stopwatch = cpu_stopwatch(broker)
-    run_consumers([consumer], lambda: consumer.processed >= count, timeout=TIMEOUT_S)
-    client, broker_cpu = stopwatch()
-    if consumer.processed != count or consumer.parked:
-        raise RuntimeError(f"{target.row}: {consumer.processed} of {count} processed, {consumer.parked} parked")
-    return Sample(handler.calls, consumer.retried, handler.last - handler.first, client, broker_cpu)
+    return consume(broker, target.vhost, target.contract, mode, _published(target.row, messages),
+                   0 if target.row == PLAIN else 1, prefetch)
 
 
-def hand_wired(broker: Broker, target: Target, messages: int, prefetch: int = PREFETCH) -> HandWired:
-    """The hand-wired consumer of the target's queue (not run yet), retrying where the contract's tier 1 is."""
+BARE_KINDS = {REJECT: "reject", REPUBLISH: "republish", NATIVE.name: "native", PLAIN: "plain", THREAD: "plain",
+              HEADERS: "republish", MULTIPLE: "plain"}
+"""The bare hand-wired loop each row is measured against."""
+
+
+def loop_of(broker: Broker, target: Target, messages: int, prefetch: int = PREFETCH,
+            kind: str | None = None) -> HandWired:
+    """The hand-wired consumer (not run yet) of the target's queue, of `kind` (KINDS; default: the row's bare loop,
+    BARE_KINDS), retrying where its contract's tier 1 is."""
     assert target.contract is not None
-    kind = {REJECT: "reject", REPUBLISH: "republish", NATIVE.name: "native", PLAIN: "plain", THREAD: "plain",
-            HEADERS: "republish", MULTIPLE: "plain"}[target.row]
-    return loop_of(broker, target, kind, messages, prefetch)
-
-
-def loop_of(broker: Broker, target: Target, kind: str, messages: int, prefetch: int) -> HandWired:
-    """A hand-wired loop of `kind` (KINDS) on the target's queue, retrying where its contract's tier 1 is."""
-    assert target.contract is not None
+    kind = kind or BARE_KINDS[target.row]
     retry_to = ((target.contract["retry_exchange"], target.contract["tiers"][0]["routing_key"])
                 if kind.startswith("republish") else ("", ""))
     return HandWired(broker, target.vhost, target.contract["queue"], kind, _published(target.row, messages),
@@ -441,8 +400,7 @@ def run_hand(broker: Broker, target: Target, messages: int, prefetch: int = PREF
         return _run_aio(broker, target, messages, prefetch, aio_floor.bare)
     count = _published(target.row, messages)
     publish_ids(broker, target.vhost, EXCHANGE, [f"f{i:05d}" for i in range(count)])
-    loop = hand_wired(broker, target, messages, prefetch) if kind is None else loop_of(broker, target, kind, messages,
-                                                                                        prefetch)
+    loop = loop_of(broker, target, messages, prefetch, kind)
     stopwatch = cpu_stopwatch(broker)
     loop.run()
     client, broker_cpu = stopwatch()
@@ -454,13 +412,9 @@ def _run_aio(broker: Broker, target: Target, messages: int, prefetch: int,
     """One run of an asyncio side (`aio_floor.ours` or `aio_floor.bare`) on the target, measured as `run_ours` is."""
     assert target.contract is not None
     publish_ids(broker, target.vhost, EXCHANGE, [f"f{i:05d}" for i in range(messages)])
-    pid = broker_pid(broker)
-    broker_before = _cpu_seconds(pid) if pid else 0.0
-    client_before = time.process_time()
+    stopwatch = cpu_stopwatch(broker)
     deliveries, retries, seconds = run(parameters(broker, target.vhost), target.contract, messages, prefetch)
-    client = time.process_time() - client_before
-    broker_cpu = _cpu_seconds(pid) - broker_before if pid else 0.0
-    return Sample(deliveries, retries, seconds, client, broker_cpu)
+    return Sample(deliveries, retries, seconds, *stopwatch())
 
 
 CARRYING: dict[str, Callable[[Broker, Target, int], Sample]] = {

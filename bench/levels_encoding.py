@@ -26,7 +26,6 @@ from __future__ import annotations
 import random
 import statistics
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,12 +34,13 @@ from pathlib import Path
 import pika
 
 from bench import report
+from bench.peers import plain_vhost
 from bench.throughput import _cpu_seconds, broker_pid
 from components.model import wire
 from components.model.plan_types import quorum_dead_lettering
 from tests.support.amqp import parameters
 from tests.support.deploy import unreachable
-from tests.support.mirror import Broker, call, esc
+from tests.support.mirror import Broker, call
 
 LEVELS = 17
 """As many levels as `delay_levels` 1s up to 1d gives (the default)."""
@@ -108,11 +108,7 @@ DELIVER = "lenc.delay.deliver"
 def encoding_vhost(broker: Broker, encoding: Encoding, queue_type: str) -> Iterator[str]:
     """A throw-away vhost with `encoding`'s levels (queues of `queue_type`, TTL unit × 2^k in their arguments)
     and QUEUE bound to the delivery exchange; deleted afterwards."""
-    vhost = f"lenc-{encoding.name}-{queue_type}-{uuid.uuid4().hex[:8]}"
-    call(broker, "PUT", f"vhosts/{esc(vhost)}", {})
-    try:
-        call(broker, "PUT", f"permissions/{esc(vhost)}/{esc(broker.username)}",
-             {"configure": ".*", "write": ".*", "read": ".*"})
+    with plain_vhost(broker, prefix="lenc") as vhost:
         with pika.BlockingConnection(parameters(broker, vhost)) as connection:
             ch = connection.channel()
             ch.queue_declare(QUEUE, durable=True, arguments={wire.QUEUE_TYPE.argument: queue_type})
@@ -129,8 +125,6 @@ def encoding_vhost(broker: Broker, encoding: Encoding, queue_type: str) -> Itera
                     ch.queue_bind(level(k), level(k), encoding.pattern(k, "1"))
                     ch.exchange_bind(below, level(k), encoding.pattern(k, "0"))
         yield vhost
-    finally:
-        call(broker, "DELETE", f"vhosts/{esc(vhost)}")
 
 
 @dataclass(frozen=True)

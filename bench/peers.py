@@ -56,14 +56,12 @@ DRAMATIQ_TIMEOUTS_MS = (1000, 100)
 """dramatiq's default `worker_timeout`, then a tuned one: how often the worker checks a held message's eta."""
 
 
-def dramatiq_strategy(timeout_ms: int) -> Strategy:
-    return Strategy(f"dramatiq-{timeout_ms}ms", f"dramatiq `actor.send_with_options(delay=…)` to its RabbitmqBroker; "
-                    f"the message waits in `{QUEUE}.DQ` until the in-process Worker ({DRAMATIQ_THREADS} threads, "
-                    f"`worker_timeout` {timeout_ms} ms) takes it into memory, holds it until its eta and "
-                    f"republishes it to `{QUEUE}`; arrival = the actor's call", queue_types=("classic",), ours=False)
-
-
-DRAMATIQ = tuple(dramatiq_strategy(t) for t in DRAMATIQ_TIMEOUTS_MS)
+DRAMATIQ = tuple(Strategy(f"dramatiq-{timeout_ms}ms", f"dramatiq `actor.send_with_options(delay=…)` to its "
+                          f"RabbitmqBroker; the message waits in `{QUEUE}.DQ` until the in-process Worker "
+                          f"({DRAMATIQ_THREADS} threads, `worker_timeout` {timeout_ms} ms) takes it into memory, holds "
+                          f"it until its eta and republishes it to `{QUEUE}`; arrival = the actor's call",
+                          queue_types=("classic",), ours=False) for timeout_ms in DRAMATIQ_TIMEOUTS_MS)
+"""dramatiq at each of DRAMATIQ_TIMEOUTS_MS, as a peer of P1."""
 P1_PEERS: tuple[tuple[Strategy, str], ...] = (
     (KOMBU, "quorum"), (KOMBU, "classic"), *((d, "classic") for d in DRAMATIQ))
 """(peer, queue type) in P1's order: kombu on both queue types, dramatiq (classic only) at both timeouts."""
@@ -76,9 +74,9 @@ def whole_seconds(plan: Delays) -> Delays:
 
 
 @contextmanager
-def plain_vhost(broker: Broker, queue_type: str | None = None) -> Iterator[str]:
-    """A throw-away vhost; with `queue_type`, also the plain QUEUE bound to the fanout EXCHANGE."""
-    with throwaway_vhost(broker) as vhost:
+def plain_vhost(broker: Broker, queue_type: str | None = None, prefix: str = "test") -> Iterator[str]:
+    """A throw-away vhost named `prefix-…`; with `queue_type`, also the plain QUEUE bound to the fanout EXCHANGE."""
+    with throwaway_vhost(broker, prefix) as vhost:
         if queue_type is None:
             call(broker, "PUT", f"vhosts/{esc(vhost)}", {})
             call(broker, "PUT", f"permissions/{esc(vhost)}/{esc(broker.username)}",
@@ -134,9 +132,7 @@ def dramatiq_p1(broker: Broker, strategy: Strategy, timeout_ms: int, plan: Delay
                     message_id = f"m{i:05d}"
                     sent[message_id] = time.monotonic()
                     peer.actor.send_with_options(args=(message_id,), delay=delay)
-                deadline = time.monotonic() + max(delays) / 1000 + SLACK_S
-                while len(arrived) < len(delays) and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                _wait(lambda: len(arrived) >= len(delays), max(delays) / 1000 + SLACK_S, 0.05)
             finally:
                 worker.stop(timeout=5000)
         finally:
@@ -284,11 +280,8 @@ def _send_dramatiq(peer: _Dramatiq, broker: Broker, vhost: str, messages: int) -
     peer.broker.declare_queue(QUEUE)
     for i in range(messages):
         peer.actor.send(f"t{i:05d}")
-    deadline = time.monotonic() + 60
-    while amqp.message_counts(broker, vhost, [QUEUE])[QUEUE] < messages:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"dramatiq: fewer than {messages} messages reached {QUEUE}")
-        time.sleep(0.1)
+    if not _wait(lambda: _ready(broker, vhost, QUEUE) >= messages, 60):
+        raise TimeoutError(f"dramatiq: fewer than {messages} messages reached {QUEUE}")
 
 
 def run_loop(broker: Broker, loop: Loop, vhost: str, contract: dict[str, Any] | None, messages: int,
@@ -299,9 +292,7 @@ def run_loop(broker: Broker, loop: Loop, vhost: str, contract: dict[str, Any] | 
     failures = throughput.FAILURES if loop.retries else 0
     if loop.library == "rabbitmq_retry_client":
         assert contract is not None
-        deliveries, seconds, client, server = throughput._consume(
-            broker, vhost, contract, "reject", published, failures, prefetch)
-        lost = 0
+        sample, lost = throughput.consume(broker, vhost, contract, "reject", published, failures, prefetch), 0
     else:
         tally = _Handler(failures)
         stopwatch: list[Callable[[], tuple[float, float]]] = []
@@ -312,13 +303,9 @@ def run_loop(broker: Broker, loop: Loop, vhost: str, contract: dict[str, Any] | 
         else:
             _dramatiq_loop(broker, vhost, tally, published, prefetch,
                            lambda: stopwatch.append(throughput.cpu_stopwatch(broker)))
-        client, server = stopwatch[0]()
+        sample = throughput.Sample(tally.calls, tally.calls - tally.done, tally.last - tally.first, *stopwatch[0]())
         lost = published - tally.done
-        deliveries, seconds = tally.calls, tally.last - tally.first
-    rate = deliveries / seconds if seconds else 0.0
-    return throughput.Run(loop.queue_type, loop.row, published, deliveries, seconds, prefetch=prefetch,
-                          rates=(rate,), client_us=1e6 * client / deliveries,
-                          broker_us=1e6 * server / deliveries), lost
+    return throughput.Run.of(loop.queue_type, loop.row, published, prefetch, sample), lost
 
 
 @contextmanager
@@ -439,6 +426,15 @@ def _worker_process(url: str, log: Path) -> subprocess.Popen[bytes]:
                             stderr=subprocess.DEVNULL)
 
 
+def _wait(done: Callable[[], bool], seconds: float, poll_s: float = 0.1) -> bool:
+    """Poll `done` every `poll_s` for at most `seconds` (a bound for an eventual condition, not a figure); its last
+    answer."""
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        time.sleep(poll_s)
+    return done()
+
+
 def _ready(broker: Broker, vhost: str, queue: str) -> int:
     return amqp.message_counts(broker, vhost, [queue])[queue]
 
@@ -456,9 +452,7 @@ def holding(broker: Broker, sent: int, tmp: Path, delay_ms: int = HOLD_DELAY_MS)
             peer.broker.declare_queue(QUEUE, ensure=True)
             first = _worker_process(url, log)
             try:
-                deadline = time.monotonic() + 60
-                while _consumers(broker, vhost, f"{QUEUE}.DQ") < 1 and time.monotonic() < deadline:
-                    time.sleep(0.1)
+                _wait(lambda: _consumers(broker, vhost, f"{QUEUE}.DQ") >= 1, 60)
                 time.sleep(1.0)  # its threads started
                 before = _rss_kib(first.pid)
                 eta = time.monotonic() + delay_ms / 1000  # the same eta for every message, however long sending takes
@@ -466,8 +460,7 @@ def holding(broker: Broker, sent: int, tmp: Path, delay_ms: int = HOLD_DELAY_MS)
                     left = max(1, int(1000 * (eta - time.monotonic())))
                     peer.actor.send_with_options(args=(f"h{i:05d}",), delay=left)
                 expected_held = min(sent, DRAMATIQ_THREADS * 1000)
-                while _ready(broker, vhost, f"{QUEUE}.DQ") > sent - expected_held and time.monotonic() < deadline:
-                    time.sleep(0.1)
+                _wait(lambda: _ready(broker, vhost, f"{QUEUE}.DQ") <= sent - expected_held, 60)
                 time.sleep(1.0)  # the last deliveries decoded and queued in memory
                 ready = _ready(broker, vhost, f"{QUEUE}.DQ")
                 rss = _rss_kib(first.pid)
@@ -476,15 +469,11 @@ def holding(broker: Broker, sent: int, tmp: Path, delay_ms: int = HOLD_DELAY_MS)
             finally:
                 first.kill()
                 first.wait()
-            deadline = time.monotonic() + 30
-            while _ready(broker, vhost, f"{QUEUE}.DQ") < sent and time.monotonic() < deadline:
-                time.sleep(0.1)
+            _wait(lambda: _ready(broker, vhost, f"{QUEUE}.DQ") >= sent, 30)
             back = _ready(broker, vhost, f"{QUEUE}.DQ")
             second = _worker_process(url, log)
             try:
-                deadline = time.monotonic() + delay_ms / 1000 + SLACK_S
-                while len(set(log.read_text().split())) < sent and time.monotonic() < deadline:
-                    time.sleep(0.2)
+                _wait(lambda: len(set(log.read_text().split())) >= sent, delay_ms / 1000 + SLACK_S, 0.2)
                 time.sleep(2.0)  # a duplicate would show up by now
             finally:
                 second.terminate()

@@ -24,7 +24,7 @@ from bench.peers import (
     Holding,
     Loops,
 )
-from bench.report import ran_peers, save
+from bench.report import p1_worst, ran_peers, save
 from bench.strategies import KOMBU, LEVELS, NATIVE, TIERS
 from bench.throughput import FAILURES, Run, plain_messages
 
@@ -222,41 +222,34 @@ def _against_the_floor(pairs: Sequence[Pair]) -> list[str]:
             f"{'met' if met else '**not met**'}." for pair, met, why in verdicts]
 
 
-Ours = tuple[float, float, str, str]
-"""One P1 figure of ours: (p99, its target, where: strategy, queue type and delay, queue type)."""
-
-
 def _accuracy_against_peers(outcomes: Sequence[Outcome]) -> list[str]:
     """Our worst p99 within target, and below every peer's worst (over all queue types, then per type)."""
-    ours: list[Ours] = [(s.percentile(99), s.target_ms, f"{o.strategy.name} ({o.queue_type}) {s.delay_ms} ms",
-                         o.queue_type) for o in outcomes if o.strategy.ours for s in o.stats]
-    if not ours:
+    worst = p1_worst(outcomes)
+    if worst is None:
         return []
-    worst = max(ours)
-    within = all(p99 <= target for p99, target, _, _ in ours)
+    within = all(s.percentile(99) <= s.target_ms for o in outcomes if o.strategy.ours for s in o.stats)
     peers = _peers_worst(outcomes)
-    return [f"- Our worst p99: {worst[0]:,.1f} ms ({worst[2]}); every p99 of ours under max(5 % of the delay, "
-            f"100 ms): {'yes' if within else '**no**'}.", *(_below_the_peers(ours, peers) if peers else [])]
+    return [f"- Our worst p99: {worst[0]:,.1f} ms ({worst[1]}); every p99 of ours under max(5 % of the delay, "
+            f"100 ms): {'yes' if within else '**no**'}.",
+            *(_below_the_peers(outcomes, worst[0], peers) if peers else [])]
+
+
+def _below_the_peers(outcomes: Sequence[Outcome], worst: float, peers: Sequence[tuple[float, str, str]]) -> list[str]:
+    beaten = [where for p99, where, _ in peers if p99 <= worst]
+    out = ["- Our worst p99 below every peer's worst p99 (each over its delays: "
+           + ", ".join(f"{where} {p99:,.1f} ms" for p99, where, _ in peers) + "): "
+           + ("**yes**." if not beaten else f"**no**, not below {', '.join(beaten)}.")]
+    for p99, where, queue_type in peers:
+        if mine := p1_worst([o for o in outcomes if o.queue_type == queue_type]):
+            out.append(f"  - on {queue_type} queues, our worst {mine[0]:,.1f} ms ({mine[1]}) against {where} "
+                       f"{p99:,.1f} ms: {'below' if mine[0] < p99 else '**not below**'}.")
+    return out
 
 
 def _peers_worst(outcomes: Sequence[Outcome]) -> list[tuple[float, str, str]]:
     """Each peer's worst p99 over its delays: (p99, `name (queue type)`, queue type)."""
     return [(max(s.percentile(99) for s in o.stats), f"{o.strategy.name} ({o.queue_type})", o.queue_type)
             for o in ran_peers(outcomes)]
-
-
-def _below_the_peers(ours: Sequence[Ours], peers: Sequence[tuple[float, str, str]]) -> list[str]:
-    worst = max(ours)
-    beaten = [where for p99, where, _ in peers if p99 <= worst[0]]
-    out = ["- Our worst p99 below every peer's worst p99 (each over its delays: "
-           + ", ".join(f"{where} {p99:,.1f} ms" for p99, where, _ in peers) + "): "
-           + ("**yes**." if not beaten else f"**no**, not below {', '.join(beaten)}.")]
-    for p99, where, queue_type in peers:
-        if same := [o for o in ours if o[3] == queue_type]:
-            mine = max(same)
-            out.append(f"  - on {queue_type} queues, our worst {mine[0]:,.1f} ms ({mine[2]}) against {where} "
-                       f"{p99:,.1f} ms: {'below' if mine[0] < p99 else '**not below**'}.")
-    return out
 
 
 def targets_section(outcomes: Sequence[Outcome], runs: Sequence[Run], loops: Loops | None,
@@ -274,8 +267,7 @@ P1_TOLERANCE_SHARE = 0.10
 def p1_rounds_section(rounds: Sequence[Sequence[Outcome]]) -> list[str]:
     """Our worst P1 p99 against each peer's worst, each over every round it ran in, within a tolerance of
     max(P1_TOLERANCE_MS, P1_TOLERANCE_SHARE × the peer's worst)."""
-    ours = [max((s.percentile(99) for o in r if o.strategy.ours for s in o.stats), default=None) for r in rounds]
-    measured = [x for x in ours if x is not None]
+    measured = [worst[0] for r in rounds if (worst := p1_worst(r))]
     if not measured:
         return []
     worst = max(measured)

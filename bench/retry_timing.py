@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from bench import strategies
 from rabbitmq_retry_client import MODES, Mode, RetryingConsumer
 from tests.support.admin import version
 from tests.support.amqp import parameters
@@ -39,7 +40,6 @@ SCENARIOS: dict[str, tuple[list[int], int]] = {"reject": ([300, 1000], 2), "repu
 """Per mode: the tiers' delays (ms; native: min and max) and how often each message fails (= max_retries: none
 is parked)."""
 NATIVE = "native"
-NATIVE_MIN_VERSION = (4, 3, 1)
 TIMEOUT_S = 120.0
 
 
@@ -132,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         for queue_type in args.queue_types:
             for mode in args.modes:
-                if mode == NATIVE and (queue_type != "quorum" or version(broker) < NATIVE_MIN_VERSION):
-                    continue  # strategy native is quorum-only, from RabbitMQ 4.3.1
+                if mode == NATIVE and strategies.NATIVE.unsupported(version(broker), queue_type):
+                    continue
                 steps += measure(broker, queue_type, mode, args.messages)
     print(render(steps))
     return 0 if steps else 1

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from components.config.load import load_vhost
@@ -50,7 +50,6 @@ class Strategy:
     per_attempt: bool = False
     p2_modes: tuple[str | None, ...] = (None,)
     """The client modes P2 runs it in (tiers: reject and republish; None: the strategy's only way)."""
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def unsupported(self, version: Sequence[int], queue_type: str) -> str | None:
         """Why this broker version or queue type cannot run it, or None."""

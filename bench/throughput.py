@@ -82,6 +82,43 @@ class Run:
         """The median of the paired ratios; None for plain."""
         return statistics.median(self.ratios) if self.ratios else None
 
+    @classmethod
+    def of(cls, queue_type: str, row: str, messages: int, prefetch: int, sample: Sample) -> Run:
+        """One round's run from what it measured."""
+        rate = sample.deliveries / sample.seconds if sample.seconds else 0.0
+        return cls(queue_type, row, messages, sample.deliveries, sample.seconds, prefetch=prefetch, rates=(rate,),
+                   client_us=sample.client_us, broker_us=1e6 * sample.broker_s / sample.deliveries)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One run of one side: deliveries, retries (failed deliveries retried), seconds from the first delivery to
+    the last success, and the CPU seconds of the client process and the broker's OS process (0: not local)."""
+
+    deliveries: int
+    retries: int
+    seconds: float
+    client_s: float
+    broker_s: float
+
+    @property
+    def rate(self) -> float:
+        """Retries per second; deliveries per second for plain consume (no retries, and a Pair's ratio of these
+        rates is the ratio of deliveries per second anyway: both sides deliver as often)."""
+        count = self.retries or self.deliveries
+        return count / self.seconds if self.seconds else 0.0
+
+    @property
+    def client_us(self) -> float:
+        """Client CPU µs per delivery."""
+        return 1e6 * self.client_s / self.deliveries if self.deliveries else 0.0
+
+    @property
+    def broker_us(self) -> float:
+        """Broker CPU µs per retried delivery; per delivery for plain consume."""
+        count = self.retries or self.deliveries
+        return 1e6 * self.broker_s / count if count else 0.0
+
 
 class _Handler:
     """Fails each message `failures` times, then succeeds; thread-safe. `first` and `last`: the monotonic times
@@ -143,9 +180,10 @@ def cpu_stopwatch(broker: Broker) -> Callable[[], tuple[float, float]]:
     return lambda: (time.process_time() - client, (_cpu_seconds(pid) - server) if pid else 0.0)
 
 
-def _consume(broker: Broker, vhost: str, contract: dict[str, Any], mode: str, messages: int,
-             failures: int, prefetch: int) -> tuple[int, float, float, float]:
-    """(deliveries, seconds, client CPU s, broker CPU s, the last 0 when the broker is not local)."""
+def consume(broker: Broker, vhost: str, contract: dict[str, Any], mode: str, messages: int,
+            failures: int, prefetch: int) -> Sample:
+    """One run of `RetryingConsumer` (handler in its worker thread) on `messages` messages published first, each
+    failing `failures` times before it succeeds."""
     ids = [f"t{i:05d}" for i in range(messages)]
     publish_ids(broker, vhost, EXCHANGE, ids)
     handler = _Handler(failures)
@@ -153,12 +191,11 @@ def _consume(broker: Broker, vhost: str, contract: dict[str, Any], mode: str, me
                                 prefetch=prefetch)
     stopwatch = cpu_stopwatch(broker)
     run_consumers([consumer], lambda: consumer.processed >= messages, timeout=TIMEOUT_S)
-    seconds = handler.last - handler.first
-    client, broker_cpu = stopwatch()
+    sample = Sample(handler.calls, consumer.retried, handler.last - handler.first, *stopwatch())
     if consumer.processed != messages or consumer.parked:
         raise RuntimeError(f"{contract['queue']}: {consumer.processed} of {messages} processed, "
                            f"{consumer.parked} parked")
-    return handler.calls, seconds, client, broker_cpu
+    return sample
 
 
 @dataclass(frozen=True)
@@ -202,11 +239,8 @@ def measure(broker: Broker, queue_type: str, target: Target, messages: int, pref
     if target.skipped or target.contract is None:
         return Run(queue_type, target.row, skipped=target.skipped, prefetch=prefetch)
     published = messages if target.failures else plain_messages(messages)
-    deliveries, seconds, client, broker_cpu = _consume(broker, target.vhost, target.contract, target.mode, published,
-                                                       target.failures, prefetch)
-    rate = deliveries / seconds if seconds else 0.0
-    return Run(queue_type, target.row, published, deliveries, seconds, prefetch=prefetch, rates=(rate,),
-               client_us=1e6 * client / deliveries, broker_us=1e6 * broker_cpu / deliveries)
+    return Run.of(queue_type, target.row, published, prefetch, consume(
+        broker, target.vhost, target.contract, target.mode, published, target.failures, prefetch))
 
 
 def combine(per_row: dict[str, list[Run]]) -> list[Run]:

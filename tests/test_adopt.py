@@ -22,9 +22,10 @@ from components.model.naming import vhost_key
 from components.model.problems import ConfigError
 from components.plan import checks
 from components.plan.planner import plan_vhost
+from tests.support.adoption import summary
 from tools import adopt as adopt_tool
 from tools.lib import engine
-from tools.lib.adopt import ALONE, BESIDE, IMPORT, RETIRE, adopt, report, stack_file, summary
+from tools.lib.adopt import ALONE, BESIDE, IMPORT, RETIRE, adopt, report, stack_file
 from tools.lib.mockrun import Registered, record
 from tools.lib.recognise import dead_letter, recognise
 from tools.lib.snapshot import Snapshot, read_file

@@ -16,14 +16,9 @@ from __future__ import annotations
 
 import sys
 
-import pulumi
-
-from components.config.pulumi_yaml import StackFileError
 from rabbitmq_retry_client.management import ManagementError
-from tools.lib.cli import broker_client, broker_command_parser, tls_summary
+from tools.lib.cli import STACK_ERRORS, broker_client, broker_command_parser, evaluation, tls_summary
 from tools.lib.doctor import diagnose, read_facts, render
-from tools.lib.evaluation import EvaluationError, evaluate
-from tools.lib.mockrun import close_event_loop
 from tools.lib.snapshot import DefinitionsError
 
 
@@ -32,16 +27,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         # The written broker.version is compared with the live one, not checked against what the stack uses.
-        evaluated = evaluate(args.stack, args.root, written_version=False, exiting=True)
+        evaluated = evaluation(args.stack, args.root, written_version=False)
         config = evaluated.settings.config
         endpoint = broker_client(args, evaluated.provider, args.stack)
         vhosts = sorted(v.name for v in config.vhosts)
         facts = read_facts(endpoint, vhosts)
-    except (pulumi.RunError, StackFileError, EvaluationError, DefinitionsError, ManagementError) as error:
+    except (*STACK_ERRORS, DefinitionsError, ManagementError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    finally:
-        close_event_loop()
     found = diagnose(config, evaluated.recording, facts, evaluated.amqp_port)
     print(render(args.stack, endpoint.url, facts, found, tls_summary(endpoint)))
     return found.status

@@ -29,14 +29,9 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-import pulumi
-
-from components.config.pulumi_yaml import StackFileError
 from rabbitmq_retry_client.management import ManagementError
-from tools.lib.cli import broker_client, broker_command_parser
+from tools.lib.cli import STACK_ERRORS, broker_client, broker_command_parser, evaluation
 from tools.lib.drift import DRIFT_COMPARED, drifted, findings, present_drained, render
-from tools.lib.evaluation import EvaluationError, evaluate
-from tools.lib.mockrun import close_event_loop
 from tools.lib.snapshot import DefinitionsError, read_file, read_live
 
 SCHEMA_VERSION = 1
@@ -50,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown")
     args = parser.parse_args(argv)
     try:
-        evaluated = evaluate(args.stack, args.root, exiting=True)
+        evaluated = evaluation(args.stack, args.root)
         records = evaluated.recording
         vhosts = sorted({str(r.inputs["vhost"]) for r in records if r.custom and r.type in DRIFT_COMPARED})
         own_user = os.environ.get("RABBITMQ_USERNAME") or evaluated.settings.provider.username or ""
@@ -60,11 +55,9 @@ def main(argv: list[str] | None = None) -> int:
             endpoint = broker_client(args, evaluated.provider, args.stack)
             own_user = endpoint.username
             snapshots = {v: read_live(endpoint, v) for v in vhosts}
-    except (pulumi.RunError, StackFileError, EvaluationError, DefinitionsError, ManagementError) as error:
+    except (*STACK_ERRORS, DefinitionsError, ManagementError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    finally:
-        close_event_loop()
     found = findings(records, snapshots, own_user, evaluated.migrations)
     drained = present_drained(snapshots, evaluated.migrations)
     status = 2 if drifted(found) else 0

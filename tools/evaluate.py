@@ -12,10 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-import pulumi
-
-from components.config.pulumi_yaml import StackFileError
-from tools.lib.evaluation import SCHEMA_VERSION, EvaluationError, evaluate_checkout
+from tools.lib.cli import STACK_ERRORS
+from tools.lib.evaluation import SCHEMA_VERSION, evaluate_checkout
 from tools.lib.mockrun import close_event_loop
 
 
@@ -27,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         evaluated = evaluate_checkout(args.stack, args.root.resolve())
-    except (pulumi.RunError, StackFileError, EvaluationError) as error:
+    except STACK_ERRORS as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except (ImportError, AttributeError, TypeError) as error:  # a program that does not run under Pulumi's mocks

@@ -11,15 +11,10 @@ from __future__ import annotations
 
 import sys
 
-import pulumi
-
-from components.config.pulumi_yaml import StackFileError
 from rabbitmq_retry_client.depth import BrokerAccess, DepthError
 from rabbitmq_retry_client.management import ManagementError
-from tools.lib.cli import broker_client, broker_command_parser
-from tools.lib.evaluation import EvaluationError, evaluate
+from tools.lib.cli import STACK_ERRORS, broker_client, broker_command_parser, evaluation
 from tools.lib.migrate_retire import Broker, RetireError, find, retire
-from tools.lib.mockrun import close_event_loop
 from tools.lib.snapshot import DefinitionsError, read_live
 
 REFUSED = 3
@@ -31,10 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--apply", action="store_true", help="do it (default: print what it would do)")
     args = parser.parse_args(argv)
     try:
-        try:
-            evaluated = evaluate(args.stack, args.root, written_version=False, exiting=True)
-        finally:
-            close_event_loop()
+        evaluated = evaluation(args.stack, args.root, written_version=False)
         found = find(evaluated.settings.config, args.migration)
         endpoint = broker_client(args, evaluated.provider, args.stack)
         port = evaluated.amqp_port
@@ -43,8 +35,7 @@ def main(argv: list[str] | None = None) -> int:
             raise RetireError(f"vhost {found.vhost!r} does not exist at {endpoint.url}")
         broker = Broker(BrokerAccess.of(endpoint, port), found.vhost)
         finished = retire(found, snapshot, broker, args.apply, print)
-    except (pulumi.RunError, StackFileError, EvaluationError, DefinitionsError, DepthError, RetireError,
-            ManagementError) as error:
+    except (*STACK_ERRORS, DefinitionsError, DepthError, RetireError, ManagementError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0 if finished else REFUSED

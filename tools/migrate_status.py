@@ -13,15 +13,10 @@ from __future__ import annotations
 import sys
 import time
 
-import pulumi
-
-from components.config.pulumi_yaml import StackFileError
 from rabbitmq_retry_client.depth import DepthError
 from rabbitmq_retry_client.management import ManagementError, path_escape
-from tools.lib.cli import broker_client, broker_command_parser
-from tools.lib.evaluation import EvaluationError, evaluate
+from tools.lib.cli import STACK_ERRORS, broker_client, broker_command_parser, evaluation
 from tools.lib.migrate_status import SAMPLE_S, render, status
-from tools.lib.mockrun import close_event_loop
 from tools.lib.queue_guard import depth_reader
 from tools.lib.snapshot import DefinitionsError
 
@@ -31,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     url = ""  # known once the stack file is read: its errors name the file, a broker's name its endpoint
     try:
-        evaluated = evaluate(args.stack, args.root, exiting=True)
+        evaluated = evaluation(args.stack, args.root)
         endpoint = broker_client(args, evaluated.provider, args.stack)
         url = endpoint.url
         endpoint.get("overview")  # unreachable or refused: one line, exit 1, even without migrations
@@ -43,12 +38,10 @@ def main(argv: list[str] | None = None) -> int:
             return list(endpoint.get(f"shovels/{path_escape(vhost)}") or [])
 
         statuses = [status(m, read, shovels, args.stack, settle=lambda: time.sleep(SAMPLE_S)) for m in migrations]
-    except (pulumi.RunError, StackFileError, EvaluationError, DefinitionsError, DepthError, ManagementError) as error:
+    except (*STACK_ERRORS, DefinitionsError, DepthError, ManagementError) as error:
         where = f"{url}: " if url and url not in str(error) else ""
         print(f"error: {where}{error}".replace("\n", " "), file=sys.stderr)
         return 1
-    finally:
-        close_event_loop()
     print(render(statuses, args.stack, url))
     return 0
 

@@ -1,6 +1,6 @@
 """`python -m tools.mockrun --stack <stack> [--root <project>]`: the program run under Pulumi's mocks, every
 resource it registers (type, logical name, URN, parent, options and exact inputs) printed as JSON.
-No CLI, broker or secrets (tools/lib/mockrun.py). `make review` runs it once per side of the change.
+No CLI, broker or secrets (tools/lib/mockrun.py); `make evaluate` records the same, with what the plans knew.
 Exit status: 0, or 1 when the stack file or the config is wrong (printed as `error: …`)."""
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from tools.lib import engine
 from tools.lib.checkout import CheckoutError, checkout
 from tools.lib.cli import add_tls_arguments, broker_client
 from tools.lib.evaluation import NO_PLAN, TOOLS_PLAN, Evaluation, EvaluationError
+from tools.lib.markdown import code
 from tools.lib.queue_guard import depth_reader, review_section
 from tools.lib.review import BaseProgramError, Review, ReviewError, evaluate_both, render
 from tools.lib.review import alerts as alert_rules
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ReviewError(f"error: {not_found(project / stack_file)}")
         if args.base_evaluation is not None:
             base, head = _saved(args.base_evaluation, args.stack), evaluate_both(args.stack, project, None)[1]
-            commit, at_base, where = "", True, markdown_code(args.base_evaluation.name)
+            commit, at_base, where = "", True, code(args.base_evaluation.name)
         else:
             with tempfile.TemporaryDirectory(prefix="rabbitmq-retry-review-") as tmp:
                 commit = checkout(args.base, project, Path(tmp))
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                     base, head = evaluate_both(args.stack, project, Path(tmp) if at_base else None)
                 except BaseProgramError as error:
                     raise ReviewError(f"the program at BASE={args.base} ({commit}) fails:\n{error}") from None
-            where = f"{markdown_code(args.base)} ({commit})"
+            where = f"{code(args.base)} ({commit})"
         old = base.recording if base is not None else []
         plans = (base.plan if base is not None else {}, head.plan)
         rules = alert_rules.diff(base.alert_rules if base is not None else None, head.alert_rules)
@@ -113,10 +114,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.output_full:
         args.output_full.write_text(complete)
     return status
-
-
-def markdown_code(text: object) -> str:
-    return f"`{text}`"
 
 
 def _saved(path: Path, stack: str) -> Evaluation:

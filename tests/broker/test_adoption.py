@@ -25,10 +25,11 @@ from components.plan.planner import plan_vhost
 from components.pulumi.resources import ShovelAccess
 from rabbitmq_retry_client.depth import BrokerAccess
 from tests.support.admin import version
+from tests.support.adoption import summary
 from tests.support.amqp import channel, message_counts, next_message
 from tests.support.mirror import Broker, ImportRefusedError, MirrorError, apply, call, esc, read_back
 from tools.lib import engine
-from tools.lib.adopt import BESIDE, IMPORT, RETIRE, adopt, record_vhost, summary
+from tools.lib.adopt import BESIDE, IMPORT, RETIRE, adopt, record_vhost
 from tools.lib.drift import findings
 from tools.lib.evaluation import infos
 from tools.lib.migrate_retire import Broker as RetireBroker

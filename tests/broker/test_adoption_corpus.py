@@ -31,11 +31,12 @@ from pika.adapters.blocking_connection import BlockingChannel
 from components.config.load import load_stack_config, load_vhost
 from components.pulumi.stack_resources import plan_stack
 from rabbitmq_retry_client.depth import BrokerAccess
+from tests.support.adoption import summary
 from tests.support.amqp import channel, message_counts, next_message
 from tests.support.hooks import ProgramHooks
 from tests.support.mirror import Broker, apply_update, call, esc, read_back
 from tests.support.stack import Stack, record_stack, stack_vhost
-from tools.lib.adopt import IMPORT, adopt, shovel_port, summary
+from tools.lib.adopt import IMPORT, adopt, shovel_port
 from tools.lib.drift import Finding, drifted, findings
 from tools.lib.evaluation import infos
 from tools.lib.migrate_retire import Broker as RetireBroker

@@ -126,10 +126,10 @@ def test_the_hand_wired_loops_lose_nothing_and_retry_each_failing_message_once(b
                     continue
                 plain = target.row in floor.PLAIN_ROWS
                 ids = [f"f{i:05d}" for i in range(2 * messages if plain else messages)]
-                loops = [floor.loop_of(broker, target, floor.PART_KINDS[target.row], messages, prefetch=5)
-                         if target.row in floor.PARTS else floor.hand_wired(broker, target, messages, prefetch=5)]
+                loops = [floor.loop_of(broker, target, messages, prefetch=5, kind=floor.PART_KINDS.get(target.row))]
                 if target.row == floor.REPUBLISH:  # its third side, the loop carrying our copy's headers
-                    loops.append(floor.loop_of(broker, target, floor.PART_KINDS[floor.HEADERS], messages, prefetch=5))
+                    loops.append(floor.loop_of(broker, target, messages, prefetch=5,
+                                               kind=floor.PART_KINDS[floor.HEADERS]))
                 for loop in loops:
                     retrying.publish_ids(broker, target.vhost, "in", ids)
                     loop.run(timeout=60)

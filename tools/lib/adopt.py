@@ -109,10 +109,6 @@ def _free_name(snapshot: Snapshot, queue: str, suffix: str, taken: set[str]) -> 
     raise DefinitionsError(f"no free name beside queue {queue!r}; pass another --suffix")
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'s' * (n != 1)}"
-
-
 def _binding_entry(b: dict[str, Any], managed_exchanges: set[str]) -> dict[str, Any]:
     entry: dict[str, Any] = {"exchange": b["source"]}
     if b.get("routing_key"):
@@ -188,7 +184,9 @@ def build(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX,
     taken: set[str] = set()
     for migration in adoption.migrations:
         if migration[move.NAME]["to"] in successors:
-            migration["name"] = _unique(migration["name"], taken)
+            name = migration["name"]  # unique among the stack file's migrations: `-2`, `-3`, … appended
+            migration["name"] = next(n for n in (name, *(f"{name}-{i}" for i in range(2, 1000))) if n not in taken)
+            taken.add(migration["name"])
             vhost.setdefault("migrations", []).append(migration)
     return adoption
 
@@ -346,11 +344,11 @@ def _queues(adoption: Adoption, owned: _Owned, ambiguous: Mapping[str, str]) -> 
         adoption.vhost["queues"].append(entry)
     if untyped:
         adoption.warnings.append(
-            f"{_count(len(untyped), 'queue')} without x-queue-type (RabbitMQ before 4.0 stores none), each imported "
-            f"with exactly the arguments it has: {names(untyped)}. RabbitMQ 4 stores `x-queue-type: classic` on "
-            "every queue: after upgrading the broker, add `x-queue-type: classic` to their `arguments` before the "
-            "next `pulumi up --refresh` (else the provider plans a replacement, which the queue guard refuses while "
-            "a queue holds messages)")
+            f"{len(untyped)} queue{'s' * (len(untyped) != 1)} without x-queue-type (RabbitMQ before 4.0 stores none), "
+            f"each imported with exactly the arguments it has: {names(untyped)}. RabbitMQ 4 stores `x-queue-type: "
+            "classic` on every queue: after upgrading the broker, add `x-queue-type: classic` to their `arguments` "
+            "before the next `pulumi up --refresh` (else the provider plans a replacement, which the queue guard "
+            "refuses while a queue holds messages)")
 
 
 def _bindings_left(adoption: Adoption, owned: _Owned) -> None:
@@ -427,12 +425,6 @@ def _policies_of(adoption: Adoption, owned: _Owned) -> None:
             adoption.vhost["operator_policies"].append(policy_entry)
 
 
-def _unique(name: str, taken: set[str]) -> str:
-    found = next(n for n in (name, *(f"{name}-{i}" for i in range(2, 1000))) if n not in taken)
-    taken.add(found)
-    return found
-
-
 def _migration(old: str, new: str, topology: Topology | None) -> dict[str, Any]:
     """The stack's `migrations[]` entry that carries what `old` holds to `new` and names the old runtime objects
     (`move.external`: not the stack's), so that `make migrate-retire` can retire them once empty."""
@@ -457,8 +449,10 @@ def _messages(snapshot: Snapshot, queue: str) -> str:
     return "message count unknown (read from a file)"
 
 
-ENTRY_SECTIONS = ("policies", "operator_policies", "queues", "exchanges", "applications", "operators")
-"""The lists whose entries the adoption may leave alone when the config or the checks refuse them."""
+ENTRY_SECTIONS = {"policies": "Policy", "operator_policies": "OperatorPolicy", "queues": "Queue",
+                  "exchanges": "Exchange", "applications": "Permissions", "operators": "Permissions"}
+"""The lists whose entries the adoption may leave alone when the config or the checks refuse them, each with the
+type its decisions name."""
 
 
 def _refused_entry(vhost: Mapping[str, Any], path: str) -> tuple[str, int] | None:
@@ -490,9 +484,7 @@ def _drop_refused(adoption: Adoption) -> None:
             return
         section, index, text = problems[0]
         entry = adoption.vhost[section].pop(index)
-        kind = {"policies": "Policy", "operator_policies": "OperatorPolicy", "queues": "Queue",
-                "exchanges": "Exchange", "applications": "Permissions", "operators": "Permissions"}[section]
-        adoption.decide(ALONE, kind, entry.get("name") or entry["user"],
+        adoption.decide(ALONE, ENTRY_SECTIONS[section], entry.get("name") or entry["user"],
                         f"refused by the config or the preview checks: {text}")
     raise DefinitionsError("the adopted config does not plan")
 
@@ -782,11 +774,3 @@ def adopt(snapshot: Snapshot, suffix: str = DEFAULT_SUFFIX,
                                                                   "the broker's") + "; set it to the broker's own "
                 "AMQP port (`make doctor` refuses a port the broker does not listen on)")
     return adoption
-
-
-def summary(decisions: Iterable[Decision]) -> dict[str, list[tuple[str, str]]]:
-    """(type, name) of every decision, by action: what the tests compare."""
-    out: dict[str, list[tuple[str, str]]] = {}
-    for d in decisions:
-        out.setdefault(d.action, []).append((d.type, d.name))
-    return out

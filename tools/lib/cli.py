@@ -20,6 +20,8 @@ from tools.lib.mockrun import ROOT, Registered, close_event_loop
 
 DEV_STACK = "dev"
 """The only stack whose tools fall back to RabbitMQ's guest/guest (the local broker of `make setup`)."""
+STACK_ERRORS = (pulumi.RunError, StackFileError, EvaluationError)
+"""What evaluating a stack raises for a wrong stack file or config: a command prints it as one `error: …` line set."""
 
 
 def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,20 +71,27 @@ def broker_command_parser(doc: str | None) -> argparse.ArgumentParser:
     return parser
 
 
+def evaluation(stack: str, root: Path, **options: Any) -> Evaluation:
+    """The stack's one evaluation (`evaluate`) for a command that ends soon after, its program's event loop closed
+    whatever happens."""
+    try:
+        return evaluate(stack, root, exiting=True, **options)
+    finally:
+        close_event_loop()
+
+
 def evaluation_for_command(stack: str, root: Path, *, preview: bool = True) -> Evaluation | None:
     """The stack's one evaluation for a command that ends soon after; None after printing the error as one
     `error: …` line set (a config error as `pulumi preview` prints it, a stack file error with its line)."""
     try:
-        return evaluate(stack, root, preview=preview, exiting=True)
-    except (pulumi.RunError, StackFileError, EvaluationError) as error:
+        return evaluation(stack, root, preview=preview)
+    except STACK_ERRORS as error:
         print(f"error: {error}", file=sys.stderr)
         return None
     except (ImportError, AttributeError) as error:  # a program whose components these tools cannot run
         print(f"error: the program in {root} cannot be run by these tools: {type(error).__name__}: {error}",
               file=sys.stderr)
         return None
-    finally:
-        close_event_loop()
 
 
 def record_for_command(description: str, argv: list[str] | None, *, formats: Sequence[str] = ()

@@ -11,11 +11,11 @@ from typing import Any
 
 from components.model import wire
 from components.model.naming import binding_id
-from components.model.plan_types import PolicyPlan, QueuePlan
 from components.plan.effective import PolicyIndex, effective_settings
 from components.user_limits import LIMIT_NAMES
-from tools.lib import engine
+from tools.lib import definitions, engine
 from tools.lib.evaluation import MigrationInfo
+from tools.lib.inventory import policy_plan, queue_plan
 from tools.lib.markdown import code, names, row
 from tools.lib.mockrun import Registered
 from tools.lib.snapshot import Snapshot
@@ -68,7 +68,7 @@ def draining(migrations: Iterable[MigrationInfo]) -> dict[str, Draining]:
 def shovel_findings(snapshot: Snapshot, drained: Draining) -> list[Finding]:
     """The migrations' shovels against the broker's, when the snapshot carries them: missing, or moving between
     other queues (a shovel's settings are replaced, not updated). Shovels the migrations do not declare are extra
-    (`extras`); the user they connect as is compared with the other users (`_users_of`)."""
+    (`extras`); the user they connect as is compared with the other users (`_granted_users`)."""
     found: list[Finding] = []
     if snapshot.shovels is None:
         return found
@@ -136,16 +136,10 @@ def _queue_arguments_state(inputs: dict[str, Any], arguments: dict[str, Any]) ->
     return {"arguments": arguments}
 
 
-def _binding_arguments(inputs: dict[str, Any]) -> dict[str, Any]:
-    if inputs.get("argumentsJson"):
-        return dict(json.loads(inputs["argumentsJson"]))
-    return {k: engine.tf_string(v) for k, v in (inputs.get("arguments") or {}).items()}
-
-
 def find_binding(snapshot: Snapshot, inputs: dict[str, Any]) -> dict[str, Any] | None:
     """The broker binding with the same ends, routing key and arguments (Read matches by properties_key,
     which a binding keeps exactly as long as those stay the same)."""
-    wanted = _binding_arguments(inputs)
+    wanted = definitions.arguments(inputs)
     return next((b for b in snapshot.bindings
                  if (b.get("source"), b.get("destination"), b.get("destination_type"), b.get("routing_key") or "")
                  == (inputs.get("source"), inputs.get("destination"), inputs.get("destinationType") or "queue",
@@ -207,9 +201,8 @@ def compare(record: Registered, snapshot: Snapshot) -> Comparison:
     state, key = read_state(record, snapshot)
     if state is None:
         return Comparison(record, False)
-    planned = {**engine.SCHEMA_DEFAULTS.get(record.type, {}),
-               **{k: v for k, v in record.inputs.items() if v is not None}}
-    return Comparison(record, True, engine.input_changes(record.type, planned, state), state, key)
+    return Comparison(record, True, engine.input_changes(record.type, engine.with_defaults(record), state), state,
+                      key)
 
 
 def import_id(comparison: Comparison, snapshot: Snapshot) -> str | None:
@@ -232,8 +225,7 @@ def extras(snapshot: Snapshot, records: Iterable[Registered], own_user: str = ""
     `drained`, is expected until its step retire). In a vhost the stack only references (`referenced`: `existing:
     true`, e.g. adopted), what the stack cannot own (`tools/lib/unowned.py`: a queue that deletes itself, an
     exchange-to-exchange binding …) is "expected", with the reason, not drift."""
-    found = [_expected(snapshot, f) if referenced else f for f in _extras(snapshot, records, own_user, drained)]
-    return found
+    return [_expected(snapshot, f) if referenced else f for f in _extras(snapshot, records, own_user, drained)]
 
 
 def _expected(snapshot: Snapshot, finding: Finding) -> Finding:
@@ -313,7 +305,7 @@ def _record_label(record: Registered) -> str:
     i = record.inputs
     if record.type == engine.BINDING:
         return binding_label({"source": i.get("source"), "destination": i.get("destination"),
-                              "routing_key": i.get("routingKey"), "arguments": _binding_arguments(i)})
+                              "routing_key": i.get("routingKey"), "arguments": definitions.arguments(i)})
     return str(i.get("name") or i.get("user"))
 
 
@@ -331,8 +323,7 @@ def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_
             found.append(Finding(absent, vhost, "VHost", vhost, "the vhost itself, with everything in it"
                                  if absent == "missing" else "declared `existing: true`, so never created"))
         mine = [r for r in records if r.custom and r.type in DRIFT_COMPARED and r.inputs.get("vhost") == vhost]
-        mine += _user_limits_of(records, mine, snapshot)
-        mine += _users_of(records, mine, snapshot)
+        mine += _granted_users(records, mine, snapshot)
         for record in mine:
             result = compare(record, snapshot)
             label, kind = _record_label(record), engine.short_type(record.type)
@@ -351,35 +342,19 @@ def findings(records: Sequence[Registered], snapshots: dict[str, Snapshot], own_
     return found
 
 
-def _users_of(records: Sequence[Registered], mine: Sequence[Registered], snapshot: Snapshot) -> list[Registered]:
-    """The users this vhost grants permissions to (the migrations' shovel user included), when the snapshot carries
-    users: users are broker-wide, and each is compared in the vhosts that grant it."""
-    if snapshot.users is None:
-        return []
+def _granted_users(records: Sequence[Registered], mine: Sequence[Registered], snapshot: Snapshot) -> list[Registered]:
+    """The limits of the users this vhost grants permissions to, then those users (the migrations' shovel user
+    included), each when the snapshot carries them: users are broker-wide, and each is compared in the vhosts that
+    grant it (one vhost's application)."""
     granted = {r.inputs.get("user") for r in mine if r.type == engine.PERMISSIONS}
-    return [r for r in records if r.type == engine.USER and r.inputs.get("name") in granted]
+    carried = {engine.USER_LIMITS: ("user", snapshot.user_limits), engine.USER: ("name", snapshot.users)}
+    return [r for kind, (key, read) in carried.items() if read is not None
+            for r in records if r.type == kind and r.inputs.get(key) in granted]
 
 
 ROUTE_KEYS = (wire.MESSAGE_TTL.key, wire.DEAD_LETTER_EXCHANGE.key, wire.DEAD_LETTER_ROUTING_KEY.key,
               wire.DEAD_LETTER_STRATEGY.key)
 """What decides how long a message waits in a queue and where it goes when it expires or is rejected."""
-
-
-def _queue_plan(name: str, arguments: dict[str, Any], queue_type: str | None) -> QueuePlan:
-    return QueuePlan(name, name, str(arguments.get(wire.QUEUE_TYPE.argument) or queue_type or "classic"), arguments,
-                     "plain")
-
-
-def _record_arguments(record: Registered) -> dict[str, Any]:
-    settings = record.inputs.get("settings") or {}
-    if settings.get("argumentsJson"):
-        return dict(json.loads(settings["argumentsJson"]))
-    return dict(settings.get("arguments") or {})
-
-
-def _policy_plan(name: str, pattern: str, priority: Any, apply_to: Any, definition: dict[str, Any]) -> PolicyPlan:
-    return PolicyPlan(name, name, pattern, int(priority or 0), {k: str(v) for k, v in definition.items()},
-                      str(apply_to or "all"), source=f"policy {name}")
 
 
 def _stated(settings: list[Any], key: str) -> str:
@@ -395,33 +370,20 @@ def effective_findings(records: Sequence[Registered], snapshot: Snapshot) -> lis
     policies give it: a retry would wait another time, go elsewhere, or be dropped, even where every object the
     stack declares reads back equal (another team's policy of higher priority displacing ours, an operator policy
     lowering a TTL)."""
-    def index(policies: Iterable[PolicyPlan]) -> PolicyIndex:
-        return PolicyIndex(policies)
-
-    planned_user = index(_policy_plan(str(r.inputs["name"]), str((r.inputs.get("policy") or {}).get("pattern", "")),
-                                      (r.inputs.get("policy") or {}).get("priority"),
-                                      (r.inputs.get("policy") or {}).get("applyTo"),
-                                      dict((r.inputs.get("policy") or {}).get("definition") or {}))
-                         for r in records if r.type == engine.POLICY)
-    planned_operator = index(_policy_plan(str(r.inputs["name"]),
-                                          str((r.inputs.get("policy") or {}).get("pattern", "")),
-                                          (r.inputs.get("policy") or {}).get("priority"),
-                                          (r.inputs.get("policy") or {}).get("applyTo"),
-                                          dict((r.inputs.get("policy") or {}).get("definition") or {}))
-                             for r in records if r.type == engine.OPERATOR_POLICY)
-    live_user = index(_policy_plan(n, str(p.get("pattern", "")), p.get("priority"), p.get("apply-to"),
-                                   dict(p.get("definition") or {})) for n, p in snapshot.policies.items())
-    live_operator = index(_policy_plan(n, str(p.get("pattern", "")), p.get("priority"), p.get("apply-to"),
-                                       dict(p.get("definition") or {})) for n, p in snapshot.operator_policies.items())
+    planned_user, planned_operator = (
+        PolicyIndex(policy_plan(str(r.inputs["name"]), r.inputs.get("policy") or {})
+                    for r in records if r.type == kind) for kind in (engine.POLICY, engine.OPERATOR_POLICY))
+    live_user, live_operator = (PolicyIndex(policy_plan(n, p, "apply-to") for n, p in policies.items())
+                                for policies in (snapshot.policies, snapshot.operator_policies))
     found = []
     for record in records:
         if record.type != engine.QUEUE or record.inputs.get("name") not in snapshot.queues:
             continue
         name = str(record.inputs["name"])
         live = snapshot.queues[name]
-        planned = effective_settings(_queue_plan(name, _record_arguments(record), None), planned_user,
-                                     planned_operator)
-        actual = effective_settings(_queue_plan(name, dict(live.get("arguments") or {}), live.get("type")),
+        declared = definitions.arguments(record.inputs.get("settings") or {})
+        planned = effective_settings(queue_plan(name, declared), planned_user, planned_operator)
+        actual = effective_settings(queue_plan(name, dict(live.get("arguments") or {}), live.get("type")),
                                     live_user, live_operator)
         differences = []
         for key in ROUTE_KEYS:
@@ -434,30 +396,16 @@ def effective_findings(records: Sequence[Registered], snapshot: Snapshot) -> lis
     return found
 
 
-def _user_limits_of(records: Sequence[Registered], mine: Sequence[Registered], snapshot: Snapshot) -> list[Registered]:
-    """The limits of the users this vhost grants (users are broker-wide, and each is one vhost's application),
-    when the snapshot carries users' limits."""
-    if snapshot.user_limits is None:
-        return []
-    granted = {r.inputs.get("user") for r in mine if r.type == engine.PERMISSIONS}
-    return [r for r in records if r.type == engine.USER_LIMITS and r.inputs.get("user") in granted]
-
-
 def _changes(result: Comparison, paths: list[str]) -> str:
-    def at(tree: Any, path: str) -> Any:
-        for part in path.split("."):
-            if isinstance(tree, str) and part and tree.startswith("{"):
-                tree = json.loads(tree)
-            if not isinstance(tree, dict) or part not in tree:
-                return "<absent>"
-            tree = tree[part]
-        return tree
-
-    def shown(value: Any) -> Any:
-        """Recorded numbers come back as floats (5.0): shown as the integers they are."""
+    def shown(tree: Any, path: str) -> Any:
+        """The value at `path`, `<absent>` for none; recorded numbers come back as floats (5.0): shown as the
+        integers they are."""
+        value = engine.lookup(tree, path)
+        if value is None:
+            return "<absent>"
         return int(value) if isinstance(value, float) and value.is_integer() else value
 
-    return "; ".join(f"{p}: stack {shown(at(result.record.inputs, p))!r}, broker {shown(at(result.state, p))!r}"
+    return "; ".join(f"{p}: stack {shown(result.record.inputs, p)!r}, broker {shown(result.state, p)!r}"
                      for p in paths)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -182,7 +182,24 @@ def input_changes(type_: str, old: Mapping[str, Any], new: Mapping[str, Any], pa
     return changes
 
 
-def _with_defaults(record: Registered) -> dict[str, Any]:
+def lookup(inputs: Mapping[str, Any] | None, path: str) -> Any:
+    """An input by path (`settings.argumentsJson.x-message-ttl`), JSON text (argumentsJson) looked into; None when
+    absent."""
+    value: Any = inputs
+    for part in path.split("."):
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                return None
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def with_defaults(record: Registered) -> dict[str, Any]:
+    """The inputs as the provider compares them: the schema's defaults under those set."""
     return {**SCHEMA_DEFAULTS.get(record.type, {}), **{k: v for k, v in record.inputs.items() if v is not None}}
 
 
@@ -199,17 +216,12 @@ def _step(old: Registered | None, new: Registered | None) -> Step:
         return Step("delete", **base)
     if not current.custom:
         return Step("same", **base)
-    changed = input_changes(current.type, _with_defaults(old), _with_defaults(new))
+    changed = input_changes(current.type, with_defaults(old), with_defaults(new))
     forced = [p for p in changed if forces_replace(current.type, p)]
     if forced:
         # Only types with a `name` input are autonamed; an explicit one makes the bridge ask for DBR.
         return Step("replace", **base, changed=changed, forced_by=forced, delete_before_replace="name" in new.inputs)
     return Step("update" if changed else "same", **base, changed=changed)
-
-
-def _references(record: Registered) -> Iterable[tuple[str, frozenset[str]]]:
-    yield "vhost", frozenset({VHOST})
-    yield from REFERENCES.get(record.type, ())
 
 
 def _drag_dependents(steps: dict[str, Step], new: Mapping[str, Registered]) -> None:
@@ -223,7 +235,7 @@ def _drag_dependents(steps: dict[str, Step], new: Mapping[str, Registered]) -> N
             step = steps[urn]
             if not record.custom or step.op not in ("same", "update"):
                 continue
-            for key, types in _references(record):
+            for key, types in (("vhost", frozenset({VHOST})), *REFERENCES.get(record.type, ())):
                 value = record.inputs.get(key)
                 via = next((d for d in record.dependencies if d in steps and steps[d].op == "replace"
                             and steps[d].delete_before_replace and steps[d].type in types

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from types import ModuleType
 from typing import IO, Any
@@ -80,19 +80,14 @@ def infos(plans: Iterable[tuple[str, Any]]) -> list[MigrationInfo]:
         levels = plan.config.delay_levels
         in_levels = {r.config.name for r in plan.retryables if r.delay_levels is not None}
         for m in getattr(plan, "migrations", ()):
+            external = getattr(m.config, "external", None)  # a move.external's old topology; None for the others
             found.append(MigrationInfo(
                 plan.config.name, m.name, m.config.kind, m.config.step, m.path, m.config.source, m.config.target,
                 tuple((s.name, s.source, s.destination) for s in m.shovels), tuple(m.old_queues), bool(m.bindings),
-                None if levels is None else levels.max_delay_ms, getattr(m.config, "external", None) is not None,
+                None if levels is None else levels.max_delay_ms, external is not None,
                 m.config.source in in_levels, m.shovels[0].user if m.shovels else None,
-                *_external_objects(m.config)))
+                tuple(getattr(external, "exchanges", ())), tuple(getattr(external, "policies", ()))))
     return found
-
-
-def _external_objects(migration: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(exchanges, policies) of an external move's old topology; nothing for any other migration."""
-    external = getattr(migration, "external", None)
-    return (tuple(external.exchanges), tuple(external.policies)) if external is not None else ((), ())
 
 
 class EvaluationError(Exception):
@@ -123,12 +118,9 @@ class Evaluation:
     """The program's `StackSettings`, when evaluated in this process (not serialised)."""
 
     def to_json(self) -> str:
-        return json.dumps({"schema_version": SCHEMA_VERSION, "stack": self.stack, "program": self.program,
-                           "plan_source": self.plan_source, "recording": [asdict(r) for r in self.recording],
-                           "plan": {urn: asdict(p) for urn, p in self.plan.items()},
-                           "migrations": [asdict(m) for m in self.migrations],
-                           "delete_with_messages": list(self.delete_with_messages), "amqp_port": self.amqp_port,
-                           "provider": self.provider, "alert_rules": self.alert_rules}, sort_keys=True, indent=1)
+        """Every field but `settings`, with its `schema_version`."""
+        document = {key: value for key, value in asdict(replace(self, settings=None)).items() if key != "settings"}
+        return json.dumps({"schema_version": SCHEMA_VERSION, **document}, sort_keys=True, indent=1)
 
     @classmethod
     def from_json(cls, text: str, source: str = "the evaluation") -> Evaluation:

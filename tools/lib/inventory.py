@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,9 +13,10 @@ from components.config.pulumi_yaml import SECRET_MARKER, is_secret_placeholder
 from components.model import wire
 from components.model.plan_types import PolicyPlan, QueuePlan
 from components.plan.effective import PolicyIndex
+from tools.lib import definitions
 from tools.lib.engine import USER_LIMITS, short_type
 from tools.lib.mockrun import Registered
-from tools.lib.planned import PlanIndex, QueueKey, planned
+from tools.lib.planned import PlanIndex, QueueKey
 
 RETRYABLE_COMPONENT = "rabbitmq-retry:index:RetryableQueue"
 VHOST_COMPONENT = "rabbitmq-retry:index:Vhost"
@@ -106,6 +107,21 @@ class ConfigPolicy:
     """Queues and exchanges of the recording in its vhost that it applies to."""
 
 
+def queue_plan(name: str, arguments: dict[str, Any], queue_type: str | None = None) -> QueuePlan:
+    """A queue as the plan has it, for the preview checks' matching rules (`components.plan.effective`): its type
+    from its arguments, else `queue_type`."""
+    return QueuePlan(name, name, str(arguments.get(wire.QUEUE_TYPE.argument) or queue_type or "classic"), arguments,
+                     "plain")
+
+
+def policy_plan(name: str, policy: Mapping[str, Any], apply_to: str = "applyTo") -> PolicyPlan:
+    """A policy as the plan has it, for the same rules, from a recorded `policy` input or (`apply_to`: "apply-to")
+    the broker's."""
+    return PolicyPlan(name, name, str(policy.get("pattern", "")), int(policy.get("priority") or 0),
+                      {k: str(v) for k, v in (policy.get("definition") or {}).items()},
+                      str(policy.get(apply_to) or "all"), source=f"policy {name}")
+
+
 def config_policies(recording: Sequence[Registered], plan: PlanIndex) -> dict[tuple[str, str, str], ConfigPolicy]:
     """The stack config's user and operator policies (by their role in `plan`), by (vhost, kind, name), with how
     many queues or exchanges of the recording each matches, by the preview checks' own rules
@@ -115,20 +131,17 @@ def config_policies(recording: Sequence[Registered], plan: PlanIndex) -> dict[tu
     for r in recording:
         vhost = str(r.inputs.get("vhost", "/"))
         if short_type(r.type) == "Queue":
-            arguments = json.loads(r.inputs.get("settings", {}).get("argumentsJson") or "{}")
-            queue_type = str(arguments.get(wire.QUEUE_TYPE.argument, "classic"))
-            queues.setdefault(vhost, []).append(QueuePlan("", str(r.inputs["name"]), queue_type, arguments, "plain"))
+            declared = definitions.arguments(r.inputs.get("settings") or {})
+            queues.setdefault(vhost, []).append(queue_plan(str(r.inputs["name"]), declared))
         elif short_type(r.type) == "Exchange":
             exchanges.setdefault(vhost, []).append(str(r.inputs["name"]))
     found = {}
     for r in recording:
-        known = planned(r, plan)
+        known = plan.get(r.urn)
         kind = CONFIG_POLICY_KINDS.get(known.role) if known is not None and known.kind.endswith("Policy") else None
         if kind is None:
             continue
-        vhost, policy = str(r.inputs.get("vhost", "/")), r.inputs["policy"]
-        written = PolicyPlan("", str(r.inputs["name"]), str(policy["pattern"]), int(policy.get("priority") or 0),
-                             dict(policy.get("definition") or {}), str(policy.get("applyTo") or "all"))
+        vhost, written = str(r.inputs.get("vhost", "/")), policy_plan(str(r.inputs["name"]), r.inputs["policy"])
         try:
             index = PolicyIndex([written])
         except re.error:  # the config check refuses these; never hide a policy behind a crash here

@@ -63,11 +63,6 @@ Place = tuple[tuple[str, ...], str, str]
 """(kinds of the components above it, its kind, its logical name): where a registration is in the stack."""
 
 
-def _role(entry: Any) -> str:
-    role = getattr(entry, "role", "")
-    return role if isinstance(role, str) else ""
-
-
 def planned_from(item: Mapping[str, Any]) -> Planned:
     """A plan index entry back from its JSON (`dataclasses.asdict`): lists as the tuples it holds, its grants as
     `Allowed`. An evaluation by tools that kept no grants has none (the review then treats any change of a regex as
@@ -115,7 +110,9 @@ def _places(plans: Sequence[tuple[str, Any]], layout: Any) -> dict[Place, Planne
                     and entry.destination in strategies:
                 leads_to = (vhost, entry.destination)
             strategy = strategies.get(family[1]) if family is not None else None
-            found[(chain, slot.kind, name)] = Planned(slot.kind, vhost, family, leads_to, strategy, _role(entry),
+            role = getattr(entry, "role", "")
+            found[(chain, slot.kind, name)] = Planned(slot.kind, vhost, family, leads_to, strategy,
+                                                      role if isinstance(role, str) else "",
                                                       _allowed(slot.kind, entry))
     return found
 
@@ -144,14 +141,9 @@ def index_plans(recording: Iterable[Registered], plans: Sequence[tuple[str, Any]
     return index
 
 
-def planned(record: Registered, index: PlanIndex) -> Planned | None:
-    """What the plan knew about `record`; None for what no Vhost component registers (the stack itself)."""
-    return index.get(record.urn)
-
-
 def family_of(record: Registered, index: PlanIndex) -> QueueKey | None:
     """The retryable queue `record` is part of (None for the vhost's other resources)."""
-    found = planned(record, index)
+    found = index.get(record.urn)
     return found.family if found is not None else None
 
 

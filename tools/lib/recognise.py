@@ -13,8 +13,9 @@ retryable queue of ours can take over beside it. Recognised:
   exchange-to-exchange bindings. Loops that share an exchange (one retry exchange, a key per worker) each get their
   own route; an ambiguous route is no loop (`unclear`: the reason, for the report).
 
-Dead-lettering and TTL count whether set by queue argument or by policy (a policy's `dead-letter-exchange`
-applies only where the queue has no argument; the highest-priority matching policy wins).
+Dead-lettering and TTL count whether set by queue argument or by policy, as the preview checks compute them
+(`components.plan.effective`: a policy's `dead-letter-exchange` applies only where the queue has no argument; of the
+user policies that match the queue and may apply to its type, the highest priority wins).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from typing import Any
 
 from components.model import naming, wire
 from components.model.plan_types import quorum_dead_lettering
+from components.plan.effective import Effective, PolicyIndex, effective_settings
+from tools.lib.inventory import policy_plan, queue_plan
 from tools.lib.markdown import code, names
 from tools.lib.routing import Message, arrival_keys, route
 from tools.lib.snapshot import Snapshot
@@ -78,15 +81,13 @@ class Topology:
     contract when `make adopt` is given one, else written as decisions that `make plan` refuses until made."""
 
 
-def _applies(policy: Mapping[str, Any], queue: str) -> bool:
-    return policy.get("apply-to", "all") in ("queues", "all", "classic_queues", "quorum_queues") and bool(
-        re.search(str(policy.get("pattern", "")), queue))
-
-
-def queue_policy(snapshot: Snapshot, queue: str) -> Mapping[str, Any] | None:
-    """The user policy RabbitMQ applies to `queue`: the highest priority among those that match."""
-    matching = [p for p in snapshot.policies.values() if _applies(p, queue)]
-    return max(matching, key=lambda p: int(p.get("priority", 0)), default=None)
+def applied(snapshot: Snapshot, queue: str) -> Effective:
+    """`queue`'s settings as RabbitMQ gives them: its arguments under the user policy that applies to it, by the
+    preview checks' own rules (`components.plan.effective`: pattern, apply-to, refused keys, highest priority)."""
+    info = snapshot.queues[queue]
+    policies = PolicyIndex(policy_plan(name, policy, "apply-to") for name, policy in snapshot.policies.items())
+    return effective_settings(queue_plan(queue, dict(info.get("arguments") or {}), info.get("type")), policies,
+                              PolicyIndex(()))[0]
 
 
 def queue_type(snapshot: Snapshot, queue: str) -> str:
@@ -95,18 +96,12 @@ def queue_type(snapshot: Snapshot, queue: str) -> str:
 
 
 def dead_letter(snapshot: Snapshot, queue: str) -> DeadLetter:
-    arguments = snapshot.queues[queue].get("arguments") or {}
-    policy = queue_policy(snapshot, queue)
-    definition = (policy or {}).get("definition") or {}
-    exchange = arguments.get(wire.DEAD_LETTER_EXCHANGE.argument)
-    from_policy = exchange is None and wire.DEAD_LETTER_EXCHANGE.key in definition
-    if from_policy:
-        exchange = definition[wire.DEAD_LETTER_EXCHANGE.key]
-    key = arguments.get(wire.DEAD_LETTER_ROUTING_KEY.argument, definition.get(wire.DEAD_LETTER_ROUTING_KEY.key))
-    ttls = [int(t) for t in (arguments.get(wire.MESSAGE_TTL.argument), definition.get(wire.MESSAGE_TTL.key))
-            if t is not None]
-    return DeadLetter(exchange, key, min(ttls) if ttls else None,
-                      str(policy["name"]) if from_policy and policy else None)
+    found = applied(snapshot, queue)
+    exchange, key, ttl = (found.get(row.key) for row in (wire.DEAD_LETTER_EXCHANGE, wire.DEAD_LETTER_ROUTING_KEY,
+                                                          wire.MESSAGE_TTL))
+    return DeadLetter(None if exchange is None else str(exchange.value), None if key is None else str(key.value),
+                      None if ttl is None else int(ttl.value),
+                      found.policy.name if exchange is not None and exchange.source and found.policy else None)
 
 
 WORK_ARGUMENTS = frozenset({wire.QUEUE_TYPE.argument, wire.DEAD_LETTER_EXCHANGE.argument,

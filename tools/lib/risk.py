@@ -68,9 +68,14 @@ a delivery limit counts redeliveries, which a retry never makes, except a `nativ
 applies; a migration's steps (`migration`) are the review's Migrations section, and a consumer on either queue
 keeps working through them. Each strategy's own fields are its module's (`REVIEWED_CONTRACT_KEYS`,
 `contract_breaks`)."""
-NAMES = {"error_exchange": "error exchange", "error_queue": "error queue", "attempt_header": "attempt header"}
-SHARED_KEYS = frozenset({"error_exchange", "error_queue", "attempt_header"})
-"""Contract fields of every strategy: still compared when the strategy changes."""
+SHARED_BREAKS = {
+    "error_exchange": "error exchange {old} → {new}: consumers still publishing parked messages to {old} fail once it "
+                      "is deleted (channel error 404 NOT_FOUND)",
+    "attempt_header": "attempt header {old} → {new}: consumers on the old contract read no attempt count from messages "
+                      "the new ones retried (and the reverse), so those retry from zero, past max_retries",
+    "error_queue": "error queue {old} → {new}: whatever reads parked messages from {old} finds no new ones"}
+"""Contract fields of every strategy (still compared when the strategy changes), each with how a change of it breaks
+consumers on the old contract; a change of any other field means REDEPLOY."""
 
 
 def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any],
@@ -86,8 +91,8 @@ def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any],
         breaks.append(f"strategy {strategy_of(old)} → {strategy_of(new)}: consumers on the old contract keep retrying "
                       f"the {strategy_of(old)} way, which this queue no longer supports (their retries fail, skip the "
                       "wait or are parked at once)")
-        old = {k: v for k, v in old.items() if k in SHARED_KEYS}
-        new = {k: v for k, v in new.items() if k in SHARED_KEYS}
+        old = {k: v for k, v in old.items() if k in SHARED_BREAKS}
+        new = {k: v for k, v in new.items() if k in SHARED_BREAKS}
     else:
         strategy = STRATEGIES[strategy_of(new)]
         breaks += strategy.contract_breaks(old, new, kept)
@@ -100,17 +105,6 @@ def contract_breaks(old: Mapping[str, Any], new: Mapping[str, Any],
     for key in sorted(set(old) | set(new)):
         if key in NOT_CONSUMER_FACING or key in reviewed or old.get(key) == new.get(key):
             continue
-        name = NAMES.get(key, key)
-        if key == "error_exchange":
-            breaks.append(f"{name} {old.get(key)} → {new.get(key)}: consumers still publishing parked messages to "
-                          f"{old.get(key)} fail once it is deleted (channel error 404 NOT_FOUND)")
-        elif key == "attempt_header":
-            breaks.append(f"{name} {old.get(key)} → {new.get(key)}: consumers on the old contract read no attempt "
-                          "count from messages the new ones retried (and the reverse), so those retry from zero, "
-                          "past max_retries")
-        elif key == "error_queue":
-            breaks.append(f"{name} {old.get(key)} → {new.get(key)}: whatever reads parked messages from "
-                          f"{old.get(key)} finds no new ones")
-        else:
-            breaks.append(f"{name} {old.get(key)} → {new.get(key)}: {REDEPLOY}")
+        breaks.append(SHARED_BREAKS[key].format(old=old.get(key), new=new.get(key)) if key in SHARED_BREAKS
+                      else f"{key} {old.get(key)} → {new.get(key)}: {REDEPLOY}")
     return breaks

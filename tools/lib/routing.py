@@ -15,7 +15,7 @@ make a headers binding partial unless it matches whatever the headers are.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -191,10 +191,3 @@ def arrival_keys(snapshot: Snapshot, queue: str) -> tuple[str, ...]:
         kind = str((snapshot.exchanges.get(str(b.get("source"))) or {}).get("type") or "")
         keys.append(str(b.get("routing_key") or "") if kind in ("direct", "topic") else "#")
     return tuple(dict.fromkeys(keys)) or (queue,)
-
-
-def union(routes: Iterable[Route]) -> Route:
-    routes = list(routes)
-    queues = frozenset().union(*(r.queues for r in routes))
-    return Route(queues, frozenset().union(*(r.partly for r in routes)) - queues,
-                 frozenset().union(*(r.exchanges for r in routes)), frozenset().union(*(r.bindings for r in routes)))

@@ -11,7 +11,7 @@ from components.model import naming, wire
 from components.model.durations import format_duration
 from components.model.stack_config import EXCHANGE_TYPES, QUEUE_TYPES
 from tools.lib.markdown import code
-from tools.lib.recognise import dead_letter, own_policy, queue_policy
+from tools.lib.recognise import applied, dead_letter, own_policy
 from tools.lib.snapshot import Snapshot
 
 
@@ -61,10 +61,10 @@ def unmanageable_queue(snapshot: Snapshot, name: str) -> str | None:
         return (f"deletes itself when unused (x-expires {format_duration(int(arguments[wire.EXPIRES.argument]))}), "
                 "so the stack cannot own it; left as it is, it "
                 + kept_detail(snapshot, name).replace("; a retry", ", and a retry"))
-    if queue_type == "quorum" and (policy := queue_policy(snapshot, name)) is not None \
-            and policy is not own_policy(snapshot, name):
-        return (f"user policy {code(str(policy['name']))} applies to it "
-                f"({', '.join(sorted(policy.get('definition') or {}))}); the stack gives every quorum "
+    if queue_type == "quorum" and (policy := applied(snapshot, name).policy) is not None \
+            and (policy.name != name or own_policy(snapshot, name) is None):
+        return (f"user policy {code(policy.name)} applies to it "
+                f"({', '.join(sorted(policy.definition))}); the stack gives every quorum "
                 "queue a `delivery-limit` policy of its own, which would take that policy's place "
                 "(RabbitMQ applies one user policy to a queue) and silently drop its settings: left as it "
                 "is, still under its policy. To manage it, move the policy's settings into the queue's "

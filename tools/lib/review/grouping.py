@@ -21,12 +21,6 @@ PLURALS = {"Policy": "policies", "OperatorPolicy": "operator policies", "VHost":
            "Permissions": "permissions", "TopicPermissions": "topic permissions"}
 
 
-def _plural(kind: str, count: int) -> str:
-    if count == 1:
-        return kind
-    return PLURALS.get(kind, kind.lower() + ("es" if kind.endswith("x") else "s"))
-
-
 def listed(names: Sequence[str], limit: int | None) -> str:
     shown = names if limit is None else names[:limit]
     more = len(names) - len(shown)
@@ -107,7 +101,8 @@ def grouped_rows(m: Model, rows: Sequence[Row]) -> list[Line]:
             continue
         first = group[0]
         label = f"**{first.risk}**" if first.risk != SAFE else SAFE
-        kind = "retryable queues" if first.type == RETRYABLE else _plural(first.type, len(group))
+        kind = "retryable queues" if first.type == RETRYABLE else PLURALS.get(
+            first.type, first.type.lower() + ("es" if first.type.endswith("x") else "s"))
         names, stars = _every_name(group) if first.risk in MUST_SEE else _described(m, group)
         if first.risk in MUST_SEE:
             names = f"in vhost {markdown.code(first.vhost)}: " + names

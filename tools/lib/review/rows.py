@@ -13,7 +13,7 @@ from typing import Any
 from components.config.pulumi_yaml import is_secret_placeholder
 from components.model.naming import DELAY_PREFIX
 from tools.lib import engine, markdown
-from tools.lib.engine import Step, short_type
+from tools.lib.engine import Step, lookup, short_type
 from tools.lib.inventory import (
     RETRYABLE_COMPONENT,
     config_policies,
@@ -23,7 +23,7 @@ from tools.lib.inventory import (
 )
 from tools.lib.mockrun import Registered
 from tools.lib.permissions import NO_PLAN, Names, Sides, kinds, names_of, permissions_of
-from tools.lib.planned import PlanIndex, QueueKey, family_of, planned
+from tools.lib.planned import PlanIndex, QueueKey, family_of
 from tools.lib.review.migrations import MigrationInfo, kept_by_drains, retired_by
 from tools.lib.risk import (
     CONTRACT,
@@ -47,21 +47,6 @@ def formatted(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-
-
-def _lookup(inputs: Mapping[str, Any] | None, path: str) -> Any:
-    """An input by engine path; JSON text (argumentsJson) is looked into."""
-    value: Any = inputs
-    for part in path.split("."):
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError:
-                return None
-        if not isinstance(value, Mapping) or part not in value:
-            return None
-        value = value[part]
-    return value
 
 
 def _regex_change(kind: str, before: str, after: str, old: Names, new: Names) -> str:
@@ -119,7 +104,7 @@ def what_changed(step: Step, names: Mapping[str, str], sides: Sides = NO_PLAN) -
         parts.append(markdown.text("adopted as the broker holds it, with its messages (nothing is created)"))
     for path in step.changed:
         label = re.sub(r"^(policy\.definition|settings\.argumentsJson|settings|limits)\.", "", path)
-        before, after = _lookup(step.old, path), _lookup(step.new, path)
+        before, after = lookup(step.old, path), lookup(step.new, path)
         if is_secret_placeholder(before) or is_secret_placeholder(after):
             parts.append(markdown.text(f"{label} changed (secret)"))
         else:
@@ -131,7 +116,7 @@ def _created(step: Step) -> list[str]:
     """What a new policy sets and what a new user, permission or topic permission grants."""
     new = step.new or {}
     if step.type in (engine.POLICY, engine.OPERATOR_POLICY):
-        return [f"{k} {formatted(v)}" for k, v in sorted((_lookup(new, "policy.definition") or {}).items())]
+        return [f"{k} {formatted(v)}" for k, v in sorted((lookup(new, "policy.definition") or {}).items())]
     if step.type == engine.PERMISSIONS:
         grants = new.get("permissions") or {}
         return [f"{k} {formatted(grants.get(k, ''))}" for k in ("configure", "write", "read")]
@@ -183,7 +168,7 @@ def lowered_limits(step: Step) -> list[str]:
         return []
     lowered = []
     for path, name in LIMIT_INPUTS.get(step.type, {}).items():
-        before, after = _lookup(step.old, path), _lookup(step.new, path)
+        before, after = lookup(step.old, path), lookup(step.new, path)
         if after in (None, ""):
             continue
         if before in (None, ""):
@@ -298,10 +283,9 @@ def _step_rows(steps: Sequence[Step], old_by: Mapping[str, Registered], new_by: 
         by_urn, plan = (old_by, plans[0]) if s.op == "delete" else (new_by, plans[1])
         record = by_urn[s.urn]
         physical = physical_name(record)
-        known = planned(record, plan)
+        known = plan.get(record.urn)
         family = known.family or known.leads_to if known is not None else None
-        sides = (planned(old_by[s.urn], plans[0]) if s.urn in old_by else None,
-                 planned(new_by[s.urn], plans[1]) if s.urn in new_by else None)
+        sides = (plans[0].get(s.urn) if s.urn in old_by else None, plans[1].get(s.urn) if s.urn in new_by else None)
         vhost_deleted = s.type != engine.VHOST and _vhost_of(s) in deleted_vhosts
         level, notes = risk(s, vhost_deleted, sides), _notes(s, vhost_deleted)
         if level == DATA_LOSS and s.op == "delete" and not vhost_deleted and (
