@@ -1,6 +1,6 @@
 """`make bench`: which strategy to pick and what it costs, measured in one run on each local broker.
 
-    .venv/bin/python -m bench [--quick] [--brokers 3.10 4.3] [--parts p1 p2 p3] [--out DIR]
+    .venv/bin/python -m bench [--quick] [--brokers 3.10 4.3] [--parts p1 p2 p3] [--out DIR] [--floor-rounds N]
 
 - P1 delay accuracy (bench/accuracy.py): lateness per strategy and delay, seed 003's anchor beside ours;
 - P2 retry throughput (bench/throughput.py): deliveries/s through the retry loop against plain consume, then
@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -243,12 +243,13 @@ def plan_cost_file(context: report.Context, out: Path, sizes: Sequence[int], pro
     return report.write(out / f"{stem}.md", text, progress)
 
 
-def command(quick: bool, parts: Sequence[str], brokers: Sequence[str] | None) -> str:
+def command(quick: bool, parts: Sequence[str], brokers: Sequence[str] | None, floor_rounds: int | None = None) -> str:
     """How this run was started, as its results files name it."""
-    if set(parts) == set(QUICK_PARTS if quick else DEFAULT_PARTS) and not brokers:
+    if set(parts) == set(QUICK_PARTS if quick else DEFAULT_PARTS) and not brokers and floor_rounds is None:
         return "BENCH_QUICK=1 make bench" if quick else "make bench"
     return (f"{'BENCH_QUICK=1 ' if quick else ''}.venv/bin/python -m bench --parts {' '.join(parts)}"
-            + (f" --brokers {' '.join(brokers)}" if brokers else ""))
+            + (f" --brokers {' '.join(brokers)}" if brokers else "")
+            + (f" --floor-rounds {floor_rounds}" if floor_rounds is not None else ""))
 
 
 def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -262,7 +263,11 @@ def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--parts", nargs="+", choices=(*DEFAULT_PARTS, "floor", "levels-encoding"),
                         help=f"default: {' '.join(DEFAULT_PARTS)}; quick: {' '.join(QUICK_PARTS)}")
     parser.add_argument("--out", type=Path, help="directory for results (default bench/results, quick: …/quick)")
+    parser.add_argument("--floor-rounds", type=int, metavar="N",
+                        help=f"rounds of the floor's rows (default {floor.ROUNDS}, quick 1): more for a firmer median")
     args = parser.parse_args(argv)
+    if args.floor_rounds is not None and args.floor_rounds < 1:
+        parser.error(f"--floor-rounds: at least 1 round, got {args.floor_rounds}")
     args.parts = args.parts or list(QUICK_PARTS if args.quick else DEFAULT_PARTS)
     configured = configured_brokers()
     known = [broker.name for broker in configured]
@@ -277,11 +282,13 @@ def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = arguments(argv)
     scale = QUICK if args.quick else FULL
+    if args.floor_rounds is not None:
+        scale = replace(scale, floor_rounds=args.floor_rounds)
     out: Path = args.out or scale.results
     out.mkdir(parents=True, exist_ok=True)
     now = datetime.now(UTC)
     context = report.Context(now.strftime("%Y-%m-%d"), now.strftime("%Y-%m-%d %H:%M UTC"),
-                             command(args.quick, args.parts, args.brokers), args.quick,
+                             command(args.quick, args.parts, args.brokers, args.floor_rounds), args.quick,
                              report.machine(), report.commit())
     progress = Progress()
     progress(f"{scale.name} run: {context.machine}; load {report.load()}; writing to {out}")

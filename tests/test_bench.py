@@ -193,6 +193,9 @@ def test_a_results_file_names_the_command_that_made_it() -> None:
         "BENCH_QUICK=1 .venv/bin/python -m bench --parts p3 alerts p1 p2"
     assert command(False, ["p1", "p2"], None) == ".venv/bin/python -m bench --parts p1 p2"
     assert command(True, ["p2"], ["4.3"]) == "BENCH_QUICK=1 .venv/bin/python -m bench --parts p2 --brokers 4.3"
+    assert command(False, ["p1", "p2", "p3", "alerts"], None, 20) == \
+        ".venv/bin/python -m bench --parts p1 p2 p3 alerts --floor-rounds 20"
+    assert command(False, ["floor"], None, 20) == ".venv/bin/python -m bench --parts floor --floor-rounds 20"
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: there is nothing to keep the client off")
