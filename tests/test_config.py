@@ -66,6 +66,11 @@ def test_a_delivery_limit_at_or_below_max_retries_plus_one_is_refused(limit: int
     ]
 
 
+def test_a_delivery_limit_too_low_is_said_beside_the_queues_other_problems():
+    queue = {**retryable(max_retries=5), "type": "quorum", "delivery_limit": 6, "max_length": -1}
+    assert [path for path, _ in config_problems(with_queue(queue))] == [
+        "vhosts[shop].queues[orders].max_length", "vhosts[shop].queues[orders].delivery_limit"]
+
 def test_the_default_vhost_is_referenced_never_managed():
     config = load_stack_config({"vhosts": [vhost_config(name="/")]})
     assert config.vhosts[0].existing is True

@@ -68,17 +68,14 @@ from ..model.stack_config import (
     Operator,
     Policy,
     Queue,
-    Retry,
     TopicPermission,
     UserLimits,
     Vhost,
 )
 from ..strategies import (
     STRATEGIES,
-    check_retryable,
-    delivery_limit_of,
     fits_delay_levels,
-    parse_retry,
+    parse_queue_retry,
 )
 from ..strategies.common import positive_duration
 from .migrations import parse_migrations
@@ -226,16 +223,6 @@ def parse_delay_levels(p: Problems, path: str, raw: object, defaults: Defaults) 
     return INVALID
 
 
-def resolve_delivery_limit(p: Problems, path: str, written: int | None, queue_type: str, retry: Retry | None,
-                           defaults: Defaults) -> int | Invalid | None:
-    """Quorum queues always get a limit; a retryable queue's follows its strategy (`strategies.delivery_limit_of`)."""
-    if queue_type != "quorum":
-        return None
-    if retry is None:
-        return written or defaults.delivery_limit
-    return delivery_limit_of(p, path, written, retry, defaults.delivery_limit)
-
-
 PLAIN_QUEUE_ONLY = {
     "message_ttl": "on a retryable queue an expired message would enter the retry path (or be parked) unhandled",
     "single_active_consumer": "a retryable queue's consumers are not limited to one here",
@@ -321,17 +308,20 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
     bindings = tuple(parse_binding(p, f"{path}.bindings[{i}]", i, b)
                      for i, b in enumerate(items(p, f"{path}.bindings", data.get("bindings", ABSENT))))
     check_duplicate_bindings(p, f"{path}.bindings", bindings)
-    retry = optional(data, "retry", lambda v: parse_retry(p, f"{path}.retry", v), None)
+    retried = parse_queue_retry(p, path, name, queue_type, data.get("retry", ABSENT), delivery_limit,
+                                defaults.delivery_limit)
     if name is INVALID:
         return QueueEntry(index, None, written_name(data.get("name")), INVALID, path, bindings=bindings)
-    retry, owned, lengths_ok = check_retryable(p, path, name, queue_type, retry)
-    entry = QueueEntry(index, name, name, INVALID, path, bindings, tuple(owned[0]), tuple(owned[1]))
-    if (not lengths_ok or queue_type is INVALID or priority is INVALID or max_length is INVALID
+    entry = QueueEntry(index, name, name, INVALID, path, bindings, retried.owned_queues, retried.owned_exchanges)
+    retry = retried.retry
+    if (not retried.names_fit or queue_type is INVALID or priority is INVALID or max_length is INVALID
             or delivery_limit is INVALID or retry is INVALID or max_length_bytes is INVALID or message_ttl is INVALID
             or single_active is INVALID or group_size is INVALID or arguments is INVALID
             or any(b.value is INVALID for b in bindings)):
         return entry
-    limit = resolve_delivery_limit(p, f"{path}.delivery_limit", delivery_limit, queue_type, retry, defaults)
+    # Quorum queues always get a limit; a retryable queue's is its strategy's (`strategies.delivery_limit_of`).
+    plain_limit = (delivery_limit or defaults.delivery_limit) if queue_type == "quorum" else None
+    limit = retried.delivery_limit if retry is not None else plain_limit
     if limit is INVALID:
         return entry
     queue = Queue(name=name, queue_type=queue_type, policy_priority=priority,

@@ -7,11 +7,12 @@ strategies (docs/development.md: Adding a strategy).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from rabbitmq_retry_client.contract import DEFAULT_STRATEGY
 
 from ..model import naming
-from ..model.fields import INVALID, Invalid, Problems, choice, mapping, optional
+from ..model.fields import ABSENT, INVALID, Invalid, Problems, choice, mapping, optional
 from ..model.keys import RETRY_KEYS
 from ..model.stack_config import DelayLevels, Retry
 from . import levels, native, tiers
@@ -39,21 +40,39 @@ def parse_retry(p: Problems, path: str, raw: object) -> Retry | Invalid:
     return STRATEGIES[name].parse_retry(p, path, data)
 
 
-def check_retryable(p: Problems, path: str, name: str, queue_type: object,
-                    retry: Retry | Invalid | None) -> tuple[Retry | Invalid | None, tuple[list[str], list[str]], bool]:
-    """The queue `name` at `path` with its parsed `retry` block, as its strategy sees it: the block (refused when the
-    strategy does not run on `queue_type`), the queues and exchanges the queue owns, and whether every derived name
-    fits RabbitMQ's 255 bytes."""
-    if not isinstance(retry, Retry):
-        return retry, ([name], []), True
+@dataclass(frozen=True)
+class QueueRetry:
+    """A queue's `retry` block as its strategy sees the queue (`parse_queue_retry`)."""
+
+    retry: Retry | Invalid | None
+    """The block parsed; INVALID also when the strategy does not run on the queue's type; None without one."""
+    owned_queues: tuple[str, ...]
+    owned_exchanges: tuple[str, ...]
+    """What the queue owns by its strategy: itself and its error queue, wait queues, exchanges."""
+    names_fit: bool
+    """Every derived name fits RabbitMQ's 255 bytes."""
+    delivery_limit: int | Invalid | None
+    """A retryable quorum queue's limit (`delivery_limit_of`); None for any other queue."""
+
+
+def parse_queue_retry(p: Problems, path: str, name: str | Invalid, queue_type: object, raw: object,
+                      written_limit: int | Invalid | None, default_limit: int) -> QueueRetry:
+    """The queue `name` at `path` with its `retry` block (`raw`; ABSENT without one), as the strategy it names sees
+    it, in the parse stage's one call of the strategies: the block parsed (`parse_retry`), refused on a queue type
+    its strategy does not run on, what the queue owns by it, and its delivery limit by the strategy's rule."""
+    retry = None if raw is ABSENT else parse_retry(p, f"{path}.retry", raw)
+    if not isinstance(name, str) or not isinstance(retry, Retry):
+        return QueueRetry(retry, (name,) if isinstance(name, str) else (), (), True, None)
     strategy = strategy_of(retry)
     queues, exchanges = strategy.owned_names(name, retry)
     too_long = next((n for n in (*queues, *exchanges) if naming.byte_length(n) > naming.MAX_NAME_BYTES), None)
     if too_long is not None:
         p.add(f"{path}.name", f'derived name "{too_long[:40]}…" is over 255 bytes; shorten the queue name')
     if isinstance(queue_type, str) and not strategy.check_queue(p, path, name, queue_type):
-        return INVALID, ([name], []), too_long is None
-    return retry, (queues, exchanges), too_long is None
+        return QueueRetry(INVALID, (name,), (), too_long is None, None)
+    limit = (delivery_limit_of(p, f"{path}.delivery_limit", written_limit, retry, default_limit)
+             if queue_type == "quorum" and written_limit is not INVALID else None)
+    return QueueRetry(retry, tuple(queues), tuple(exchanges), too_long is None, limit)
 
 
 def fits_delay_levels(p: Problems, path: str, retry: Retry, delay_levels: DelayLevels, levels_path: str) -> bool:
