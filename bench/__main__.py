@@ -252,6 +252,20 @@ def command(quick: bool, parts: Sequence[str], brokers: Sequence[str] | None, fl
             + (f" --floor-rounds {floor_rounds}" if floor_rounds is not None else ""))
 
 
+def rounds(text: str) -> int:
+    """`--floor-rounds`: a whole number of rounds, at least 1 (argparse names a value `int` refuses)."""
+    number = int(text)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"at least 1 round, got {number}")
+    return number
+
+
+def scale_of(quick: bool, floor_rounds: int | None) -> Scale:
+    """FULL or QUICK, with the floor's rounds `--floor-rounds` asks for."""
+    scale = QUICK if quick else FULL
+    return scale if floor_rounds is None else replace(scale, floor_rounds=floor_rounds)
+
+
 def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line, its parts defaulted for a full or quick run, `chosen` its brokers; a usage error for a
     broker not configured."""
@@ -263,11 +277,9 @@ def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--parts", nargs="+", choices=(*DEFAULT_PARTS, "floor", "levels-encoding"),
                         help=f"default: {' '.join(DEFAULT_PARTS)}; quick: {' '.join(QUICK_PARTS)}")
     parser.add_argument("--out", type=Path, help="directory for results (default bench/results, quick: …/quick)")
-    parser.add_argument("--floor-rounds", type=int, metavar="N",
+    parser.add_argument("--floor-rounds", type=rounds, metavar="N",
                         help=f"rounds of the floor's rows (default {floor.ROUNDS}, quick 1): more for a firmer median")
     args = parser.parse_args(argv)
-    if args.floor_rounds is not None and args.floor_rounds < 1:
-        parser.error(f"--floor-rounds: at least 1 round, got {args.floor_rounds}")
     args.parts = args.parts or list(QUICK_PARTS if args.quick else DEFAULT_PARTS)
     configured = configured_brokers()
     known = [broker.name for broker in configured]
@@ -281,9 +293,7 @@ def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = arguments(argv)
-    scale = QUICK if args.quick else FULL
-    if args.floor_rounds is not None:
-        scale = replace(scale, floor_rounds=args.floor_rounds)
+    scale = scale_of(args.quick, args.floor_rounds)
     out: Path = args.out or scale.results
     out.mkdir(parents=True, exist_ok=True)
     now = datetime.now(UTC)

@@ -220,3 +220,12 @@ def test_a_broker_name_rabbitmq_brokers_does_not_know_is_refused_before_anything
     assert ("--brokers: no broker named 9.9 in RABBITMQ_BROKERS; its brokers are 3.10, 4.3"
             in capsys.readouterr().err)
     assert not any(tmp_path.iterdir())
+
+
+def test_the_floor_takes_more_rounds_when_asked_and_never_fewer_than_one() -> None:
+    from bench.__main__ import FULL, QUICK, arguments, scale_of
+
+    assert scale_of(False, None) == FULL and scale_of(True, None) == QUICK
+    assert scale_of(False, 20).floor_rounds == 20 and scale_of(False, 20).floor_messages == FULL.floor_messages
+    with pytest.raises(SystemExit):
+        arguments(["--floor-rounds", "0"])

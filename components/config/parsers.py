@@ -319,9 +319,7 @@ def parse_queue(p: Problems, path: str, index: int, raw: object, defaults: Defau
             or single_active is INVALID or group_size is INVALID or arguments is INVALID
             or any(b.value is INVALID for b in bindings)):
         return entry
-    # Quorum queues always get a limit; a retryable queue's is its strategy's (`strategies.delivery_limit_of`).
-    plain_limit = (delivery_limit or defaults.delivery_limit) if queue_type == "quorum" else None
-    limit = retried.delivery_limit if retry is not None else plain_limit
+    limit = retried.delivery_limit
     if limit is INVALID:
         return entry
     queue = Queue(name=name, queue_type=queue_type, policy_priority=priority,

@@ -52,27 +52,40 @@ class QueueRetry:
     names_fit: bool
     """Every derived name fits RabbitMQ's 255 bytes."""
     delivery_limit: int | Invalid | None
-    """A retryable quorum queue's limit (`delivery_limit_of`); None for any other queue."""
+    """A quorum queue's limit (`delivery_limit_of` for a retryable one); None for a classic queue."""
 
 
 def parse_queue_retry(p: Problems, path: str, name: str | Invalid, queue_type: object, raw: object,
                       written_limit: int | Invalid | None, default_limit: int) -> QueueRetry:
     """The queue `name` at `path` with its `retry` block (`raw`; ABSENT without one), as the strategy it names sees
     it, in the parse stage's one call of the strategies: the block parsed (`parse_retry`), refused on a queue type
-    its strategy does not run on, what the queue owns by it, and its delivery limit by the strategy's rule."""
+    its strategy does not run on, what the queue owns by it, and its delivery limit by the strategy's rule (a plain
+    quorum queue's: the limit written, else `default_limit`)."""
     retry = None if raw is ABSENT else parse_retry(p, f"{path}.retry", raw)
     if not isinstance(name, str) or not isinstance(retry, Retry):
-        return QueueRetry(retry, (name,) if isinstance(name, str) else (), (), True, None)
+        return QueueRetry(retry, (name,) if isinstance(name, str) else (), (), True,
+                          _plain_limit(queue_type, written_limit, default_limit))
     strategy = strategy_of(retry)
     queues, exchanges = strategy.owned_names(name, retry)
-    too_long = next((n for n in (*queues, *exchanges) if naming.byte_length(n) > naming.MAX_NAME_BYTES), None)
-    if too_long is not None:
-        p.add(f"{path}.name", f'derived name "{too_long[:40]}…" is over 255 bytes; shorten the queue name')
+    fit = _names_fit(p, path, (*queues, *exchanges))
     if isinstance(queue_type, str) and not strategy.check_queue(p, path, name, queue_type):
-        return QueueRetry(INVALID, (name,), (), too_long is None, None)
+        return QueueRetry(INVALID, (name,), (), fit, None)
     limit = (delivery_limit_of(p, f"{path}.delivery_limit", written_limit, retry, default_limit)
              if queue_type == "quorum" and written_limit is not INVALID else None)
-    return QueueRetry(retry, tuple(queues), tuple(exchanges), too_long is None, limit)
+    return QueueRetry(retry, tuple(queues), tuple(exchanges), fit, limit)
+
+
+def _plain_limit(queue_type: object, written: int | Invalid | None, default: int) -> int | Invalid | None:
+    """A plain quorum queue's delivery limit: the one written, else the default; None for a classic queue."""
+    return (written or default) if queue_type == "quorum" else None
+
+
+def _names_fit(p: Problems, path: str, names: tuple[str, ...]) -> bool:
+    """Whether every name a queue derives fits RabbitMQ's 255 bytes; the first too long is a problem at its name."""
+    too_long = next((n for n in names if naming.byte_length(n) > naming.MAX_NAME_BYTES), None)
+    if too_long is not None:
+        p.add(f"{path}.name", f'derived name "{too_long[:40]}…" is over 255 bytes; shorten the queue name')
+    return too_long is None
 
 
 def fits_delay_levels(p: Problems, path: str, retry: Retry, delay_levels: DelayLevels, levels_path: str) -> bool:
