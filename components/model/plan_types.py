@@ -104,6 +104,8 @@ class PlannedBy(Protocol):
 
     def consumer_exchanges(self, plan: RetryablePlan[Any]) -> tuple[str, ...]: ...
 
+    def redrive_exchanges(self, plan: RetryablePlan[Any]) -> tuple[str, ...]: ...
+
     def contract(self, plan: RetryablePlan[Any], vhost: str) -> dict[str, object]: ...
 
 
@@ -164,6 +166,11 @@ class RetryablePlan(Generic[R]):
     def consumer_exchanges(self) -> tuple[str, ...]:
         """Exchanges a consumer of the queue publishes to: its retries' and the error exchange."""
         return self.planned_by.consumer_exchanges(self)
+
+    @property
+    def redrive_exchanges(self) -> tuple[str, ...]:
+        """Exchanges an operator publishes a redrive of its parked messages to, beyond those the queue is bound to."""
+        return self.planned_by.redrive_exchanges(self)
 
     def contract(self, vhost: str) -> dict[str, object]:
         """What a consumer needs to retry and park a message: the stack exports this per queue. During a move the

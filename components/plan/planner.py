@@ -105,7 +105,7 @@ def _operator_permissions(user: str, retryables: Iterable[RetryablePlan]) -> Per
         user=user,
         configure=Grant.exactly(()),
         write=Grant.exactly([*(b.exchange for r in retryables for b in r.config.bindings),
-                             *(x for r in retryables for x in strategy_of(r.retry).redrive_exchanges(r))]),
+                             *(x for r in retryables for x in r.redrive_exchanges)]),
         read=Grant.exactly(r.error_queue for r in retryables),
     )
 

@@ -37,7 +37,7 @@ class FeatureFlag:
 
 class Strategy(PlannedBy, Protocol):
     """A module of `strategies/`; its functions are documented there. What each plan asks of it after (`PlannedBy`:
-    `consumer_exchanges`, `contract`) is entered through the plan."""
+    `consumer_exchanges`, `redrive_exchanges`, `contract`) is entered through the plan."""
 
     NAME: str
     """`retry.strategy` in the config and `strategy` in the contract."""
@@ -62,8 +62,6 @@ class Strategy(PlannedBy, Protocol):
 
     def plan(self, queue: Queue, retry: Any, path: str, levels: DelayLevels | None,
              imports: tuple[str, ...]) -> RetryablePlan[Any]: ...
-
-    def redrive_exchanges(self, plan: RetryablePlan[Any]) -> tuple[str, ...]: ...
 
     def topic_permissions(self, own: Iterable[RetryablePlan[Any]]) -> tuple[TopicGrant, ...]: ...
 
